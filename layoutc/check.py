@@ -1,0 +1,801 @@
+"""Semantic checks: resolve names, type expressions, validate tensors and kernel
+clauses, and build the typed IR (``ir.py``).
+
+``check(module, text)`` returns ``(contract | None, diagnostics)``; it never
+raises on bad input.
+"""
+
+from __future__ import annotations
+
+import builtins
+import difflib
+import keyword
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+
+from . import ast as A
+from . import ir
+from .diagnostics import Diagnostic, Related, Span, error, warning
+from .evaluate import EvalError, eval_real, finite_values
+
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+MAX_NAME = 64
+MAX_ENUM = 64
+MAX_PARAMS = 64
+# Names the generated module uses itself, plus the layer-level names it binds.
+RESERVED = frozenset({
+    "plan", "Plan", "torch", "math", "logging", "self", "cls", "config", "out", "rank", "full",
+    "LayoutContractError", "KernelUnavailableError", "code", "true", "false",
+})
+AXIS_NAMES = ("experts", "n", "k")
+DTYPES = frozenset({"bfloat16", "float16", "float32", "int32", "int8", "uint8", "int16",
+                    "float8_e4m3fn", "float8_e5m2"})
+
+
+@dataclass(frozen=True)
+class GlueSpec:
+    ops: tuple[str, ...]
+    args: tuple[str, ...]
+    summary: str
+
+
+# Glue kinds a contract may bind; each has a template in templates/glue/.
+GLUE_KINDS: dict[str, GlueSpec] = {
+    "vllm_cpu_moe": GlueSpec(("prepack", "forward"), ("isa", "activation"),
+                             "vLLM CPU grouped-GEMM MoE (_C::prepack_moe_weight, _C::cpu_fused_moe)"),
+    "zentorch_moe": GlueSpec(("forward",), ("activation",),
+                             "zentorch fused MoE (zentorch::zentorch_fused_moe)"),
+    "torch_grouped_mm": GlueSpec(("forward",), (), "torch._grouped_mm"),
+    "torch_int4pack": GlueSpec(("convert", "forward"), ("group_size", "inner_k_tiles"),
+                               "aten::_convert_weight_to_int4pack_for_cpu + _weight_int4pack_mm_for_cpu"),
+    "torch_int8pack": GlueSpec(("forward",), (), "aten::_weight_int8pack_mm"),
+}
+
+
+def _suggest(name: str, candidates: list[str]) -> str | None:
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return f"did you mean `{close[0]}`?" if close else None
+
+
+class _Checker:
+    def __init__(self, module: A.Module, text: str) -> None:
+        self.module = module
+        self.text = text
+        self.diags: list[Diagnostic] = []
+        self.params: dict[str, ir.Param] = {}
+        self.lets: dict[str, ir.Let] = {}
+        self.defined_at: dict[str, Span] = {}
+        self.members: dict[str, ir.EnumT] = {}
+        self.tensors: dict[str, ir.Tensor] = {}
+        self.later_lets = {d.name for d in module.decls if isinstance(d, A.LetDecl)}
+
+    # ---- helpers ----
+    def err(self, code: str, span: Span, msg: str, **kw: object) -> None:
+        self.diags.append(error(code, span, msg, **kw))  # type: ignore[arg-type]
+
+    def check_name(self, name: str, span: Span) -> bool:
+        if not IDENT.match(name) or len(name) > MAX_NAME or name.startswith("__"):
+            self.err("LC204", span, f"`{name[:80]}` is not a valid name: use [A-Za-z_][A-Za-z0-9_]*, "
+                     f"at most {MAX_NAME} characters, not starting with `__`")
+            return False
+        if keyword.iskeyword(name) or keyword.issoftkeyword(name) or name in RESERVED \
+                or name in dir(builtins):
+            self.err("LC203", span, f"`{name}` is reserved (a Python keyword or builtin, or a name "
+                     "the generated module uses)")
+            return False
+        return True
+
+    def define(self, name: str, span: Span) -> bool:
+        if not self.check_name(name, span):
+            return False
+        if name in self.defined_at:
+            self.err("LC202", span, f"`{name}` is already defined",
+                     related=(Related(self.defined_at[name], "first defined here"),))
+            return False
+        self.defined_at[name] = span
+        return True
+
+    # ---- expressions ----
+    def expr(self, node: A.Expr, *, axes: bool = False, decode: str | None = None,
+             self_arg: tuple[str, ir.Expr] | None = None) -> ir.Expr | None:
+        kw = {"axes": axes, "decode": decode, "self_arg": self_arg}
+        if isinstance(node, A.IntLit):
+            return ir.Const(node.value, ir.INT, node.span)
+        if isinstance(node, A.BoolLit):
+            return ir.Const(node.value, ir.BOOL, node.span)
+        if isinstance(node, A.Name):
+            return self.name(node, decode, self_arg)
+        if isinstance(node, A.AxisSize):
+            if not axes:
+                self.err("LC301", node.span, "axis sizes (`tensor.axis`) are only allowed in `kernel` clauses")
+                return None
+            return self.axis_size(node)
+        if isinstance(node, A.Unary):
+            operand = self.expr(node.operand, **kw)  # type: ignore[arg-type]
+            if operand is None:
+                return None
+            if node.op == "not":
+                return self.expect(operand, ir.BOOL) and ir.Op("not", (operand,), ir.BOOL, node.span)
+            if isinstance(operand.type, ir.RealT):
+                return ir.Op("neg", (operand,), ir.REAL, node.span)
+            return self.expect(operand, ir.INT) and ir.Op("neg", (operand,), ir.INT, node.span)
+        if isinstance(node, A.Binary):
+            return self.binary(node, kw)
+        if isinstance(node, A.Call):
+            return self.call(node, kw)
+        if isinstance(node, A.If):
+            cond = self.expr(node.cond, **kw)  # type: ignore[arg-type]
+            then = self.expr(node.then, **kw)  # type: ignore[arg-type]
+            orelse = self.expr(node.orelse, **kw)  # type: ignore[arg-type]
+            if cond is None or then is None or orelse is None or not self.expect(cond, ir.BOOL):
+                return None
+            if then.type != orelse.type:
+                self.err("LC301", node.span, f"`if` branches have different types: {then.type} and {orelse.type}")
+                return None
+            return ir.Cond(cond, then, orelse, then.type, node.span)
+        if isinstance(node, A.Match):
+            return self.match(node, kw)
+        raise AssertionError(node)
+
+    def expect(self, e: ir.Expr, t: ir.Type) -> bool:
+        if e.type != t:
+            self.err("LC301", e.span, f"expected {t}, found {e.type}")
+            return False
+        return True
+
+    def name(self, node: A.Name, decode: str | None, self_arg: tuple[str, ir.Expr] | None) -> ir.Expr | None:
+        n = node.name
+        if self_arg is not None and n == self_arg[0]:
+            return self_arg[1]
+        if n in self.params:
+            return ir.Ref(n, "param", self.params[n].type, node.span)
+        if n in self.lets:
+            return ir.Ref(n, "let", self.lets[n].type, node.span)
+        if n in self.members:
+            return ir.Const(n, self.members[n], node.span)
+        if decode is not None:
+            if n == "code":
+                return ir.Code(node.span)
+            if n in self.tensor_names:
+                return ir.TensorValue(n, node.span)
+        if n in self.later_lets:
+            self.err("LC208", node.span, f"`{n}` is used before its `let` is defined")
+            return None
+        candidates = list(self.params) + list(self.lets) + list(self.members)
+        if decode is not None:
+            candidates += ["code", *self.tensor_names]
+        self.err("LC201", node.span, f"unknown name `{n}`", help=_suggest(n, candidates))
+        return None
+
+    def axis_size(self, node: A.AxisSize) -> ir.Expr | None:
+        tensor = self.tensors.get(node.tensor)
+        if tensor is None:
+            self.err("LC201", node.span, f"unknown tensor `{node.tensor}`",
+                     help=_suggest(node.tensor, list(self.tensors)))
+            return None
+        if node.axis not in {a.name for a in tensor.axes}:
+            self.err("LC401", node.span, f"tensor `{node.tensor}` has no axis `{node.axis}`",
+                     help=_suggest(node.axis, [a.name for a in tensor.axes]))
+            return None
+        return ir.AxisSize(node.tensor, node.axis, node.span)
+
+    def binary(self, node: A.Binary, kw: dict[str, object]) -> ir.Expr | None:
+        left = self.expr(node.left, **kw)  # type: ignore[arg-type]
+        right = self.expr(node.right, **kw)  # type: ignore[arg-type]
+        if left is None or right is None:
+            return None
+        op = node.op
+        if op in ("and", "or"):
+            if self.expect(left, ir.BOOL) and self.expect(right, ir.BOOL):
+                return ir.Op(op, (left, right), ir.BOOL, node.span)
+            return None
+        if op in ("==", "!="):
+            if left.type != right.type or isinstance(left.type, ir.RealT):
+                self.err("LC301", node.span, f"cannot compare {left.type} with {right.type}")
+                return None
+            return ir.Op(op, (left, right), ir.BOOL, node.span)
+        if op in ("<", "<=", ">", ">="):
+            if self.expect(left, ir.INT) and self.expect(right, ir.INT):
+                return ir.Op(op, (left, right), ir.BOOL, node.span)
+            return None
+        # arithmetic
+        if isinstance(left.type, ir.RealT) or isinstance(right.type, ir.RealT):
+            if op not in ("+", "-", "*"):
+                self.err("LC408", node.span, f"`{op}` is not allowed in a decode expression (use + - *)")
+                return None
+            for side in (left, right):
+                if not isinstance(side.type, (ir.RealT, ir.IntT)):
+                    self.err("LC301", side.span, f"expected a number, found {side.type}")
+                    return None
+            return ir.Op(op, (left, right), ir.REAL, node.span)
+        if not (self.expect(left, ir.INT) and self.expect(right, ir.INT)):
+            return None
+        if op in ("/", "%") and not self.positive_divisor(right, op):
+            return None
+        return ir.Op(op, (left, right), ir.INT, node.span)
+
+    def positive_divisor(self, e: ir.Expr, what: str) -> bool:
+        if any(isinstance(n, ir.AxisSize) for n in ir.walk(e)):
+            # axis sizes are symbolic; allow a literal divisor only
+            if isinstance(e, ir.Const) and isinstance(e.value, int) and e.value > 0:
+                return True
+            self.err("LC303", e.span, f"the right side of `{what}` must be a positive constant here")
+            return False
+        values = finite_values(e, self.params, self.lets)
+        if values is None:
+            self.err("LC303", e.span, f"the right side of `{what}` must range over a finite set of "
+                     "positive values (it depends on an integer range parameter)",
+                     help="take the divisor from a finite `int in {...}` or enum parameter, or a table")
+            return False
+        bad = sorted(v for v in values if not isinstance(v, int) or v <= 0)
+        if bad or not values:
+            self.err("LC303", e.span, f"the right side of `{what}` can be {bad[0] if bad else 'undefined'}, "
+                     "which is not positive",
+                     help="guard it, e.g. `if group_size == -1 then 1 else group_size`")
+            return False
+        return True
+
+    def call(self, node: A.Call, kw: dict[str, object]) -> ir.Expr | None:
+        if node.func not in ir.FUNCTIONS:
+            self.err("LC305", node.span, f"unknown function `{node.func}`",
+                     help=_suggest(node.func, list(ir.FUNCTIONS)))
+            return None
+        arity = ir.FUNCTIONS[node.func]
+        if len(node.args) != arity:
+            self.err("LC304", node.span, f"`{node.func}` takes {arity} arguments, given {len(node.args)}")
+            return None
+        args = [self.expr(a, **kw) for a in node.args]  # type: ignore[arg-type]
+        if any(a is None for a in args):
+            return None
+        typed = [a for a in args if a is not None]
+        if not all(self.expect(a, ir.INT) for a in typed):
+            return None
+        if node.func in ("round_up", "round_down", "cdiv") and not self.positive_divisor(typed[1], node.func):
+            return None
+        if node.func == "lcm" and not all(self.positive_divisor(a, "lcm") for a in typed):
+            return None
+        return ir.Op(node.func, tuple(typed), ir.INT, node.span)
+
+    def match(self, node: A.Match, kw: dict[str, object]) -> ir.Expr | None:
+        subject = self.name(node.subject, None, None)
+        if subject is None:
+            return None
+        if not isinstance(subject.type, ir.EnumT):
+            self.err("LC301", node.subject.span, f"`match` needs an enum, `{node.subject.name}` is {subject.type}")
+            return None
+        enum = subject.type
+        cases: list[tuple[str, ir.Expr]] = []
+        default: ir.Expr | None = None
+        seen: dict[str, Span] = {}
+        ok = True
+        for arm in node.arms:
+            value = self.expr(arm.value, **kw)  # type: ignore[arg-type]
+            if arm.member in seen:
+                self.err("LC202", arm.span, f"`{arm.member}` already has an arm",
+                         related=(Related(seen[arm.member], "first arm here"),))
+                ok = False
+                continue
+            seen[arm.member] = arm.span
+            if arm.member != "_" and arm.member not in enum.members:
+                self.err("LC301", arm.span, f"`{arm.member}` is not a member of {enum}",
+                         help=_suggest(arm.member, list(enum.members)))
+                ok = False
+            if value is None:
+                ok = False
+                continue
+            if arm.member == "_":
+                default = value
+            else:
+                cases.append((arm.member, value))
+        if not ok:
+            return None
+        types = {v.type for _, v in cases} | ({default.type} if default is not None else set())
+        if len(types) != 1:
+            self.err("LC301", node.span, "`match` arms have different types: "
+                     + ", ".join(sorted(str(t) for t in types)))
+            return None
+        missing = [m for m in enum.members if m not in seen]
+        if missing and default is None:
+            self.err("LC306", node.span, f"`match` does not cover {', '.join(missing)}",
+                     help="add the missing arms or a `_ => ...` arm")
+            return None
+        return ir.Select(subject, tuple(cases), default if missing else None, types.pop(), node.span)
+
+    # ---- declarations ----
+    def param(self, d: A.ParamDecl) -> None:
+        if len(self.params) >= MAX_PARAMS:
+            self.err("LC307", d.span, f"more than {MAX_PARAMS} parameters")
+            return
+        if not self.define(d.name, d.span):
+            return
+        dom = d.domain
+        if isinstance(dom, A.RangeDomain):
+            if dom.low > dom.high:
+                self.err("LC302", dom.span, f"empty range {dom.low}..{dom.high}")
+                return
+            p = ir.Param(d.name, "range", ir.INT, (), dom.low, dom.high, d.span)
+        elif isinstance(dom, A.SetDomain):
+            if len(set(dom.values)) != len(dom.values):
+                self.err("LC202", dom.span, "a value is listed twice in the set")
+                return
+            p = ir.Param(d.name, "set", ir.INT, tuple(sorted(dom.values)), min(dom.values),
+                         max(dom.values), d.span)
+        elif isinstance(dom, A.EnumDomain):
+            if len(dom.members) > MAX_ENUM:
+                self.err("LC307", dom.span, f"an enum may have at most {MAX_ENUM} members")
+                return
+            enum = ir.EnumT(d.name, dom.members)
+            for member, span in zip(dom.members, dom.member_spans):
+                if not self.check_name(member, span):
+                    return
+                if member in self.members or member in self.defined_at:
+                    first = self.defined_at.get(member) or self.member_at[member]
+                    self.err("LC207", span, f"enum member `{member}` clashes with another name",
+                             related=(Related(first, "first defined here"),))
+                    return
+                self.members[member] = enum
+                self.member_at[member] = span
+            p = ir.Param(d.name, "enum", enum, dom.members, 0, len(dom.members) - 1, d.span)
+        else:
+            p = ir.Param(d.name, "bool", ir.BOOL, (False, True), 0, 1, d.span)
+        self.params[d.name] = p
+
+    member_at: dict[str, Span]
+
+    def let(self, d: A.LetDecl) -> None:
+        value = self.expr(d.value)
+        if not self.define(d.name, d.span) or value is None:
+            return
+        self.lets[d.name] = ir.Let(d.name, value, value.type, d.span)
+
+    def rule(self, d: A.RuleDecl) -> ir.Rule | None:
+        cond = self.expr(d.cond)
+        if cond is None or not self.expect(cond, ir.BOOL):
+            return None
+        return ir.Rule(d.kind, cond, d.message, d.span)
+
+    # ---- tensors ----
+    def tensor(self, d: A.TensorDecl) -> None:
+        if not self.define(d.name, d.span):
+            return
+        ok = True
+        if d.projection not in ("w13", "w2"):
+            self.err("LC406", d.span, f"`{d.projection}` is not a projection; use `w13` or `w2`",
+                     help=_suggest(d.projection, ["w13", "w2"]))
+            ok = False
+        axes: list[ir.Axis] = []
+        seen: dict[str, Span] = {}
+        for ax in d.axes:
+            if ax.name not in AXIS_NAMES:
+                self.err("LC401", ax.span, f"unknown axis `{ax.name}`; axes are experts, n (outputs), k (reduction)",
+                         help=_suggest(ax.name, list(AXIS_NAMES)))
+                ok = False
+                continue
+            if ax.name in seen:
+                self.err("LC401", ax.span, f"axis `{ax.name}` is declared twice",
+                         related=(Related(seen[ax.name], "first declared here"),))
+                ok = False
+                continue
+            seen[ax.name] = ax.span
+            axis = self.axis(ax)
+            if axis is None:
+                ok = False
+            else:
+                axes.append(axis)
+        if len(d.fill) != 1:
+            span = d.fill[1].span if d.fill else d.span
+            self.err("LC407", span, f"tensor `{d.name}` needs exactly one `fill` clause")
+            ok = False
+        if len(d.storage) != 1:
+            span = d.storage[1][1] if d.storage else d.span
+            self.err("LC407", span, f"tensor `{d.name}` needs exactly one `storage` clause")
+            ok = False
+        if len(d.code) > 1 or len(d.decode) > 1:
+            self.err("LC202", d.span, f"tensor `{d.name}` has more than one `code` or `decode` clause")
+            ok = False
+        storage = self.storage(d.storage[0]) if len(d.storage) == 1 else None
+        code_range = None
+        if d.code:
+            lo, hi, span = d.code[0]
+            if lo > hi or hi - lo > 65535:
+                self.err("LC302", span, f"code range {lo}..{hi} is empty or wider than 65536 codes")
+                ok = False
+            code_range = (lo, hi)
+        decode = None
+        if d.decode:
+            decode = self.expr(d.decode[0], decode=d.name)
+            if decode is not None and not isinstance(decode.type, (ir.RealT, ir.IntT)):
+                self.err("LC408", decode.span, f"decode must be a number, found {decode.type}")
+                decode = None
+            if decode is None:
+                ok = False
+            elif code_range is None:
+                self.err("LC407", d.span, f"tensor `{d.name}` has `decode` but no `code lo..hi` range")
+                ok = False
+        for part in (d.decode[0] if d.decode else None,):
+            if part is not None and decode is not None:
+                for node in ir.walk(decode):
+                    if isinstance(node, ir.TensorValue) and node.tensor == d.name:
+                        self.err("LC408", node.span, "a decode expression cannot refer to its own tensor; use `code`")
+                        ok = False
+        if not ok or storage is None:
+            return
+        fill = d.fill[0]
+        kind = d.kind
+        self.tensors[d.name] = ir.Tensor(d.name, kind, d.projection,  # type: ignore[arg-type]
+                                         d.optional, tuple(axes), fill.kind, fill.value, storage,
+                                         code_range, decode, d.span)
+        self.fill_spans[d.name] = fill.span
+
+    fill_spans: dict[str, Span]
+
+    def storage(self, item: tuple[str, Span]) -> str | None:
+        name, span = item
+        if name in DTYPES:
+            return name
+        param = self.params.get(name)
+        if param is not None and isinstance(param.type, ir.EnumT):
+            bad = [m for m in param.type.members if m not in DTYPES]
+            if not bad:
+                return f"param:{name}"
+            self.err("LC301", span, f"storage parameter `{name}` has members that are not dtypes: {', '.join(bad)}")
+            return None
+        self.err("LC301", span, f"`{name}` is not a dtype or a dtype parameter",
+                 help=_suggest(name, sorted(DTYPES)))
+        return None
+
+    def axis(self, ax: A.AxisDecl) -> ir.Axis | None:
+        spec = ax.spec
+        if isinstance(spec, A.PlainAxis):
+            size = self.expr(spec.size)
+            if size is None or not self.expect(size, ir.INT):
+                return None
+            return ir.Axis(ax.name, "plain", "none", (), size, size, 1, None, None, ax.span)
+        if isinstance(spec, A.PaddedAxis):
+            logical = self.expr(spec.logical)
+            padded = self.expr(spec.padded)
+            if logical is None or padded is None:
+                return None
+            if not (self.expect(logical, ir.INT) and self.expect(padded, ir.INT)):
+                return None
+            if spec.roles and (sorted(spec.roles) != ["gate", "up"]):
+                self.err("LC403", spec.span, f"roles must be `gate` and `up` (in either order), found "
+                         f"{' | '.join(spec.roles)}")
+                return None
+            if spec.pack < 1 or spec.pack > 64:
+                self.err("LC308", spec.span, f"pack factor {spec.pack} is outside 1..64")
+                return None
+            return ir.Axis(ax.name, "padded", spec.layout, spec.roles, logical, padded, spec.pack,
+                           None, None, ax.span)
+        ref = self.axis_ref(spec.tensor, spec.axis, spec.span)
+        if ref is None:
+            return None
+        if isinstance(spec, A.LikeAxis):
+            return ir.Axis(ax.name, ref.kind, ref.layout, ref.roles, ref.logical, ref.padded, ref.pack,
+                           ref.group_of, ref.group_size, ax.span)
+        if ref.kind == "groups":
+            self.err("LC402", spec.span, "cannot group an axis that is itself a groups axis")
+            return None
+        g = self.expr(spec.group_size)
+        if g is None or not self.expect(g, ir.INT):
+            return None
+        values = finite_values(g, self.params, self.lets)
+        if values is None or any(not isinstance(v, int) or (v <= 0 and v != -1) for v in values):
+            self.err("LC303", g.span, "a group size must range over a finite set of positive values "
+                     "(or -1 for one group over the whole axis)")
+            return None
+        return ir.Axis(ax.name, "groups", ref.layout, ref.roles, ref.logical, ref.padded, 1,
+                       (spec.tensor, spec.axis), g, ax.span)
+
+    def axis_ref(self, tensor: str, axis: str, span: Span) -> ir.Axis | None:
+        t = self.tensors.get(tensor)
+        if t is None:
+            self.err("LC201", span, f"unknown tensor `{tensor}` (declare it before this one)",
+                     help=_suggest(tensor, list(self.tensors)))
+            return None
+        for a in t.axes:
+            if a.name == axis:
+                return a
+        self.err("LC401", span, f"tensor `{tensor}` has no axis `{axis}`",
+                 help=_suggest(axis, [a.name for a in t.axes]))
+        return None
+
+    def resolve_fills(self) -> None:
+        for name, t in list(self.tensors.items()):
+            if t.fill_kind != "decoded" or t.decode is None:
+                if t.fill_kind == "decoded":
+                    self.tensors[name] = _replace_fill(t, t.fill)
+                continue
+            refs: dict[str, Fraction] = {}
+            bad = False
+            for node in ir.walk(t.decode):
+                if isinstance(node, ir.TensorValue):
+                    other = self.tensors.get(node.tensor)
+                    if other is None or other.fill_kind == "uninit" or other.decode is not None:
+                        self.err("LC404", self.fill_spans[name], f"cannot resolve `fill decoded` of "
+                                 f"`{name}`: `{node.tensor}` must be a declared tensor with a numeric fill")
+                        bad = True
+                        break
+                    refs[node.tensor] = Fraction(other.fill)
+            if bad:
+                continue
+            assert t.code_range is not None
+            lo, hi = t.code_range
+            chosen = None
+            try:
+                for c in range(lo, hi + 1):
+                    if eval_real(t.decode, {}, Fraction(c), refs) == t.fill:
+                        chosen = c
+                        break
+            except EvalError:
+                chosen = None
+            if chosen is None:
+                self.err("LC404", self.fill_spans[name], f"no code in {lo}..{hi} of `{name}` decodes to "
+                         f"{t.fill} when the tensors it reads hold their own pad values")
+                continue
+            self.tensors[name] = _replace_fill(t, chosen)
+
+    # ---- kernel ----
+    def kernel(self, d: A.KernelDecl) -> ir.Kernel | None:
+        views: list[ir.View] = []
+        aligns: list[ir.Align] = []
+        args: list[ir.KernelArg] = []
+        activation: ir.Expr | None = None
+        seen_views: dict[tuple[str, str], Span] = {}
+        arg_names: dict[str, Span] = {}
+        for cl in d.clauses:
+            if isinstance(cl, A.ViewClause):
+                axis = self.axis_ref(cl.tensor, cl.axis, cl.span)
+                if axis is None:
+                    continue
+                key = (cl.tensor, cl.axis)
+                if key in seen_views:
+                    self.err("LC202", cl.span, f"`{cl.tensor}.{cl.axis}` already has a view",
+                             related=(Related(seen_views[key], "first view here"),))
+                    continue
+                seen_views[key] = cl.span
+                if cl.view != "linear" and axis.segments != 2:
+                    self.err("LC405", cl.span, f"`{cl.view}` view on `{cl.tensor}.{cl.axis}`, which is not "
+                             "segmented into gate and up")
+                    continue
+                if cl.roles and sorted(cl.roles) != ["gate", "up"]:
+                    self.err("LC403", cl.span, f"the kernel's view roles must be `gate` and `up`, found "
+                             f"{' | '.join(cl.roles)}")
+                    continue
+                if cl.view == "linear" and axis.segments == 2:
+                    self.err("LC405", cl.span, f"`{cl.tensor}.{cl.axis}` is segmented; the kernel must read it "
+                             "as `halves` or `interleave`")
+                    continue
+                views.append(ir.View(cl.tensor, cl.axis, cl.view, cl.roles, cl.span))
+            elif isinstance(cl, A.AlignClause):
+                cond = self.expr(cl.cond, axes=True)
+                if cond is not None and self.expect(cond, ir.BOOL):
+                    aligns.append(ir.Align(cond, cl.message, cl.span))
+            elif isinstance(cl, A.ActivationClause):
+                if activation is not None:
+                    self.err("LC206", cl.span, "the kernel has more than one `activation` clause")
+                    continue
+                activation = self.activation(cl)
+            else:
+                if cl.name in arg_names or not self.check_name(cl.name, cl.span):
+                    if cl.name in arg_names:
+                        self.err("LC202", cl.span, f"kernel argument `{cl.name}` is defined twice",
+                                 related=(Related(arg_names[cl.name], "first defined here"),))
+                    continue
+                arg_names[cl.name] = cl.span
+                value = self.expr(cl.value)
+                if value is None or not self.expect(value, ir.INT):
+                    continue
+                trims: list[tuple[str, str]] = []
+                for ref in cl.trims:
+                    axis = self.axis_ref(ref.tensor, ref.axis, ref.span)
+                    if axis is None:
+                        continue
+                    if not axis.is_padded:
+                        self.err("LC504", ref.span, f"`{ref.tensor}.{ref.axis}` is never padded, so the kernel "
+                                 "cannot trim it")
+                        continue
+                    trims.append((ref.tensor, ref.axis))
+                count = self.expr(cl.trim_count, self_arg=(cl.name, value))
+                if count is None or not self.expect(count, ir.INT) or len(trims) != len(cl.trims):
+                    continue
+                args.append(ir.KernelArg(cl.name, value, tuple(trims), count, cl.span))
+        return ir.Kernel(d.name, tuple(views), tuple(aligns), activation, tuple(args), d.span)
+
+    def activation(self, cl: A.ActivationClause) -> ir.Expr | None:
+        if isinstance(cl.value, A.Name) and cl.value.name in ir.ACTIVATIONS \
+                and cl.value.name not in self.members and cl.value.name not in self.params:
+            return ir.Const(cl.value.name, ir.EnumT("activation", (cl.value.name,)), cl.span)
+        value = self.expr(cl.value)
+        if value is None:
+            return None
+        if not isinstance(value.type, ir.EnumT):
+            self.err("LC503", cl.span, "the kernel's activation must be an activation name or an enum "
+                     "parameter of activations")
+            return None
+        unknown = [m for m in value.type.members if m not in ir.ACTIVATIONS]
+        if unknown:
+            self.err("LC503", cl.span, f"unknown activation {', '.join(unknown)}; known: "
+                     + ", ".join(sorted(ir.ACTIVATIONS)), help=_suggest(unknown[0], list(ir.ACTIVATIONS)))
+            return None
+        return value
+
+    def glue(self, d: A.GlueDecl) -> ir.Glue | None:
+        spec = GLUE_KINDS.get(d.kind)
+        if spec is None:
+            self.err("LC501", d.span, f"unknown glue kind `{d.kind}`",
+                     help=_suggest(d.kind, list(GLUE_KINDS)) or f"known: {', '.join(sorted(GLUE_KINDS))}")
+            return None
+        ok = True
+        if len(d.package) != 1:
+            self.err("LC502", d.span, f"glue `{d.kind}` needs exactly one `package` clause")
+            ok = False
+        ops: dict[str, str] = {}
+        for name, target, span in d.ops:
+            if name not in spec.ops or name in ops:
+                self.err("LC502", span, f"glue `{d.kind}` has no op slot `{name}` (or it is given twice); "
+                         f"slots: {', '.join(spec.ops)}")
+                ok = False
+                continue
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*", target):
+                self.err("LC502", span, f"op `{target[:80]}` must look like `namespace::name`")
+                ok = False
+                continue
+            ops[name] = target
+        for name in spec.ops:
+            if name not in ops:
+                self.err("LC502", d.span, f"glue `{d.kind}` needs `op {name} = \"namespace::name\"`")
+                ok = False
+        args: dict[str, ir.Expr] = {}
+        for name, value, span in d.args:
+            if name not in spec.args or name in args:
+                self.err("LC502", span, f"glue `{d.kind}` has no argument `{name}` (or it is given twice); "
+                         f"arguments: {', '.join(spec.args) or 'none'}")
+                ok = False
+                continue
+            e = self.expr(value)
+            if e is None:
+                ok = False
+                continue
+            args[name] = e
+        for name in spec.args:
+            if name not in args:
+                self.err("LC502", d.span, f"glue `{d.kind}` needs `arg {name} = ...`")
+                ok = False
+        if not ok:
+            return None
+        return ir.Glue(d.kind, d.package[0][0], tuple(sorted(ops.items())),
+                       tuple(sorted(args.items())), d.span)
+
+    # ---- projection structure ----
+    def structure(self, span: Span) -> None:
+        for proj, inter, hidden in (("w13", "n", "k"), ("w2", "k", "n")):
+            weights = [t for t in self.tensors.values() if t.kind == "weight" and t.projection == proj]
+            if len(weights) != 1:
+                self.err("LC409", span if not weights else weights[1].span,
+                         f"the contract needs exactly one `weight {proj}` tensor, found {len(weights)}")
+                continue
+            w = weights[0]
+            names = {a.name for a in w.axes}
+            if not {inter, hidden} <= names:
+                self.err("LC410", w.span, f"weight `{w.name}` needs axes `{inter}` and `{hidden}`")
+                continue
+            iax = w.axis(inter)
+            if proj == "w2" and iax.segments != 1:
+                self.err("LC410", iax.span, "w2's k axis holds one segment; use `pad(L -> P)` or a plain size")
+            if iax.kind == "groups" or w.axis(hidden).kind == "groups":
+                self.err("LC410", w.span, f"weight `{w.name}` cannot have a groups axis")
+        for t in self.tensors.values():
+            if t.kind == "bias" and {a.name for a in t.axes} - {"experts", "n"}:
+                self.err("LC410", t.span, f"bias `{t.name}` has only `experts` and `n` axes")
+            if t.kind in ("scale", "zero") and t.decode is not None:
+                self.err("LC408", t.span, f"{t.kind} `{t.name}` cannot itself have a decode expression")
+
+
+def _replace_fill(t: ir.Tensor, code: int) -> ir.Tensor:
+    from dataclasses import replace
+    return replace(t, fill=code)
+
+
+def check(module: A.Module, text: str) -> tuple[ir.Contract | None, list[Diagnostic]]:
+    """Check one parsed module and build its IR."""
+    c = _Checker(module, text)
+    c.member_at = {}
+    c.fill_spans = {}
+    contract: A.ContractDecl | None = None
+    policy: A.PolicyDecl | None = None
+    sources: list[str] = []
+    rules: list[ir.Rule] = []
+    kernel: ir.Kernel | None = None
+    glue: ir.Glue | None = None
+    kernel_decl: A.KernelDecl | None = None
+    glue_decl: A.GlueDecl | None = None
+    c.tensor_names = [d.name for d in module.decls if isinstance(d, A.TensorDecl)]
+    for d in module.decls:
+        if isinstance(d, A.ContractDecl):
+            if contract is not None:
+                c.err("LC206", d.span, "more than one `contract` declaration",
+                      related=(Related(contract.span, "first declared here"),))
+            else:
+                contract = d
+                c.check_name(d.name, d.span)
+        elif isinstance(d, A.SourceDecl):
+            sources.append(d.text)
+        elif isinstance(d, A.PolicyDecl):
+            if policy is not None:
+                c.err("LC206", d.span, "more than one `policy` declaration",
+                      related=(Related(policy.span, "first declared here"),))
+            else:
+                policy = d
+                if d.fallback is not None:
+                    c.check_name(d.fallback, d.span)
+        elif isinstance(d, A.ParamDecl):
+            c.param(d)
+        elif isinstance(d, A.LetDecl):
+            c.let(d)
+        elif isinstance(d, A.RuleDecl):
+            rule = c.rule(d)
+            if rule is not None:
+                rules.append(rule)
+        elif isinstance(d, A.TensorDecl):
+            c.tensor(d)
+        elif isinstance(d, A.KernelDecl):
+            if kernel_decl is not None:
+                c.err("LC206", d.span, "more than one `kernel` declaration",
+                      related=(Related(kernel_decl.span, "first declared here"),))
+            else:
+                kernel_decl = d
+        elif isinstance(d, A.GlueDecl):
+            if glue_decl is not None:
+                c.err("LC206", d.span, "more than one `glue` declaration",
+                      related=(Related(glue_decl.span, "first declared here"),))
+            else:
+                glue_decl = d
+    top = Span(module.file, 1, 1, 1, 1)
+    if contract is None:
+        c.err("LC205", top, "missing `contract NAME` declaration")
+    if not sources:
+        c.err("LC209", contract.span if contract else top,
+              "missing `source \"...\"`: every contract names the kernel file or PR it follows")
+    c.resolve_fills()
+    if not any(d.severity == "error" for d in c.diags):
+        c.structure(contract.span if contract else top)
+    if kernel_decl is not None:
+        kernel = c.kernel(kernel_decl)
+    if glue_decl is not None:
+        glue = c.glue(glue_decl)
+    if policy is None and contract is not None:
+        c.diags.append(warning("LC206", contract.span, "no `policy` declared; using `policy error`"))
+    if any(d.severity == "error" for d in c.diags) or contract is None:
+        return None, c.diags
+    return ir.Contract(
+        name=contract.name, file=module.file, source_text=text, sources=tuple(sources),
+        policy=policy.kind if policy else "error", fallback=policy.fallback if policy else None,
+        params=tuple(c.params.values()), lets=tuple(c.lets.values()), rules=tuple(rules),
+        tensors=tuple(c.tensors.values()), kernel=kernel, glue=glue, span=contract.span,
+        enum_members=dict(c.members),
+    ), c.diags
+
+
+def load(path: str, text: str | None = None) -> tuple[ir.Contract | None, list[Diagnostic], str | None]:
+    """Read, parse and check one contract file. Returns (contract, diagnostics, text)."""
+    from .parse import parse
+    if text is None:
+        try:
+            with open(path, "rb") as fh:
+                raw = fh.read(2 << 20)
+            text = raw.decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            return None, [error("LC100", Span(path, 0, 0, 0, 0), f"cannot read contract: {reason}")], None
+    module, diags = parse(text, path)
+    if module is None:
+        return None, diags, text
+    contract, more = check(module, text)
+    return contract, diags + more, text
+
+
+def load_many(paths: Mapping[str, str] | list[str]) -> list[tuple[str, ir.Contract | None, list[Diagnostic], str | None]]:
+    return [(p, *load(p)) for p in paths]

@@ -1,0 +1,170 @@
+"""Diagnostics: one type, one registry of stable codes, one renderer.
+
+Stages collect :class:`Diagnostic` values and never raise them; an exception
+escaping a stage is a bug in layoutc (the CLI reports it with exit code 2).
+Every code used anywhere must be registered in :data:`CODES` and documented in
+``docs/language.md`` (a test enforces both).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Literal
+
+Severity = Literal["error", "warning", "note"]
+
+
+@dataclass(frozen=True)
+class Span:
+    """A half-open source range; lines and columns are 1-based."""
+
+    file: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+
+NO_SPAN = Span("<builtin>", 0, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class Related:
+    span: Span
+    message: str
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    severity: Severity
+    span: Span
+    message: str
+    related: tuple[Related, ...] = field(default=())
+    help: str | None = None
+
+
+# code -> one-line meaning. Keep in sync with docs/language.md ("Diagnostics").
+CODES: dict[str, str] = {
+    # 1xx: reading and parsing
+    "LC100": "the contract file cannot be read (missing, not UTF-8, or not a file)",
+    "LC101": "unexpected character",
+    "LC102": "unexpected token",
+    "LC103": "unexpected end of file",
+    "LC104": "nesting too deep",
+    "LC105": "contract file too large",
+    "LC106": "integer literal too large",
+    "LC107": "too many declarations",
+    "LC108": "string literal contains a control character",
+    # 2xx: names
+    "LC201": "unknown name",
+    "LC202": "duplicate definition",
+    "LC203": "name is reserved (Python keyword, builtin or layoutc name)",
+    "LC204": "name violates the identifier rule",
+    "LC205": "missing `contract` declaration",
+    "LC206": "duplicate `contract`, `policy` or `activation` declaration",
+    "LC207": "enum member clashes with another name",
+    "LC208": "definition is used before it is defined",
+    "LC209": "missing `source` declaration",
+    # 3xx: types and domains
+    "LC301": "type mismatch",
+    "LC302": "empty or impossible parameter domain",
+    "LC303": "divisor or modulus must range over a finite set of positive values",
+    "LC304": "wrong number of arguments",
+    "LC305": "unknown function",
+    "LC306": "match does not cover every enum member",
+    "LC307": "domain too large to enumerate",
+    "LC308": "value out of range",
+    # 4xx: tensors and axes
+    "LC401": "unknown or duplicate axis",
+    "LC402": "tensor kind mismatch",
+    "LC403": "layout roles are invalid",
+    "LC404": "pad value cannot decode to zero",
+    "LC405": "view on an axis that is not segmented, or wrong view kind",
+    "LC406": "tensor needs a projection it is tied to (w13 or w2)",
+    "LC407": "missing required tensor clause",
+    "LC408": "decode expression is invalid",
+    "LC409": "missing weight tensor for a projection",
+    "LC410": "tensor axes disagree with the projection's axes",
+    # 5xx: kernel and glue
+    "LC501": "unknown glue kind",
+    "LC502": "glue is missing a required argument or has an unknown one",
+    "LC503": "unknown activation",
+    "LC504": "kernel argument trims an axis that is not padded",
+    "LC505": "fallback policy needs a fallback name",
+    # 9xx: internal
+    "LC900": "internal error in layoutc (please report it)",
+}
+
+
+def error(code: str, span: Span, message: str, *, related: tuple[Related, ...] = (),
+          help: str | None = None) -> Diagnostic:
+    assert code in CODES, code
+    return Diagnostic(code, "error", span, message, related, help)
+
+
+def warning(code: str, span: Span, message: str, *, help: str | None = None) -> Diagnostic:
+    assert code in CODES, code
+    return Diagnostic(code, "warning", span, message, (), help)
+
+
+def _snippet(span: Span, source: str | None) -> list[str]:
+    if source is None or span.line <= 0:
+        return []
+    lines = source.splitlines()
+    if span.line > len(lines):
+        return []
+    text = lines[span.line - 1].expandtabs(1)
+    width = 1
+    if span.end_line == span.line and span.end_column > span.column:
+        width = span.end_column - span.column
+    gutter = f"{span.line:>4} | "
+    caret = " " * (len(gutter) - 2) + "| " + " " * (span.column - 1) + "^" * max(1, width)
+    return [gutter + _printable(text), caret]
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def render_text(diags: list[Diagnostic], sources: dict[str, str]) -> str:
+    """Render diagnostics as `file:line:col: severity[CODE]: message` plus the line and a caret."""
+    out: list[str] = []
+    for d in diags:
+        out.append(f"{d.span}: {d.severity}[{d.code}]: {_printable(d.message)}")
+        out.extend(_snippet(d.span, sources.get(d.span.file)))
+        for rel in d.related:
+            out.append(f"{rel.span}: note: {_printable(rel.message)}")
+            out.extend(_snippet(rel.span, sources.get(rel.span.file)))
+        if d.help:
+            out.append(f"  = help: {_printable(d.help)}")
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def span_dict(span: Span) -> dict[str, object]:
+    return {"file": span.file, "line": span.line, "column": span.column,
+            "end_line": span.end_line, "end_column": span.end_column}
+
+
+def to_json(diags: list[Diagnostic]) -> str:
+    """Diagnostics as a JSON list: code, severity, message, span, related, help."""
+    rows = [
+        {
+            "code": d.code,
+            "severity": d.severity,
+            "message": d.message,
+            "span": span_dict(d.span),
+            "related": [{"span": span_dict(r.span), "message": r.message} for r in d.related],
+            "help": d.help,
+        }
+        for d in diags
+    ]
+    return json.dumps(rows, indent=2, sort_keys=True) + "\n"
+
+
+def has_errors(diags: list[Diagnostic]) -> bool:
+    return any(d.severity == "error" for d in diags)

@@ -1,0 +1,220 @@
+"""Concrete evaluation of IR expressions in Python (no solver).
+
+Used by the checker (finite domains, `fill decoded`), by `audit` and `explain`,
+and by tests. The generated modules carry their own rendering of the same
+expressions (``emit.py``); a test checks that both agree.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+
+from . import ir
+
+Value = int | bool | str
+Env = Mapping[str, Value]
+
+
+class EvalError(ValueError):
+    """A value is undefined here (division by zero, negative divisor)."""
+
+
+def _floordiv(a: int, b: int) -> int:
+    if b <= 0:
+        raise EvalError(f"division by {b}")
+    return a // b
+
+
+def _mod(a: int, b: int) -> int:
+    if b <= 0:
+        raise EvalError(f"modulo by {b}")
+    return a % b
+
+
+def apply_op(op: str, args: list[Value]) -> Value:
+    """Apply one operator or builtin to already-evaluated arguments."""
+    if op == "not":
+        return not args[0]
+    if op == "neg":
+        return -int(args[0])
+    a, b = args
+    if op == "==":
+        return a == b
+    if op == "!=":
+        return a != b
+    if op == "and":
+        return bool(a) and bool(b)
+    if op == "or":
+        return bool(a) or bool(b)
+    x, y = int(a), int(b)
+    if op == "+":
+        return x + y
+    if op == "-":
+        return x - y
+    if op == "*":
+        return x * y
+    if op == "/":
+        return _floordiv(x, y)
+    if op == "%":
+        return _mod(x, y)
+    if op == "<":
+        return x < y
+    if op == "<=":
+        return x <= y
+    if op == ">":
+        return x > y
+    if op == ">=":
+        return x >= y
+    if op == "round_up":
+        return _floordiv(x + y - 1, y) * y if y > 0 else _floordiv(x, y)
+    if op == "round_down":
+        return _floordiv(x, y) * y
+    if op == "cdiv":
+        return -_floordiv(-x, y)
+    if op == "lcm":
+        if x <= 0 or y <= 0:
+            raise EvalError(f"lcm({x}, {y}) of a non-positive value")
+        return math.lcm(x, y)
+    if op == "gcd":
+        return math.gcd(x, y)
+    if op == "min":
+        return min(x, y)
+    if op == "max":
+        return max(x, y)
+    raise AssertionError(op)
+
+
+def eval_expr(expr: ir.Expr, env: Env, axis_sizes: Mapping[tuple[str, str], int] | None = None) -> Value:
+    """Evaluate `expr` with parameter and let values from `env`."""
+    if isinstance(expr, ir.Const):
+        return expr.value
+    if isinstance(expr, ir.Ref):
+        if expr.name not in env:
+            raise EvalError(f"{expr.name} is undefined here")
+        return env[expr.name]
+    if isinstance(expr, ir.AxisSize):
+        if axis_sizes is None or (expr.tensor, expr.axis) not in axis_sizes:
+            raise EvalError(f"{expr.tensor}.{expr.axis} is undefined here")
+        return axis_sizes[(expr.tensor, expr.axis)]
+    if isinstance(expr, ir.Cond):
+        branch = expr.then if eval_expr(expr.cond, env, axis_sizes) else expr.orelse
+        return eval_expr(branch, env, axis_sizes)
+    if isinstance(expr, ir.Select):
+        subject = eval_expr(expr.subject, env, axis_sizes)
+        for member, value in expr.cases:
+            if member == subject:
+                return eval_expr(value, env, axis_sizes)
+        assert expr.default is not None
+        return eval_expr(expr.default, env, axis_sizes)
+    if isinstance(expr, ir.Op):
+        if expr.op in ("and", "or"):  # short-circuit, as the generated code does
+            left = bool(eval_expr(expr.args[0], env, axis_sizes))
+            if expr.op == "and" and not left:
+                return False
+            if expr.op == "or" and left:
+                return True
+            return bool(eval_expr(expr.args[1], env, axis_sizes))
+        return apply_op(expr.op, [eval_expr(a, env, axis_sizes) for a in expr.args])
+    raise EvalError(f"{type(expr).__name__} has no concrete value")
+
+
+def eval_real(expr: ir.Expr, env: Env, code: Fraction, tensors: Mapping[str, Fraction]) -> Fraction:
+    """Evaluate a `decode` expression exactly (rationals)."""
+    if isinstance(expr, ir.Code):
+        return code
+    if isinstance(expr, ir.TensorValue):
+        return tensors[expr.tensor]
+    if isinstance(expr, ir.Op) and expr.type == ir.REAL:
+        if expr.op == "neg":
+            return -eval_real(expr.args[0], env, code, tensors)
+        a = eval_real(expr.args[0], env, code, tensors)
+        b = eval_real(expr.args[1], env, code, tensors)
+        if expr.op == "+":
+            return a + b
+        if expr.op == "-":
+            return a - b
+        if expr.op == "*":
+            return a * b
+        raise AssertionError(expr.op)
+    return Fraction(int(eval_expr(expr, env)))
+
+
+def refs(expr: ir.Expr) -> set[str]:
+    return {n.name for n in ir.walk(expr) if isinstance(n, ir.Ref)}
+
+
+def param_deps(expr: ir.Expr, lets: Mapping[str, ir.Let]) -> set[str]:
+    """Parameters `expr` depends on, through `let`s."""
+    out: set[str] = set()
+    seen: set[str] = set()
+    todo = list(refs(expr))
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in lets:
+            todo.extend(refs(lets[name].value))
+        else:
+            out.add(name)
+    return out
+
+
+def finite_values(expr: ir.Expr, params: Mapping[str, ir.Param], lets: Mapping[str, ir.Let],
+                  limit: int = 4096) -> frozenset[Value] | None:
+    """Every value `expr` can take, when it depends on finite parameters only.
+
+    Returns None when a dependency ranges over an integer interval or the
+    product of domains exceeds `limit`. Combinations where `expr` is undefined
+    (EvalError) are skipped.
+    """
+    deps = sorted(param_deps(expr, lets))
+    if any(not params[d].finite for d in deps):
+        return None
+    total = 1
+    for d in deps:
+        total *= len(params[d].values)
+        if total > limit:
+            return None
+    order = [let for let in lets.values()]
+    out: set[Value] = set()
+    for combo in itertools.product(*(params[d].values for d in deps)):
+        env: dict[str, Value] = dict(zip(deps, combo))
+        for let in order:
+            try:
+                env[let.name] = eval_expr(let.value, env)
+            except EvalError:
+                continue
+        try:
+            out.add(eval_expr(expr, env))
+        except EvalError:
+            continue
+    return frozenset(out)
+
+
+def eval_lets(contract: ir.Contract, config: Env) -> dict[str, Value]:
+    """Parameters plus every `let`, in declaration order. Raises EvalError."""
+    env: dict[str, Value] = dict(config)
+    for let in contract.lets:
+        env[let.name] = eval_expr(let.value, env)
+    return env
+
+
+def axis_sizes(contract: ir.Contract, env: Env) -> dict[tuple[str, str], int]:
+    """Padded size in values of every tensor axis (what `tensor.axis` means)."""
+    sizes: dict[tuple[str, str], int] = {}
+    for tensor in contract.tensors:
+        for axis in tensor.axes:
+            sizes[(tensor.name, axis.name)] = axis.segments * int(eval_expr(axis.padded, env))
+    return sizes
+
+
+def iter_configs(contract: ir.Contract, ranges: Mapping[str, Iterable[int]]) -> Iterable[dict[str, Value]]:
+    """Every configuration over finite domains, with `ranges` for interval params."""
+    names = [p.name for p in contract.params]
+    domains = [list(ranges[p.name]) if not p.finite else list(p.values) for p in contract.params]
+    for combo in itertools.product(*domains):
+        yield dict(zip(names, combo))

@@ -1,0 +1,338 @@
+"""The typed contract IR that ``check.py`` produces from the AST.
+
+Everything downstream (``evaluate``, ``smt``, ``verify``, ``emit``, ``audit``)
+reads this IR only. Names are resolved, enum literals are typed, `match` is
+lowered to conditionals, and every axis knows its logical and padded size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+from .diagnostics import Span
+
+# ---- types -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IntT:
+    def __str__(self) -> str:
+        return "int"
+
+
+@dataclass(frozen=True)
+class BoolT:
+    def __str__(self) -> str:
+        return "bool"
+
+
+@dataclass(frozen=True)
+class EnumT:
+    param: str
+    members: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"enum {self.param}"
+
+
+@dataclass(frozen=True)
+class RealT:
+    """The decoded value of a tensor element (only inside `decode`)."""
+
+    def __str__(self) -> str:
+        return "real"
+
+
+Type = Union[IntT, BoolT, EnumT, RealT]
+INT = IntT()
+BOOL = BoolT()
+REAL = RealT()
+
+# ---- expressions -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Const:
+    value: int | bool | str  # str: an enum member of `type`
+    type: Type
+    span: Span
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A parameter or a `let` value."""
+
+    name: str
+    kind: Literal["param", "let"]
+    type: Type
+    span: Span
+
+
+@dataclass(frozen=True)
+class AxisSize:
+    """Padded size of `tensor.axis` in values (before packing)."""
+
+    tensor: str
+    axis: str
+    span: Span
+    type: Type = INT
+
+
+@dataclass(frozen=True)
+class TensorValue:
+    """Inside `decode`: the value of another tensor at this element's group."""
+
+    tensor: str
+    span: Span
+    type: Type = REAL
+
+
+@dataclass(frozen=True)
+class Code:
+    """Inside `decode`: this tensor's stored code."""
+
+    span: Span
+    type: Type = REAL
+
+
+@dataclass(frozen=True)
+class Op:
+    """Operators and builtin functions; `op` is one of OPS."""
+
+    op: str
+    args: tuple[Expr, ...]
+    type: Type
+    span: Span
+
+
+@dataclass(frozen=True)
+class Cond:
+    cond: Expr
+    then: Expr
+    orelse: Expr
+    type: Type
+    span: Span
+
+
+@dataclass(frozen=True)
+class Select:
+    """`match subject { member => value, ..., _ => default }`."""
+
+    subject: Expr
+    cases: tuple[tuple[str, Expr], ...]
+    default: Expr | None
+    type: Type
+    span: Span
+
+
+Expr = Union[Const, Ref, AxisSize, TensorValue, Code, Op, Cond, Select]
+
+ARITH = ("+", "-", "*", "/", "%")
+COMPARE = ("==", "!=", "<", "<=", ">", ">=")
+LOGIC = ("and", "or", "not")
+# builtin -> arity
+FUNCTIONS: dict[str, int] = {
+    "round_up": 2, "round_down": 2, "cdiv": 2, "lcm": 2, "gcd": 2, "min": 2, "max": 2,
+}
+
+# ---- declarations ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: Literal["range", "set", "enum", "bool"]
+    type: Type
+    values: tuple[int | bool | str, ...]  # set, enum and bool domains
+    low: int
+    high: int
+    span: Span
+
+    @property
+    def finite(self) -> bool:
+        return self.kind != "range"
+
+
+@dataclass(frozen=True)
+class Let:
+    name: str
+    value: Expr
+    type: Type
+    span: Span
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: Literal["require", "admit"]
+    cond: Expr
+    message: str
+    span: Span
+
+
+AxisKind = Literal["plain", "padded", "groups"]
+Layout = Literal["none", "pad", "halves", "concat", "interleave"]
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One tensor axis.
+
+    `logical`/`padded` are per-segment sizes in values (groups for a `groups`
+    axis). A segmented axis (`halves`, `concat`, `interleave`) holds
+    `len(roles)` segments; `pad` holds one; `none` is never padded.
+    """
+
+    name: str
+    kind: AxisKind
+    layout: Layout
+    roles: tuple[str, ...]
+    logical: Expr
+    padded: Expr
+    pack: int
+    group_of: tuple[str, str] | None
+    group_size: Expr | None
+    span: Span
+
+    @property
+    def segments(self) -> int:
+        return max(1, len(self.roles))
+
+    @property
+    def is_padded(self) -> bool:
+        return self.layout != "none"
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    kind: Literal["weight", "scale", "zero", "bias"]
+    projection: Literal["w13", "w2"]
+    optional: bool
+    axes: tuple[Axis, ...]
+    fill_kind: Literal["value", "decoded", "uninit"]
+    fill: int  # the stored pad code (resolved from `decoded` by the checker)
+    storage: str  # torch dtype name of the stored tensor, or "param:<name>"
+    code_range: tuple[int, int] | None
+    decode: Expr | None
+    span: Span
+
+    def axis(self, name: str) -> Axis:
+        for ax in self.axes:
+            if ax.name == name:
+                return ax
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class View:
+    tensor: str
+    axis: str
+    view: Literal["halves", "interleave", "linear"]
+    roles: tuple[str, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class Align:
+    cond: Expr
+    message: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class KernelArg:
+    name: str
+    value: Expr
+    trims: tuple[tuple[str, str], ...]
+    trim_count: Expr
+    span: Span
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    views: tuple[View, ...]
+    aligns: tuple[Align, ...]
+    activation: Expr | None
+    args: tuple[KernelArg, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class Glue:
+    kind: str
+    package: str
+    ops: tuple[tuple[str, str], ...]
+    args: tuple[tuple[str, Expr], ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class Contract:
+    name: str
+    file: str
+    source_text: str
+    sources: tuple[str, ...]
+    policy: Literal["error", "fallback"]
+    fallback: str | None
+    params: tuple[Param, ...]
+    lets: tuple[Let, ...]
+    rules: tuple[Rule, ...]
+    tensors: tuple[Tensor, ...]
+    kernel: Kernel | None
+    glue: Glue | None
+    span: Span
+    enum_members: dict[str, EnumT] = field(default_factory=dict, compare=False, hash=False)
+
+    def param(self, name: str) -> Param:
+        return next(p for p in self.params if p.name == name)
+
+    def tensor(self, name: str) -> Tensor:
+        return next(t for t in self.tensors if t.name == name)
+
+    def weight(self, projection: str) -> Tensor:
+        return next(t for t in self.tensors if t.kind == "weight" and t.projection == projection)
+
+    @property
+    def requires(self) -> tuple[Rule, ...]:
+        return tuple(r for r in self.rules if r.kind == "require")
+
+    @property
+    def admits(self) -> tuple[Rule, ...]:
+        return tuple(r for r in self.rules if r.kind == "admit")
+
+    @property
+    def gated(self) -> bool:
+        return self.weight("w13").axis("n").segments == 2
+
+
+# The known activations: gated ones compute F(gate) * H(up); F(0) == 0 for all.
+# H is the identity except for swigluoai, where it is (up + 1) (gpt-oss).
+ACTIVATIONS: dict[str, tuple[bool, int]] = {
+    # name: (gated, up offset)
+    "silu": (True, 0),
+    "gelu": (True, 0),
+    "gelu_tanh": (True, 0),
+    "swigluoai": (True, 1),
+    "relu2": (False, 0),
+    "silu_no_mul": (False, 0),
+    "gelu_no_mul": (False, 0),
+}
+
+
+def walk(expr: Expr):  # type: ignore[no-untyped-def]
+    """Yield every sub-expression (pre-order, iteratively)."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, Op):
+            stack.extend(reversed(node.args))
+        elif isinstance(node, Cond):
+            stack.extend([node.orelse, node.then, node.cond])
+        elif isinstance(node, Select):
+            if node.default is not None:
+                stack.append(node.default)
+            stack.extend(value for _, value in reversed(node.cases))
+            stack.append(node.subject)

@@ -1,0 +1,203 @@
+"""Encode IR expressions and configurations into z3 terms.
+
+Only the verifier imports this module (and so z3). Sizes stay symbolic: an
+integer-range parameter is a bounded z3 Int. Division, modulo and rounding by
+a non-constant divisor are expanded over the divisor's finite value set (the
+checker guarantees one exists), so every size formula stays in linear integer
+arithmetic with `div`/`mod` by numerals, which z3 decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import z3
+
+from . import ir
+from .evaluate import Value, finite_values
+
+
+class Encoder:
+    """z3 variables for one contract's parameters and `let` values."""
+
+    def __init__(self, contract: ir.Contract, ctx: z3.Context | None = None) -> None:
+        self.contract = contract
+        self.ctx = ctx or z3.Context()
+        self.params = {p.name: p for p in contract.params}
+        self.lets = {let.name: let for let in contract.lets}
+        self.vars: dict[str, z3.ExprRef] = {}
+        self.defs: list[z3.BoolRef] = []
+        self._finite: dict[int, frozenset[Value] | None] = {}
+        for p in contract.params:
+            if p.kind == "bool":
+                self.vars[p.name] = z3.Bool(p.name, self.ctx)
+            else:
+                self.vars[p.name] = z3.Int(p.name, self.ctx)
+        for let in contract.lets:
+            if let.type == ir.BOOL:
+                var = z3.Bool(f"let.{let.name}", self.ctx)
+            else:
+                var = z3.Int(f"let.{let.name}", self.ctx)
+            self.vars[let.name] = var
+            self.defs.append(var == self.expr(let.value))
+
+    # ---- domains ----
+    def domain(self) -> z3.BoolRef:
+        parts: list[z3.BoolRef] = []
+        for p in self.contract.params:
+            v = self.vars[p.name]
+            if p.kind == "range":
+                parts += [v >= p.low, v <= p.high]
+            elif p.kind == "set":
+                parts.append(z3.Or([v == x for x in p.values]))
+            elif p.kind == "enum":
+                parts += [v >= 0, v < len(p.values)]
+        return z3.And(parts + self.defs) if parts or self.defs else z3.BoolVal(True, self.ctx)
+
+    def rules(self, kind: str) -> list[tuple[ir.Rule, z3.BoolRef]]:
+        return [(r, self.expr(r.cond)) for r in self.contract.rules if r.kind == kind]
+
+    def int(self, value: int) -> z3.ArithRef:
+        return z3.IntVal(value, self.ctx)
+
+    # ---- expressions ----
+    def finite(self, e: ir.Expr) -> frozenset[Value] | None:
+        key = id(e)
+        if key not in self._finite:
+            self._finite[key] = finite_values(e, self.params, self.lets)
+        return self._finite[key]
+
+    def expr(self, e: ir.Expr, axis_sizes: Mapping[tuple[str, str], z3.ArithRef] | None = None) -> z3.ExprRef:
+        if isinstance(e, ir.Const):
+            if isinstance(e.value, bool):
+                return z3.BoolVal(e.value, self.ctx)
+            if isinstance(e.value, str):
+                assert isinstance(e.type, ir.EnumT)
+                return self.int(e.type.members.index(e.value))
+            return self.int(e.value)
+        if isinstance(e, ir.Ref):
+            return self.vars[e.name]
+        if isinstance(e, ir.AxisSize):
+            if axis_sizes is None:
+                raise ValueError("axis size outside a kernel clause")
+            return axis_sizes[(e.tensor, e.axis)]
+        if isinstance(e, ir.Cond):
+            return z3.If(self.expr(e.cond, axis_sizes), self.expr(e.then, axis_sizes),
+                         self.expr(e.orelse, axis_sizes))
+        if isinstance(e, ir.Select):
+            subject = self.expr(e.subject, axis_sizes)
+            assert isinstance(e.subject.type, ir.EnumT)
+            members = e.subject.type.members
+            result = self.expr(e.default, axis_sizes) if e.default is not None \
+                else self.expr(e.cases[-1][1], axis_sizes)
+            cases = e.cases if e.default is not None else e.cases[:-1]
+            for member, value in reversed(cases):
+                result = z3.If(subject == members.index(member), self.expr(value, axis_sizes), result)
+            return result
+        if isinstance(e, ir.Op):
+            return self.op(e, axis_sizes)
+        raise ValueError(f"cannot encode {type(e).__name__}")
+
+    def _by_values(self, divisor: ir.Expr, build, axis_sizes):  # type: ignore[no-untyped-def]
+        """Expand `build(numeral)` over the finite values of `divisor`."""
+        if isinstance(divisor, ir.Const) and isinstance(divisor.value, int):
+            return build(divisor.value)
+        values = sorted(int(v) for v in (self.finite(divisor) or ()))
+        if not values:
+            raise ValueError("divisor without a finite value set")
+        d = self.expr(divisor, axis_sizes)
+        result = build(values[-1])
+        for v in reversed(values[:-1]):
+            result = z3.If(d == v, build(v), result)
+        return result
+
+    def op(self, e: ir.Op, axis_sizes: Mapping[tuple[str, str], z3.ArithRef] | None) -> z3.ExprRef:
+        op = e.op
+        if op == "not":
+            return z3.Not(self.expr(e.args[0], axis_sizes))
+        if op == "neg":
+            return -self.expr(e.args[0], axis_sizes)
+        if op in ("lcm", "gcd"):
+            values = self.finite(e)
+            if values is None:
+                raise ValueError(f"{op} of non-finite arguments")
+            return self._tabulate(e, axis_sizes)
+        a = self.expr(e.args[0], axis_sizes)
+        if op in ("/", "%", "round_up", "round_down", "cdiv"):
+            def build(v: int):  # type: ignore[no-untyped-def]
+                if op == "/":
+                    return a / v
+                if op == "%":
+                    return a % v
+                if op == "round_up":
+                    return ((a + (v - 1)) / v) * v
+                if op == "round_down":
+                    return (a / v) * v
+                return (a + (v - 1)) / v
+            return self._by_values(e.args[1], build, axis_sizes)
+        b = self.expr(e.args[1], axis_sizes)
+        if op == "*":
+            left, right = e.args
+            if not isinstance(left, ir.Const) and not isinstance(right, ir.Const):
+                finite_side = right if self.finite(right) is not None else (
+                    left if self.finite(left) is not None else None)
+                if finite_side is not None:
+                    other = a if finite_side is right else b
+                    return self._by_values(finite_side, lambda v: other * v, axis_sizes)
+            return a * b
+        table = {
+            "+": lambda: a + b, "-": lambda: a - b,
+            "==": lambda: a == b, "!=": lambda: a != b,
+            "<": lambda: a < b, "<=": lambda: a <= b, ">": lambda: a > b, ">=": lambda: a >= b,
+            "and": lambda: z3.And(a, b), "or": lambda: z3.Or(a, b),
+            "min": lambda: z3.If(a <= b, a, b), "max": lambda: z3.If(a >= b, a, b),
+        }
+        return table[op]()
+
+    def _tabulate(self, e: ir.Expr, axis_sizes):  # type: ignore[no-untyped-def]
+        """Encode a finite-valued expression as a table over its parameters."""
+        import itertools
+
+        from .evaluate import EvalError, eval_expr, param_deps
+        deps = sorted(param_deps(e, self.lets))
+        rows: list[tuple[z3.BoolRef, int]] = []
+        for combo in itertools.product(*(self.params[d].values for d in deps)):
+            env: dict[str, Value] = dict(zip(deps, combo))
+            try:
+                for let in self.contract.lets:
+                    try:
+                        env[let.name] = eval_expr(let.value, env)
+                    except EvalError:
+                        pass
+                value = int(eval_expr(e, env))
+            except EvalError:
+                continue
+            cond = z3.And([self.vars[d] == self.param_value(d, v) for d, v in zip(deps, combo)])
+            rows.append((cond, value))
+        if not rows:
+            raise ValueError("empty table")
+        result: z3.ExprRef = self.int(rows[-1][1])
+        for cond, value in reversed(rows[:-1]):
+            result = z3.If(cond, self.int(value), result)
+        return result
+
+    def param_value(self, name: str, value: Value) -> z3.ExprRef:
+        p = self.params[name]
+        if p.kind == "enum":
+            return self.int(p.values.index(value))
+        if p.kind == "bool":
+            return z3.BoolVal(bool(value), self.ctx)
+        return self.int(int(value))
+
+    def decode_config(self, model: z3.ModelRef) -> dict[str, Value]:
+        """Concrete parameter values of a z3 model, in the contract's order."""
+        out: dict[str, Value] = {}
+        for p in self.contract.params:
+            v = model.eval(self.vars[p.name], model_completion=True)
+            if p.kind == "enum":
+                out[p.name] = p.values[v.as_long()]  # type: ignore[attr-defined]
+            elif p.kind == "bool":
+                out[p.name] = z3.is_true(v)
+            else:
+                out[p.name] = v.as_long()  # type: ignore[attr-defined]
+        return out

@@ -1,0 +1,636 @@
+"""Prove pad-soundness properties of a contract with z3, by refutation.
+
+Each property is a set of obligations. An obligation asks z3 for a
+configuration (and, where needed, an index or a value) that is admitted by the
+contract yet breaks the rule: `unsat` proves it, `sat` is a counterexample,
+`unknown` is inconclusive (never a pass). Every query gets a fresh solver with
+a fixed seed, a timeout and a resource limit. Sizes stay symbolic; see
+docs/verification.md for each property's encoding.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import z3
+
+from . import ir
+from .diagnostics import Span
+from .evaluate import EvalError, Value, axis_sizes, eval_lets
+from .picture import find_view, tensor_picture
+from .smt import Encoder
+
+Status = Literal["proved", "counterexample", "inconclusive", "vacuous", "info"]
+
+PROPERTIES: tuple[tuple[str, str], ...] = (
+    ("vacuity", "the contract admits at least one configuration"),
+    ("alignment", "every kernel divisibility rule holds on the padded sizes"),
+    ("placement", "the kernel finds every logical element at its own role and index"),
+    ("roundtrip", "pad is injective into the padded tensor and unpad inverts it"),
+    ("inertness", "every padded lane adds exactly 0 to the layer output"),
+    ("groups", "groups and packed elements stay whole and never straddle the pad boundary"),
+    ("kernel-arguments", "pad counts passed to the kernel describe padding that really exists"),
+    ("admission", "no admitted configuration breaks a kernel rule or a layout assumption"),
+    ("waste", "worst-case pad fraction over the domain (informational)"),
+)
+PROPERTY_IDS = tuple(p for p, _ in PROPERTIES)
+ROLE_ID = {"gate": 0, "up": 1, "": 0}
+
+
+@dataclass(frozen=True)
+class Options:
+    timeout_ms: int = 2000
+    rlimit: int = 20_000_000
+    seed: int = 0
+    minimize: bool = True
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    config: dict[str, Value]
+    derived: dict[str, Value]
+    message: str
+    where: str
+    picture: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"config": self.config, "derived": self.derived, "message": self.message,
+                "where": self.where, "picture": list(self.picture)}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    property: str
+    status: Status
+    detail: str
+    seconds: float
+    queries: int
+    span: Span
+    counterexample: Counterexample | None = None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass
+class _Obligation:
+    name: str
+    span: Span
+    goal: z3.BoolRef  # satisfiable iff the rule is broken
+    explain: Any  # callable(model) -> (message, where)
+    tensor: str | None = None
+    broken: z3.BoolRef | None = None  # index-free rule violation, for the admission analysis
+
+
+@dataclass
+class _Run:
+    contract: ir.Contract
+    options: Options
+    enc: Encoder = field(init=False)
+    queries: int = 0
+
+    def __post_init__(self) -> None:
+        self.enc = Encoder(self.contract)
+        self.ctx = self.enc.ctx
+        self.base = self.enc.domain()
+        self.requires = [f for _, f in self.enc.rules("require")]
+        self.admits = self.enc.rules("admit")
+        self.admitted = z3.And([self.base, *self.requires, *[f for _, f in self.admits]])
+        self.sizes = self._axis_sizes()
+
+    # ---- solving ----
+    def solve(self, goal: z3.BoolRef, extra: list[z3.BoolRef] | None = None) -> tuple[str, z3.ModelRef | None]:
+        solver = z3.Solver(ctx=self.ctx)
+        solver.set("timeout", self.options.timeout_ms)
+        solver.set("rlimit", self.options.rlimit)
+        solver.set("random_seed", self.options.seed)
+        solver.add(goal, *(extra or []))
+        self.queries += 1
+        result = solver.check()
+        if result == z3.sat:
+            return "sat", solver.model()
+        if result == z3.unsat:
+            return "unsat", None
+        return f"unknown ({solver.reason_unknown()})", None
+
+    def minimize(self, goal: z3.BoolRef, model: z3.ModelRef) -> z3.ModelRef:
+        """Shrink the range parameters (sum) while the goal stays satisfiable."""
+        if not self.options.minimize:
+            return model
+        ranged = [self.enc.vars[p.name] for p in self.contract.params if p.kind == "range"]
+        if not ranged:
+            return model
+        total = z3.Sum(ranged)
+        for _ in range(12):
+            bound = model.eval(total, model_completion=True)
+            status, better = self.solve(goal, [total < bound])
+            if better is None:
+                return model
+            model = better
+        return model
+
+    # ---- sizes ----
+    def _axis_sizes(self) -> dict[tuple[str, str], tuple[z3.ArithRef, z3.ArithRef, int]]:
+        out = {}
+        for t in self.contract.tensors:
+            for a in t.axes:
+                out[(t.name, a.name)] = (self.enc.expr(a.logical), self.enc.expr(a.padded), a.segments)
+        return out
+
+    def kernel_sizes(self) -> dict[tuple[str, str], z3.ArithRef]:
+        return {key: seg * p for key, (_, p, seg) in self.sizes.items()}
+
+    def grouped(self, axis: ir.Axis, value: z3.ArithRef) -> z3.ArithRef:
+        """Size in groups of a groups axis (-1: one group)."""
+        if axis.group_size is None:
+            return value
+        g = axis.group_size
+        return self.enc._by_values(g, lambda v: self.enc.int(1) if v == -1 else value / v, None)
+
+    def concrete(self, model: z3.ModelRef) -> tuple[dict[str, Value], dict[str, Value]]:
+        config = self.enc.decode_config(model)
+        try:
+            env = eval_lets(self.contract, config)
+        except EvalError:
+            env = dict(config)
+        derived = {k: v for k, v in env.items() if k not in config}
+        return config, derived
+
+    def counterexample(self, ob: _Obligation, model: z3.ModelRef) -> Counterexample:
+        model = self.minimize(ob.goal, model)
+        config, derived = self.concrete(model)
+        message, where = ob.explain(model)
+        picture: list[str] = []
+        if ob.tensor is not None:
+            try:
+                env = {**config, **derived}
+                picture = tensor_picture(self.contract, self.contract.tensor(ob.tensor), env)
+            except (EvalError, ZeroDivisionError, KeyError):
+                picture = []
+        return Counterexample(config, derived, message, where, tuple(picture))
+
+    def val(self, model: z3.ModelRef, term: z3.ExprRef) -> int:
+        return model.eval(term, model_completion=True).as_long()  # type: ignore[attr-defined]
+
+
+def _layout_phys(layout: str, k: int, i: z3.ArithRef, logical: z3.ArithRef, padded: z3.ArithRef) -> z3.ArithRef:
+    if layout in ("none", "pad"):
+        return i
+    if layout == "halves":
+        return k * padded + i
+    if layout == "concat":
+        return k * logical + i
+    return 2 * i + k  # interleave
+
+
+def _view(view: ir.View | None, j: z3.ArithRef, size: z3.ArithRef, roles: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    """(role id, index) the kernel assigns to physical position j."""
+    if view is None or view.view == "linear":
+        return z3.IntVal(ROLE_ID[roles[0] if roles else ""], j.ctx), j
+    r0, r1 = ROLE_ID[view.roles[0]], ROLE_ID[view.roles[1]]
+    if view.view == "halves":
+        half = size / 2
+        first = j < half
+        return z3.If(first, r0, r1), z3.If(first, j, j - half)
+    return z3.If(j % 2 == 0, r0, r1), j / 2
+
+
+# ---- properties ---------------------------------------------------------------
+
+
+def _alignment(run: _Run) -> list[_Obligation]:
+    kernel = run.contract.kernel
+    if kernel is None:
+        return []
+    ks = run.kernel_sizes()
+    obs = []
+    for rule in kernel.aligns:
+        cond = run.enc.expr(rule.cond, ks)
+        sizes = [n for n in ir.walk(rule.cond) if isinstance(n, ir.AxisSize)]
+
+        def explain(model, rule=rule, sizes=sizes):  # type: ignore[no-untyped-def]
+            shown = ", ".join(f"{s.tensor}.{s.axis} = {run.val(model, ks[(s.tensor, s.axis)])}" for s in sizes)
+            return f"kernel rule broken: {rule.message}" + (f" ({shown})" if shown else ""), "kernel"
+        obs.append(_Obligation(f"align line {rule.span.line}", rule.span, z3.And(run.admitted, z3.Not(cond)),
+                               explain, sizes[0].tensor if sizes else None, z3.Not(cond)))
+    return obs
+
+
+def _tied_reference(contract: ir.Contract, tensor: ir.Tensor, axis: ir.Axis) -> ir.Axis | None:
+    weight = contract.weight(tensor.projection)
+    if weight is tensor:
+        return None
+    try:
+        return weight.axis(axis.name)
+    except KeyError:
+        return None
+
+
+def _placement(run: _Run) -> list[_Obligation]:
+    c = run.contract
+    obs: list[_Obligation] = []
+    w13n, w2k = c.weight("w13").axis("n"), c.weight("w2").axis("k")
+    l13, p13, _ = run.sizes[(c.weight("w13").name, "n")]
+    l2, p2, _ = run.sizes[(c.weight("w2").name, "k")]
+
+    def agree(model):  # type: ignore[no-untyped-def]
+        return (f"w2.k holds {run.val(model, l2)} -> {run.val(model, p2)} columns but each w13 segment holds "
+                f"{run.val(model, l13)} -> {run.val(model, p13)} rows: the kernel contracts them lane by lane",
+                f"{c.weight('w2').name}.k")
+    obs.append(_Obligation("w2.k agrees with w13.n", w2k.span,
+                           z3.And(run.admitted, z3.Or(l13 != l2, p13 != p2)), agree, c.weight("w2").name))
+    del w13n
+    for t in c.tensors:
+        for axis in t.axes:
+            ref = _tied_reference(c, t, axis)
+            if not axis.is_padded and (ref is None or not ref.is_padded):
+                continue
+            obs.extend(_axis_placement(run, t, axis, ref))
+    return obs
+
+
+def _axis_placement(run: _Run, t: ir.Tensor, axis: ir.Axis, ref: ir.Axis | None) -> list[_Obligation]:
+    c = run.contract
+    logical, padded, segs = run.sizes[(t.name, axis.name)]
+    layout, roles = axis.layout, axis.roles
+    if layout == "none" and ref is not None and ref.segments == 2:
+        # a plain axis tied to a segmented weight axis holds the checkpoint's [r0 | r1] unpadded
+        layout, roles = "concat", ref.roles
+        logical = padded = logical / 2
+        segs = 2
+    logical_g = run.grouped(axis, logical)
+    padded_g = run.grouped(axis, padded)
+    size_t = segs * padded_g
+    if ref is not None:
+        rl, rp, rs = run.sizes[(c.weight(t.projection).name, axis.name)]
+        size_k = run.grouped(axis, rs * rp) if axis.group_size is None else rs * run.grouped(axis, rp)
+    else:
+        size_k = size_t
+    view = find_view(c, t, axis.name)
+    obs: list[_Obligation] = []
+    label = f"{t.name}.{axis.name}"
+    if ref is not None:
+        def shape(model):  # type: ignore[no-untyped-def]
+            return (f"{label} has {run.val(model, size_t)} positions but the kernel reads it with "
+                    f"{c.weight(t.projection).name}'s geometry, {run.val(model, size_k)} positions", label)
+        obs.append(_Obligation(f"{label} shape", axis.span, z3.And(run.admitted, size_t != size_k), shape, t.name))
+    ctx = run.ctx
+    i = z3.Int(f"i.{label}", ctx)
+    for k, role in enumerate(roles or ("",)):
+        j = _layout_phys(layout, k, i, logical_g, padded_g)
+        vrole, vidx = _view(view, j, size_k, roles or ("",))
+        broken = z3.Or(vrole != ROLE_ID[role], vidx != i, j < 0, j >= size_k)
+        goal = z3.And(run.admitted, i >= 0, i < logical_g, broken)
+
+        def explain(model, j=j, vrole=vrole, vidx=vidx, role=role):  # type: ignore[no-untyped-def]
+            names = {0: "gate", 1: "up"} if roles else {0: ""}
+            jj, ii = run.val(model, j), run.val(model, i)
+            got = f"{names.get(run.val(model, vrole), '?')}[{run.val(model, vidx)}]"
+            want = f"{role}[{ii}]" if role else f"[{ii}]"
+            unit = "group " if axis.kind == "groups" else ""
+            return (f"{label}: logical {unit}{want} is stored at position {jj}, where the kernel reads "
+                    f"{got}" + (f" (the kernel's axis has {run.val(model, size_k)} positions)"
+                                if jj >= run.val(model, size_k) else ""), f"{label}[{jj}]")
+        obs.append(_Obligation(f"{label} {role or 'values'}", axis.span, goal, explain, t.name))
+    return obs
+
+
+def _roundtrip(run: _Run) -> list[_Obligation]:
+    obs: list[_Obligation] = []
+    ctx = run.ctx
+    for t in run.contract.tensors:
+        for axis in t.axes:
+            if not axis.is_padded:
+                continue
+            logical, padded, segs = run.sizes[(t.name, axis.name)]
+            lg, pg = run.grouped(axis, logical), run.grouped(axis, padded)
+            label = f"{t.name}.{axis.name}"
+            i1, i2 = z3.Int(f"i1.{label}", ctx), z3.Int(f"i2.{label}", ctx)
+            roles = axis.roles or ("",)
+            cases = []
+            for k1 in range(len(roles)):
+                j1 = _layout_phys(axis.layout, k1, i1, lg, pg)
+                cases.append(z3.And(i1 >= 0, i1 < lg, z3.Or(j1 < 0, j1 >= segs * pg)))
+                for k2 in range(len(roles)):
+                    j2 = _layout_phys(axis.layout, k2, i2, lg, pg)
+                    same = z3.And(i1 == i2) if k1 == k2 else z3.BoolVal(False, ctx)
+                    cases.append(z3.And(i1 >= 0, i1 < lg, i2 >= 0, i2 < lg, j1 == j2, z3.Not(same)))
+
+            def explain(model, label=label, lg=lg, pg=pg):  # type: ignore[no-untyped-def]
+                return (f"{label}: {run.val(model, lg)} logical positions per segment do not fit "
+                        f"injectively into {run.val(model, pg)} padded ones; unpad cannot invert pad", label)
+            obs.append(_Obligation(f"{label} injective", axis.span, z3.And(run.admitted, z3.Or(cases)),
+                                   explain, t.name))
+    return obs
+
+
+def _groups(run: _Run) -> list[_Obligation]:
+    obs: list[_Obligation] = []
+    for t in run.contract.tensors:
+        for axis in t.axes:
+            label = f"{t.name}.{axis.name}"
+            logical, padded, segs = run.sizes[(t.name, axis.name)]
+            if axis.kind == "groups" and axis.group_size is not None:
+                g = run.enc.expr(axis.group_size)
+
+                def by(v: int, value: z3.ArithRef):  # type: ignore[no-untyped-def]
+                    return z3.BoolVal(True, run.ctx) if v == -1 else value % v != 0
+                straddle = run.enc._by_values(axis.group_size, lambda v: by(v, logical), None)
+                partial = run.enc._by_values(axis.group_size, lambda v: by(v, padded), None)
+
+                def explain(model, label=label, g=g, logical=logical, padded=padded):  # type: ignore[no-untyped-def]
+                    gv, lv, pv = run.val(model, g), run.val(model, logical), run.val(model, padded)
+                    if lv % gv:
+                        first = lv // gv * gv
+                        return (f"{label}: group {lv // gv} covers positions {first}..{first + gv - 1} of "
+                                f"{axis.group_of[0] if axis.group_of else ''}.{axis.group_of[1] if axis.group_of else ''}"
+                                f", but only {first}..{lv - 1} are live: the group straddles the pad boundary "
+                                f"(logical {lv}, group {gv})", label)
+                    return f"{label}: padded size {pv} is not a whole number of groups of {gv}", label
+                obs.append(_Obligation(f"{label} groups", axis.span,
+                                       z3.And(run.admitted, z3.Or(straddle, partial)), explain, t.name,
+                                       z3.Or(straddle, partial)))
+            if axis.pack > 1:
+                f = axis.pack
+                whole_l = logical * (2 if axis.layout in ("concat", "interleave") else 1)
+                whole_p = padded * (2 if axis.layout in ("concat", "interleave") else 1)
+
+                def pexplain(model, label=label, f=f, whole_l=whole_l, whole_p=whole_p):  # type: ignore[no-untyped-def]
+                    return (f"{label}: {run.val(model, whole_l)} -> {run.val(model, whole_p)} values do not fill whole "
+                            f"storage elements of {f}: a packed element would mix data and pad", label)
+                packing = z3.Or(whole_l % f != 0, whole_p % f != 0)
+                obs.append(_Obligation(f"{label} packing", axis.span, z3.And(run.admitted, packing),
+                                       pexplain, t.name, packing))
+    return obs
+
+
+def _kernel_arguments(run: _Run) -> list[_Obligation]:
+    kernel = run.contract.kernel
+    if kernel is None:
+        return []
+    obs: list[_Obligation] = []
+    for arg in kernel.args:
+        value = run.enc.expr(arg.value)
+        count = run.enc.expr(arg.trim_count)
+        for tname, aname in arg.trims:
+            logical, padded, _ = run.sizes[(tname, aname)]
+            pad = padded - logical
+
+            def explain(model, arg=arg, tname=tname, aname=aname, logical=logical, padded=padded,
+                        value=value, count=count):  # type: ignore[no-untyped-def]
+                lv, pv, cv = run.val(model, logical), run.val(model, padded), run.val(model, count)
+                told = run.val(model, value)
+                segment = "each segment" if run.contract.tensor(tname).axis(aname).segments > 1 else "the axis"
+                if cv > pv - lv:
+                    return (f"padded {pv}, pad {pv - lv} per segment; kernel told {arg.name}={told}, so it skips "
+                            f"the last {cv} positions of {segment} of {tname}.{aname}: positions "
+                            f"{pv - cv}..{lv - 1} are live and dropped", f"{tname}.{aname}")
+                return f"kernel told {arg.name}={told}: a negative trim of {cv}", f"{tname}.{aname}"
+            wrong = z3.Or(count > pad, count < 0)
+            obs.append(_Obligation(f"{arg.name} on {tname}.{aname}", arg.span,
+                                   z3.And(run.admitted, wrong), explain, tname, wrong))
+    return obs
+
+
+class _Values:
+    """Real-valued model of one pad lane (see docs/verification.md, inertness)."""
+
+    def __init__(self, run: _Run, lane: z3.ArithRef, tag: str) -> None:
+        self.run = run
+        self.lane = lane
+        self.tag = tag
+        self.finite: list[z3.BoolRef] = []
+        self.count = 0
+
+    def fresh(self, what: str) -> z3.ArithRef:
+        self.count += 1
+        return z3.Real(f"{self.tag}.{what}.{self.count}", self.run.ctx)
+
+    def fill(self, t: ir.Tensor) -> z3.ArithRef:
+        if t.fill_kind == "uninit":
+            value = self.fresh(f"{t.name}.uninit")
+            self.finite.append(z3.Bool(f"{self.tag}.finite.{t.name}.{self.count}", self.run.ctx))
+            return value
+        return z3.RealVal(t.fill, self.run.ctx)
+
+    def in_pad(self, t: ir.Tensor, axis_name: str) -> z3.BoolRef | None:
+        """Whether `t`'s element at intermediate lane `self.lane` lies in t's pad region."""
+        try:
+            axis = t.axis(axis_name)
+        except KeyError:
+            return None  # no intermediate axis: a per-tensor or per-expert value, always live
+        logical, _, _ = self.run.sizes[(t.name, axis_name)]
+        if axis.kind == "groups" and axis.group_size is not None:
+            def live_groups(v: int):  # type: ignore[no-untyped-def]
+                if v == -1:
+                    return z3.BoolVal(False, self.run.ctx)
+                return self.lane / v >= (logical + (v - 1)) / v
+            return self.run.enc._by_values(axis.group_size, live_groups, None)
+        if not axis.is_padded:
+            return z3.BoolVal(False, self.run.ctx)
+        return self.lane >= logical
+
+    def value(self, t: ir.Tensor, axis_name: str) -> z3.ArithRef:
+        """Decoded value of `t` at the lane (pad positions hold the fill, live ones are free)."""
+        pad = self.in_pad(t, axis_name)
+        stored_pad = self.fill(t)
+        if t.decode is None:
+            live = self.fresh(f"{t.name}.live")
+            return stored_pad if pad is None or z3.is_true(pad) else z3.If(pad, stored_pad, live) \
+                if pad is not None else live
+        refs: dict[str, z3.ArithRef] = {}
+        for node in ir.walk(t.decode):
+            if isinstance(node, ir.TensorValue) and node.tensor not in refs:
+                other = self.run.contract.tensor(node.tensor)
+                other_pad = self.in_pad(other, axis_name)
+                live = self.fresh(f"{other.name}.live")
+                if other_pad is None:
+                    refs[node.tensor] = live
+                else:
+                    refs[node.tensor] = z3.If(other_pad, self.fill(other), live)
+        return self.decode(t.decode, stored_pad, refs)
+
+    def decode(self, e: ir.Expr, code: z3.ArithRef, refs: dict[str, z3.ArithRef]) -> z3.ArithRef:
+        if isinstance(e, ir.Code):
+            return code
+        if isinstance(e, ir.TensorValue):
+            return refs[e.tensor]
+        if isinstance(e, ir.Op) and e.type == ir.REAL:
+            if e.op == "neg":
+                return -self.decode(e.args[0], code, refs)
+            a, b = (self.decode(x, code, refs) for x in e.args)
+            return {"+": a + b, "-": a - b, "*": a * b}[e.op]
+        return z3.ToReal(self.run.enc.expr(e))
+
+
+def _inertness(run: _Run) -> list[_Obligation]:
+    c = run.contract
+    ctx = run.ctx
+    w13, w2 = c.weight("w13"), c.weight("w2")
+    lane = z3.Int("lane", ctx)
+    logical, padded, _ = run.sizes[(w13.name, "n")]
+    vals = _Values(run, lane, "pad")
+    w_gate = vals.value(w13, "n")
+    w_up = vals.value(w13, "n") if c.gated else z3.RealVal(0, ctx)
+    biases = [t for t in c.tensors if t.kind == "bias" and t.projection == "w13"]
+    b_gate = vals.value(biases[0], "n") if biases else z3.RealVal(0, ctx)
+    b_up = vals.value(biases[0], "n") if biases and c.gated else z3.RealVal(0, ctx)
+    column = vals.value(w2, "k")
+    offset = _up_offset(run)
+    gate_zero = z3.And(w_gate == 0, b_gate == 0)
+    lane_zero = z3.Or(gate_zero, z3.And(w_up == 0, b_up + offset == 0)) if c.gated else gate_zero
+    finite = z3.And(vals.finite) if vals.finite else z3.BoolVal(True, ctx)
+    inert = z3.And(finite, z3.Or(lane_zero, column == 0))
+    goal = z3.And(run.admitted, lane >= logical, lane < padded, z3.Not(inert))
+
+    def explain(model):  # type: ignore[no-untyped-def]
+        lv = run.val(model, lane)
+        parts = []
+        for name, term in (("gate row", w_gate), ("up row", w_up), ("gate bias", b_gate), ("up bias", b_up),
+                           ("w2 column", column)):
+            v = model.eval(term, model_completion=True)
+            parts.append(f"{name} = {v}")
+        nonfinite = [str(b) for b in vals.finite if z3.is_false(model.eval(b, model_completion=True))]
+        why = "pad content may be non-finite (uninitialised), and 0 * inf or 0 * NaN is not 0" if nonfinite \
+            else "the lane's activation is non-zero and its w2 column does not decode to 0"
+        return f"pad lane {lv} adds to the output: {why}; " + ", ".join(parts), f"lane {lv}"
+    obs = [_Obligation("intermediate pad lanes", w13.span, goal, explain, w13.name)]
+    try:
+        hidden = w13.axis("k")
+    except KeyError:
+        return obs
+    if hidden.is_padded:
+        hl, hp, _ = run.sizes[(w13.name, "k")]
+        col = z3.Int("hidden", ctx)
+        hv = _Values(run, col, "hpad")
+        value = hv.value(w13, "k")
+        hfinite = z3.And(hv.finite) if hv.finite else z3.BoolVal(True, ctx)
+        hgoal = z3.And(run.admitted, col >= hl, col < hp, z3.Not(z3.And(hfinite, value == 0)))
+
+        def hexplain(model):  # type: ignore[no-untyped-def]
+            return (f"w13 hidden pad column {run.val(model, col)} decodes to "
+                    f"{model.eval(value, model_completion=True)} or may be non-finite", "w13.k")
+        obs.append(_Obligation("hidden pad columns", hidden.span, hgoal, hexplain, w13.name))
+    return obs
+
+
+def _up_offset(run: _Run) -> z3.ArithRef:
+    kernel = run.contract.kernel
+    act = kernel.activation if kernel is not None else None
+    if act is None:
+        return z3.RealVal(0, run.ctx)
+    assert isinstance(act.type, ir.EnumT)
+    if isinstance(act, ir.Const):
+        return z3.RealVal(ir.ACTIVATIONS[str(act.value)][1], run.ctx)
+    subject = run.enc.expr(act)
+    result: z3.ArithRef = z3.RealVal(0, run.ctx)
+    for idx, member in enumerate(act.type.members):
+        result = z3.If(subject == idx, z3.RealVal(ir.ACTIVATIONS[member][1], run.ctx), result)
+    return result
+
+
+# ---- driver -------------------------------------------------------------------
+
+
+def _decide(run: _Run, prop: str, obligations: list[_Obligation], span: Span) -> Verdict:
+    start = time.perf_counter()
+    q0 = run.queries
+    unknown: list[str] = []
+    for ob in obligations:
+        status, model = run.solve(ob.goal)
+        if status == "sat":
+            assert model is not None
+            cex = run.counterexample(ob, model)
+            return Verdict(prop, "counterexample", f"{ob.name}: {cex.message}", time.perf_counter() - start,
+                           run.queries - q0, ob.span, cex)
+        if status != "unsat":
+            unknown.append(f"{ob.name}: {status}")
+    seconds = time.perf_counter() - start
+    if unknown:
+        return Verdict(prop, "inconclusive", "; ".join(unknown), seconds, run.queries - q0, span)
+    detail = f"{len(obligations)} obligation(s) proved" if obligations else "nothing to prove"
+    return Verdict(prop, "proved", detail, seconds, run.queries - q0, span)
+
+
+def _admission(run: _Run, verdicts: dict[str, Verdict]) -> Verdict:
+    start = time.perf_counter()
+    q0 = run.queries
+    for prop in ("alignment", "groups", "kernel-arguments", "placement"):
+        v = verdicts[prop]
+        if v.status == "counterexample":
+            return Verdict("admission", "counterexample",
+                           f"the gates admit a configuration that breaks {prop}: {v.detail}",
+                           time.perf_counter() - start, 0, v.span, v.counterexample)
+        if v.status == "inconclusive":
+            return Verdict("admission", "inconclusive", f"{prop} is inconclusive", 0.0, 0, v.span)
+    # Gates stricter than the layout needs: an admit on sizes that rejects a configuration
+    # on which every kernel rule, group and placement obligation still holds.
+    rules = [ob.broken for ob in _alignment(run) + _groups(run) + _kernel_arguments(run)
+             if ob.broken is not None]
+    warnings: list[str] = []
+    for rule, formula in run.admits:
+        if not any(isinstance(n, ir.Ref) and n.kind in ("param", "let")
+                   and isinstance(n.type, ir.IntT) for n in ir.walk(rule.cond)):
+            continue
+        others = [f for r, f in run.admits if r is not rule]
+        sound = [z3.Not(g) for g in rules]
+        goal = z3.And(run.base, *run.requires, *others, z3.Not(formula), *sound)
+        status, model = run.solve(goal)
+        if status == "sat" and model is not None:
+            config, _ = run.concrete(model)
+            shown = ", ".join(f"{k}={v}" for k, v in config.items())
+            warnings.append(f"line {rule.span.line}: the gate \"{rule.message}\" rejects {shown}, where every "
+                            "kernel rule holds: the guard is stricter than the pad helper needs")
+    return Verdict("admission", "proved", "every admitted configuration meets the kernel's rules",
+                   time.perf_counter() - start, run.queries - q0, run.contract.span, None, tuple(warnings))
+
+
+def _waste(run: _Run) -> Verdict:
+    start = time.perf_counter()
+    q0 = run.queries
+    w13 = run.contract.weight("w13")
+    logical, padded, _ = run.sizes[(w13.name, "n")]
+    lo, hi, best = 0, 1000, None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        status, model = run.solve(z3.And(run.admitted, padded > 0, (padded - logical) * 1000 >= mid * padded))
+        if status == "sat":
+            lo, best = mid, model
+        elif status == "unsat":
+            hi = mid - 1
+        else:
+            break
+    seconds = time.perf_counter() - start
+    if best is None:
+        return Verdict("waste", "info", "no padding anywhere in the domain", seconds, run.queries - q0,
+                       run.contract.span)
+    config, derived = run.concrete(best)
+    lv, pv = run.val(best, logical), run.val(best, padded)
+    where = ", ".join(f"{k}={v}" for k, v in config.items())
+    return Verdict("waste", "info", f"worst-case pad fraction >= {lo / 10:.1f}% of the intermediate dim "
+                   f"({lv} -> {pv}) at {where}", seconds, run.queries - q0, run.contract.span,
+                   Counterexample(config, derived, "worst case", "w13.n"))
+
+
+def verify(contract: ir.Contract, options: Options | None = None) -> list[Verdict]:
+    """Check every property of one contract. Returns one verdict per property id."""
+    run = _Run(contract, options or Options())
+    start = time.perf_counter()
+    status, model = run.solve(run.admitted)
+    vac_seconds = time.perf_counter() - start
+    if status == "unsat":
+        detail = "no configuration satisfies the domains, requires and admits together"
+        return [Verdict(p, "vacuous", detail, vac_seconds if p == "vacuity" else 0.0, 1 if p == "vacuity" else 0,
+                        contract.span) for p in PROPERTY_IDS]
+    if status != "sat":
+        return [Verdict(p, "inconclusive", f"vacuity check: {status}", vac_seconds, 1, contract.span)
+                for p in PROPERTY_IDS]
+    verdicts: dict[str, Verdict] = {"vacuity": Verdict("vacuity", "proved", "at least one configuration is admitted",
+                                                       vac_seconds, 1, contract.span)}
+    builders = {"alignment": _alignment, "placement": _placement, "roundtrip": _roundtrip,
+                "inertness": _inertness, "groups": _groups, "kernel-arguments": _kernel_arguments}
+    for prop, build in builders.items():
+        verdicts[prop] = _decide(run, prop, build(run), contract.span)
+    verdicts["admission"] = _admission(run, verdicts)
+    verdicts["waste"] = _waste(run)
+    return [verdicts[p] for p in PROPERTY_IDS]
