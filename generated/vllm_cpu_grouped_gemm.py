@@ -591,6 +591,29 @@ def _check_isa(plan: Plan) -> str:
     return isa
 
 
+def prepack_padded(padded_w13: torch.Tensor, padded_w2: torch.Tensor,
+                   plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
+    """Re-block already padded weights (e.g. from `shard_*`) with `'_C::prepack_moe_weight'`.
+
+    padded_w13: [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size];
+    padded_w2: [num_experts, hidden_size, intermediate_size_per_partition_padded]; dtype
+    `plan.dtype`, CPU, contiguous. Returns (packed_w13, packed_w2).
+    Raises LayoutContractError on wrong tensors, KernelUnavailableError as `prepack`.
+    """
+    _require_supported(plan)
+    isa = _check_isa(plan)
+    dtype = _DTYPES[plan.dtype]
+    _check_tensor("padded_w13", padded_w13, w13_shapes(plan)[1], dtype)
+    _check_tensor("padded_w2", padded_w2, w2_shapes(plan)[1], dtype)
+    load_kernel()
+    packed = []
+    for padded in (padded_w13, padded_w2):
+        out = torch.empty_like(padded)
+        _op(_PREPACK_OP)(padded, out, isa)
+        packed.append(out)
+    return packed[0], packed[1]
+
+
 def prepack(w13: torch.Tensor, w2: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
     """Pad, then re-block both weights with the real `'_C::prepack_moe_weight'`.
 
@@ -602,14 +625,8 @@ def prepack(w13: torch.Tensor, w2: torch.Tensor, plan: Plan) -> tuple[torch.Tens
     library is missing or the ISA cannot run on this CPU.
     """
     _require_supported(plan)
-    isa = _check_isa(plan)
-    load_kernel()
-    packed = []
-    for padded in (pad_w13(w13, plan).contiguous(), pad_w2(w2, plan).contiguous()):
-        out = torch.empty_like(padded)
-        _op(_PREPACK_OP)(padded, out, isa)
-        packed.append(out)
-    return packed[0], packed[1]
+    _check_isa(plan)
+    return prepack_padded(pad_w13(w13, plan).contiguous(), pad_w2(w2, plan).contiguous(), plan)
 
 
 def fused_moe(hidden_states: torch.Tensor, packed_w13: torch.Tensor, packed_w2: torch.Tensor,
@@ -633,27 +650,10 @@ def fused_moe(hidden_states: torch.Tensor, packed_w13: torch.Tensor, packed_w2: 
     _require_supported(plan)
     isa = _check_isa(plan)
     dtype = _DTYPES[plan.dtype]
-    if not isinstance(hidden_states, torch.Tensor) or hidden_states.dim() != 2:
-        raise LayoutContractError(f"{CONTRACT}: hidden_states must be a 2-D tensor [num_tokens, {plan.hidden_size}]")
-    tokens = hidden_states.shape[0]
-    _check_tensor("hidden_states", hidden_states, (tokens, plan.hidden_size), dtype)
+    tokens = _check_hidden(hidden_states, plan, dtype)
     _check_tensor("packed_w13", packed_w13, w13_shapes(plan)[1], dtype)
     _check_tensor("packed_w2", packed_w2, w2_shapes(plan)[1], dtype)
-    for name, t in (("topk_weights", topk_weights), ("topk_ids", topk_ids)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.shape[0] != tokens or t.device.type != "cpu":
-            raise LayoutContractError(f"{CONTRACT}: {name} must be a CPU tensor [num_tokens={tokens}, top_k]")
-    if topk_ids.shape != topk_weights.shape:
-        raise LayoutContractError(f"{CONTRACT}: topk_ids {tuple(topk_ids.shape)} and topk_weights "
-                                  f"{tuple(topk_weights.shape)} must have the same shape")
-    if not topk_weights.is_floating_point():
-        raise LayoutContractError(f"{CONTRACT}: topk_weights must be floating point, got {topk_weights.dtype}")
-    if topk_ids.is_floating_point() or topk_ids.is_complex() or topk_ids.dtype == torch.bool:
-        raise LayoutContractError(f"{CONTRACT}: topk_ids must be integer, got {topk_ids.dtype}")
-    weights = topk_weights.to(torch.float32).contiguous()
-    ids = topk_ids.to(torch.int32).contiguous()
-    if ids.numel() and (int(topk_ids.min()) < 0 or int(topk_ids.max()) >= plan.num_experts):
-        raise LayoutContractError(f"{CONTRACT}: topk_ids must lie in [0, {plan.num_experts}), got "
-                                  f"[{int(topk_ids.min())}, {int(topk_ids.max())}]")
+    weights, ids = _check_routing(tokens, topk_weights, topk_ids, plan.num_experts)
     if w13_bias is not None:
         _check_tensor("w13_bias (padded)", w13_bias, w13_bias_shapes(plan)[1], dtype)
     if w2_bias is not None:
@@ -663,3 +663,37 @@ def fused_moe(hidden_states: torch.Tensor, packed_w13: torch.Tensor, packed_w2: 
     _op(_FORWARD_OP)(out, hidden_states, packed_w13, packed_w2, w13_bias, w2_bias, weights, ids,
                      bool(apply_router_weight_on_input), plan.activation, isa)
     return out
+
+
+def _check_routing(tokens: int, topk_weights: object, topk_ids: object,
+                   num_experts: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate router outputs; returns (float32 weights, int32 ids), both contiguous.
+
+    The kernels do no bounds check on expert ids (measured on vLLM's cpu_fused_moe:
+    id == num_experts segfaults, id == -1 corrupts the heap), so they are checked here.
+    """
+    for name, t in (("topk_weights", topk_weights), ("topk_ids", topk_ids)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.shape[0] != tokens or t.device.type != "cpu":
+            raise LayoutContractError(f"{CONTRACT}: {name} must be a CPU tensor [num_tokens={tokens}, top_k]")
+    assert isinstance(topk_weights, torch.Tensor) and isinstance(topk_ids, torch.Tensor)
+    if topk_ids.shape != topk_weights.shape:
+        raise LayoutContractError(f"{CONTRACT}: topk_ids {tuple(topk_ids.shape)} and topk_weights "
+                                  f"{tuple(topk_weights.shape)} must have the same shape")
+    if not topk_weights.is_floating_point():
+        raise LayoutContractError(f"{CONTRACT}: topk_weights must be floating point, got {topk_weights.dtype}")
+    if topk_ids.is_floating_point() or topk_ids.is_complex() or topk_ids.dtype == torch.bool:
+        raise LayoutContractError(f"{CONTRACT}: topk_ids must be integer, got {topk_ids.dtype}")
+    if topk_ids.numel() and (int(topk_ids.min()) < 0 or int(topk_ids.max()) >= num_experts):
+        raise LayoutContractError(f"{CONTRACT}: topk_ids must lie in [0, {num_experts}), got "
+                                  f"[{int(topk_ids.min())}, {int(topk_ids.max())}]")
+    if not bool(torch.isfinite(topk_weights).all()):
+        raise LayoutContractError(f"{CONTRACT}: topk_weights must be finite")
+    return topk_weights.to(torch.float32).contiguous(), topk_ids.to(torch.int32).contiguous()
+
+
+def _check_hidden(hidden_states: object, plan: Plan, dtype: torch.dtype) -> int:
+    if not isinstance(hidden_states, torch.Tensor) or hidden_states.dim() != 2:
+        raise LayoutContractError(f"{CONTRACT}: hidden_states must be a 2-D tensor [num_tokens, {plan.hidden_size}]")
+    tokens = int(hidden_states.shape[0])
+    _check_tensor("hidden_states", hidden_states, (tokens, plan.hidden_size), dtype)
+    return tokens

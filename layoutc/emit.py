@@ -123,7 +123,7 @@ def _axis_view(contract: ir.Contract, tensor: ir.Tensor, axis: ir.Axis) -> dict[
         g = render_expr(axis.group_size, "plan.")
         logical = f"_groups({logical}, {g})"
         padded = f"_groups({padded}, {g})"
-        sharded = f"{g} != -1"
+        sharded = repr(axis.group_size.value != -1) if isinstance(axis.group_size, ir.Const) else f"{g} != -1"
     else:
         sharded = "True"
     if pack > 1:
@@ -228,7 +228,9 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
         g = contract.glue
         glue = {"kind": g.kind, "package": repr(g.package), "ops": {k: repr(v) for k, v in g.ops},
                 "args": {k: render_expr(v, "plan.") for k, v in g.args},
-                "summary": GLUE_KINDS[g.kind].summary, "template": f"glue/{g.kind}.py.j2"}
+                "summary": GLUE_KINDS[g.kind].summary, "template": f"glue/{g.kind}.py.j2",
+                "activation": render_expr(contract.kernel.activation, "plan.")
+                if contract.kernel is not None and contract.kernel.activation is not None else "'silu'"}
     digest = hashlib.sha256(contract.source_text.encode("utf-8")).hexdigest()
     return {
         "name": contract.name, "file": rel_path, "file_repr": repr(rel_path), "sha256": digest,
@@ -241,12 +243,25 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
         "admits": [_rule_view(r, rel_path) for r in contract.admits],
         "tensors": tensors, "kernel_args": kernel_args, "glue": glue,
         "has_tp": any(p.name == "tp_size" for p in contract.params),
+        "uses_math": _uses(contract, ("lcm", "gcd")),
         "dtype_params": dtype_params,
         "w13": contract.weight("w13").name, "w2": contract.weight("w2").name,
         "gated": contract.gated,
         "w13_bias": next((t.name for t in contract.tensors if t.kind == "bias" and t.projection == "w13"), None),
         "w2_bias": next((t.name for t in contract.tensors if t.kind == "bias" and t.projection == "w2"), None),
     }
+
+
+def _uses(contract: ir.Contract, ops: tuple[str, ...]) -> bool:
+    exprs: list[ir.Expr] = [let.value for let in contract.lets] + [r.cond for r in contract.rules]
+    for t in contract.tensors:
+        for a in t.axes:
+            exprs += [a.logical, a.padded] + ([a.group_size] if a.group_size is not None else [])
+    if contract.kernel is not None:
+        exprs += [e for arg in contract.kernel.args for e in (arg.value, arg.trim_count)]
+    if contract.glue is not None:
+        exprs += [e for _, e in contract.glue.args]
+    return any(isinstance(n, ir.Op) and n.op in ops for e in exprs for n in ir.walk(e))
 
 
 def _domain_doc(p: ir.Param) -> str:

@@ -334,7 +334,7 @@ def _groups(run: _Run) -> list[_Obligation]:
                 g = run.enc.expr(axis.group_size)
 
                 def by(v: int, value: z3.ArithRef):  # type: ignore[no-untyped-def]
-                    return z3.BoolVal(True, run.ctx) if v == -1 else value % v != 0
+                    return z3.BoolVal(False, run.ctx) if v == -1 else value % v != 0
                 straddle = run.enc._by_values(axis.group_size, lambda v: by(v, logical), None)
                 partial = run.enc._by_values(axis.group_size, lambda v: by(v, padded), None)
 
