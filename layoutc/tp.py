@@ -37,8 +37,10 @@ import os
 import queue as queue_module
 import socket
 import statistics
+import sys
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from types import ModuleType
@@ -48,7 +50,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.multiprocessing.spawn import ProcessException
 
 __all__ = [
     "ACTIVATIONS",
@@ -100,7 +102,7 @@ class RankReport:
 
     kernel_ops: every non-aten op the rank dispatched while prepacking and running
     the layer, in first-seen order (e.g. `("_C::prepack_moe_weight", "_C::cpu_fused_moe")`),
-    recorded with a `TorchDispatchMode`, so it names the op that really ran.
+    recorded from the dispatcher (RecordFunction), so it names the op that really ran.
     forward_op: the op dispatched by `fused_moe` (`"_C::cpu_fused_moe"` for the real kernel),
     or "" if the forward dispatched no non-aten op.
     kernel_library: path of the loaded `vllm/_C*.abi3.so` (from /proc/self/maps), or None.
@@ -276,18 +278,46 @@ def reference_moe(hidden_states: torch.Tensor, w13: torch.Tensor, w2: torch.Tens
 # ---- the rank -------------------------------------------------------------------------
 
 
-class _OpRecorder(TorchDispatchMode):
-    """Records the qualified name of every non-aten op dispatched inside the block."""
+@contextlib.contextmanager
+def _quiet_stderr_fd() -> Iterator[None]:
+    """Silence file descriptor 2 (kineto prints `USDT: profiler_start/stop` lines there)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+class _OpRecorder:
+    """Records the qualified name of every non-aten op the dispatcher runs inside the block.
+
+    Uses torch's RecordFunction hooks (the legacy autograd profiler, CPU only), which
+    see every op that goes through the dispatcher, custom `_C::` ops included. (A
+    `TorchDispatchMode` would do too, but its first use imports torch._dynamo: ~0.9 s
+    per process.)
+    """
 
     def __init__(self) -> None:
-        super().__init__()
         self.ops: list[str] = []
+        self._prof = torch.autograd.profiler.profile(use_kineto=False)
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        name = str(func.name()) if hasattr(func, "name") else str(func)
-        if name.split("::")[0] not in _PLUMBING_NAMESPACES and name not in self.ops:
-            self.ops.append(name)
-        return func(*args, **(kwargs or {}))
+    def __enter__(self) -> _OpRecorder:
+        with _quiet_stderr_fd():
+            self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with _quiet_stderr_fd():
+            self._prof.__exit__(*exc)
+        if exc[0] is None:
+            for event in self._prof.function_events:
+                name = str(event.name)
+                if name.split("::")[0] not in _PLUMBING_NAMESPACES and name not in self.ops:
+                    self.ops.append(name)
 
 
 def _kernel_library() -> str | None:
@@ -515,7 +545,7 @@ def run_tp_layer(module_name: str = "vllm_cpu_grouped_gemm", *, tp_size: int, nu
                 running = [i for i, p in enumerate(procs.processes) if p.is_alive()]
                 raise TimeoutError(f"run_tp_layer: ranks {running} of tp_size={tp_size} did not finish "
                                    f"within {timeout_s} s; terminated")
-    except mp.ProcessException as exc:
+    except ProcessException as exc:
         drain(wait=1.0)
         errors = sorted((m for m in messages if m[0] == "error"), key=lambda m: m[1])
         if errors:

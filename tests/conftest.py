@@ -1,0 +1,32 @@
+"""Shared test fixtures: the repo root, and the real-kernel availability rule.
+
+Tests that need a kernel package skip only when the package is truly absent, with
+the install command as the reason; under CI (CI=true) a missing package is a
+failure instead, because .ci/run installs it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def require_package(module: str, install: str) -> None:
+    """Skip (or fail under CI) when `module` cannot be found."""
+    if importlib.util.find_spec(module) is not None:
+        return
+    message = f"{module} is not installed: {install}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI must install the real kernels; {message}")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def in_root(monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(ROOT)
+    return ROOT

@@ -1,0 +1,199 @@
+"""Shared helpers of the robustness tests (not a test module).
+
+* ``run_layoutc``: the real CLI in a subprocess with a wall-time limit and an
+  address-space limit, so that a hang or a runaway allocation in layoutc fails
+  one test instead of the whole run.
+* ``config_for``: one in-domain configuration of a checked contract.
+* ``AUDIT_SCRIPT``: imports generated modules under ``sys.addaudithook`` and
+  reports every sensitive event (see ``audit_import``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+CONTRACTS = sorted((REPO / "contracts").glob("*.moe"))
+CASES = REPO / "tests" / "cases"
+MEMORY_LIMIT = 3 << 30  # bytes of address space for each child
+
+
+def limit_child(memory: int = MEMORY_LIMIT) -> None:
+    """preexec_fn: cap the child's address space (a runaway big-int or list fails fast)."""
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+
+@dataclass
+class Result:
+    args: list[str]
+    rc: int | None
+    out: str
+    err: str
+    seconds: float
+    timed_out: bool
+
+    def describe(self) -> str:
+        return (f"layoutc {' '.join(self.args)}\n  rc={self.rc} timed_out={self.timed_out} "
+                f"seconds={self.seconds:.2f}\n  stdout: {self.out[-1500:]!r}\n  stderr: {self.err[-1500:]!r}")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("LAYOUTC_TRACEBACK", None)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def run_layoutc(args: list[str], timeout: float = 60, cwd: str | Path | None = None) -> Result:
+    """`python -m layoutc ARGS` with a timeout; a timed-out child is killed (rc None)."""
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "layoutc", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=cwd or REPO, env=_env(),
+                            preexec_fn=limit_child, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return Result(args, proc.returncode, out, err, time.monotonic() - start, False)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        return Result(args, None, out, err, time.monotonic() - start, True)
+
+
+def run_python(code: str, args: list[str], timeout: float = 60) -> Result:
+    """`python -c CODE ARGS` under the same limits."""
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=_env(),
+                            preexec_fn=limit_child, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return Result(args, proc.returncode, out, err, time.monotonic() - start, False)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        return Result(args, None, out, err, time.monotonic() - start, True)
+
+
+def crashed(text: str) -> bool:
+    """A traceback or layoutc's internal-error report in CLI output."""
+    return "Traceback (most recent call last)" in text or "LC900" in text
+
+
+def config_for(contract: Any, pick: str = "low") -> dict[str, Any]:
+    """One configuration inside every parameter's domain (`low`: the first value)."""
+    config: dict[str, Any] = {}
+    for p in contract.params:
+        if p.kind == "range":
+            config[p.name] = p.low if pick == "low" else p.high
+        else:
+            values = list(p.values)
+            config[p.name] = values[0] if pick == "low" else values[-1]
+    return config
+
+
+# ---- audited import of generated modules ----------------------------------------
+
+# Runs in a fresh interpreter. argv[1]: a JSON list of [module_path, kwargs]. Imports
+# torch and the standard modules the generated code uses *before* installing the
+# hook, then imports each module from its file under a unique name and calls
+# plan(**kwargs). Prints one JSON line per module: the sensitive events seen
+# during the import and during plan(), and the outcome of each.
+AUDIT_SCRIPT = textwrap.dedent(r'''
+    import __future__, dataclasses, importlib.util, itertools, json, logging, math, os, sys, typing
+    import torch
+
+    cases = json.loads(sys.argv[1])
+    WATCH = ("exec", "compile", "import", "open", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
+             "os.fork", "os.forkpty", "os.kill", "os.remove", "os.rename", "os.rmdir", "os.mkdir",
+             "os.chmod", "os.putenv", "os.unsetenv", "os.startfile", "shutil.", "subprocess.Popen",
+             "socket.", "urllib.", "http.", "ctypes.", "pty.spawn", "builtins.input", "webbrowser.open",
+             "code.__new__", "function.__new__", "marshal.load", "pickle.find_class", "sys.settrace",
+             "sys.setprofile", "cpython.run_", "sqlite3.", "tempfile.")
+    state = {"events": None, "busy": False}
+
+    def hook(event, args):
+        if state["events"] is None or state["busy"] or not event.startswith(WATCH):
+            return
+        state["busy"] = True
+        try:
+            frame = sys._getframe(1)
+            caller = frame.f_code.co_filename if frame is not None else "?"
+            detail = []
+            for a in args[:2]:
+                if hasattr(a, "co_filename"):
+                    detail.append("code:" + a.co_filename)
+                else:
+                    detail.append(repr(a)[:200])
+            state["events"].append([event, caller, detail])
+        finally:
+            state["busy"] = False
+
+    sys.addaudithook(hook)
+    for i, (path, kwargs) in enumerate(cases):
+        record = {"path": path}
+        state["events"] = []
+        try:
+            spec = importlib.util.spec_from_file_location(f"_audited_{i}", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+            record["import"] = "ok"
+        except BaseException as exc:
+            record["import"] = f"{type(exc).__name__}: {exc}"
+            module = None
+        record["import_events"] = state["events"]
+        state["events"] = []
+        if module is not None:
+            try:
+                result = module.plan(**kwargs)
+                record["plan"] = "ok" if type(result).__name__ == "Plan" else f"returned {type(result).__name__}"
+            except BaseException as exc:
+                kind = type(exc).__name__
+                record["plan"] = "refused" if kind == "LayoutContractError" else f"{kind}: {exc}"
+        record["plan_events"] = state["events"]
+        state["events"] = None
+        print(json.dumps(record), flush=True)
+''')
+
+
+def unexpected_events(record: dict[str, Any]) -> list[Any]:
+    """Events of one audited import that are neither the module loading itself nor dataclasses.
+
+    Loading a module legitimately opens/compiles/execs its own file (and its
+    __pycache__), and `@dataclass` compiles and execs its generated __init__.
+    Everything else (another import, another file, any process or network
+    event) is reported. plan() must raise no watched event at all.
+    """
+    path = record["path"]
+    folder = os.path.dirname(path)
+    bad = []
+    for event, caller, detail in record["import_events"]:
+        from_dataclasses = caller.endswith(os.sep + "dataclasses.py")
+        if from_dataclasses and (
+                (event == "compile" and detail and detail[0].lstrip("b").strip("'\"").startswith("def __create_fn__("))
+                or (event == "exec" and detail == ["code:<string>"])):
+            continue  # @dataclass builds __init__/__repr__/... from the (validated) field names
+        if event in ("exec", "compile") and any(path in d for d in detail):
+            continue  # the module's own code object
+        if event == "open" and detail and (detail[0].strip("'\"").startswith(folder)):
+            continue
+        bad.append([event, caller, detail])
+    return bad + [["during plan()", *e] for e in record["plan_events"]]
+
+
+def audit_import(cases: list[tuple[str, dict[str, Any]]], timeout: float = 120) -> list[dict[str, Any]]:
+    """Import every generated module in one audited child; one record per module."""
+    res = run_python(AUDIT_SCRIPT, [json.dumps(cases)], timeout=timeout)
+    records = [json.loads(line) for line in res.out.splitlines() if line.startswith("{")]
+    if res.rc != 0 or len(records) != len(cases):
+        raise AssertionError(f"audited import failed:\n{res.describe()}")
+    return records

