@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import z3
 
 from . import ir
-from .evaluate import Value, finite_values
+from .evaluate import Value, finite_values, param_deps
 
 
 class Encoder:
@@ -28,6 +28,8 @@ class Encoder:
         self.vars: dict[str, z3.ExprRef] = {}
         self.defs: list[z3.BoolRef] = []
         self._finite: dict[int, frozenset[Value] | None] = {}
+        # Finite parameters that feed a divisor or a table: the verifier splits on them.
+        self.split_params: set[str] = set()
         for p in contract.params:
             if p.kind == "bool":
                 self.vars[p.name] = z3.Bool(p.name, self.ctx)
@@ -102,6 +104,7 @@ class Encoder:
         """Expand `build(numeral)` over the finite values of `divisor`."""
         if isinstance(divisor, ir.Const) and isinstance(divisor.value, int):
             return build(divisor.value)
+        self.split_params |= param_deps(divisor, self.lets)
         values = sorted(int(v) for v in (self.finite(divisor) or ()))
         if not values:
             raise ValueError("divisor without a finite value set")
@@ -158,8 +161,9 @@ class Encoder:
         """Encode a finite-valued expression as a table over its parameters."""
         import itertools
 
-        from .evaluate import EvalError, eval_expr, param_deps
+        from .evaluate import EvalError, eval_expr
         deps = sorted(param_deps(e, self.lets))
+        self.split_params |= set(deps)
         rows: list[tuple[z3.BoolRef, int]] = []
         for combo in itertools.product(*(self.params[d].values for d in deps)):
             env: dict[str, Value] = dict(zip(deps, combo))

@@ -35,6 +35,7 @@ import contextlib
 import importlib
 import os
 import queue as queue_module
+import signal
 import socket
 import statistics
 import sys
@@ -67,6 +68,8 @@ __all__ = [
 ACTIVATIONS: tuple[str, ...] = ("silu", "gelu", "gelu_tanh")
 
 _GENERATED_PACKAGE = "layoutc_generated"
+_START_METHODS = ("spawn", "forkserver")
+_OUR_SIGNALS = (signal.SIGTERM, signal.SIGKILL)  # what the launcher sends to survivors
 # Ops that are plumbing, not kernels, when recording what a rank dispatched.
 _PLUMBING_NAMESPACES = frozenset({"aten", "prim", "prims", "c10d", "_c10d_functional"})
 
@@ -330,9 +333,25 @@ def _kernel_library() -> str | None:
     return None
 
 
+def _module_path(module_name: str) -> str:
+    return module_name if "." in module_name else f"{_GENERATED_PACKAGE}.{module_name}"
+
+
 def _import_generated(module_name: str) -> ModuleType:
-    name = module_name if "." in module_name else f"{_GENERATED_PACKAGE}.{module_name}"
-    return importlib.import_module(name)
+    return importlib.import_module(_module_path(module_name))
+
+
+_IN_COLLECTIVE = [False]  # per process: is this rank inside a gloo call right now?
+
+
+@contextlib.contextmanager
+def _collective() -> Iterator[None]:
+    """Mark a gloo call: a failure inside one is usually a peer's failure seen from here."""
+    _IN_COLLECTIVE[0] = True
+    try:
+        yield
+    finally:
+        _IN_COLLECTIVE[0] = False
 
 
 def _rank_main(rank: int, tp_size: int, port: int, module_name: str, cfg: dict[str, Any],
@@ -343,8 +362,9 @@ def _rank_main(rank: int, tp_size: int, port: int, module_name: str, cfg: dict[s
         os.environ["MASTER_ADDR"] = "127.0.0.1"
         os.environ["MASTER_PORT"] = str(port)
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        dist.init_process_group("gloo", rank=rank, world_size=tp_size,
-                                timeout=timedelta(seconds=cfg["timeout_s"]))
+        with _collective():
+            dist.init_process_group("gloo", rank=rank, world_size=tp_size,
+                                    timeout=timedelta(seconds=cfg["timeout_s"]))
         try:
             report, output = _rank_layer(rank, tp_size, module_name, cfg, tensors)
             if rank == 0:
@@ -361,7 +381,9 @@ def _rank_main(rank: int, tp_size: int, port: int, module_name: str, cfg: dict[s
         finally:
             dist.destroy_process_group()
     except BaseException as exc:
-        results.put(("error", rank, (type(exc).__name__, str(exc), traceback.format_exc())))
+        results.put(("error", rank, {"exc_type": type(exc).__name__, "message": str(exc),
+                                     "traceback": traceback.format_exc(), "secondary": _IN_COLLECTIVE[0],
+                                     "time": time.time()}))
         raise
 
 
@@ -396,7 +418,8 @@ def _rank_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, Any],
     forward_ops: list[str] = []
     output = torch.empty(0)
     for i in range(cfg["warmup"] + cfg["iters"]):
-        dist.barrier()
+        with _collective():
+            dist.barrier()
         s0 = time.perf_counter()
         if i == 0:
             with _OpRecorder() as rec:
@@ -407,7 +430,8 @@ def _rank_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, Any],
             output = mod.fused_moe(x, packed_w13, packed_w2, weights, ids, plan,
                                    w13_bias=w13_bias, w2_bias=w2_bias)
         s1 = time.perf_counter()
-        dist.all_reduce(output, op=dist.ReduceOp.SUM)
+        with _collective():
+            dist.all_reduce(output, op=dist.ReduceOp.SUM)
         s2 = time.perf_counter()
         if i >= cfg["warmup"]:
             kernel_times.append(s1 - s0)
@@ -454,11 +478,46 @@ def _make_layer(*, num_experts: int, hidden_size: int, intermediate_size: int, t
     }
 
 
+def _rank_error(tp_size: int, messages: list[tuple[str, int, Any]], processes: list[Any],
+                exc: ProcessException) -> TPRankError:
+    """The most likely root cause among the failed ranks.
+
+    Preference: a rank that raised outside a collective (lowest rank first: with a bad
+    configuration every rank raises the same error); then a rank killed by a signal it
+    did not get from us (a crash in the kernel); then the earliest error seen inside a
+    collective (the peer's side of someone else's failure).
+    """
+    errors = {m[1]: m[2] for m in messages if m[0] == "error"}
+    primary = sorted(r for r, e in errors.items() if not e["secondary"])
+    crashed = sorted(i for i, p in enumerate(processes)
+                     if p.exitcode is not None and p.exitcode < 0 and -p.exitcode not in _OUR_SIGNALS
+                     and i not in errors)
+    if primary:
+        rank = primary[0]
+    elif crashed:
+        code = processes[crashed[0]].exitcode
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        others = tuple(sorted(set(errors) | set(crashed[1:])))
+        return TPRankError(crashed[0], tp_size, name, f"rank process was killed by {name} (a crash in native "
+                           "code, e.g. the kernel) and reported nothing", str(exc), others)
+    elif errors:
+        rank = min(errors, key=lambda r: errors[r]["time"])
+    else:
+        index = getattr(exc, "error_index", -1)
+        return TPRankError(index, tp_size, type(exc).__name__, str(exc).strip().splitlines()[0], str(exc))
+    e = errors[rank]
+    return TPRankError(rank, tp_size, e["exc_type"], e["message"], e["traceback"],
+                       tuple(sorted(set(errors) - {rank})))
+
+
 def run_tp_layer(module_name: str = "vllm_cpu_grouped_gemm", *, tp_size: int, num_experts: int,
                  hidden_size: int, intermediate_size: int, top_k: int, activation: str,
                  dtype: str | torch.dtype = "bfloat16", num_tokens: int = 16, seed: int = 0,
                  bias: bool = False, isa: str = "vec", threads_per_rank: int = 1, warmup: int = 1,
-                 iters: int = 3, timeout_s: float = 300.0,
+                 iters: int = 3, timeout_s: float = 300.0, start_method: str = "spawn",
                  fail_on_rank: int | None = None) -> TPResult:
     """Run one MoE layer over `tp_size` real ranks (gloo, spawned processes) and check it.
 
@@ -477,6 +536,12 @@ def run_tp_layer(module_name: str = "vllm_cpu_grouped_gemm", *, tp_size: int, nu
     2-core machine from oversubscribing). warmup / iters: untimed and timed forward
     steps (each step is fused_moe + all_reduce after a barrier). timeout_s: limit for
     init_process_group and collectives, and for the whole call.
+    start_method: "spawn" (default: a fresh interpreter per rank, which re-imports
+    torch: about 1.2 s of CPU per rank, so 2-4 s of wall clock at tp=4 on 2 cores) or
+    "forkserver" (ranks are forked from one server process that imported torch and
+    this module once per Python session: about 0.03 s per run after the first). Both
+    are safe with OpenMP; plain "fork" is not offered (the caller's OpenMP pool does
+    not survive a fork).
     fail_on_rank: fault injection for tests: that rank raises after prepacking, while
     the others wait in the collective, to show a failure is reported, not hung on.
 
@@ -508,6 +573,8 @@ def run_tp_layer(module_name: str = "vllm_cpu_grouped_gemm", *, tp_size: int, nu
         raise ValueError(f"run_tp_layer: dtype {dtype!r} is not bfloat16, float16 or float32")
     if not (isinstance(timeout_s, int | float) and timeout_s > 0):
         raise ValueError(f"run_tp_layer: timeout_s must be > 0, got {timeout_s!r}")
+    if start_method not in _START_METHODS:
+        raise ValueError(f"run_tp_layer: start_method {start_method!r} is not one of {_START_METHODS}")
     if fail_on_rank is not None and not 0 <= fail_on_rank < tp_size:
         raise ValueError(f"run_tp_layer: fail_on_rank={fail_on_rank} is outside 0..{tp_size - 1}")
 
@@ -521,7 +588,10 @@ def run_tp_layer(module_name: str = "vllm_cpu_grouped_gemm", *, tp_size: int, nu
     cfg = {"num_experts": num_experts, "hidden_size": hidden_size, "intermediate_size": intermediate_size,
            "activation": activation, "dtype": dtype_name, "isa": isa, "threads_per_rank": threads_per_rank,
            "warmup": warmup, "iters": iters, "timeout_s": timeout_s, "fail_on_rank": fail_on_rank}
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context(start_method)
+    if start_method == "forkserver":
+        # Takes effect when the server starts (the first forkserver run of this session).
+        ctx.set_forkserver_preload([__name__, _module_path(module_name)])
     results = ctx.Queue()
     messages: list[tuple[str, int, Any]] = []
 
@@ -535,25 +605,19 @@ def run_tp_layer(module_name: str = "vllm_cpu_grouped_gemm", *, tp_size: int, nu
                 return
 
     procs = mp.start_processes(_rank_main, args=(tp_size, _free_port(), module_name, cfg, tensors, results),
-                               nprocs=tp_size, join=False, start_method="spawn")
+                               nprocs=tp_size, join=False, start_method=start_method)
     assert procs is not None
     deadline = time.monotonic() + timeout_s
     try:
-        while not procs.join(timeout=0.05):
+        while not procs.join(timeout=0.05, grace_period=1.0):
             drain()
             if time.monotonic() > deadline:
                 running = [i for i, p in enumerate(procs.processes) if p.is_alive()]
                 raise TimeoutError(f"run_tp_layer: ranks {running} of tp_size={tp_size} did not finish "
                                    f"within {timeout_s} s; terminated")
     except ProcessException as exc:
-        drain(wait=1.0)
-        errors = sorted((m for m in messages if m[0] == "error"), key=lambda m: m[1])
-        if errors:
-            _, rank, (exc_type, message, tb) = errors[0]
-            raise TPRankError(rank, tp_size, exc_type, message, tb,
-                              tuple(m[1] for m in errors[1:])) from exc
-        raise TPRankError(exc.error_index, tp_size, type(exc).__name__, str(exc).splitlines()[0] if str(exc)
-                          else "process died", str(exc)) from exc
+        drain(wait=0.5)
+        raise _rank_error(tp_size, messages, procs.processes, exc) from exc
     finally:
         for p in procs.processes:
             if p.is_alive():

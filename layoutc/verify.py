@@ -10,6 +10,7 @@ docs/verification.md for each property's encoding.
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -43,6 +44,7 @@ ROLE_ID = {"gate": 0, "up": 1, "": 0}
 class Options:
     timeout_ms: int = 2000
     rlimit: int = 20_000_000
+    quick_rlimit: int = 300_000
     seed: int = 0
     minimize: bool = True
 
@@ -97,21 +99,52 @@ class _Run:
         self.admits = self.enc.rules("admit")
         self.admitted = z3.And([self.base, *self.requires, *[f for _, f in self.admits]])
         self.sizes = self._axis_sizes()
+        self._cases: list[list[tuple[z3.ExprRef, z3.ExprRef]]] | None = None
 
     # ---- solving ----
+    def cases(self) -> list[list[tuple[z3.ExprRef, z3.ExprRef]]]:
+        """Substitutions for every combination of the finite parameters that feed a divisor
+        or a table: each case leaves only numerals as divisors (sizes stay symbolic)."""
+        if self._cases is None:
+            names = sorted(self.enc.split_params)
+            domains = [[(self.enc.vars[n], self.enc.param_value(n, v)) for v in self.contract.param(n).values]
+                       for n in names]
+            self._cases = [list(combo) for combo in itertools.product(*domains)]
+        return self._cases
+
     def solve(self, goal: z3.BoolRef, extra: list[z3.BoolRef] | None = None) -> tuple[str, z3.ModelRef | None]:
+        """One fresh solver per case; sat in any case is a counterexample (the first, in a
+        fixed order), unknown in any case (and sat in none) is inconclusive."""
+        formula = z3.And(goal, *(extra or []))
+        # First the whole domain at once under a small, deterministic resource budget;
+        # only if that is not enough, case by case.
         solver = z3.Solver(ctx=self.ctx)
-        solver.set("timeout", self.options.timeout_ms)
-        solver.set("rlimit", self.options.rlimit)
+        solver.set("rlimit", self.options.quick_rlimit)
         solver.set("random_seed", self.options.seed)
-        solver.add(goal, *(extra or []))
+        solver.add(formula)
         self.queries += 1
         result = solver.check()
         if result == z3.sat:
             return "sat", solver.model()
         if result == z3.unsat:
             return "unsat", None
-        return f"unknown ({solver.reason_unknown()})", None
+        unknown = None
+        for case in self.cases():
+            solver = z3.Solver(ctx=self.ctx)
+            solver.set("timeout", self.options.timeout_ms)
+            solver.set("rlimit", self.options.rlimit)
+            solver.set("random_seed", self.options.seed)
+            specialised = z3.simplify(z3.substitute(formula, *case)) if case else formula
+            solver.add(specialised, *(var == value for var, value in case))
+            self.queries += 1
+            result = solver.check()
+            if result == z3.sat:
+                return "sat", solver.model()
+            if result != z3.unsat and unknown is None:
+                unknown = f"unknown ({solver.reason_unknown()})"
+        if unknown is not None:
+            return unknown, None
+        return "unsat", None
 
     def minimize(self, goal: z3.BoolRef, model: z3.ModelRef) -> z3.ModelRef:
         """Shrink the range parameters (sum) while the goal stays satisfiable."""

@@ -197,3 +197,47 @@ def audit_import(cases: list[tuple[str, dict[str, Any]]], timeout: float = 120) 
     if res.rc != 0 or len(records) != len(cases):
         raise AssertionError(f"audited import failed:\n{res.describe()}")
     return records
+
+
+# ---- emit oracle ---------------------------------------------------------------
+
+EXEC_LIMIT = 200  # generated modules executed per process (each costs a few ms)
+_executed = [0]
+
+
+def emit_oracle(contract: Any, execute: bool = True) -> None:
+    """Render a checked contract: the source must compile as Python; executed (up to
+    EXEC_LIMIT times per process), plan() at the lowest and highest in-domain values
+    must return a Plan or raise LayoutContractError, and agree with evaluate.eval_lets.
+    """
+    import types
+
+    from layoutc.emit import render
+    from layoutc.evaluate import EvalError, eval_lets
+
+    source = render(contract, "fuzz/fuzz.moe", ())
+    code = compile(source, f"<generated {contract.name}>", "exec")
+    if not execute or _executed[0] >= EXEC_LIMIT:
+        return
+    _executed[0] += 1
+    name = f"_fuzz_generated_{_executed[0]}"
+    module = types.ModuleType(name)
+    sys.modules[name] = module  # @dataclass looks its module up
+    try:
+        exec(code, module.__dict__)
+        for pick in ("low", "high"):
+            config = config_for(contract, pick)
+            try:
+                plan = module.plan(**config)
+            except module.LayoutContractError:
+                continue
+            try:
+                expected = eval_lets(contract, config)
+            except EvalError:
+                continue
+            for let in contract.lets:
+                got = getattr(plan, let.name)
+                assert got == expected[let.name], (f"plan().{let.name} = {got!r} but evaluate gives "
+                                                   f"{expected[let.name]!r} at {config}")
+    finally:
+        sys.modules.pop(name, None)
