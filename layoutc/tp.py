@@ -346,12 +346,13 @@ _IN_COLLECTIVE = [False]  # per process: is this rank inside a gloo call right n
 
 @contextlib.contextmanager
 def _collective() -> Iterator[None]:
-    """Mark a gloo call: a failure inside one is usually a peer's failure seen from here."""
+    """Mark a gloo call: a failure inside one is usually a peer's failure seen from here.
+
+    The mark stays set when the call raises, for the rank's error report to read.
+    """
     _IN_COLLECTIVE[0] = True
-    try:
-        yield
-    finally:
-        _IN_COLLECTIVE[0] = False
+    yield
+    _IN_COLLECTIVE[0] = False
 
 
 def _rank_main(rank: int, tp_size: int, port: int, module_name: str, cfg: dict[str, Any],

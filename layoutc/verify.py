@@ -88,6 +88,7 @@ class _Obligation:
 class _Run:
     contract: ir.Contract
     options: Options
+    fixed: dict[str, Value] = field(default_factory=dict)
     enc: Encoder = field(init=False)
     queries: int = 0
 
@@ -97,6 +98,8 @@ class _Run:
         self.base = self.enc.domain()
         self.requires = [f for _, f in self.enc.rules("require")]
         self.admits = self.enc.rules("admit")
+        pins = [self.enc.vars[k] == self.enc.param_value(k, v) for k, v in self.fixed.items()]
+        self.base = z3.And(self.base, *pins)
         self.admitted = z3.And([self.base, *self.requires, *[f for _, f in self.admits]])
         self.sizes = self._axis_sizes()
         self._cases: list[list[tuple[z3.ExprRef, z3.ExprRef]]] | None = None
@@ -371,13 +374,13 @@ def _groups(run: _Run) -> list[_Obligation]:
                 straddle = run.enc._by_values(axis.group_size, lambda v: by(v, logical), None)
                 partial = run.enc._by_values(axis.group_size, lambda v: by(v, padded), None)
 
-                def explain(model, label=label, g=g, logical=logical, padded=padded):  # type: ignore[no-untyped-def]
+                def explain(model, label=label, g=g, logical=logical, padded=padded, axis=axis):  # type: ignore[no-untyped-def]
                     gv, lv, pv = run.val(model, g), run.val(model, logical), run.val(model, padded)
                     if lv % gv:
                         first = lv // gv * gv
-                        return (f"{label}: group {lv // gv} covers positions {first}..{first + gv - 1} of "
-                                f"{axis.group_of[0] if axis.group_of else ''}.{axis.group_of[1] if axis.group_of else ''}"
-                                f", but only {first}..{lv - 1} are live: the group straddles the pad boundary "
+                        of = ".".join(axis.group_of) if axis.group_of else "the axis"
+                        return (f"{label}: group {lv // gv} covers positions {first}..{first + gv - 1} of {of}, "
+                                f"but only {first}..{lv - 1} are live: the group straddles the pad boundary "
                                 f"(logical {lv}, group {gv})", label)
                     return f"{label}: padded size {pv} is not a whole number of groups of {gv}", label
                 obs.append(_Obligation(f"{label} groups", axis.span,
@@ -417,7 +420,7 @@ def _kernel_arguments(run: _Run) -> list[_Obligation]:
                 if cv > pv - lv:
                     return (f"padded {pv}, pad {pv - lv} per segment; kernel told {arg.name}={told}, so it skips "
                             f"the last {cv} positions of {segment} of {tname}.{aname}: positions "
-                            f"{pv - cv}..{lv - 1} are live and dropped", f"{tname}.{aname}")
+                            f"{max(0, pv - cv)}..{lv - 1} are live and dropped", f"{tname}.{aname}")
                 return f"kernel told {arg.name}={told}: a negative trim of {cv}", f"{tname}.{aname}"
             wrong = z3.Or(count > pad, count < 0)
             obs.append(_Obligation(f"{arg.name} on {tname}.{aname}", arg.span,
@@ -645,9 +648,14 @@ def _waste(run: _Run) -> Verdict:
                    Counterexample(config, derived, "worst case", "w13.n"))
 
 
-def verify(contract: ir.Contract, options: Options | None = None) -> list[Verdict]:
-    """Check every property of one contract. Returns one verdict per property id."""
-    run = _Run(contract, options or Options())
+def verify(contract: ir.Contract, options: Options | None = None,
+           fixed: dict[str, Value] | None = None) -> list[Verdict]:
+    """Check every property of one contract. Returns one verdict per property id.
+
+    `fixed` pins parameters to values (the verdict then speaks of those configurations
+    only); tests use it to compare the verifier with the generated code at run time.
+    """
+    run = _Run(contract, options or Options(), dict(fixed or {}))
     start = time.perf_counter()
     status, model = run.solve(run.admitted)
     vac_seconds = time.perf_counter() - start

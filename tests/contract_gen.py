@@ -315,15 +315,15 @@ class Gen:
         if self.r.random() < skeleton:
             decls = self.skeleton()
         else:
-            decls = [self.free_decl() for _ in range(self.r.randrange(1, 9))]
+            decls = [self.free_decl() for _ in range(self.r.randrange(1, 6))]
         if self.r.random() < 0.1:
             self.r.shuffle(decls)
         sep = self.r.choice(("\n", "\n", "\n\n", " ", "\n# comment\n"))
         return sep.join(decls) + "\n"
 
 
-def generate(rng: random.Random, skeleton: float = 0.5) -> str:
-    return Gen(rng).contract(skeleton)
+def generate(rng: random.Random, skeleton: float = 0.5, max_depth: int = 3) -> str:
+    return Gen(rng, max_depth).contract(skeleton)
 
 
 # ---- mutation ------------------------------------------------------------------

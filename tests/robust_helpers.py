@@ -239,5 +239,30 @@ def emit_oracle(contract: Any, execute: bool = True) -> None:
                 got = getattr(plan, let.name)
                 assert got == expected[let.name], (f"plan().{let.name} = {got!r} but evaluate gives "
                                                    f"{expected[let.name]!r} at {config}")
+            _pad_roundtrip(module, contract, plan)
     finally:
         sys.modules.pop(name, None)
+
+
+def _pad_roundtrip(module: Any, contract: Any, plan: Any) -> None:
+    """pad_T then unpad_T of a small tensor returns it (or raises LayoutContractError)."""
+    import math
+
+    import torch
+
+    for t in contract.tensors:
+        logical, padded = getattr(module, f"{t.name}_shapes")(plan)
+        if math.prod(logical) > 1 << 14 or math.prod(padded) > 1 << 16:
+            continue
+        if t.storage.startswith("param:"):
+            dtype = module._DTYPES[getattr(plan, t.storage.removeprefix("param:"))]
+        else:
+            dtype = getattr(torch, t.storage)
+        x = (torch.arange(math.prod(logical)) % 7).reshape(logical).to(dtype)
+        try:
+            y = getattr(module, f"pad_{t.name}")(x, plan)
+        except module.LayoutContractError:
+            continue
+        assert tuple(y.shape) == tuple(padded), f"pad_{t.name}: shape {tuple(y.shape)} != {padded}"
+        back = getattr(module, f"unpad_{t.name}")(y, plan)
+        assert torch.equal(back, x), f"unpad_{t.name}(pad_{t.name}(x)) != x"
