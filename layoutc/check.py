@@ -25,11 +25,16 @@ MAX_NAME = 64
 MAX_ENUM = 64
 MAX_PARAMS = 64
 # Names the generated module uses itself, plus the layer-level names it binds.
+KEYWORDS = frozenset({
+    "contract", "source", "policy", "param", "let", "require", "admit", "tensor", "kernel", "glue",
+    "if", "then", "else", "and", "or", "not", "match", "true", "false", "in", "int", "enum",
+})
 RESERVED = frozenset({
     "plan", "Plan", "torch", "math", "logging", "self", "cls", "config", "out", "rank", "full",
     "LayoutContractError", "KernelUnavailableError", "code", "true", "false",
 })
 AXIS_NAMES = ("experts", "n", "k")
+_STORAGE_BITS = {"int32": 32, "int16": 16, "int8": 8, "uint8": 8}
 DTYPES = frozenset({"bfloat16", "float16", "float32", "int32", "int8", "uint8", "int16",
                     "float8_e4m3fn", "float8_e5m2"})
 
@@ -54,6 +59,10 @@ GLUE_KINDS: dict[str, GlueSpec] = {
 }
 
 
+def _side(what: str) -> str:
+    return "arguments" if what == "lcm" else ("second argument" if what.isidentifier() else "right side")
+
+
 def _suggest(name: str, candidates: list[str]) -> str | None:
     close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
     return f"did you mean `{close[0]}`?" if close else None
@@ -69,6 +78,8 @@ class _Checker:
         self.defined_at: dict[str, Span] = {}
         self.members: dict[str, ir.EnumT] = {}
         self.tensors: dict[str, ir.Tensor] = {}
+        # Names whose declaration already failed: later uses stay silent (no cascades).
+        self.poisoned: set[str] = set()
         self.later_lets = {d.name for d in module.decls if isinstance(d, A.LetDecl)}
 
     # ---- helpers ----
@@ -80,9 +91,9 @@ class _Checker:
             self.err("LC204", span, f"`{name[:80]}` is not a valid name: use [A-Za-z_][A-Za-z0-9_]*, "
                      f"at most {MAX_NAME} characters, not starting with `__`")
             return False
-        if keyword.iskeyword(name) or keyword.issoftkeyword(name) or name in RESERVED \
+        if keyword.iskeyword(name) or keyword.issoftkeyword(name) or name in RESERVED or name in KEYWORDS \
                 or name in dir(builtins):
-            self.err("LC203", span, f"`{name}` is reserved (a Python keyword or builtin, or a name "
+            self.err("LC203", span, f"`{name}` is reserved (a layoutc keyword, a Python keyword or builtin, or a name "
                      "the generated module uses)")
             return False
         return True
@@ -160,6 +171,8 @@ class _Checker:
                 return ir.Code(node.span)
             if n in self.tensor_names:
                 return ir.TensorValue(n, node.span)
+        if n in self.poisoned:
+            return None
         if n in self.later_lets:
             self.err("LC208", node.span, f"`{n}` is used before its `let` is defined")
             return None
@@ -171,6 +184,8 @@ class _Checker:
 
     def axis_size(self, node: A.AxisSize) -> ir.Expr | None:
         tensor = self.tensors.get(node.tensor)
+        if tensor is None and node.tensor in self.poisoned:
+            return None
         if tensor is None:
             self.err("LC201", node.span, f"unknown tensor `{node.tensor}`",
                      help=_suggest(node.tensor, list(self.tensors)))
@@ -221,19 +236,21 @@ class _Checker:
             # axis sizes are symbolic; allow a literal divisor only
             if isinstance(e, ir.Const) and isinstance(e.value, int) and e.value > 0:
                 return True
-            self.err("LC303", e.span, f"the right side of `{what}` must be a positive constant here")
+            self.err("LC303", e.span, f"the {_side(what)} of `{what}` must be a positive constant here")
             return False
         values = finite_values(e, self.params, self.lets)
         if values is None:
-            self.err("LC303", e.span, f"the right side of `{what}` must range over a finite set of "
+            self.err("LC303", e.span, f"the {_side(what)} of `{what}` must range over a finite set of "
                      "positive values (it depends on an integer range parameter)",
                      help="take the divisor from a finite `int in {...}` or enum parameter, or a table")
             return False
         bad = sorted(v for v in values if not isinstance(v, int) or v <= 0)
         if bad or not values:
-            self.err("LC303", e.span, f"the right side of `{what}` can be {bad[0] if bad else 'undefined'}, "
-                     "which is not positive",
-                     help="guard it, e.g. `if group_size == -1 then 1 else group_size`")
+            hint = "guard it, e.g. `if group_size == -1 then 1 else group_size`" \
+                if any(isinstance(n, ir.Ref) and "group" in n.name for n in ir.walk(e)) else \
+                "make every value of the divisor positive"
+            self.err("LC303", e.span, f"the {_side(what)} of `{what}` can be {bad[0] if bad else 'undefined'}, "
+                     "which is not positive", help=hint)
             return False
         return True
 
@@ -307,9 +324,12 @@ class _Checker:
     def param(self, d: A.ParamDecl) -> None:
         if len(self.params) >= MAX_PARAMS:
             self.err("LC307", d.span, f"more than {MAX_PARAMS} parameters")
+            self.poisoned.add(d.name)
             return
         if not self.define(d.name, d.span):
+            self.poisoned.add(d.name)
             return
+        self.poisoned.add(d.name)  # removed again below once the domain is valid
         dom = d.domain
         if isinstance(dom, A.RangeDomain):
             if dom.low > dom.high:
@@ -327,6 +347,13 @@ class _Checker:
                 self.err("LC307", dom.span, f"an enum may have at most {MAX_ENUM} members")
                 return
             enum = ir.EnumT(d.name, dom.members)
+            listed: dict[str, Span] = {}
+            for member, span in zip(dom.members, dom.member_spans):
+                if member in listed:
+                    self.err("LC202", span, f"enum member `{member}` is listed twice",
+                             related=(Related(listed[member], "first listed here"),))
+                    return
+                listed[member] = span
             for member, span in zip(dom.members, dom.member_spans):
                 if not self.check_name(member, span):
                     return
@@ -341,12 +368,14 @@ class _Checker:
         else:
             p = ir.Param(d.name, "bool", ir.BOOL, (False, True), 0, 1, d.span)
         self.params[d.name] = p
+        self.poisoned.discard(d.name)
 
     member_at: dict[str, Span]
 
     def let(self, d: A.LetDecl) -> None:
         value = self.expr(d.value)
         if not self.define(d.name, d.span) or value is None:
+            self.poisoned.add(d.name)
             return
         self.lets[d.name] = ir.Let(d.name, value, value.type, d.span)
 
@@ -358,6 +387,7 @@ class _Checker:
 
     # ---- tensors ----
     def tensor(self, d: A.TensorDecl) -> None:
+        self.poisoned.add(d.name)  # until it is registered
         if not self.define(d.name, d.span):
             return
         ok = True
@@ -422,8 +452,17 @@ class _Checker:
                         ok = False
         if not ok or storage is None:
             return
+        packed = [a for a in axes if a.pack > 1]
+        if packed:
+            bits = _STORAGE_BITS.get(storage)
+            if bits is None or any(bits % a.pack for a in packed):
+                self.err("LC411", d.storage[0][1], f"`pack {packed[0].pack}` needs an integer storage type whose "
+                         f"width is a multiple of the pack factor (int32, int16, int8, uint8); found "
+                         f"`{storage.removeprefix('param:')}`")
+                return
         fill = d.fill[0]
         kind = d.kind
+        self.poisoned.discard(d.name)
         self.tensors[d.name] = ir.Tensor(d.name, kind, d.projection,  # type: ignore[arg-type]
                                          d.optional, tuple(axes), fill.kind, fill.value, storage,
                                          code_range, decode, d.span)
@@ -491,6 +530,8 @@ class _Checker:
 
     def axis_ref(self, tensor: str, axis: str, span: Span) -> ir.Axis | None:
         t = self.tensors.get(tensor)
+        if t is None and tensor in self.poisoned:
+            return None
         if t is None:
             self.err("LC201", span, f"unknown tensor `{tensor}` (declare it before this one)",
                      help=_suggest(tensor, list(self.tensors)))
@@ -504,9 +545,15 @@ class _Checker:
 
     def resolve_fills(self) -> None:
         for name, t in list(self.tensors.items()):
-            if t.fill_kind != "decoded" or t.decode is None:
-                if t.fill_kind == "decoded":
-                    self.tensors[name] = _replace_fill(t, t.fill)
+            if t.fill_kind != "decoded":
+                continue
+            if t.decode is None:
+                self.err("LC407", self.fill_spans[name], f"`fill decoded` on `{name}` needs a `decode = ...` "
+                         "clause and a `code lo..hi` range; for an unquantized tensor write `fill N`")
+                continue
+            if any(isinstance(n, ir.Ref) for n in ir.walk(t.decode)):
+                self.err("LC404", self.fill_spans[name], f"`fill decoded` on `{name}` needs a decode that does "
+                         "not depend on parameters; write the stored code with `fill N`")
                 continue
             refs: dict[str, Fraction] = {}
             bad = False
@@ -605,19 +652,28 @@ class _Checker:
         return ir.Kernel(d.name, tuple(views), tuple(aligns), activation, tuple(args), d.span)
 
     def activation(self, cl: A.ActivationClause) -> ir.Expr | None:
-        if isinstance(cl.value, A.Name) and cl.value.name in ir.ACTIVATIONS \
-                and cl.value.name not in self.members and cl.value.name not in self.params:
-            return ir.Const(cl.value.name, ir.EnumT("activation", (cl.value.name,)), cl.span)
-        value = self.expr(cl.value)
+        return self.activation_expr(cl.value, cl.span)
+
+    def activation_expr(self, node: A.Expr, span: Span) -> ir.Expr | None:
+        """An activation: a known activation name, or an enum of them."""
+        if isinstance(node, A.Name) and node.name not in self.members and node.name not in self.params \
+                and node.name not in self.lets and node.name not in self.poisoned:
+            if node.name in ir.ACTIVATIONS:
+                return ir.Const(node.name, ir.EnumT("activation", (node.name,)), span)
+            self.err("LC503", node.span, f"unknown activation `{node.name}`; known: "
+                     + ", ".join(sorted(ir.ACTIVATIONS)), help=_suggest(node.name, list(ir.ACTIVATIONS)))
+            return None
+        cl_span = span
+        value = self.expr(node)
         if value is None:
             return None
         if not isinstance(value.type, ir.EnumT):
-            self.err("LC503", cl.span, "the kernel's activation must be an activation name or an enum "
+            self.err("LC503", cl_span, "the kernel's activation must be an activation name or an enum "
                      "parameter of activations")
             return None
         unknown = [m for m in value.type.members if m not in ir.ACTIVATIONS]
         if unknown:
-            self.err("LC503", cl.span, f"unknown activation {', '.join(unknown)}; known: "
+            self.err("LC503", cl_span, f"unknown activation {', '.join(unknown)}; known: "
                      + ", ".join(sorted(ir.ACTIVATIONS)), help=_suggest(unknown[0], list(ir.ACTIVATIONS)))
             return None
         return value
@@ -633,10 +689,16 @@ class _Checker:
             self.err("LC502", d.span, f"glue `{d.kind}` needs exactly one `package` clause")
             ok = False
         ops: dict[str, str] = {}
+        given: dict[str, Span] = {}
         for name, target, span in d.ops:
-            if name not in spec.ops or name in ops:
-                self.err("LC502", span, f"glue `{d.kind}` has no op slot `{name}` (or it is given twice); "
-                         f"slots: {', '.join(spec.ops)}")
+            if name in given:
+                self.err("LC502", span, f"op `{name}` is given twice", related=(Related(given[name], "first given here"),))
+                ok = False
+                continue
+            given[name] = span
+            if name not in spec.ops:
+                self.err("LC502", span, f"glue `{d.kind}` has no op slot `{name}`; slots: {', '.join(spec.ops)}",
+                         help=_suggest(name, list(spec.ops)))
                 ok = False
                 continue
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*", target):
@@ -645,23 +707,33 @@ class _Checker:
                 continue
             ops[name] = target
         for name in spec.ops:
-            if name not in ops:
+            if name not in given:
                 self.err("LC502", d.span, f"glue `{d.kind}` needs `op {name} = \"namespace::name\"`")
                 ok = False
         args: dict[str, ir.Expr] = {}
+        given_args: dict[str, Span] = {}
         for name, value, span in d.args:
-            if name not in spec.args or name in args:
-                self.err("LC502", span, f"glue `{d.kind}` has no argument `{name}` (or it is given twice); "
-                         f"arguments: {', '.join(spec.args) or 'none'}")
+            if name in given_args:
+                self.err("LC502", span, f"argument `{name}` is given twice",
+                         related=(Related(given_args[name], "first given here"),))
                 ok = False
                 continue
-            e = self.expr(value)
+            given_args[name] = span
+            if name not in spec.args:
+                self.err("LC502", span, f"glue `{d.kind}` has no argument `{name}`; arguments: "
+                         f"{', '.join(spec.args) or 'none'}", help=_suggest(name, list(spec.args)))
+                ok = False
+                continue
+            defined = isinstance(value, A.Name) and (value.name in self.params or value.name in self.lets
+                                                     or value.name in self.members or value.name in self.poisoned)
+            bare = name == "activation" and isinstance(value, A.Name) and not defined
+            e = self.activation_expr(value, span) if bare else self.expr(value)
             if e is None:
                 ok = False
                 continue
             args[name] = e
         for name in spec.args:
-            if name not in args:
+            if name not in given_args:
                 self.err("LC502", d.span, f"glue `{d.kind}` needs `arg {name} = ...`")
                 ok = False
         if not ok:
@@ -767,7 +839,7 @@ def check(module: A.Module, text: str) -> tuple[ir.Contract | None, list[Diagnos
     if glue_decl is not None:
         glue = c.glue(glue_decl)
     if policy is None and contract is not None:
-        c.diags.append(warning("LC206", contract.span, "no `policy` declared; using `policy error`"))
+        c.diags.append(warning("LC210", contract.span, "no `policy` declared; using `policy error`"))
     if any(d.severity == "error" for d in c.diags) or contract is None:
         return None, c.diags
     return ir.Contract(
@@ -786,10 +858,17 @@ def load(path: str, text: str | None = None) -> tuple[ir.Contract | None, list[D
         try:
             with open(path, "rb") as fh:
                 raw = fh.read(2 << 20)
-            text = raw.decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
             return None, [error("LC100", Span(path, 0, 0, 0, 0), f"cannot read contract: {reason}")], None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw[:exc.start].count(b"\n") + 1
+            column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+            return None, [error("LC100", Span(path, line, column, line, column + 1),
+                                f"contract is not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}")], None
+        text = text.removeprefix("\ufeff")  # a UTF-8 byte-order mark is not part of the contract
     module, diags = parse(text, path)
     if module is None:
         return None, diags, text

@@ -66,10 +66,11 @@ CODES: dict[str, str] = {
     "LC203": "name is reserved (Python keyword, builtin or layoutc name)",
     "LC204": "name violates the identifier rule",
     "LC205": "missing `contract` declaration",
-    "LC206": "duplicate `contract`, `policy` or `activation` declaration",
+    "LC206": "duplicate `contract`, `policy`, `kernel`, `glue` or kernel `activation` declaration",
     "LC207": "enum member clashes with another name",
     "LC208": "definition is used before it is defined",
     "LC209": "missing `source` declaration",
+    "LC210": "no `policy` declared (`policy error` is assumed)",
     # 3xx: types and domains
     "LC301": "type mismatch",
     "LC302": "empty or impossible parameter domain",
@@ -90,12 +91,12 @@ CODES: dict[str, str] = {
     "LC408": "decode expression is invalid",
     "LC409": "missing weight tensor for a projection",
     "LC410": "tensor axes disagree with the projection's axes",
+    "LC411": "packing needs an integer storage type whose width the pack factor divides",
     # 5xx: kernel and glue
     "LC501": "unknown glue kind",
     "LC502": "glue is missing a required argument or has an unknown one",
     "LC503": "unknown activation",
     "LC504": "kernel argument trims an axis that is not padded",
-    "LC505": "fallback policy needs a fallback name",
     # 9xx: internal
     "LC900": "internal error in layoutc (please report it)",
 }

@@ -45,7 +45,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from types import ModuleType
-from typing import Any
+from typing import Any, Self
 
 import torch
 import torch.distributed as dist
@@ -222,8 +222,7 @@ def _expert_loop(hidden_states: torch.Tensor, w13: torch.Tensor, w2: torch.Tenso
                  topk_weights: torch.Tensor, topk_ids: torch.Tensor, activation: str,
                  w13_bias: torch.Tensor | None, w2_bias: torch.Tensor | None,
                  compute_dtype: torch.dtype) -> torch.Tensor:
-    tokens, hidden, experts = _check_moe_inputs(hidden_states, w13, w2, topk_weights, topk_ids,
-                                                w13_bias, w2_bias)
+    tokens, hidden, _ = _check_moe_inputs(hidden_states, w13, w2, topk_weights, topk_ids, w13_bias, w2_bias)
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation {activation!r} is not one of {ACTIVATIONS}")
     out = torch.zeros(tokens, hidden, dtype=torch.float32)
@@ -308,7 +307,7 @@ class _OpRecorder:
         self.ops: list[str] = []
         self._prof = torch.autograd.profiler.profile(use_kineto=False)
 
-    def __enter__(self) -> _OpRecorder:
+    def __enter__(self) -> Self:
         with _quiet_stderr_fd():
             self._prof.__enter__()
         return self
@@ -324,12 +323,11 @@ class _OpRecorder:
 
 
 def _kernel_library() -> str | None:
-    with contextlib.suppress(OSError):
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            for line in maps:
-                path = line.split()[-1] if line.split() else ""
-                if "/vllm/_C" in path and path.endswith(".so"):
-                    return path
+    with contextlib.suppress(OSError), open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        for line in maps:
+            fields = line.split()
+            if fields and "/vllm/_C" in fields[-1] and fields[-1].endswith(".so"):
+                return fields[-1]
     return None
 
 

@@ -25,7 +25,7 @@ BASE = (CORPUS / "_base.moe.txt").as_posix()
 # Codes that no corpus file triggers, and why.
 NOT_IN_CORPUS = {
     "LC105": "needs a file over 1 MiB; test_file_too_large builds one in a temporary folder",
-    "LC505": "never emitted: the grammar already requires a name after `policy fallback`",
+    "LC210": "a warning (exit 0): test_missing_policy_is_a_warning checks it",
     "LC900": "internal error: only a bug in layoutc can raise it",
 }
 
@@ -111,3 +111,12 @@ def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     _no_traceback(out, err)
     assert code == 1
     assert "error[LC100]" in err
+
+
+def test_missing_policy_is_a_warning(tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    text = (ROOT / BASE).read_text().replace("policy error\n", "")
+    path = tmp_path / "no_policy.moe"
+    path.write_text(text)
+    assert main(["check", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "warning[LC210]: no `policy` declared; using `policy error`" in err
