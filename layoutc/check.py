@@ -18,7 +18,7 @@ from fractions import Fraction
 from . import ast as A
 from . import ir
 from .diagnostics import Diagnostic, Related, Span, error, warning
-from .evaluate import EvalError, eval_real, finite_values
+from .evaluate import MAX_MAGNITUDE, EvalError, Interval, TooLarge, eval_real, finite_values, int_bounds
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_NAME = 64
@@ -30,8 +30,10 @@ KEYWORDS = frozenset({
     "if", "then", "else", "and", "or", "not", "match", "true", "false", "in", "int", "enum",
 })
 RESERVED = frozenset({
-    "plan", "Plan", "torch", "math", "logging", "self", "cls", "config", "out", "rank", "full",
-    "LayoutContractError", "KernelUnavailableError", "code", "true", "false",
+    "plan", "Plan", "torch", "math", "logging", "itertools", "dataclass", "dataclasses", "Any", "self", "cls",
+    "config", "out", "rank", "full", "reason", "supported", "LayoutContractError", "KernelUnavailableError",
+    "CONTRACT", "SOURCE_FILE", "SOURCE_SHA256", "SOURCES", "PROVED", "POLICY", "FALLBACK", "PACKAGE",
+    "WORKAROUND_ENV", "code", "true", "false",
 })
 AXIS_NAMES = ("experts", "n", "k")
 _STORAGE_BITS = {"int32": 32, "int16": 16, "int8": 8, "uint8": 8}
@@ -80,6 +82,9 @@ class _Checker:
         self.tensors: dict[str, ir.Tensor] = {}
         # Names whose declaration already failed: later uses stay silent (no cascades).
         self.poisoned: set[str] = set()
+        self.enum_work = [0, 2_000_000]
+        self.bounds: dict[str, Interval] = {}
+        self.reported_too_large = False
         self.later_lets = {d.name for d in module.decls if isinstance(d, A.LetDecl)}
 
     # ---- helpers ----
@@ -87,9 +92,9 @@ class _Checker:
         self.diags.append(error(code, span, msg, **kw))  # type: ignore[arg-type]
 
     def check_name(self, name: str, span: Span) -> bool:
-        if not IDENT.match(name) or len(name) > MAX_NAME or name.startswith("__"):
-            self.err("LC204", span, f"`{name[:80]}` is not a valid name: use [A-Za-z_][A-Za-z0-9_]*, "
-                     f"at most {MAX_NAME} characters, not starting with `__`")
+        if not IDENT.match(name) or len(name) > MAX_NAME or name.startswith("_"):
+            self.err("LC204", span, f"`{name[:80]}` is not a valid name: use [A-Za-z][A-Za-z0-9_]*, "
+                     f"at most {MAX_NAME} characters, not starting with `_`")
             return False
         if keyword.iskeyword(name) or keyword.issoftkeyword(name) or name in RESERVED or name in KEYWORDS \
                 or name in dir(builtins):
@@ -128,10 +133,10 @@ class _Checker:
             if operand is None:
                 return None
             if node.op == "not":
-                return self.expect(operand, ir.BOOL) and ir.Op("not", (operand,), ir.BOOL, node.span)
+                return ir.Op("not", (operand,), ir.BOOL, node.span) if self.expect(operand, ir.BOOL) else None
             if isinstance(operand.type, ir.RealT):
                 return ir.Op("neg", (operand,), ir.REAL, node.span)
-            return self.expect(operand, ir.INT) and ir.Op("neg", (operand,), ir.INT, node.span)
+            return ir.Op("neg", (operand,), ir.INT, node.span) if self.expect(operand, ir.INT) else None
         if isinstance(node, A.Binary):
             return self.binary(node, kw)
         if isinstance(node, A.Call):
@@ -238,7 +243,14 @@ class _Checker:
                 return True
             self.err("LC303", e.span, f"the {_side(what)} of `{what}` must be a positive constant here")
             return False
-        values = finite_values(e, self.params, self.lets)
+        try:
+            values = finite_values(e, self.params, self.lets, spent=self.enum_work)
+        except TooLarge:
+            if not self.reported_too_large:
+                self.err("LC307", e.span, "too much work to enumerate this divisor's values over the contract's "
+                         "finite parameters; use fewer or smaller finite domains")
+                self.reported_too_large = True
+            return False
         if values is None:
             self.err("LC303", e.span, f"the {_side(what)} of `{what}` must range over a finite set of "
                      "positive values (it depends on an integer range parameter)",
@@ -368,6 +380,8 @@ class _Checker:
         else:
             p = ir.Param(d.name, "bool", ir.BOOL, (False, True), 0, 1, d.span)
         self.params[d.name] = p
+        if p.type == ir.INT:
+            self.bounds[d.name] = (p.low, p.high)
         self.poisoned.discard(d.name)
 
     member_at: dict[str, Span]
@@ -377,6 +391,14 @@ class _Checker:
         if not self.define(d.name, d.span) or value is None:
             self.poisoned.add(d.name)
             return
+        if value.type == ir.INT:
+            bounds = int_bounds(value, self.bounds)
+            if bounds is None or max(abs(bounds[0]), abs(bounds[1])) > MAX_MAGNITUDE:
+                self.err("LC308", d.span, f"`{d.name}` can exceed 2**62 in magnitude for some configuration; "
+                         "sizes never get there")
+                self.poisoned.add(d.name)
+                return
+            self.bounds[d.name] = bounds
         self.lets[d.name] = ir.Let(d.name, value, value.type, d.span)
 
     def rule(self, d: A.RuleDecl) -> ir.Rule | None:
@@ -429,8 +451,8 @@ class _Checker:
         code_range = None
         if d.code:
             lo, hi, span = d.code[0]
-            if lo > hi or hi - lo > 65535:
-                self.err("LC302", span, f"code range {lo}..{hi} is empty or wider than 65536 codes")
+            if lo > hi or hi - lo >= 4096:
+                self.err("LC302", span, f"code range {lo}..{hi} is empty or wider than 4096 codes")
                 ok = False
             code_range = (lo, hi)
         decode = None
@@ -520,7 +542,11 @@ class _Checker:
         g = self.expr(spec.group_size)
         if g is None or not self.expect(g, ir.INT):
             return None
-        values = finite_values(g, self.params, self.lets)
+        try:
+            values = finite_values(g, self.params, self.lets, spent=self.enum_work)
+        except TooLarge:
+            self.err("LC307", g.span, "too much work to enumerate this group size's values")
+            return None
         if values is None or any(not isinstance(v, int) or (v <= 0 and v != -1) for v in values):
             self.err("LC303", g.span, "a group size must range over a finite set of positive values "
                      "(or -1 for one group over the whole axis)")
@@ -583,6 +609,21 @@ class _Checker:
                          f"{t.fill} when the tensors it reads hold their own pad values")
                 continue
             self.tensors[name] = _replace_fill(t, chosen)
+
+    def check_fill_ranges(self) -> None:
+        """A stored pad code must fit the storage type (per packed element when packed)."""
+        for name, t in self.tensors.items():
+            bits = _STORAGE_BITS.get(t.storage)
+            if bits is None or t.fill_kind == "uninit":
+                continue
+            pack = max((a.pack for a in t.axes), default=1)
+            width = bits // pack
+            low = -(1 << (width - 1)) if t.storage != "uint8" or pack > 1 else 0
+            high = (1 << width) - 1 if pack > 1 or t.storage == "uint8" else (1 << (width - 1)) - 1
+            if not low <= t.fill <= high:
+                where = f"{width}-bit packed elements" if pack > 1 else t.storage
+                self.err("LC308", self.fill_spans[name], f"pad code {t.fill} of `{name}` does not fit {where} "
+                         f"({low}..{high})")
 
     # ---- kernel ----
     def kernel(self, d: A.KernelDecl) -> ir.Kernel | None:
@@ -832,6 +873,7 @@ def check(module: A.Module, text: str) -> tuple[ir.Contract | None, list[Diagnos
         c.err("LC209", contract.span if contract else top,
               "missing `source \"...\"`: every contract names the kernel file or PR it follows")
     c.resolve_fills()
+    c.check_fill_ranges()
     if not any(d.severity == "error" for d in c.diags):
         c.structure(contract.span if contract else top)
     if kernel_decl is not None:

@@ -18,6 +18,10 @@ Value = int | bool | str
 Env = Mapping[str, Value]
 
 
+class TooLarge(Exception):
+    """Enumerating a finite domain would exceed the work budget."""
+
+
 class EvalError(ValueError):
     """A value is undefined here (division by zero, negative divisor)."""
 
@@ -34,8 +38,22 @@ def _mod(a: int, b: int) -> int:
     return a % b
 
 
+MAX_MAGNITUDE = 1 << 62
+
+
 def apply_op(op: str, args: list[Value]) -> Value:
-    """Apply one operator or builtin to already-evaluated arguments."""
+    """Apply one operator or builtin to already-evaluated arguments.
+
+    Integer results beyond 2**62 in magnitude raise EvalError (sizes never get there;
+    a contract that does is rejected instead of computing astronomically large ints).
+    """
+    result = _apply(op, args)
+    if isinstance(result, int) and not isinstance(result, bool) and abs(result) > MAX_MAGNITUDE:
+        raise EvalError(f"value exceeds 2**62 in `{op}`")
+    return result
+
+
+def _apply(op: str, args: list[Value]) -> Value:
     if op == "not":
         return not args[0]
     if op == "neg":
@@ -163,23 +181,44 @@ def param_deps(expr: ir.Expr, lets: Mapping[str, ir.Let]) -> set[str]:
     return out
 
 
+def needed_lets(expr: ir.Expr, lets: Mapping[str, ir.Let]) -> list[ir.Let]:
+    """The `let`s `expr` reads, directly or not, in declaration order."""
+    seen: set[str] = set()
+    todo = [n for n in refs(expr) if n in lets]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo.extend(n for n in refs(lets[name].value) if n in lets)
+    return [let for let in lets.values() if let.name in seen]
+
+
 def finite_values(expr: ir.Expr, params: Mapping[str, ir.Param], lets: Mapping[str, ir.Let],
-                  limit: int = 4096) -> frozenset[Value] | None:
+                  limit: int = 4096, budget: int = 200_000,
+                  spent: list[int] | None = None) -> frozenset[Value] | None:
     """Every value `expr` can take, when it depends on finite parameters only.
 
-    Returns None when a dependency ranges over an integer interval or the
-    product of domains exceeds `limit`. Combinations where `expr` is undefined
-    (EvalError) are skipped.
+    Returns None when a dependency ranges over an integer interval, the product of
+    domains exceeds `limit`, or the evaluation work (combinations times `let`s to
+    evaluate) exceeds `budget`. Combinations where `expr` is undefined (EvalError)
+    are skipped. `spent` ([work so far, limit]) bounds the work over many calls:
+    past its limit, TooLarge is raised.
     """
     deps = sorted(param_deps(expr, lets))
     if any(not params[d].finite for d in deps):
         return None
+    order = needed_lets(expr, lets)
+    work = sum(1 for _ in ir.walk(expr)) + sum(sum(1 for _ in ir.walk(let.value)) for let in order)
     total = 1
     for d in deps:
         total *= len(params[d].values)
-        if total > limit:
+        if total > limit or total * work > budget:
             return None
-    order = [let for let in lets.values()]
+    if spent is not None and deps:
+        spent[0] += total * work
+        if spent[0] > spent[1]:
+            raise TooLarge(f"enumerating finite domains took more than {spent[1]} evaluations")
     out: set[Value] = set()
     for combo in itertools.product(*(params[d].values for d in deps)):
         env: dict[str, Value] = dict(zip(deps, combo))
@@ -218,3 +257,55 @@ def iter_configs(contract: ir.Contract, ranges: Mapping[str, Iterable[int]]) -> 
     domains = [list(ranges[p.name]) if not p.finite else list(p.values) for p in contract.params]
     for combo in itertools.product(*domains):
         yield dict(zip(names, combo))
+
+
+Interval = tuple[int, int]
+
+
+def int_bounds(expr: ir.Expr, known: Mapping[str, Interval]) -> Interval | None:
+    """A sound interval for an integer expression (None when it is not an int).
+
+    `known` holds intervals of integer parameters and lets. Used by the checker to
+    refuse lets that could exceed 2**62 (the generated code would compute huge ints).
+    """
+    if isinstance(expr, ir.Const):
+        return (expr.value, expr.value) if isinstance(expr.value, int) and not isinstance(expr.value, bool) else None
+    if isinstance(expr, ir.Ref):
+        return known.get(expr.name)
+    if isinstance(expr, ir.Cond):
+        a, b = int_bounds(expr.then, known), int_bounds(expr.orelse, known)
+        return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
+    if isinstance(expr, ir.Select):
+        parts = [int_bounds(v, known) for _, v in expr.cases]
+        if expr.default is not None:
+            parts.append(int_bounds(expr.default, known))
+        if any(p is None for p in parts) or not parts:
+            return None
+        return (min(p[0] for p in parts if p), max(p[1] for p in parts if p))
+    if not isinstance(expr, ir.Op) or expr.type != ir.INT:
+        return None
+    args = [int_bounds(a, known) for a in expr.args]
+    if any(a is None for a in args):
+        return None
+    if expr.op == "neg":
+        lo, hi = args[0]  # type: ignore[misc]
+        return (-hi, -lo)
+    (alo, ahi), (blo, bhi) = args  # type: ignore[misc]
+    if expr.op == "+":
+        return (alo + blo, ahi + bhi)
+    if expr.op == "-":
+        return (alo - bhi, ahi - blo)
+    if expr.op in ("*", "lcm"):
+        products = [alo * blo, alo * bhi, ahi * blo, ahi * bhi]
+        return (min(products + [0]) if expr.op == "lcm" else min(products), max(products))
+    if expr.op in ("/", "round_down", "cdiv", "round_up"):
+        m = max(abs(alo), abs(ahi)) + max(abs(blo), abs(bhi))
+        return (-m, m)
+    if expr.op in ("%", "gcd"):
+        m = max(abs(blo), abs(bhi), abs(alo), abs(ahi))
+        return (-m, m)
+    if expr.op == "min":
+        return (min(alo, blo), min(ahi, bhi))
+    if expr.op == "max":
+        return (max(alo, blo), max(ahi, bhi))
+    return None

@@ -161,14 +161,14 @@ class Encoder:
         """Encode a finite-valued expression as a table over its parameters."""
         import itertools
 
-        from .evaluate import EvalError, eval_expr
+        from .evaluate import EvalError, eval_expr, needed_lets
         deps = sorted(param_deps(e, self.lets))
         self.split_params |= set(deps)
         rows: list[tuple[z3.BoolRef, int]] = []
         for combo in itertools.product(*(self.params[d].values for d in deps)):
             env: dict[str, Value] = dict(zip(deps, combo))
             try:
-                for let in self.contract.lets:
+                for let in needed_lets(e, self.lets):
                     try:
                         env[let.name] = eval_expr(let.value, env)
                     except EvalError:

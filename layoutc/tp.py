@@ -1,8 +1,9 @@
 """Real tensor parallelism on real kernels: one MoE layer, `tp_size` processes, gloo.
 
 `run_tp_layer` starts `tp_size` ranks with `torch.multiprocessing` (start method
-"spawn", no torchrun), joins them into a gloo process group on 127.0.0.1 and runs
-one MoE layer the way a tensor-parallel engine does:
+"spawn" by default, or "forkserver"; no torchrun), joins them into a gloo process
+group on 127.0.0.1 (a free port found by binding port 0) and runs one MoE layer the
+way a tensor-parallel engine does:
 
 1. Every rank calls the generated module's `plan(...)` with its `tp_size`.
 2. It takes its shard of one full logical checkpoint layer with the generated
@@ -12,8 +13,8 @@ one MoE layer the way a tensor-parallel engine does:
    `prepack`) and runs the real `_C::cpu_fused_moe` (via `fused_moe`).
 4. The partial outputs are summed with `dist.all_reduce(SUM)`: w13 is
    column-parallel and w2 row-parallel, so each rank holds a partial sum over its
-   slice of the intermediate dim. `w2_bias` is handed to the kernel on rank 0 only,
-   so it is added exactly once.
+   slice of the intermediate dim. The reduction runs in the model dtype (bf16), as
+   in vLLM. `w2_bias` is handed to the kernel on rank 0 only, so it is added once.
 5. Rank 0 compares the reduced output with `reference_moe`, an unsharded,
    unpadded float32 per-expert loop that shares no code with the kernel path.
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import os
 import queue as queue_module
 import signal
@@ -103,17 +105,21 @@ class TPRankError(RuntimeError):
 class RankReport:
     """What one rank did.
 
-    kernel_ops: every non-aten op the rank dispatched while prepacking and running
-    the layer, in first-seen order (e.g. `("_C::prepack_moe_weight", "_C::cpu_fused_moe")`),
-    recorded from the dispatcher (RecordFunction), so it names the op that really ran.
-    forward_op: the op dispatched by `fused_moe` (`"_C::cpu_fused_moe"` for the real kernel),
-    or "" if the forward dispatched no non-aten op.
+    kernel_ops: the kernel ops the rank dispatched while prepacking and running the
+    layer, in first-seen order: every op outside aten/prim plus the module's declared
+    `_PREPACK_OP` / `_FORWARD_OP` (e.g. `("_C::prepack_moe_weight", "_C::cpu_fused_moe")`).
+    Recorded from the dispatcher (RecordFunction), so it names the op that really ran.
+    forward_op: the op `fused_moe` dispatched: the module's `_FORWARD_OP` if it ran
+    (`"_C::cpu_fused_moe"` for the vLLM CPU kernel), else the last kernel op, else "".
+    prepack_path: "prepack_padded" (the module re-blocks the padded shard as it is) or
+    "unpad+prepack" (a module without `prepack_padded`: the shard is unpadded and
+    `prepack` pads it again).
     kernel_library: path of the loaded `vllm/_C*.abi3.so` (from /proc/self/maps), or None.
     num_threads: `torch.get_num_threads()` inside the rank.
     shard_seconds: `shard_w13` + `shard_w2` (+ `shard_w13_bias`).
-    unpad_seconds: `unpad_w13` + `unpad_w2` of the padded shards (the re-pad happens
-    again inside `prepack`; see `run_tp_layer`).
-    prepack_seconds: the module's `prepack` (pad + `_C::prepack_moe_weight` on both).
+    unpad_seconds: `unpad_w13` + `unpad_w2` on the "unpad+prepack" path (each skipped
+    when that tensor has no padding), else 0.
+    prepack_seconds: `prepack_padded` or `prepack` (both weights).
     forward_seconds: median over the timed iterations of `fused_moe` + `all_reduce`.
     kernel_seconds: median of `fused_moe` alone.
     """
@@ -123,6 +129,7 @@ class RankReport:
     num_threads: int
     kernel_ops: tuple[str, ...]
     forward_op: str
+    prepack_path: str
     kernel_library: str | None
     shard_seconds: float
     unpad_seconds: float
@@ -142,7 +149,7 @@ class TPResult:
     float32 reference (dimensionless).
     max_abs_error: `max |out - ref|` (units of the layer output).
     seconds: one tensor-parallel forward (kernel + all_reduce), the slowest rank's median.
-    setup_seconds: shard + unpad + prepack, the slowest rank.
+    setup_seconds: shard (+ unpad) + prepack, the slowest rank.
     wall_seconds: the whole call, process start to join.
     ranks: one `RankReport` per rank, in rank order.
     """
@@ -295,7 +302,7 @@ def _quiet_stderr_fd() -> Iterator[None]:
 
 
 class _OpRecorder:
-    """Records the qualified name of every non-aten op the dispatcher runs inside the block.
+    """Records the qualified name of every op the dispatcher runs inside the block.
 
     Uses torch's RecordFunction hooks (the legacy autograd profiler, CPU only), which
     see every op that goes through the dispatcher, custom `_C::` ops included. (A
@@ -316,10 +323,13 @@ class _OpRecorder:
         with _quiet_stderr_fd():
             self._prof.__exit__(*exc)
         if exc[0] is None:
-            for event in self._prof.function_events:
-                name = str(event.name)
-                if name.split("::")[0] not in _PLUMBING_NAMESPACES and name not in self.ops:
-                    self.ops.append(name)
+            self.ops = list(dict.fromkeys(str(event.name) for event in self._prof.function_events))
+
+
+def _kernel_ops(ops: list[str], mod: ModuleType) -> list[str]:
+    """The kernels among recorded ops: any op outside aten/prim, plus the module's declared ops."""
+    declared = {getattr(mod, name, None) for name in ("_PREPACK_OP", "_FORWARD_OP")}
+    return [op for op in ops if op in declared or op.split("::")[0] not in _PLUMBING_NAMESPACES]
 
 
 def _kernel_library() -> str | None:
@@ -386,27 +396,49 @@ def _rank_main(rank: int, tp_size: int, port: int, module_name: str, cfg: dict[s
         raise
 
 
+def _has_padding(mod: ModuleType, tensor: str, plan: Any) -> bool:
+    """Whether `tensor`'s padded shape differs from its logical one (True when unknown)."""
+    shapes = getattr(mod, f"{tensor}_shapes", None)
+    if shapes is None:
+        return True
+    logical, padded = shapes(plan)
+    return bool(logical != padded)
+
+
 def _rank_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, Any],
                 tensors: dict[str, torch.Tensor | None]) -> tuple[dict[str, Any], torch.Tensor]:
     mod = _import_generated(module_name)
-    plan = mod.plan(num_experts=cfg["num_experts"], hidden_size=cfg["hidden_size"],
-                    intermediate_size=cfg["intermediate_size"], tp_size=tp_size, isa=cfg["isa"],
-                    activation=cfg["activation"], dtype=cfg["dtype"])
+    plan_args = {"num_experts": cfg["num_experts"], "hidden_size": cfg["hidden_size"],
+                 "intermediate_size": cfg["intermediate_size"], "tp_size": tp_size, "isa": cfg["isa"],
+                 "activation": cfg["activation"], "dtype": cfg["dtype"]}
+    accepted = inspect.signature(mod.plan).parameters
+    plan = mod.plan(**{k: v for k, v in plan_args.items() if k in accepted})
     t0 = time.perf_counter()
     w13 = mod.shard_w13(tensors["w13"], rank, plan)
     w2 = mod.shard_w2(tensors["w2"], rank, plan)
     w13_bias = None if tensors["w13_bias"] is None else mod.shard_w13_bias(tensors["w13_bias"], rank, plan)
     t1 = time.perf_counter()
-    # The module has no prepack for an already-padded shard: `prepack` pads its input
-    # itself, so hand it the logical shard back (a copy, then a second pad inside).
-    w13 = mod.unpad_w13(w13, plan)
-    w2 = mod.unpad_w2(w2, plan)
+    unpad_seconds = 0.0
+    prepack_padded = getattr(mod, "prepack_padded", None)
+    if prepack_padded is None:
+        # No prepack for an already-padded shard: `prepack` pads its input itself, so
+        # hand it the logical shard back (one extra copy, then a second pad inside).
+        # (Skipped where a tensor has no padding: the shard is then already logical.)
+        if _has_padding(mod, "w13", plan):
+            w13 = mod.unpad_w13(w13, plan)
+        if _has_padding(mod, "w2", plan):
+            w2 = mod.unpad_w2(w2, plan)
+        unpad_seconds = time.perf_counter() - t1
     t2 = time.perf_counter()
-    with _OpRecorder() as prepack_ops:
-        packed_w13, packed_w2 = mod.prepack(w13, w2, plan)
+    with _OpRecorder() as prepack_rec:
+        if prepack_padded is None:
+            packed_w13, packed_w2 = mod.prepack(w13, w2, plan)
+        else:
+            packed_w13, packed_w2 = prepack_padded(w13.contiguous(), w2.contiguous(), plan)
     t3 = time.perf_counter()
     del w13, w2
     w2_bias = tensors["w2_bias"] if rank == 0 else None  # row-parallel: add the bias once
+    bias_args = {} if tensors["w13_bias"] is None else {"w13_bias": w13_bias, "w2_bias": w2_bias}
 
     if cfg.get("fail_on_rank") == rank:
         raise RuntimeError(f"injected failure on rank {rank} (fail_on_rank={rank})")
@@ -422,12 +454,10 @@ def _rank_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, Any],
         s0 = time.perf_counter()
         if i == 0:
             with _OpRecorder() as rec:
-                output = mod.fused_moe(x, packed_w13, packed_w2, weights, ids, plan,
-                                       w13_bias=w13_bias, w2_bias=w2_bias)
-            forward_ops = rec.ops
+                output = mod.fused_moe(x, packed_w13, packed_w2, weights, ids, plan, **bias_args)
+            forward_ops = _kernel_ops(rec.ops, mod)
         else:
-            output = mod.fused_moe(x, packed_w13, packed_w2, weights, ids, plan,
-                                   w13_bias=w13_bias, w2_bias=w2_bias)
+            output = mod.fused_moe(x, packed_w13, packed_w2, weights, ids, plan, **bias_args)
         s1 = time.perf_counter()
         with _collective():
             dist.all_reduce(output, op=dist.ReduceOp.SUM)
@@ -435,12 +465,16 @@ def _rank_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, Any],
         if i >= cfg["warmup"]:
             kernel_times.append(s1 - s0)
             step_times.append(s2 - s0)
-    ops = tuple(dict.fromkeys([*prepack_ops.ops, *forward_ops]))
+    declared_forward = getattr(mod, "_FORWARD_OP", None)
+    forward_op = (declared_forward if declared_forward in forward_ops
+                  else forward_ops[-1] if forward_ops else "")
+    ops = tuple(dict.fromkeys([*_kernel_ops(prepack_rec.ops, mod), *forward_ops]))
     report = {
         "rank": rank, "pid": os.getpid(), "num_threads": torch.get_num_threads(),
-        "kernel_ops": ops, "forward_op": forward_ops[-1] if forward_ops else "",
+        "kernel_ops": ops, "forward_op": forward_op,
+        "prepack_path": "prepack_padded" if prepack_padded is not None else "unpad+prepack",
         "kernel_library": _kernel_library(),
-        "shard_seconds": t1 - t0, "unpad_seconds": t2 - t1, "prepack_seconds": t3 - t2,
+        "shard_seconds": t1 - t0, "unpad_seconds": unpad_seconds, "prepack_seconds": t3 - t2,
         "forward_seconds": statistics.median(step_times), "kernel_seconds": statistics.median(kernel_times),
         "plan": (plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded),
     }
@@ -521,8 +555,11 @@ def run_tp_layer(module_name: str = "vllm_cpu_grouped_gemm", *, tp_size: int, nu
     """Run one MoE layer over `tp_size` real ranks (gloo, spawned processes) and check it.
 
     module_name: a generated module, "vllm_cpu_grouped_gemm" or
-    "layoutc_generated.vllm_cpu_grouped_gemm"; it must provide `plan`, `shard_w13`,
-    `shard_w2`, `shard_w13_bias`, `unpad_w13`, `unpad_w2`, `prepack` and `fused_moe`.
+    "layoutc_generated.vllm_cpu_grouped_gemm" (a dotted name is imported as given). It
+    must provide `plan`, `shard_w13`, `shard_w2`, `prepack_padded` or `prepack` with
+    `unpad_w13` / `unpad_w2`, and `fused_moe`; with bias=True also `shard_w13_bias` and
+    a `fused_moe` taking `w13_bias=` / `w2_bias=`. `isa` is passed to `plan` only if it
+    takes one (e.g. "torch_grouped_mm" and "zentorch_fused_moe" do not).
     tp_size: number of ranks (processes); num_experts (E), hidden_size (H),
     intermediate_size (I, the whole model's per-expert width), top_k: the layer.
     activation: one of `ACTIVATIONS`. dtype: "bfloat16" (default), "float16" or
@@ -544,10 +581,11 @@ def run_tp_layer(module_name: str = "vllm_cpu_grouped_gemm", *, tp_size: int, nu
     fail_on_rank: fault injection for tests: that rank raises after prepacking, while
     the others wait in the collective, to show a failure is reported, not hung on.
 
-    Each rank shards with the generated `shard_*` (the logical per-rank stride), then,
-    because the module's `prepack` pads its input itself and there is no prepack for an
-    already-padded tensor, passes `unpad_*(shard_*(...))` to `prepack`: correct, but it
-    costs one extra copy of the shard and a second pad (see `RankReport.unpad_seconds`).
+    Each rank shards with the generated `shard_*` (the logical per-rank stride, written
+    straight into the padded shard) and re-blocks that shard with the module's
+    `prepack_padded`. A module without `prepack_padded` gets `unpad_*(shard_*(...))`
+    passed to its `prepack`, which pads again: correct, but one extra copy and a second
+    pad (see `RankReport.prepack_path` and `unpad_seconds`).
 
     Returns a `TPResult` (errors against `reference_moe`, timings, per-rank kernel ops).
     Raises ValueError on bad arguments here, `TPRankError` naming the rank when a rank

@@ -46,7 +46,7 @@ class Result:
                 f"seconds={self.seconds:.2f}\n  stdout: {self.out[-1500:]!r}\n  stderr: {self.err[-1500:]!r}")
 
 
-def _env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("LAYOUTC_TRACEBACK", None)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
@@ -57,7 +57,7 @@ def run_layoutc(args: list[str], timeout: float = 60, cwd: str | Path | None = N
     """`python -m layoutc ARGS` with a timeout; a timed-out child is killed (rc None)."""
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "layoutc", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=cwd or REPO, env=_env(),
+                            stderr=subprocess.PIPE, text=True, cwd=cwd or REPO, env=child_env(),
                             preexec_fn=limit_child, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -68,14 +68,14 @@ def run_layoutc(args: list[str], timeout: float = 60, cwd: str | Path | None = N
         return Result(args, None, out, err, time.monotonic() - start, True)
 
 
-def run_python(code: str, args: list[str], timeout: float = 60) -> Result:
-    """`python -c CODE ARGS` under the same limits."""
+def run_python(code: str, args: list[str], timeout: float = 60, stdin: str | None = None) -> Result:
+    """`python -c CODE ARGS` under the same limits (`stdin`: text fed to the child)."""
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=_env(),
+                            stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True, cwd=REPO, env=child_env(),
                             preexec_fn=limit_child, start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(stdin or "", timeout=timeout)
         return Result(args, proc.returncode, out, err, time.monotonic() - start, False)
     except subprocess.TimeoutExpired:
         proc.kill()
@@ -86,6 +86,15 @@ def run_python(code: str, args: list[str], timeout: float = 60) -> Result:
 def crashed(text: str) -> bool:
     """A traceback or layoutc's internal-error report in CLI output."""
     return "Traceback (most recent call last)" in text or "LC900" in text
+
+
+def configs_for(contract: Any) -> list[dict[str, Any]]:
+    """Three in-domain configurations: all lowest, all highest, and ranges low with the
+    last enum/set/bool value (exercises passing, failing `require` and failing `admit`
+    paths of a generated plan())."""
+    low, high = config_for(contract, "low"), config_for(contract, "high")
+    mixed = {p.name: (low if p.kind == "range" else high)[p.name] for p in contract.params}
+    return [low, high, mixed]
 
 
 def config_for(contract: Any, pick: str = "low") -> dict[str, Any]:
@@ -102,16 +111,16 @@ def config_for(contract: Any, pick: str = "low") -> dict[str, Any]:
 
 # ---- audited import of generated modules ----------------------------------------
 
-# Runs in a fresh interpreter. argv[1]: a JSON list of [module_path, kwargs]. Imports
-# torch and the standard modules the generated code uses *before* installing the
-# hook, then imports each module from its file under a unique name and calls
-# plan(**kwargs). Prints one JSON line per module: the sensitive events seen
+# Runs in a fresh interpreter. stdin: a JSON list of [module_path, [kwargs, ...]].
+# Imports torch and the standard modules the generated code uses *before*
+# installing the hook, then imports each module from its file under a unique name
+# and calls plan(**kwargs) for each configuration. Prints one JSON line per module: the sensitive events seen
 # during the import and during plan(), and the outcome of each.
 AUDIT_SCRIPT = textwrap.dedent(r'''
     import __future__, dataclasses, importlib.util, itertools, json, logging, math, os, sys, typing
     import torch
 
-    cases = json.loads(sys.argv[1])
+    cases = json.loads(sys.stdin.read())
     WATCH = ("exec", "compile", "import", "open", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
              "os.fork", "os.forkpty", "os.kill", "os.remove", "os.rename", "os.rmdir", "os.mkdir",
              "os.chmod", "os.putenv", "os.unsetenv", "os.startfile", "shutil.", "subprocess.Popen",
@@ -152,13 +161,14 @@ AUDIT_SCRIPT = textwrap.dedent(r'''
             module = None
         record["import_events"] = state["events"]
         state["events"] = []
-        if module is not None:
+        record["plan"] = []
+        for config in (kwargs if module is not None else []):
             try:
-                result = module.plan(**kwargs)
-                record["plan"] = "ok" if type(result).__name__ == "Plan" else f"returned {type(result).__name__}"
+                result = module.plan(**config)
+                record["plan"].append("ok" if type(result).__name__ == "Plan" else f"returned {type(result).__name__}")
             except BaseException as exc:
                 kind = type(exc).__name__
-                record["plan"] = "refused" if kind == "LayoutContractError" else f"{kind}: {exc}"
+                record["plan"].append("refused" if kind == "LayoutContractError" else f"{kind}: {exc}")
         record["plan_events"] = state["events"]
         state["events"] = None
         print(json.dumps(record), flush=True)
@@ -190,9 +200,9 @@ def unexpected_events(record: dict[str, Any]) -> list[Any]:
     return bad + [["during plan()", *e] for e in record["plan_events"]]
 
 
-def audit_import(cases: list[tuple[str, dict[str, Any]]], timeout: float = 120) -> list[dict[str, Any]]:
+def audit_import(cases: list[tuple[str, list[dict[str, Any]]]], timeout: float = 120) -> list[dict[str, Any]]:
     """Import every generated module in one audited child; one record per module."""
-    res = run_python(AUDIT_SCRIPT, [json.dumps(cases)], timeout=timeout)
+    res = run_python(AUDIT_SCRIPT, [], timeout=timeout, stdin=json.dumps(cases))
     records = [json.loads(line) for line in res.out.splitlines() if line.startswith("{")]
     if res.rc != 0 or len(records) != len(cases):
         raise AssertionError(f"audited import failed:\n{res.describe()}")

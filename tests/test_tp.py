@@ -51,6 +51,7 @@ def check_real_tp(r: TPResult, tp: int) -> None:
     assert r.kernels == ("_C::cpu_fused_moe",) * tp, r.kernels
     for x in r.ranks:
         assert set(REAL_OPS) <= set(x.kernel_ops), (x.rank, x.kernel_ops)
+        assert x.prepack_path == "prepack_padded" and x.unpad_seconds == 0
         assert x.kernel_library is None or "/vllm/_C" in x.kernel_library
         assert x.num_threads == 1
         assert x.forward_seconds > 0 and x.kernel_seconds > 0
@@ -111,6 +112,15 @@ def test_one_failing_rank_is_named_not_its_peers() -> None:
         run_tp_layer(tp_size=4, fail_on_rank=2, timeout_s=120, start_method="forkserver", **GEMMA)
     assert info.value.rank == 2
     assert time.monotonic() - start < 60
+
+
+def test_another_generated_module_torch_grouped_mm() -> None:
+    # torch only (aten::_grouped_mm), so this runs wherever torch does. Its plan() takes
+    # no isa and it has no prepack_padded: the unpad + prepack path.
+    r = run_tp_layer("torch_grouped_mm", tp_size=4, start_method="forkserver", **GEMMA)
+    assert r.kernels == ("aten::_grouped_mm",) * 4
+    assert all(x.prepack_path == "unpad+prepack" for x in r.ranks)
+    assert r.rel_error < TOLERANCE, r.rel_error
 
 
 def test_argument_errors() -> None:
