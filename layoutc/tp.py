@@ -413,6 +413,8 @@ def _rank_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, Any],
                  "activation": cfg["activation"], "dtype": cfg["dtype"]}
     accepted = inspect.signature(mod.plan).parameters
     plan = mod.plan(**{k: v for k, v in plan_args.items() if k in accepted})
+    if tensors["w13_bias"] is not None and not hasattr(mod, "shard_w13_bias"):
+        raise ValueError(f"{mod.__name__} takes no expert bias (it has no shard_w13_bias); run with bias=False")
     t0 = time.perf_counter()
     w13 = mod.shard_w13(tensors["w13"], rank, plan)
     w2 = mod.shard_w2(tensors["w2"], rank, plan)

@@ -45,6 +45,7 @@ class Options:
     timeout_ms: int = 2000
     rlimit: int = 20_000_000
     quick_rlimit: int = 300_000
+    max_cases: int = 512
     seed: int = 0
     minimize: bool = True
 
@@ -132,7 +133,14 @@ class _Run:
         if result == z3.unsat:
             return "unsat", None
         unknown = None
-        for case in self.cases():
+        cases = self.cases()
+        if len(cases) > self.options.max_cases:
+            return (f"unknown (whole domain: {solver.reason_unknown()}; {len(cases)} cases exceed the "
+                    f"case-split limit {self.options.max_cases})"), None
+        deadline = time.perf_counter() + 4 * self.options.timeout_ms / 1000
+        for case in cases:
+            if time.perf_counter() > deadline:
+                return f"unknown (case split ran past {4 * self.options.timeout_ms} ms)", None
             solver = z3.Solver(ctx=self.ctx)
             solver.set("timeout", self.options.timeout_ms)
             solver.set("rlimit", self.options.rlimit)
@@ -572,6 +580,12 @@ def _decide(run: _Run, prop: str, obligations: list[_Obligation], span: Span) ->
     start = time.perf_counter()
     q0 = run.queries
     unknown: list[str] = []
+    if len(obligations) > 1:
+        # One query for the whole property first: unsat proves every obligation at once.
+        status, _ = run.solve(z3.Or([ob.goal for ob in obligations]))
+        if status == "unsat":
+            return Verdict(prop, "proved", f"{len(obligations)} obligation(s) proved", time.perf_counter() - start,
+                           run.queries - q0, span)
     for ob in obligations:
         status, model = run.solve(ob.goal)
         if status == "sat":
@@ -626,24 +640,25 @@ def _waste(run: _Run) -> Verdict:
     q0 = run.queries
     w13 = run.contract.weight("w13")
     logical, padded, _ = run.sizes[(w13.name, "n")]
-    lo, hi, best = 0, 1000, None
+    lo, hi, best, gave_up = 0, 100, None, None
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        status, model = run.solve(z3.And(run.admitted, padded > 0, (padded - logical) * 1000 >= mid * padded))
+        status, model = run.solve(z3.And(run.admitted, padded > 0, (padded - logical) * 100 >= mid * padded))
         if status == "sat":
             lo, best = mid, model
         elif status == "unsat":
             hi = mid - 1
         else:
+            gave_up = status
             break
     seconds = time.perf_counter() - start
     if best is None:
-        return Verdict("waste", "info", "no padding anywhere in the domain", seconds, run.queries - q0,
-                       run.contract.span)
+        detail = f"not determined: the solver gave up ({gave_up})" if gave_up else "no padding anywhere in the domain"
+        return Verdict("waste", "info", detail, seconds, run.queries - q0, run.contract.span)
     config, derived = run.concrete(best)
     lv, pv = run.val(best, logical), run.val(best, padded)
     where = ", ".join(f"{k}={v}" for k, v in config.items())
-    return Verdict("waste", "info", f"worst-case pad fraction >= {lo / 10:.1f}% of the intermediate dim "
+    return Verdict("waste", "info", f"worst-case pad fraction >= {lo}% of the intermediate dim "
                    f"({lv} -> {pv}) at {where}", seconds, run.queries - q0, run.contract.span,
                    Counterexample(config, derived, "worst case", "w13.n"))
 

@@ -350,7 +350,7 @@ except BaseException:
     out["error"] = traceback.format_exc()[-3000:]
 print(json.dumps(out))
 '''
-REGRESSION_TIMEOUT = float(os.environ.get("LAYOUTC_FUZZ_REGRESSION_TIMEOUT", "12"))
+REGRESSION_TIMEOUT = float(os.environ.get("LAYOUTC_FUZZ_REGRESSION_TIMEOUT", "10"))
 
 
 @pytest.fixture(scope="module")
