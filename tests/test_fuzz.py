@@ -298,7 +298,7 @@ def test_hypothesis_contracts(text: str) -> None:
 
 # ---- CLI: single-token edits of every shipped contract ---------------------------
 
-CLI_EDITS = int(os.environ.get("LAYOUTC_FUZZ_CLI_EDITS", str(max(60, BUDGET // 100))))
+CLI_EDITS = int(os.environ.get("LAYOUTC_FUZZ_CLI_EDITS", str(max(60, BUDGET // 300))))
 
 
 @pytest.mark.parametrize("path", CONTRACTS, ids=[p.name for p in CONTRACTS])

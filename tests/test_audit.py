@@ -1,0 +1,407 @@
+"""Tests for `layoutc audit` (layoutc/audit.py): the public cases, costs, formats and errors.
+
+Speed is not asserted here (see docs/audit.md, "Speed", for the measurement).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from layoutc.audit import (
+    CONTRACT_FORMATS,
+    AuditRow,
+    audit,
+    audit_report,
+    checkpoint_format,
+    load_contracts,
+    parse_tp,
+    render_markdown,
+    render_text,
+)
+from layoutc.check import load
+from layoutc.cli import main
+from layoutc.hfconfig import (
+    INTERMEDIATE_SIZE_ALIASES,
+    NUM_EXPERTS_ALIASES,
+    bundled_model_names,
+    load_model_config,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTRACTS = ROOT / "contracts"
+
+ROW_KEYS = {
+    "model", "model_name", "contract", "variant", "tp_size", "intermediate_size",
+    "intermediate_size_per_partition", "intermediate_size_per_partition_padded", "admitted", "rule",
+    "reason", "pad_fraction", "extra_bytes", "extra_flops_pct", "num_moe_layers", "params", "violations",
+}
+SKIPPED_KEYS = {"model", "model_name", "contract", "reason"}
+
+
+@pytest.fixture(scope="module")
+def contracts():
+    loaded, problems = load_contracts([str(CONTRACTS)])
+    assert problems is None, problems
+    return loaded
+
+
+def contract(name: str):
+    c, diags, _ = load(str(CONTRACTS / f"{name}.moe"))
+    assert c is not None, diags
+    return c
+
+
+def rows_for(name: str, tps, contracts, **where):
+    rows = audit([(name, load_model_config(name))], tps, contracts)
+    return [r for r in rows if all(getattr(r, k) == v for k, v in where.items())]
+
+
+def one(rows):
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def run_json(capsys, *argv: str) -> dict:
+    assert main(["audit", *argv, "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+# ---- the public cases ---------------------------------------------------------------
+
+
+def test_gemma4_tp4_pads_176_to_192_on_vec(contracts):
+    row = one(rows_for("gemma-4-26b-a4b", [4], contracts, contract="vllm_cpu_grouped_gemm",
+                       variant={"isa": "vec"}))
+    assert row.admitted and row.rule is None and row.reason is None
+    assert (row.intermediate_size_per_partition, row.intermediate_size_per_partition_padded) == (176, 192)
+    assert row.pad_fraction == pytest.approx(16 / 192)
+    assert row.extra_flops_pct == pytest.approx(16 / 176 * 100)
+    assert row.params["dtype"] == "bfloat16" and row.params["activation"] == "gelu_tanh"
+    # extra bytes: w13 gets 16 zero rows per half, w2 16 zero columns, w13_bias 16 per half;
+    # bf16 (2 bytes); 128 experts, H = 2816; all 30 layers are MoE layers.
+    e, h, pad, layers = 128, 2816, 16, 30
+    per_layer = (e * 2 * pad * h + e * h * pad + e * 2 * pad) * 2
+    assert row.extra_bytes == per_layer * layers
+
+
+def test_gemma4_tp2_is_aligned(contracts):
+    row = one(rows_for("gemma-4-26b-a4b", [2], contracts, contract="vllm_cpu_grouped_gemm",
+                       variant={"isa": "vec"}))
+    assert row.admitted
+    assert (row.intermediate_size_per_partition, row.intermediate_size_per_partition_padded) == (352, 352)
+    assert row.pad_fraction == 0 and row.extra_bytes == 0 and row.extra_flops_pct == 0
+
+
+def test_gemma4_every_isa_is_a_variant(contracts):
+    rows = rows_for("gemma-4-26b-a4b", [4], contracts, contract="vllm_cpu_grouped_gemm")
+    by_isa = {r.variant["isa"]: r for r in rows}
+    assert set(by_isa) == {"vec", "amx", "neon", "vsx"}
+    # vsx tiles are (16, 2): 176 is already aligned.
+    assert by_isa["vsx"].intermediate_size_per_partition_padded == 176
+    assert by_isa["amx"].intermediate_size_per_partition_padded == 192
+
+
+def test_minimax_m2_block_fp8_tp8_not_admitted(contracts):
+    row = one(rows_for("minimax-m2", [8], contracts, contract="marlin_moe_fp8"))
+    assert row.params["scheme"] == "fp8_block128"
+    assert row.intermediate_size_per_partition == 192
+    assert not row.admitted
+    # The reason is the contract's own admit message, at the line the rule names.
+    c = contract("marlin_moe_fp8")
+    line = int(row.rule.removeprefix("admit line "))
+    rule = next(r for r in c.admits if r.span.line == line)
+    assert row.reason == rule.message
+    assert "scale blocks" in row.reason and "block_k" in row.reason
+    assert row.pad_fraction is None and row.extra_bytes is None and row.extra_flops_pct is None
+
+
+def test_minimax_m2_block_fp8_tp4_admitted_and_scale_dtype_pinned(contracts):
+    rows = rows_for("minimax-m2", [1, 2, 4, 8], contracts, contract="marlin_moe_fp8")
+    # The uint8 (MXFP8) scale dtype contradicts block FP8 for every TP: no such variant.
+    assert {r.variant.get("scale_dtype") for r in rows} == {"float32"}
+    assert [r.admitted for r in rows] == [True, True, True, False]
+
+
+def test_gpt_oss_120b_tp8_aiter_pads_360_to_512(contracts):
+    row = one(rows_for("gpt-oss-120b", [8], contracts, contract="aiter_fused_moe"))
+    assert row.admitted
+    assert (row.intermediate_size_per_partition, row.intermediate_size_per_partition_padded) == (360, 512)
+    assert row.pad_fraction == pytest.approx(152 / 512)
+    assert row.params["activation"] == "swigluoai"
+
+
+# ---- mapping rules ------------------------------------------------------------------
+
+
+def test_checkpoint_formats_of_bundled_models():
+    formats = {name: checkpoint_format(load_model_config(name)).key for name in bundled_model_names()}
+    assert formats["deepseek-v2-lite-gptq"] == "gptq_int4"
+    assert formats["deepseek-v3"] == "fp8_block128"
+    assert formats["minimax-m2"] == "fp8_block128"
+    assert formats["gpt-oss-120b"] == formats["gpt-oss-20b"] == "mxfp4"
+    assert formats["mixtral-8x7b"] == formats["gemma-4-26b-a4b"] == "unquantized"
+
+
+def test_every_pair_is_a_row_or_skipped(contracts):
+    """No (model, contract) pair disappears silently."""
+    models = [(n, load_model_config(n)) for n in bundled_model_names()]
+    report = audit_report(models, [1, 2, 4, 8, 16], contracts)
+    with_rows = {(r.model, r.contract) for r in report.rows}
+    skipped = {(s.model, s.contract) for s in report.skipped}
+    assert not with_rows & skipped
+    assert with_rows | skipped == {(n, c.name) for n, _ in models for c in contracts}
+    assert all(s.reason for s in report.skipped)
+
+
+def test_quantized_contracts_only_take_matching_checkpoints(contracts):
+    models = [(n, load_model_config(n)) for n in bundled_model_names()]
+    report = audit_report(models, [1], contracts)
+    pairs = {(r.model, r.contract) for r in report.rows}
+    assert {m for m, c in pairs if c == "marlin_moe_wna16"} == {"deepseek-v2-lite-gptq"}
+    assert {m for m, c in pairs if c == "marlin_moe_fp8"} == {"deepseek-v3", "minimax-m2"}
+    assert not {m for m, c in pairs if c == "flashinfer_nvfp4_moe"}
+    assert ("gpt-oss-120b", "aiter_fused_moe") in pairs
+    assert ("gpt-oss-120b", "vllm_cpu_grouped_gemm") not in pairs
+    assert ("mixtral-8x7b", "aiter_fused_moe") in pairs
+    skip = next(s for s in report.skipped if (s.model, s.contract) == ("mixtral-8x7b", "marlin_moe_fp8"))
+    assert "unquantized" in skip.reason
+
+
+def test_require_violation_is_a_row(contracts):
+    row = one(rows_for("gemma-4-26b-a4b", [3], contracts, contract="vllm_cpu_grouped_gemm",
+                       variant={"isa": "vec"}))
+    assert not row.admitted and row.rule.startswith("require line ")
+    assert row.reason == "intermediate_size must split evenly over tp_size"
+    # 704 / 3 is not a size: no per-rank numbers are reported.
+    assert row.intermediate_size_per_partition is None and row.extra_bytes is None
+
+
+def test_unsupported_activation(contracts):
+    rows = rows_for("nemotron-3-nano-30b-a3b", [1, 2], contracts, contract="vllm_cpu_grouped_gemm")
+    assert len(rows) == 2 and all(r.variant == {} for r in rows)
+    for r in rows:
+        assert not r.admitted and r.rule.startswith("param line ")
+        assert r.reason.startswith("activation relu2 not supported by this kernel")
+    row = one(rows_for("gemma-4-26b-a4b", [1], contracts, contract="aiter_fused_moe"))
+    assert "activation gelu_tanh not supported by this kernel" in row.reason
+
+
+def test_tp_outside_contract_domain(contracts):
+    row = one(rows_for("gpt-oss-120b", [3], contracts, contract="aiter_fused_moe"))
+    assert not row.admitted and "tp_size = 3 is outside" in row.reason
+
+
+def test_dtype_enumerated_when_config_omits_it(contracts):
+    rows = rows_for("deepseek-v2-lite-gptq", [1], contracts, contract="marlin_moe_wna16")
+    assert {r.variant["dtype"] for r in rows} == {"float16", "bfloat16"}
+    assert all(r.params["group_size"] == 128 and r.params["act_order"] is True for r in rows)
+
+
+def test_dtype_outside_enum_is_enumerated(contracts):
+    # OLMoE is float32; the AMX kernel takes bf16 only (an admit, so a row says so).
+    rows = rows_for("olmoe-1b-7b", [1], contracts, contract="vllm_cpu_grouped_gemm")
+    amx = next(r for r in rows if r.variant == {"isa": "amx"})
+    assert not amx.admitted and "bfloat16" in amx.reason
+    f16 = dataclasses.replace(load_model_config("mixtral-8x7b"), dtype="float16")
+    rows = audit([("m", f16)], [1], [contract("zentorch_fused_moe")])
+    assert {r.variant["dtype"] for r in rows} == {"bfloat16", "float32"}
+
+
+def test_gptq_act_order(contracts):
+    rows = rows_for("deepseek-v2-lite-gptq", [1, 2, 4], contracts, contract="marlin_moe_wna16",
+                    variant={"dtype": "bfloat16"})
+    assert [r.admitted for r in rows] == [True, False, False]
+    # 704 % 128 != 0: a quant group would straddle the pad boundary.
+    assert "group_size" in rows[1].reason
+    assert {v for r in rows[2:] for _, v in r.violations} >= {
+        next(r.message for r in contract("marlin_moe_wna16").admits if "act-order" in r.message)}
+
+
+def test_extra_bytes_counts_packed_and_grouped_storage():
+    base = load_model_config("deepseek-v2-lite-gptq")
+    model = dataclasses.replace(base, act_order=False, group_size=32)
+    row = one([r for r in audit([("m", model)], [4], [contract("marlin_moe_wna16")])
+               if r.variant == {"dtype": "float16"}])
+    assert (row.intermediate_size_per_partition, row.intermediate_size_per_partition_padded) == (352, 384)
+    e, h, g, i, p = 64, 2048, 32, 352, 384
+    per_layer = (
+        e * (h // 8) * 2 * (p - i) * 4          # w13_qweight int32, k packed 8
+        + e * (h // g) * 2 * (p - i) * 2        # w13_scales fp16
+        + e * (h // g) * 2 * (p - i) // 8 * 4   # w13_qzeros int32, n packed 8
+        + e * 2 * (p - i) * 2                   # w13_bias fp16
+        + e * (p - i) // 8 * h * 4              # w2_qweight int32, k packed 8
+        + e * (p // g - i // g) * h * 2         # w2_scales fp16
+        + e * (p // g - i // g) * (h // 8) * 4  # w2_qzeros int32
+    )
+    assert row.extra_bytes == per_layer * base.num_moe_layers
+
+
+def test_extra_bytes_mxfp8_scale_groups():
+    base = load_model_config("minimax-m2")
+    model = dataclasses.replace(base, block_size=(1, 32))
+    assert checkpoint_format(model).key == "mxfp8"
+    row = one(audit([("m", model)], [16], [contract("marlin_moe_fp8")]))
+    assert row.variant == {"scale_dtype": "uint8"} and row.admitted
+    assert (row.intermediate_size_per_partition, row.intermediate_size_per_partition_padded) == (96, 128)
+    e, h = 256, 3072
+    per_layer = e * 2 * 32 * h + e * 2 * 32 * (h // 32) + e * h * 32 + e * h * 1  # all 1-byte
+    assert row.extra_bytes == per_layer * 62
+
+
+def test_unknown_quantized_contract_is_skipped(tmp_path):
+    text = (CONTRACTS / "marlin_moe_fp8.moe").read_text().replace(
+        "contract marlin_moe_fp8", "contract my_fp8_kernel")
+    (tmp_path / "my.moe").write_text(text)
+    loaded, problems = load_contracts([str(tmp_path)])
+    assert problems is None
+    report = audit_report([("minimax-m2", load_model_config("minimax-m2"))], [8], loaded)
+    assert not report.rows
+    assert "CONTRACT_FORMATS" in one(list(report.skipped)).reason
+    assert "my_fp8_kernel" not in CONTRACT_FORMATS
+
+
+def test_unknown_unquantized_contract_takes_unquantized_models(tmp_path):
+    text = (CONTRACTS / "torch_grouped_mm.moe").read_text().replace(
+        "contract torch_grouped_mm", "contract my_gemm")
+    path = tmp_path / "my_gemm.moe"
+    path.write_text(text)
+    loaded, _ = load_contracts([str(path)])
+    rows = audit([("mixtral-8x7b", load_model_config("mixtral-8x7b"))], [2], loaded)
+    assert one(rows).contract == "my_gemm" and rows[0].admitted
+
+
+def test_audit_labels_configs_by_name(contracts):
+    rows = audit([load_model_config("gemma-4-26b-a4b")], [2], contracts)
+    assert rows and isinstance(rows[0], AuditRow)
+    assert {r.model for r in rows} == {"google/gemma-4-26B-A4B-it"}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rows[0].admitted = False  # type: ignore[misc]
+
+
+# ---- CLI and formats ----------------------------------------------------------------
+
+
+def test_json_schema(capsys):
+    doc = run_json(capsys, "gemma-4-26b-a4b", "minimax-m2", "--tp", "2,8")
+    assert set(doc) == {"rows", "skipped"}
+    assert doc["rows"] and doc["skipped"]
+    for row in doc["rows"]:
+        assert set(row) == ROW_KEYS
+        assert isinstance(row["variant"], dict) and isinstance(row["params"], dict)
+        assert isinstance(row["admitted"], bool) and isinstance(row["tp_size"], int)
+        assert isinstance(row["violations"], list)
+        if row["admitted"]:
+            assert row["rule"] is None and row["reason"] is None and row["violations"] == []
+            assert isinstance(row["extra_bytes"], int) and isinstance(row["pad_fraction"], float | int)
+        else:
+            assert isinstance(row["rule"], str) and isinstance(row["reason"], str)
+            assert row["violations"][0] == {"rule": row["rule"], "reason": row["reason"]}
+            assert row["extra_bytes"] is None and row["pad_fraction"] is None
+    for entry in doc["skipped"]:
+        assert set(entry) == SKIPPED_KEYS
+    minimax = [r for r in doc["rows"] if r["model"] == "minimax-m2" and r["tp_size"] == 8]
+    assert [r["admitted"] for r in minimax] == [False]
+    assert {(s["model"], s["contract"]) for s in doc["skipped"]} >= {
+        ("gemma-4-26b-a4b", "marlin_moe_fp8"), ("minimax-m2", "vllm_cpu_grouped_gemm")}
+
+
+def _cells(line: str) -> list[str]:
+    # split on unescaped pipes
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def test_markdown_shape(capsys):
+    assert main(["audit", "gemma-4-26b-a4b", "gpt-oss-120b", "--tp", "1,4", "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    header, separator = _cells(lines[0]), _cells(lines[1])
+    assert header[:4] == ["model", "contract", "variant", "TP"] and header[-1] == "fast path"
+    assert len(separator) == len(header) and all(set(c) <= set("-:") for c in separator)
+    table = [line for line in lines[2:] if line.startswith("|")]
+    assert table and all(len(_cells(line)) == len(header) for line in table)
+    report = audit_report([(n, load_model_config(n)) for n in ("gemma-4-26b-a4b", "gpt-oss-120b")],
+                          [1, 4], load_contracts([str(CONTRACTS)])[0])
+    assert len(table) == len(report.rows)
+    assert "Skipped (model, contract) pairs:" in out
+    assert any("| gemma-4-26b-a4b | `vllm_cpu_grouped_gemm` | isa=vec | 4 | 176 | 192 |" in line
+               for line in table)
+    assert render_markdown(report) == out
+
+
+def test_text_table_grouped_and_aligned(capsys):
+    assert main(["audit", "gemma-4-26b-a4b", "minimax-m2", "--tp", "2,4,8"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("gemma-4-26b-a4b (google/gemma-4-26B-A4B-it)") < out.index("minimax-m2 (MiniMaxAI")
+    assert "legend:" in out and "skipped:" in out
+    lines = out.splitlines()
+    header = next(line for line in lines if line.lstrip().startswith("contract"))
+    column = header.index("fast path")
+    names = tuple(f"  {c.stem} " for c in CONTRACTS.glob("*.moe"))
+    rows = [line for line in lines if line.startswith(names)]
+    assert rows and all(line[column:].startswith(("yes", "NO  ")) for line in rows)
+    gemma = next(line for line in rows if "vllm_cpu_grouped_gemm" in line and "isa=vec" in line
+                 and re.search(r"\s4\s+176\s+192\s", line))
+    assert "8.3%" in gemma and "+9.1%" in gemma
+
+
+def test_contracts_option_takes_files_and_folders(capsys, tmp_path):
+    doc = run_json(capsys, "gemma-4-26b-a4b", "--tp", "4",
+                   "--contracts", str(CONTRACTS / "vllm_cpu_grouped_gemm.moe"))
+    assert {r["contract"] for r in doc["rows"]} == {"vllm_cpu_grouped_gemm"}
+    folder = tmp_path / "c"
+    folder.mkdir()
+    (folder / "z.moe").write_text((CONTRACTS / "zentorch_fused_moe.moe").read_text())
+    doc = run_json(capsys, "gemma-4-26b-a4b", "--tp", "4", "--contracts", str(folder),
+                   str(CONTRACTS / "torch_grouped_mm.moe"))
+    assert {r["contract"] for r in doc["rows"]} == {"zentorch_fused_moe", "torch_grouped_mm"}
+
+
+def test_bad_config_exit_2_names_fields_tried(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"hidden_size": 64, "moe_intermediate_size": 32, "num_experts_per_tok": 2,
+                                "num_hidden_layers": 2, "hidden_act": "silu"}))
+    assert main(["audit", str(path), "--tp", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "num_experts" in err and ", ".join(NUM_EXPERTS_ALIASES) in err
+    no_width = tmp_path / "no_width.json"
+    no_width.write_text(json.dumps({"hidden_size": 64, "num_experts": 4}))
+    assert main(["audit", str(no_width)]) == 2
+    assert ", ".join(INTERMEDIATE_SIZE_ALIASES) in capsys.readouterr().err
+    assert main(["audit", str(tmp_path / "missing.json")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_unknown_bundled_name_did_you_mean(capsys):
+    assert main(["audit", "gemma-4-26b", "--tp", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean" in err and "'gemma-4-26b-a4b'" in err
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("tp", ["x", "0", "-2", ",", "2.5"])
+def test_bad_tp_exit_2(capsys, tp):
+    assert main(["audit", "gemma-4-26b-a4b", f"--tp={tp}"]) == 2
+    assert "--tp" in capsys.readouterr().err
+
+
+def test_parse_tp():
+    assert parse_tp("1, 2,4,2,8") == [1, 2, 4, 8]
+
+
+def test_broken_contract_exit_1(capsys, tmp_path):
+    (tmp_path / "bad.moe").write_text("contract x\nparam a: int in 1..2\nlet b = nope\n")
+    assert main(["audit", "gemma-4-26b-a4b", "--contracts", str(tmp_path)]) == 1
+    assert "error[" in capsys.readouterr().err
+
+
+def test_text_render_of_report_matches_cli(capsys, contracts):
+    assert main(["audit", "gpt-oss-120b", "--tp", "8"]) == 0
+    out = capsys.readouterr().out
+    report = audit_report([("gpt-oss-120b", load_model_config("gpt-oss-120b"))], [8], contracts)
+    assert render_text(report) == out
+    assert re.search(r"aiter_fused_moe\s+-\s+8\s+360\s+512\s", out)

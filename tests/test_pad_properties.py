@@ -1,0 +1,196 @@
+"""Property tests of every generated module and every tensor it declares.
+
+For configurations drawn by hypothesis (and admitted by the contract):
+- pad places each logical element where an independent index map (written here from
+  the contract's axis layouts, not from the generated code) says, and every other
+  position holds the contract's pad code;
+- unpad(pad(x)) == x, and pad with `out=` writes the same bytes;
+- shard_* over all ranks, unpadded, reassembles the full logical tensor;
+- nothing-to-pad returns the input itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import itertools
+
+import pytest
+import torch
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from layoutc import ir
+from layoutc.check import load
+from layoutc.evaluate import eval_expr
+from tests.conftest import ROOT
+
+CONTRACTS = sorted(p.stem for p in (ROOT / "contracts").glob("*.moe"))
+BITS = {"int32": 32, "uint8": 8, "int8": 8, "int16": 16}
+
+
+def contract_ir(name: str) -> ir.Contract:
+    contract, diags, _ = load(str(ROOT / "contracts" / f"{name}.moe"))
+    assert contract is not None, diags
+    return contract
+
+
+def storage_units(axis: ir.Axis, env: dict[str, object]) -> tuple[int, int]:
+    """(logical, padded) per segment in storage elements, from the IR."""
+    logical = int(eval_expr(axis.logical, env))  # type: ignore[arg-type]
+    padded = int(eval_expr(axis.padded, env))  # type: ignore[arg-type]
+    if axis.group_size is not None:
+        g = int(eval_expr(axis.group_size, env))  # type: ignore[arg-type]
+        if g == -1:
+            return 1, 1
+        logical, padded = logical // g, padded // g
+    return logical // axis.pack, padded // axis.pack
+
+
+def index_map(axis: ir.Axis, logical: int, padded: int) -> list[int]:
+    """Physical index of each logical storage element along one axis (independent of emit)."""
+    segments = max(1, len(axis.roles))
+    if axis.layout in ("none", "pad"):
+        return list(range(logical))
+    if axis.layout == "halves":
+        return [k * padded + i for k in range(segments) for i in range(logical)]
+    # concat and interleave both keep the logical elements as one prefix
+    return list(range(segments * logical))
+
+
+def fill_word(tensor: ir.Tensor) -> float | int:
+    pack = max((a.pack for a in tensor.axes), default=1)
+    if pack == 1:
+        return tensor.fill
+    width = BITS[tensor.storage] // pack
+    word = 0
+    for j in range(pack):
+        word |= (tensor.fill & ((1 << width) - 1)) << (width * j)
+    if tensor.storage.startswith("int") and word >= 1 << (BITS[tensor.storage] - 1):
+        word -= 1 << BITS[tensor.storage]
+    return word
+
+
+def random_tensor(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=gen).to(dtype)
+    info = torch.iinfo(dtype)
+    return torch.randint(max(info.min, -1000), min(info.max, 1000), shape, generator=gen).to(dtype)
+
+
+@st.composite
+def configs(draw, contract: ir.Contract):  # type: ignore[no-untyped-def]
+    config: dict[str, object] = {}
+    for p in contract.params:
+        if p.name == "hidden_size":
+            config[p.name] = draw(st.sampled_from([v for v in (128, 256, 384, 2880) if p.low <= v <= p.high]))
+        elif p.name == "num_experts":
+            config[p.name] = draw(st.integers(max(p.low, 1), max(p.low, 3)))
+        elif p.kind == "range":
+            config[p.name] = draw(st.integers(p.low, min(p.high, p.low + 600)))
+        else:
+            config[p.name] = draw(st.sampled_from(list(p.values)))
+    if "intermediate_size" in config and "tp_size" in config:
+        per_rank = draw(st.one_of(st.integers(1, 200), st.sampled_from([176, 192, 360, 704])))
+        config["intermediate_size"] = per_rank * int(config["tp_size"])  # type: ignore[call-overload]
+    return config
+
+
+@pytest.mark.parametrize("name", CONTRACTS)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(data=st.data())
+def test_pad_unpad_shard(name: str, data: st.DataObject) -> None:
+    module = importlib.import_module(f"layoutc_generated.{name}")
+    contract = contract_ir(name)
+    config = data.draw(configs(contract))
+    try:
+        plan = module.plan(**config)
+    except module.LayoutContractError:
+        assume(False)
+        return
+    env = dataclasses.asdict(plan)
+    gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**31 - 1)))
+    for tensor in contract.tensors:
+        logical_shape, padded_shape = getattr(module, f"{tensor.name}_shapes")(plan)
+        units = [storage_units(a, env) for a in tensor.axes]
+        assert logical_shape == tuple(max(1, len(a.roles)) * lo for a, (lo, _) in zip(tensor.axes, units))
+        assert padded_shape == tuple(max(1, len(a.roles)) * pa for a, (_, pa) in zip(tensor.axes, units))
+        dtype = getattr(module, "_DTYPES")[tensor.storage.removeprefix("param:")] \
+            if not tensor.storage.startswith("param:") else getattr(module, "_DTYPES")[env[tensor.storage[6:]]]
+        x = random_tensor(logical_shape, dtype, gen)
+        pad = getattr(module, f"pad_{tensor.name}")
+        unpad = getattr(module, f"unpad_{tensor.name}")
+        padded = pad(x, plan)
+        if logical_shape == padded_shape:
+            assert padded is x  # documented: nothing to pad returns the input itself
+        # placement against the independent index map, pad positions hold the pad code
+        expected = torch.full(padded_shape, fill_word(tensor), dtype=torch.float64 if dtype.is_floating_point
+                              else torch.int64)
+        maps = [torch.tensor(index_map(a, lo, pa), dtype=torch.long) for a, (lo, pa) in zip(tensor.axes, units)]
+        expected[torch.meshgrid(*maps, indexing="ij")] = x.to(expected.dtype)
+        assert torch.equal(padded.to(expected.dtype), expected), tensor.name
+        assert torch.equal(unpad(padded, plan), x)
+        out = torch.full(padded_shape, 7, dtype=dtype)
+        assert pad(x, plan, out=out) is out and torch.equal(out.to(expected.dtype), expected)
+        # shards reassemble the full logical checkpoint tensor
+        shard = getattr(module, f"shard_{tensor.name}", None)
+        if shard is None:
+            continue
+        tp = plan.tp_size
+        sharded = [i for i, a in enumerate(tensor.axes)
+                   if (tensor.projection, a.name) in (("w13", "n"), ("w2", "k"))
+                   and not (a.group_size is not None and eval_expr(a.group_size, env) == -1)]
+        full_shape = tuple(s * (tp if i in sharded else 1) for i, s in enumerate(logical_shape))
+        full = random_tensor(full_shape, dtype, gen)
+        pieces = [unpad(shard(full, rank, plan), plan) for rank in range(tp)]
+        assert reassemble(pieces, tensor, sharded) .equal(full), tensor.name
+
+
+def reassemble(pieces: list[torch.Tensor], tensor: ir.Tensor, sharded: list[int]) -> torch.Tensor:
+    """Inverse of sharding along the intermediate axis: per segment for halves/concat,
+    whole pairs for interleave."""
+    if not sharded:
+        assert all(torch.equal(p, pieces[0]) for p in pieces)
+        return pieces[0]
+    (dim,) = sharded
+    axis = tensor.axes[dim]
+    segments = max(1, len(axis.roles))
+    if axis.layout == "interleave" or segments == 1:
+        return torch.cat(pieces, dim=dim)
+    parts = [piece.chunk(segments, dim=dim) for piece in pieces]
+    return torch.cat([torch.cat([p[k] for p in parts], dim=dim) for k in range(segments)], dim=dim)
+
+
+@pytest.mark.parametrize("name", CONTRACTS)
+def test_wrong_inputs_name_the_tensor(name: str) -> None:
+    """Every pad/unpad/shard refuses a wrong shape, dtype, device kind or rank with the tensor's name."""
+    module = importlib.import_module(f"layoutc_generated.{name}")
+    contract = contract_ir(name)
+    plan = None
+    for combo in itertools.product(*[([128, 256] if p.name == "hidden_size" else [176 * 4, 256 * 4] if p.name ==
+                                      "intermediate_size" else [4] if p.name == "tp_size" else [2] if p.name ==
+                                      "num_experts" else list(p.values) if p.finite else [p.low])
+                                     for p in contract.params]):
+        try:
+            plan = module.plan(**dict(zip([p.name for p in contract.params], combo)))
+            break
+        except module.LayoutContractError:
+            continue
+    assert plan is not None, f"no admitted configuration found for {name}"
+    for tensor in contract.tensors:
+        logical_shape, padded_shape = getattr(module, f"{tensor.name}_shapes")(plan)
+        pad = getattr(module, f"pad_{tensor.name}")
+        with pytest.raises(module.LayoutContractError, match=tensor.name):
+            pad(torch.zeros(tuple(s + 1 for s in logical_shape)), plan)
+        with pytest.raises(module.LayoutContractError, match=tensor.name):
+            pad(torch.zeros(logical_shape, dtype=torch.complex64), plan)
+        with pytest.raises(module.LayoutContractError, match=tensor.name):
+            pad("not a tensor", plan)
+        with pytest.raises(module.LayoutContractError, match=tensor.name):
+            getattr(module, f"unpad_{tensor.name}")(torch.zeros(tuple(s + 1 for s in padded_shape)), plan)
+        shard = getattr(module, f"shard_{tensor.name}", None)
+        if shard is not None:
+            with pytest.raises(module.LayoutContractError, match="rank"):
+                shard(torch.zeros(1), plan.tp_size, plan)
+        with pytest.raises(module.LayoutContractError, match="Plan"):
+            pad(torch.zeros(logical_shape), object())
