@@ -397,14 +397,6 @@ PACKAGE = 'torch==2.13.0'
 _FORWARD_OP = 'aten::_grouped_mm'
 
 
-def _activation(gate: torch.Tensor, name: str) -> torch.Tensor:
-    if name == "silu":
-        return torch.nn.functional.silu(gate)
-    if name == "gelu":
-        return torch.nn.functional.gelu(gate)
-    return torch.nn.functional.gelu(gate, approximate="tanh")
-
-
 def prepack(w13: torch.Tensor, w2: torch.Tensor, plan: Plan) -> tuple[torch.Tensor, torch.Tensor]:
     """Pad both weights for torch._grouped_mm (its only layout rule is 16-byte strides).
 
@@ -449,6 +441,15 @@ def fused_moe(hidden_states: torch.Tensor, padded_w13: torch.Tensor, padded_w2: 
     out = torch.zeros(tokens, plan.hidden_size, dtype=torch.float32)
     out.index_add_(0, rows, y)
     return out.to(dtype)
+
+
+def _activation(gate: torch.Tensor, name: str) -> torch.Tensor:
+    """The gated activation applied to the gate half (the up half multiplies it)."""
+    if name == "silu":
+        return torch.nn.functional.silu(gate)
+    if name == "gelu":
+        return torch.nn.functional.gelu(gate)
+    return torch.nn.functional.gelu(gate, approximate="tanh")
 
 
 def _check_routing(tokens: int, topk_weights: object, topk_ids: object,

@@ -1,0 +1,104 @@
+"""Helpers shared by the benchmarks in bench/: machine facts, load, timing, JSON output.
+
+Only the standard library here (torch is imported lazily by `machine()`), so the
+verify benchmark can use it without paying for torch.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+
+MiB = 1024 * 1024
+
+
+def load() -> dict[str, Any]:
+    """`uptime` and the 1/5/15-minute load averages right now."""
+    try:
+        text = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        text = ""
+    one, five, fifteen = os.getloadavg()
+    return {"uptime": text, "loadavg": [round(one, 2), round(five, 2), round(fifteen, 2)],
+            "at": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+
+
+def machine(with_torch: bool = True) -> dict[str, Any]:
+    """CPU model, the ISA flags that matter for these kernels, cores, memory, versions."""
+    info: dict[str, Any] = {"platform": platform.platform(), "python": platform.python_version(),
+                            "cpus": os.cpu_count()}
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        lscpu = ""
+    fields = dict(re.findall(r"^([^:\n]+):\s*(.*)$", lscpu, flags=re.M))
+    info["model_name"] = fields.get("Model name", "?")
+    info["vendor"] = fields.get("Vendor ID", "?")
+    info["cpu_family_model"] = f"{fields.get('CPU family', '?')}/{fields.get('Model', '?')}"
+    info["hypervisor"] = fields.get("Hypervisor vendor")
+    info["l2"], info["l3"] = fields.get("L2 cache"), fields.get("L3 cache")
+    flags = set(fields.get("Flags", "").split())
+    wanted = ("avx2", "avx512f", "avx512bw", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16",
+              "amx_int8")
+    info["flags"] = {f: f in flags for f in wanted}
+    try:
+        mem = open("/proc/meminfo").read()
+        info["mem_total_gib"] = round(int(re.search(r"MemTotal:\s+(\d+)", mem).group(1)) / 1024 ** 2, 1)
+    except (OSError, AttributeError):
+        pass
+    try:
+        info["thp"] = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text().strip()
+    except OSError:
+        pass
+    if with_torch:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+        info["torch_avx512_bf16"] = bool(torch.cpu._is_avx512_bf16_supported())
+        info["torch_amx"] = bool(torch.cpu._is_amx_tile_supported())
+    return info
+
+
+def stats(seconds: list[float]) -> dict[str, Any]:
+    """best / median / max / spread of a list of wall times (seconds), in ms."""
+    ordered = sorted(seconds)
+    q1 = ordered[len(ordered) // 4]
+    q3 = ordered[(3 * len(ordered)) // 4]
+    return {"n": len(seconds), "best_ms": ordered[0] * 1e3, "median_ms": statistics.median(seconds) * 1e3,
+            "max_ms": ordered[-1] * 1e3, "iqr_ms": (q3 - q1) * 1e3}
+
+
+def write_json(name: str, payload: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / name
+    path.write_text(json.dumps(payload, indent=1, sort_keys=False, default=str) + "\n")
+    return path
+
+
+def table(rows: list[list[Any]], header: list[str]) -> str:
+    """A plain fixed-width table (also valid-looking Markdown when pasted)."""
+    cells = [[str(c) for c in header]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in cells[1:]]
+    return "\n".join(lines)
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+Timer = Callable[[], Any]
