@@ -13,6 +13,7 @@ import platform
 import re
 import statistics
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,32 @@ def machine(with_torch: bool = True) -> dict[str, Any]:
         info["torch_avx512_bf16"] = bool(torch.cpu._is_avx512_bf16_supported())
         info["torch_amx"] = bool(torch.cpu._is_amx_tile_supported())
     return info
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies over all CPUs from /proc/stat."""
+    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def wait_for_quiet(threshold: float = 0.3, window: float = 0.1, timeout: float = 2.0) -> float:
+    """Block (up to `timeout` s) until the whole machine was at most `threshold` busy
+    over a `window`-second sample; returns the last busy fraction seen (0..1).
+
+    The caller is idle while it waits, so the busy time is other processes'. On a
+    shared 2-core machine this moves each timed call into a quiet window when there is
+    one; when there is none the call still runs after `timeout` (and the fraction says so).
+    """
+    deadline = time.monotonic() + timeout
+    busy = 1.0
+    while True:
+        b0, t0 = _cpu_times()
+        time.sleep(window)
+        b1, t1 = _cpu_times()
+        busy = (b1 - b0) / max(1, t1 - t0)
+        if busy <= threshold or time.monotonic() >= deadline:
+            return busy
 
 
 def stats(seconds: list[float]) -> dict[str, Any]:

@@ -895,14 +895,16 @@ def check(module: A.Module, text: str) -> tuple[ir.Contract | None, list[Diagnos
 
 def load(path: str, text: str | None = None) -> tuple[ir.Contract | None, list[Diagnostic], str | None]:
     """Read, parse and check one contract file. Returns (contract, diagnostics, text)."""
-    from .parse import parse
+    from .parse import MAX_BYTES, parse
     if text is None:
         try:
             with open(path, "rb") as fh:
-                raw = fh.read(2 << 20)
+                raw = fh.read(MAX_BYTES + 1)
         except OSError as exc:
             reason = exc.strerror or type(exc).__name__
             return None, [error("LC100", Span(path, 0, 0, 0, 0), f"cannot read contract: {reason}")], None
+        if len(raw) > MAX_BYTES:
+            return None, [error("LC105", Span(path, 1, 1, 1, 1), f"contract file is larger than {MAX_BYTES} bytes")], None
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:

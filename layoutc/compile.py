@@ -109,7 +109,9 @@ def compile_contracts(contracts: list[tuple[str, ir.Contract]], out_dir: str, *,
         return check_drift(files, out_dir)
     try:
         os.makedirs(out_dir, exist_ok=True)
-        for name in sorted(files):
+        # Modules first and __init__.py last: a run killed midway never leaves an
+        # __init__ that names a module not yet written.
+        for name in sorted(files, key=lambda n: (n == "__init__.py", n)):
             write_atomic(os.path.join(out_dir, name), files[name])
     except OSError as exc:
         sys.stderr.write(f"layoutc: error: cannot write to {out_dir}: {exc.strerror or exc}\n")

@@ -56,7 +56,7 @@ CODES: dict[str, str] = {
     "LC102": "unexpected token",
     "LC103": "unexpected end of file",
     "LC104": "nesting too deep",
-    "LC105": "contract file too large",
+    "LC105": "contract file too large (over 1 MiB or over 100,000 tokens)",
     "LC106": "integer literal too large",
     "LC107": "too many declarations",
     "LC108": "string literal contains a control character",

@@ -8,6 +8,7 @@ count) are checked here so later recursive passes stay shallow.
 from __future__ import annotations
 
 import functools
+import re
 from importlib import resources
 
 import lark
@@ -19,6 +20,8 @@ from .diagnostics import Diagnostic, Span, error
 MAX_BYTES = 1 << 20  # 1 MiB
 MAX_DEPTH = 64  # nesting of the parse tree below one declaration
 MAX_DECLS = 2000
+MAX_TOKENS = 100_000  # real contracts have a few thousand; this bounds parse time
+_TOKENISH = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*|[A-Za-z0-9_]+|\S')
 MAX_INT = 1 << 62
 
 _EXPECTED_NAMES = {
@@ -82,6 +85,10 @@ def parse(text: str, file: str) -> tuple[A.Module | None, list[Diagnostic]]:
     if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
         return None, [error("LC105", Span(file, 1, 1, 1, 1),
                             f"contract file is larger than {MAX_BYTES} bytes")]
+    tokens = sum(1 for m in _TOKENISH.finditer(text) if not m.group().startswith("#"))
+    if tokens > MAX_TOKENS:
+        return None, [error("LC105", Span(file, 1, 1, 1, 1),
+                            f"contract has more than {MAX_TOKENS} tokens; real contracts have a few thousand")]
     try:
         tree = _parser().parse(text)
     except lark.UnexpectedCharacters as exc:
@@ -147,7 +154,8 @@ class _Builder:
         return _span(self.file, node)
 
     def int_token(self, tok: Token) -> int:
-        value = int(str(tok))
+        text = str(tok)
+        value = int(text) if len(text) <= 30 else MAX_INT + 1  # never convert huge digit strings
         if value > MAX_INT:
             self.diags.append(error("LC106", self.sp(tok), f"integer literal exceeds {MAX_INT}"))
             return 0

@@ -62,7 +62,7 @@ CASES: dict[str, tuple[Callable[[], str], set[str]]] = {
     "not_not_10000": (lambda: HEAD + "let s = " + "not " * 10_000 + "true\n", {"LC104"}),
     "neg_10000": (lambda: HEAD + "let s = " + "-" * 10_000 + "1\n", {"LC104"}),
     "and_chain_5000": (lambda: HEAD + "admit " + " and ".join(["true"] * 5000) + " : \"m\"\n", {"LC104"}),
-    "sum_100k_terms": (lambda: HEAD + "let s = " + "+".join(["1"] * 100_000) + "\n", {"LC104"}),
+    "sum_100k_terms": (lambda: HEAD + "let s = " + "+".join(["1"] * 100_000) + "\n", {"LC104", "LC105"}),
     "call_nesting_100": (lambda: HEAD + "let s = " + _nested(100, lambda x: f"max({x}, 1)", "1") + "\n", {"LC104"}),
     "declarations_2001": (lambda: HEAD + "".join(f"let l{i} = {i}\n" for i in range(2001)), {"LC107"}),
     "declarations_20k": (lambda: HEAD + "".join(f"let l{i} = 1\n" for i in range(20_000)), {"LC107"}),
