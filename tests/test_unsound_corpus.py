@@ -73,3 +73,10 @@ def test_aiter_x2_at_the_public_numbers() -> None:
     cex = verdicts["kernel-arguments"].counterexample
     assert verdicts["kernel-arguments"].status == "counterexample" and cex is not None
     assert "kernel told intermediate_pad=256" in cex.message and "positions 256..359 are live and dropped" in cex.message
+
+
+def test_language_example_tile_family_choice_is_proved() -> None:
+    """docs/language.md's example of choosing the cheaper tile family checks and verifies."""
+    contract, diags, _ = load(str(ROOT / "tests" / "cases" / "language" / "tile_family_choice.moe"))
+    assert contract is not None, diags
+    assert all(v.status in ("proved", "info") for v in verify(contract))
