@@ -145,6 +145,10 @@ def plan(*, num_experts: int, hidden_size: int, intermediate_size: int, tp_size:
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
+    return _plan(num_experts, hidden_size, intermediate_size, tp_size, scheme, scale_dtype, activation, warn=True)
+
+
+def _plan(num_experts: Any, hidden_size: Any, intermediate_size: Any, tp_size: Any, scheme: Any, scale_dtype: Any, activation: Any, warn: bool) -> Plan:
     num_experts = _check_int('num_experts', num_experts, 1, 1024)
     hidden_size = _check_int('hidden_size', hidden_size, 1, 65536)
     intermediate_size = _check_int('intermediate_size', intermediate_size, 1, 262144)
@@ -180,6 +184,13 @@ def plan(*, num_experts: int, hidden_size: int, intermediate_size: int, tp_size:
 def _require_supported(plan: Plan) -> None:
     if not isinstance(plan, Plan):
         raise LayoutContractError(f"{CONTRACT}: expected a Plan from {CONTRACT}.plan(), got {type(plan).__name__}")
+    try:
+        fresh = _plan(plan.num_experts, plan.hidden_size, plan.intermediate_size, plan.tp_size, plan.scheme, plan.scale_dtype, plan.activation, warn=False)
+    except LayoutContractError as exc:
+        raise LayoutContractError(f"{CONTRACT}: this Plan was not made by plan(): {exc}") from None
+    if fresh != plan:
+        raise LayoutContractError(f"{CONTRACT}: this Plan's derived sizes do not match its parameters "
+                                  "(was it modified with dataclasses.replace?); make it with plan()")
     if not plan.supported:
         raise LayoutContractError(f"{CONTRACT}: plan is not supported: {plan.reason}")
 

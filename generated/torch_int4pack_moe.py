@@ -140,6 +140,10 @@ def plan(*, num_experts: int, hidden_size: int, intermediate_size: int, tp_size:
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
+    return _plan(num_experts, hidden_size, intermediate_size, tp_size, group_size, activation, dtype, warn=True)
+
+
+def _plan(num_experts: Any, hidden_size: Any, intermediate_size: Any, tp_size: Any, group_size: Any, activation: Any, dtype: Any, warn: bool) -> Plan:
     num_experts = _check_int('num_experts', num_experts, 1, 1024)
     hidden_size = _check_int('hidden_size', hidden_size, 16, 65536)
     intermediate_size = _check_int('intermediate_size', intermediate_size, 1, 262144)
@@ -167,6 +171,13 @@ def plan(*, num_experts: int, hidden_size: int, intermediate_size: int, tp_size:
 def _require_supported(plan: Plan) -> None:
     if not isinstance(plan, Plan):
         raise LayoutContractError(f"{CONTRACT}: expected a Plan from {CONTRACT}.plan(), got {type(plan).__name__}")
+    try:
+        fresh = _plan(plan.num_experts, plan.hidden_size, plan.intermediate_size, plan.tp_size, plan.group_size, plan.activation, plan.dtype, warn=False)
+    except LayoutContractError as exc:
+        raise LayoutContractError(f"{CONTRACT}: this Plan was not made by plan(): {exc}") from None
+    if fresh != plan:
+        raise LayoutContractError(f"{CONTRACT}: this Plan's derived sizes do not match its parameters "
+                                  "(was it modified with dataclasses.replace?); make it with plan()")
     if not plan.supported:
         raise LayoutContractError(f"{CONTRACT}: plan is not supported: {plan.reason}")
 

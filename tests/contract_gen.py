@@ -322,6 +322,97 @@ class Gen:
         return sep.join(decls) + "\n"
 
 
+class CleanGen:
+    """Well-typed contracts (most pass `check`): they exercise emit, plan(), pad/unpad.
+
+    Integer expressions only divide by positive finite values, axis sizes are never
+    negative and every padded size is >= its logical size, so a failure of the
+    generated code on these is a real bug, not an unsound contract.
+    """
+
+    def __init__(self, rng: random.Random, max_depth: int = 3) -> None:
+        self.r = rng
+        self.max_depth = max_depth
+        self.ints = ["num_experts", "hidden_size", "inter"]
+        self.finite = ["g"]  # positive finite ints (divisors)
+        self.bools = ["flag"]
+        self.enum = ("isa", ("vec", "amx", "neon"))
+
+    def int_expr(self, depth: int = 0) -> str:
+        r = self.r
+        if depth >= self.max_depth or r.random() < 0.35:
+            return r.choice(self.ints + self.finite + [str(r.choice((0, 1, 2, 3, 8, 64)))])
+        d = depth + 1
+        k = r.randrange(9)
+        if k == 0:
+            return f"({self.int_expr(d)} {r.choice('+-')} {self.int_expr(d)})"
+        if k == 1:
+            return f"({self.int_expr(d)} * {r.choice(self.finite + ['2', '3'])})"
+        if k == 2:
+            return f"({self.int_expr(d)} {r.choice('/%')} {r.choice(self.finite + ['4', '7'])})"
+        if k == 3:
+            return f"{r.choice(('round_up', 'round_down', 'cdiv'))}({self.int_expr(d)}, {r.choice(self.finite + ['16'])})"
+        if k == 4:
+            return f"{r.choice(('min', 'max'))}({self.int_expr(d)}, {self.int_expr(d)})"
+        if k == 5:
+            return f"(if {self.bool_expr(d)} then {self.int_expr(d)} else {self.int_expr(d)})"
+        if k == 6:
+            name, members = self.enum
+            arms = ", ".join(f"{m} => {self.int_expr(d)}" for m in members)
+            return f"(match {name} {{ {arms} }})"
+        if k == 7:
+            return f"-({self.int_expr(d)})"
+        return f"({self.int_expr(d)})"
+
+    def bool_expr(self, depth: int = 0) -> str:
+        r = self.r
+        if depth >= self.max_depth or r.random() < 0.3:
+            return r.choice(self.bools + ["true", "false", f"{self.enum[0]} == {r.choice(self.enum[1])}"])
+        d = depth + 1
+        k = r.randrange(4)
+        if k == 0:
+            return f"({self.int_expr(d)} {r.choice(('==', '!=', '<', '<=', '>', '>='))} {self.int_expr(d)})"
+        if k == 1:
+            return f"({self.bool_expr(d)} {r.choice(('and', 'or'))} {self.bool_expr(d)})"
+        if k == 2:
+            return f"(not {self.bool_expr(d)})"
+        return f"({self.bool_expr(d)})"
+
+    def contract(self) -> str:
+        r = self.r
+        out = ["contract clean", 'source "contract_gen.CleanGen"', r.choice(("policy error", "policy fallback loop")),
+               "param num_experts: int in 1..8", f"param hidden_size: int in {r.choice(('1..64', '{16, 32, 48}'))}",
+               f"param inter: int in {r.choice(('1..64', '{8, 24, 40}', '0..16'))}",
+               f"param g: int in {r.choice(('{1, 2, 4}', '{16, 32}', '{3}'))}", "param flag: bool",
+               f"param isa: enum {{{', '.join(self.enum[1])}}}"]
+        for i in range(r.randrange(0, 6)):
+            if r.random() < 0.7:
+                out.append(f"let v{i} = {self.int_expr()}")
+                self.ints.append(f"v{i}")
+            else:
+                out.append(f"let b{i} = {self.bool_expr()}")
+                self.bools.append(f"b{i}")
+        mult = r.choice(("g", "4", "16"))
+        out.append(f"let padded = round_up(inter, {mult}) + {r.choice(('0', 'g', '(if flag then 8 else 0)'))}")
+        for _ in range(r.randrange(0, 3)):
+            out.append(f"{r.choice(('require', 'admit'))} {self.bool_expr()} : \"generated rule\"")
+        layout = r.choice(("halves(gate | up, ", "interleave(gate | up, ", "concat(up | gate, ", "pad("))
+        storage = r.choice(("bfloat16", "float32", "int8", "int32"))
+        fill = r.choice(("0", "0", "1", "uninit")) if storage != "bfloat16" else r.choice(("0", "uninit"))
+        out.append("tensor w13: weight w13 {\n  axis experts = num_experts\n"
+                   f"  axis n = {layout}inter -> padded)\n  axis k = hidden_size\n  storage {storage}\n  fill {fill}\n}}")
+        pack = r.choice(("", "", " pack 2", " pack 4"))
+        out.append("tensor w2: weight w2 {\n  axis experts = num_experts\n  axis n = hidden_size\n"
+                   f"  axis k = pad(inter -> padded){pack}\n  storage {'int32' if pack else storage}\n  fill 0\n}}")
+        if r.random() < 0.5:
+            out.append("tensor w13_bias: bias w13 optional {\n  axis experts = num_experts\n  axis n = like w13.n\n"
+                       f"  storage {storage}\n  fill 0\n}}")
+        view = "linear" if layout == "pad(" else ("interleave(gate | up)" if "interleave" in layout else "halves(gate | up)")
+        out.append(f"kernel k {{\n  view w13.n {view}\n  activation {r.choice(('silu', 'relu2'))}\n"
+                   f"  align w2.k % {r.choice(('1', '2', '4'))} == 0 : \"w2.k\"\n}}")
+        return "\n".join(out) + "\n"
+
+
 def generate(rng: random.Random, skeleton: float = 0.5, max_depth: int = 3) -> str:
     return Gen(rng, max_depth).contract(skeleton)
 

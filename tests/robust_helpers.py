@@ -211,7 +211,7 @@ def audit_import(cases: list[tuple[str, list[dict[str, Any]]]], timeout: float =
 
 # ---- emit oracle ---------------------------------------------------------------
 
-EXEC_LIMIT = 200  # generated modules executed per process (each costs a few ms)
+EXEC_LIMIT = 400  # generated modules executed per process (each costs a few ms)
 _executed = [0]
 
 

@@ -1,18 +1,20 @@
 """Fuzzing of parse + check (issue 8): every input ends in diagnostics or a contract.
 
-Inputs per run (defaults; ``LAYOUTC_FUZZ_EXAMPLES=N`` scales the random loops to
-N inputs, ``LAYOUTC_FUZZ_SEED`` changes the seed, ``LAYOUTC_FUZZ_HYPOTHESIS``
-the hypothesis example count):
+Inputs per run (defaults; ``LAYOUTC_FUZZ_EXAMPLES=N`` (default 20000) scales the
+random loops to N inputs, ``LAYOUTC_FUZZ_SEED`` changes the seed,
+``LAYOUTC_FUZZ_HYPOTHESIS`` the hypothesis example count, ``LAYOUTC_FUZZ_CLI_EDITS``
+the CLI edits per shipped contract):
 
-* grammar-aware random contracts (``contract_gen.generate``), 25%;
+* grammar-aware random contracts (``contract_gen.generate``), 20% of N;
+* skeleton and well-typed contracts (``Gen.skeleton``, ``CleanGen``), 2%;
 * token-level mutations (delete/duplicate/swap/replace/insert) of short windows
-  of the shipped contracts, 35%, and byte-level mutations of them, 25%;
-* token- and byte-level mutations of whole shipped contracts, 15%;
-* a hypothesis strategy over the same constructs;
+  of the shipped contracts, 36%, and byte-level mutations of them, 37%;
+* token- and byte-level mutations of whole shipped contracts, 5%;
+* a hypothesis strategy over the same constructs (max(150, N/100) examples);
 * every file in ``tests/cases/fuzz/`` as a regression (in a subprocess, with a
-  wall-time and memory limit);
+  wall-time and memory limit; all files at once);
 * random single-token edits of every shipped contract through
-  ``layoutc.cli.main(["check", path])``.
+  ``layoutc.cli.main(["check", path])`` (max(60, N/300) per contract).
 
 The oracle: ``parse`` and ``check`` never raise (any exception is a bug; the
 input is printed), their results are consistent (no module => an error; no
@@ -42,7 +44,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from contract_gen import Gen, byte_mutate, declarations, generate, token_mutate, tokens  # noqa: E402
+from contract_gen import CleanGen, Gen, byte_mutate, declarations, generate, token_mutate, tokens  # noqa: E402
 from robust_helpers import CASES, CONTRACTS, REPO, crashed, emit_oracle, run_python  # noqa: E402
 
 from layoutc import cli  # noqa: E402
@@ -190,10 +192,12 @@ def test_generated_contracts() -> None:
 
 
 def test_generated_valid_contracts_emit() -> None:
-    """Skeleton contracts (most pass check) are rendered, compiled and their plan() executed."""
+    """Skeleton contracts (half of them well-typed, from CleanGen: nearly all pass check) are
+    rendered, compiled, executed: plan() agrees with evaluate, pad/unpad round-trip."""
     def make(rng: random.Random) -> str:
-        gen = Gen(rng, max_depth=3)
-        return "\n".join(gen.skeleton()) + "\n"
+        if rng.random() < 0.5:
+            return CleanGen(rng, max_depth=3).contract()
+        return "\n".join(Gen(rng, max_depth=3).skeleton()) + "\n"
     _loop("generated-skeleton", _share(0.02), make, emit=True)
 
 

@@ -199,3 +199,16 @@ def test_isa_the_cpu_lacks_is_refused(m) -> None:  # type: ignore[no-untyped-def
                   activation="silu", dtype="bfloat16")
     with pytest.raises(m.KernelUnavailableError, match="isa='amx' needs"):
         m.prepack(torch.zeros(2, 128, 64, dtype=torch.bfloat16), torch.zeros(2, 64, 64, dtype=torch.bfloat16), plan)
+
+
+def test_a_modified_plan_is_refused(m) -> None:  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    plan = m.plan(num_experts=2, hidden_size=64, intermediate_size=176, tp_size=4, isa="vec",
+                  activation="silu", dtype="float32")
+    forged = dataclasses.replace(plan, intermediate_size_per_partition_padded=48)
+    with pytest.raises(m.LayoutContractError, match="do not match its parameters"):
+        m.pad_w13(torch.zeros(2, 88, 64), forged)
+    forged = dataclasses.replace(plan, supported=True, hidden_size=63)
+    with pytest.raises(m.LayoutContractError, match="not made by plan"):
+        m.pad_w2(torch.zeros(2, 63, 44), forged)
