@@ -357,7 +357,11 @@ def main() -> int:
                "machine": C.machine(), "load_before": load_before, "load_after": load_after,
                "qwen3_235b_under_vllm_cpu": vllm_cpu_qwen_note(), "cases": CASES,
                "results": results, "shard": shards}
-    path = C.write_json(args.out if not args.quick else "pad.quick.json", payload)
+    if args.quick:  # a smoke run is not a result: keep it out of bench/results
+        path = Path("/tmp/pad.quick.json")
+        path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    else:
+        path = C.write_json(args.out, payload)
     print(f"wrote {path}")
     return 0
 

@@ -33,12 +33,24 @@ HIDDEN, INTERMEDIATE, TOP_K, ACTIVATION = 2816, 704, 8, "gelu_tanh"
 
 def verify_and_compile(out_dir: str) -> ModuleType:
     """Verify the contract, compile it into `out_dir`, and import the fresh module."""
+    import contextlib
+    import io
+
     from layoutc.cli import main
 
-    if main(["verify", str(CONTRACT)]) != 0:
+    report = io.StringIO()
+    with contextlib.redirect_stdout(report):
+        verified = main(["verify", str(CONTRACT)])
+    if verified != 0:
+        print(report.getvalue())
         sys.exit("verification failed")
-    if main(["compile", str(CONTRACT), "--out", out_dir]) != 0:
-        sys.exit("compile failed")
+    lines = report.getvalue().splitlines()
+    print(f"layoutc verify {CONTRACT.relative_to(ROOT)}:")
+    print("\n".join(line for line in lines[1:] if line.startswith("  ") and "s  " in line))
+    with contextlib.redirect_stdout(io.StringIO()):
+        if main(["compile", str(CONTRACT), "--out", out_dir]) != 0:
+            sys.exit("compile failed")
+    print(f"layoutc compile: a fresh vllm_cpu_grouped_gemm module in {out_dir}")
     path = Path(out_dir) / "vllm_cpu_grouped_gemm.py"
     spec = importlib.util.spec_from_file_location("vllm_cpu_grouped_gemm_fresh", path)
     assert spec is not None and spec.loader is not None

@@ -2,4 +2,4 @@
 # layoutc-version: 0.1.0
 """Modules generated from layoutc contracts; each needs only torch at run time."""
 
-__all__ = ["aiter_fused_moe", "flashinfer_nvfp4_moe", "marlin_moe_fp8", "marlin_moe_wna16", "torch_grouped_mm", "torch_int4pack_moe", "torch_int8pack_moe", "vllm_cpu_grouped_gemm", "zentorch_fused_moe", ]
+__all__ = ["aiter_fused_moe", "flashinfer_nvfp4_moe", "marlin_moe_fp8", "marlin_moe_wna16", "torch_grouped_mm", "torch_int4pack_moe", "torch_int8pack_moe", "vllm_cpu_grouped_gemm", "vllm_cpu_grouped_gemm_swigluoai", "zentorch_fused_moe", ]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -248,6 +249,24 @@ def _check_tensor(what: str, t: object, shape: tuple[int, ...], dtype: torch.dty
     return t
 
 
+def _byte_range(t: torch.Tensor) -> tuple[int, int]:
+    if t.numel() == 0:
+        return (0, 0)
+    start = t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
+    extent = sum((int(size) - 1) * abs(int(stride)) for size, stride in zip(t.shape, t.stride(), strict=True))
+    return (int(start), int(start) + (extent + 1) * t.element_size())
+
+
+def _check_out(what: str, out: object, source: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    """`out=` must be a contiguous CPU tensor of the padded shape that shares no memory with the source."""
+    checked = _check_tensor(f"out= for {what}", out, shape, dtype)
+    if checked.requires_grad:
+        raise LayoutContractError(f"{CONTRACT}: out= for {what} requires grad; pass a plain tensor")
+    a, b = _byte_range(checked), _byte_range(source)
+    if a[0] < b[1] and b[0] < a[1]:
+        raise LayoutContractError(f"{CONTRACT}: out= for {what} overlaps the input's memory; pass a separate buffer")
+
+
 def _scatter(src: torch.Tensor, dst: torch.Tensor, axes: tuple[_Axis, ...], starts: list[list[int]],
              fill: float | None) -> None:
     """Copy each logical run once, then write `fill` into each pad run once."""
@@ -275,7 +294,7 @@ def _pad(what: str, t: object, axes: tuple[_Axis, ...], dtype: torch.dtype, fill
             return src
         out = torch.empty(padded, dtype=dtype)
     else:
-        _check_tensor(f"out= for {what}", out, padded, dtype)
+        _check_out(what, out, src, padded, dtype)
     _scatter(src, out, axes, [[s for s, _, _ in _copies(a)] for a in axes], fill)
     return out
 
@@ -292,7 +311,13 @@ def _unpad(what: str, t: object, axes: tuple[_Axis, ...], dtype: torch.dtype) ->
 
 def _shard(what: str, full: object, rank: object, tp_size: int, axes: tuple[_Axis, ...], dtype: torch.dtype,
            fill: float | None, out: torch.Tensor | None) -> torch.Tensor:
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < tp_size:
+    if isinstance(rank, bool):
+        raise LayoutContractError(f"{CONTRACT}: rank={rank!r} must be an integer for {what}")
+    try:
+        rank = operator.index(rank)  # type: ignore[arg-type]  # int and numpy integers
+    except TypeError:
+        raise LayoutContractError(f"{CONTRACT}: rank={rank!r} must be an integer for {what}") from None
+    if not 0 <= rank < tp_size:
         raise LayoutContractError(f"{CONTRACT}: rank={rank!r} is outside 0..{tp_size - 1} for {what}")
     full_shape = tuple(a.segments * a.logical * (tp_size if a.sharded else 1) for a in axes)
     padded = tuple(a.segments * a.padded for a in axes)
@@ -300,7 +325,7 @@ def _shard(what: str, full: object, rank: object, tp_size: int, axes: tuple[_Axi
     if out is None:
         out = torch.empty(padded, dtype=dtype)
     else:
-        _check_tensor(f"out= for {what}", out, padded, dtype)
+        _check_out(what, out, src, padded, dtype)
     _scatter(src, out, axes, [_sources(a, rank, tp_size) for a in axes], fill)
     return out
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -237,6 +238,24 @@ def _check_tensor(what: str, t: object, shape: tuple[int, ...], dtype: torch.dty
     return t
 
 
+def _byte_range(t: torch.Tensor) -> tuple[int, int]:
+    if t.numel() == 0:
+        return (0, 0)
+    start = t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
+    extent = sum((int(size) - 1) * abs(int(stride)) for size, stride in zip(t.shape, t.stride(), strict=True))
+    return (int(start), int(start) + (extent + 1) * t.element_size())
+
+
+def _check_out(what: str, out: object, source: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    """`out=` must be a contiguous CPU tensor of the padded shape that shares no memory with the source."""
+    checked = _check_tensor(f"out= for {what}", out, shape, dtype)
+    if checked.requires_grad:
+        raise LayoutContractError(f"{CONTRACT}: out= for {what} requires grad; pass a plain tensor")
+    a, b = _byte_range(checked), _byte_range(source)
+    if a[0] < b[1] and b[0] < a[1]:
+        raise LayoutContractError(f"{CONTRACT}: out= for {what} overlaps the input's memory; pass a separate buffer")
+
+
 def _scatter(src: torch.Tensor, dst: torch.Tensor, axes: tuple[_Axis, ...], starts: list[list[int]],
              fill: float | None) -> None:
     """Copy each logical run once, then write `fill` into each pad run once."""
@@ -264,7 +283,7 @@ def _pad(what: str, t: object, axes: tuple[_Axis, ...], dtype: torch.dtype, fill
             return src
         out = torch.empty(padded, dtype=dtype)
     else:
-        _check_tensor(f"out= for {what}", out, padded, dtype)
+        _check_out(what, out, src, padded, dtype)
     _scatter(src, out, axes, [[s for s, _, _ in _copies(a)] for a in axes], fill)
     return out
 
@@ -281,7 +300,13 @@ def _unpad(what: str, t: object, axes: tuple[_Axis, ...], dtype: torch.dtype) ->
 
 def _shard(what: str, full: object, rank: object, tp_size: int, axes: tuple[_Axis, ...], dtype: torch.dtype,
            fill: float | None, out: torch.Tensor | None) -> torch.Tensor:
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < tp_size:
+    if isinstance(rank, bool):
+        raise LayoutContractError(f"{CONTRACT}: rank={rank!r} must be an integer for {what}")
+    try:
+        rank = operator.index(rank)  # type: ignore[arg-type]  # int and numpy integers
+    except TypeError:
+        raise LayoutContractError(f"{CONTRACT}: rank={rank!r} must be an integer for {what}") from None
+    if not 0 <= rank < tp_size:
         raise LayoutContractError(f"{CONTRACT}: rank={rank!r} is outside 0..{tp_size - 1} for {what}")
     full_shape = tuple(a.segments * a.logical * (tp_size if a.sharded else 1) for a in axes)
     padded = tuple(a.segments * a.padded for a in axes)
@@ -289,7 +314,7 @@ def _shard(what: str, full: object, rank: object, tp_size: int, axes: tuple[_Axi
     if out is None:
         out = torch.empty(padded, dtype=dtype)
     else:
-        _check_tensor(f"out= for {what}", out, padded, dtype)
+        _check_out(what, out, src, padded, dtype)
     _scatter(src, out, axes, [_sources(a, rank, tp_size) for a in axes], fill)
     return out
 
@@ -477,6 +502,8 @@ def fused_moe(hidden_states: torch.Tensor, packed_w13: Int8Weights, packed_w2: I
         for weight, scale in zip(packed.weights, packed.scales, strict=True):
             _check_tensor(f"{name} (int8 weight)", weight, (n, k), torch.int8)
             _check_tensor(f"{name} (scales)", scale, (n,), dtype)
+    if tokens == 0:
+        return torch.empty(0, plan.hidden_size, dtype=dtype)  # nothing routed: the kernels are not called
     op = getattr(torch.ops.aten, _FORWARD_OP.split("::")[1])
 
     def project(e: int, which: str, x: torch.Tensor) -> torch.Tensor:
@@ -529,8 +556,10 @@ def _check_routing(tokens: int, topk_weights: object, topk_ids: object,
                                   f"{tuple(topk_weights.shape)} must have the same shape")
     if not topk_weights.is_floating_point():
         raise LayoutContractError(f"{CONTRACT}: topk_weights must be floating point, got {topk_weights.dtype}")
-    if topk_ids.is_floating_point() or topk_ids.is_complex() or topk_ids.dtype == torch.bool:
-        raise LayoutContractError(f"{CONTRACT}: topk_ids must be integer, got {topk_ids.dtype}")
+    if topk_ids.dtype not in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64):
+        raise LayoutContractError(f"{CONTRACT}: topk_ids must be integer (int8..int64, uint8), got {topk_ids.dtype}")
+    if topk_ids.shape[1] < 1:
+        raise LayoutContractError(f"{CONTRACT}: top_k must be at least 1, got topk_ids of shape {tuple(topk_ids.shape)}")
     if topk_ids.numel() and (int(topk_ids.min()) < 0 or int(topk_ids.max()) >= num_experts):
         raise LayoutContractError(f"{CONTRACT}: topk_ids must lie in [0, {num_experts}), got "
                                   f"[{int(topk_ids.min())}, {int(topk_ids.max())}]")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import difflib
+import os
 import keyword
 import re
 from collections.abc import Mapping
@@ -37,6 +38,21 @@ RESERVED = frozenset({
 })
 AXIS_NAMES = ("experts", "n", "k")
 _STORAGE_BITS = {"int32": 32, "int16": 16, "int8": 8, "uint8": 8}
+# float dtype -> (mantissa bits, largest finite value)
+_FLOATS = {"float32": (23, 3.4028234663852886e38), "bfloat16": (7, 3.3895313892515355e38),
+           "float16": (10, 65504.0), "float8_e4m3fn": (3, 448.0), "float8_e5m2": (2, 57344.0)}
+
+
+def _float_exact(value: int, mantissa: int, largest: float) -> bool:
+    """Whether the integer `value` is exactly representable with `mantissa` fraction bits."""
+    if value == 0:
+        return True
+    if abs(value) > largest:
+        return False
+    odd = abs(value)
+    while odd % 2 == 0:
+        odd //= 2
+    return odd < (1 << (mantissa + 1))
 DTYPES = frozenset({"bfloat16", "float16", "float32", "int32", "int8", "uint8", "int16",
                     "float8_e4m3fn", "float8_e5m2"})
 
@@ -611,8 +627,18 @@ class _Checker:
             self.tensors[name] = _replace_fill(t, chosen)
 
     def check_fill_ranges(self) -> None:
-        """A stored pad code must fit the storage type (per packed element when packed)."""
+        """A stored pad code must fit the storage type (per packed element when packed), and a
+        float storage must represent it exactly."""
         for name, t in self.tensors.items():
+            if t.fill_kind != "uninit":
+                floats = [t.storage] if t.storage in _FLOATS else \
+                    [m for m in self.params[t.storage[6:]].values if isinstance(m, str) and m in _FLOATS] \
+                    if t.storage.startswith("param:") and t.storage[6:] in self.params else []
+                for dtype in floats:
+                    if not _float_exact(t.fill, *_FLOATS[dtype]):
+                        self.err("LC308", self.fill_spans[name], f"pad value {t.fill} of `{name}` is not exactly "
+                                 f"representable in {dtype}")
+                        break
             bits = _STORAGE_BITS.get(t.storage)
             if bits is None or t.fill_kind == "uninit":
                 continue
@@ -639,6 +665,11 @@ class _Checker:
                 if axis is None:
                     continue
                 key = (cl.tensor, cl.axis)
+                owner = self.tensors.get(cl.tensor)
+                if owner is not None and owner.kind != "weight":
+                    self.err("LC405", cl.span, f"`{cl.tensor}` is a {owner.kind} of {owner.projection}: the kernel reads "
+                             f"it with its weight's view; declare the view on the `weight {owner.projection}` tensor")
+                    continue
                 if key in seen_views:
                     self.err("LC202", cl.span, f"`{cl.tensor}.{cl.axis}` already has a view",
                              related=(Related(seen_views[key], "first view here"),))
@@ -782,6 +813,16 @@ class _Checker:
         return ir.Glue(d.kind, d.package[0][0], tuple(sorted(ops.items())),
                        tuple(sorted(args.items())), d.span)
 
+    def glue_matches_kernel(self, glue: ir.Glue, kernel: ir.Kernel) -> None:
+        """The activation the glue passes to the kernel is the one the contract verified."""
+        for name, value in glue.args:
+            if name != "activation":
+                continue
+            if kernel.activation is None or _shape(value) != _shape(kernel.activation):
+                self.err("LC502", glue.span, "the glue's `arg activation` must be exactly the kernel's `activation` "
+                         "clause: the verifier proves the layout for the kernel's activation only",
+                         related=(Related(kernel.span, "the kernel block"),))
+
     # ---- projection structure ----
     def structure(self, span: Span) -> None:
         for proj, inter, hidden in (("w13", "n", "k"), ("w2", "k", "n")):
@@ -800,11 +841,27 @@ class _Checker:
                 self.err("LC410", iax.span, "w2's k axis holds one segment; use `pad(L -> P)` or a plain size")
             if iax.kind == "groups" or w.axis(hidden).kind == "groups":
                 self.err("LC410", w.span, f"weight `{w.name}` cannot have a groups axis")
+        seen_bias: dict[str, ir.Tensor] = {}
+        for t in self.tensors.values():
+            if t.kind == "bias":
+                if t.projection in seen_bias:
+                    self.err("LC412", t.span, f"`{t.name}` is a second bias of {t.projection}; a projection has at most "
+                             "one bias", related=(Related(seen_bias[t.projection].span, "first bias here"),))
+                seen_bias[t.projection] = t
         for t in self.tensors.values():
             if t.kind == "bias" and {a.name for a in t.axes} - {"experts", "n"}:
                 self.err("LC410", t.span, f"bias `{t.name}` has only `experts` and `n` axes")
             if t.kind in ("scale", "zero") and t.decode is not None:
                 self.err("LC408", t.span, f"{t.kind} `{t.name}` cannot itself have a decode expression")
+
+
+def _shape(e: ir.Expr) -> object:
+    """An expression's structure without spans (for comparing two expressions)."""
+    if isinstance(e, ir.Const):
+        return ("const", e.value)
+    if isinstance(e, ir.Ref):
+        return ("ref", e.name)
+    return (type(e).__name__, repr([_shape(n) for n in ir.walk(e) if n is not e]))
 
 
 def _replace_fill(t: ir.Tensor, code: int) -> ir.Tensor:
@@ -880,6 +937,8 @@ def check(module: A.Module, text: str) -> tuple[ir.Contract | None, list[Diagnos
         kernel = c.kernel(kernel_decl)
     if glue_decl is not None:
         glue = c.glue(glue_decl)
+    if glue is not None and kernel is not None:
+        c.glue_matches_kernel(glue, kernel)
     if policy is None and contract is not None:
         c.diags.append(warning("LC210", contract.span, "no `policy` declared; using `policy error`"))
     if any(d.severity == "error" for d in c.diags) or contract is None:
@@ -897,6 +956,8 @@ def load(path: str, text: str | None = None) -> tuple[ir.Contract | None, list[D
     """Read, parse and check one contract file. Returns (contract, diagnostics, text)."""
     from .parse import MAX_BYTES, parse
     if text is None:
+        if os.path.exists(path) and not os.path.isfile(path):
+            return None, [error("LC100", Span(path, 0, 0, 0, 0), "cannot read contract: not a regular file")], None
         try:
             with open(path, "rb") as fh:
                 raw = fh.read(MAX_BYTES + 1)

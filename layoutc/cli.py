@@ -30,14 +30,27 @@ class _Parser(argparse.ArgumentParser):
 
 
 def contract_paths(paths: Sequence[str]) -> list[str]:
-    """Expand directories into their `*.moe` files (sorted); keep files as given."""
+    """Expand directories into their `*.moe` files (sorted); keep files as given.
+
+    A directory with no contracts is a usage error (a mistyped path must not pass CI).
+    """
     out: list[str] = []
     for p in paths:
         if os.path.isdir(p):
-            out.extend(sorted(str(Path(p) / f) for f in os.listdir(p) if f.endswith(".moe")))
+            found = sorted(str(Path(p) / f) for f in os.listdir(p) if f.endswith(".moe"))
+            if not found:
+                raise _Usage(f"layoutc: error: no *.moe contracts in directory {p}")
+            out.extend(found)
         else:
             out.append(p)
     return out
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _emit_diags(diags: list[Diagnostic], sources: dict[str, str], fmt: str) -> None:
@@ -146,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="prove pad-soundness with z3 for every admitted configuration")
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--format", choices=("text", "json", "github"), default="text")
-    p.add_argument("--timeout-ms", type=int, default=2000, help="per-query solver timeout (default 2000)")
+    p.add_argument("--timeout-ms", type=_positive_int, default=2000, help="per-query solver timeout (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="solver random seed (default 0)")
     p.set_defaults(func=cmd_verify)
 

@@ -92,6 +92,7 @@ CODES: dict[str, str] = {
     "LC409": "missing weight tensor for a projection",
     "LC410": "tensor axes disagree with the projection's axes",
     "LC411": "packing needs an integer storage type whose width the pack factor divides",
+    "LC412": "a projection has more than one bias",
     # 5xx: kernel and glue
     "LC501": "unknown glue kind",
     "LC502": "glue is missing a required argument or has an unknown one",

@@ -284,6 +284,15 @@ def _placement(run: _Run) -> list[_Obligation]:
     obs.append(_Obligation("w2.k agrees with w13.n", w2k.span,
                            z3.And(run.admitted, z3.Or(l13 != l2, p13 != p2)), agree, c.weight("w2").name))
     del w13n
+    hl13, hp13, _ = run.sizes[(c.weight("w13").name, "k")]
+    hl2, hp2, _ = run.sizes[(c.weight("w2").name, "n")]
+
+    def hidden(model):  # type: ignore[no-untyped-def]
+        return (f"w13.k holds {run.val(model, hl13)} -> {run.val(model, hp13)} hidden columns but w2.n holds "
+                f"{run.val(model, hl2)} -> {run.val(model, hp2)} hidden rows: both are the model's hidden dim",
+                f"{c.weight('w13').name}.k")
+    obs.append(_Obligation("w13.k agrees with w2.n", c.weight("w13").axis("k").span,
+                           z3.And(run.admitted, z3.Or(hl13 != hl2, hp13 != hp2)), hidden, c.weight("w13").name))
     for t in c.tensors:
         for axis in t.axes:
             ref = _tied_reference(c, t, axis)
@@ -344,11 +353,17 @@ def _roundtrip(run: _Run) -> list[_Obligation]:
     ctx = run.ctx
     for t in run.contract.tensors:
         for axis in t.axes:
+            logical, padded, segs = run.sizes[(t.name, axis.name)]
+            label = f"{t.name}.{axis.name}"
+
+            def sizes(model, label=label, logical=logical, padded=padded):  # type: ignore[no-untyped-def]
+                return (f"{label}: logical size {run.val(model, logical)} and padded size "
+                        f"{run.val(model, padded)}: sizes must be >= 0 and padding never shrinks", label)
+            obs.append(_Obligation(f"{label} sizes", axis.span,
+                                   z3.And(run.admitted, z3.Or(logical < 0, padded < logical)), sizes, t.name))
             if not axis.is_padded:
                 continue
-            logical, padded, segs = run.sizes[(t.name, axis.name)]
             lg, pg = run.grouped(axis, logical), run.grouped(axis, padded)
-            label = f"{t.name}.{axis.name}"
             i1, i2 = z3.Int(f"i1.{label}", ctx), z3.Int(f"i2.{label}", ctx)
             roles = axis.roles or ("",)
             cases = []

@@ -111,16 +111,19 @@ def config_for(contract: Any, pick: str = "low") -> dict[str, Any]:
 
 # ---- audited import of generated modules ----------------------------------------
 
-# Runs in a fresh interpreter. stdin: a JSON list of [module_path, [kwargs, ...]].
-# Imports torch and the standard modules the generated code uses *before*
-# installing the hook, then imports each module from its file under a unique name
+# Runs in a fresh interpreter. stdin: {"preload": [module, ...], "cases": [[module_path,
+# [kwargs, ...]], ...]}. Imports torch and the standard modules the generated code uses
+# (`preload`, see baseline_imports) *before* installing the hook, then imports each module from its file under a unique name
 # and calls plan(**kwargs) for each configuration. Prints one JSON line per module: the sensitive events seen
 # during the import and during plan(), and the outcome of each.
 AUDIT_SCRIPT = textwrap.dedent(r'''
-    import __future__, dataclasses, importlib.util, itertools, json, logging, math, os, sys, typing
+    import __future__, dataclasses, importlib, importlib.util, itertools, json, logging, math, os, sys, typing
     import torch
 
-    cases = json.loads(sys.stdin.read())
+    job = json.loads(sys.stdin.read())
+    for name in job["preload"]:  # the modules the generated code imports (checked separately)
+        importlib.import_module(name)
+    cases = job["cases"]
     WATCH = ("exec", "compile", "import", "open", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
              "os.fork", "os.forkpty", "os.kill", "os.remove", "os.rename", "os.rmdir", "os.mkdir",
              "os.chmod", "os.putenv", "os.unsetenv", "os.startfile", "shutil.", "subprocess.Popen",
@@ -200,9 +203,36 @@ def unexpected_events(record: dict[str, Any]) -> list[Any]:
     return bad + [["during plan()", *e] for e in record["plan_events"]]
 
 
+def module_imports(source: str) -> set[str]:
+    """Top-level modules imported at module level (not inside functions) by `source`."""
+    import dis
+    code = compile(source, "<generated>", "exec")
+    return {ins.argval.split(".")[0] for ins in dis.get_instructions(code) if ins.opname == "IMPORT_NAME"}
+
+
+_BASELINE: list[set[str]] = []
+
+
+def baseline_imports() -> set[str]:
+    """What a generated module imports at load time for a harmless contract (the first
+    shipped contract): the yardstick for hostile ones. Must be torch plus the standard
+    library only."""
+    if not _BASELINE:
+        from layoutc.check import load
+        from layoutc.emit import render
+        contract, diags, _ = load(str(CONTRACTS[0]))
+        assert contract is not None, diags
+        names = module_imports(render(contract, f"contracts/{CONTRACTS[0].name}", ()))
+        foreign = {n for n in names if n not in sys.stdlib_module_names and n != "torch"}
+        assert not foreign, f"a generated module imports non-standard modules: {sorted(foreign)}"
+        _BASELINE.append(names)
+    return _BASELINE[0]
+
+
 def audit_import(cases: list[tuple[str, list[dict[str, Any]]]], timeout: float = 120) -> list[dict[str, Any]]:
     """Import every generated module in one audited child; one record per module."""
-    res = run_python(AUDIT_SCRIPT, [], timeout=timeout, stdin=json.dumps(cases))
+    job = {"preload": sorted(baseline_imports()), "cases": cases}
+    res = run_python(AUDIT_SCRIPT, [], timeout=timeout, stdin=json.dumps(job))
     records = [json.loads(line) for line in res.out.splitlines() if line.startswith("{")]
     if res.rc != 0 or len(records) != len(cases):
         raise AssertionError(f"audited import failed:\n{res.describe()}")

@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from robust_helpers import CASES, audit_import, configs_for, crashed, run_layoutc, unexpected_events  # noqa: E402
+from robust_helpers import CASES, audit_import, baseline_imports, configs_for, crashed, run_layoutc, unexpected_events  # noqa: E402
 
 from layoutc import cli  # noqa: E402
 from layoutc.check import load  # noqa: E402
@@ -196,7 +196,9 @@ def write_curated() -> None:
 
 # ---- harness -------------------------------------------------------------------
 
-ALLOWED_IMPORTS = {"__future__", "itertools", "logging", "math", "dataclasses", "typing", "torch"}
+# Module-level imports a generated module may have: exactly those of a harmless contract
+# (robust_helpers.baseline_imports: torch and standard modules such as itertools, logging,
+# math, dataclasses, typing); anything more in a hostile contract's module is injected.
 # Globals the generated code must never load (most are also refused as names by LC203).
 FORBIDDEN_GLOBALS = frozenset({
     "exec", "eval", "compile", "__import__", "open", "breakpoint", "globals", "locals", "vars", "input",
@@ -219,7 +221,7 @@ def static_scan(source: str, filename: str = "<generated>") -> list[str]:
     except SyntaxError as exc:
         return [f"the generated module is not valid Python: {exc}"]
     problems = [f"module-level import of {ins.argval}" for ins in dis.get_instructions(code)
-                if ins.opname == "IMPORT_NAME" and ins.argval.split(".")[0] not in ALLOWED_IMPORTS]
+                if ins.opname == "IMPORT_NAME" and ins.argval.split(".")[0] not in baseline_imports()]
     stack = [code]
     while stack:
         c = stack.pop()

@@ -164,3 +164,22 @@ def test_case_splitting_is_bounded(tmp_path: Path) -> None:
     res = run_layoutc(["verify", "--timeout-ms", "50", str(path)], timeout=12)
     assert not res.timed_out, f"`layoutc verify` still running after 12 s (hang)\n{res.describe()}"
     assert res.rc == 2, res.describe()
+
+
+def _many_hard_aligns(count: int) -> str:
+    text = HARD.format(name="many_hard_aligns", extra_decls=FERMAT)
+    aligns = "".join(f'  align w2.k % 4 == 0 or a * a * a + b * b * b == c * c * c + {i} : "rule {i}"\n'
+                     for i in range(count))
+    return text.replace('  align w2.k % 4 == 0 : "w2.k must be a multiple of 4"\n',
+                        '  align w2.k % 4 == 0 : "w2.k must be a multiple of 4"\n' + aligns)
+
+
+def test_many_hard_obligations_are_bounded(tmp_path: Path) -> None:
+    """300 hard `align` rules (a 25 KB contract) with the default per-query timeout (2 s):
+    one query per obligation would take 10 minutes, so verification needs an overall
+    budget; it must end (inconclusive, exit 2) within 12 s."""
+    path = tmp_path / "many_hard_aligns.moe"
+    path.write_text(_many_hard_aligns(300), encoding="utf-8")
+    res = run_layoutc(["verify", str(path)], timeout=12)
+    assert not res.timed_out, f"`layoutc verify` still running after 12 s\n{res.describe()}"
+    assert res.rc == 2, res.describe()

@@ -28,6 +28,8 @@ EXPECTED_PROPERTY = {
     "group_straddle": "groups",
     "only_w13_padded": "alignment",
     "fused_tile_rule": "alignment",
+    "negative_size": "roundtrip",
+    "hidden_mismatch": "placement",
 }
 
 

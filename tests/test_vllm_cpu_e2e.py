@@ -199,3 +199,79 @@ def test_a_modified_plan_is_refused(m) -> None:  # type: ignore[no-untyped-def]
     forged = dataclasses.replace(plan, supported=True, hidden_size=63)
     with pytest.raises(m.LayoutContractError, match="not made by plan"):
         m.pad_w2(torch.zeros(2, 63, 44), forged)
+
+
+def test_out_overlapping_the_input_is_refused(m) -> None:  # type: ignore[no-untyped-def]
+    plan = m.plan(num_experts=4, hidden_size=64, intermediate_size=176, tp_size=4, isa="vec",
+                  activation="silu", dtype="float32")
+    buffer = torch.zeros(100_000)
+    source = buffer[: 4 * 88 * 64].view(4, 88, 64)
+    out = buffer[100: 100 + 4 * 128 * 64].view(4, 128, 64)
+    with pytest.raises(m.LayoutContractError, match="overlaps the input"):
+        m.pad_w13(source, plan, out=out)
+    with pytest.raises(m.LayoutContractError, match="overlaps the input"):
+        m.shard_w13(buffer[: 4 * 352 * 64].view(4, 352, 64), 1, plan, out=out)
+
+
+def test_rank_accepts_integer_like_values_only(m) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    plan = m.plan(num_experts=2, hidden_size=64, intermediate_size=176, tp_size=4, isa="vec",
+                  activation="silu", dtype="float32")
+    full = torch.randn(2, 352, 64)
+    assert torch.equal(m.shard_w13(full, np.int64(2), plan), m.shard_w13(full, 2, plan))
+    for bad in (True, 2.0, "1", 4, -1):
+        with pytest.raises(m.LayoutContractError, match="rank"):
+            m.shard_w13(full, bad, plan)
+
+
+def test_top_k_zero_and_zero_tokens(kernel) -> None:  # type: ignore[no-untyped-def]
+    """top_k == 0 crashed the kernel with SIGFPE; zero tokens returns an empty output."""
+    m = kernel
+    plan = m.plan(num_experts=4, hidden_size=64, intermediate_size=64, tp_size=1, isa="vec",
+                  activation="silu", dtype="bfloat16")
+    packed = m.prepack(torch.zeros(4, 128, 64, dtype=torch.bfloat16), torch.zeros(4, 64, 64, dtype=torch.bfloat16),
+                       plan)
+    with pytest.raises(m.LayoutContractError, match="top_k must be at least 1"):
+        m.fused_moe(torch.zeros(3, 64, dtype=torch.bfloat16), *packed, torch.zeros(3, 0), torch.zeros(3, 0).long(),
+                    plan)
+    out = m.fused_moe(torch.zeros(0, 64, dtype=torch.bfloat16), *packed, torch.zeros(0, 2),
+                      torch.zeros(0, 2).long(), plan)
+    assert out.shape == (0, 64)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_swigluoai_shards_interleaved_pairs_on_the_real_kernel(kernel, tp: int) -> None:  # type: ignore[no-untyped-def]
+    """gpt-oss style: the checkpoint's w13 rows are (gate, up) pairs; a rank holds a block of pairs."""
+    from layoutc_generated import vllm_cpu_grouped_gemm_swigluoai as s
+
+    torch.manual_seed(tp)
+    experts, hidden, intermediate = 4, 64, 256
+    full13 = (torch.randn(experts, 2 * intermediate, hidden) / 8).to(torch.float32)  # interleaved rows
+    full2 = (torch.randn(experts, hidden, intermediate) / 16).to(torch.float32)
+    x = torch.randn(6, hidden)
+    ids = torch.stack([torch.randperm(experts)[:2] for _ in range(6)])
+    weights = torch.rand(6, 2)
+    plan = s.plan(num_experts=experts, hidden_size=hidden, intermediate_size=intermediate, tp_size=tp, isa="vec",
+                  dtype="float32")
+    total = torch.zeros(6, hidden)
+    for rank in range(tp):
+        packed = s.prepack_padded(s.shard_w13(full13, rank, plan), s.shard_w2(full2, rank, plan), plan)
+        total += s.fused_moe(x, *packed, weights, ids, plan).float()
+
+    def swigluoai(h: torch.Tensor) -> torch.Tensor:
+        gate, up = h[0::2].clamp(max=7.0), h[1::2].clamp(-7.0, 7.0)
+        return gate * torch.sigmoid(1.702 * gate) * (up + 1)
+
+    expected = torch.zeros(6, hidden)
+    for t in range(6):
+        for k in range(2):
+            e = int(ids[t, k])
+            expected[t] += float(weights[t, k]) * (full2[e] @ swigluoai(full13[e] @ x[t]))
+    assert float((total - expected).norm() / expected.norm()) < 1e-4
+    if tp > 1:
+        from layoutc_generated import vllm_cpu_grouped_gemm as halves
+
+        with pytest.raises(halves.LayoutContractError, match="interleaved"):
+            halves.plan(num_experts=experts, hidden_size=hidden, intermediate_size=intermediate, tp_size=tp,
+                        isa="vec", activation="swigluoai", dtype="float32")
