@@ -14,7 +14,12 @@ Qwen3-235B-A22B tp 8 on aiter_fused_moe), bf16, 2 threads. For each tensor it ti
 * `blocked[k]`: copy then fill per block of k experts, so the fill writes cache lines
   the copy just brought in (w2's 16-column tail touches every 6th line);
 * `fresh_pad`, `fresh_alloc_copy`, `fresh_touch`: fresh outputs, and the cost of only
-  faulting in the pages (`torch.empty(...).zero_()` minus nothing: a page-fault bound).
+  faulting in the pages and writing them once (`torch.empty(...).zero_()`).
+* with `--native-prototype` (w2 only): a 15-line C++ row kernel built with
+  `torch.utils.cpp_extension.load_inline` into /tmp (needs g++; about a minute to
+  build): per row, memcpy the I logical values and memset the P - I pad, rows split
+  over the 2 threads with `at::parallel_for`: one pass instead of copy + fill. A
+  prototype of the fix, not a proposal for how layoutc should ship it.
 
 This is a diagnostic for docs/benchmarks.md, not a goal check.
 """
@@ -60,6 +65,38 @@ def timeit(fns: dict[str, Any], repeats: int) -> dict[str, dict[str, float]]:
     return {n: C.stats(t) for n, t in times.items()}
 
 
+_NATIVE_SRC = r"""
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <cstring>
+// out[r, :I] = src[r, :], out[r, I:] = 0, one pass over the rows.
+void pad_rows(torch::Tensor src, torch::Tensor out) {
+  TORCH_CHECK(src.is_contiguous() && out.is_contiguous() && src.dim() == 2 && out.dim() == 2);
+  const int64_t rows = out.size(0), p = out.size(1), i = src.size(1), es = src.element_size();
+  const char* s = static_cast<const char*>(src.data_ptr());
+  char* o = static_cast<char*>(out.data_ptr());
+  at::parallel_for(0, rows, 2048, [&](int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      std::memcpy(o + r * p * es, s + r * i * es, i * es);
+      std::memset(o + (r * p + i) * es, 0, (p - i) * es);
+    }
+  });
+}
+"""
+
+
+def native_module() -> Any:
+    from torch.utils.cpp_extension import load_inline
+
+    build = Path("/tmp/layoutc_bench_native")
+    build.mkdir(exist_ok=True)
+    return load_inline("layoutc_bench_pad_rows", cpp_sources=[_NATIVE_SRC], functions=["pad_rows"],
+                       extra_cflags=["-O3"], build_directory=str(build), verbose=False)
+
+
+NATIVE: Any = None
+
+
 def profile_tensor(case: str, tensor: str, repeats: int, fresh_only: bool) -> dict[str, Any]:
     module, kwargs = CASES[case]
     mod = importlib.import_module(f"layoutc_generated.{module}")
@@ -92,6 +129,9 @@ def profile_tensor(case: str, tensor: str, repeats: int, fresh_only: bool) -> di
         else:
             fns["op:copy[k]"] = lambda: out[..., :i].copy_(src)
             fns["op:fill[k pad]"] = lambda: out[..., i:].fill_(0)
+            if NATIVE is not None:
+                s2, o2 = src.view(-1, i), out.view(-1, p)
+                fns["native row kernel (prototype)"] = lambda: NATIVE.pad_rows(s2, o2)
             for k in (1, 4, 16):
                 def blocked(k: int = k) -> torch.Tensor:
                     for lo in range(0, e, k):
@@ -103,6 +143,9 @@ def profile_tensor(case: str, tensor: str, repeats: int, fresh_only: bool) -> di
     fns["fresh_alloc_copy"] = lambda: torch.empty(padded, dtype=BF16).copy_(same)
     fns["fresh_touch (empty+zero_)"] = lambda: torch.empty(padded, dtype=BF16).zero_()
     res = timeit(fns, repeats)
+    if NATIVE is not None and tensor == "w2" and not fresh_only:
+        NATIVE.pad_rows(src.view(-1, i), out.view(-1, p))
+        assert torch.equal(out, pad(src, plan)), "native prototype disagrees with pad_w2"
     return {"case": case, "tensor": tensor, "padded_shape": list(padded),
             "padded_mib": out.numel() * 2 / C.MiB, "rows": res}
 
@@ -111,10 +154,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--thp", action="store_true", help="rerun the fresh rows with THP_MEM_ALLOC_ENABLE=1")
+    ap.add_argument("--native-prototype", action="store_true",
+                    help="also time a one-pass C++ row kernel for w2 (built with load_inline)")
     ap.add_argument("--fresh-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-write", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(2)
+    global NATIVE
+    if args.native_prototype:
+        NATIVE = native_module()
     before = C.load()
     out = [profile_tensor(c, t, args.repeats, args.fresh_only) for c in CASES for t in ("w13", "w2")]
     after = C.load()

@@ -25,6 +25,7 @@ IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_NAME = 64
 MAX_ENUM = 64
 MAX_PARAMS = 64
+MAX_ERRORS = 100  # per contract; the rest would only repeat the first causes
 # Names the generated module uses itself, plus the layer-level names it binds.
 KEYWORDS = frozenset({
     "contract", "source", "policy", "param", "let", "require", "admit", "tensor", "kernel", "glue",
@@ -82,7 +83,9 @@ def _side(what: str) -> str:
 
 
 def _suggest(name: str, candidates: list[str]) -> str | None:
-    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    """`did you mean X?` among names of similar length (bounded work on huge inputs)."""
+    near = [c for c in candidates if abs(len(c) - len(name)) <= 3][:400]
+    close = difflib.get_close_matches(name[:MAX_NAME], near, n=1, cutoff=0.6)
     return f"did you mean `{close[0]}`?" if close else None
 
 
@@ -101,11 +104,22 @@ class _Checker:
         self.enum_work = [0, 2_000_000]
         self.bounds: dict[str, Interval] = {}
         self.reported_too_large = False
+        self.fill_work = 0
+        self.error_count = 0
         self.later_lets = {d.name for d in module.decls if isinstance(d, A.LetDecl)}
 
     # ---- helpers ----
+    def full(self) -> bool:
+        """Past MAX_ERRORS: stop doing work (suggestions) for diagnostics nobody will see."""
+        return self.error_count > MAX_ERRORS
+
     def err(self, code: str, span: Span, msg: str, **kw: object) -> None:
-        self.diags.append(error(code, span, msg, **kw))  # type: ignore[arg-type]
+        errors = self.error_count
+        self.error_count += 1
+        if errors < MAX_ERRORS:
+            self.diags.append(error(code, span, msg, **kw))  # type: ignore[arg-type]
+        elif errors == MAX_ERRORS:
+            self.diags.append(error("LC107", span, f"more than {MAX_ERRORS} errors; stopping here"))
 
     def check_name(self, name: str, span: Span) -> bool:
         if not IDENT.match(name) or len(name) > MAX_NAME or name.startswith("_"):
@@ -196,6 +210,8 @@ class _Checker:
             return None
         if n in self.later_lets:
             self.err("LC208", node.span, f"`{n}` is used before its `let` is defined")
+            return None
+        if self.full():
             return None
         candidates = list(self.params) + list(self.lets) + list(self.members)
         if decode is not None:
@@ -612,6 +628,11 @@ class _Checker:
                 continue
             assert t.code_range is not None
             lo, hi = t.code_range
+            self.fill_work += (hi - lo + 1) * sum(1 for _ in ir.walk(t.decode))
+            if self.fill_work > 200_000:
+                self.err("LC307", self.fill_spans[name], "too much work to resolve `fill decoded` codes; use "
+                         "smaller code ranges or simpler decode expressions, or write the code with `fill N`")
+                continue
             chosen = None
             try:
                 for c in range(lo, hi + 1):

@@ -46,6 +46,13 @@ def contract_paths(paths: Sequence[str]) -> list[str]:
     return out
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -104,7 +111,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return 1
     if diags and args.format != "json":
         sys.stderr.write(render_text(diags, sources))
-    options = Options(timeout_ms=args.timeout_ms, seed=args.seed)
+    options = Options(timeout_ms=args.timeout_ms, seed=args.seed, budget_s=args.budget_s)
     results = [(path, contract, verify(contract, options)) for path, contract, _ in loaded]
     if args.format == "json":
         sys.stdout.write(render_json(results))
@@ -161,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json", "github"), default="text")
     p.add_argument("--timeout-ms", type=_positive_int, default=2000, help="per-query solver timeout (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="solver random seed (default 0)")
+    p.add_argument("--budget-s", type=_positive_float, default=8.0,
+                   help="wall-time budget per contract, in seconds (default 8); past it, verdicts are inconclusive")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("compile", help="render each contract into a standalone Python module")

@@ -100,6 +100,22 @@ def write_atomic(path: str, text: str) -> None:
         raise
 
 
+def _remove_stale_temporaries(out_dir: str, age_s: float = 600.0) -> None:
+    """Temporaries a killed compile left behind (never imported: not *.py); older than
+    `age_s` so that a concurrent compile's live temporaries are kept."""
+    import time
+
+    now = time.time()
+    for name in os.listdir(out_dir):
+        if name.startswith(".layoutc-") and name.endswith(".tmp"):
+            path = os.path.join(out_dir, name)
+            try:
+                if now - os.path.getmtime(path) > age_s:
+                    os.unlink(path)
+            except OSError:
+                pass
+
+
 def compile_contracts(contracts: list[tuple[str, ir.Contract]], out_dir: str, *, check: bool,
                       verify_first: bool = True) -> int:
     files, status = render_all(contracts, verify_first)
@@ -109,6 +125,7 @@ def compile_contracts(contracts: list[tuple[str, ir.Contract]], out_dir: str, *,
         return check_drift(files, out_dir)
     try:
         os.makedirs(out_dir, exist_ok=True)
+        _remove_stale_temporaries(out_dir)
         # Modules first and __init__.py last: a run killed midway never leaves an
         # __init__ that names a module not yet written.
         for name in sorted(files, key=lambda n: (n == "__init__.py", n)):

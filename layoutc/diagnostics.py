@@ -58,7 +58,7 @@ CODES: dict[str, str] = {
     "LC104": "nesting too deep",
     "LC105": "contract file too large (over 1 MiB or over 100,000 tokens)",
     "LC106": "integer literal too large",
-    "LC107": "too many declarations",
+    "LC107": "too many declarations or too many errors",
     "LC108": "string literal contains a control character",
     # 2xx: names
     "LC201": "unknown name",
@@ -114,18 +114,24 @@ def warning(code: str, span: Span, message: str, *, help: str | None = None) -> 
     return Diagnostic(code, "warning", span, message, (), help)
 
 
-def _snippet(span: Span, source: str | None) -> list[str]:
-    if source is None or span.line <= 0:
-        return []
-    lines = source.splitlines()
-    if span.line > len(lines):
+MAX_SNIPPET = 160  # characters of a source line shown around the caret
+
+
+def _snippet(span: Span, lines: list[str] | None) -> list[str]:
+    if lines is None or span.line <= 0 or span.line > len(lines):
         return []
     text = lines[span.line - 1].expandtabs(1)
     width = 1
     if span.end_line == span.line and span.end_column > span.column:
         width = span.end_column - span.column
+    column = span.column
+    if len(text) > MAX_SNIPPET:  # show a window of a very long line
+        start = max(0, column - 1 - MAX_SNIPPET // 2)
+        text = text[start:start + MAX_SNIPPET]
+        column -= start
+    width = max(1, min(width, len(text) - column + 2))
     gutter = f"{span.line:>4} | "
-    caret = " " * (len(gutter) - 2) + "| " + " " * (span.column - 1) + "^" * max(1, width)
+    caret = " " * (len(gutter) - 2) + "| " + " " * (column - 1) + "^" * width
     return [gutter + _printable(text), caret]
 
 
@@ -136,12 +142,19 @@ def _printable(text: str) -> str:
 def render_text(diags: list[Diagnostic], sources: dict[str, str]) -> str:
     """Render diagnostics as `file:line:col: severity[CODE]: message` plus the line and a caret."""
     out: list[str] = []
+    split: dict[str, list[str]] = {}
+
+    def lines(file: str) -> list[str] | None:
+        if file not in split and file in sources:
+            split[file] = sources[file].splitlines()
+        return split.get(file)
+
     for d in diags:
         out.append(f"{d.span}: {d.severity}[{d.code}]: {_printable(d.message)}")
-        out.extend(_snippet(d.span, sources.get(d.span.file)))
+        out.extend(_snippet(d.span, lines(d.span.file)))
         for rel in d.related:
             out.append(f"{rel.span}: note: {_printable(rel.message)}")
-            out.extend(_snippet(rel.span, sources.get(rel.span.file)))
+            out.extend(_snippet(rel.span, lines(rel.span.file)))
         if d.help:
             out.append(f"  = help: {_printable(d.help)}")
     return "\n".join(out) + ("\n" if out else "")

@@ -46,6 +46,7 @@ class Options:
     rlimit: int = 20_000_000
     quick_rlimit: int = 300_000
     max_cases: int = 512
+    budget_s: float = 8.0  # wall-time budget per contract; past it every query is inconclusive
     seed: int = 0
     minimize: bool = True
 
@@ -104,6 +105,7 @@ class _Run:
         self.admitted = z3.And([self.base, *self.requires, *[f for _, f in self.admits]])
         self.sizes = self._axis_sizes()
         self._cases: list[list[tuple[z3.ExprRef, z3.ExprRef]]] | None = None
+        self.deadline = time.perf_counter() + self.options.budget_s
 
     # ---- solving ----
     def cases(self) -> list[list[tuple[z3.ExprRef, z3.ExprRef]]]:
@@ -120,6 +122,8 @@ class _Run:
         """One fresh solver per case; sat in any case is a counterexample (the first, in a
         fixed order), unknown in any case (and sat in none) is inconclusive."""
         formula = z3.And(goal, *(extra or []))
+        if self.remaining_ms() <= 0:
+            return f"unknown (the contract's verification budget of {self.options.budget_s:g} s is spent)", None
         # First the whole domain at once under a small, deterministic resource budget;
         # only if that is not enough, case by case.
         solver = z3.Solver(ctx=self.ctx)
@@ -141,8 +145,11 @@ class _Run:
         for case in cases:
             if time.perf_counter() > deadline:
                 return f"unknown (case split ran past {4 * self.options.timeout_ms} ms)", None
+            budget = self.remaining_ms()
+            if budget <= 0:
+                return f"unknown (the contract's verification budget of {self.options.budget_s:g} s is spent)", None
             solver = z3.Solver(ctx=self.ctx)
-            solver.set("timeout", self.options.timeout_ms)
+            solver.set("timeout", min(self.options.timeout_ms, budget))
             solver.set("rlimit", self.options.rlimit)
             solver.set("random_seed", self.options.seed)
             specialised = z3.simplify(z3.substitute(formula, *case)) if case else formula
@@ -156,6 +163,9 @@ class _Run:
         if unknown is not None:
             return unknown, None
         return "unsat", None
+
+    def remaining_ms(self) -> int:
+        return int((self.deadline - time.perf_counter()) * 1000)
 
     def minimize(self, goal: z3.BoolRef, model: z3.ModelRef) -> z3.ModelRef:
         """Shrink the range parameters (sum) while the goal stays satisfiable."""

@@ -117,7 +117,7 @@ class Gen:
             n = self.r.choice((2, 2, 2, 1, 0, 3))
             return f"{func}({', '.join(self.expr(d, axes) for _ in range(n))})"
         if k == 8:
-            arms = [f"{self.r.choice(self.members + ['_'])} => {self.expr(d, axes)}"
+            arms = [f"{self.r.choice([*self.members, '_'])} => {self.expr(d, axes)}"
                     for _ in range(self.r.randrange(1, 5))]
             return f"match {self.name()} {{ {', '.join(arms)}{',' if self.r.random() < 0.2 else ''} }}"
         return f"({self.expr(d, axes)})"
@@ -196,7 +196,7 @@ class Gen:
         for ax in axes or tuple(self.r.sample(AXES, self.r.randrange(1, 4))):
             lines.append(f"  axis {ax} = {self.axis_spec(ax)}")
         if self.r.random() < 0.9:
-            lines.append(f"  storage {self.r.choice(DTYPES + ('dtype', 'isa'))}")
+            lines.append(f"  storage {self.r.choice((*DTYPES, 'dtype', 'isa'))}")
         if self.r.random() < 0.15:
             lo = self.r.choice(("0", "-8", "-128", "-32768"))
             hi = self.r.choice(("15", "7", "127", "255"))
@@ -243,7 +243,7 @@ class Gen:
     def free_decl(self) -> str:
         k = self.r.randrange(12)
         if k == 0:
-            return f"contract {self.r.choice(('c', 'x', 'mini') + ODD_NAMES)}"
+            return f"contract {self.r.choice(('c', 'x', 'mini', *ODD_NAMES))}"
         if k == 1:
             return f"source {self.string()}"
         if k == 2:
@@ -347,11 +347,11 @@ class CleanGen:
         if k == 0:
             return f"({self.int_expr(d)} {r.choice('+-')} {self.int_expr(d)})"
         if k == 1:
-            return f"({self.int_expr(d)} * {r.choice(self.finite + ['2', '3'])})"
+            return f"({self.int_expr(d)} * {r.choice([*self.finite, '2', '3'])})"
         if k == 2:
-            return f"({self.int_expr(d)} {r.choice('/%')} {r.choice(self.finite + ['4', '7'])})"
+            return f"({self.int_expr(d)} {r.choice('/%')} {r.choice([*self.finite, '4', '7'])})"
         if k == 3:
-            return f"{r.choice(('round_up', 'round_down', 'cdiv'))}({self.int_expr(d)}, {r.choice(self.finite + ['16'])})"
+            return f"{r.choice(('round_up', 'round_down', 'cdiv'))}({self.int_expr(d)}, {r.choice([*self.finite, '16'])})"
         if k == 4:
             return f"{r.choice(('min', 'max'))}({self.int_expr(d)}, {self.int_expr(d)})"
         if k == 5:
@@ -367,7 +367,7 @@ class CleanGen:
     def bool_expr(self, depth: int = 0) -> str:
         r = self.r
         if depth >= self.max_depth or r.random() < 0.3:
-            return r.choice(self.bools + ["true", "false", f"{self.enum[0]} == {r.choice(self.enum[1])}"])
+            return r.choice([*self.bools, "true", "false", f"{self.enum[0]} == {r.choice(self.enum[1])}"])
         d = depth + 1
         k = r.randrange(4)
         if k == 0:

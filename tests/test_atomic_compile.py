@@ -31,9 +31,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from robust_helpers import CASES, CONTRACTS, REPO, child_env, crashed, limit_child, run_python  # noqa: E402
+from robust_helpers import CASES, CONTRACTS, REPO, child_env, crashed, limit_child, run_python
 
-from layoutc import cli  # noqa: E402
+from layoutc import cli
 
 ITERATIONS = int(os.environ.get("LAYOUTC_KILL_ITERATIONS", "20"))
 SEED = int(os.environ.get("LAYOUTC_FUZZ_SEED", "8"))

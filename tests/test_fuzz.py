@@ -44,13 +44,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from contract_gen import CleanGen, Gen, byte_mutate, declarations, generate, token_mutate, tokens  # noqa: E402
-from robust_helpers import CASES, CONTRACTS, REPO, crashed, emit_oracle, run_python  # noqa: E402
+from contract_gen import CleanGen, Gen, byte_mutate, declarations, generate, token_mutate, tokens
+from robust_helpers import CASES, CONTRACTS, REPO, crashed, emit_oracle, run_python
 
-from layoutc import cli  # noqa: E402
-from layoutc.check import check  # noqa: E402
-from layoutc.diagnostics import has_errors, render_text, to_json  # noqa: E402
-from layoutc.parse import parse  # noqa: E402
+from layoutc import cli
+from layoutc.check import check
+from layoutc.diagnostics import has_errors, render_text, to_json
+from layoutc.parse import parse
 
 BUDGET = int(os.environ.get("LAYOUTC_FUZZ_EXAMPLES", "20000"))
 SEED = int(os.environ.get("LAYOUTC_FUZZ_SEED", "8"))
@@ -97,7 +97,7 @@ class Fuzzer:
         self.count += 1
         try:
             return self._run(text)
-        except Exception as exc:  # noqa: BLE001 - every exception is a finding
+        except Exception as exc:
             frames = traceback.extract_tb(exc.__traceback__)
             where = next((f"{Path(f.filename).name}:{f.lineno}" for f in reversed(frames)
                           if "layoutc" in f.filename or f.filename.startswith("<generated")), "?")
@@ -360,7 +360,7 @@ except BaseException:
     out["error"] = traceback.format_exc()[-3000:]
 print(json.dumps(out))
 '''
-REGRESSION_TIMEOUT = float(os.environ.get("LAYOUTC_FUZZ_REGRESSION_TIMEOUT", "10"))
+REGRESSION_TIMEOUT = float(os.environ.get("LAYOUTC_FUZZ_REGRESSION_TIMEOUT", "8"))
 
 
 @pytest.fixture(scope="module")

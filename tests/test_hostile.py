@@ -25,10 +25,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from robust_helpers import CASES, audit_import, baseline_imports, configs_for, crashed, run_layoutc, unexpected_events  # noqa: E402
+from robust_helpers import CASES, audit_import, baseline_imports, configs_for, crashed, run_layoutc, unexpected_events
 
-from layoutc import cli  # noqa: E402
-from layoutc.check import load  # noqa: E402
+from layoutc import cli
+from layoutc.check import load
 
 HOSTILE_DIR = CASES / "hostile"
 
@@ -162,7 +162,7 @@ PAYLOADS: dict[str, str] = {
 
 
 def make_case(position: str, payload_id: str) -> str:
-    kind, _ = POSITIONS[position]
+    assert position in POSITIONS, position
     values = {pos: default for pos, (_, default) in POSITIONS.items()}
     values["contract"] = f"hostile_{position}_{payload_id}"[:60]
     values[position] = PAYLOADS[payload_id]

@@ -22,10 +22,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from robust_helpers import crashed, run_layoutc, run_python  # noqa: E402
+from robust_helpers import crashed, run_layoutc, run_python
 
-from layoutc.check import load  # noqa: E402
-from layoutc.diagnostics import has_errors, render_text  # noqa: E402
+from layoutc.check import load
+from layoutc.diagnostics import has_errors, render_text
 
 HEAD = """\
 contract limits
