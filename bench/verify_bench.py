@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as C  # noqa: E402
+import _common as C
 
 GOAL_S = 2.0
 
@@ -110,8 +110,8 @@ def main() -> int:
              f"{wall['text']['max_ms'] / 1e3:.3f}"],
             [f"layoutc verify {args.path} --format json", f"{wall['json']['best_s']:.3f}",
              f"{wall['json']['median_s']:.3f}", f"{wall['json']['max_ms'] / 1e3:.3f}"]]
-    for k, v in floor_t.items():
-        st = C.stats(v)
+    for k, secs in floor_t.items():
+        st = C.stats(secs)
         rows.append([k, f"{st['best_ms'] / 1e3:.3f}", f"{st['median_ms'] / 1e3:.3f}", f"{st['max_ms'] / 1e3:.3f}"])
     print(f"load before: {before['uptime']}")
     print(C.table(rows, ["command (fresh process)", "best s", "median s", "max s"]))
@@ -125,7 +125,7 @@ def main() -> int:
     payload = {"benchmark": "verify", "command": [*(Path(x).name if i == 0 else x for i, x in enumerate(base)),
                                                    "verify", args.path],
                "runs": args.runs, "goal_s": GOAL_S, "met_median": met, "met_best": met_best, "exit_codes": exit_codes,
-               "machine": C.machine(with_torch=False), "load_before": before, "load_after": after,
+               "machine": C.machine(with_torch=False), "git": C.git_state(), "load_before": before, "load_after": after,
                "machine_busy_before_runs": {"text": text_busy, "json": json_busy},
                "wall": wall, "wall_seconds": {"text": text_t, "json": json_t},
                "startup_floors": {k: C.stats(v) for k, v in floor_t.items()},

@@ -137,11 +137,11 @@ def main() -> int:
                 out = m.fused_moe(x, packed_w13, packed_w2, topk_weights, topk_ids, plan)
                 partial += out.float()  # the all-reduce of row-parallel w2
                 if rank == 0:
-                    kernel_s = best_of(lambda: m.fused_moe(x, packed_w13, packed_w2, topk_weights, topk_ids, plan))
+                    kernel_s = best_of(lambda a=packed_w13, b=packed_w2, p=plan: m.fused_moe(x, a, b, topk_weights, topk_ids, p))
                     i_pp = plan.intermediate_size_per_partition
                     shard13 = torch.cat([w13[:, :i_pp], w13[:, INTERMEDIATE:INTERMEDIATE + i_pp]], dim=1)
                     shard2 = w2[:, :, :i_pp].contiguous()
-                    loop_s = best_of(lambda: per_expert_loop(x, shard13, shard2, topk_weights, topk_ids, i_pp))
+                    loop_s = best_of(lambda a=shard13, b=shard2, n=i_pp: per_expert_loop(x, a, b, topk_weights, topk_ids, n))
             rel = float((partial - expected).norm() / expected.norm())
             max_abs = float((partial - expected).abs().max())
             ok = rel < 2e-2

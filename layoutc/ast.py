@@ -7,7 +7,7 @@ The parser (``parse.py``) builds these directly from the lark tree; the checker
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 from .diagnostics import Span
 
@@ -85,7 +85,7 @@ class Match:
     span: Span
 
 
-Expr = Union[IntLit, BoolLit, Name, AxisSize, Unary, Binary, Call, If, Match]
+Expr = IntLit | BoolLit | Name | AxisSize | Unary | Binary | Call | If | Match
 
 # ---- declarations ------------------------------------------------------------
 
@@ -115,7 +115,7 @@ class BoolDomain:
     span: Span
 
 
-Domain = Union[RangeDomain, SetDomain, EnumDomain, BoolDomain]
+Domain = RangeDomain | SetDomain | EnumDomain | BoolDomain
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,7 @@ class LikeAxis:
     span: Span
 
 
-AxisSpec = Union[PlainAxis, PaddedAxis, GroupsAxis, LikeAxis]
+AxisSpec = PlainAxis | PaddedAxis | GroupsAxis | LikeAxis
 
 
 @dataclass(frozen=True)
@@ -269,7 +269,7 @@ class ArgClause:
     span: Span
 
 
-KernelClause = Union[ViewClause, AlignClause, ActivationClause, ArgClause]
+KernelClause = ViewClause | AlignClause | ActivationClause | ArgClause
 
 
 @dataclass(frozen=True)
@@ -288,8 +288,7 @@ class GlueDecl:
     span: Span
 
 
-Decl = Union[ContractDecl, SourceDecl, PolicyDecl, ParamDecl, LetDecl, RuleDecl, TensorDecl,
-             KernelDecl, GlueDecl]
+Decl = ContractDecl | SourceDecl | PolicyDecl | ParamDecl | LetDecl | RuleDecl | TensorDecl | KernelDecl | GlueDecl
 
 
 @dataclass(frozen=True)

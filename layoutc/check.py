@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import builtins
 import difflib
-import os
 import keyword
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -392,13 +392,13 @@ class _Checker:
                 return
             enum = ir.EnumT(d.name, dom.members)
             listed: dict[str, Span] = {}
-            for member, span in zip(dom.members, dom.member_spans):
+            for member, span in zip(dom.members, dom.member_spans, strict=False):
                 if member in listed:
                     self.err("LC202", span, f"enum member `{member}` is listed twice",
                              related=(Related(listed[member], "first listed here"),))
                     return
                 listed[member] = span
-            for member, span in zip(dom.members, dom.member_spans):
+            for member, span in zip(dom.members, dom.member_spans, strict=False):
                 if not self.check_name(member, span):
                     return
                 if member in self.members or member in self.defined_at:

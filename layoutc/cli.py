@@ -208,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 2
-    except BaseException as exc:  # noqa: BLE001 - the one place that turns bugs into a report
+    except BaseException as exc:
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         sys.stderr.write(f"layoutc: error[LC900]: internal error: {detail}\n"
                          "  = this is a bug in layoutc; please report it with the input that caused it\n")

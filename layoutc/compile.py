@@ -8,6 +8,7 @@ concurrent compiles each leave complete files.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import sys
@@ -93,10 +94,8 @@ def write_atomic(path: str, text: str) -> None:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 

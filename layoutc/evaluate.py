@@ -221,7 +221,7 @@ def finite_values(expr: ir.Expr, params: Mapping[str, ir.Param], lets: Mapping[s
             raise TooLarge(f"enumerating finite domains took more than {spent[1]} evaluations")
     out: set[Value] = set()
     for combo in itertools.product(*(params[d].values for d in deps)):
-        env: dict[str, Value] = dict(zip(deps, combo))
+        env: dict[str, Value] = dict(zip(deps, combo, strict=False))
         for let in order:
             try:
                 env[let.name] = eval_expr(let.value, env)
@@ -256,7 +256,7 @@ def iter_configs(contract: ir.Contract, ranges: Mapping[str, Iterable[int]]) -> 
     names = [p.name for p in contract.params]
     domains = [list(ranges[p.name]) if not p.finite else list(p.values) for p in contract.params]
     for combo in itertools.product(*domains):
-        yield dict(zip(names, combo))
+        yield dict(zip(names, combo, strict=False))
 
 
 Interval = tuple[int, int]
@@ -297,7 +297,7 @@ def int_bounds(expr: ir.Expr, known: Mapping[str, Interval]) -> Interval | None:
         return (alo - bhi, ahi - blo)
     if expr.op in ("*", "lcm"):
         products = [alo * blo, alo * bhi, ahi * blo, ahi * bhi]
-        return (min(products + [0]) if expr.op == "lcm" else min(products), max(products))
+        return (min([*products, 0]) if expr.op == "lcm" else min(products), max(products))
     if expr.op in ("/", "round_down", "cdiv", "round_up"):
         m = max(abs(alo), abs(ahi)) + max(abs(blo), abs(bhi))
         return (-m, m)

@@ -8,7 +8,7 @@ lowered to conditionals, and every axis knows its logical and padded size.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 from .diagnostics import Span
 
@@ -44,7 +44,7 @@ class RealT:
         return "real"
 
 
-Type = Union[IntT, BoolT, EnumT, RealT]
+Type = IntT | BoolT | EnumT | RealT
 INT = IntT()
 BOOL = BoolT()
 REAL = RealT()
@@ -126,7 +126,7 @@ class Select:
     span: Span
 
 
-Expr = Union[Const, Ref, AxisSize, TensorValue, Code, Op, Cond, Select]
+Expr = Const | Ref | AxisSize | TensorValue | Code | Op | Cond | Select
 
 ARITH = ("+", "-", "*", "/", "%")
 COMPARE = ("==", "!=", "<", "<=", ">", ">=")

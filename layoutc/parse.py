@@ -41,7 +41,7 @@ def _parser() -> lark.Lark:
 def _expected(names: set[str] | frozenset[str]) -> str:
     shown = sorted({_EXPECTED_NAMES.get(n, _literal(n)) for n in names})
     if len(shown) > 8:
-        shown = shown[:8] + ["..."]
+        shown = [*shown[:8], "..."]
     return ", ".join(shown)
 
 

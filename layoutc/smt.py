@@ -9,6 +9,7 @@ arithmetic with `div`/`mod` by numerals, which z3 decides.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 
 import z3
@@ -36,10 +37,7 @@ class Encoder:
             else:
                 self.vars[p.name] = z3.Int(p.name, self.ctx)
         for let in contract.lets:
-            if let.type == ir.BOOL:
-                var = z3.Bool(f"let.{let.name}", self.ctx)
-            else:
-                var = z3.Int(f"let.{let.name}", self.ctx)
+            var = z3.Bool(f"let.{let.name}", self.ctx) if let.type == ir.BOOL else z3.Int(f"let.{let.name}", self.ctx)
             self.vars[let.name] = var
             self.defs.append(var == self.expr(let.value))
 
@@ -166,17 +164,15 @@ class Encoder:
         self.split_params |= set(deps)
         rows: list[tuple[z3.BoolRef, int]] = []
         for combo in itertools.product(*(self.params[d].values for d in deps)):
-            env: dict[str, Value] = dict(zip(deps, combo))
+            env: dict[str, Value] = dict(zip(deps, combo, strict=False))
             try:
                 for let in needed_lets(e, self.lets):
-                    try:
+                    with contextlib.suppress(EvalError):
                         env[let.name] = eval_expr(let.value, env)
-                    except EvalError:
-                        pass
                 value = int(eval_expr(e, env))
             except EvalError:
                 continue
-            cond = z3.And([self.vars[d] == self.param_value(d, v) for d, v in zip(deps, combo)])
+            cond = z3.And([self.vars[d] == self.param_value(d, v) for d, v in zip(deps, combo, strict=False)])
             rows.append((cond, value))
         if not rows:
             raise ValueError("empty table")

@@ -19,7 +19,7 @@ import z3
 
 from . import ir
 from .diagnostics import Span
-from .evaluate import EvalError, Value, axis_sizes, eval_lets
+from .evaluate import EvalError, Value, eval_lets
 from .picture import find_view, tensor_picture
 from .smt import Encoder
 
@@ -177,7 +177,7 @@ class _Run:
         total = z3.Sum(ranged)
         for _ in range(12):
             bound = model.eval(total, model_completion=True)
-            status, better = self.solve(goal, [total < bound])
+            _status, better = self.solve(goal, [total < bound])
             if better is None:
                 return model
             model = better
@@ -325,7 +325,7 @@ def _axis_placement(run: _Run, t: ir.Tensor, axis: ir.Axis, ref: ir.Axis | None)
     padded_g = run.grouped(axis, padded)
     size_t = segs * padded_g
     if ref is not None:
-        rl, rp, rs = run.sizes[(c.weight(t.projection).name, axis.name)]
+        _rl, rp, rs = run.sizes[(c.weight(t.projection).name, axis.name)]
         size_k = run.grouped(axis, rs * rp) if axis.group_size is None else rs * run.grouped(axis, rp)
     else:
         size_k = size_t
@@ -398,14 +398,14 @@ def _groups(run: _Run) -> list[_Obligation]:
     for t in run.contract.tensors:
         for axis in t.axes:
             label = f"{t.name}.{axis.name}"
-            logical, padded, segs = run.sizes[(t.name, axis.name)]
+            logical, padded, _segs = run.sizes[(t.name, axis.name)]
             if axis.kind == "groups" and axis.group_size is not None:
                 g = run.enc.expr(axis.group_size)
 
                 def by(v: int, value: z3.ArithRef):  # type: ignore[no-untyped-def]
                     return z3.BoolVal(False, run.ctx) if v == -1 else value % v != 0
-                straddle = run.enc._by_values(axis.group_size, lambda v: by(v, logical), None)
-                partial = run.enc._by_values(axis.group_size, lambda v: by(v, padded), None)
+                straddle = run.enc._by_values(axis.group_size, lambda v, size=logical: by(v, size), None)
+                partial = run.enc._by_values(axis.group_size, lambda v, size=padded: by(v, size), None)
 
                 def explain(model, label=label, g=g, logical=logical, padded=padded, axis=axis):  # type: ignore[no-untyped-def]
                     gv, lv, pv = run.val(model, g), run.val(model, logical), run.val(model, padded)
@@ -697,7 +697,7 @@ def verify(contract: ir.Contract, options: Options | None = None,
     """
     run = _Run(contract, options or Options(), dict(fixed or {}))
     start = time.perf_counter()
-    status, model = run.solve(run.admitted)
+    status, _model = run.solve(run.admitted)
     vac_seconds = time.perf_counter() - start
     if status == "unsat":
         detail = "no configuration satisfies the domains, requires and admits together"

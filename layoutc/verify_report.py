@@ -89,7 +89,7 @@ def _escape_prop(text: str) -> str:
 def render_github(results: list[Result]) -> str:
     """GitHub Actions workflow commands (::error / ::warning) with file and line."""
     lines: list[str] = []
-    for path, contract, verdicts in results:
+    for path, _contract, verdicts in results:
         for v in verdicts:
             where = f"file={_escape_prop(path)},line={max(1, v.span.line)}"
             if v.status in ("counterexample", "vacuous", "inconclusive"):

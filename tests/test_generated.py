@@ -86,7 +86,8 @@ def test_generated_modules_need_only_torch(name: str, tmp_path: Path) -> None:
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 
-@pytest.mark.parametrize("tool", [["ruff", "check", "generated"], ["mypy", "--strict", "generated"]])
+@pytest.mark.parametrize("tool", [["ruff", "check", "generated", "layoutc", "tests", "examples", "bench"],
+                                  ["mypy", "--strict", "generated"]])
 def test_generated_code_is_lint_and_type_clean(tool: list[str]) -> None:
     if shutil.which(tool[0]) is None:
         pytest.skip(f"{tool[0]} is not installed: pip install -e '.[test]'")

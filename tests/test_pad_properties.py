@@ -113,10 +113,10 @@ def test_pad_unpad_shard(name: str, data: st.DataObject) -> None:
     for tensor in contract.tensors:
         logical_shape, padded_shape = getattr(module, f"{tensor.name}_shapes")(plan)
         units = [storage_units(a, env) for a in tensor.axes]
-        assert logical_shape == tuple(max(1, len(a.roles)) * lo for a, (lo, _) in zip(tensor.axes, units))
-        assert padded_shape == tuple(max(1, len(a.roles)) * pa for a, (_, pa) in zip(tensor.axes, units))
-        dtype = getattr(module, "_DTYPES")[tensor.storage.removeprefix("param:")] \
-            if not tensor.storage.startswith("param:") else getattr(module, "_DTYPES")[env[tensor.storage[6:]]]
+        assert logical_shape == tuple(max(1, len(a.roles)) * lo for a, (lo, _) in zip(tensor.axes, units, strict=False))
+        assert padded_shape == tuple(max(1, len(a.roles)) * pa for a, (_, pa) in zip(tensor.axes, units, strict=False))
+        dtype = module._DTYPES[tensor.storage.removeprefix("param:")] \
+            if not tensor.storage.startswith("param:") else module._DTYPES[env[tensor.storage[6:]]]
         x = random_tensor(logical_shape, dtype, gen)
         pad = getattr(module, f"pad_{tensor.name}")
         unpad = getattr(module, f"unpad_{tensor.name}")
@@ -126,7 +126,7 @@ def test_pad_unpad_shard(name: str, data: st.DataObject) -> None:
         # placement against the independent index map, pad positions hold the pad code
         expected = torch.full(padded_shape, fill_word(tensor), dtype=torch.float64 if dtype.is_floating_point
                               else torch.int64)
-        maps = [torch.tensor(index_map(a, lo, pa), dtype=torch.long) for a, (lo, pa) in zip(tensor.axes, units)]
+        maps = [torch.tensor(index_map(a, lo, pa), dtype=torch.long) for a, (lo, pa) in zip(tensor.axes, units, strict=False)]
         expected[torch.meshgrid(*maps, indexing="ij")] = x.to(expected.dtype)
         assert torch.equal(padded.to(expected.dtype), expected), tensor.name
         assert torch.equal(unpad(padded, plan), x)
@@ -172,7 +172,7 @@ def test_wrong_inputs_name_the_tensor(name: str) -> None:
                                       "num_experts" else list(p.values) if p.finite else [p.low])
                                      for p in contract.params]):
         try:
-            plan = module.plan(**dict(zip([p.name for p in contract.params], combo)))
+            plan = module.plan(**dict(zip([p.name for p in contract.params], combo, strict=False)))
             break
         except module.LayoutContractError:
             continue

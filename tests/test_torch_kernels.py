@@ -51,7 +51,7 @@ def dequantize_int4(packed, plan, shapes, group_size):  # type: ignore[no-untype
     """Float weights the int4 kernel computes with: (q - 8) * scale + zero, from the packed codes."""
     out = []
     for weight, table in zip(packed.packed, packed.scales_and_zeros, strict=True):
-        n, k = weight.shape[0], weight.shape[1] * 2
+        _n, k = weight.shape[0], weight.shape[1] * 2
         eye = torch.eye(k, dtype=table.dtype)
         dense = torch.ops.aten._weight_int4pack_mm_for_cpu(eye, weight, group_size, table)  # [K, N] = W^T
         out.append(dense.T.float())
@@ -107,8 +107,8 @@ def test_int8pack_pads_k_to_16_in_bf16(dtype: torch.dtype, intermediate: int, pa
     w13, w2, x, ids, weights = layer(4, 128, intermediate, dtype)
     packed13, packed2 = m.prepack(w13, w2, plan)
     out = m.fused_moe(x, packed13, packed2, weights, ids, plan)
-    deq13 = torch.stack([w.float() * s.float().unsqueeze(1) for w, s in zip(packed13.weights, packed13.scales)])
-    deq2 = torch.stack([w.float() * s.float().unsqueeze(1) for w, s in zip(packed2.weights, packed2.scales)])
+    deq13 = torch.stack([w.float() * s.float().unsqueeze(1) for w, s in zip(packed13.weights, packed13.scales, strict=False)])
+    deq2 = torch.stack([w.float() * s.float().unsqueeze(1) for w, s in zip(packed2.weights, packed2.scales, strict=False)])
     expected = moe_reference(x, m.unpad_w13(deq13.to(dtype), plan), m.unpad_w2(deq2.to(dtype), plan), weights,
                              ids, intermediate)
     assert rel(out, expected) < 2e-2
