@@ -182,9 +182,14 @@ def _plan(num_experts: Any, hidden_size: Any, intermediate_size: Any, tp_size: A
     return Plan(num_experts=num_experts, hidden_size=hidden_size, intermediate_size=intermediate_size, tp_size=tp_size, scheme=scheme, scale_dtype=scale_dtype, activation=activation, intermediate_size_per_partition=intermediate_size_per_partition, block_n=block_n, block_k=block_k, intermediate_size_per_partition_padded=intermediate_size_per_partition_padded,                 supported=reason is None, reason=reason)
 
 
+_VALIDATED: dict[Plan, bool] = {}  # plans already re-derived (Plan is frozen and hashable)
+
+
 def _require_supported(plan: Plan) -> None:
     if not isinstance(plan, Plan):
         raise LayoutContractError(f"{CONTRACT}: expected a Plan from {CONTRACT}.plan(), got {type(plan).__name__}")
+    if _VALIDATED.get(plan):
+        return  # an equal plan was re-derived before: this one is genuine too
     try:
         fresh = _plan(plan.num_experts, plan.hidden_size, plan.intermediate_size, plan.tp_size, plan.scheme, plan.scale_dtype, plan.activation, warn=False)
     except LayoutContractError as exc:
@@ -194,6 +199,9 @@ def _require_supported(plan: Plan) -> None:
                                   "(was it modified with dataclasses.replace?); make it with plan()")
     if not plan.supported:
         raise LayoutContractError(f"{CONTRACT}: plan is not supported: {plan.reason}")
+    if len(_VALIDATED) > 256:
+        _VALIDATED.clear()
+    _VALIDATED[plan] = True
 
 
 # ---- layout runtime -------------------------------------------------------------

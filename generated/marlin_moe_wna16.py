@@ -189,9 +189,14 @@ def _plan(num_experts: Any, hidden_size: Any, intermediate_size: Any, tp_size: A
     return Plan(num_experts=num_experts, hidden_size=hidden_size, intermediate_size=intermediate_size, tp_size=tp_size, group_size=group_size, act_order=act_order, activation=activation, dtype=dtype, intermediate_size_per_partition=intermediate_size_per_partition, group=group, intermediate_size_per_partition_padded=intermediate_size_per_partition_padded,                 supported=reason is None, reason=reason)
 
 
+_VALIDATED: dict[Plan, bool] = {}  # plans already re-derived (Plan is frozen and hashable)
+
+
 def _require_supported(plan: Plan) -> None:
     if not isinstance(plan, Plan):
         raise LayoutContractError(f"{CONTRACT}: expected a Plan from {CONTRACT}.plan(), got {type(plan).__name__}")
+    if _VALIDATED.get(plan):
+        return  # an equal plan was re-derived before: this one is genuine too
     try:
         fresh = _plan(plan.num_experts, plan.hidden_size, plan.intermediate_size, plan.tp_size, plan.group_size, plan.act_order, plan.activation, plan.dtype, warn=False)
     except LayoutContractError as exc:
@@ -201,6 +206,9 @@ def _require_supported(plan: Plan) -> None:
                                   "(was it modified with dataclasses.replace?); make it with plan()")
     if not plan.supported:
         raise LayoutContractError(f"{CONTRACT}: plan is not supported: {plan.reason}")
+    if len(_VALIDATED) > 256:
+        _VALIDATED.clear()
+    _VALIDATED[plan] = True
 
 
 # ---- layout runtime -------------------------------------------------------------

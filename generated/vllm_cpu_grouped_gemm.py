@@ -185,9 +185,14 @@ def _plan(num_experts: Any, hidden_size: Any, intermediate_size: Any, tp_size: A
     return Plan(num_experts=num_experts, hidden_size=hidden_size, intermediate_size=intermediate_size, tp_size=tp_size, isa=isa, activation=activation, dtype=dtype, output_alignment=output_alignment, reduction_alignment=reduction_alignment, intermediate_alignment=intermediate_alignment, intermediate_size_per_partition=intermediate_size_per_partition, intermediate_size_per_partition_padded=intermediate_size_per_partition_padded,                 supported=reason is None, reason=reason)
 
 
+_VALIDATED: dict[Plan, bool] = {}  # plans already re-derived (Plan is frozen and hashable)
+
+
 def _require_supported(plan: Plan) -> None:
     if not isinstance(plan, Plan):
         raise LayoutContractError(f"{CONTRACT}: expected a Plan from {CONTRACT}.plan(), got {type(plan).__name__}")
+    if _VALIDATED.get(plan):
+        return  # an equal plan was re-derived before: this one is genuine too
     try:
         fresh = _plan(plan.num_experts, plan.hidden_size, plan.intermediate_size, plan.tp_size, plan.isa, plan.activation, plan.dtype, warn=False)
     except LayoutContractError as exc:
@@ -197,6 +202,9 @@ def _require_supported(plan: Plan) -> None:
                                   "(was it modified with dataclasses.replace?); make it with plan()")
     if not plan.supported:
         raise LayoutContractError(f"{CONTRACT}: plan is not supported: {plan.reason}")
+    if len(_VALIDATED) > 256:
+        _VALIDATED.clear()
+    _VALIDATED[plan] = True
 
 
 # ---- layout runtime -------------------------------------------------------------
@@ -572,6 +580,10 @@ def _has_op(qualified: str) -> bool:
     return hasattr(torch.ops, namespace) and hasattr(getattr(torch.ops, namespace), name)
 
 
+_LOADED: list[bool] = []  # non-empty once the ops are registered
+_ISA_OK: dict[str, bool] = {}
+
+
 def load_kernel() -> None:
     """Register the vLLM CPU MoE ops with torch without importing vllm.
 
@@ -580,7 +592,8 @@ def load_kernel() -> None:
     vLLM's CPU platform). Does nothing if the ops are already registered (e.g. vllm
     was imported). Raises KernelUnavailableError naming the package to install.
     """
-    if _has_op(_PREPACK_OP) and _has_op(_FORWARD_OP):
+    if _LOADED or (_has_op(_PREPACK_OP) and _has_op(_FORWARD_OP)):
+        _LOADED.append(True)
         return
     import importlib.util
     import os
@@ -615,6 +628,8 @@ def _check_isa(plan: Plan) -> str:
     import platform
 
     isa = plan.isa
+    if _ISA_OK.get(isa):
+        return isa
     machine = platform.machine()
     runs_here = {
         "vec": True,
@@ -627,6 +642,7 @@ def _check_isa(plan: Plan) -> str:
         # AVX512 EPYC terminates with an uncaught c10::Error), so refuse before calling it.
         raise KernelUnavailableError(f"{CONTRACT}: isa={isa!r} needs {_ISA_HOSTS.get(isa, isa)}; "
                                      f"this is {machine}; plan with isa='vec'")
+    _ISA_OK[isa] = True
     return isa
 
 
@@ -726,11 +742,10 @@ def _check_routing(tokens: int, topk_weights: object, topk_ids: object,
         raise LayoutContractError(f"{CONTRACT}: topk_ids must be integer (int8..int64, uint8), got {topk_ids.dtype}")
     if topk_ids.shape[1] < 1:
         raise LayoutContractError(f"{CONTRACT}: top_k must be at least 1, got topk_ids of shape {tuple(topk_ids.shape)}")
-    if topk_ids.numel() and (int(topk_ids.min()) < 0 or int(topk_ids.max()) >= num_experts):
-        raise LayoutContractError(f"{CONTRACT}: topk_ids must lie in [0, {num_experts}), got "
-                                  f"[{int(topk_ids.min())}, {int(topk_ids.max())}]")
-    if not bool(torch.isfinite(topk_weights).all()):
-        raise LayoutContractError(f"{CONTRACT}: topk_weights must be finite")
+    if topk_ids.numel():
+        low, high = (int(v) for v in torch.aminmax(topk_ids))
+        if low < 0 or high >= num_experts:
+            raise LayoutContractError(f"{CONTRACT}: topk_ids must lie in [0, {num_experts}), got [{low}, {high}]")
     return topk_weights.to(torch.float32).contiguous(), topk_ids.to(torch.int32).contiguous()
 
 
