@@ -180,6 +180,7 @@ def main() -> int:
     print(C.table(rows, ["case", "tensor", "variant", "best ms", "median ms", "copy/variant (best)"]))
     print(f"load after: {after['uptime']}")
     payload: dict[str, Any] = {"benchmark": "pad_profile", "thp_env": os.environ.get("THP_MEM_ALLOC_ENABLE"),
+                               "machine": C.machine(), "git": C.git_state(),
                                "load_before": before, "load_after": after, "results": out}
     if args.thp:
         env = dict(os.environ, THP_MEM_ALLOC_ENABLE="1")

@@ -1,15 +1,19 @@
-"""Print the Markdown tables of docs/benchmarks.md from bench/results/*.json.
+"""The Markdown tables of docs/benchmarks.md, from bench/results/*.json.
 
-    python bench/report.py            # all sections
-    python bench/report.py pad        # one of: machine, pad, profile, verify, kernel
+    python bench/report.py                                # print all sections
+    python bench/report.py pad kernel                     # some of: machine, pad, profile, verify, kernel
+    python bench/report.py --splice docs/benchmarks.md    # refresh the generated blocks in place
 
-Only prints; paste the blocks into docs/benchmarks.md (other sections there are kept
-by hand, so nothing here rewrites the file).
+`--splice` replaces only the text between `<!-- bench:NAME:start -->` and
+`<!-- bench:NAME:end -->` markers; the prose and any other section are left alone.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -166,11 +170,14 @@ def kernel() -> None:
                      f"{g['glue']['median_ms']:.3f} (IQR {g['glue']['iqr_ms']:.3f})",
                      f"{g['paired_diff_median_us']:.0f} (IQR {g['paired_diff_iqr_us']:.0f})",
                      f"{100 * g['paired_overhead_fraction']:.2f}%", f"{g['alloc_diff_median_us']:.0f}",
+                     (f"{g['lean_diff_median_us']:.0f} ({100 * g['lean_overhead_fraction']:.2f}%)"
+                      if "lean_diff_median_us" in g else "-"),
                      f"{g['glue_alone_median_us']:.0f} ({100 * g['glue_alone_fraction']:.2f}%)",
                      f"{g['glue_cold_after_kernel_median_us']:.0f} ({100 * g['glue_cold_fraction']:.2f}%)",
                      "met" if g["met"] else "**not met**"])
     print(C.table(rows, ["top-k (64 tokens)", "direct op ms, median", "`fused_moe` ms, median",
                          "glue - direct us, median of groups", "overhead", "alloc - direct us",
+                         "lean prototype - direct us",
                          "glue alone, warm us", "glue alone, after a kernel call us", "< 2%"]))
     print()
     pieces = list(d["glue_overhead"][0]["cold_pieces_median_us"])
@@ -181,8 +188,35 @@ def kernel() -> None:
 
 SECTIONS = {"machine": machine, "pad": pad, "profile": profile, "verify": verify, "kernel": kernel}
 
-if __name__ == "__main__":
-    for name in sys.argv[1:] or list(SECTIONS):
-        print(f"<!-- {name} -->")
+def render(name: str) -> str:
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
         SECTIONS[name]()
-        print()
+    return buf.getvalue().rstrip("\n")
+
+
+def splice(path: Path) -> list[str]:
+    text = path.read_text()
+    done = []
+    for name in SECTIONS:
+        pattern = re.compile(rf"(<!-- bench:{name}:start -->\n)(?:.*?\n)?(<!-- bench:{name}:end -->)", re.S)
+        if pattern.search(text):
+            block = render(name)
+
+            def put(mt: re.Match[str], block: str = block) -> str:
+                return mt.group(1) + block + "\n" + mt.group(2)
+            text = pattern.sub(put, text)
+            done.append(name)
+    path.write_text(text)
+    return done
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if args[:1] == ["--splice"]:
+        print("refreshed:", ", ".join(splice(Path(args[1]))))
+    else:
+        for name in args or list(SECTIONS):
+            print(f"<!-- {name} -->")
+            print(render(name))
+            print()
