@@ -128,6 +128,7 @@ class _Run:
         # only if that is not enough, case by case.
         solver = z3.Solver(ctx=self.ctx)
         solver.set("rlimit", self.options.quick_rlimit)
+        solver.set("timeout", min(self.options.timeout_ms, self.remaining_ms()))
         solver.set("random_seed", self.options.seed)
         solver.add(formula)
         self.queries += 1
