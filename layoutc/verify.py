@@ -281,29 +281,25 @@ def _tied_reference(contract: ir.Contract, tensor: ir.Tensor, axis: ir.Axis) -> 
         return None
 
 
+def _agreement(run: _Run, a: tuple[str, str], b: tuple[str, str], why: str) -> _Obligation:
+    """Two weight axes that are the same model dim have the same logical and padded sizes."""
+    la, pa, _ = run.sizes[a]
+    lb, pb, _ = run.sizes[b]
+    name_a, name_b = ".".join(a), ".".join(b)
+
+    def explain(model):  # type: ignore[no-untyped-def]
+        return (f"{name_a} holds {run.val(model, la)} -> {run.val(model, pa)} per segment but {name_b} holds "
+                f"{run.val(model, lb)} -> {run.val(model, pb)}: {why}", name_a)
+    span = run.contract.tensor(a[0]).axis(a[1]).span
+    return _Obligation(f"{name_a} agrees with {name_b}", span,
+                       z3.And(run.admitted, z3.Or(la != lb, pa != pb)), explain, a[0])
+
+
 def _placement(run: _Run) -> list[_Obligation]:
     c = run.contract
-    obs: list[_Obligation] = []
-    w13n, w2k = c.weight("w13").axis("n"), c.weight("w2").axis("k")
-    l13, p13, _ = run.sizes[(c.weight("w13").name, "n")]
-    l2, p2, _ = run.sizes[(c.weight("w2").name, "k")]
-
-    def agree(model):  # type: ignore[no-untyped-def]
-        return (f"w2.k holds {run.val(model, l2)} -> {run.val(model, p2)} columns but each w13 segment holds "
-                f"{run.val(model, l13)} -> {run.val(model, p13)} rows: the kernel contracts them lane by lane",
-                f"{c.weight('w2').name}.k")
-    obs.append(_Obligation("w2.k agrees with w13.n", w2k.span,
-                           z3.And(run.admitted, z3.Or(l13 != l2, p13 != p2)), agree, c.weight("w2").name))
-    del w13n
-    hl13, hp13, _ = run.sizes[(c.weight("w13").name, "k")]
-    hl2, hp2, _ = run.sizes[(c.weight("w2").name, "n")]
-
-    def hidden(model):  # type: ignore[no-untyped-def]
-        return (f"w13.k holds {run.val(model, hl13)} -> {run.val(model, hp13)} hidden columns but w2.n holds "
-                f"{run.val(model, hl2)} -> {run.val(model, hp2)} hidden rows: both are the model's hidden dim",
-                f"{c.weight('w13').name}.k")
-    obs.append(_Obligation("w13.k agrees with w2.n", c.weight("w13").axis("k").span,
-                           z3.And(run.admitted, z3.Or(hl13 != hl2, hp13 != hp2)), hidden, c.weight("w13").name))
+    w13, w2 = c.weight("w13").name, c.weight("w2").name
+    obs = [_agreement(run, (w2, "k"), (w13, "n"), "the kernel contracts w2's columns with w13's lanes one by one"),
+           _agreement(run, (w13, "k"), (w2, "n"), "both are the model's hidden dim")]
     for t in c.tensors:
         for axis in t.axes:
             ref = _tied_reference(c, t, axis)
