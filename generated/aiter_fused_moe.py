@@ -165,12 +165,17 @@ def _plan(num_experts: Any, hidden_size: Any, intermediate_size: Any, tp_size: A
 
 
 _VALIDATED: dict[Plan, bool] = {}  # plans already re-derived (Plan is frozen and hashable)
+_SEEN: dict[int, Plan] = {}  # id -> the very Plan object already validated (no field hashing)
+_SHAPES: dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}  # (tensor, id(plan)) -> shapes
 
 
 def _require_supported(plan: Plan) -> None:
+    if _SEEN.get(id(plan)) is plan:
+        return  # this exact (frozen) object was validated before
     if not isinstance(plan, Plan):
         raise LayoutContractError(f"{CONTRACT}: expected a Plan from {CONTRACT}.plan(), got {type(plan).__name__}")
     if _VALIDATED.get(plan):
+        _SEEN[id(plan)] = plan
         return  # an equal plan was re-derived before: this one is genuine too
     try:
         fresh = _plan(plan.num_experts, plan.hidden_size, plan.intermediate_size, plan.tp_size, plan.activation, warn=False)
@@ -183,7 +188,10 @@ def _require_supported(plan: Plan) -> None:
         raise LayoutContractError(f"{CONTRACT}: plan is not supported: {plan.reason}")
     if len(_VALIDATED) > 256:
         _VALIDATED.clear()
+        _SEEN.clear()
+        _SHAPES.clear()
     _VALIDATED[plan] = True
+    _SEEN[id(plan)] = plan
 
 
 def kernel_args(plan: Plan) -> dict[str, int]:
@@ -244,6 +252,9 @@ def _sources(axis: _Axis, rank: int, tp_size: int) -> list[int]:
 
 def _check_tensor(what: str, t: object, shape: tuple[int, ...], dtype: torch.dtype,
                   contiguous: bool = True) -> torch.Tensor:
+    if isinstance(t, torch.Tensor) and t.shape == shape and t.dtype == dtype and t.is_cpu \
+            and (not contiguous or t.is_contiguous()):
+        return t  # the common case, in one test (this runs on every forward)
     if not isinstance(t, torch.Tensor):
         raise LayoutContractError(f"{CONTRACT}: {what} must be a torch.Tensor, got {type(t).__name__}")
     if tuple(t.shape) != shape:
@@ -351,8 +362,13 @@ def _w13_axes(plan: Plan) -> tuple[_Axis, ...]:
 def w13_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(logical shape, padded shape) of `w13` (weight of w13) under `plan`."""
     _require_supported(plan)
-    axes = _w13_axes(plan)
-    return (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+    key = ("w13", id(plan))
+    shapes = _SHAPES.get(key)
+    if shapes is None:
+        axes = _w13_axes(plan)
+        shapes = (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+        _SHAPES[key] = shapes
+    return shapes
 
 
 def pad_w13(t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -405,8 +421,13 @@ def _w2_axes(plan: Plan) -> tuple[_Axis, ...]:
 def w2_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(logical shape, padded shape) of `w2` (weight of w2) under `plan`."""
     _require_supported(plan)
-    axes = _w2_axes(plan)
-    return (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+    key = ("w2", id(plan))
+    shapes = _SHAPES.get(key)
+    if shapes is None:
+        axes = _w2_axes(plan)
+        shapes = (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+        _SHAPES[key] = shapes
+    return shapes
 
 
 def pad_w2(t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -458,8 +479,13 @@ def _w13_bias_axes(plan: Plan) -> tuple[_Axis, ...]:
 def w13_bias_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(logical shape, padded shape) of `w13_bias` (bias of w13) under `plan`."""
     _require_supported(plan)
-    axes = _w13_bias_axes(plan)
-    return (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+    key = ("w13_bias", id(plan))
+    shapes = _SHAPES.get(key)
+    if shapes is None:
+        axes = _w13_bias_axes(plan)
+        shapes = (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+        _SHAPES[key] = shapes
+    return shapes
 
 
 def pad_w13_bias(t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -511,8 +537,13 @@ def _w2_bias_axes(plan: Plan) -> tuple[_Axis, ...]:
 def w2_bias_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(logical shape, padded shape) of `w2_bias` (bias of w2) under `plan`."""
     _require_supported(plan)
-    axes = _w2_bias_axes(plan)
-    return (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+    key = ("w2_bias", id(plan))
+    shapes = _SHAPES.get(key)
+    if shapes is None:
+        axes = _w2_bias_axes(plan)
+        shapes = (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+        _SHAPES[key] = shapes
+    return shapes
 
 
 def pad_w2_bias(t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -183,12 +183,17 @@ def _plan(num_experts: Any, hidden_size: Any, intermediate_size: Any, tp_size: A
 
 
 _VALIDATED: dict[Plan, bool] = {}  # plans already re-derived (Plan is frozen and hashable)
+_SEEN: dict[int, Plan] = {}  # id -> the very Plan object already validated (no field hashing)
+_SHAPES: dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}  # (tensor, id(plan)) -> shapes
 
 
 def _require_supported(plan: Plan) -> None:
+    if _SEEN.get(id(plan)) is plan:
+        return  # this exact (frozen) object was validated before
     if not isinstance(plan, Plan):
         raise LayoutContractError(f"{CONTRACT}: expected a Plan from {CONTRACT}.plan(), got {type(plan).__name__}")
     if _VALIDATED.get(plan):
+        _SEEN[id(plan)] = plan
         return  # an equal plan was re-derived before: this one is genuine too
     try:
         fresh = _plan(plan.num_experts, plan.hidden_size, plan.intermediate_size, plan.tp_size, plan.scheme, plan.scale_dtype, plan.activation, warn=False)
@@ -201,7 +206,10 @@ def _require_supported(plan: Plan) -> None:
         raise LayoutContractError(f"{CONTRACT}: plan is not supported: {plan.reason}")
     if len(_VALIDATED) > 256:
         _VALIDATED.clear()
+        _SEEN.clear()
+        _SHAPES.clear()
     _VALIDATED[plan] = True
+    _SEEN[id(plan)] = plan
 
 
 # ---- layout runtime -------------------------------------------------------------
@@ -250,6 +258,9 @@ def _sources(axis: _Axis, rank: int, tp_size: int) -> list[int]:
 
 def _check_tensor(what: str, t: object, shape: tuple[int, ...], dtype: torch.dtype,
                   contiguous: bool = True) -> torch.Tensor:
+    if isinstance(t, torch.Tensor) and t.shape == shape and t.dtype == dtype and t.is_cpu \
+            and (not contiguous or t.is_contiguous()):
+        return t  # the common case, in one test (this runs on every forward)
     if not isinstance(t, torch.Tensor):
         raise LayoutContractError(f"{CONTRACT}: {what} must be a torch.Tensor, got {type(t).__name__}")
     if tuple(t.shape) != shape:
@@ -357,8 +368,13 @@ def _w13_weight_axes(plan: Plan) -> tuple[_Axis, ...]:
 def w13_weight_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(logical shape, padded shape) of `w13_weight` (weight of w13) under `plan`."""
     _require_supported(plan)
-    axes = _w13_weight_axes(plan)
-    return (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+    key = ("w13_weight", id(plan))
+    shapes = _SHAPES.get(key)
+    if shapes is None:
+        axes = _w13_weight_axes(plan)
+        shapes = (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+        _SHAPES[key] = shapes
+    return shapes
 
 
 def pad_w13_weight(t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -411,8 +427,13 @@ def _w13_weight_scale_axes(plan: Plan) -> tuple[_Axis, ...]:
 def w13_weight_scale_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(logical shape, padded shape) of `w13_weight_scale` (scale of w13) under `plan`."""
     _require_supported(plan)
-    axes = _w13_weight_scale_axes(plan)
-    return (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+    key = ("w13_weight_scale", id(plan))
+    shapes = _SHAPES.get(key)
+    if shapes is None:
+        axes = _w13_weight_scale_axes(plan)
+        shapes = (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+        _SHAPES[key] = shapes
+    return shapes
 
 
 def pad_w13_weight_scale(t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -465,8 +486,13 @@ def _w2_weight_axes(plan: Plan) -> tuple[_Axis, ...]:
 def w2_weight_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(logical shape, padded shape) of `w2_weight` (weight of w2) under `plan`."""
     _require_supported(plan)
-    axes = _w2_weight_axes(plan)
-    return (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+    key = ("w2_weight", id(plan))
+    shapes = _SHAPES.get(key)
+    if shapes is None:
+        axes = _w2_weight_axes(plan)
+        shapes = (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+        _SHAPES[key] = shapes
+    return shapes
 
 
 def pad_w2_weight(t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -519,8 +545,13 @@ def _w2_weight_scale_axes(plan: Plan) -> tuple[_Axis, ...]:
 def w2_weight_scale_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(logical shape, padded shape) of `w2_weight_scale` (scale of w2) under `plan`."""
     _require_supported(plan)
-    axes = _w2_weight_scale_axes(plan)
-    return (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+    key = ("w2_weight_scale", id(plan))
+    shapes = _SHAPES.get(key)
+    if shapes is None:
+        axes = _w2_weight_scale_axes(plan)
+        shapes = (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+        _SHAPES[key] = shapes
+    return shapes
 
 
 def pad_w2_weight_scale(t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -170,12 +170,17 @@ def _plan(num_experts: Any, hidden_size: Any, intermediate_size: Any, tp_size: A
 
 
 _VALIDATED: dict[Plan, bool] = {}  # plans already re-derived (Plan is frozen and hashable)
+_SEEN: dict[int, Plan] = {}  # id -> the very Plan object already validated (no field hashing)
+_SHAPES: dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...]]] = {}  # (tensor, id(plan)) -> shapes
 
 
 def _require_supported(plan: Plan) -> None:
+    if _SEEN.get(id(plan)) is plan:
+        return  # this exact (frozen) object was validated before
     if not isinstance(plan, Plan):
         raise LayoutContractError(f"{CONTRACT}: expected a Plan from {CONTRACT}.plan(), got {type(plan).__name__}")
     if _VALIDATED.get(plan):
+        _SEEN[id(plan)] = plan
         return  # an equal plan was re-derived before: this one is genuine too
     try:
         fresh = _plan(plan.num_experts, plan.hidden_size, plan.intermediate_size, plan.tp_size, plan.group_size, plan.activation, plan.dtype, warn=False)
@@ -188,7 +193,10 @@ def _require_supported(plan: Plan) -> None:
         raise LayoutContractError(f"{CONTRACT}: plan is not supported: {plan.reason}")
     if len(_VALIDATED) > 256:
         _VALIDATED.clear()
+        _SEEN.clear()
+        _SHAPES.clear()
     _VALIDATED[plan] = True
+    _SEEN[id(plan)] = plan
 
 
 # ---- layout runtime -------------------------------------------------------------
@@ -237,6 +245,9 @@ def _sources(axis: _Axis, rank: int, tp_size: int) -> list[int]:
 
 def _check_tensor(what: str, t: object, shape: tuple[int, ...], dtype: torch.dtype,
                   contiguous: bool = True) -> torch.Tensor:
+    if isinstance(t, torch.Tensor) and t.shape == shape and t.dtype == dtype and t.is_cpu \
+            and (not contiguous or t.is_contiguous()):
+        return t  # the common case, in one test (this runs on every forward)
     if not isinstance(t, torch.Tensor):
         raise LayoutContractError(f"{CONTRACT}: {what} must be a torch.Tensor, got {type(t).__name__}")
     if tuple(t.shape) != shape:
@@ -344,8 +355,13 @@ def _w13_axes(plan: Plan) -> tuple[_Axis, ...]:
 def w13_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(logical shape, padded shape) of `w13` (weight of w13) under `plan`."""
     _require_supported(plan)
-    axes = _w13_axes(plan)
-    return (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+    key = ("w13", id(plan))
+    shapes = _SHAPES.get(key)
+    if shapes is None:
+        axes = _w13_axes(plan)
+        shapes = (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+        _SHAPES[key] = shapes
+    return shapes
 
 
 def pad_w13(t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -398,8 +414,13 @@ def _w2_axes(plan: Plan) -> tuple[_Axis, ...]:
 def w2_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(logical shape, padded shape) of `w2` (weight of w2) under `plan`."""
     _require_supported(plan)
-    axes = _w2_axes(plan)
-    return (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+    key = ("w2", id(plan))
+    shapes = _SHAPES.get(key)
+    if shapes is None:
+        axes = _w2_axes(plan)
+        shapes = (tuple(a.segments * a.logical for a in axes), tuple(a.segments * a.padded for a in axes))
+        _SHAPES[key] = shapes
+    return shapes
 
 
 def pad_w2(t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -563,6 +584,9 @@ def _expert_loop(hidden_states: torch.Tensor, weights: torch.Tensor, ids: torch.
     return out.to(hidden_states.dtype)
 
 
+_ID_DTYPES = frozenset({torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64})
+
+
 def _check_routing(tokens: int, topk_weights: object, topk_ids: object,
                    num_experts: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate router outputs; returns (float32 weights, int32 ids), both contiguous.
@@ -571,7 +595,7 @@ def _check_routing(tokens: int, topk_weights: object, topk_ids: object,
     id == num_experts segfaults, id == -1 corrupts the heap), so they are checked here.
     """
     for name, t in (("topk_weights", topk_weights), ("topk_ids", topk_ids)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.shape[0] != tokens or t.device.type != "cpu":
+        if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.shape[0] != tokens or not t.is_cpu:
             raise LayoutContractError(f"{CONTRACT}: {name} must be a CPU tensor [num_tokens={tokens}, top_k]")
     assert isinstance(topk_weights, torch.Tensor) and isinstance(topk_ids, torch.Tensor)
     if topk_ids.shape != topk_weights.shape:
@@ -579,7 +603,7 @@ def _check_routing(tokens: int, topk_weights: object, topk_ids: object,
                                   f"{tuple(topk_weights.shape)} must have the same shape")
     if not topk_weights.is_floating_point():
         raise LayoutContractError(f"{CONTRACT}: topk_weights must be floating point, got {topk_weights.dtype}")
-    if topk_ids.dtype not in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64):
+    if topk_ids.dtype not in _ID_DTYPES:
         raise LayoutContractError(f"{CONTRACT}: topk_ids must be integer (int8..int64, uint8), got {topk_ids.dtype}")
     if topk_ids.shape[1] < 1:
         raise LayoutContractError(f"{CONTRACT}: top_k must be at least 1, got topk_ids of shape {tuple(topk_ids.shape)}")
@@ -587,7 +611,12 @@ def _check_routing(tokens: int, topk_weights: object, topk_ids: object,
         low, high = (int(v) for v in torch.aminmax(topk_ids))
         if low < 0 or high >= num_experts:
             raise LayoutContractError(f"{CONTRACT}: topk_ids must lie in [0, {num_experts}), got [{low}, {high}]")
-    return topk_weights.to(torch.float32).contiguous(), topk_ids.to(torch.int32).contiguous()
+    # convert only what needs it: these run on every forward, right after a kernel
+    weights = topk_weights if topk_weights.dtype == torch.float32 and topk_weights.is_contiguous() \
+        else topk_weights.to(torch.float32).contiguous()
+    ids = topk_ids if topk_ids.dtype == torch.int32 and topk_ids.is_contiguous() \
+        else topk_ids.to(torch.int32).contiguous()
+    return weights, ids
 
 
 def _check_hidden(hidden_states: object, plan: Plan, dtype: torch.dtype) -> int:
