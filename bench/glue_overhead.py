@@ -14,7 +14,6 @@ import statistics
 import time
 
 import torch
-
 from layoutc_generated import vllm_cpu_grouped_gemm as m
 
 
