@@ -498,7 +498,7 @@ def fused_moe(hidden_states: torch.Tensor, padded_w13: torch.Tensor, padded_w2: 
     rows = order // top_k
     counts = torch.bincount(flat, minlength=plan.num_experts)
     offs = torch.cumsum(counts, 0).to(torch.int32)
-    grouped_mm: Any = getattr(torch, "_grouped_mm")  # noqa: B009 - private op, looked up at call time
+    grouped_mm = _op(_FORWARD_OP)
     x = hidden_states.index_select(0, rows).contiguous()
     h = grouped_mm(x, padded_w13.transpose(1, 2), offs=offs)
     half = plan.intermediate_size_per_partition_padded
@@ -517,6 +517,17 @@ def _activation(gate: torch.Tensor, name: str) -> torch.Tensor:
     if name == "gelu":
         return torch.nn.functional.gelu(gate)
     return torch.nn.functional.gelu(gate, approximate="tanh")
+
+
+def _op(qualified: str) -> Any:
+    """The registered torch op `namespace::name`."""
+    namespace, name = qualified.split("::")
+    return getattr(getattr(torch.ops, namespace), name)
+
+
+def _has_op(qualified: str) -> bool:
+    namespace, name = qualified.split("::")
+    return hasattr(torch.ops, namespace) and hasattr(getattr(torch.ops, namespace), name)
 
 
 _ID_DTYPES = frozenset({torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64})

@@ -476,10 +476,6 @@ class Int4Weights:
     scales_and_zeros: tuple[torch.Tensor, ...]
 
 
-def _aten(qualified: str) -> Any:
-    return getattr(torch.ops.aten, qualified.split("::")[1])
-
-
 def quantize_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Asymmetric int4 codes in 0..15 of one [N, K] weight, in groups of `group_size` along K.
 
@@ -520,7 +516,7 @@ def prepack(w13: torch.Tensor, w2: torch.Tensor, plan: Plan) -> tuple[Int4Weight
         packed, tables = [], []
         for expert in padded:
             codes, table = quantize_int4(expert, group_size)
-            packed.append(_aten(_CONVERT_OP)(codes.contiguous(), inner_k_tiles))
+            packed.append(_op(_CONVERT_OP)(codes.contiguous(), inner_k_tiles))
             tables.append(table)
         out.append(Int4Weights(tuple(packed), tuple(tables)))
     return out[0], out[1]
@@ -553,7 +549,7 @@ def fused_moe(hidden_states: torch.Tensor, packed_w13: Int4Weights, packed_w2: I
         return torch.empty(0, plan.hidden_size, dtype=dtype)  # nothing routed: the kernels are not called
     def project(e: int, which: str, x: torch.Tensor) -> torch.Tensor:
         packed = packed_w13 if which == "w13" else packed_w2
-        result: torch.Tensor = _aten(_FORWARD_OP)(x, packed.packed[e], group_size, packed.scales_and_zeros[e])
+        result: torch.Tensor = _op(_FORWARD_OP)(x, packed.packed[e], group_size, packed.scales_and_zeros[e])
         return result
 
     return _expert_loop(hidden_states, weights, ids, plan, project)
@@ -582,6 +578,17 @@ def _expert_loop(hidden_states: torch.Tensor, weights: torch.Tensor, ids: torch.
         y = project(e, "w2", act).float() * weights[rows, slots].unsqueeze(1)
         out.index_add_(0, rows, y)
     return out.to(hidden_states.dtype)
+
+
+def _op(qualified: str) -> Any:
+    """The registered torch op `namespace::name`."""
+    namespace, name = qualified.split("::")
+    return getattr(getattr(torch.ops, namespace), name)
+
+
+def _has_op(qualified: str) -> bool:
+    namespace, name = qualified.split("::")
+    return hasattr(torch.ops, namespace) and hasattr(getattr(torch.ops, namespace), name)
 
 
 _ID_DTYPES = frozenset({torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64})

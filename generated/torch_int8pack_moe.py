@@ -533,7 +533,7 @@ def fused_moe(hidden_states: torch.Tensor, packed_w13: Int8Weights, packed_w2: I
             _check_tensor(f"{name} (scales)", scale, (n,), dtype)
     if tokens == 0:
         return torch.empty(0, plan.hidden_size, dtype=dtype)  # nothing routed: the kernels are not called
-    op = getattr(torch.ops.aten, _FORWARD_OP.split("::")[1])
+    op = _op(_FORWARD_OP)
 
     def project(e: int, which: str, x: torch.Tensor) -> torch.Tensor:
         packed = packed_w13 if which == "w13" else packed_w2
@@ -567,6 +567,17 @@ def _expert_loop(hidden_states: torch.Tensor, weights: torch.Tensor, ids: torch.
         y = project(e, "w2", act).float() * weights[rows, slots].unsqueeze(1)
         out.index_add_(0, rows, y)
     return out.to(hidden_states.dtype)
+
+
+def _op(qualified: str) -> Any:
+    """The registered torch op `namespace::name`."""
+    namespace, name = qualified.split("::")
+    return getattr(getattr(torch.ops, namespace), name)
+
+
+def _has_op(qualified: str) -> bool:
+    namespace, name = qualified.split("::")
+    return hasattr(torch.ops, namespace) and hasattr(getattr(torch.ops, namespace), name)
 
 
 _ID_DTYPES = frozenset({torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64})

@@ -596,16 +596,6 @@ _FORWARD_OP = '_C::cpu_fused_moe'
 _ISA_HOSTS = {"amx": "x86_64 with AMX tiles", "neon": "aarch64", "vsx": "ppc64le", "vec": "any CPU"}
 
 
-def _op(qualified: str) -> Any:
-    namespace, name = qualified.split("::")
-    return getattr(getattr(torch.ops, namespace), name)
-
-
-def _has_op(qualified: str) -> bool:
-    namespace, name = qualified.split("::")
-    return hasattr(torch.ops, namespace) and hasattr(getattr(torch.ops, namespace), name)
-
-
 _LOADED: list[bool] = []  # non-empty once the ops are registered
 _ISA_OK: dict[str, bool] = {}
 
@@ -746,6 +736,17 @@ def fused_moe(hidden_states: torch.Tensor, packed_w13: torch.Tensor, packed_w2: 
     _op(_FORWARD_OP)(out, hidden_states, packed_w13, packed_w2, w13_bias, w2_bias, weights, ids,
                      bool(apply_router_weight_on_input), 'swigluoai', isa)
     return out
+
+
+def _op(qualified: str) -> Any:
+    """The registered torch op `namespace::name`."""
+    namespace, name = qualified.split("::")
+    return getattr(getattr(torch.ops, namespace), name)
+
+
+def _has_op(qualified: str) -> bool:
+    namespace, name = qualified.split("::")
+    return hasattr(torch.ops, namespace) and hasattr(getattr(torch.ops, namespace), name)
 
 
 _ID_DTYPES = frozenset({torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64})

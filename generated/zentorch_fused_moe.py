@@ -590,8 +590,7 @@ def load_kernel() -> None:
 
     Raises KernelUnavailableError naming the package to install when it is absent.
     """
-    namespace, name = _FORWARD_OP.split("::")
-    if hasattr(torch.ops, namespace) and hasattr(getattr(torch.ops, namespace), name):
+    if _has_op(_FORWARD_OP):
         return
     import importlib
 
@@ -599,7 +598,7 @@ def load_kernel() -> None:
         importlib.import_module("zentorch")
     except ImportError as exc:
         raise KernelUnavailableError(f"{CONTRACT}: the kernel needs `pip install {PACKAGE}` ({exc})") from exc
-    if not hasattr(getattr(torch.ops, namespace), name):
+    if not _has_op(_FORWARD_OP):
         raise KernelUnavailableError(f"{CONTRACT}: {_FORWARD_OP} is not registered by the installed zentorch")
 
 
@@ -661,10 +660,20 @@ def fused_moe(hidden_states: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
                                      "workaround, or use float32")
     load_kernel()
     out = torch.empty_like(hidden_states)
-    namespace, name = _FORWARD_OP.split("::")
-    getattr(getattr(torch.ops, namespace), name)(out, hidden_states, w13, w2, w13_bias, w2_bias, weights, ids,
+    _op(_FORWARD_OP)(out, hidden_states, w13, w2, w13_bias, w2_bias, weights, ids,
                                                  bool(apply_router_weight_on_input), plan.activation)
     return out
+
+
+def _op(qualified: str) -> Any:
+    """The registered torch op `namespace::name`."""
+    namespace, name = qualified.split("::")
+    return getattr(getattr(torch.ops, namespace), name)
+
+
+def _has_op(qualified: str) -> bool:
+    namespace, name = qualified.split("::")
+    return hasattr(torch.ops, namespace) and hasattr(getattr(torch.ops, namespace), name)
 
 
 _ID_DTYPES = frozenset({torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64})

@@ -12,7 +12,6 @@ import difflib
 import keyword
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -1001,6 +1000,3 @@ def load(path: str, text: str | None = None) -> tuple[ir.Contract | None, list[D
     contract, more = check(module, text)
     return contract, diags + more, text
 
-
-def load_many(paths: Mapping[str, str] | list[str]) -> list[tuple[str, ir.Contract | None, list[Diagnostic], str | None]]:
-    return [(p, *load(p)) for p in paths]

@@ -8,13 +8,11 @@ verification or an internal error (reported as LC900 with a request to file it).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from . import __version__
 from .diagnostics import Diagnostic, has_errors, render_text, to_json
@@ -220,6 +218,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 def entry() -> None:
     sys.exit(main())
 
-
-def _json_dump(obj: Any) -> str:
-    return json.dumps(obj, indent=2, sort_keys=False) + "\n"

@@ -115,7 +115,7 @@ def _fill_word(tensor: ir.Tensor) -> str:
     return repr(word)
 
 
-def _axis_view(contract: ir.Contract, tensor: ir.Tensor, axis: ir.Axis) -> dict[str, Any]:
+def _axis_view(tensor: ir.Tensor, axis: ir.Axis, has_tp: bool) -> dict[str, Any]:
     pack = axis.pack
     logical = render_expr(axis.logical, "plan.")
     padded = render_expr(axis.padded, "plan.")
@@ -130,7 +130,6 @@ def _axis_view(contract: ir.Contract, tensor: ir.Tensor, axis: ir.Axis) -> dict[
         logical = f"{logical} // {pack}"
         padded = f"{padded} // {pack}"
     intermediate = (tensor.projection, axis.name) in (("w13", "n"), ("w2", "k"))
-    has_tp = any(p.name == "tp_size" for p in contract.params)
     layout = axis.layout
     segments = axis.segments
     return {
@@ -205,11 +204,12 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
     lets = [{"name": let.name, "code": render_expr(let.value, ""),
              "field_type": "bool" if let.type == ir.BOOL else ("str" if isinstance(let.type, ir.EnumT) else "int")}
             for let in contract.lets]
+    has_tp = any(p.name == "tp_size" for p in contract.params)
     tensors = []
     for t in contract.tensors:
         tensors.append({
             "name": t.name, "kind": t.kind, "projection": t.projection, "optional": t.optional,
-            "axes": [_axis_view(contract, t, a) for a in t.axes],
+            "axes": [_axis_view(t, a, has_tp) for a in t.axes],
             "fill": _fill_word(t), "uninit": t.fill_kind == "uninit", "dtype": _dtype_expr(t),
             "logical_doc": _shape_doc(contract, t, "logical"), "padded_doc": _shape_doc(contract, t, "padded"),
             "storage_doc": t.storage.removeprefix("param:"),
@@ -242,7 +242,7 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
         "requires": [_rule_view(r, rel_path) for r in contract.requires],
         "admits": [_rule_view(r, rel_path) for r in contract.admits],
         "tensors": tensors, "kernel_args": kernel_args, "glue": glue,
-        "has_tp": any(p.name == "tp_size" for p in contract.params),
+        "has_tp": has_tp,
         "uses_math": _uses(contract, ("lcm", "gcd")),
         "dtype_params": dtype_params,
         "w13": contract.weight("w13").name, "w2": contract.weight("w2").name,

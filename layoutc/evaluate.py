@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from fractions import Fraction
 
 from . import ir
@@ -249,14 +249,6 @@ def axis_sizes(contract: ir.Contract, env: Env) -> dict[tuple[str, str], int]:
         for axis in tensor.axes:
             sizes[(tensor.name, axis.name)] = axis.segments * int(eval_expr(axis.padded, env))
     return sizes
-
-
-def iter_configs(contract: ir.Contract, ranges: Mapping[str, Iterable[int]]) -> Iterable[dict[str, Value]]:
-    """Every configuration over finite domains, with `ranges` for interval params."""
-    names = [p.name for p in contract.params]
-    domains = [list(ranges[p.name]) if not p.finite else list(p.values) for p in contract.params]
-    for combo in itertools.product(*domains):
-        yield dict(zip(names, combo, strict=False))
 
 
 Interval = tuple[int, int]

@@ -109,12 +109,9 @@ def tensor_picture(contract: ir.Contract, tensor: ir.Tensor, env: Env) -> list[s
 
 
 def find_view(contract: ir.Contract, tensor: ir.Tensor, axis: str) -> ir.View | None:
-    """The kernel's view of `tensor.axis`: its own, else its projection weight's."""
+    """The kernel's view of `tensor.axis`: its projection weight's (the checker allows
+    views on weights only; a bias, scale or zero-point is read with its weight's view)."""
     if contract.kernel is None:
         return None
-    weight = contract.weight(tensor.projection)
-    for name in (tensor.name, weight.name):
-        for view in contract.kernel.views:
-            if view.tensor == name and view.axis == axis:
-                return view
-    return None
+    weight = contract.weight(tensor.projection).name
+    return next((v for v in contract.kernel.views if v.tensor == weight and v.axis == axis), None)
