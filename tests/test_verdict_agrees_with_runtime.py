@@ -80,7 +80,8 @@ def predicted_failure(contract, config) -> str | None:  # type: ignore[no-untype
 
 
 @pytest.mark.parametrize("name", CASES)
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much, HealthCheck.too_slow])
 @example(i_pp=176, tp=4, act="silu", seed=1)
 @example(i_pp=64, tp=2, act="gelu_tanh", seed=2)
 @given(i_pp=st.integers(1, 80), tp=st.sampled_from([1, 2, 4]), act=st.sampled_from(["silu", "gelu_tanh"]),
