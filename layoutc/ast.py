@@ -205,6 +205,7 @@ class AxisDecl:
     name: str
     spec: AxisSpec
     span: Span
+    when: Expr | None = None  # `axis n = ... when COND`: this layout applies when COND holds
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ import difflib
 import keyword
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from . import ast as A
-from . import ir
+from . import glues, ir
 from .diagnostics import Diagnostic, Related, Span, error, warning
 from .evaluate import MAX_MAGNITUDE, EvalError, Interval, TooLarge, eval_real, finite_values, int_bounds
 
@@ -28,7 +28,7 @@ MAX_ERRORS = 100  # per contract; the rest would only repeat the first causes
 # Names the generated module uses itself, plus the layer-level names it binds.
 KEYWORDS = frozenset({
     "contract", "source", "policy", "param", "let", "require", "admit", "tensor", "kernel", "glue",
-    "if", "then", "else", "and", "or", "not", "match", "true", "false", "in", "int", "enum",
+    "if", "then", "else", "and", "or", "not", "match", "true", "false", "in", "int", "enum", "when",
 })
 RESERVED = frozenset({
     "plan", "Plan", "torch", "math", "logging", "itertools", "dataclass", "dataclasses", "Any", "self", "cls",
@@ -59,22 +59,19 @@ DTYPES = frozenset({"bfloat16", "float16", "float32", "int32", "int8", "uint8", 
 
 @dataclass(frozen=True)
 class GlueSpec:
+    """The op slots and argument roles of one glue kind (from its declared interface)."""
+
     ops: tuple[str, ...]
     args: tuple[str, ...]
     summary: str
 
 
-# Glue kinds a contract may bind; each has a template in templates/glue/.
-GLUE_KINDS: dict[str, GlueSpec] = {
-    "vllm_cpu_moe": GlueSpec(("prepack", "forward"), ("isa", "activation"),
-                             "vLLM CPU grouped-GEMM MoE (_C::prepack_moe_weight, _C::cpu_fused_moe)"),
-    "zentorch_moe": GlueSpec(("forward",), ("activation",),
-                             "zentorch fused MoE (zentorch::zentorch_fused_moe)"),
-    "torch_grouped_mm": GlueSpec(("forward",), (), "torch._grouped_mm"),
-    "torch_int4pack": GlueSpec(("convert", "forward"), ("group_size", "inner_k_tiles"),
-                               "aten::_convert_weight_to_int4pack_for_cpu + _weight_int4pack_mm_for_cpu"),
-    "torch_int8pack": GlueSpec(("forward",), (), "aten::_weight_int8pack_mm"),
-}
+def _glue_kinds() -> dict[str, GlueSpec]:
+    return {kind: GlueSpec(tuple(slot for slot, _ in g.interface.ops), g.interface.args, g.interface.summary)
+            for kind, g in glues.registry().items()}
+
+
+GLUE_KINDS: dict[str, GlueSpec] = _glue_kinds()
 
 
 def _side(what: str) -> str:
@@ -449,12 +446,20 @@ class _Checker:
                      help=_suggest(d.projection, ["w13", "w2"]))
             ok = False
         axes: list[ir.Axis] = []
+        guarded: list[ir.GuardedAxis] = []
         seen: dict[str, Span] = {}
         for ax in d.axes:
             if ax.name not in AXIS_NAMES:
                 self.err("LC401", ax.span, f"unknown axis `{ax.name}`; axes are experts, n (outputs), k (reduction)",
                          help=_suggest(ax.name, list(AXIS_NAMES)))
                 ok = False
+                continue
+            if ax.when is not None:
+                alternative = self.guarded_axis(ax)
+                if alternative is None:
+                    ok = False
+                else:
+                    guarded.append(alternative)
                 continue
             if ax.name in seen:
                 self.err("LC401", ax.span, f"axis `{ax.name}` is declared twice",
@@ -513,15 +518,59 @@ class _Checker:
                          f"width is a multiple of the pack factor (int32, int16, int8, uint8); found "
                          f"`{storage.removeprefix('param:')}`")
                 return
+        guarded += self.tied_alternatives(d, axes)
+        names = {a.name for a in axes}
+        for alt in guarded:
+            if alt.axis.name not in names:
+                self.err("LC413", alt.axis.span, f"axis `{alt.axis.name}` has `when` alternatives but no unguarded "
+                         "declaration: add one without `when` for the configurations no guard covers")
+                return
         fill = d.fill[0]
         kind = d.kind
         self.poisoned.discard(d.name)
         self.tensors[d.name] = ir.Tensor(d.name, kind, d.projection,  # type: ignore[arg-type]
                                          d.optional, tuple(axes), fill.kind, fill.value, storage,
-                                         code_range, decode, d.span)
+                                         code_range, decode, d.span, tuple(guarded))
         self.fill_spans[d.name] = fill.span
 
     fill_spans: dict[str, Span]
+
+    def guarded_axis(self, ax: A.AxisDecl) -> ir.GuardedAxis | None:
+        """`axis NAME = LAYOUT when GUARD`: GUARD is a bool over finite parameters only."""
+        assert ax.when is not None
+        if isinstance(ax.spec, (A.LikeAxis, A.GroupsAxis)):
+            self.err("LC413", ax.span, "`when` applies to plain, `pad`, `halves`, `concat` and `interleave` axes; "
+                     "a `like` or `groups` axis follows its reference's alternatives")
+            return None
+        guard = self.expr(ax.when)
+        if guard is None or not self.expect(guard, ir.BOOL):
+            return None
+        for node in ir.walk(guard):
+            if isinstance(node, ir.Ref) and (node.kind != "param" or not self.params[node.name].finite):
+                self.err("LC413", node.span, f"a layout guard reads only finite parameters (enum, bool or "
+                         f"int sets); `{node.name}` is not one")
+                return None
+        axis = self.axis(ax)
+        return None if axis is None else ir.GuardedAxis(guard, axis)
+
+    def tied_alternatives(self, d: A.TensorDecl, axes: list[ir.Axis]) -> list[ir.GuardedAxis]:
+        """A `like T.a` or `groups(T.a, g)` axis follows the `when` alternatives of T.a."""
+        out: list[ir.GuardedAxis] = []
+        for ax in d.axes:
+            if ax.when is not None or not isinstance(ax.spec, (A.LikeAxis, A.GroupsAxis)):
+                continue
+            ref = self.tensors.get(ax.spec.tensor)
+            mine = next((a for a in axes if a.name == ax.name), None)
+            if ref is None or mine is None:
+                continue
+            for alt in ref.guarded:
+                if alt.axis.name != ax.spec.axis:
+                    continue
+                a = alt.axis
+                out.append(ir.GuardedAxis(alt.guard, replace(mine, layout=a.layout, roles=a.roles,
+                                                             logical=a.logical, padded=a.padded,
+                                                             pack=a.pack if mine.kind != "groups" else 1)))
+        return out
 
     def storage(self, item: tuple[str, Span]) -> str | None:
         name, span = item
@@ -963,13 +1012,30 @@ def check(module: A.Module, text: str) -> tuple[ir.Contract | None, list[Diagnos
         c.diags.append(warning("LC210", contract.span, "no `policy` declared; using `policy error`"))
     if any(d.severity == "error" for d in c.diags) or contract is None:
         return None, c.diags
-    return ir.Contract(
+    built = ir.Contract(
         name=contract.name, file=module.file, source_text=text, sources=tuple(sources),
         policy=policy.kind if policy else "error", fallback=policy.fallback if policy else None,
         params=tuple(c.params.values()), lets=tuple(c.lets.values()), rules=tuple(rules),
         tensors=tuple(c.tensors.values()), kernel=kernel, glue=glue, span=contract.span,
         enum_members=dict(c.members),
-    ), c.diags
+    )
+    return _bound(built, c.diags)
+
+
+def _bound(contract: ir.Contract, diags: list[Diagnostic]) -> tuple[ir.Contract | None, list[Diagnostic]]:
+    """Hold the contract to its glue's interface and check that its layout cases are enumerable."""
+    from .cases import TooManyCases, layout_cases
+    from .check_glue import check_binding
+
+    found = check_binding(contract)
+    if not found:
+        try:
+            layout_cases(contract)
+        except TooManyCases as exc:
+            found.append(error("LC413", contract.span, str(exc)))
+    if found:
+        return None, diags + found
+    return contract, diags
 
 
 def load(path: str, text: str | None = None) -> tuple[ir.Contract | None, list[Diagnostic], str | None]:

@@ -17,6 +17,9 @@ from pathlib import Path
 
 from . import ir
 from .emit import VERSION_PREFIX, render, render_init
+from .glues import runtime_files
+
+RUNTIME_DIR = "_runtime"
 
 
 def display_path(path: str) -> str:
@@ -46,6 +49,10 @@ def render_all(contracts: list[tuple[str, ir.Contract]], verify_first: bool) -> 
                 return None, 2 if all(v.status == "inconclusive" for v in bad) else 1
             proved = tuple(v.property for v in verdicts if v.status == "proved")
         files[f"{contract.name}.py"] = render(contract, display_path(path), proved)
+    for rel, text in runtime_files():
+        header = (f"# Copied by `layoutc compile` from layoutc/runtime/{rel}. DO NOT EDIT: it is the\n"
+                  "# shared runtime of every module in this package; edit layoutc's source.\n")
+        files[f"{RUNTIME_DIR}/{rel}"] = header + text
     files["__init__.py"] = render_init([c.name for _, c in contracts])
     return files, 0
 
@@ -59,7 +66,11 @@ def check_drift(files: dict[str, str], out_dir: str) -> int:
     drift = False
     existing = set()
     if os.path.isdir(out_dir):
-        existing = {f for f in os.listdir(out_dir) if f.endswith(".py")}
+        for folder, dirs, names in os.walk(out_dir):
+            dirs[:] = [d for d in dirs if d == RUNTIME_DIR or folder != out_dir]
+            dirs[:] = [d for d in dirs if not d.startswith((".", "__pycache__"))]
+            rel = os.path.relpath(folder, out_dir)
+            existing |= {n if rel == "." else f"{rel}/{n}" for n in names if n.endswith(".py")}
     for name in sorted(files):
         path = os.path.join(out_dir, name)
         if name not in existing:
@@ -127,8 +138,10 @@ def compile_contracts(contracts: list[tuple[str, ir.Contract]], out_dir: str, *,
         _remove_stale_temporaries(out_dir)
         # Modules first and __init__.py last: a run killed midway never leaves an
         # __init__ that names a module not yet written.
-        for name in sorted(files, key=lambda n: (n == "__init__.py", n)):
-            write_atomic(os.path.join(out_dir, name), files[name])
+        for name in sorted(files, key=lambda n: (n == "__init__.py", not n.startswith(RUNTIME_DIR), n)):
+            path = os.path.join(out_dir, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_atomic(path, files[name])
     except OSError as exc:
         sys.stderr.write(f"layoutc: error: cannot write to {out_dir}: {exc.strerror or exc}\n")
         return 2

@@ -93,11 +93,23 @@ CODES: dict[str, str] = {
     "LC410": "tensor axes disagree with the projection's axes",
     "LC411": "packing needs an integer storage type whose width the pack factor divides",
     "LC412": "a projection has more than one bias",
+    "LC413": "a `when` layout alternative is malformed (guard not over finite parameters, no default, too many cases)",
     # 5xx: kernel and glue
     "LC501": "unknown glue kind",
     "LC502": "glue is missing a required argument or has an unknown one",
     "LC503": "unknown activation",
     "LC504": "kernel argument trims an axis that is not padded",
+    # 52x: a contract against the declared interface of the glue it binds (runtime/glue/*.py)
+    "LC520": "the glue never passes this tensor to its kernel (it would never be applied)",
+    "LC521": "tensor axes are not in the order the glue passes them",
+    "LC522": "an axis the glue ties to a weight axis is not declared `like` it",
+    "LC523": "a padded hidden or experts axis, but the glue does not pad hidden states",
+    "LC524": "an activation the glue does not compute",
+    "LC525": "a gated activation on a w13 that is not segmented into gate and up",
+    "LC526": "the contract's kernel view disagrees with the view the glue's kernel reads",
+    "LC527": "a storage dtype the glue does not accept",
+    "LC528": "tensors disagree on the experts axis",
+    "LC529": "the glue's op or package differs from what its code calls",
     # 9xx: internal
     "LC900": "internal error in layoutc (please report it)",
 }

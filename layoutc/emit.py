@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
+import textwrap
 from importlib import resources
 from typing import Any
 
 import jinja2
 
-from . import __version__, ir
-from .check import GLUE_KINDS
+from . import __version__, glues, ir
+from .cases import glue_activation
 
 VERSION_PREFIX = "# layoutc-version: "
 
@@ -35,7 +37,7 @@ def _template_source(name: str) -> str:
 
 _PY_OPS = {"+": "+", "-": "-", "*": "*", "/": "//", "%": "%", "==": "==", "!=": "!=", "<": "<",
            "<=": "<=", ">": ">", ">=": ">=", "and": "and", "or": "or"}
-_PY_FUNCS = {"round_up": "_round_up", "round_down": "_round_down", "cdiv": "_cdiv", "lcm": "math.lcm",
+_PY_FUNCS = {"round_up": "_p.round_up", "round_down": "_p.round_down", "cdiv": "_p.cdiv", "lcm": "math.lcm",
              "gcd": "math.gcd", "min": "min", "max": "max"}
 
 
@@ -115,14 +117,15 @@ def _fill_word(tensor: ir.Tensor) -> str:
     return repr(word)
 
 
-def _axis_view(tensor: ir.Tensor, axis: ir.Axis, has_tp: bool) -> dict[str, Any]:
+def _axis_call(tensor: ir.Tensor, axis: ir.Axis, has_tp: bool, indent: int) -> list[str]:
+    """`Axis(...)` for one axis, broken over lines when it would be long."""
     pack = axis.pack
     logical = render_expr(axis.logical, "plan.")
     padded = render_expr(axis.padded, "plan.")
     if axis.group_size is not None:
         g = render_expr(axis.group_size, "plan.")
-        logical = f"_groups({logical}, {g})"
-        padded = f"_groups({padded}, {g})"
+        logical = f"_p.groups({logical}, {g})"
+        padded = f"_p.groups({padded}, {g})"
         sharded = repr(axis.group_size.value != -1) if isinstance(axis.group_size, ir.Const) else f"{g} != -1"
     else:
         sharded = "True"
@@ -130,16 +133,39 @@ def _axis_view(tensor: ir.Tensor, axis: ir.Axis, has_tp: bool) -> dict[str, Any]
         logical = f"{logical} // {pack}"
         padded = f"{padded} // {pack}"
     intermediate = (tensor.projection, axis.name) in (("w13", "n"), ("w2", "k"))
-    layout = axis.layout
-    segments = axis.segments
-    return {
-        "name": axis.name,
-        "layout": repr(layout),
-        "segments": segments,
-        "logical": logical,
-        "padded": padded,
-        "sharded": sharded if intermediate and has_tp else "False",
-    }
+    sharded = sharded if intermediate and has_tp else "False"
+    parts = [repr(axis.name).replace("'", '"'), repr(axis.layout).replace("'", '"'), str(axis.segments),
+             logical, padded, sharded]
+    pad = " " * indent
+    one = f"{pad}Axis({', '.join(parts)}),"
+    if len(one) <= 99:
+        return [one]
+    inner = " " * (indent + 4)
+    return [f"{pad}Axis(", *(f"{inner}{part}," for part in parts), f"{pad}),"]
+
+
+def _axis_table(tensor: ir.Tensor, has_tp: bool) -> list[str]:
+    """The body of `_<tensor>_axes(plan)`: one `Axis` per dimension, `when` alternatives as if/elif."""
+    lines: list[str] = []
+    entries: list[str] = []
+    for axis in tensor.axes:
+        alternatives = [g for g in tensor.guarded if g.axis.name == axis.name]
+        if not alternatives:
+            entries += _axis_call(tensor, axis, has_tp, 8)
+            continue
+        var = f"{axis.name}_axis"
+        for k, alt in enumerate(alternatives):
+            keyword = "if" if k == 0 else "elif"
+            lines += wrap_code(f"{keyword} ", render_expr(alt.guard, "plan."), f":  # line {alt.axis.span.line}")
+            call = _axis_call(tensor, alt.axis, has_tp, 8)
+            lines += [f"        {var} = " + call[0].strip().removesuffix(","), *call[1:]] if len(call) == 1 \
+                else [f"        {var} = Axis(", *call[1:-1], "        )"]
+        call = _axis_call(tensor, axis, has_tp, 8)
+        lines.append("    else:")
+        lines += [f"        {var} = " + call[0].strip().removesuffix(",")] if len(call) == 1 \
+            else [f"        {var} = Axis(", *call[1:-1], "        )"]
+        entries.append(f"        {var},")
+    return [*lines, "    return (", *entries, "    )"]
 
 
 def _dtype_expr(tensor: ir.Tensor) -> str:
@@ -171,6 +197,8 @@ def _rule_view(rule: ir.Rule | ir.Align, file: str) -> dict[str, Any]:
     return {
         "code": render_expr(rule.cond, ""),
         "negated": render_negated(rule.cond, ""),
+        "require_lines": wrap_code("if ", render_negated(rule.cond, ""), ":"),
+        "admit_lines": wrap_code("if reason is None and ", render_negated(rule.cond, ""), ":"),
         "message": repr(rule.message),
         "where": repr(f"{file}:{rule.span.line}"),
         "names": [repr(n) for n in _names(rule.cond)],
@@ -178,84 +206,196 @@ def _rule_view(rule: ir.Rule | ir.Align, file: str) -> dict[str, Any]:
     }
 
 
-def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) -> dict[str, Any]:
-    dtype_params = sorted({t.storage.removeprefix("param:") for t in contract.tensors
-                           if t.storage.startswith("param:")})
+def _params(contract: ir.Contract, dtype_params: list[str]) -> list[dict[str, Any]]:
     params = []
     for p in contract.params:
         if p.kind == "range":
-            check = f"_check_int({p.name!r}, {p.name}, {p.low!r}, {p.high!r})"
+            check = f"_p.check_int(CONTRACT, {p.name!r}, {p.name}, {p.low!r}, {p.high!r}, SOURCE_FILE)"
             annotation = "int"
         elif p.kind == "set":
-            check = f"_check_choice({p.name!r}, {p.name}, {p.values!r})"
+            check = f"_p.check_choice(CONTRACT, {p.name!r}, {p.name}, {p.values!r}, SOURCE_FILE)"
             annotation = "int"
         elif p.kind == "bool":
-            check = f"_check_bool({p.name!r}, {p.name})"
+            check = f"_p.check_bool(CONTRACT, {p.name!r}, {p.name})"
             annotation = "bool"
         elif p.name in dtype_params:
-            check = f"_check_dtype({p.name!r}, {p.name}, {p.values!r})"
+            check = f"_p.check_dtype(CONTRACT, {p.name!r}, {p.name}, {p.values!r}, SOURCE_FILE)"
             annotation = "str | torch.dtype"
         else:
-            check = f"_check_member({p.name!r}, {p.name}, {p.values!r})"
+            check = f"_p.check_member(CONTRACT, {p.name!r}, {p.name}, {p.values!r}, SOURCE_FILE)"
             annotation = "str"
         field_type = {"range": "int", "set": "int", "bool": "bool"}.get(p.kind, "str")
-        params.append({"name": p.name, "check": check, "annotation": annotation, "field_type": field_type,
-                       "domain": _domain_doc(p)})
+        one = f"    {p.name} = {check}"
+        if len(one) > 99:
+            head, _, args = check.partition("(")
+            parts = [a.strip() for a in _split_args(args.removesuffix(")"))]
+            lines = [f"    {p.name} = {head}(", *(f"        {a}," for a in parts), "    )"]
+        else:
+            lines = [one]
+        params.append({"name": p.name, "check": check, "check_lines": lines, "annotation": annotation,
+                       "field_type": field_type, "domain": _domain_doc(p)})
+    return params
+
+
+def wrap_code(prefix: str, expr: str, suffix: str = "", indent: int = 4) -> list[str]:
+    """`prefix + expr + suffix` as lines of at most 99 columns: a long `expr` goes in its own
+    parentheses, broken between tokens (rendered expressions have no spaces inside literals)."""
+    pad = " " * indent
+    one = f"{pad}{prefix}{expr}{suffix}"
+    if len(one) <= 99:
+        return [one]
+    inner = " " * (indent + 4)
+    if _one_group(expr):
+        expr = expr[1:-1]  # already parenthesised: its own parentheses allow the breaks
+    body = textwrap.wrap(expr, 99 - len(inner), break_long_words=False, break_on_hyphens=False)
+    return [f"{pad}{prefix}(", *(inner + b for b in body), f"{pad}){suffix}"]
+
+
+def _one_group(expr: str) -> bool:
+    """Whether `expr` is one parenthesised group: `(` ... its matching `)` at the very end."""
+    if not (expr.startswith("(") and expr.endswith(")")):
+        return False
+    depth = 0
+    for i, ch in enumerate(expr):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0:
+            return i == len(expr) - 1
+    return False
+
+
+def _split_args(text: str) -> list[str]:
+    """Top-level comma-separated arguments of a rendered call (brackets and quotes respected)."""
+    parts, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote and text[i - 1] != "\\" else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p for p in parts if p.strip()]
+
+
+def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> dict[str, Any]:
+    fill = "left uninitialised" if t.fill_kind == "uninit" else f"stored code {t.fill}" + (
+        f" (decodes to {t.fill if t.fill_kind == 'value' else 'the declared value'})" if t.decode else "")
+    return {
+        "name": t.name, "kind": t.kind, "projection": t.projection, "optional": t.optional,
+        "table": _axis_table(t, has_tp),
+        "fill": "None" if t.fill_kind == "uninit" else _fill_word(t), "dtype": _dtype_expr(t),
+        "logical_doc": _shape_doc(contract, t, "logical"), "padded_doc": _shape_doc(contract, t, "padded"),
+        "storage_doc": t.storage.removeprefix("param:"), "fill_doc": fill, "line": t.span.line,
+        "once": repr(t.kind == "bias" and t.projection == "w2"),
+    }
+
+
+def _glue_view(contract: ir.Contract) -> dict[str, Any] | None:
+    g = contract.glue
+    if g is None:
+        return None
+    entry = glues.registry()[g.kind]
+    interface = entry.interface
+    w13, w2 = contract.weight("w13"), contract.weight("w2")
+    act = glue_activation(contract)
+    activation = render_expr(act, "plan.") if act is not None else repr(interface.activations[0].name)
+    shapes = [("w13", w13.name), ("w2", w2.name)]
+    for t in contract.tensors:
+        if t.kind == "bias":
+            shapes.append((f"{t.projection}_bias", t.name))
+    biases = any(s.kind == "bias" for s in interface.tensors)
+    keywords = (["w13_bias: torch.Tensor | None = None", "w2_bias: torch.Tensor | None = None"] if biases else []) \
+        + [f"{o}: bool = False" for o in interface.forward_options]
+    names = (["w13_bias", "w2_bias"] if biases else []) + list(interface.forward_options)
+    views = "{" + ", ".join(f"{a.name!r}: {a.view!r}" for a in interface.activations).replace("'", '"') + "}"
+    return {
+        "module": entry.module, "summary": interface.summary, "views": views, "activation": activation,
+        "ops": "{" + ", ".join(f'"{k}": "{v}"' for k, v in interface.ops) + "}",
+        "reexports": sorted((n for n in entry.public if n != "load_kernel"), key=_natural),
+        "num_experts": f"{w13.name}_shapes(plan)[1][0]",
+        "hidden_size": f"{w13.name}_shapes(plan)[1][2]",
+        "intermediate_padded": f"{w13.name}_shapes(plan)[1][1] // 2",
+        "dtype": _dtype_expr(w13),
+        "shapes": shapes,
+        "args": [(k, render_expr(v, "plan.")) for k, v in g.args if k != "activation"],
+        "keywords": keywords, "keyword_names": names, "biases": biases,
+        "w13_doc": _shape_doc(contract, w13, "padded"), "w2_doc": _shape_doc(contract, w2, "padded"),
+        "w13_logical": _shape_doc(contract, w13, "logical"), "w2_logical": _shape_doc(contract, w2, "logical"),
+    }
+
+
+def _natural(name: str) -> tuple[int, list[object]]:
+    """ruff's isort-style order for `__all__`: CONSTANTS, then Classes, then functions; digits by value."""
+    category = 0 if name.isupper() else 1 if name[0].isupper() else 2
+    return category, [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def _exports(contract: ir.Contract, glue: dict[str, Any] | None, has_tp: bool) -> list[str]:
+    names = ["CONTRACT", "KernelUnavailableError", "LayoutContractError", "Plan", "plan"]
+    if contract.kernel is not None and contract.kernel.args:
+        names.append("kernel_args")
+    for t in contract.tensors:
+        names += [f"{t.name}_shapes", f"pad_{t.name}", f"unpad_{t.name}"] + ([f"shard_{t.name}"] if has_tp else [])
+    if glue is not None:
+        names += ["OPS", "PackedWeight", "fused_moe", "load_kernel", "prepack", "prepack_padded", *glue["reexports"]]
+    return [f'"{n}",' for n in sorted(names, key=_natural)]
+
+
+def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) -> dict[str, Any]:
+    dtype_params = sorted({t.storage.removeprefix("param:") for t in contract.tensors
+                           if t.storage.startswith("param:")})
     lets = [{"name": let.name, "code": render_expr(let.value, ""),
+             "lines": wrap_code(f"{let.name} = ", render_expr(let.value, "")),
              "field_type": "bool" if let.type == ir.BOOL else ("str" if isinstance(let.type, ir.EnumT) else "int")}
             for let in contract.lets]
     has_tp = any(p.name == "tp_size" for p in contract.params)
-    tensors = []
-    for t in contract.tensors:
-        tensors.append({
-            "name": t.name, "kind": t.kind, "projection": t.projection, "optional": t.optional,
-            "axes": [_axis_view(t, a, has_tp) for a in t.axes],
-            "fill": _fill_word(t), "uninit": t.fill_kind == "uninit", "dtype": _dtype_expr(t),
-            "logical_doc": _shape_doc(contract, t, "logical"), "padded_doc": _shape_doc(contract, t, "padded"),
-            "storage_doc": t.storage.removeprefix("param:"),
-            "fill_doc": "left uninitialised" if t.fill_kind == "uninit" else f"stored code {t.fill}"
-            + (f" (decodes to {t.fill if t.fill_kind == 'value' else 'the declared value'})" if t.decode else ""),
-            "line": t.span.line,
-        })
     kernel_args = []
     if contract.kernel is not None:
         for arg in contract.kernel.args:
             kernel_args.append({"name": arg.name, "code": render_expr(arg.value, "plan."),
+                                "lines": wrap_code(f'"{arg.name}": ', render_expr(arg.value, "plan."), ",", 8),
+                                "doc": textwrap.wrap(f"{arg.name}: trims {render_expr(arg.trim_count, 'plan.')} "
+                                                     "trailing positions of each segment of "
+                                                     + ", ".join(f"{a}.{b}" for a, b in arg.trims)
+                                                     + f" (contract line {arg.span.line}).", 88,
+                                                     break_long_words=False, subsequent_indent="    "),
                                 "trims": ", ".join(f"{a}.{b}" for a, b in arg.trims),
                                 "count": render_expr(arg.trim_count, "plan."), "line": arg.span.line})
-    glue = None
-    if contract.glue is not None:
-        g = contract.glue
-        glue = {"kind": g.kind, "package": repr(g.package), "ops": {k: repr(v) for k, v in g.ops},
-                "args": {k: render_expr(v, "plan.") for k, v in g.args},
-                "summary": GLUE_KINDS[g.kind].summary, "template": f"glue/{g.kind}.py.j2",
-                "activation": render_expr(contract.kernel.activation, "plan.")
-                if contract.kernel is not None and contract.kernel.activation is not None else "'silu'"}
+    glue = _glue_view(contract)
     digest = hashlib.sha256(contract.source_text.encode("utf-8")).hexdigest()
     return {
         "name": contract.name, "file": rel_path, "file_repr": repr(rel_path), "sha256": digest,
         "version_line": f"{VERSION_PREFIX}{__version__}", "proved": list(proved),
         "proved_repr": repr(tuple(proved)),
-        "sources": [repr(s) for s in contract.sources], "sources_doc": [s for s in contract.sources],
+        "sources": [repr(s) for s in contract.sources],
+        "sources_doc": [line for src in contract.sources
+                        for line in textwrap.wrap(src, 88, initial_indent="- ", subsequent_indent="  ")],
+        "proved_lines": textwrap.wrap("properties proved: " + (", ".join(proved) if proved else
+                                      "none (compiled without verification)"), 88,
+                                      initial_indent="# ", subsequent_indent="#   "),
         "policy": contract.policy, "fallback": repr(contract.fallback),
-        "params": params, "lets": lets,
+        "params": _params(contract, dtype_params), "lets": lets,
         "requires": [_rule_view(r, rel_path) for r in contract.requires],
         "admits": [_rule_view(r, rel_path) for r in contract.admits],
-        "tensors": tensors, "kernel_args": kernel_args, "glue": glue,
-        "has_tp": has_tp,
+        "tensors": [_tensor_view(contract, t, has_tp) for t in contract.tensors],
+        "kernel_args": kernel_args, "glue": glue, "has_tp": has_tp, "tp_param": "tp_size",
         "uses_math": _uses(contract, ("lcm", "gcd")),
-        "dtype_params": dtype_params,
+        "all_names": _exports(contract, glue, has_tp),
         "w13": contract.weight("w13").name, "w2": contract.weight("w2").name,
-        "gated": contract.gated,
-        "w13_bias": next((t.name for t in contract.tensors if t.kind == "bias" and t.projection == "w13"), None),
-        "w2_bias": next((t.name for t in contract.tensors if t.kind == "bias" and t.projection == "w2"), None),
     }
 
 
 def _uses(contract: ir.Contract, ops: tuple[str, ...]) -> bool:
     exprs: list[ir.Expr] = [let.value for let in contract.lets] + [r.cond for r in contract.rules]
     for t in contract.tensors:
-        for a in t.axes:
+        exprs += [g.guard for g in t.guarded]
+        for a in [*t.axes, *(g.axis for g in t.guarded)]:
             exprs += [a.logical, a.padded] + ([a.group_size] if a.group_size is not None else [])
     if contract.kernel is not None:
         exprs += [e for arg in contract.kernel.args for e in (arg.value, arg.trim_count)]

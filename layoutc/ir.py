@@ -204,6 +204,18 @@ class Axis:
 
 
 @dataclass(frozen=True)
+class GuardedAxis:
+    """`axis NAME = ... when GUARD`: the layout of `axis.name` wherever `guard` holds.
+
+    Guards read only finite parameters. Alternatives are tried in declaration
+    order; where none holds, the tensor's unguarded axis of that name applies.
+    """
+
+    guard: Expr
+    axis: Axis
+
+
+@dataclass(frozen=True)
 class Tensor:
     name: str
     kind: Literal["weight", "scale", "zero", "bias"]
@@ -216,6 +228,7 @@ class Tensor:
     code_range: tuple[int, int] | None
     decode: Expr | None
     span: Span
+    guarded: tuple[GuardedAxis, ...] = ()  # parameter-dependent layouts; `axes` holds the defaults
 
     def axis(self, name: str) -> Axis:
         for ax in self.axes:

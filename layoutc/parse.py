@@ -234,7 +234,9 @@ class _Builder:
         for cl in clauses:
             span = self.sp(cl)
             if cl.data == "axis_clause":
-                axes.append(A.AxisDecl(str(cl.children[0]), self.axis_spec(cl.children[1]), span))
+                guard = cl.children[2] if len(cl.children) > 2 else None
+                axes.append(A.AxisDecl(str(cl.children[0]), self.axis_spec(cl.children[1]), span,
+                                       self.expr(guard) if guard is not None else None))
             elif cl.data == "fill_clause":
                 fills.append(self.fill(cl.children[0]))
             elif cl.data == "storage_clause":

@@ -14,7 +14,8 @@ way a tensor-parallel engine does:
 4. The partial outputs are summed with `dist.all_reduce(SUM)`: w13 is
    column-parallel and w2 row-parallel, so each rank holds a partial sum over its
    slice of the intermediate dim. The reduction runs in the model dtype (bf16), as
-   in vLLM. `w2_bias` is handed to the kernel on rank 0 only, so it is added once.
+   in vLLM. `w2_bias` comes from the module's `shard_w2_bias`, which gives it to rank 0 and
+   zeros to the other ranks, so it is added once.
 5. Rank 0 compares the reduced output with `reference_moe`, an unsharded,
    unpadded float32 per-expert loop that shares no code with the kernel path.
 
@@ -107,9 +108,9 @@ class RankReport:
 
     kernel_ops: the kernel ops the rank dispatched while prepacking and running the
     layer, in first-seen order: every op outside aten/prim plus the module's declared
-    `_PREPACK_OP` / `_FORWARD_OP` (e.g. `("_C::prepack_moe_weight", "_C::cpu_fused_moe")`).
+    `OPS` (e.g. `("_C::prepack_moe_weight", "_C::cpu_fused_moe")`).
     Recorded from the dispatcher (RecordFunction), so it names the op that really ran.
-    forward_op: the op `fused_moe` dispatched: the module's `_FORWARD_OP` if it ran
+    forward_op: the op `fused_moe` dispatched: the module's `OPS["forward"]` if it ran
     (`"_C::cpu_fused_moe"` for the vLLM CPU kernel), else the last kernel op, else "".
     prepack_path: "prepack_padded" (the module re-blocks the padded shard as it is) or
     "unpad+prepack" (a module without `prepack_padded`: the shard is unpadded and
@@ -328,7 +329,7 @@ class _OpRecorder:
 
 def _kernel_ops(ops: list[str], mod: ModuleType) -> list[str]:
     """The kernels among recorded ops: any op outside aten/prim, plus the module's declared ops."""
-    declared = {getattr(mod, name, None) for name in ("_PREPACK_OP", "_FORWARD_OP")}
+    declared = set(getattr(mod, "OPS", {}).values())
     return [op for op in ops if op in declared or op.split("::")[0] not in _PLUMBING_NAMESPACES]
 
 
@@ -439,7 +440,8 @@ def _rank_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, Any],
             packed_w13, packed_w2 = prepack_padded(w13.contiguous(), w2.contiguous(), plan)
     t3 = time.perf_counter()
     del w13, w2
-    w2_bias = tensors["w2_bias"] if rank == 0 else None  # row-parallel: add the bias once
+    # row-parallel output bias: the generated shard gives it to rank 0 and zeros to the others
+    w2_bias = None if tensors["w2_bias"] is None else mod.shard_w2_bias(tensors["w2_bias"], rank, plan)
     bias_args = {} if tensors["w13_bias"] is None else {"w13_bias": w13_bias, "w2_bias": w2_bias}
 
     if cfg.get("fail_on_rank") == rank:
@@ -467,7 +469,7 @@ def _rank_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, Any],
         if i >= cfg["warmup"]:
             kernel_times.append(s1 - s0)
             step_times.append(s2 - s0)
-    declared_forward = getattr(mod, "_FORWARD_OP", None)
+    declared_forward = getattr(mod, "OPS", {}).get("forward")
     forward_op = (declared_forward if declared_forward in forward_ops
                   else forward_ops[-1] if forward_ops else "")
     ops = tuple(dict.fromkeys([*_kernel_ops(prepack_rec.ops, mod), *forward_ops]))

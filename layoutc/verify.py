@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import z3
@@ -685,9 +685,9 @@ def _waste(run: _Run) -> Verdict:
                    Counterexample(config, derived, "worst case", "w13.n"))
 
 
-def verify(contract: ir.Contract, options: Options | None = None,
-           fixed: dict[str, Value] | None = None) -> list[Verdict]:
-    """Check every property of one contract. Returns one verdict per property id.
+def verify_case(contract: ir.Contract, options: Options | None = None,
+                fixed: dict[str, Value] | None = None) -> list[Verdict]:
+    """Check every property of one contract with a single layout. Returns one verdict per property id.
 
     `fixed` pins parameters to values (the verdict then speaks of those configurations
     only); tests use it to compare the verifier with the generated code at run time.
@@ -712,3 +712,50 @@ def verify(contract: ir.Contract, options: Options | None = None,
     verdicts["admission"] = _admission(run, verdicts)
     verdicts["waste"] = _waste(run)
     return [verdicts[p] for p in PROPERTY_IDS]
+
+
+def verify(contract: ir.Contract, options: Options | None = None,
+           fixed: dict[str, Value] | None = None) -> list[Verdict]:
+    """Check every property of one contract. Returns one verdict per property id.
+
+    A contract whose layout depends on finite parameters (`when` alternatives, or a
+    glue whose kernel reads w13 differently per activation) is proved once per
+    layout case (cases.layout_cases), each against the view its kernel reads; a
+    property is proved only when it is proved in every case that admits a
+    configuration. `fixed` pins parameters to values (tests compare the verifier
+    with the generated code at run time).
+    """
+    from .cases import layout_cases
+
+    cases = layout_cases(contract)
+    runs = [(case.label, verify_case(case.contract, options, fixed)) for case in cases]
+    verdicts = runs[0][1] if len(runs) == 1 else _combine(runs, contract.span)
+    if contract.glue is None and contract.kernel is not None and contract.kernel.views:
+        verdicts = [replace(v, detail=v.detail + "; the kernel's view is the contract's own declaration "
+                            "(no glue binds it): trusted, not checked against code")
+                    if v.property == "placement" and v.status == "proved" else v for v in verdicts]
+    return verdicts
+
+
+_RANK = {"counterexample": 0, "inconclusive": 1, "proved": 2, "info": 2, "vacuous": 3}
+
+
+def _combine(runs: list[tuple[str, list[Verdict]]], span: Span) -> list[Verdict]:
+    """One verdict per property over the layout cases: the worst status of the cases that admit
+    something (vacuous cases admit nothing, so they prove nothing and refute nothing)."""
+    out: list[Verdict] = []
+    for index, prop in enumerate(PROPERTY_IDS):
+        live = [(label, vs[index]) for label, vs in runs if vs[index].status != "vacuous"]
+        seconds = sum(vs[index].seconds for _, vs in runs)
+        queries = sum(vs[index].queries for _, vs in runs)
+        if not live:
+            out.append(replace(runs[0][1][index], seconds=seconds, queries=queries))
+            continue
+        label, worst = min(live, key=lambda lv: _RANK[lv[1].status])
+        warnings = tuple(w for _, v in live for w in v.warnings)
+        if worst.status in ("proved", "info") and prop != "waste":
+            detail = f"{worst.detail} in each of {len(live)} layout cases"
+        else:
+            detail = f"[layout case {label}] {worst.detail}" if label else worst.detail
+        out.append(replace(worst, detail=detail, seconds=seconds, queries=queries, warnings=warnings))
+    return out

@@ -154,10 +154,21 @@ AUDIT_SCRIPT = textwrap.dedent(r'''
         record = {"path": path}
         state["events"] = []
         try:
-            spec = importlib.util.spec_from_file_location(f"_audited_{i}", path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
+            folder = os.path.dirname(path)
+            pkg = f"_audited_{i}"
+            spec = importlib.util.spec_from_file_location(pkg, os.path.join(folder, "__init__.py"),
+                                                          submodule_search_locations=[folder])
+            package = importlib.util.module_from_spec(spec)
+            sys.modules[pkg] = package
+            spec.loader.exec_module(package)
+            # the shared runtime is layoutc's own code, not the contract's: load it first and
+            # audit only what importing the contract's module does
+            for sub in ("errors", "params", "plans", "layout", "routing", "packed", "activations", "ops",
+                        "interface", "glue", "glue.vllm_cpu", "glue.zentorch", "glue.grouped_mm",
+                        "glue.int4pack", "glue.int8pack"):
+                importlib.import_module(f"{pkg}._runtime.{sub}")
+            state["events"] = []
+            module = importlib.import_module(f"{pkg}.{os.path.basename(path)[:-3]}")
             record["import"] = "ok"
         except BaseException as exc:
             record["import"] = f"{type(exc).__name__}: {exc}"
@@ -223,7 +234,9 @@ def baseline_imports() -> set[str]:
         contract, diags, _ = load(str(CONTRACTS[0]))
         assert contract is not None, diags
         names = module_imports(render(contract, f"contracts/{CONTRACTS[0].name}", ()))
-        foreign = {n for n in names if n not in sys.stdlib_module_names and n != "torch"}
+        # `_runtime` is the package's own runtime (`from ._runtime import ...`), whose modules
+        # import torch and the standard library only (tests/test_runtime.py checks them)
+        foreign = {n for n in names if n not in sys.stdlib_module_names and n not in ("torch", "_runtime")}
         assert not foreign, f"a generated module imports non-standard modules: {sorted(foreign)}"
         _BASELINE.append(names)
     return _BASELINE[0]
@@ -231,7 +244,7 @@ def baseline_imports() -> set[str]:
 
 def audit_import(cases: list[tuple[str, list[dict[str, Any]]]], timeout: float = 120) -> list[dict[str, Any]]:
     """Import every generated module in one audited child; one record per module."""
-    job = {"preload": sorted(baseline_imports()), "cases": cases}
+    job = {"preload": sorted(n for n in baseline_imports() if n != "_runtime"), "cases": cases}
     res = run_python(AUDIT_SCRIPT, [], timeout=timeout, stdin=json.dumps(job))
     records = [json.loads(line) for line in res.out.splitlines() if line.startswith("{")]
     if res.rc != 0 or len(records) != len(cases):
@@ -260,8 +273,10 @@ def emit_oracle(contract: Any, execute: bool = True) -> None:
     if not execute or _executed[0] >= EXEC_LIMIT:
         return
     _executed[0] += 1
-    name = f"_fuzz_generated_{_executed[0]}"
+    # a member of the installed layoutc_generated package, so `from ._runtime import ...` resolves
+    name = f"layoutc_generated._fuzz_generated_{_executed[0]}"
     module = types.ModuleType(name)
+    module.__package__ = "layoutc_generated"
     sys.modules[name] = module  # @dataclass looks its module up
     try:
         exec(code, module.__dict__)

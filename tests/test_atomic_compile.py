@@ -93,7 +93,9 @@ def _compile_in_process(paths: list[Path], out: Path) -> int:
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+    """Every generated file by its path relative to `folder` (modules and the `_runtime/` copy)."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts}
 
 
 def _start(paths: list[Path], out: Path, pause: float = 0.002) -> subprocess.Popen[str]:
@@ -110,18 +112,22 @@ IMPORTABLE_SUFFIXES = (".py", ".pyc", ".pyw", ".so", ".pyd")
 def _check_directory(out: Path, allowed: dict[str, set[bytes]]) -> list[str]:
     """Every module is one complete known version; nothing else could be imported."""
     problems = []
-    for entry in sorted(out.iterdir()):
-        if entry.name == "__pycache__":
+    entries = [*out.iterdir(), *(p for p in (out / "_runtime").rglob("*") if p.is_file())] \
+        if (out / "_runtime").is_dir() else list(out.iterdir())
+    for entry in sorted(entries):
+        name = entry.relative_to(out).as_posix()
+        if entry.name == "__pycache__" or "__pycache__" in entry.parts or name == "_runtime" \
+                or (entry.is_dir() and name.startswith("_runtime/")):
             continue
-        if entry.name in allowed:
+        if name in allowed:
             data = entry.read_bytes()
-            if data not in allowed[entry.name]:
-                problems.append(f"{entry.name}: partial or unknown content ({len(data)} bytes)")
+            if data not in allowed[name]:
+                problems.append(f"{name}: partial or unknown content ({len(data)} bytes)")
             else:
                 try:
                     compile(data, str(entry), "exec")
                 except SyntaxError as exc:
-                    problems.append(f"{entry.name}: not valid Python: {exc}")
+                    problems.append(f"{name}: not valid Python: {exc}")
         elif entry.is_dir() or entry.name.endswith(IMPORTABLE_SUFFIXES) or \
                 (entry.name.split(".")[0].isidentifier() and "." not in entry.name):
             problems.append(f"{entry.name}: unexpected importable entry")

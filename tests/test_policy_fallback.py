@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import sys
 
 import pytest
 import torch
 
 from layoutc.cli import main
 from tests.conftest import ROOT
+from tests.loading import load_generated
 
 
 @pytest.fixture(scope="module")
@@ -22,12 +21,7 @@ def fallback_module(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[n
     path = folder / "cpu_with_fallback.moe"
     path.write_text(text)
     assert main(["compile", str(path), "--out", str(folder / "out")]) == 0
-    spec = importlib.util.spec_from_file_location("cpu_with_fallback", folder / "out" / "cpu_with_fallback.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_generated(folder / "out", "cpu_with_fallback")
 
 
 def test_unadmitted_config_falls_back_visibly(fallback_module, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]

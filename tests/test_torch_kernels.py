@@ -50,7 +50,7 @@ def test_grouped_mm_needs_the_pad() -> None:
 def dequantize_int4(packed, plan, shapes, group_size):  # type: ignore[no-untyped-def]
     """Float weights the int4 kernel computes with: (q - 8) * scale + zero, from the packed codes."""
     out = []
-    for weight, table in zip(packed.packed, packed.scales_and_zeros, strict=True):
+    for weight, table in zip(packed.data.packed, packed.data.scales_and_zeros, strict=True):
         _n, k = weight.shape[0], weight.shape[1] * 2
         eye = torch.eye(k, dtype=table.dtype)
         dense = torch.ops.aten._weight_int4pack_mm_for_cpu(eye, weight, group_size, table)  # [K, N] = W^T
@@ -107,8 +107,8 @@ def test_int8pack_pads_k_to_16_in_bf16(dtype: torch.dtype, intermediate: int, pa
     w13, w2, x, ids, weights = layer(4, 128, intermediate, dtype)
     packed13, packed2 = m.prepack(w13, w2, plan)
     out = m.fused_moe(x, packed13, packed2, weights, ids, plan)
-    deq13 = torch.stack([w.float() * s.float().unsqueeze(1) for w, s in zip(packed13.weights, packed13.scales, strict=False)])
-    deq2 = torch.stack([w.float() * s.float().unsqueeze(1) for w, s in zip(packed2.weights, packed2.scales, strict=False)])
+    deq13 = torch.stack([w.float() * s.float().unsqueeze(1) for w, s in zip(packed13.data.weights, packed13.data.scales, strict=False)])
+    deq2 = torch.stack([w.float() * s.float().unsqueeze(1) for w, s in zip(packed2.data.weights, packed2.data.scales, strict=False)])
     expected = moe_reference(x, m.unpad_w13(deq13.to(dtype), plan), m.unpad_w2(deq2.to(dtype), plan), weights,
                              ids, intermediate)
     assert rel(out, expected) < 2e-2
@@ -132,9 +132,10 @@ except m.LayoutContractError as exc:
     errors.append(str(exc))
 plan = m.plan(num_experts=2, hidden_size=64, intermediate_size=68, tp_size=1, activation="silu", dtype="bfloat16")
 assert plan.intermediate_size_per_partition_padded == 80
-bad = m.Int8Weights(tuple(torch.zeros(64, 68, dtype=torch.int8) for _ in range(2)),
-                    tuple(torch.ones(64, dtype=torch.bfloat16) for _ in range(2)))
 good13, good2 = m.prepack(torch.randn(2, 136, 64).to(torch.bfloat16), torch.randn(2, 64, 68).to(torch.bfloat16), plan)
+# a forged PackedWeight around int8 weights with K = 68: the shape check refuses it before the op
+bad = m.PackedWeight("w2", good2.config, m.Int8Weights(tuple(torch.zeros(64, 68, dtype=torch.int8) for _ in range(2)),
+                                                      tuple(torch.ones(64, dtype=torch.bfloat16) for _ in range(2))))
 x = torch.randn(4, 64).to(torch.bfloat16)
 ids = torch.tensor([[0, 1]] * 4)
 for args in ((good13, bad), (bad, good2)):

@@ -116,10 +116,10 @@ def test_one_failing_rank_is_named_not_its_peers() -> None:
 
 def test_another_generated_module_torch_grouped_mm() -> None:
     # torch only (aten::_grouped_mm), so this runs wherever torch does. Its plan() takes
-    # no isa and it has no prepack_padded: the unpad + prepack path.
+    # no isa; like every glue it has prepack_padded, so the padded shard is used as it is.
     r = run_tp_layer("torch_grouped_mm", tp_size=4, start_method="forkserver", **GEMMA)
     assert r.kernels == ("aten::_grouped_mm",) * 4
-    assert all(x.prepack_path == "unpad+prepack" for x in r.ranks)
+    assert all(x.prepack_path == "prepack_padded" for x in r.ranks)
     assert r.rel_error < TOLERANCE, r.rel_error
 
 

@@ -22,7 +22,6 @@ EXPECTED_PROPERTY = {
     "aiter_x2_every_tp": "kernel-arguments",
     "neon_gate_swigluoai": "alignment",
     "uninit_pad": "inertness",
-    "bias_not_padded": "placement",
     "zero_point_raw_zero": "inertness",
     "act_order_padding": "alignment",
     "group_straddle": "groups",

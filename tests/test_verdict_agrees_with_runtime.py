@@ -12,8 +12,6 @@ failures the real vLLM kernel is run too: it must refuse the shape.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -26,9 +24,10 @@ from layoutc.check import load
 from layoutc.cli import main
 from layoutc.verify import verify
 from tests.conftest import ROOT, require_package
+from tests.loading import load_generated
 from tests.reference import moe_reference
 
-CASES = ["vllm_cpu_grouped_gemm", "end_padded_w13", "uninit_pad", "bias_not_padded", "only_w13_padded",
+CASES = ["vllm_cpu_grouped_gemm", "end_padded_w13", "uninit_pad", "only_w13_padded",
          "fused_tile_rule", "neon_gate_swigluoai"]
 _MODULES: dict[str, tuple[ModuleType, object]] = {}
 
@@ -43,11 +42,7 @@ def compiled(name: str, tmp_root: Path) -> tuple[ModuleType, object]:
         path = _contract_path(name)
         out = tmp_root / name
         assert main(["compile", str(path), "--out", str(out), "--no-verify"]) == 0
-        spec = importlib.util.spec_from_file_location(f"agree_{name}", out / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
+        module = load_generated(out, name)
         contract, _, _ = load(str(path))
         _MODULES[name] = (module, contract)
     return _MODULES[name]

@@ -57,7 +57,6 @@ def test_end_padded_variant_is_rejected_with_a_counterexample(tmp_path: Path, ca
 @pytest.mark.parametrize("config, needle", [
     (dict(isa="amx", dtype="float32"), "bfloat16 only"),
     (dict(hidden_size=100), "hidden_size must be a multiple"),
-    (dict(intermediate_size=704, tp_size=4, activation="swigluoai"), "swigluoai is interleaved"),
     (dict(intermediate_size=705, tp_size=4), "split evenly"),
     (dict(isa="avx9"), "isa='avx9' is not one of"),
     (dict(num_experts=0), "num_experts=0 is outside"),
@@ -69,7 +68,7 @@ def test_unsupported_configurations_raise(m, config, needle) -> None:  # type: i
         m.plan(**{**base, **config})
     assert isinstance(info.value, ValueError)
     assert needle in str(info.value)
-    if "split evenly" in needle or "bfloat16" in needle or "hidden" in needle or "swigluoai" in needle:
+    if "split evenly" in needle or "bfloat16" in needle or "hidden" in needle:
         assert "contracts/vllm_cpu_grouped_gemm.moe:" in str(info.value)  # the contract line
 
 
@@ -242,38 +241,60 @@ def test_top_k_zero_and_zero_tokens(kernel) -> None:  # type: ignore[no-untyped-
     assert out.shape == (0, 64)
 
 
-@pytest.mark.parametrize("tp", [1, 2, 4])
-def test_swigluoai_shards_interleaved_pairs_on_the_real_kernel(kernel, tp: int) -> None:  # type: ignore[no-untyped-def]
-    """gpt-oss style: the checkpoint's w13 rows are (gate, up) pairs; a rank holds a block of pairs."""
-    from layoutc_generated import vllm_cpu_grouped_gemm_swigluoai as s
-
+@pytest.mark.parametrize("tp, intermediate", [(1, 256), (2, 256), (4, 256), (4, 704), (8, 2880)])
+def test_swigluoai_runs_interleaved_and_padded_on_the_real_kernel(kernel, tp: int,  # type: ignore[no-untyped-def]
+                                                                   intermediate: int) -> None:
+    """gpt-oss style: the checkpoint's w13 rows are (gate, up) pairs; a rank holds a block of pairs,
+    padded by whole pairs at the end (704 / 4 = 176 -> 192; 2880 / 8 = 360 -> 384), where vLLM 0.32
+    refuses the unaligned shard. The w2 bias is added once over the ranks."""
+    m = kernel
     torch.manual_seed(tp)
-    experts, hidden, intermediate = 4, 64, 256
+    experts, hidden = 4, 64
     full13 = (torch.randn(experts, 2 * intermediate, hidden) / 8).to(torch.float32)  # interleaved rows
     full2 = (torch.randn(experts, hidden, intermediate) / 16).to(torch.float32)
+    bias13 = torch.randn(experts, 2 * intermediate) / 4
+    bias2 = torch.randn(experts, hidden) / 4
     x = torch.randn(6, hidden)
     ids = torch.stack([torch.randperm(experts)[:2] for _ in range(6)])
     weights = torch.rand(6, 2)
-    plan = s.plan(num_experts=experts, hidden_size=hidden, intermediate_size=intermediate, tp_size=tp, isa="vec",
-                  dtype="float32")
+    plan = m.plan(num_experts=experts, hidden_size=hidden, intermediate_size=intermediate, tp_size=tp, isa="vec",
+                  activation="swigluoai", dtype="float32")
+    per_rank = intermediate // tp
+    assert plan.intermediate_size_per_partition_padded == -(-per_rank // 32) * 32
     total = torch.zeros(6, hidden)
     for rank in range(tp):
-        packed = s.prepack_padded(s.shard_w13(full13, rank, plan), s.shard_w2(full2, rank, plan), plan)
-        total += s.fused_moe(x, *packed, weights, ids, plan).float()
+        packed = m.prepack_padded(m.shard_w13(full13, rank, plan), m.shard_w2(full2, rank, plan), plan)
+        total += m.fused_moe(x, *packed, weights, ids, plan, w13_bias=m.shard_w13_bias(bias13, rank, plan),
+                             w2_bias=m.shard_w2_bias(bias2, rank, plan)).float()
 
     def swigluoai(h: torch.Tensor) -> torch.Tensor:
         gate, up = h[0::2].clamp(max=7.0), h[1::2].clamp(-7.0, 7.0)
         return gate * torch.sigmoid(1.702 * gate) * (up + 1)
 
-    expected = torch.zeros(6, hidden)
+    expected = torch.zeros(6, hidden, dtype=torch.float64)
     for t in range(6):
         for k in range(2):
             e = int(ids[t, k])
-            expected[t] += float(weights[t, k]) * (full2[e] @ swigluoai(full13[e] @ x[t]))
-    assert float((total - expected).norm() / expected.norm()) < 1e-4
-    if tp > 1:
-        from layoutc_generated import vllm_cpu_grouped_gemm as halves
+            h = full13[e].double() @ x[t].double() + bias13[e].double()
+            expected[t] += float(weights[t, k]) * (full2[e].double() @ swigluoai(h) + bias2[e].double())
+    assert float((total.double() - expected).norm() / expected.norm()) < 1e-4
 
-        with pytest.raises(halves.LayoutContractError, match="interleaved"):
-            halves.plan(num_experts=experts, hidden_size=hidden, intermediate_size=intermediate, tp_size=tp,
-                        isa="vec", activation="swigluoai", dtype="float32")
+
+def test_halves_weights_under_swigluoai_give_wrong_numbers(kernel) -> None:  # type: ignore[no-untyped-def]
+    """Why the contract says interleave for swigluoai: the same kernel fed [gate | up] halves is wrong."""
+    m = kernel
+    torch.manual_seed(0)
+    experts, hidden, intermediate = 4, 64, 128
+    gate = torch.randn(experts, intermediate, hidden) / 8
+    up = torch.randn(experts, intermediate, hidden) / 8
+    halves = torch.cat([gate, up], dim=1)
+    pairs = torch.stack([gate, up], dim=2).reshape(experts, 2 * intermediate, hidden)
+    w2 = torch.randn(experts, hidden, intermediate) / 16
+    x = torch.randn(6, hidden)
+    ids = torch.stack([torch.randperm(experts)[:2] for _ in range(6)])
+    weights = torch.rand(6, 2)
+    plan = m.plan(num_experts=experts, hidden_size=hidden, intermediate_size=intermediate, tp_size=1, isa="vec",
+                  activation="swigluoai", dtype="float32")
+    right = m.fused_moe(x, *m.prepack(pairs, w2, plan), weights, ids, plan)
+    wrong = m.fused_moe(x, *m.prepack(halves, w2, plan), weights, ids, plan)
+    assert float((wrong - right).norm() / right.norm()) > 0.5

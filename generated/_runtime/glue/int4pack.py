@@ -1,0 +1,131 @@
+# Copied by `layoutc compile` from layoutc/runtime/glue/int4pack.py. DO NOT EDIT: it is the
+# shared runtime of every module in this package; edit layoutc's source.
+"""torch's int4 weight-only matmul on CPU, one call per expert and projection.
+
+Source: torch 2.13 `aten::_convert_weight_to_int4pack_for_cpu` and
+`aten::_weight_int4pack_mm_for_cpu` (aten/src/ATen/native/cpu/int4mm_kernel.cpp):
+uint8 [N, K / 2] packed codes, a [K / group_size, N, 2] (scale, zero) table,
+dequantisation (q - 8) * scale + zero. Weights are quantized after padding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import LayoutContractError
+from ..interface import WEIGHTS, Activation, GlueInterface
+from ..layout import check_tensor
+from ..ops import op
+from ..packed import KernelConfig, PackedWeight, check_packed
+from ..routing import check_hidden, check_routing
+from ._loop import expert_loop
+
+INTERFACE = GlueInterface(
+    kind="torch_int4pack",
+    summary="aten::_convert_weight_to_int4pack_for_cpu + _weight_int4pack_mm_for_cpu",
+    package="torch==2.13.0",
+    ops=(("convert", "aten::_convert_weight_to_int4pack_for_cpu"), ("forward", "aten::_weight_int4pack_mm_for_cpu")),
+    args=("group_size", "inner_k_tiles"),
+    tensors=WEIGHTS,
+    activations=(
+        Activation("silu", "halves", ("gate", "up"), "silu(gate) * up"),
+        Activation("gelu", "halves", ("gate", "up"), "gelu(gate) * up"),
+        Activation("gelu_tanh", "halves", ("gate", "up"), "gelu_tanh(gate) * up"),
+    ),
+    dtypes=("bfloat16", "float16", "float32"),
+    pads_hidden=False,
+    output_bias="once",
+    source="torch 2.13.0 aten/src/ATen/native/cpu/int4mm_kernel.cpp",
+)
+# Names a generated module re-exports from this glue.
+PUBLIC = ("load_kernel", "quantize_int4", "Int4Weights")
+CONVERT_OP = "aten::_convert_weight_to_int4pack_for_cpu"
+FORWARD_OP = "aten::_weight_int4pack_mm_for_cpu"
+
+
+@dataclass(frozen=True)
+class Int4Weights:
+    """Per expert: the packed uint8 [N, K / 2] weight and its [K / group_size, N, 2] table."""
+
+    packed: tuple[torch.Tensor, ...]
+    scales_and_zeros: tuple[torch.Tensor, ...]
+
+
+def quantize_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Asymmetric int4 codes in 0..15 of one [N, K] weight, in groups of `group_size` along K.
+
+    Returns (codes int32 [N, K], scales_and_zeros [K / group_size, N, 2] in weight.dtype)
+    for the kernel's (q - 8) * scale + zero. A constant group (an all-zero pad group)
+    gets scale 0 and zero = its value, so it dequantises exactly.
+    """
+    n, k = weight.shape
+    grouped = weight.float().reshape(n, k // group_size, group_size)
+    low, high = grouped.amin(dim=2), grouped.amax(dim=2)
+    scale = (high - low) / 15
+    zero = low + 8 * scale
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    codes = torch.where(scale.unsqueeze(2) > 0, torch.round((grouped - zero.unsqueeze(2)) / safe.unsqueeze(2) + 8),
+                        torch.full_like(grouped, 8.0)).clamp(0, 15)
+    table = torch.stack([scale, torch.where(scale > 0, zero, low)], dim=2).transpose(0, 1).contiguous()
+    return codes.reshape(n, k).to(torch.int32), table.to(weight.dtype)
+
+
+
+def load_kernel(who: str) -> None:
+    """Nothing to load: the op is built into torch (kept for a uniform glue API)."""
+    del who
+
+
+def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor,
+                   padded_w2: torch.Tensor) -> tuple[PackedWeight, PackedWeight]:
+    """Quantize each padded expert to int4 per group and pack it with the real convert op.
+
+    The padded intermediate is a whole number of quant groups (the contract proves
+    it), so w2's pad columns form all-zero groups or share one with live columns
+    and meet only the exactly-zero pad lanes of w13.
+    """
+    group_size, tiles = int(cfg.arg("group_size")), int(cfg.arg("inner_k_tiles"))
+    out = []
+    for role, padded in (("w13", padded_w13), ("w2", padded_w2)):
+        packed, tables = [], []
+        for expert in padded:
+            codes, table = quantize_int4(expert, group_size)
+            packed.append(op(CONVERT_OP)(codes.contiguous(), tiles))
+            tables.append(table)
+        out.append(PackedWeight(role, cfg, Int4Weights(tuple(packed), tuple(tables))))
+    return out[0], out[1]
+
+
+def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: PackedWeight, packed_w2: PackedWeight,
+              topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+    """MoE forward with `_weight_int4pack_mm_for_cpu`, one call per expert and projection.
+
+    hidden_states: [num_tokens, hidden_size] of cfg.dtype; topk_* [num_tokens, top_k].
+    Returns a new [num_tokens, hidden_size] tensor. Raises LayoutContractError on wrong input.
+    """
+    who = cfg.contract
+    tokens = check_hidden(who, hidden_states, cfg.hidden_size, cfg.dtype)
+    data = {"w13": check_packed(who, "packed_w13", packed_w13, "w13", cfg),
+            "w2": check_packed(who, "packed_w2", packed_w2, "w2", cfg)}
+    weights, ids = check_routing(who, tokens, topk_weights, topk_ids, cfg.num_experts)
+    group_size = int(cfg.arg("group_size"))
+    for role, packed in data.items():
+        shape = cfg.shape(role)
+        assert shape is not None
+        n, k = shape[1:]
+        if not isinstance(packed, Int4Weights) or len(packed.packed) != cfg.num_experts:
+            raise LayoutContractError(f"{who}: packed_{role} must come from prepack() for this plan")
+        for table, weight in zip(packed.scales_and_zeros, packed.packed, strict=True):
+            check_tensor(who, f"packed_{role} (scales and zeros)", table, (k // group_size, n, 2), cfg.dtype)
+            check_tensor(who, f"packed_{role} (packed weight)", weight, (n, k // 2), torch.uint8)
+    if tokens == 0:
+        return torch.empty(0, cfg.hidden_size, dtype=cfg.dtype)
+
+    def project(e: int, which: str, x: torch.Tensor) -> torch.Tensor:
+        packed = data[which]
+        result: torch.Tensor = op(FORWARD_OP)(x, packed.packed[e], group_size, packed.scales_and_zeros[e])
+        return result
+
+    return expert_loop(cfg, hidden_states, weights, ids, project)

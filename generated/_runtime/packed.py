@@ -1,0 +1,93 @@
+# Copied by `layoutc compile` from layoutc/runtime/packed.py. DO NOT EDIT: it is the
+# shared runtime of every module in this package; edit layoutc's source.
+"""What a glue receives from a generated module, and the typed weights it returns.
+
+`KernelConfig` is built by the generated module from a validated `Plan`, by role
+rather than by parameter name: sizes come from the contract's axis tables (the
+experts axis of w13, its hidden axis, the padded intermediate per segment), the
+activation and other arguments from the contract's `glue` block. `PackedWeight`
+is what `prepack` returns; `fused_moe` refuses anything else, so raw or
+differently padded weights never reach a kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .errors import LayoutContractError
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One configuration as a glue sees it.
+
+    num_experts: w13's experts axis (the bound on expert ids).
+    hidden_size: w13's k axis (never padded by glues with pads_hidden False).
+    intermediate_padded: padded entries per gate/up segment of w13.n (= w2.k).
+    dtype: the weights' storage dtype.
+    activation: the activation name; w13_view: "halves" or "interleave" (from the interface).
+    shapes: (tensor role, padded shape) for w13, w2 and any bias the contract declares.
+    args: (role, value) of every other glue argument (isa, group_size, ...).
+    """
+
+    contract: str
+    num_experts: int
+    hidden_size: int
+    intermediate_padded: int
+    dtype: torch.dtype
+    activation: str
+    w13_view: str
+    shapes: tuple[tuple[str, tuple[int, ...]], ...]
+    args: tuple[tuple[str, Any], ...] = ()
+
+    def shape(self, role: str) -> tuple[int, ...] | None:
+        """Padded shape of `role` ("w13", "w2", "w13_bias", "w2_bias"), None if the contract has no such tensor."""
+        return next((s for r, s in self.shapes if r == role), None)
+
+    def arg(self, role: str) -> Any:
+        """The value of glue argument `role`; KeyError if the contract binds none."""
+        for r, v in self.args:
+            if r == role:
+                return v
+        raise KeyError(role)
+
+
+@dataclass(frozen=True, eq=False)
+class PackedWeight:
+    """One projection's weights as `prepack` made them for one contract and configuration.
+
+    role: "w13" or "w2"; config: the KernelConfig it was packed for; data: the
+    kernel's own representation (a re-blocked tensor, per-expert tuples, ...).
+    """
+
+    role: str
+    config: KernelConfig
+    data: Any
+
+
+def check_packed(who: str, what: str, packed: object, role: str, config: KernelConfig) -> Any:
+    """`packed.data` if `packed` came from this contract's `prepack` for `config`, else LayoutContractError."""
+    if not isinstance(packed, PackedWeight):
+        raise LayoutContractError(f"{who}: {what} must come from {who}.prepack() (a PackedWeight), got "
+                                  f"{type(packed).__name__}: raw or differently padded weights are refused")
+    if packed.role != role:
+        raise LayoutContractError(f"{who}: {what} is the packed {packed.role}, expected the packed {role}")
+    if packed.config != config:
+        raise LayoutContractError(f"{who}: {what} was packed for another configuration "
+                                  f"({packed.config.contract}); prepack it with this plan")
+    return packed.data
+
+
+def check_bias(who: str, what: str, bias: object, config: KernelConfig) -> torch.Tensor | None:
+    """An optional bias of the padded shape the contract gives `what` ("w13_bias" / "w2_bias")."""
+    if bias is None:
+        return None
+    from .layout import check_tensor
+
+    shape = config.shape(what)
+    if shape is None:
+        raise LayoutContractError(f"{who}: the contract declares no {what}; it cannot be passed")
+    return check_tensor(who, f"{what} (padded)", bias, shape, config.dtype)

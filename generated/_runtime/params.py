@@ -1,0 +1,84 @@
+# Copied by `layoutc compile` from layoutc/runtime/params.py. DO NOT EDIT: it is the
+# shared runtime of every module in this package; edit layoutc's source.
+"""Argument checks and integer helpers used by each generated `plan()`.
+
+Every check raises `LayoutContractError` whose message starts with the contract
+name (`who`) and names the parameter, the value and the admitted domain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .errors import LayoutContractError
+
+
+def check_int(who: str, name: str, value: object, low: int, high: int, where: str) -> int:
+    """An int (not a bool) in low..high. Source: the contract's `param NAME: int in LOW..HIGH`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LayoutContractError(f"{who}: {name} must be an int, got {value!r}")
+    if not low <= value <= high:
+        raise LayoutContractError(f"{who}: {name}={value} is outside {low}..{high} ({where})")
+    return value
+
+
+def check_choice(who: str, name: str, value: object, choices: tuple[int, ...], where: str) -> int:
+    """An int (not a bool) in a finite set. Source: `param NAME: int in {...}`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value not in choices:
+        raise LayoutContractError(f"{who}: {name}={value!r} is not one of {choices} ({where})")
+    return value
+
+
+def check_bool(who: str, name: str, value: object) -> bool:
+    """A real bool. Source: `param NAME: bool`."""
+    if not isinstance(value, bool):
+        raise LayoutContractError(f"{who}: {name} must be a bool, got {value!r}")
+    return value
+
+
+def check_member(who: str, name: str, value: object, members: tuple[str, ...], where: str) -> str:
+    """An enum member, given as its name (any case) or an enum whose `.value` is the name.
+
+    Returns the member exactly as the contract spells it.
+    """
+    text = getattr(value, "value", value)
+    if isinstance(text, str):
+        for member in members:
+            if text == member or text.lower() == member.lower():
+                return member
+    raise LayoutContractError(f"{who}: {name}={value!r} is not one of {members} ({where})")
+
+
+def check_dtype(who: str, name: str, value: object, members: tuple[str, ...], where: str) -> str:
+    """A dtype parameter: a member name or a `torch.dtype` (torch.bfloat16 -> "bfloat16")."""
+    if isinstance(value, torch.dtype):
+        value = str(value).removeprefix("torch.")
+    return check_member(who, name, value, members, where)
+
+
+def round_up(value: int, multiple: int) -> int:
+    """The smallest multiple of `multiple` >= value (multiple > 0)."""
+    return -(-value // multiple) * multiple
+
+
+def round_down(value: int, multiple: int) -> int:
+    """The largest multiple of `multiple` <= value (multiple > 0)."""
+    return value // multiple * multiple
+
+
+def cdiv(value: int, divisor: int) -> int:
+    """Ceiling division (divisor > 0)."""
+    return -(-value // divisor)
+
+
+def groups(size: int, group_size: int) -> int:
+    """Groups along an axis of `size` values; group_size -1 is one group over the whole axis."""
+    return 1 if group_size == -1 else size // group_size
+
+
+def broken(who: str, kind: str, where: str, message: str, values: dict[str, Any]) -> str:
+    """The text of a failed `require` or `admit`: rule kind, contract line, message and values."""
+    shown = ", ".join(f"{k}={v}" for k, v in values.items())
+    return f"{who}: {kind} failed ({where}): {message} [{shown}]"

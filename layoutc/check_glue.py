@@ -1,0 +1,192 @@
+"""Hold a contract to the declared interface of the glue it binds (runtime/glue/*.py).
+
+The glue is the code that really runs, so everything the contract says about the
+tensors the glue passes, the view its kernel reads, the activations it computes,
+the dtypes and hidden-dim padding must agree with that glue's `INTERFACE`. Any
+disagreement is a located diagnostic; a module that would crash or compute
+something else is never produced.
+"""
+
+from __future__ import annotations
+
+from . import glues, ir
+from .cases import MAX_ASSIGNMENTS, glue_activation
+from .diagnostics import Diagnostic, Related, Span, error
+from .evaluate import TooLarge, finite_values
+from .runtime.interface import GlueInterface
+
+
+def _shape(e: ir.Expr) -> object:
+    if isinstance(e, ir.Const):
+        return ("const", e.value)
+    if isinstance(e, ir.Ref):
+        return ("ref", e.name)
+    parts = []
+    if isinstance(e, ir.Op):
+        parts = [e.op, *(_shape(a) for a in e.args)]
+    elif isinstance(e, ir.Cond):
+        parts = ["if", _shape(e.cond), _shape(e.then), _shape(e.orelse)]
+    elif isinstance(e, ir.Select):
+        parts = ["match", _shape(e.subject), *((m, _shape(v)) for m, v in e.cases),
+                 _shape(e.default) if e.default is not None else None]
+    elif isinstance(e, ir.AxisSize):
+        parts = ["axis", e.tensor, e.axis]
+    return (type(e).__name__, tuple(parts))  # type: ignore[arg-type]
+
+
+def _same_axis(a: ir.Axis, b: ir.Axis) -> bool:
+    return (a.layout, a.roles, a.pack, _shape(a.logical), _shape(a.padded)) == \
+        (b.layout, b.roles, b.pack, _shape(b.logical), _shape(b.padded))
+
+
+def _alternatives(t: ir.Tensor, name: str) -> list[ir.Axis]:
+    return [a for a in t.axes if a.name == name] + [g.axis for g in t.guarded if g.axis.name == name]
+
+
+def activations(contract: ir.Contract) -> frozenset[str] | None:
+    """Every activation the glue can be passed (None: not a finite expression)."""
+    act = glue_activation(contract)
+    if act is None:
+        return None
+    params = {p.name: p for p in contract.params}
+    lets = {let.name: let for let in contract.lets}
+    try:
+        values = finite_values(act, params, lets, limit=MAX_ASSIGNMENTS)
+    except TooLarge:
+        return None
+    return None if values is None else frozenset(str(v) for v in values)
+
+
+def check_binding(contract: ir.Contract) -> list[Diagnostic]:
+    """Diagnostics for every way `contract` disagrees with its glue's interface (none if no glue)."""
+    if contract.glue is None:
+        return []
+    glue = glues.registry().get(contract.glue.kind)
+    if glue is None:
+        return []  # LC501 was reported already
+    return _Binding(contract, glue.interface).run()
+
+
+class _Binding:
+    def __init__(self, contract: ir.Contract, interface: GlueInterface) -> None:
+        self.c = contract
+        self.i = interface
+        self.diags: list[Diagnostic] = []
+        assert contract.glue is not None
+        self.glue = contract.glue
+        self.where = (Related(self.glue.span, f"the contract binds glue `{interface.kind}` here"),)
+
+    def err(self, code: str, span: Span, message: str, help: str | None = None) -> None:
+        self.diags.append(error(code, span, message, related=self.where, help=help))
+
+    def run(self) -> list[Diagnostic]:
+        self.ops()
+        for t in self.c.tensors:
+            self.tensor(t)
+        self.experts()
+        self.acts()
+        return self.diags
+
+    def ops(self) -> None:
+        declared = dict(self.i.ops)
+        for slot, target in self.glue.ops:
+            if declared.get(slot) not in (None, target):
+                self.err("LC529", self.glue.span, f"glue `{self.i.kind}` calls `{declared[slot]}` for `{slot}`, "
+                         f"not `{target}`", help=f"write `op {slot} = \"{declared[slot]}\"`")
+        if self.glue.package != self.i.package:
+            self.err("LC529", self.glue.span, f"glue `{self.i.kind}` runs the kernel of `{self.i.package}`, "
+                     f"not `{self.glue.package}`", help=f"write `package \"{self.i.package}\"`")
+
+    def tensor(self, t: ir.Tensor) -> None:
+        slot = self.i.slot(t.kind, t.projection)
+        if slot is None:
+            passed = ", ".join(f"{s.kind} {s.projection}" for s in self.i.tensors)
+            self.err("LC520", t.span, f"glue `{self.i.kind}` never passes a {t.kind} of {t.projection} to its "
+                     f"kernel, so `{t.name}` would never be applied", help=f"it passes: {passed}")
+            return
+        names = tuple(a.name for a in t.axes)
+        if names != slot.axes:
+            self.err("LC521", t.span, f"`{t.name}` declares its axes as ({', '.join(names)}), but glue "
+                     f"`{self.i.kind}` passes it to the kernel as ({', '.join(slot.axes)})",
+                     help="declare the axes in the kernel's order")
+            return
+        if t.kind == "weight" and t.storage.removeprefix("param:") != t.storage:
+            self.dtypes(t)
+        elif t.kind == "weight" and t.storage not in self.i.dtypes:
+            self.err("LC527", t.span, f"`{t.name}` is stored as {t.storage}; glue `{self.i.kind}` takes "
+                     f"{', '.join(self.i.dtypes)}")
+        for axis_name, target in slot.tied:
+            _kind, ref = target.split(" ")
+            tname, aname = ref.split(".")
+            weight = self.c.weight(tname)
+            mine, theirs = _alternatives(t, axis_name), _alternatives(weight, aname)
+            if len(mine) != len(theirs) or not all(_same_axis(a, b) for a, b in zip(mine, theirs, strict=False)):
+                self.err("LC522", t.axis(axis_name).span, f"`{t.name}.{axis_name}` must follow "
+                         f"`{weight.name}.{aname}` row for row (the kernel adds it to w13's output lanes)",
+                         help=f"declare `axis {axis_name} = like {weight.name}.{aname}`")
+        if not self.i.pads_hidden:
+            hidden = {"w13": "k", "w2": "n"}[t.projection] if t.kind == "weight" else None
+            for axis_name in ("experts", hidden):
+                if axis_name is None or axis_name not in names:
+                    continue
+                for axis in _alternatives(t, axis_name):
+                    if axis.is_padded:
+                        what = "the experts axis" if axis_name == "experts" else "the hidden dim"
+                        self.err("LC523", axis.span, f"`{t.name}.{axis_name}` pads {what}, but glue "
+                                 f"`{self.i.kind}` neither pads hidden states nor unpads the output: the kernel "
+                                 "would read past its tensors", help=f"declare `axis {axis_name} = SIZE` unpadded")
+
+    def dtypes(self, t: ir.Tensor) -> None:
+        param = self.c.param(t.storage.removeprefix("param:"))
+        bad = [str(v) for v in param.values if str(v) not in self.i.dtypes]
+        if bad:
+            self.err("LC527", t.span, f"`{t.name}` may be stored as {', '.join(bad)} (parameter `{param.name}`); "
+                     f"glue `{self.i.kind}` takes {', '.join(self.i.dtypes)}",
+                     help=f"remove {', '.join(bad)} from `{param.name}`")
+
+    def experts(self) -> None:
+        w13 = self.c.weight("w13")
+        ref = w13.axis("experts") if "experts" in {a.name for a in w13.axes} else None
+        if ref is None:
+            return
+        for t in self.c.tensors:
+            for axis in _alternatives(t, "experts"):
+                if t is not w13 and _shape(axis.logical) != _shape(ref.logical):
+                    self.err("LC528", axis.span, f"`{t.name}.experts` and `{w13.name}.experts` must be the same "
+                             "size: expert ids are bounded by the weights' experts axis")
+
+    def acts(self) -> None:
+        values = activations(self.c)
+        names = ", ".join(a.name for a in self.i.activations)
+        if values is None:
+            if glue_activation(self.c) is None and "activation" in self.i.args:
+                return  # LC502 was reported already
+            if "activation" in self.i.args:
+                self.err("LC524", self.glue.span, "the glue's activation must be an activation name or a finite "
+                         "enum parameter of them")
+                return
+            values = frozenset(a.name for a in self.i.activations[:1])
+        unknown = sorted(v for v in values if self.i.activation(v) is None)
+        if unknown:
+            self.err("LC524", self.glue.span, f"glue `{self.i.kind}` does not compute {', '.join(unknown)}; "
+                     f"it computes {names}", help="remove them from the activation parameter")
+        w13 = self.c.weight("w13")
+        for axis in _alternatives(w13, "n"):
+            if axis.segments != 2:
+                self.err("LC525", axis.span, f"`{w13.name}.n` is not segmented into gate and up, but every "
+                         f"activation of glue `{self.i.kind}` is gated (act(gate) * up)",
+                         help="declare `axis n = halves(gate | up, L -> P)` or `interleave(...)`")
+        kernel = self.c.kernel
+        if kernel is None:
+            return
+        for view in kernel.views:
+            if (view.tensor, view.axis) != (w13.name, "n"):
+                continue
+            for v in sorted(values):
+                declared = self.i.activation(v)
+                if declared is not None and (declared.view, declared.roles) != (view.view, view.roles):
+                    self.err("LC526", view.span, f"the contract says the kernel reads `{w13.name}.n` as "
+                             f"{view.view}({' | '.join(view.roles)}), but glue `{self.i.kind}`'s kernel reads it "
+                             f"as {declared.view}({' | '.join(declared.roles)}) for {v}",
+                             help="drop the `view` clause: the glue's interface gives the view")
+                    return

@@ -1,0 +1,83 @@
+"""torch's own grouped GEMM, `aten::_grouped_mm`, over tokens sorted by expert.
+
+Source: torch 2.13 `torch._grouped_mm` (aten/src/ATen/native/GroupedMM*): strides
+must be multiples of 16 bytes, offsets are int32 cumulative row counts. The
+activation runs in Python (activations.gated).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..activations import gated
+from ..interface import WEIGHTS, Activation, GlueInterface
+from ..ops import op
+from ..packed import KernelConfig, PackedWeight, check_packed
+from ..routing import check_hidden, check_routing
+
+INTERFACE = GlueInterface(
+    kind="torch_grouped_mm",
+    summary="torch._grouped_mm",
+    package="torch==2.13.0",
+    ops=(("forward", "aten::_grouped_mm"),),
+    args=(),
+    tensors=WEIGHTS,
+    activations=(
+        Activation("silu", "halves", ("gate", "up"), "silu(gate) * up"),
+        Activation("gelu", "halves", ("gate", "up"), "gelu(gate) * up"),
+        Activation("gelu_tanh", "halves", ("gate", "up"), "gelu_tanh(gate) * up"),
+        Activation("swigluoai", "interleave", ("gate", "up"),
+                   "(clamp(up, -7, 7) + 1) * g * sigmoid(1.702 * g), g = min(gate, 7)"),
+    ),
+    dtypes=("bfloat16", "float16", "float32"),
+    pads_hidden=False,
+    output_bias="once",
+    source="torch 2.13.0 torch._grouped_mm",
+)
+# Names a generated module re-exports from this glue.
+PUBLIC = ("load_kernel",)
+FORWARD_OP = "aten::_grouped_mm"
+
+
+
+def load_kernel(who: str) -> None:
+    """Nothing to load: the op is built into torch (kept for a uniform glue API)."""
+    del who
+
+
+def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor,
+                   padded_w2: torch.Tensor) -> tuple[PackedWeight, PackedWeight]:
+    """The op reads the padded [E, N, K] weights as they are (transposed views at call time)."""
+    return PackedWeight("w13", cfg, padded_w13), PackedWeight("w2", cfg, padded_w2)
+
+
+def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: PackedWeight, packed_w2: PackedWeight,
+              topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+    """MoE forward with two real `_grouped_mm` calls.
+
+    hidden_states: [num_tokens, hidden_size] of cfg.dtype, contiguous CPU;
+    topk_weights / topk_ids: [num_tokens, top_k], ids in [0, cfg.num_experts).
+    Returns a new [num_tokens, hidden_size] tensor of cfg.dtype.
+    Raises LayoutContractError on wrong input.
+    """
+    who = cfg.contract
+    tokens = check_hidden(who, hidden_states, cfg.hidden_size, cfg.dtype)
+    w13 = check_packed(who, "packed_w13", packed_w13, "w13", cfg)
+    w2 = check_packed(who, "packed_w2", packed_w2, "w2", cfg)
+    weights, ids = check_routing(who, tokens, topk_weights, topk_ids, cfg.num_experts)
+    if tokens == 0:
+        return torch.empty(0, cfg.hidden_size, dtype=cfg.dtype)
+    top_k = ids.shape[1]
+    flat = ids.reshape(-1).to(torch.int64)
+    order = torch.argsort(flat, stable=True)
+    rows = order // top_k
+    offs = torch.cumsum(torch.bincount(flat, minlength=cfg.num_experts), 0).to(torch.int32)
+    grouped_mm = op(FORWARD_OP)
+    x = hidden_states.index_select(0, rows).contiguous()
+    h = grouped_mm(x, w13.transpose(1, 2), offs=offs)
+    act = gated(h, cfg.activation, cfg.w13_view)
+    y = grouped_mm(act, w2.transpose(1, 2), offs=offs)
+    y = y.float() * weights.reshape(-1).index_select(0, order).unsqueeze(1)
+    out = torch.zeros(tokens, cfg.hidden_size, dtype=torch.float32)
+    out.index_add_(0, rows, y)
+    return out.to(cfg.dtype)

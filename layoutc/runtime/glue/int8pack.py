@@ -1,0 +1,121 @@
+"""torch's int8 weight-only matmul, `aten::_weight_int8pack_mm`, one call per expert and projection.
+
+Source: torch 2.13 aten/src/ATen/native/cpu/int8mm_kernel.cpp: int8 [N, K]
+weights, per-output-channel scales [N]. The bf16 kernel loads K in vectors of 16
+(AVX-512; 8 on AVX2) with no tail: any other K segfaults or returns garbage, so
+every K reaching it is checked first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import LayoutContractError
+from ..interface import WEIGHTS, Activation, GlueInterface
+from ..layout import check_tensor
+from ..ops import op
+from ..packed import KernelConfig, PackedWeight, check_packed
+from ..routing import check_hidden, check_routing
+from ._loop import expert_loop
+
+INTERFACE = GlueInterface(
+    kind="torch_int8pack",
+    summary="aten::_weight_int8pack_mm",
+    package="torch==2.13.0",
+    ops=(("forward", "aten::_weight_int8pack_mm"),),
+    args=(),
+    tensors=WEIGHTS,
+    activations=(
+        Activation("silu", "halves", ("gate", "up"), "silu(gate) * up"),
+        Activation("gelu", "halves", ("gate", "up"), "gelu(gate) * up"),
+        Activation("gelu_tanh", "halves", ("gate", "up"), "gelu_tanh(gate) * up"),
+    ),
+    dtypes=("bfloat16", "float16", "float32"),
+    pads_hidden=False,
+    output_bias="once",
+    source="torch 2.13.0 aten/src/ATen/native/cpu/int8mm_kernel.cpp",
+)
+# Names a generated module re-exports from this glue.
+PUBLIC = ("load_kernel", "quantize_int8", "Int8Weights")
+FORWARD_OP = "aten::_weight_int8pack_mm"
+BF16_K_MULTIPLE = 16
+
+
+@dataclass(frozen=True)
+class Int8Weights:
+    """Per expert: int8 [N, K] weights and their [N] scales."""
+
+    weights: tuple[torch.Tensor, ...]
+    scales: tuple[torch.Tensor, ...]
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-output-channel int8 of one [N, K] weight: (int8 [N, K], scales [N] in weight.dtype).
+
+    A zero row (a pad row) gets scale 0 and codes 0, so it dequantises exactly to 0.
+    """
+    scale = weight.float().abs().amax(dim=1) / 127
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    codes = torch.round(weight.float() / safe.unsqueeze(1)).clamp(-127, 127).to(torch.int8)
+    return codes, scale.to(weight.dtype)
+
+
+def check_k(who: str, what: str, k: int, dtype: torch.dtype) -> None:
+    """Refuse a bf16 K that is not a multiple of 16 (the kernel would read past the row and crash)."""
+    if dtype == torch.bfloat16 and k % BF16_K_MULTIPLE:
+        raise LayoutContractError(f"{who}: {what} has K={k}; bf16 {FORWARD_OP} needs K % {BF16_K_MULTIPLE} == 0 "
+                                  "(it would read past the row and crash)")
+
+
+
+def load_kernel(who: str) -> None:
+    """Nothing to load: the op is built into torch (kept for a uniform glue API)."""
+    del who
+
+
+def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor,
+                   padded_w2: torch.Tensor) -> tuple[PackedWeight, PackedWeight]:
+    """Quantize each padded expert to int8 per output channel (K checked for bf16)."""
+    out = []
+    for role, padded in (("w13", padded_w13), ("w2", padded_w2)):
+        check_k(cfg.contract, role, int(padded.shape[2]), cfg.dtype)
+        pairs = [quantize_int8(expert) for expert in padded]
+        out.append(PackedWeight(role, cfg, Int8Weights(tuple(c for c, _ in pairs), tuple(s for _, s in pairs))))
+    return out[0], out[1]
+
+
+def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: PackedWeight, packed_w2: PackedWeight,
+              topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
+    """MoE forward with `_weight_int8pack_mm`, one call per expert and projection.
+
+    hidden_states: [num_tokens, hidden_size] of cfg.dtype; topk_* [num_tokens, top_k].
+    Returns a new [num_tokens, hidden_size] tensor. Raises LayoutContractError on wrong input.
+    """
+    who = cfg.contract
+    tokens = check_hidden(who, hidden_states, cfg.hidden_size, cfg.dtype)
+    data = {"w13": check_packed(who, "packed_w13", packed_w13, "w13", cfg),
+            "w2": check_packed(who, "packed_w2", packed_w2, "w2", cfg)}
+    weights, ids = check_routing(who, tokens, topk_weights, topk_ids, cfg.num_experts)
+    for role, packed in data.items():
+        shape = cfg.shape(role)
+        assert shape is not None
+        n, k = shape[1:]
+        check_k(who, f"packed_{role}", k, cfg.dtype)
+        if not isinstance(packed, Int8Weights) or len(packed.weights) != cfg.num_experts:
+            raise LayoutContractError(f"{who}: packed_{role} must come from prepack() for this plan")
+        for weight, scale in zip(packed.weights, packed.scales, strict=True):
+            check_tensor(who, f"packed_{role} (int8 weight)", weight, (n, k), torch.int8)
+            check_tensor(who, f"packed_{role} (scales)", scale, (n,), cfg.dtype)
+    if tokens == 0:
+        return torch.empty(0, cfg.hidden_size, dtype=cfg.dtype)
+    forward = op(FORWARD_OP)
+
+    def project(e: int, which: str, x: torch.Tensor) -> torch.Tensor:
+        packed = data[which]
+        check_k(who, which, int(x.shape[1]), x.dtype)
+        result: torch.Tensor = forward(x, packed.weights[e], packed.scales[e])
+        return result
+
+    return expert_loop(cfg, hidden_states, weights, ids, project)

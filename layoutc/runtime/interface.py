@@ -1,0 +1,98 @@
+"""The declared interface of a kernel glue (standard library only).
+
+Each module in `glue/` starts with `INTERFACE = GlueInterface(...)`, written with
+literals only. The compiler reads that declaration from the module's source text
+without importing it (so it needs no torch), and the checker holds every contract
+that binds the glue to it: tensor axis orders and roles, the w13 view per
+activation, the activations computed, dtypes, hidden-dim padding and the
+output-bias rule. A test imports each glue and checks that the declaration read
+statically is the one the module runs with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TensorSlot:
+    """A tensor the glue passes to its kernel.
+
+    kind / projection: as in a contract (`weight w13`, `bias w2`, ...).
+    axes: the axis names in the order the kernel reads them.
+    optional: the contract may leave it out.
+    tied: (axis, "tensor_kind projection.axis") pairs: the axis must be declared
+        `like` that weight axis (a w13 bias follows w13's rows).
+    """
+
+    kind: str
+    projection: str
+    axes: tuple[str, ...]
+    optional: bool = False
+    tied: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Activation:
+    """One activation the kernel computes and how it reads w13's rows.
+
+    view: "halves" ([gate | up], split at half) or "interleave" ((gate, up) pairs).
+    roles: the order of the two segments in that view.
+    formula: the exact formula, for documentation and review.
+    """
+
+    name: str
+    view: str
+    roles: tuple[str, str]
+    formula: str
+
+
+@dataclass(frozen=True)
+class GlueInterface:
+    """What a glue module reads from a contract and passes to its kernel.
+
+    kind: the name a contract's `glue KIND { ... }` block uses.
+    package: the pip requirement that provides the kernel.
+    ops: (slot, "namespace::name") of every op the glue calls.
+    args: argument roles the contract binds with `arg ROLE = expr`.
+    tensors: the tensors passed to the kernel (anything else is refused).
+    activations: every activation computed; any other is refused.
+    dtypes: storage dtypes of the weights the kernel accepts.
+    pads_hidden: whether the glue pads hidden states and unpads the output; when
+        False a padded hidden dim (w13.k, w2.n) is refused.
+    output_bias: "once": a w2 bias is added once over all ranks (rank 0's shard
+        holds it, the others zeros), never once per rank.
+    source: the kernel file the facts come from.
+    forward_options: extra bool keyword options of `fused_moe` (default False).
+    """
+
+    kind: str
+    summary: str
+    package: str
+    ops: tuple[tuple[str, str], ...]
+    args: tuple[str, ...]
+    tensors: tuple[TensorSlot, ...]
+    activations: tuple[Activation, ...]
+    dtypes: tuple[str, ...]
+    pads_hidden: bool
+    output_bias: str
+    source: str
+    forward_options: tuple[str, ...] = ()
+
+    def activation(self, name: str) -> Activation | None:
+        """The declared activation `name`, or None when the kernel does not compute it."""
+        return next((a for a in self.activations if a.name == name), None)
+
+    def slot(self, kind: str, projection: str) -> TensorSlot | None:
+        """The tensor slot of `kind projection`, or None when the glue passes no such tensor."""
+        return next((s for s in self.tensors if s.kind == kind and s.projection == projection), None)
+
+
+WEIGHTS = (
+    TensorSlot("weight", "w13", ("experts", "n", "k")),
+    TensorSlot("weight", "w2", ("experts", "n", "k")),
+)
+BIASES = (
+    TensorSlot("bias", "w13", ("experts", "n"), optional=True, tied=(("n", "weight w13.n"),)),
+    TensorSlot("bias", "w2", ("experts", "n"), optional=True),
+)
