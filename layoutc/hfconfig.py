@@ -326,10 +326,7 @@ def _read_text(path: Any, source: str) -> str:
     from .safeio import ReadError, read_bounded
 
     try:
-        if isinstance(path, Path):
-            raw = read_bounded(path, MAX_CONFIG_BYTES)
-        else:
-            raw = path.read_bytes()
+        raw = read_bounded(path, MAX_CONFIG_BYTES) if isinstance(path, Path) else path.read_bytes()
     except ReadError as error:
         raise ModelConfigError(f"{source}: cannot read: {error.reason}", source=source) from None
     except OSError as error:

@@ -19,8 +19,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterable
 
-__all__ = ["ReadError", "read_bounded"]
+__all__ = ["ReadError", "UsageError", "contract_paths", "read_bounded"]
 
 
 class ReadError(OSError):
@@ -106,3 +107,27 @@ def read_bounded(path: str | os.PathLike[str], max_bytes: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+class UsageError(ValueError):
+    """A command-line argument names nothing usable (the CLI exits 2)."""
+
+
+def contract_paths(paths: Iterable[str]) -> list[str]:
+    """Expand directories into their ``*.moe`` files (sorted); keep files as given.
+
+    Raises:
+        UsageError: a directory holds no contracts (a mistyped path must not pass CI).
+    """
+    from pathlib import Path
+
+    out: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = sorted(str(Path(p) / f) for f in os.listdir(p) if f.endswith(".moe"))
+            if not found:
+                raise UsageError(f"layoutc: error[LC801]: no *.moe contracts in directory {p}")
+            out.extend(found)
+        else:
+            out.append(p)
+    return out
