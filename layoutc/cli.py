@@ -169,7 +169,8 @@ def cmd_rule(args: argparse.Namespace) -> int:
     from .ruledoc import rule_text
     text = rule_text(args.code)
     if text is None:
-        raise _Usage(f"layoutc rule: error[LC801]: unknown code {args.code[:40]!r}; codes: {', '.join(CODES)}")
+        raise _Usage(f"layoutc rule: error[LC801]: unknown code {args.code[:40]!r}; {len(CODES)} codes are "
+                     "registered (docs/language.md, section 10.2)")
     sys.stdout.write(text)
     return 0
 
