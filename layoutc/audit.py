@@ -323,10 +323,12 @@ PARAM_FIELDS: dict[str, str] = {
     "num_experts_per_tok": "num_experts_per_tok", "top_k": "num_experts_per_tok", "activation": "activation",
     "act_order": "quant_method", "group_size": "quant_method", "dtype": "dtype",
     "swiglu_limit": "swiglu_limit", "swiglu_alpha": "swiglu_alpha",
+    "swiglu_limit_milli": "swiglu_limit", "swiglu_alpha_milli": "swiglu_alpha",
 }
 # Parameters only a swigluoai model has: a swigluoai model that does not state them is
 # refused; for any other activation they are enumerated (the contract's admits decide).
-SWIGLU_PARAMS = ("swiglu_limit", "swiglu_alpha")
+# The language's numbers are integers: `swiglu_alpha_milli` carries 1.702 as 1702.
+SWIGLU_PARAMS = ("swiglu_limit", "swiglu_alpha", "swiglu_limit_milli", "swiglu_alpha_milli")
 
 
 def param_sources(model: MoEModelConfig, names: Iterable[str]) -> dict[str, str]:
@@ -372,9 +374,12 @@ def _model_values(model: MoEModelConfig, fmt: CheckpointFormat) -> dict[str, Val
         dtype = model.dtype.removeprefix("torch.").lower()
         values["dtype"] = _DTYPE_ALIASES.get(dtype, dtype)
     for name in SWIGLU_PARAMS:
-        number = getattr(model, name)
+        number = getattr(model, name.removesuffix("_milli"))
         if number is not None:
-            values[name] = _as_param_value(number)  # type: ignore[assignment]
+            scaled = number * 1000 if name.endswith("_milli") else number
+            if name.endswith("_milli") and abs(scaled - round(scaled)) < 1e-6:
+                scaled = round(scaled)
+            values[name] = _as_param_value(scaled)  # type: ignore[assignment]
     values.update(dict(fmt.params))
     return values
 
@@ -649,6 +654,7 @@ def _audit_pair(label: str, model: MoEModelConfig, prep: _Prepared, determined: 
         if p.name == "dtype" and value is not None and not _in_domain(p, value):
             value = None  # the model's dtype is not one this kernel takes: enumerate the enum
         if value is None and p.name in SWIGLU_PARAMS and model.activation == "swigluoai" and refusal is None:
+            # the model runs swigluoai but its config states no such constant
             refusal = (_rule_name("param", p.span.line),
                        f"the model's config states no {p.name}, and this contract's kernel needs one of "
                        f"{_domain_text(p)}")
@@ -675,8 +681,11 @@ def _audit_pair(label: str, model: MoEModelConfig, prep: _Prepared, determined: 
     sources = param_sources(model, fixed)
     if model.source_of("num_moe_layers"):
         sources["num_moe_layers"] = str(model.source_of("num_moe_layers"))
-    unstated = [(name, getattr(model, name)) for name in SWIGLU_PARAMS
-                if getattr(model, name) is not None and all(p.name != name for p in contract.params)]
+    # The clamp is a config key (swiglu_limit): a contract that cannot say which clamp its
+    # kernel applies cannot be confirmed for a model that clamps.
+    declared = {p.name for p in contract.params}
+    unstated = [("swiglu_limit", model.swiglu_limit)] if model.swiglu_limit is not None and not (
+        {"swiglu_limit", "swiglu_limit_milli"} & declared) else []
 
     def refused(tp: int, rule: str, reason: str) -> AuditRow:
         params = dict(fixed)
