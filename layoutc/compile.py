@@ -79,6 +79,8 @@ def check_drift(files: dict[str, str], out_dir: str, *, show: bool = True) -> tu
     for name in sorted(files):
         path = os.path.join(out_dir, name)
         if name not in existing:
+            if show:
+                print(f"missing: {path}")
             diags.append(error("LC701", file_span(path), f"missing: {path} is not generated yet",
                                help="run `layoutc compile` without --check"))
             continue
@@ -93,10 +95,13 @@ def check_drift(files: dict[str, str], out_dir: str, *, show: bool = True) -> tu
             diags.append(error("LC701", file_span(path, first + 1), f"modified: {path} differs from what its "
                                "contract compiles to", help="run `layoutc compile` without --check"))
             if show:
+                print(f"modified: {path}")
                 sys.stdout.writelines(difflib.unified_diff(old, new, fromfile=f"{path} (on disk)",
                                                            tofile=f"{path} (compiled)"))
     for name in sorted(existing - set(files)):
         path = os.path.join(out_dir, name)
+        if show:
+            print(f"extra: {path}")
         diags.append(error("LC701", file_span(path), f"extra: {path} has no contract"))
     if not diags and show:
         print(f"{out_dir}: {len(files)} file(s) up to date")
