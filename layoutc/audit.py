@@ -39,6 +39,7 @@ from .hfconfig import ModelConfigError, MoEModelConfig, load_model_config
 __all__ = [
     "CONTRACT_FORMATS",
     "DEFAULT_CONTRACTS_DIR",
+    "QUANTIZING_GLUE",
     "AuditReport",
     "AuditRow",
     "CheckpointFormat",
@@ -46,6 +47,7 @@ __all__ = [
     "audit",
     "audit_report",
     "checkpoint_format",
+    "default_contracts_dir",
     "load_contracts",
     "parse_tp",
     "render_json",
