@@ -23,6 +23,7 @@ rows out) and :func:`run_audit` (the CLI subcommand). Renderers:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -660,6 +661,14 @@ def _audit_pair(label: str, model: MoEModelConfig, prep: _Prepared, determined: 
             refusal = (_rule_name("param", p.span.line),
                        f"the model's config states no {p.name}, and this contract's kernel needs one of "
                        f"{_domain_text(p)}")
+        if value is None and p.name in SWIGLU_PARAMS and model.activation != "swigluoai":
+            # A SwiGLU constant means nothing to this model's activation: one value (the
+            # domain's first) stands for all, shown in the row's variant, instead of one
+            # row per value (or a skipped pair, for a range).
+            first = p.low if p.kind == "range" else p.values[0]
+            free.append(dataclasses.replace(p, kind="set", values=(first,), low=int(first), high=int(first))
+                        if p.kind == "range" else dataclasses.replace(p, values=(first,)))
+            continue
         if value is None:
             if not p.finite:
                 skipped.append(Skipped(label, model.name, contract.name,
@@ -876,6 +885,11 @@ def render_markdown(report: AuditReport) -> str:
             _size(r.intermediate_size_per_partition), _size(r.intermediate_size_per_partition_padded),
             _pct(r.pad_fraction, 100), _human_bytes(r.extra_bytes), _pct(r.extra_flops_pct, 1, "+"),
             verdict)) + " |")
+    if report.models:
+        out.append("")
+        out.append("Where the numbers come from (config keys):")
+        out.append("")
+        out.extend(f"- {_md(label)}: {_md(_sources_line(m).removeprefix('  from: '))}" for label, m in report.models)
     if report.skipped:
         out.append("")
         out.append("Skipped (model, contract) pairs:")

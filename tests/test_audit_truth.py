@@ -159,3 +159,25 @@ def test_rows_name_the_config_key_of_each_number(contracts) -> None:  # type: ig
     assert row.sources["hidden_size"] == "text_config.hidden_size"
     assert row.sources["num_moe_layers"].startswith("every layer")
     assert row.to_json()["sources"] == row.sources
+
+
+def test_swiglu_parameters_do_not_multiply_or_skip_other_activations(tmp_path: Path) -> None:
+    """A merged contract (activation in {silu, ..., swigluoai} plus a swiglu_limit range):
+    a silu model gets one row per variant and TP, not a skipped pair."""
+    text = (CONTRACTS / "vllm_cpu_grouped_gemm.moe").read_text(encoding="utf-8").replace(
+        "param dtype: enum {bfloat16, float16, float32}",
+        "param dtype: enum {bfloat16, float16, float32}\nparam swiglu_limit: int in 1..100")
+    path = tmp_path / "merged.moe"
+    path.write_text(text, encoding="utf-8")
+    merged, diags, _ = load(str(path))
+    assert merged is not None, diags
+    report = audit_report([("mixtral-8x7b", load_model_config("mixtral-8x7b"))], [1, 2], [merged])
+    assert not report.skipped
+    plain = audit([("mixtral-8x7b", load_model_config("mixtral-8x7b"))], [1, 2],
+                  [load(str(CONTRACTS / "vllm_cpu_grouped_gemm.moe"))[0]])
+    assert len(report.rows) == len(plain)
+    assert [r.admitted for r in report.rows] == [r.admitted for r in plain]
+    assert all(r.variant["swiglu_limit"] == 1 for r in report.rows)  # shown, not hidden
+    # and gpt-oss (swigluoai, limit 7) reads its limit from the config
+    rows = audit([("gpt-oss", _gpt_oss())], [1], [merged])
+    assert rows and all(r.params["swiglu_limit"] == 7 and "swiglu_limit" not in r.variant for r in rows)
