@@ -686,6 +686,14 @@ def _audit_pair(label: str, model: MoEModelConfig, prep: _Prepared, determined: 
             else:
                 refusal = (where, f"{p.name} = {_fmt_value(value)} is outside this contract's "
                                   f"domain {_domain_text(p)}")
+    count = 1
+    for p in free:
+        count *= max(1, len(p.values))
+    if count > MAX_VARIANTS and refusal is None:
+        skipped.append(Skipped(label, model.name, contract.name,
+                               f"{count} combinations of the parameters the config does not determine "
+                               f"({', '.join(p.name for p in free)}); audit enumerates at most {MAX_VARIANTS}"))
+        return []
     variants = _variants(prep, free, fixed) if refusal is None else [{}]
     tp_param = next((p for p in contract.params if p.name == "tp_size"), None)
     rows: list[AuditRow] = []
@@ -901,19 +909,30 @@ def render_markdown(report: AuditReport) -> str:
 # ---- CLI ---------------------------------------------------------------------------
 
 
+MAX_TP_DEGREES = 64
+MAX_TP = 1 << 20
+MAX_VARIANTS = 4096  # per (model, contract): the product of the enumerated domains
+
+
 def parse_tp(text: str) -> list[int]:
-    """``"1,2,4"`` -> [1, 2, 4] (duplicates dropped, order kept); ValueError with a message."""
+    """``"1,2,4"`` -> [1, 2, 4] (duplicates dropped, order kept); ValueError with a message.
+
+    At most MAX_TP_DEGREES degrees, each in 1..MAX_TP (bounded work on any input)."""
     values: list[int] = []
     for part in text.split(","):
         part = part.strip()
         if not part:
             continue
         try:
+            if len(part) > 20:
+                raise ValueError
             value = int(part)
         except ValueError:
-            raise ValueError(f"--tp: {part!r} is not an integer (expected e.g. --tp 1,2,4,8)") from None
-        if value < 1:
-            raise ValueError(f"--tp: {value} is not a positive TP degree")
+            raise ValueError(f"--tp: {part[:40]!r} is not an integer (expected e.g. --tp 1,2,4,8)") from None
+        if not 1 <= value <= MAX_TP:
+            raise ValueError(f"--tp: {value} is not a TP degree in 1..{MAX_TP}")
+        if value not in values and len(values) >= MAX_TP_DEGREES:
+            raise ValueError(f"--tp: more than {MAX_TP_DEGREES} TP degrees")
         if value not in values:
             values.append(value)
     if not values:

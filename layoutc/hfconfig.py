@@ -111,6 +111,7 @@ DTYPE_ALIASES: tuple[str, ...] = ("torch_dtype", "dtype")
 MAX_CONFIG_BYTES = 8 << 20  # real config.json files are well under 1 MiB
 MAX_JSON_DEPTH = 64  # real configs nest 3 to 5 levels
 MAX_INT_DIGITS = 30  # sizes are below 2^62; a longer literal is not a size
+MAX_LAYERS = 100_000  # decoder depth; layers are counted one by one
 
 # gpt-oss's SwiGLU constants: transformers GptOssExperts hard-codes alpha = 1.702 and
 # reads limit = config.swiglu_limit (7.0 in the released configs).
@@ -509,6 +510,14 @@ def parse_model_config(
     num_hidden_layers = scopes.require_int(
         "num_hidden_layers", NUM_HIDDEN_LAYERS_ALIASES
     )
+    if num_hidden_layers > MAX_LAYERS:
+        raise ModelConfigError(
+            f"{source}: {num_hidden_layers} hidden layers is not a real model "
+            f"(at most {MAX_LAYERS})",
+            source=source,
+            field="num_hidden_layers",
+            aliases=NUM_HIDDEN_LAYERS_ALIASES,
+        )
     if num_experts_per_tok > num_experts:
         raise ModelConfigError(
             f"{source}: {num_experts_per_tok} experts per token "

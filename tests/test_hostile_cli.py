@@ -50,6 +50,12 @@ def _config(**extra: object) -> dict[str, object]:
     return base
 
 
+# 3 x 10^7 combinations of parameters no config determines (audit enumerated them all before)
+MANY_VARIANTS = (REPO / "contracts" / "torch_grouped_mm.moe").read_text(encoding="utf-8").replace(
+    "param dtype: enum {bfloat16, float16, float32}",
+    "param dtype: enum {bfloat16, float16, float32}\n"
+    + "".join(f"param {p}: enum {{{', '.join(f'{p}{i}' for i in range(10))}}}\n" for p in "abcdefg"))
+
 UPPER_ENUM = (REPO / "contracts" / "torch_grouped_mm.moe").read_text(encoding="utf-8").replace(
     "param dtype: enum {bfloat16, float16, float32}", "param dtype: enum {bfloat16, Float16, float32}")
 
@@ -78,6 +84,10 @@ CASES: dict[str, Case] = {
                        2, "LC704"),
     "audit_missing_config": (lambda t: ["audit", str(t / "absent.json")], 2, "LC704"),
     "audit_bad_tp": (lambda t: ["audit", "gemma-4-26b-a4b", "--tp", "1," + "9" * 5000], 2, "LC801"),
+    "audit_10k_tp_degrees": (lambda t: ["audit", "gemma-4-26b-a4b", "--tp", ",".join(map(str, range(1, 10_001)))],
+                              2, "LC801"),
+    "audit_10_29_layers": (lambda t: ["audit", _write(t, "layers.json", json.dumps(_config(num_hidden_layers=10**29)))],
+                           2, "LC704"),
     "audit_contracts_folder_without_contracts": (lambda t: ["audit", "gemma-4-26b-a4b", "--contracts", str(t)],
                                                  2, "LC705"),
     "audit_contract_is_a_fifo": (lambda t: ["audit", "gemma-4-26b-a4b", "--contracts", _fifo(t, "c.moe")],
@@ -128,6 +138,15 @@ def test_hostile_input_gets_a_coded_diagnostic(name: str, tmp_path: Path) -> Non
     if code != "LC801":  # a command-line argument has no file position; every file problem has one
         match = LOCATED.search(res.err)
         assert match and match.group("code") == code and int(match.group("line")) >= 1, res.describe()
+
+
+def test_audit_with_thirty_million_variants_is_bounded(tmp_path: Path) -> None:
+    contract = _write(tmp_path, "many.moe", MANY_VARIANTS)
+    config = _write(tmp_path, "config.json", json.dumps(_config()))
+    res = run_layoutc(["audit", config, "--contracts", contract, "--format", "json"], timeout=BOUND_S)
+    assert not res.timed_out and res.rc == 0 and not crashed(res.out + res.err), res.describe()
+    doc = json.loads(res.out)
+    assert doc["rows"] == [] and "30000000 combinations" in doc["skipped"][0]["reason"]
 
 
 @pytest.mark.parametrize("fmt", ["json", "github"])
