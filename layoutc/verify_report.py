@@ -10,6 +10,7 @@ the JSON tells the two inconclusive causes apart (``cause``: ``solver`` or ``too
 from __future__ import annotations
 
 import json
+import re
 import traceback
 from collections.abc import Sequence
 from typing import Any
@@ -63,7 +64,10 @@ def findings(results: Sequence[Result]) -> list[Diagnostic]:
                                  help=f"`layoutc verify {path}` prints the counterexample's picture"
                                  if v.status == "counterexample" else None))
             for w in v.warnings:
-                out.append(warning("LC604", _span(path, v), f"{v.property}: {w}"))
+                # a warning about one rule says "line N: ..."; point at that rule
+                at = re.match(r"line (\d+): ", w)
+                span = file_span(path, int(at.group(1))) if at else _span(path, v)
+                out.append(warning("LC604", span, f"{v.property}: {w}"))
     return out
 
 
