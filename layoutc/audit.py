@@ -23,6 +23,7 @@ rows out) and :func:`run_audit` (the CLI subcommand). Renderers:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -39,6 +40,7 @@ from .hfconfig import ModelConfigError, MoEModelConfig, load_model_config
 __all__ = [
     "CONTRACT_FORMATS",
     "DEFAULT_CONTRACTS_DIR",
+    "QUANTIZING_GLUE",
     "AuditReport",
     "AuditRow",
     "CheckpointFormat",
@@ -46,6 +48,7 @@ __all__ = [
     "audit",
     "audit_report",
     "checkpoint_format",
+    "default_contracts_dir",
     "load_contracts",
     "parse_tp",
     "render_json",
@@ -54,8 +57,27 @@ __all__ = [
     "run_audit",
 ]
 
-# The repository's contracts/ folder (the package is installed editable).
-DEFAULT_CONTRACTS_DIR = Path(__file__).resolve().parent.parent / "contracts"
+
+def default_contracts_dir() -> Path | None:
+    """The bundled contracts: the repository's ``contracts/`` in a source checkout or an
+    editable install, else the installed data package ``layoutc_contracts`` (a
+    non-editable install ships ``contracts/*.moe`` there; see pyproject.toml).
+    ``None`` when neither exists."""
+    repo = Path(__file__).resolve().parent.parent
+    if (repo / "contracts").is_dir() and (repo / "pyproject.toml").is_file():
+        return repo / "contracts"
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("layoutc_contracts")
+    except (ImportError, ValueError):
+        return None
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        if Path(location).is_dir():
+            return Path(location)
+    return None
+
+
+DEFAULT_CONTRACTS_DIR = default_contracts_dir()
 
 I_PP = "intermediate_size_per_partition"
 I_PADDED = "intermediate_size_per_partition_padded"
@@ -104,8 +126,9 @@ _FORMAT_LABELS: dict[str, str] = {
     "nvfp4": "NVFP4",
 }
 
-# Which checkpoint formats each known contract takes. A contract not named here
-# takes unquantized checkpoints if it declares no scale or zero-point tensor; a
+# Which checkpoint formats each known contract takes (the language has no clause for
+# it). A contract not named here takes unquantized checkpoints if it declares no
+# scale or zero-point tensor and its glue does not quantize (QUANTIZING_GLUE); a
 # quantized contract not named here is skipped (say which format it takes by
 # adding it to this table).
 CONTRACT_FORMATS: dict[str, tuple[str, ...]] = {
@@ -167,11 +190,26 @@ def checkpoint_format(model: MoEModelConfig) -> CheckpointFormat:
     return CheckpointFormat(method, f"{model.quant_method}{suffix}")
 
 
+# Glue kinds (layoutc.check.GLUE_KINDS) that quantize float weights when they load
+# them: their contracts state float tensors, but the kernel computes a weight-only
+# quantized model, which no checkpoint is (docs/audit.md, "checkpoint format").
+QUANTIZING_GLUE: dict[str, str] = {
+    "torch_int4pack": "int4 weight-only (the glue quantizes float weights in groups at load)",
+    "torch_int8pack": "int8 weight-only (the glue quantizes float weights per channel at load)",
+}
+
+
 def contract_formats(contract: ir.Contract) -> tuple[str, ...] | None:
-    """The checkpoint formats a contract takes; None when audit cannot tell."""
+    """The checkpoint formats a contract takes; None when audit cannot tell.
+
+    ``()`` for a contract whose glue quantizes float weights at load
+    (:data:`QUANTIZING_GLUE`): it computes a re-quantized model, not the checkpoint.
+    """
     known = CONTRACT_FORMATS.get(contract.name)
     if known is not None:
         return known
+    if contract.glue is not None and contract.glue.kind in QUANTIZING_GLUE:
+        return ()
     if any(t.kind in ("scale", "zero") for t in contract.tensors):
         return None
     return ("unquantized",)
@@ -208,6 +246,7 @@ class AuditRow:
     num_moe_layers: int
     params: dict[str, Value] = field(hash=False, default_factory=dict)
     violations: tuple[tuple[str, str], ...] = ()
+    sources: dict[str, str] = field(hash=False, default_factory=dict)
 
     def variant_text(self) -> str:
         return ", ".join(f"{k}={_fmt_value(v)}" for k, v in self.variant.items()) or "-"
@@ -231,6 +270,7 @@ class AuditRow:
             "num_moe_layers": self.num_moe_layers,
             "params": {k: v for k, v in self.params.items()},
             "violations": [{"rule": r, "reason": m} for r, m in self.violations],
+            "sources": dict(self.sources),
         }
 
 
@@ -280,11 +320,47 @@ def _in_domain(p: ir.Param, v: Value) -> bool:
     return v in p.values
 
 
+# Contract parameter -> the MoEModelConfig field it is read from (for provenance).
+PARAM_FIELDS: dict[str, str] = {
+    "num_experts": "num_experts", "hidden_size": "hidden_size", "intermediate_size": "intermediate_size",
+    "num_experts_per_tok": "num_experts_per_tok", "top_k": "num_experts_per_tok", "activation": "activation",
+    "act_order": "quant_method", "group_size": "quant_method", "dtype": "dtype",
+    "swiglu_limit": "swiglu_limit", "swiglu_alpha": "swiglu_alpha",
+    "swiglu_limit_milli": "swiglu_limit", "swiglu_alpha_milli": "swiglu_alpha",
+}
+# Parameters only a swigluoai model has: a swigluoai model that does not state them is
+# refused; for any other activation they are enumerated (the contract's admits decide).
+# The language's numbers are integers: `swiglu_alpha_milli` carries 1.702 as 1702.
+SWIGLU_PARAMS = ("swiglu_limit", "swiglu_alpha", "swiglu_limit_milli", "swiglu_alpha_milli")
+
+
+def param_sources(model: MoEModelConfig, names: Iterable[str]) -> dict[str, str]:
+    """Where each contract parameter's value came from: the config key (hfconfig's record)."""
+    out: dict[str, str] = {}
+    for name in names:
+        fld = PARAM_FIELDS.get(name)
+        where = model.source_of(fld) if fld else None
+        if name == "activation" and where is None:
+            where = model.source_of("hidden_act")
+        if name in ("group_size", "act_order") and where is not None:
+            where = f"{where.rsplit('.', 1)[0]}.{'group_size' if name == 'group_size' else 'desc_act'}"
+        if where is not None:
+            out[name] = where
+    return out
+
+
+def _as_param_value(value: float) -> Value | float:
+    """A config number as a contract value: integral floats become ints (7.0 -> 7)."""
+    return int(value) if float(value).is_integer() else value
+
+
 def _model_values(model: MoEModelConfig, fmt: CheckpointFormat) -> dict[str, Value]:
     """Contract parameter values the model config determines (by parameter name).
 
     ``dtype`` and ``group_size`` are only candidates: a dtype outside the
     contract's enum, or an absent one, is enumerated instead (see _fixed_and_free).
+    ``swiglu_limit``/``swiglu_alpha`` come from the config where it states them
+    (integral values as ints; a non-integral one is outside any int domain).
     """
     values: dict[str, Value] = {
         "num_experts": model.num_experts,
@@ -300,8 +376,32 @@ def _model_values(model: MoEModelConfig, fmt: CheckpointFormat) -> dict[str, Val
     if model.dtype is not None:
         dtype = model.dtype.removeprefix("torch.").lower()
         values["dtype"] = _DTYPE_ALIASES.get(dtype, dtype)
+    for name in SWIGLU_PARAMS:
+        number = getattr(model, name.removesuffix("_milli"))
+        if number is not None:
+            scaled = number * 1000 if name.endswith("_milli") else number
+            if name.endswith("_milli") and abs(scaled - round(scaled)) < 1e-6:
+                scaled = round(scaled)
+            values[name] = _as_param_value(scaled)  # type: ignore[assignment]
     values.update(dict(fmt.params))
     return values
+
+
+def kernel_activation_refusal(contract: ir.Contract, model: MoEModelConfig) -> tuple[str, str] | None:
+    """(rule, reason) when the contract's kernel computes a fixed activation that is not
+    the model's, or states none; None when the kernel's activation is a parameter (its
+    domain and the contract's admits decide) or a literal equal to the model's."""
+    kernel = contract.kernel
+    if kernel is None or kernel.activation is None:
+        where = _rule_name("kernel", kernel.span.line) if kernel is not None else "contract"
+        return where, ("the contract does not state which activation its kernel computes "
+                       f"(the model needs {model.activation})")
+    act = kernel.activation
+    if isinstance(act, ir.Const) and act.value != model.activation:
+        return (_rule_name("kernel", act.span.line),
+                f"this kernel computes only {act.value} (kernel `activation {act.value}`); the model needs "
+                f"{model.activation} ({model.source_of('activation') or model.source_of('hidden_act') or 'hidden_act'})")
+    return None
 
 
 @dataclass(frozen=True)
@@ -399,8 +499,15 @@ def _rule_name(kind: str, span_line: int) -> str:
     return f"{kind} line {span_line}"
 
 
-def _evaluate_row(prep: _Prepared, config: dict[str, Value], num_moe_layers: int) -> dict[str, Any]:
-    """Lets, rules, kernel aligns and costs of one concrete configuration."""
+def _evaluate_row(prep: _Prepared, config: dict[str, Value], num_moe_layers: int, activation: str | None = None,
+                  unstated: Sequence[tuple[str, float]] = ()) -> dict[str, Any]:
+    """Lets, rules, kernel aligns and costs of one concrete configuration.
+
+    With ``activation`` (the model's), the kernel's `activation` clause is evaluated
+    in this configuration and must equal it; ``unstated`` are (name, value) SwiGLU
+    constants the model has and the contract has no parameter for: a row whose
+    kernel computes swigluoai cannot be confirmed and is refused.
+    """
     contract = prep.contract
     env: dict[str, Value] = dict(config)
     for let in contract.lets:
@@ -436,6 +543,20 @@ def _evaluate_row(prep: _Prepared, config: dict[str, Value], num_moe_layers: int
     i_pp, padded = size(I_PP), size(I_PADDED)
     result[I_PP], result[I_PADDED] = i_pp, padded
     violations = broken(prep.admits)
+    if activation is not None and contract.kernel is not None and contract.kernel.activation is not None:
+        act = contract.kernel.activation
+        try:
+            computed = eval_expr(act, env)
+        except EvalError as exc:
+            computed = f"<undefined: {exc}>"
+        where = _rule_name("kernel", act.span.line)
+        if computed != activation:
+            violations.insert(0, (where, f"the kernel computes {computed} here; the model needs {activation}"))
+        elif computed == "swigluoai":
+            for name, value in unstated:
+                violations.insert(0, (where, f"the model's swigluoai uses {name} = {value:g}, and this contract "
+                                             f"has no {name} parameter: audit cannot confirm the kernel uses "
+                                             "the same constant"))
     if not violations and contract.kernel is not None:
         # The verifier proves these for every admitted configuration; checked here
         # concretely so an unverified contract cannot report a false fast path.
@@ -507,6 +628,12 @@ def audit_report(
                                        "know which checkpoint format it takes (add it to "
                                        "layoutc.audit.CONTRACT_FORMATS)"))
                 continue
+            if not formats and contract.glue is not None:
+                skipped.append(Skipped(label, model.name, contract.name,
+                                       f"{contract.name} runs {QUANTIZING_GLUE[contract.glue.kind]}; no checkpoint "
+                                       f"is stored that way (this one is {fmt.label}): audit answers how the "
+                                       "checkpoint runs, not what re-quantizing it would give"))
+                continue
             if fmt.key not in formats:
                 wanted = " or ".join(_FORMAT_LABELS.get(f, f) for f in formats)
                 skipped.append(Skipped(label, model.name, contract.name,
@@ -521,13 +648,27 @@ def _audit_pair(label: str, model: MoEModelConfig, prep: _Prepared, determined: 
     contract = prep.contract
     fixed: dict[str, Value] = {}
     free: list[ir.Param] = []
-    refusal: tuple[str, str] | None = None  # (rule, reason), the same for every variant and TP
+    # (rule, reason), the same for every variant and TP
+    refusal: tuple[str, str] | None = kernel_activation_refusal(contract, model)
     for p in contract.params:
         if p.name == "tp_size":
             continue
         value = determined.get(p.name)
         if p.name == "dtype" and value is not None and not _in_domain(p, value):
             value = None  # the model's dtype is not one this kernel takes: enumerate the enum
+        if value is None and p.name in SWIGLU_PARAMS and model.activation == "swigluoai" and refusal is None:
+            # the model runs swigluoai but its config states no such constant
+            refusal = (_rule_name("param", p.span.line),
+                       f"the model's config states no {p.name}, and this contract's kernel needs one of "
+                       f"{_domain_text(p)}")
+        if value is None and p.name in SWIGLU_PARAMS and model.activation != "swigluoai":
+            # A SwiGLU constant means nothing to this model's activation: one value (the
+            # domain's first) stands for all, shown in the row's variant, instead of one
+            # row per value (or a skipped pair, for a range).
+            first = p.low if p.kind == "range" else p.values[0]
+            free.append(dataclasses.replace(p, kind="set", values=(first,), low=int(first), high=int(first))
+                        if p.kind == "range" else dataclasses.replace(p, values=(first,)))
+            continue
         if value is None:
             if not p.finite:
                 skipped.append(Skipped(label, model.name, contract.name,
@@ -545,16 +686,33 @@ def _audit_pair(label: str, model: MoEModelConfig, prep: _Prepared, determined: 
             else:
                 refusal = (where, f"{p.name} = {_fmt_value(value)} is outside this contract's "
                                   f"domain {_domain_text(p)}")
+    count = 1
+    for p in free:
+        count *= max(1, len(p.values))
+    if count > MAX_VARIANTS and refusal is None:
+        skipped.append(Skipped(label, model.name, contract.name,
+                               f"{count} combinations of the parameters the config does not determine "
+                               f"({', '.join(p.name for p in free)}); audit enumerates at most {MAX_VARIANTS}"))
+        return []
     variants = _variants(prep, free, fixed) if refusal is None else [{}]
     tp_param = next((p for p in contract.params if p.name == "tp_size"), None)
     rows: list[AuditRow] = []
+    sources = param_sources(model, fixed)
+    if model.source_of("num_moe_layers"):
+        sources["num_moe_layers"] = str(model.source_of("num_moe_layers"))
+    # The clamp is a config key (swiglu_limit): a contract that cannot say which clamp its
+    # kernel applies cannot be confirmed for a model that clamps.
+    declared = {p.name for p in contract.params}
+    unstated = [("swiglu_limit", model.swiglu_limit)] if model.swiglu_limit is not None and not (
+        {"swiglu_limit", "swiglu_limit_milli"} & declared) else []
 
     def refused(tp: int, rule: str, reason: str) -> AuditRow:
         params = dict(fixed)
         if tp_param is not None:
             params["tp_size"] = tp
         return AuditRow(label, model.name, contract.name, {}, tp, model.intermediate_size, None, None, False,
-                        rule, reason, None, None, None, model.num_moe_layers, params, ((rule, reason),))
+                        rule, reason, None, None, None, model.num_moe_layers, params, ((rule, reason),),
+                        dict(sources))
 
     for variant in variants:
         for tp in tps:
@@ -571,7 +729,7 @@ def _audit_pair(label: str, model: MoEModelConfig, prep: _Prepared, determined: 
             config.update(variant)
             if tp_param is not None:
                 config["tp_size"] = tp
-            r = _evaluate_row(prep, config, model.num_moe_layers)
+            r = _evaluate_row(prep, config, model.num_moe_layers, model.activation, unstated)
             violations = r["violations"]
             rule, reason = violations[0] if violations else (None, None)
             rows.append(AuditRow(
@@ -581,7 +739,7 @@ def _audit_pair(label: str, model: MoEModelConfig, prep: _Prepared, determined: 
                 admitted=not violations, rule=rule, reason=reason,
                 pad_fraction=r.get("pad_fraction"), extra_bytes=r.get("extra_bytes"),
                 extra_flops_pct=r.get("extra_flops_pct"), num_moe_layers=model.num_moe_layers,
-                params=r["params"], violations=tuple(violations),
+                params=r["params"], violations=tuple(violations), sources=dict(sources),
             ))
     # A TP degree outside the domain gets one row (variant {}), listed with the first variant's.
     return rows
@@ -627,8 +785,34 @@ def _verdict(row: AuditRow) -> str:
 def _model_line(label: str, m: MoEModelConfig) -> str:
     fmt = checkpoint_format(m)
     name = f"{label} ({m.name})" if m.name != label else label
+    swiglu = "".join(f" {k}={v:g}" for k, v in (("swiglu_limit", m.swiglu_limit), ("swiglu_alpha", m.swiglu_alpha))
+                     if v is not None)
     return (f"{name}: E={m.num_experts} H={m.hidden_size} I={m.intermediate_size} top-{m.num_experts_per_tok} "
-            f"{m.activation} {m.dtype or 'dtype unstated'} {fmt.label}, {m.num_moe_layers} MoE layers")
+            f"{m.activation}{swiglu} {m.dtype or 'dtype unstated'} {fmt.label}, {m.num_moe_layers} MoE layers")
+
+
+_SOURCE_LABELS = (("E", "num_experts"), ("H", "hidden_size"), ("I", "intermediate_size"),
+                  ("top-k", "num_experts_per_tok"), ("activation", "hidden_act"), ("dtype", "dtype"),
+                  ("swiglu_limit", "swiglu_limit"), ("swiglu_alpha", "swiglu_alpha"),
+                  ("MoE layers", "num_moe_layers"))
+
+
+def _sources_line(m: MoEModelConfig) -> str:
+    where = dict(m.sources)
+    if "activation" in where:
+        where["hidden_act"] = where["activation"]
+    parts = [f"{short} <- {where[fld]}" for short, fld in _SOURCE_LABELS if fld in where]
+    return "  from: " + "; ".join(parts)
+
+
+def model_json(label: str, m: MoEModelConfig) -> dict[str, Any]:
+    """One model's numbers and the config key each came from (``sources``)."""
+    return {"model": label, "model_name": m.name, "num_experts": m.num_experts, "hidden_size": m.hidden_size,
+            "intermediate_size": m.intermediate_size, "num_experts_per_tok": m.num_experts_per_tok,
+            "num_hidden_layers": m.num_hidden_layers, "num_moe_layers": m.num_moe_layers,
+            "activation": m.activation, "hidden_act": m.hidden_act, "dtype": m.dtype,
+            "swiglu_limit": m.swiglu_limit, "swiglu_alpha": m.swiglu_alpha,
+            "checkpoint_format": checkpoint_format(m).key, "sources": dict(m.sources)}
 
 
 TEXT_LEGEND = """\
@@ -667,6 +851,7 @@ def render_text(report: AuditReport) -> str:
     for label in labels:
         if label in configs:
             out.append(_model_line(label, configs[label]))
+            out.append(_sources_line(configs[label]))
         else:
             out.append(label)
         indices = by_model.get(label, [])
@@ -687,8 +872,9 @@ def render_text(report: AuditReport) -> str:
 
 
 def render_json(report: AuditReport) -> str:
-    """``{"rows": [...], "skipped": [...]}``; the fields are documented in docs/audit.md."""
-    doc = {"rows": [r.to_json() for r in report.rows], "skipped": [s.to_json() for s in report.skipped]}
+    """``{"models": [...], "rows": [...], "skipped": [...]}``; the fields are documented in docs/audit.md."""
+    doc = {"models": [model_json(label, m) for label, m in report.models],
+           "rows": [r.to_json() for r in report.rows], "skipped": [s.to_json() for s in report.skipped]}
     return json.dumps(doc, indent=2) + "\n"
 
 
@@ -707,6 +893,11 @@ def render_markdown(report: AuditReport) -> str:
             _size(r.intermediate_size_per_partition), _size(r.intermediate_size_per_partition_padded),
             _pct(r.pad_fraction, 100), _human_bytes(r.extra_bytes), _pct(r.extra_flops_pct, 1, "+"),
             verdict)) + " |")
+    if report.models:
+        out.append("")
+        out.append("Where the numbers come from (config keys):")
+        out.append("")
+        out.extend(f"- {_md(label)}: {_md(_sources_line(m).removeprefix('  from: '))}" for label, m in report.models)
     if report.skipped:
         out.append("")
         out.append("Skipped (model, contract) pairs:")
@@ -718,19 +909,30 @@ def render_markdown(report: AuditReport) -> str:
 # ---- CLI ---------------------------------------------------------------------------
 
 
+MAX_TP_DEGREES = 64
+MAX_TP = 1 << 20
+MAX_VARIANTS = 4096  # per (model, contract): the product of the enumerated domains
+
+
 def parse_tp(text: str) -> list[int]:
-    """``"1,2,4"`` -> [1, 2, 4] (duplicates dropped, order kept); ValueError with a message."""
+    """``"1,2,4"`` -> [1, 2, 4] (duplicates dropped, order kept); ValueError with a message.
+
+    At most MAX_TP_DEGREES degrees, each in 1..MAX_TP (bounded work on any input)."""
     values: list[int] = []
     for part in text.split(","):
         part = part.strip()
         if not part:
             continue
         try:
+            if len(part) > 20:
+                raise ValueError
             value = int(part)
         except ValueError:
-            raise ValueError(f"--tp: {part!r} is not an integer (expected e.g. --tp 1,2,4,8)") from None
-        if value < 1:
-            raise ValueError(f"--tp: {value} is not a positive TP degree")
+            raise ValueError(f"--tp: {part[:40]!r} is not an integer (expected e.g. --tp 1,2,4,8)") from None
+        if not 1 <= value <= MAX_TP:
+            raise ValueError(f"--tp: {value} is not a TP degree in 1..{MAX_TP}")
+        if value not in values and len(values) >= MAX_TP_DEGREES:
+            raise ValueError(f"--tp: more than {MAX_TP_DEGREES} TP degrees")
         if value not in values:
             values.append(value)
     if not values:
@@ -739,60 +941,98 @@ def parse_tp(text: str) -> list[int]:
 
 
 def load_contracts(paths: Sequence[str]) -> tuple[list[ir.Contract], str | None]:
-    """Load contract files (folders expand to their ``*.moe``). Returns (contracts, error text)."""
-    from .check import load
-    from .cli import contract_paths
-    from .diagnostics import has_errors
+    """Load contract files (folders expand to their ``*.moe``). Returns (contracts, error text).
+
+    See :func:`load_contracts_diags` for the diagnostics themselves."""
+    contracts, diags, sources = load_contracts_diags(paths)
     from .diagnostics import render_text as render_diags
+    return contracts, (render_diags(diags, sources) if diags else None)
+
+
+def load_contracts_diags(paths: Sequence[str]) -> tuple[list[ir.Contract], list[Any], dict[str, str]]:
+    """Load contract files; returns (contracts, error diagnostics, sources by path).
+
+    Raises:
+        layoutc.safeio.UsageError: a folder holds no ``*.moe`` file.
+    """
+    from .check import load
+    from .diagnostics import has_errors
+    from .safeio import contract_paths
 
     files = contract_paths(paths)
     contracts: list[ir.Contract] = []
     seen: set[str] = set()
-    problems: list[str] = []
+    problems: list[Any] = []
+    sources: dict[str, str] = {}
     for path in files:
         key = os.path.realpath(path)
         if key in seen:
             continue
         seen.add(key)
         contract, diags, text = load(path)
+        if text is not None:
+            sources[path] = text
         if contract is None or has_errors(diags):
-            problems.append(render_diags([d for d in diags if d.severity == "error"], {path: text or ""}))
+            problems.extend(d for d in diags if d.severity == "error")
             continue
         contracts.append(contract)
-    return contracts, ("".join(problems) or None)
+    return contracts, problems, sources
+
+
+def _config_span(exc: ModelConfigError) -> Any:
+    """Where a config error is: ``file:line:col`` when the message starts with it."""
+    import re
+
+    from .diagnostics import file_span
+    match = re.match(r"(.*?):(\d+):(\d+): ", str(exc))
+    if match and match.group(1) == exc.source:
+        return file_span(exc.source, int(match.group(2)), int(match.group(3)))
+    return file_span(exc.source)
 
 
 def run_audit(args: Any) -> int:
-    """The ``layoutc audit`` subcommand. 0 ok; 1 a contract has errors; 2 a bad config or --tp."""
-    prog = "layoutc audit"
+    """The ``layoutc audit`` subcommand. 0 ok; 1 a contract has errors; 2 a bad config
+    (LC704), no contracts (LC705), a bad --tp (LC801) or an unreadable contract (LC100).
+    Problems are diagnostics, printed in the report's format (json: a JSON list on
+    stdout; text, markdown and github: ``--format`` of `layoutc check`)."""
+    from .diagnostics import emit, error, exit_code, file_span
+    from .safeio import UsageError
+    fmt = getattr(args, "format", "text")
+    diag_fmt = {"json": "json", "github": "github"}.get(fmt, "text")
+
+    def fail(diags: list[Any], sources: dict[str, str] | None = None) -> int:
+        emit(diags, sources or {}, diag_fmt)
+        return exit_code(diags)
+
     try:
         tps = parse_tp(str(args.tp))
     except ValueError as exc:
-        sys.stderr.write(f"{prog}: error: {exc}\n")
-        return 2
+        return fail([error("LC801", file_span("<command line>"), str(exc))])
     models: list[tuple[str, MoEModelConfig]] = []
     for name in args.configs:
         try:
             config = load_model_config(name)
         except ModelConfigError as exc:
-            sys.stderr.write(f"{prog}: error: {exc}\n")
-            return 2
+            message = str(exc)
+            prefix = f"{exc.source}: "
+            return fail([error("LC704", _config_span(exc), message.removeprefix(prefix))])
         if all(label != name for label, _ in models):
             models.append((name, config))
-    paths = list(args.contracts) if args.contracts else [str(DEFAULT_CONTRACTS_DIR)]
-    if not args.contracts and not DEFAULT_CONTRACTS_DIR.is_dir():
-        sys.stderr.write(f"{prog}: error: no contracts folder at {DEFAULT_CONTRACTS_DIR}; "
-                         "pass --contracts PATH...\n")
-        return 2
-    contracts, problems = load_contracts(paths)
+    default_dir = default_contracts_dir()
+    if not args.contracts and default_dir is None:
+        return fail([error("LC705", file_span("<command line>"), "no bundled contracts found (neither the "
+                           "repository's contracts/ nor the installed layoutc_contracts package); "
+                           "pass --contracts PATH...")])
+    paths = list(args.contracts) if args.contracts else [str(default_dir)]
+    try:
+        contracts, problems, sources = load_contracts_diags(paths)
+    except UsageError as exc:
+        return fail([error("LC705", file_span("<command line>"), str(exc).removeprefix("layoutc: error[LC801]: "))])
     if problems:
-        sys.stderr.write(problems)
-        return 1
+        return fail(problems, sources)
     if not contracts:
-        sys.stderr.write(f"{prog}: error: no contracts (*.moe) found in {', '.join(paths)}\n")
-        return 2
+        return fail([error("LC705", file_span("<command line>"), f"no contracts (*.moe) found in {', '.join(paths)}")])
     report = audit_report(models, tps, contracts)
-    fmt = getattr(args, "format", "text")
     if fmt == "json":
         sys.stdout.write(render_json(report))
     elif fmt == "markdown":

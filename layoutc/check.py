@@ -10,7 +10,6 @@ from __future__ import annotations
 import builtins
 import difflib
 import keyword
-import os
 import re
 from dataclasses import dataclass, replace
 from fractions import Fraction
@@ -396,6 +395,10 @@ class _Checker:
                 listed[member] = span
             for member, span in zip(dom.members, dom.member_spans, strict=False):
                 if not self.check_name(member, span):
+                    return
+                if member != member.lower():  # generated plan() matches values case-insensitively (issue 16)
+                    self.err("LC204", span, f"enum member `{member}` must be lowercase: generated modules "
+                             "compare values case-insensitively, so it could never be selected")
                     return
                 if member in self.members or member in self.defined_at:
                     first = self.defined_at.get(member) or self.member_at[member]
@@ -1042,16 +1045,13 @@ def load(path: str, text: str | None = None) -> tuple[ir.Contract | None, list[D
     """Read, parse and check one contract file. Returns (contract, diagnostics, text)."""
     from .parse import MAX_BYTES, parse
     if text is None:
-        if os.path.exists(path) and not os.path.isfile(path):
-            return None, [error("LC100", Span(path, 0, 0, 0, 0), "cannot read contract: not a regular file")], None
-        try:
-            with open(path, "rb") as fh:
-                raw = fh.read(MAX_BYTES + 1)
-        except OSError as exc:
-            reason = exc.strerror or type(exc).__name__
-            return None, [error("LC100", Span(path, 0, 0, 0, 0), f"cannot read contract: {reason}")], None
-        if len(raw) > MAX_BYTES:
-            return None, [error("LC105", Span(path, 1, 1, 1, 1), f"contract file is larger than {MAX_BYTES} bytes")], None
+        from .safeio import ReadError, read_bounded
+        try:  # bounded and non-blocking: FIFOs, devices and /proc files are refused (issue 16)
+            raw = read_bounded(path, MAX_BYTES)
+        except ReadError as exc:
+            if exc.too_large:
+                return None, [error("LC105", Span(path, 1, 1, 1, 1), f"contract file is larger than {MAX_BYTES} bytes")], None
+            return None, [error("LC100", Span(path, 1, 1, 1, 1), f"cannot read contract: {exc.reason}")], None
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:

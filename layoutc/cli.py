@@ -1,21 +1,26 @@
-"""Command-line interface: `layoutc check | verify | compile | explain | audit`.
+"""Command-line interface: `layoutc check | verify | compile | explain | audit | rule`.
 
 `main(argv) -> int` never raises: exit 0 ok, 1 findings (diagnostics, a
-counterexample, a vacuous contract, drift), 2 usage error, inconclusive
-verification or an internal error (reported as LC900 with a request to file it).
+counterexample, a vacuous contract, drift), 2 an input that cannot be used (a
+missing or unreadable file, LC100; a bad config, LC704), a usage error (LC801),
+inconclusive verification (LC603) or an internal error (LC900, with a request to
+file it). Every problem is a :class:`~layoutc.diagnostics.Diagnostic`, printed by
+``--format text|json|github``; nothing in the compiler imports this module.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import traceback
 from collections.abc import Sequence
-from pathlib import Path
 
 from . import __version__
-from .diagnostics import Diagnostic, has_errors, render_text, to_json
+from .diagnostics import CODES, Diagnostic, emit, exit_code, has_errors, render_text
+from .safeio import UsageError
+from .safeio import contract_paths as _contract_paths
 
 
 class _Usage(Exception):
@@ -24,50 +29,51 @@ class _Usage(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise _Usage(f"{self.prog}: error: {message}")
+        raise _Usage(f"{self.prog}: error[LC801]: {message}")
 
 
 def contract_paths(paths: Sequence[str]) -> list[str]:
     """Expand directories into their `*.moe` files (sorted); keep files as given.
 
     A directory with no contracts is a usage error (a mistyped path must not pass CI).
+    (Kept here for callers; the implementation is :func:`layoutc.safeio.contract_paths`.)
     """
-    out: list[str] = []
-    for p in paths:
-        if os.path.isdir(p):
-            found = sorted(str(Path(p) / f) for f in os.listdir(p) if f.endswith(".moe"))
-            if not found:
-                raise _Usage(f"layoutc: error: no *.moe contracts in directory {p}")
-            out.extend(found)
-        else:
-            out.append(p)
-    return out
+    try:
+        return _contract_paths(list(paths))
+    except UsageError as exc:
+        raise _Usage(str(exc)) from None
+
+
+MAX_BUDGET_S = 86_400.0  # one day per contract
+MAX_TIMEOUT_MS = 3_600_000  # z3 takes an unsigned 32-bit timeout; one hour is plenty
+MAX_SEED = (1 << 32) - 1  # z3's random_seed is unsigned 32-bit
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or not 0 < value <= MAX_BUDGET_S:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds in (0, {MAX_BUDGET_S:g}], got {text}")
     return value
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _bounded_int(low: int, high: int):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> int:
+        try:
+            value = int(text) if len(text) <= 20 else None
+        except ValueError:
+            value = None
+        if value is None:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text[:40]!r}")
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in {low}..{high}, got {value}")
+        return value
+    return parse
 
 
-def _emit_diags(diags: list[Diagnostic], sources: dict[str, str], fmt: str) -> None:
-    if not diags:
-        return
-    if fmt == "json":
-        sys.stdout.write(to_json(diags))
-    else:
-        sys.stderr.write(render_text(diags, sources))
-
-
-def _load_all(paths: Sequence[str], fmt: str):  # type: ignore[no-untyped-def]
+def _load_all(paths: Sequence[str]):  # type: ignore[no-untyped-def]
     from .check import load
     loaded = []
     all_diags: list[Diagnostic] = []
@@ -85,40 +91,46 @@ def _load_all(paths: Sequence[str], fmt: str):  # type: ignore[no-untyped-def]
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    loaded, diags, sources = _load_all(args.paths, args.format)
-    _emit_diags(diags, sources, args.format)
-    if args.format == "json" and not diags:
-        sys.stdout.write("[]\n")
-    if has_errors(diags):
-        return 1
-    if args.format == "text":
+    loaded, diags, sources = _load_all(args.paths)
+    emit(diags, sources, args.format)
+    code = exit_code(diags)
+    if code == 0 and args.format == "text":
         for path, contract, _ in loaded:
             print(f"{path}: ok ({contract.name})")
-    return 0
+    return code
 
 
 # ---- verify ----------------------------------------------------------------------
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .verify import Options, verify
-    from .verify_report import render_github, render_json, render_text_report, summarize
-    loaded, diags, sources = _load_all(args.paths, args.format)
+    from .verify import Options
+    from .verify_report import (
+        findings,
+        render_github,
+        render_json,
+        render_text_report,
+        summarize,
+        verify_guarded,
+    )
+    loaded, diags, sources = _load_all(args.paths)
     if has_errors(diags):
-        _emit_diags(diags, sources, "json" if args.format == "json" else "text")
-        return 1
-    if diags and args.format != "json":
+        emit(diags, sources, args.format)
+        return exit_code(diags)
+    if diags and args.format == "text":
         sys.stderr.write(render_text(diags, sources))
     options = Options(timeout_ms=args.timeout_ms, seed=args.seed, budget_s=args.budget_s)
-    results = [(path, contract, verify(contract, options)) for path, contract, _ in loaded]
+    results, failures = verify_guarded([(p, c) for p, c, _ in loaded], options)
+    found = findings(results) + failures
     if args.format == "json":
-        sys.stdout.write(render_json(results))
+        sys.stdout.write(render_json(results, failures, diags + found))
     elif args.format == "github":
-        sys.stdout.write(render_github(results))
+        sys.stdout.write(render_github(results, failures))
     else:
         sys.stdout.write(render_text_report(results))
+        emit(found, sources, "text")
     summary = summarize(results)
-    if summary["inconclusive"]:
+    if summary["inconclusive"] or failures:
         return 2
     if summary["counterexample"] or summary["vacuous"]:
         return 1
@@ -130,25 +142,40 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from .compile import compile_contracts
-    loaded, diags, sources = _load_all(args.paths, "text")
+    loaded, diags, sources = _load_all(args.paths)
     if has_errors(diags):
-        _emit_diags(diags, sources, "text")
-        return 1
-    return compile_contracts([(p, c) for p, c, _ in loaded], args.out, check=args.check,
-                             verify_first=not args.no_verify)
+        emit(diags, sources, args.format)
+        return exit_code(diags)
+    code, found = compile_contracts([(p, c) for p, c, _ in loaded], args.out, check=args.check,
+                                    verify_first=not args.no_verify, fmt=args.format)
+    emit(found, sources, args.format)
+    return code
 
 
-# ---- explain / audit --------------------------------------------------------------
+# ---- explain / audit / rule --------------------------------------------------------
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from .explain import explain
-    return explain(args.contract, args.set or [])
+    return explain(args.contract, args.set or [], fmt=args.format)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from .audit import run_audit
     return run_audit(args)
+
+
+def cmd_rule(args: argparse.Namespace) -> int:
+    from .ruledoc import rule_text
+    text = rule_text(args.code)
+    if text is None:
+        raise _Usage(f"layoutc rule: error[LC801]: unknown code {args.code[:40]!r}; {len(CODES)} codes are "
+                     "registered (docs/language.md, section 10.2)")
+    sys.stdout.write(text)
+    return 0
+
+
+FORMATS = ("text", "json", "github")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,14 +185,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="parse and check contracts (no solver)")
     p.add_argument("paths", nargs="+", metavar="PATH")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=FORMATS, default="text")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("verify", help="prove pad-soundness with z3 for every admitted configuration")
     p.add_argument("paths", nargs="+", metavar="PATH")
-    p.add_argument("--format", choices=("text", "json", "github"), default="text")
-    p.add_argument("--timeout-ms", type=_positive_int, default=2000, help="per-query solver timeout (default 2000)")
-    p.add_argument("--seed", type=int, default=0, help="solver random seed (default 0)")
+    p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("--timeout-ms", type=_bounded_int(1, MAX_TIMEOUT_MS), default=2000,
+                   help="per-query solver timeout (default 2000)")
+    p.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0, help="solver random seed (default 0)")
     p.add_argument("--budget-s", type=_positive_float, default=8.0,
                    help="wall-time budget per contract, in seconds (default 8); past it, verdicts are inconclusive")
     p.set_defaults(func=cmd_verify)
@@ -175,19 +203,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--check", action="store_true", help="compare with DIR instead of writing; exit 1 on drift")
     p.add_argument("--no-verify", action="store_true", help="skip verification (the header then says so)")
+    p.add_argument("--format", choices=FORMATS, default="text", help="how to print problems (default text)")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("explain", help="print a configuration's plan and a picture of each padded tensor")
     p.add_argument("contract", metavar="CONTRACT")
     p.add_argument("--set", action="append", metavar="NAME=VALUE", help="a parameter value (repeatable)")
+    p.add_argument("--format", choices=FORMATS, default="text", help="how to print problems (default text)")
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("audit", help="for model configs and TP degrees, which kernels take the fast path")
     p.add_argument("configs", nargs="+", metavar="CONFIG")
     p.add_argument("--tp", default="1,2,4,8,16", help="comma-separated TP degrees (default 1,2,4,8,16)")
     p.add_argument("--contracts", nargs="+", metavar="PATH", default=None)
-    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    p.add_argument("--format", choices=("text", "json", "markdown", "github"), default="text",
+                   help="the report's format; problems are printed as diagnostics in it (github: as text)")
     p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser("rule", help="print a diagnostic code's documentation (e.g. layoutc rule LC201)")
+    p.add_argument("code", metavar="CODE")
+    p.set_defaults(func=cmd_rule)
     return parser
 
 
@@ -207,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 2
     except BaseException as exc:
-        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()[:2000]
         sys.stderr.write(f"layoutc: error[LC900]: internal error: {detail}\n"
                          "  = this is a bug in layoutc; please report it with the input that caused it\n")
         if os.environ.get("LAYOUTC_TRACEBACK"):

@@ -16,10 +16,13 @@ import tempfile
 from pathlib import Path
 
 from . import ir
+from .diagnostics import Diagnostic, error, file_span
 from .emit import VERSION_PREFIX, render, render_init
 from .glues import runtime_files
 
 RUNTIME_DIR = "_runtime"
+
+MAX_GENERATED_BYTES = 16 << 20  # a generated module is tens of KiB; more is not ours
 
 
 def display_path(path: str) -> str:
@@ -28,25 +31,32 @@ def display_path(path: str) -> str:
     return f"{p.parent.name}/{p.name}" if p.parent.name else p.name
 
 
-def render_all(contracts: list[tuple[str, ir.Contract]], verify_first: bool) -> tuple[dict[str, str] | None, int]:
-    """Render every module; returns (files by name, exit code if verification failed)."""
-    from .verify import verify
+def render_all(contracts: list[tuple[str, ir.Contract]], verify_first: bool
+               ) -> tuple[dict[str, str] | None, int, list[Diagnostic]]:
+    """Render every module in memory.
+
+    Returns (files by name or None, exit code, diagnostics): a duplicate contract name
+    is LC702 (exit 2); a verification finding is LC601/LC602 (exit 1) or LC603
+    inconclusive (exit 2, when every finding is inconclusive); a verifier failure LC900.
+    """
+    from .verify_report import findings, verify_guarded
     files: dict[str, str] = {}
     names: dict[str, str] = {}
     for path, contract in contracts:
         if contract.name in names:
-            sys.stderr.write(f"{path}: error: contract `{contract.name}` is also defined in {names[contract.name]}\n")
-            return None, 1
+            return None, 2, [error("LC702", file_span(path), f"contract `{contract.name}` is also defined in "
+                                   f"{names[contract.name]}; each generated module is named after its contract")]
         names[contract.name] = path
         proved: tuple[str, ...] = ()
         if verify_first:
-            verdicts = verify(contract)
+            results, failures = verify_guarded([(path, contract)])
+            if failures:
+                return None, 2, failures
+            verdicts = results[0][2]
             bad = [v for v in verdicts if v.status not in ("proved", "info")]
             if bad:
-                for v in bad:
-                    sys.stderr.write(f"{path}: {v.property}: {v.status}: {v.detail}\n")
-                sys.stderr.write(f"{path}: not compiled: run `layoutc verify {path}` for the counterexample\n")
-                return None, 2 if all(v.status == "inconclusive" for v in bad) else 1
+                diags = [d for d in findings(results) if d.severity == "error"]
+                return None, 2 if all(v.status == "inconclusive" for v in bad) else 1, diags
             proved = tuple(v.property for v in verdicts if v.status == "proved")
         files[f"{contract.name}.py"] = render(contract, display_path(path), proved)
     for rel, text in runtime_files():
@@ -54,16 +64,22 @@ def render_all(contracts: list[tuple[str, ir.Contract]], verify_first: bool) -> 
                   "# shared runtime of every module in this package; edit layoutc's source.\n")
         files[f"{RUNTIME_DIR}/{rel}"] = header + text
     files["__init__.py"] = render_init([c.name for _, c in contracts])
-    return files, 0
+    return files, 0, []
 
 
 def _normalize(text: str) -> list[str]:
     return [line for line in text.splitlines(keepends=True) if not line.startswith(VERSION_PREFIX)]
 
 
-def check_drift(files: dict[str, str], out_dir: str) -> int:
-    """Compare rendered files with `out_dir`; print a unified diff; 1 on any drift."""
-    drift = False
+def check_drift(files: dict[str, str], out_dir: str, *, show: bool = True) -> tuple[int, list[Diagnostic]]:
+    """Compare rendered files with `out_dir`; 1 and an LC701 per file on any drift.
+
+    With ``show`` (text output), the unified diff and a summary go to stdout. Files
+    are read through ``safeio.read_bounded`` (a FIFO or device in `out_dir` is drift,
+    not a hang).
+    """
+    from .safeio import ReadError, read_bounded
+    diags: list[Diagnostic] = []
     existing = set()
     if os.path.isdir(out_dir):
         for folder, dirs, names in os.walk(out_dir):
@@ -74,24 +90,33 @@ def check_drift(files: dict[str, str], out_dir: str) -> int:
     for name in sorted(files):
         path = os.path.join(out_dir, name)
         if name not in existing:
-            print(f"missing: {path}")
-            drift = True
+            if show:
+                print(f"missing: {path}")
+            diags.append(error("LC701", file_span(path), f"missing: {path} is not generated yet",
+                               help="run `layoutc compile` without --check"))
             continue
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            current = fh.read()
+        try:
+            current = read_bounded(path, MAX_GENERATED_BYTES).decode("utf-8", errors="replace")
+        except ReadError as exc:
+            diags.append(error("LC701", file_span(path), f"modified: {path} cannot be read ({exc.reason})"))
+            continue
         if _normalize(current) != _normalize(files[name]):
-            print(f"modified: {path}")
-            sys.stdout.writelines(difflib.unified_diff(current.splitlines(keepends=True),
-                                                       files[name].splitlines(keepends=True),
-                                                       fromfile=f"{path} (on disk)",
-                                                       tofile=f"{path} (compiled)"))
-            drift = True
+            old, new = current.splitlines(keepends=True), files[name].splitlines(keepends=True)
+            first = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
+            diags.append(error("LC701", file_span(path, first + 1), f"modified: {path} differs from what its "
+                               "contract compiles to", help="run `layoutc compile` without --check"))
+            if show:
+                print(f"modified: {path}")
+                sys.stdout.writelines(difflib.unified_diff(old, new, fromfile=f"{path} (on disk)",
+                                                           tofile=f"{path} (compiled)"))
     for name in sorted(existing - set(files)):
-        print(f"extra: {os.path.join(out_dir, name)}")
-        drift = True
-    if not drift:
+        path = os.path.join(out_dir, name)
+        if show:
+            print(f"extra: {path}")
+        diags.append(error("LC701", file_span(path), f"extra: {path} has no contract"))
+    if not diags and show:
         print(f"{out_dir}: {len(files)} file(s) up to date")
-    return 1 if drift else 0
+    return (1 if diags else 0), diags
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -127,12 +152,17 @@ def _remove_stale_temporaries(out_dir: str, age_s: float = 600.0) -> None:
 
 
 def compile_contracts(contracts: list[tuple[str, ir.Contract]], out_dir: str, *, check: bool,
-                      verify_first: bool = True) -> int:
-    files, status = render_all(contracts, verify_first)
+                      verify_first: bool = True, fmt: str = "text") -> tuple[int, list[Diagnostic]]:
+    """Verify, render and write (or compare with ``--check``) every module.
+
+    Returns (exit code, diagnostics); the caller prints the diagnostics. Text output
+    (``fmt == "text"``) also prints what was written, or the drift diff.
+    """
+    files, status, diags = render_all(contracts, verify_first)
     if files is None:
-        return status
+        return status, diags
     if check:
-        return check_drift(files, out_dir)
+        return check_drift(files, out_dir, show=fmt == "text")
     try:
         os.makedirs(out_dir, exist_ok=True)
         _remove_stale_temporaries(out_dir)
@@ -143,8 +173,8 @@ def compile_contracts(contracts: list[tuple[str, ir.Contract]], out_dir: str, *,
             os.makedirs(os.path.dirname(path), exist_ok=True)
             write_atomic(path, files[name])
     except OSError as exc:
-        sys.stderr.write(f"layoutc: error: cannot write to {out_dir}: {exc.strerror or exc}\n")
-        return 2
-    for name in sorted(files):
-        print(f"wrote {os.path.join(out_dir, name)}")
-    return 0
+        return 2, [error("LC702", file_span(out_dir), f"cannot write to {out_dir}: {exc.strerror or exc}")]
+    if fmt == "text":
+        for name in sorted(files):
+            print(f"wrote {os.path.join(out_dir, name)}")
+    return 0, []

@@ -110,9 +110,26 @@ CODES: dict[str, str] = {
     "LC527": "a storage dtype the glue does not accept",
     "LC528": "tensors disagree on the experts axis",
     "LC529": "the glue's op or package differs from what its code calls",
+    # 6xx: verification findings (`layoutc verify`, and `compile`, which verifies first)
+    "LC601": "verification found a counterexample",
+    "LC602": "the contract is vacuous: it admits no configuration",
+    "LC603": "verification is inconclusive: the solver gave up (timeout, unknown, or the budget is spent)",
+    "LC604": "verification warning",
+    # 7xx: tools (compile, explain, audit)
+    "LC701": "a generated module drifts from its contract (`compile --check`)",
+    "LC702": "compile cannot proceed: two contracts share a name, or the output cannot be written",
+    "LC703": "`explain`: a bad `--set` assignment or a configuration that cannot be evaluated",
+    "LC704": "`audit`: the model config cannot be read or does not describe an MoE model",
+    "LC705": "`audit`: no contracts to audit against",
+    # 8xx: the command line
+    "LC801": "bad command-line argument",
     # 9xx: internal
     "LC900": "internal error in layoutc (please report it)",
 }
+
+# Codes whose error means "the input could not be used", not "the input is wrong":
+# the CLI exits 2 for them (a missing file must not look like a finding).
+EXIT_2_CODES = frozenset({"LC100", "LC603", "LC702", "LC703", "LC704", "LC705", "LC801", "LC900"})
 
 
 def error(code: str, span: Span, message: str, *, related: tuple[Related, ...] = (),
@@ -195,3 +212,52 @@ def to_json(diags: list[Diagnostic]) -> str:
 
 def has_errors(diags: list[Diagnostic]) -> bool:
     return any(d.severity == "error" for d in diags)
+
+
+def exit_code(diags: list[Diagnostic]) -> int:
+    """0 no errors; 2 an error in :data:`EXIT_2_CODES` (unreadable input, inconclusive,
+    usage, internal); else 1 (a finding: a contract error, a counterexample, drift)."""
+    errors = [d for d in diags if d.severity == "error"]
+    if not errors:
+        return 0
+    # LC100 "cannot read" (missing, FIFO, device) is exit 2; "not UTF-8" is a finding in the file.
+    unusable = any(d.code in EXIT_2_CODES and (d.code != "LC100" or d.message.startswith("cannot read"))
+                   for d in errors)
+    return 2 if unusable else 1
+
+
+def file_span(path: str, line: int = 1, column: int = 1) -> Span:
+    """A span at one position of a file (line/column 1-based; a whole-file finding uses 1:1)."""
+    line, column = max(1, line), max(1, column)
+    return Span(path, line, column, line, column + 1)
+
+
+def _gh_escape(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_prop(text: str) -> str:
+    return _gh_escape(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def render_github(diags: list[Diagnostic]) -> str:
+    """GitHub Actions workflow commands: ``::error file=F,line=L,col=C,title=layoutc LCxxx::message``."""
+    out = []
+    for d in diags:
+        kind = {"error": "error", "warning": "warning"}.get(d.severity, "notice")
+        where = f"file={_gh_prop(d.span.file)},line={max(1, d.span.line)},col={max(1, d.span.column)}"
+        message = d.message + (f" (help: {d.help})" if d.help else "")
+        out.append(f"::{kind} {where},title={_gh_prop('layoutc ' + d.code)}::{_gh_escape(message)}")
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def emit(diags: list[Diagnostic], sources: dict[str, str], fmt: str) -> None:
+    """Write diagnostics in ``fmt``: ``text`` to stderr, ``json`` and ``github`` to stdout."""
+    import sys
+
+    if fmt == "json":
+        sys.stdout.write(to_json(diags))
+    elif fmt == "github":
+        sys.stdout.write(render_github(diags))
+    elif diags:
+        sys.stderr.write(render_text(diags, sources))

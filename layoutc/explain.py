@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-
 from . import ir
-from .diagnostics import has_errors, render_text
+from .diagnostics import Diagnostic, emit, error, exit_code, file_span, has_errors
 from .evaluate import EvalError, Value, eval_expr, eval_lets
 from .picture import tensor_picture
 
@@ -21,6 +19,8 @@ def parse_assignment(contract: ir.Contract, text: str) -> tuple[str, Value]:
     p = params[name]
     if p.kind in ("range", "set"):
         try:
+            if len(raw) > 20:
+                raise ValueError
             value: Value = int(raw)
         except ValueError:
             raise ValueError(f"--set {name}={raw}: expected an integer") from None
@@ -49,26 +49,36 @@ def evaluate_config(contract: ir.Contract, config: dict[str, Value]) -> tuple[di
     return env, broken
 
 
-def explain(path: str, assignments: list[str]) -> int:
+def explain(path: str, assignments: list[str], fmt: str = "text") -> int:
+    """Print one configuration's lets, verdict and tensor pictures (stdout).
+
+    Problems are diagnostics in ``fmt`` (text/json/github): the contract's own (exit
+    1; unreadable file exit 2), a bad or missing ``--set`` or an evaluation error
+    (LC703, exit 2). A configuration the contract does not admit exits 1.
+    """
     from .check import load
     contract, diags, text = load(path)
+    sources = {path: text or ""}
     if contract is None or has_errors(diags):
-        sys.stderr.write(render_text(diags, {path: text or ""}))
-        return 1
+        emit(diags, sources, fmt)
+        return exit_code(diags)
+
+    def fail(message: str) -> int:
+        found: list[Diagnostic] = [error("LC703", file_span(path, contract.span.line), message)]
+        emit(found, sources, fmt)
+        return exit_code(found)
+
     try:
         config = dict(parse_assignment(contract, a) for a in assignments)
     except ValueError as exc:
-        sys.stderr.write(f"layoutc explain: error: {exc}\n")
-        return 2
+        return fail(str(exc))
     missing = [p.name for p in contract.params if p.name not in config]
     if missing:
-        sys.stderr.write(f"layoutc explain: error: set every parameter; missing: {', '.join(missing)}\n")
-        return 2
+        return fail(f"set every parameter; missing: {', '.join(missing)}")
     try:
         env, broken = evaluate_config(contract, config)
     except EvalError as exc:
-        sys.stderr.write(f"layoutc explain: error: {exc}\n")
-        return 2
+        return fail(f"the configuration cannot be evaluated: {exc}")
     print(f"contract {contract.name} ({path})")
     for name, value in env.items():
         print(f"  {name} = {value}")

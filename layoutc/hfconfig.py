@@ -29,8 +29,20 @@ How MoE layers are counted (assumptions, stated so they can be checked):
 * Qwen-MoE: layer ``i`` is MoE iff ``i not in mlp_only_layers`` and
   ``(i + 1) % decoder_sparse_step == 0`` (HF ``modeling_qwen2_moe``).
 * Gemma-4: ``enable_moe_block: false`` means no MoE layer.
+* Jamba: layer ``i`` is MoE iff ``i % expert_layer_period == expert_layer_offset``
+  (HF ``JambaConfig.layers_num_experts``; defaults 2 and 1 where a Jamba config
+  leaves them out).
 * Otherwise (Mixtral, gpt-oss, MiniMax, DBRX, OLMoE, Granite, Phi-MoE) every
   layer is MoE.
+
+Every number's origin is kept: :attr:`MoEModelConfig.sources` maps each field to
+the config key it came from (``text_config.moe_intermediate_size``), so a wrong
+key shows in ``layoutc audit``.
+
+Reading is bounded (issue 16): the file is read through ``safeio.read_bounded``
+(at most :data:`MAX_CONFIG_BYTES`, never blocking on a FIFO or a device), JSON
+nested deeper than :data:`MAX_JSON_DEPTH` and integers longer than
+:data:`MAX_INT_DIGITS` digits are refused with :class:`ModelConfigError`.
 
 Only the standard library is imported.
 """
@@ -95,6 +107,15 @@ HIDDEN_ACT_ALIASES: tuple[str, ...] = (
     "ffn_act_fn",
 )
 DTYPE_ALIASES: tuple[str, ...] = ("torch_dtype", "dtype")
+
+MAX_CONFIG_BYTES = 8 << 20  # real config.json files are well under 1 MiB
+MAX_JSON_DEPTH = 64  # real configs nest 3 to 5 levels
+MAX_INT_DIGITS = 30  # sizes are below 2^62; a longer literal is not a size
+MAX_LAYERS = 100_000  # decoder depth; layers are counted one by one
+
+# gpt-oss's SwiGLU constants: transformers GptOssExperts hard-codes alpha = 1.702 and
+# reads limit = config.swiglu_limit (7.0 in the released configs).
+GPT_OSS_SWIGLU_ALPHA = 1.702
 
 # Checkpoint activation name -> layoutc contract activation name.
 _ACTIVATIONS: dict[str, str] = {
@@ -163,6 +184,12 @@ class MoEModelConfig:
             (``"fp8"``, ``"gptq"``, ``"mxfp4"``, ...), else ``None``.
         is_gated: ``False`` only for single-half MLPs (``relu2``).
         bits: weight bits from ``quantization_config`` where stated, else ``None``.
+        swiglu_limit: the clamp of a clamped SwiGLU (``swiglu_limit``), else ``None``.
+        swiglu_alpha: the sigmoid scale of swigluoai (``swiglu_alpha``; gpt-oss: 1.702,
+            the constant transformers hard-codes), else ``None``.
+        sources: ``(field, where)`` pairs: the config key each field was read from,
+            e.g. ``("intermediate_size", "text_config.moe_intermediate_size")``, or a
+            rule (``"default: every layer"``) where no key was used.
     """
 
     name: str
@@ -181,6 +208,13 @@ class MoEModelConfig:
     quant_method: str | None
     is_gated: bool
     bits: int | None = None
+    swiglu_limit: float | None = None
+    swiglu_alpha: float | None = None
+    sources: tuple[tuple[str, str], ...] = ()
+
+    def source_of(self, field: str) -> str | None:
+        """The config key (or rule) ``field`` came from; ``None`` if not recorded."""
+        return dict(self.sources).get(field)
 
 
 # ----------------------------------------------------------------------------
@@ -260,14 +294,9 @@ def load_model_config(path_or_name: str | os.PathLike[str]) -> MoEModelConfig:
     path = Path(text_arg)
     if path.is_dir():
         path = path / "config.json"
-    if path.exists():
+    if os.path.lexists(path):
         source = str(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise ModelConfigError(
-                f"{source}: cannot read: {error}", source=source
-            ) from error
+        text = _read_text(path, source)
         return parse_model_config(
             _parse_json(text, source), source=source, default_name=_default_name(path)
         )
@@ -286,10 +315,45 @@ def load_model_config(path_or_name: str | os.PathLike[str]) -> MoEModelConfig:
     resource = _models_dir().joinpath(f"{stem}.json")
     source = f"layoutc/models/{stem}.json"
     return parse_model_config(
-        _parse_json(resource.read_text(encoding="utf-8"), source),
+        _parse_json(_read_text(resource, source), source),
         source=source,
         default_name=stem,
     )
+
+
+def _read_text(path: Any, source: str) -> str:
+    """The file as text, read through safeio.read_bounded (a Traversable is read as is:
+    it is a bundled file)."""
+    from .safeio import ReadError, read_bounded
+
+    try:
+        raw = read_bounded(path, MAX_CONFIG_BYTES) if isinstance(path, Path) else path.read_bytes()
+    except ReadError as error:
+        raise ModelConfigError(f"{source}: cannot read: {error.reason}", source=source) from None
+    except OSError as error:
+        raise ModelConfigError(f"{source}: cannot read: {error.strerror or error}", source=source) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ModelConfigError(
+            f"{source}: cannot read: not UTF-8 (byte 0x{raw[error.start]:02x} at offset {error.start})",
+            source=source,
+        ) from None
+
+
+def _json_depth(text: str) -> int:
+    """The deepest nesting of [ and { outside strings (linear; no recursion)."""
+    import re
+
+    depth = deepest = 0
+    for match in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', text):
+        token = match.group(0)
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth -= 1
+    return deepest
 
 
 def _default_name(path: Path) -> str:
@@ -301,9 +365,32 @@ def _default_name(path: Path) -> str:
     )
 
 
+class _JsonLimit(Exception):
+    pass
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _JsonLimit(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def _parse_constant(text: str) -> float:
+    raise _JsonLimit(f"{text} is not a JSON number")
+
+
 def _parse_json(text: str, source: str) -> dict[str, Any]:
+    depth = _json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise ModelConfigError(
+            f"{source}: JSON nested {depth} levels deep (at most {MAX_JSON_DEPTH})", source=source
+        )
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, parse_int=_parse_int, parse_constant=_parse_constant)
+    except _JsonLimit as error:
+        raise ModelConfigError(f"{source}: invalid config: {error}", source=source) from None
+    except RecursionError:
+        raise ModelConfigError(f"{source}: JSON nested too deeply", source=source) from None
     except json.JSONDecodeError as error:
         raise ModelConfigError(
             f"{source}:{error.lineno}:{error.colno}: invalid JSON: {error.msg}",
@@ -333,13 +420,18 @@ class _Scopes:
             if isinstance(raw.get(key), Mapping)
         ]
         self.entries.append(("top level", raw))
+        self.used: dict[str, str] = {}  # field -> the key it was read from
 
-    def find(self, aliases: Sequence[str]) -> tuple[str, Any] | None:
-        """The first (alias, value) with a non-null value, scope by scope."""
-        for _, scope in self.entries:
+    def find(self, aliases: Sequence[str], field: str | None = None) -> tuple[str, Any] | None:
+        """The first (alias, value) with a non-null value, scope by scope.
+
+        With ``field``, records where it was found (``text_config.num_experts``)."""
+        for name, scope in self.entries:
             for alias in aliases:
                 value = scope.get(alias)
                 if value is not None:
+                    if field is not None:
+                        self.used[field] = alias if name == "top level" else f"{name}.{alias}"
                     return alias, value
         return None
 
@@ -349,7 +441,7 @@ class _Scopes:
     def require_int(
         self, field: str, aliases: tuple[str, ...], *, minimum: int = 1
     ) -> int:
-        found = self.find(aliases)
+        found = self.find(aliases, field)
         if found is None:
             raise ModelConfigError(
                 f"{self.source}: missing {field}: tried {', '.join(aliases)} "
@@ -418,6 +510,14 @@ def parse_model_config(
     num_hidden_layers = scopes.require_int(
         "num_hidden_layers", NUM_HIDDEN_LAYERS_ALIASES
     )
+    if num_hidden_layers > MAX_LAYERS:
+        raise ModelConfigError(
+            f"{source}: {num_hidden_layers} hidden layers is not a real model "
+            f"(at most {MAX_LAYERS})",
+            source=source,
+            field="num_hidden_layers",
+            aliases=NUM_HIDDEN_LAYERS_ALIASES,
+        )
     if num_experts_per_tok > num_experts:
         raise ModelConfigError(
             f"{source}: {num_experts_per_tok} experts per token "
@@ -430,8 +530,13 @@ def parse_model_config(
     num_moe_layers = _count_moe_layers(scopes, num_hidden_layers)
     quant = _read_quantization(scopes)
 
-    dtype_found = scopes.find(DTYPE_ALIASES)
+    dtype_found = scopes.find(DTYPE_ALIASES, "dtype")
     dtype = str(dtype_found[1]) if dtype_found else None
+    swiglu_limit = _optional_number(scopes, "swiglu_limit", ("swiglu_limit",))
+    swiglu_alpha = _optional_number(scopes, "swiglu_alpha", ("swiglu_alpha",))
+    if swiglu_alpha is None and activation == "swigluoai" and _is_gpt_oss(scopes):
+        swiglu_alpha = GPT_OSS_SWIGLU_ALPHA
+        scopes.used["swiglu_alpha"] = "gpt-oss constant 1.702 (transformers GptOssExperts.alpha; not in the config)"
 
     name = raw.get("_name_or_path")
     if not isinstance(name, str) or not name:
@@ -454,7 +559,33 @@ def parse_model_config(
         quant_method=quant.quant_method,
         is_gated=activation not in _NON_GATED,
         bits=quant.bits,
+        swiglu_limit=swiglu_limit,
+        swiglu_alpha=swiglu_alpha,
+        sources=tuple(scopes.used.items()),
     )
+
+
+def _optional_number(scopes: _Scopes, field: str, aliases: tuple[str, ...]) -> float | None:
+    """A finite int or float field, or None when absent."""
+    found = scopes.find(aliases, field)
+    if found is None:
+        return None
+    alias, value = found
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
+            or value in (float("inf"), float("-inf")):
+        raise ModelConfigError(
+            f"{scopes.source}: {alias} = {value!r} is not a finite number (reading {field})",
+            source=scopes.source, field=field, aliases=aliases,
+        )
+    return float(value)
+
+
+def _model_type(scopes: _Scopes) -> str | None:
+    for _, scope in scopes.entries:
+        value = scope.get("model_type")
+        if isinstance(value, str):
+            return value
+    return None
 
 
 def _is_gpt_oss(scopes: _Scopes) -> bool:
@@ -469,7 +600,7 @@ def _is_gpt_oss(scopes: _Scopes) -> bool:
 
 def _read_activation(scopes: _Scopes, raw: Mapping[str, Any]) -> tuple[str, str]:
     """(hidden_act as written, contract activation)."""
-    found = scopes.find(HIDDEN_ACT_ALIASES)
+    found = scopes.find(HIDDEN_ACT_ALIASES, "hidden_act")
     hidden_act: str | None = None
     if found is not None:
         alias, value = found
@@ -488,6 +619,7 @@ def _read_activation(scopes: _Scopes, raw: Mapping[str, Any]) -> tuple[str, str]
     # gpt-oss configs say "silu", but its experts run the clamped, interleaved
     # swiglu that vLLM calls "swigluoai" (alpha 1.702, swiglu_limit).
     if _is_gpt_oss(scopes):
+        scopes.used["activation"] = "model_type gpt_oss (its experts run swigluoai whatever hidden_act says)"
         return hidden_act or "swigluoai", "swigluoai"
 
     if hidden_act is None:
@@ -515,7 +647,7 @@ def _count_moe_layers(scopes: _Scopes, num_hidden_layers: int) -> int:
     """Layers holding routed experts; the rules are in the module docstring."""
     source = scopes.source
 
-    pattern_found = scopes.find(("hybrid_override_pattern", "layers_block_type"))
+    pattern_found = scopes.find(("hybrid_override_pattern", "layers_block_type"), "num_moe_layers")
     if pattern_found is not None:
         alias, pattern = pattern_found
         if isinstance(pattern, str):
@@ -547,7 +679,24 @@ def _count_moe_layers(scopes: _Scopes, num_hidden_layers: int) -> int:
 
     enable = scopes.find(("enable_moe_block",))
     if enable is not None and enable[1] is False:
+        scopes.used["num_moe_layers"] = "enable_moe_block = false"
         return 0
+
+    period_found = scopes.find(("expert_layer_period",))
+    if period_found is not None or _model_type(scopes) == "jamba":
+        period = 2 if period_found is None else _check_int(
+            period_found[1], minimum=1, source=source, field="num_moe_layers", alias=period_found[0])
+        offset_found = scopes.find(("expert_layer_offset",))
+        offset = 1 if offset_found is None else _check_int(
+            offset_found[1], minimum=0, source=source, field="num_moe_layers", alias=offset_found[0])
+        if offset >= period:
+            raise ModelConfigError(
+                f"{source}: expert_layer_offset = {offset} must be smaller than expert_layer_period = {period}",
+                source=source, field="num_moe_layers", aliases=("expert_layer_offset", "expert_layer_period"))
+        scopes.used["num_moe_layers"] = (f"layers i with i % expert_layer_period ({period}) == "
+                                         f"expert_layer_offset ({offset})"
+                                         + ("" if period_found and offset_found else "; Jamba defaults 2, 1"))
+        return sum(1 for layer in range(num_hidden_layers) if layer % period == offset)
 
     first_dense = 0
     found = scopes.find(("first_k_dense_replace",))
@@ -582,6 +731,11 @@ def _count_moe_layers(scopes: _Scopes, num_hidden_layers: int) -> int:
             )
         dense_only = set(found[1])
 
+    rules = [key for key, present in (
+        ("first_k_dense_replace", first_dense != 0), ("moe_layer_freq", moe_freq != 1),
+        ("decoder_sparse_step", sparse_step != 1), ("mlp_only_layers", bool(dense_only))) if present]
+    scopes.used["num_moe_layers"] = (f"num_hidden_layers with {', '.join(rules)}" if rules
+                                     else "every layer (num_hidden_layers)")
     return sum(
         1
         for layer in range(num_hidden_layers)
@@ -604,7 +758,7 @@ class _Quantization:
 def _read_quantization(scopes: _Scopes) -> _Quantization:
     """Read ``quantization_config``: GPTQ/AWQ groups, FP8 blocks, compressed-tensors."""
     source = scopes.source
-    found = scopes.find(("quantization_config",))
+    found = scopes.find(("quantization_config",), "quant_method")
     if found is None:
         return _Quantization()
     quant = found[1]

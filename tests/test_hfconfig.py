@@ -586,3 +586,55 @@ def test_module_imports_nothing_heavy() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == ""
+
+
+# ---- issue 16: provenance and bounded reading -------------------------------------
+
+
+def test_sources_name_the_key_each_field_came_from() -> None:
+    from layoutc.hfconfig import load_model_config as load
+
+    dbrx = load("dbrx")
+    assert dbrx.source_of("intermediate_size") == "ffn_config.ffn_hidden_size"
+    assert dbrx.source_of("num_experts") == "ffn_config.moe_num_experts"
+    assert load("nemotron-3-nano-30b-a3b").source_of("num_moe_layers") == "hybrid_override_pattern"
+    assert "first_k_dense_replace" in (load("deepseek-v3").source_of("num_moe_layers") or "")
+    gpt = load("gpt-oss-120b")
+    assert (gpt.swiglu_limit, gpt.source_of("swiglu_limit")) == (7.0, "swiglu_limit")
+    assert gpt.swiglu_alpha == 1.702 and "not in the config" in (gpt.source_of("swiglu_alpha") or "")
+    assert load("mixtral-8x7b").swiglu_limit is None
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("[" * 65 + "]" * 65, "nested 65 levels"),
+    ('{"a": ' + "1" * 31 + "}", "31 digits"),
+    ('{"a": NaN}', "NaN is not a JSON number"),
+    ('{"a": -Infinity}', "-Infinity is not a JSON number"),
+])
+def test_json_limits(tmp_path: Path, text: str, needle: str) -> None:
+    from layoutc.hfconfig import ModelConfigError
+    from layoutc.hfconfig import load_model_config as load
+
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(ModelConfigError, match=needle):
+        load(str(path))
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path: Path) -> None:
+    from layoutc.hfconfig import load_model_config as load
+
+    raw = json.loads((Path(__file__).resolve().parent.parent / "layoutc" / "models" / "mixtral-8x7b.json").read_text())
+    raw["note"] = "[" * 1000 + '\\"{' * 100
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    assert load(str(path)).num_experts == 8
+
+
+def test_swiglu_limit_must_be_a_finite_number() -> None:
+    from layoutc.hfconfig import ModelConfigError
+
+    raw = {"hidden_size": 64, "intermediate_size": 64, "num_local_experts": 8, "num_experts_per_tok": 2,
+           "num_hidden_layers": 2, "hidden_act": "silu", "swiglu_limit": "seven"}
+    with pytest.raises(ModelConfigError, match="swiglu_limit"):
+        parse_model_config(raw)

@@ -25,14 +25,22 @@ def test_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
                     capsys)
     assert code == 1
     doc = json.loads(out)
-    assert set(doc) == {"contracts", "summary"}
-    assert {"contracts", "properties", "proved", "counterexample", "inconclusive", "vacuous", "info"} == set(doc["summary"])
+    assert set(doc) == {"contracts", "summary", "tool_failures", "diagnostics"}
+    assert {"contracts", "properties", "proved", "counterexample", "inconclusive", "vacuous", "info",
+            "tool_failures"} == set(doc["summary"])
+    assert doc["tool_failures"] == [] and doc["summary"]["tool_failures"] == 0
+    # every counterexample is also a located LC601 diagnostic
+    cex_diags = [d for d in doc["diagnostics"] if d["code"] == "LC601"]
+    assert len(cex_diags) == doc["summary"]["counterexample"]
+    assert all(d["span"]["file"].endswith("end_padded_w13.moe") and d["span"]["line"] >= 1 for d in cex_diags)
     seen_cex = False
     for entry in doc["contracts"]:
         assert set(entry) == {"contract", "file", "properties"}
         assert [p["id"] for p in entry["properties"]] == list(PROPERTY_IDS)
         for prop in entry["properties"]:
-            assert set(prop) == {"id", "status", "detail", "counterexample", "seconds", "queries", "line", "warnings"}
+            assert set(prop) == {"id", "status", "detail", "counterexample", "seconds", "queries", "line", "warnings",
+                                 "cause"}
+            assert prop["cause"] == ("solver" if prop["status"] == "inconclusive" else None)
             assert prop["status"] in STATUSES
             assert isinstance(prop["seconds"], float) and isinstance(prop["queries"], int)
             assert isinstance(prop["line"], int) and isinstance(prop["warnings"], list)

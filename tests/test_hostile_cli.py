@@ -1,0 +1,163 @@
+"""Hostile inputs to the CLI (issue 16 item 4): special files, runaway JSON, bad numbers.
+
+Each case runs the real CLI in a subprocess with a timeout and an address-space cap
+(robust_helpers.run_layoutc). Every one must end within BOUND_S with the documented
+exit code and a located, coded diagnostic, and never with a traceback or LC900. The
+cases come from an outside hostile-input run: ``audit /dev/zero`` read without limit,
+``audit`` on a FIFO hung, ``check``/``verify``/``compile``/``explain`` on /proc/kmsg
+hung, ``verify --budget-s inf`` overflowed, deep JSON and a 5000-digit integer
+crashed the config reader, a missing contract exited 1 with ``file:0:0``, and
+uppercase enum members compiled to a plan() that could never accept them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from robust_helpers import REPO, crashed, run_layoutc
+
+BOUND_S = 30.0
+CONTRACT = str(REPO / "contracts" / "torch_grouped_mm.moe")
+SET = ["--set", "num_experts=8", "--set", "hidden_size=64", "--set", "intermediate_size=64",
+       "--set", "tp_size=2", "--set", "activation=silu", "--set", "dtype=bfloat16"]
+
+
+def _fifo(tmp: Path, name: str) -> str:
+    path = tmp / name
+    os.mkfifo(path)
+    return str(path)
+
+
+def _write(tmp: Path, name: str, text: str) -> str:
+    path = tmp / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def _config(**extra: object) -> dict[str, object]:
+    base: dict[str, object] = {"hidden_size": 64, "intermediate_size": 64, "num_local_experts": 8,
+                               "num_experts_per_tok": 2, "num_hidden_layers": 2, "hidden_act": "silu"}
+    base.update(extra)
+    return base
+
+
+# 3 x 10^7 combinations of parameters no config determines (audit enumerated them all before)
+MANY_VARIANTS = (REPO / "contracts" / "torch_grouped_mm.moe").read_text(encoding="utf-8").replace(
+    "param dtype: enum {bfloat16, float16, float32}",
+    "param dtype: enum {bfloat16, float16, float32}\n"
+    + "".join(f"param {p}: enum {{{', '.join(f'{p}{i}' for i in range(10))}}}\n" for p in "abcdefg"))
+
+UPPER_ENUM = (REPO / "contracts" / "torch_grouped_mm.moe").read_text(encoding="utf-8").replace(
+    "param dtype: enum {bfloat16, float16, float32}", "param dtype: enum {bfloat16, Float16, float32}")
+
+# name -> (args built from a temporary folder, exit code, code the diagnostic must carry,
+#          a pattern the located diagnostic must match; PATH is the first path argument)
+Case = tuple[Callable[[Path], list[str]], int, str]
+CASES: dict[str, Case] = {
+    "audit_dev_zero": (lambda t: ["audit", "/dev/zero"], 2, "LC704"),
+    "audit_fifo_without_writer": (lambda t: ["audit", _fifo(t, "config.json")], 2, "LC704"),
+    "audit_folder_holding_a_fifo": (lambda t: (os.mkfifo(t / "config.json"), ["audit", str(t)])[1], 2, "LC704"),
+    "audit_proc_kmsg": (lambda t: ["audit", "/proc/kmsg"], 2, "LC704"),
+    "audit_deep_arrays": (lambda t: ["audit", _write(t, "deep.json", "[" * 100_000 + "]" * 100_000)], 2, "LC704"),
+    "audit_deep_objects": (lambda t: ["audit", _write(t, "deep.json", '{"a":' * 50_000 + "1" + "}" * 50_000)],
+                           2, "LC704"),
+    "audit_deep_inside_a_config": (lambda t: ["audit", _write(t, "c.json", json.dumps(_config())[:-1]
+                                                              + ', "x": ' + "[" * 5000 + "]" * 5000 + "}")],
+                                   2, "LC704"),
+    "audit_5000_digit_int": (lambda t: ["audit", _write(t, "big.json", json.dumps(_config())[:-1]
+                                                        + ', "num_local_experts": ' + "9" * 5000 + "}")],
+                             2, "LC704"),
+    "audit_nan_constant": (lambda t: ["audit", _write(t, "nan.json", json.dumps(_config())[:-1]
+                                                      + ', "swiglu_limit": NaN}')], 2, "LC704"),
+    "audit_9_mib_config": (lambda t: ["audit", _write(t, "huge.json", '{"pad": "' + "x" * (9 << 20) + '"}')],
+                           2, "LC704"),
+    "audit_not_utf8": (lambda t: ["audit", (t / "bad.json").write_bytes(b'{"a": "\xff"}') and str(t / "bad.json")],
+                       2, "LC704"),
+    "audit_missing_config": (lambda t: ["audit", str(t / "absent.json")], 2, "LC704"),
+    "audit_bad_tp": (lambda t: ["audit", "gemma-4-26b-a4b", "--tp", "1," + "9" * 5000], 2, "LC801"),
+    "audit_10k_tp_degrees": (lambda t: ["audit", "gemma-4-26b-a4b", "--tp", ",".join(map(str, range(1, 10_001)))],
+                              2, "LC801"),
+    "audit_10_29_layers": (lambda t: ["audit", _write(t, "layers.json", json.dumps(_config(num_hidden_layers=10**29)))],
+                           2, "LC704"),
+    "audit_contracts_folder_without_contracts": (lambda t: ["audit", "gemma-4-26b-a4b", "--contracts", str(t)],
+                                                 2, "LC705"),
+    "audit_contract_is_a_fifo": (lambda t: ["audit", "gemma-4-26b-a4b", "--contracts", _fifo(t, "c.moe")],
+                                 2, "LC100"),
+    "check_proc_kmsg": (lambda t: ["check", "/proc/kmsg"], 2, "LC100"),
+    "verify_proc_kmsg": (lambda t: ["verify", "/proc/kmsg"], 2, "LC100"),
+    "compile_proc_kmsg": (lambda t: ["compile", "/proc/kmsg", "--out", str(t / "out")], 2, "LC100"),
+    "explain_proc_kmsg": (lambda t: ["explain", "/proc/kmsg"], 2, "LC100"),
+    "check_fifo": (lambda t: ["check", _fifo(t, "c.moe")], 2, "LC100"),
+    "verify_fifo": (lambda t: ["verify", _fifo(t, "c.moe")], 2, "LC100"),
+    "compile_fifo": (lambda t: ["compile", _fifo(t, "c.moe"), "--out", str(t / "out")], 2, "LC100"),
+    "explain_fifo": (lambda t: ["explain", _fifo(t, "c.moe")], 2, "LC100"),
+    "check_dev_zero": (lambda t: ["check", "/dev/zero"], 2, "LC100"),
+    "explain_dev_zero": (lambda t: ["explain", "/dev/zero"], 2, "LC100"),
+    "check_missing_file": (lambda t: ["check", str(t / "absent.moe")], 2, "LC100"),
+    "verify_missing_file": (lambda t: ["verify", str(t / "absent.moe")], 2, "LC100"),
+    "compile_missing_file": (lambda t: ["compile", str(t / "absent.moe"), "--out", str(t / "o")], 2, "LC100"),
+    "explain_missing_file": (lambda t: ["explain", str(t / "absent.moe")], 2, "LC100"),
+    "check_folder_without_contracts": (lambda t: ["check", str(t)], 2, "LC801"),
+    "verify_budget_inf": (lambda t: ["verify", CONTRACT, "--budget-s", "inf"], 2, "LC801"),
+    "verify_budget_nan": (lambda t: ["verify", CONTRACT, "--budget-s", "nan"], 2, "LC801"),
+    "verify_budget_1e400": (lambda t: ["verify", CONTRACT, "--budget-s", "1e400"], 2, "LC801"),
+    "verify_budget_negative": (lambda t: ["verify", CONTRACT, "--budget-s", "-1"], 2, "LC801"),
+    "verify_timeout_huge": (lambda t: ["verify", CONTRACT, "--timeout-ms", "9" * 5000], 2, "LC801"),
+    "verify_seed_2_64": (lambda t: ["verify", CONTRACT, "--seed", str(1 << 64)], 2, "LC801"),
+    "explain_set_5000_digits": (lambda t: ["explain", CONTRACT, *SET, "--set", "hidden_size=" + "9" * 5000],
+                                2, "LC703"),
+    "explain_unknown_parameter": (lambda t: ["explain", CONTRACT, "--set", "nope=1"], 2, "LC703"),
+    "compile_out_is_a_file": (lambda t: ["compile", CONTRACT, "--no-verify", "--out", _write(t, "f", "x")],
+                              2, "LC702"),
+    "rule_unknown_code": (lambda t: ["rule", "LC999"], 2, "LC801"),
+    "uppercase_enum_member": (lambda t: ["check", _write(t, "upper.moe", UPPER_ENUM)], 1, "LC204"),
+}
+
+LOCATED = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): error\[(?P<code>LC\d{3})\]: ", re.M)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_hostile_input_gets_a_coded_diagnostic(name: str, tmp_path: Path) -> None:
+    make, expected_rc, code = CASES[name]
+    if "kmsg" in name and not os.path.exists("/proc/kmsg"):
+        pytest.skip("/proc/kmsg does not exist here")
+    res = run_layoutc(make(tmp_path), timeout=BOUND_S)
+    assert not res.timed_out, f"hang:\n{res.describe()}"
+    assert not crashed(res.out + res.err), res.describe()
+    assert res.rc == expected_rc, res.describe()
+    assert f"error[{code}]" in res.err, res.describe()
+    if code != "LC801":  # a command-line argument has no file position; every file problem has one
+        match = LOCATED.search(res.err)
+        assert match and match.group("code") == code and int(match.group("line")) >= 1, res.describe()
+
+
+def test_audit_with_thirty_million_variants_is_bounded(tmp_path: Path) -> None:
+    contract = _write(tmp_path, "many.moe", MANY_VARIANTS)
+    config = _write(tmp_path, "config.json", json.dumps(_config()))
+    res = run_layoutc(["audit", config, "--contracts", contract, "--format", "json"], timeout=BOUND_S)
+    assert not res.timed_out and res.rc == 0 and not crashed(res.out + res.err), res.describe()
+    doc = json.loads(res.out)
+    assert doc["rows"] == [] and "30000000 combinations" in doc["skipped"][0]["reason"]
+
+
+@pytest.mark.parametrize("fmt", ["json", "github"])
+def test_hostile_input_diagnostics_in_machine_formats(fmt: str, tmp_path: Path) -> None:
+    """The same channel in --format json and github: parseable, coded, located."""
+    fifo = _fifo(tmp_path, "c.moe")
+    for args in (["check", fifo], ["verify", fifo], ["explain", fifo], ["audit", "/dev/zero"]):
+        res = run_layoutc([*args, "--format", fmt], timeout=BOUND_S)
+        assert not res.timed_out and res.rc == 2 and not crashed(res.out + res.err), res.describe()
+        if fmt == "json":
+            diags = json.loads(res.out)
+            assert diags and all(d["code"].startswith("LC") and d["span"]["line"] >= 1 for d in diags), res.out
+        else:
+            assert re.search(r"^::error file=.+,line=\d+,col=\d+,title=layoutc LC\d{3}::", res.out, re.M), res.out
