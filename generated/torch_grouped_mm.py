@@ -395,7 +395,9 @@ def shard_w2(
 # checker held this contract to. The values below are read by role.
 _VIEWS = {"silu": "halves", "gelu": "halves", "gelu_tanh": "halves", "swigluoai": "interleave"}
 # The ops the glue calls, by slot (its INTERFACE).
-OPS: dict[str, str] = {"forward": "aten::_grouped_mm"}
+OPS: dict[str, str] = {
+    "forward": "aten::_grouped_mm",
+}
 
 
 def _config(plan: Plan) -> KernelConfig:
@@ -465,7 +467,8 @@ def fused_moe(
     topk_ids: torch.Tensor,
     plan: Plan,
 ) -> torch.Tensor:
-    """Run the real kernel (torch._grouped_mm).
+    """Run the real kernel:
+    torch._grouped_mm.
 
     hidden_states: [num_tokens, hidden_size] in the weights' dtype, contiguous CPU.
     packed_w13 / packed_w2: from `prepack` or `prepack_padded` with this plan.

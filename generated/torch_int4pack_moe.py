@@ -418,7 +418,10 @@ def shard_w2(
 # checker held this contract to. The values below are read by role.
 _VIEWS = {"silu": "halves", "gelu": "halves", "gelu_tanh": "halves"}
 # The ops the glue calls, by slot (its INTERFACE).
-OPS: dict[str, str] = {"convert": "aten::_convert_weight_to_int4pack_for_cpu", "forward": "aten::_weight_int4pack_mm_for_cpu"}
+OPS: dict[str, str] = {
+    "convert": "aten::_convert_weight_to_int4pack_for_cpu",
+    "forward": "aten::_weight_int4pack_mm_for_cpu",
+}
 
 
 def _config(plan: Plan) -> KernelConfig:
@@ -490,7 +493,8 @@ def fused_moe(
     topk_ids: torch.Tensor,
     plan: Plan,
 ) -> torch.Tensor:
-    """Run the real kernel (aten::_convert_weight_to_int4pack_for_cpu + _weight_int4pack_mm_for_cpu).
+    """Run the real kernel:
+    aten::_convert_weight_to_int4pack_for_cpu + _weight_int4pack_mm_for_cpu.
 
     hidden_states: [num_tokens, hidden_size] in the weights' dtype, contiguous CPU.
     packed_w13 / packed_w2: from `prepack` or `prepack_padded` with this plan.

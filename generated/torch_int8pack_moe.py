@@ -398,7 +398,9 @@ def shard_w2(
 # checker held this contract to. The values below are read by role.
 _VIEWS = {"silu": "halves", "gelu": "halves", "gelu_tanh": "halves"}
 # The ops the glue calls, by slot (its INTERFACE).
-OPS: dict[str, str] = {"forward": "aten::_weight_int8pack_mm"}
+OPS: dict[str, str] = {
+    "forward": "aten::_weight_int8pack_mm",
+}
 
 
 def _config(plan: Plan) -> KernelConfig:
@@ -468,7 +470,8 @@ def fused_moe(
     topk_ids: torch.Tensor,
     plan: Plan,
 ) -> torch.Tensor:
-    """Run the real kernel (aten::_weight_int8pack_mm).
+    """Run the real kernel:
+    aten::_weight_int8pack_mm.
 
     hidden_states: [num_tokens, hidden_size] in the weights' dtype, contiguous CPU.
     packed_w13 / packed_w2: from `prepack` or `prepack_padded` with this plan.

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from . import ast as A
 from . import glues, ir
+from . import syntax as A
 from .diagnostics import Diagnostic, Related, Span, error, warning
 from .evaluate import MAX_MAGNITUDE, EvalError, Interval, TooLarge, eval_real, finite_values, int_bounds
 
@@ -410,6 +410,11 @@ class _Checker:
             p = ir.Param(d.name, "enum", enum, dom.members, 0, len(dom.members) - 1, d.span)
         else:
             p = ir.Param(d.name, "bool", ir.BOOL, (False, True), 0, 1, d.span)
+        if d.default is not None:
+            if p.type != ir.INT or not (p.low <= d.default <= p.high if p.kind == "range" else d.default in p.values):
+                self.err("LC302", d.span, f"default {d.default} of `{d.name}` is not an int in its domain")
+                return
+            p = replace(p, default=d.default)
         self.params[d.name] = p
         if p.type == ir.INT:
             self.bounds[d.name] = (p.low, p.high)

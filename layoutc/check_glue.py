@@ -21,7 +21,7 @@ def _shape(e: ir.Expr) -> object:
         return ("const", e.value)
     if isinstance(e, ir.Ref):
         return ("ref", e.name)
-    parts = []
+    parts: list[object] = []
     if isinstance(e, ir.Op):
         parts = [e.op, *(_shape(a) for a in e.args)]
     elif isinstance(e, ir.Cond):
@@ -31,7 +31,7 @@ def _shape(e: ir.Expr) -> object:
                  _shape(e.default) if e.default is not None else None]
     elif isinstance(e, ir.AxisSize):
         parts = ["axis", e.tensor, e.axis]
-    return (type(e).__name__, tuple(parts))  # type: ignore[arg-type]
+    return (type(e).__name__, tuple(parts))
 
 
 def _same_axis(a: ir.Axis, b: ir.Axis) -> bool:
@@ -125,9 +125,9 @@ class _Binding:
                          f"`{weight.name}.{aname}` row for row (the kernel adds it to w13's output lanes)",
                          help=f"declare `axis {axis_name} = like {weight.name}.{aname}`")
         if not self.i.pads_hidden:
-            hidden = {"w13": "k", "w2": "n"}[t.projection] if t.kind == "weight" else None
+            hidden = {"w13": "k", "w2": "n"}[t.projection] if t.kind == "weight" else ""
             for axis_name in ("experts", hidden):
-                if axis_name is None or axis_name not in names:
+                if not axis_name or axis_name not in names:
                     continue
                 for axis in _alternatives(t, axis_name):
                     if axis.is_padded:
@@ -135,6 +135,32 @@ class _Binding:
                         self.err("LC523", axis.span, f"`{t.name}.{axis_name}` pads {what}, but glue "
                                  f"`{self.i.kind}` neither pads hidden states nor unpads the output: the kernel "
                                  "would read past its tensors", help=f"declare `axis {axis_name} = SIZE` unpadded")
+
+    def constants(self, activation: str, constants: tuple[tuple[str, int], ...]) -> None:
+        """The kernel fixes `activation`'s constants: the contract must say so (LC530)."""
+        names = {p.name for p in self.c.params}
+        missing = [n for n, _ in constants if n not in names]
+        shown = " and ".join(f"{n} == {v}" for n, v in constants)
+        if missing:
+            self.err("LC530", self.glue.span, f"glue `{self.i.kind}` computes {activation} with fixed constants "
+                     f"({shown}), but the contract has no parameter {', '.join(missing)}: a model with other "
+                     "constants would run silently wrong",
+                     help=f"declare e.g. `param {missing[0]}: int in {{0, {dict(constants)[missing[0]]}}} = 0` and "
+                     f"`admit activation != {activation} or ({shown}) : \"...\"`")
+            return
+        for n, _ in constants:
+            p = self.c.param(n)
+            if not p.finite:
+                self.err("LC530", p.span, f"`{n}` must have a finite domain (an int set) so the checker can see "
+                         f"that {activation} is admitted only with {shown}")
+                return
+        found = _admitted_constants(self.c, activation, constants)
+        if found is not None:
+            wrong, env = found
+            shown_env = ", ".join(f"{k}={v}" for k, v in env.items())
+            self.err("LC530", self.c.param(wrong).span, f"the contract admits {activation} with {shown_env}, but "
+                     f"glue `{self.i.kind}`'s kernel fixes {shown}: that model would run silently wrong",
+                     help=f"admit activation != {activation} or ({shown})")
 
     def dtypes(self, t: ir.Tensor) -> None:
         param = self.c.param(t.storage.removeprefix("param:"))
@@ -176,6 +202,10 @@ class _Binding:
                 self.err("LC525", axis.span, f"`{w13.name}.n` is not segmented into gate and up, but every "
                          f"activation of glue `{self.i.kind}` is gated (act(gate) * up)",
                          help="declare `axis n = halves(gate | up, L -> P)` or `interleave(...)`")
+        for v in sorted(values):
+            declared = self.i.activation(v)
+            if declared is not None and declared.constants:
+                self.constants(v, declared.constants)
         kernel = self.c.kernel
         if kernel is None:
             return
@@ -190,3 +220,52 @@ class _Binding:
                              f"as {declared.view}({' | '.join(declared.roles)}) for {v}",
                              help="drop the `view` clause: the glue's interface gives the view")
                     return
+
+
+def _finite_rules(contract: ir.Contract, names: set[str]) -> list[ir.Rule]:
+    """The requires and admits that read only the parameters `names` (through lets)."""
+    from .evaluate import param_deps
+
+    lets = {let.name: let for let in contract.lets}
+    return [r for r in contract.rules if param_deps(r.cond, lets) <= names]
+
+
+def _admitted_constants(contract: ir.Contract, activation: str,
+                        constants: tuple[tuple[str, int], ...]) -> tuple[str, dict[str, int]] | None:
+    """A combination the rules admit where `activation` runs with a constant other than the
+    kernel's: (parameter, assignment), or None when every admitted one pins them all."""
+    import itertools
+
+    from .evaluate import EvalError, eval_expr, needed_lets, param_deps
+
+    lets = {let.name: let for let in contract.lets}
+    act = glue_activation(contract)
+    assert act is not None
+    names = sorted(param_deps(act, lets) | {n for n, _ in constants})
+    params = [contract.param(n) for n in names]
+    if any(not p.finite for p in params):
+        return None  # a range-typed constant: reported as not pinned by the caller
+    rules = _finite_rules(contract, set(names))
+    for combo in itertools.product(*(p.values for p in params)):
+        env: dict[str, object] = dict(zip(names, combo, strict=True))
+        try:
+            for let in needed_lets(act, lets):
+                env[let.name] = eval_expr(let.value, env)  # type: ignore[arg-type]
+            if eval_expr(act, env) != activation:  # type: ignore[arg-type]
+                continue
+            wrong = next((n for n, v in constants if env[n] != v), None)
+            if wrong is None:
+                continue
+            admitted = True
+            for rule in rules:
+                scope = dict(env)
+                for let in needed_lets(rule.cond, lets):
+                    scope[let.name] = eval_expr(let.value, scope)  # type: ignore[arg-type]
+                if eval_expr(rule.cond, scope) is not True:  # type: ignore[arg-type]
+                    admitted = False
+                    break
+        except EvalError:
+            continue
+        if admitted:
+            return wrong, {n: int(v) for n, v in env.items() if n in {c for c, _ in constants}}  # type: ignore[call-overload]
+    return None

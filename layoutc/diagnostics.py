@@ -110,6 +110,7 @@ CODES: dict[str, str] = {
     "LC527": "a storage dtype the glue does not accept",
     "LC528": "tensors disagree on the experts axis",
     "LC529": "the glue's op or package differs from what its code calls",
+    "LC530": "an activation admitted with constants other than the ones its kernel fixes (swiglu alpha, limit)",
     # 6xx: verification findings (`layoutc verify`, and `compile`, which verifies first)
     "LC601": "verification found a counterexample",
     "LC602": "the contract is vacuous: it admits no configuration",

@@ -12,7 +12,7 @@ import hashlib
 import re
 import textwrap
 from importlib import resources
-from typing import Any
+from typing import Any, assert_never
 
 import jinja2
 
@@ -43,33 +43,38 @@ _PY_FUNCS = {"round_up": "_p.round_up", "round_down": "_p.round_down", "cdiv": "
 
 def render_expr(e: ir.Expr, prefix: str) -> str:
     """Python source for `e`; parameters and lets are read as `{prefix}name`."""
-    if isinstance(e, ir.Const):
-        return repr(e.value)
-    if isinstance(e, ir.Ref):
-        return f"{prefix}{e.name}"
-    if isinstance(e, ir.Cond):
-        return (f"({render_expr(e.then, prefix)} if {render_expr(e.cond, prefix)} "
-                f"else {render_expr(e.orelse, prefix)})")
-    if isinstance(e, ir.Select):
-        subject = render_expr(e.subject, prefix)
-        if e.default is None and all(isinstance(v, ir.Const) for _, v in e.cases):
-            table = ", ".join(f"{m!r}: {render_expr(v, prefix)}" for m, v in e.cases)
-            return f"{{{table}}}[{subject}]"
-        out = render_expr(e.default, prefix) if e.default is not None else render_expr(e.cases[-1][1], prefix)
-        cases = e.cases if e.default is not None else e.cases[:-1]
-        for member, value in reversed(cases):
-            out = f"({render_expr(value, prefix)} if {subject} == {member!r} else {out})"
-        return out
-    if isinstance(e, ir.Op):
-        args = [render_expr(a, prefix) for a in e.args]
-        if e.op == "not":
-            return f"(not {args[0]})"
-        if e.op == "neg":
-            return f"(-{args[0]})"
-        if e.op in _PY_FUNCS:
-            return f"{_PY_FUNCS[e.op]}({', '.join(args)})"
-        return f"({args[0]} {_PY_OPS[e.op]} {args[1]})"
-    raise ValueError(f"cannot render {type(e).__name__} in a generated module")
+    match e:
+        case ir.Const():
+            return repr(e.value)
+        case ir.Ref():
+            return f"{prefix}{e.name}"
+        case ir.Cond():
+            return (f"({render_expr(e.then, prefix)} if {render_expr(e.cond, prefix)} "
+                    f"else {render_expr(e.orelse, prefix)})")
+        case ir.Select():
+            subject = render_expr(e.subject, prefix)
+            if e.default is None and all(isinstance(v, ir.Const) for _, v in e.cases):
+                table = ", ".join(f"{m!r}: {render_expr(v, prefix)}" for m, v in e.cases)
+                return f"{{{table}}}[{subject}]"
+            out = render_expr(e.default, prefix) if e.default is not None else render_expr(e.cases[-1][1], prefix)
+            cases = e.cases if e.default is not None else e.cases[:-1]
+            for member, value in reversed(cases):
+                out = f"({render_expr(value, prefix)} if {subject} == {member!r} else {out})"
+            return out
+        case ir.Op():
+            args = [render_expr(a, prefix) for a in e.args]
+            if e.op == "not":
+                return f"(not {args[0]})"
+            if e.op == "neg":
+                return f"(-{args[0]})"
+            if e.op in _PY_FUNCS:
+                return f"{_PY_FUNCS[e.op]}({', '.join(args)})"
+            return f"({args[0]} {_PY_OPS[e.op]} {args[1]})"
+        case ir.AxisSize() | ir.TensorValue() | ir.Code():
+            # only in kernel rules and decode expressions, which generated modules never evaluate
+            raise ValueError(f"cannot render {type(e).__name__} in a generated module")
+        case _:
+            assert_never(e)
 
 
 _NEGATE = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
@@ -225,6 +230,8 @@ def _params(contract: ir.Contract, dtype_params: list[str]) -> list[dict[str, An
             check = f"_p.check_member(CONTRACT, {p.name!r}, {p.name}, {p.values!r}, SOURCE_FILE)"
             annotation = "str"
         field_type = {"range": "int", "set": "int", "bool": "bool"}.get(p.kind, "str")
+        if p.default is not None:
+            annotation = f"{annotation} = {p.default!r}"
         one = f"    {p.name} = {check}"
         if len(one) > 99:
             head, _, args = check.partition("(")
@@ -316,7 +323,7 @@ def _glue_view(contract: ir.Contract) -> dict[str, Any] | None:
     views = "{" + ", ".join(f"{a.name!r}: {a.view!r}" for a in interface.activations).replace("'", '"') + "}"
     return {
         "module": entry.module, "summary": interface.summary, "views": views, "activation": activation,
-        "ops": "{" + ", ".join(f'"{k}": "{v}"' for k, v in interface.ops) + "}",
+        "ops": "{\n" + "".join(f'    "{k}": "{v}",\n' for k, v in interface.ops) + "}",
         "reexports": sorted((n for n in entry.public if n != "load_kernel"), key=_natural),
         "num_experts": f"{w13.name}_shapes(plan)[1][0]",
         "hidden_size": f"{w13.name}_shapes(plan)[1][2]",
@@ -405,9 +412,10 @@ def _uses(contract: ir.Contract, ops: tuple[str, ...]) -> bool:
 
 
 def _domain_doc(p: ir.Param) -> str:
+    default = f" (default {p.default})" if p.default is not None else ""
     if p.kind == "range":
-        return f"int in {p.low}..{p.high}"
-    return "one of " + ", ".join(repr(v) for v in p.values)
+        return f"int in {p.low}..{p.high}{default}"
+    return "one of " + ", ".join(repr(v) for v in p.values) + default
 
 
 def _doc_safe(text: str) -> str:

@@ -19,7 +19,8 @@ from .runtime import interface as iface
 
 _CONSTRUCTORS: dict[str, Any] = {"GlueInterface": iface.GlueInterface, "TensorSlot": iface.TensorSlot,
                                  "Activation": iface.Activation}
-_NAMES: dict[str, Any] = {"WEIGHTS": iface.WEIGHTS, "BIASES": iface.BIASES}
+_NAMES: dict[str, Any] = {"WEIGHTS": iface.WEIGHTS, "BIASES": iface.BIASES,
+                          "SWIGLUOAI_CONSTANTS": iface.SWIGLUOAI_CONSTANTS}
 
 
 @dataclass(frozen=True)

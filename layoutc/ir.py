@@ -7,8 +7,9 @@ lowered to conditionals, and every axis knows its logical and padded size.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, assert_never
 
 from .diagnostics import Span
 
@@ -148,6 +149,7 @@ class Param:
     low: int
     high: int
     span: Span
+    default: int | None = None  # `param NAME: int ... = N`: plan() may omit it
 
     @property
     def finite(self) -> bool:
@@ -334,18 +336,26 @@ ACTIVATIONS: dict[str, tuple[bool, int]] = {
 }
 
 
-def walk(expr: Expr):  # type: ignore[no-untyped-def]
+def children(node: Expr) -> tuple[Expr, ...]:
+    """The direct sub-expressions of `node`, in source order."""
+    match node:
+        case Op():
+            return node.args
+        case Cond():
+            return (node.cond, node.then, node.orelse)
+        case Select():
+            rest = (node.default,) if node.default is not None else ()
+            return (node.subject, *(value for _, value in node.cases), *rest)
+        case Const() | Ref() | AxisSize() | TensorValue() | Code():
+            return ()
+        case _:
+            assert_never(node)
+
+
+def walk(expr: Expr) -> Iterator[Expr]:
     """Yield every sub-expression (pre-order, iteratively)."""
     stack = [expr]
     while stack:
         node = stack.pop()
         yield node
-        if isinstance(node, Op):
-            stack.extend(reversed(node.args))
-        elif isinstance(node, Cond):
-            stack.extend([node.orelse, node.then, node.cond])
-        elif isinstance(node, Select):
-            if node.default is not None:
-                stack.append(node.default)
-            stack.extend(value for _, value in reversed(node.cases))
-            stack.append(node.subject)
+        stack.extend(reversed(children(node)))

@@ -1,4 +1,4 @@
-"""Parse contract text into the AST (``ast.py``) with lark's LALR parser.
+"""Parse contract text into the AST (``syntax.py``) with lark's LALR parser.
 
 ``parse(text, file)`` never raises on bad input: it returns ``(module | None,
 diagnostics)``. Limits (file size, nesting depth, literal size, declaration
@@ -14,7 +14,7 @@ from importlib import resources
 import lark
 from lark import Token, Tree
 
-from . import ast as A
+from . import syntax as A
 from .diagnostics import Diagnostic, Span, error
 
 MAX_BYTES = 1 << 20  # 1 MiB
@@ -199,7 +199,8 @@ class _Builder:
         if kind == "policy_fallback":
             return A.PolicyDecl("fallback", str(c[0]), span)
         if kind == "param_decl":
-            return A.ParamDecl(str(c[0]), self.domain(c[1]), span)
+            default = self.signed(c[2]) if len(c) > 2 and c[2] is not None else None
+            return A.ParamDecl(str(c[0]), self.domain(c[1]), span, default)
         if kind == "let_decl":
             return A.LetDecl(str(c[0]), self.expr(c[1]), span)
         if kind in ("require_decl", "admit_decl"):

@@ -258,7 +258,7 @@ def test_swigluoai_runs_interleaved_and_padded_on_the_real_kernel(kernel, tp: in
     ids = torch.stack([torch.randperm(experts)[:2] for _ in range(6)])
     weights = torch.rand(6, 2)
     plan = m.plan(num_experts=experts, hidden_size=hidden, intermediate_size=intermediate, tp_size=tp, isa="vec",
-                  activation="swigluoai", dtype="float32")
+                  activation="swigluoai", dtype="float32", swiglu_alpha_milli=1702, swiglu_limit_milli=7000)
     per_rank = intermediate // tp
     assert plan.intermediate_size_per_partition_padded == -(-per_rank // 32) * 32
     total = torch.zeros(6, hidden)
@@ -280,6 +280,18 @@ def test_swigluoai_runs_interleaved_and_padded_on_the_real_kernel(kernel, tp: in
     assert float((total.double() - expected).norm() / expected.norm()) < 1e-4
 
 
+@pytest.mark.parametrize("alpha, limit", [(0, 0), (1702, 0), (0, 7000)])
+def test_swigluoai_with_other_constants_is_refused(m, alpha: int, limit: int) -> None:  # type: ignore[no-untyped-def]
+    """The kernel hard-codes alpha 1.702 and limit 7.0: a gpt-oss model with swiglu_limit 3.0 (or one
+    that states none) is refused instead of running silently wrong; 3000 is outside the domain."""
+    base = dict(num_experts=4, hidden_size=64, intermediate_size=128, tp_size=1, isa="vec", activation="swigluoai",
+                dtype="float32")
+    with pytest.raises(m.LayoutContractError, match=r"fixed alpha 1\.702 and clamp limit 7\.0"):
+        m.plan(**base, swiglu_alpha_milli=alpha, swiglu_limit_milli=limit)
+    with pytest.raises(m.LayoutContractError, match="swiglu_limit_milli=3000 is not one of"):
+        m.plan(**base, swiglu_alpha_milli=1702, swiglu_limit_milli=3000)
+
+
 def test_halves_weights_under_swigluoai_give_wrong_numbers(kernel) -> None:  # type: ignore[no-untyped-def]
     """Why the contract says interleave for swigluoai: the same kernel fed [gate | up] halves is wrong."""
     m = kernel
@@ -294,7 +306,7 @@ def test_halves_weights_under_swigluoai_give_wrong_numbers(kernel) -> None:  # t
     ids = torch.stack([torch.randperm(experts)[:2] for _ in range(6)])
     weights = torch.rand(6, 2)
     plan = m.plan(num_experts=experts, hidden_size=hidden, intermediate_size=intermediate, tp_size=1, isa="vec",
-                  activation="swigluoai", dtype="float32")
+                  activation="swigluoai", dtype="float32", swiglu_alpha_milli=1702, swiglu_limit_milli=7000)
     right = m.fused_moe(x, *m.prepack(pairs, w2, plan), weights, ids, plan)
     wrong = m.fused_moe(x, *m.prepack(halves, w2, plan), weights, ids, plan)
     assert float((wrong - right).norm() / right.norm()) > 0.5

@@ -41,12 +41,16 @@ class Activation:
     view: "halves" ([gate | up], split at half) or "interleave" ((gate, up) pairs).
     roles: the order of the two segments in that view.
     formula: the exact formula, for documentation and review.
+    constants: (parameter, value) of every constant the kernel fixes for this activation,
+        in the contract's integer unit (thousandths: swiglu_limit 7.0 is 7000). A contract
+        admitting the activation declares these parameters and admits only these values.
     """
 
     name: str
     view: str
     roles: tuple[str, str]
     formula: str
+    constants: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,3 +102,7 @@ BIASES = (
     TensorSlot("bias", "w13", ("experts", "n"), optional=True, tied=(("n", "weight w13.n"),)),
     TensorSlot("bias", "w2", ("experts", "n"), optional=True),
 )
+
+# gpt-oss's swigluoai as vLLM's kernels fix it: alpha 1.702, clamp limit 7.0
+# (csrc/activation_kernels.cu swigluoai_and_mul; the CPU kernels hard-code both).
+SWIGLUOAI_CONSTANTS = (("swiglu_alpha_milli", 1702), ("swiglu_limit_milli", 7000))

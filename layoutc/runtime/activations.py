@@ -20,8 +20,8 @@ import torch
 
 from .errors import LayoutContractError
 
-SWIGLUOAI_ALPHA = 1.702
-SWIGLUOAI_LIMIT = 7.0
+SWIGLUOAI_ALPHA = 1.702  # interface.SWIGLUOAI_CONSTANTS: swiglu_alpha_milli 1702
+SWIGLUOAI_LIMIT = 7.0  # swiglu_limit_milli 7000
 NAMES = ("silu", "gelu", "gelu_tanh", "swigluoai")
 
 

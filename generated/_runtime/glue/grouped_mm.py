@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..activations import gated
-from ..interface import WEIGHTS, Activation, GlueInterface
+from ..interface import SWIGLUOAI_CONSTANTS, WEIGHTS, Activation, GlueInterface
 from ..ops import op
 from ..packed import KernelConfig, PackedWeight, check_packed
 from ..routing import check_hidden, check_routing
@@ -29,7 +29,7 @@ INTERFACE = GlueInterface(
         Activation("gelu", "halves", ("gate", "up"), "gelu(gate) * up"),
         Activation("gelu_tanh", "halves", ("gate", "up"), "gelu_tanh(gate) * up"),
         Activation("swigluoai", "interleave", ("gate", "up"),
-                   "(clamp(up, -7, 7) + 1) * g * sigmoid(1.702 * g), g = min(gate, 7)"),
+                   "(clamp(up, -7, 7) + 1) * g * sigmoid(1.702 * g), g = min(gate, 7)", SWIGLUOAI_CONSTANTS),
     ),
     dtypes=("bfloat16", "float16", "float32"),
     pads_hidden=False,

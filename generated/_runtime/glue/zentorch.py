@@ -16,7 +16,7 @@ import os
 import torch
 
 from ..errors import KernelUnavailableError, LayoutContractError
-from ..interface import BIASES, WEIGHTS, Activation, GlueInterface
+from ..interface import BIASES, SWIGLUOAI_CONSTANTS, WEIGHTS, Activation, GlueInterface
 from ..ops import has_op, op
 from ..packed import KernelConfig, PackedWeight, check_bias, check_packed
 from ..routing import check_hidden, check_routing
@@ -33,7 +33,7 @@ INTERFACE = GlueInterface(
         Activation("gelu", "halves", ("gate", "up"), "gelu(gate) * up"),
         Activation("gelu_tanh", "halves", ("gate", "up"), "gelu_tanh(gate) * up"),
         Activation("swigluoai", "interleave", ("gate", "up"),
-                   "(clamp(up, -7, 7) + 1) * g * sigmoid(1.702 * g), g = min(gate, 7)"),
+                   "(clamp(up, -7, 7) + 1) * g * sigmoid(1.702 * g), g = min(gate, 7)", SWIGLUOAI_CONSTANTS),
     ),
     dtypes=("bfloat16", "float32"),
     pads_hidden=False,

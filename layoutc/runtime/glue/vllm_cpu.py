@@ -15,7 +15,7 @@ import platform
 import torch
 
 from ..errors import KernelUnavailableError, LayoutContractError
-from ..interface import BIASES, WEIGHTS, Activation, GlueInterface
+from ..interface import BIASES, SWIGLUOAI_CONSTANTS, WEIGHTS, Activation, GlueInterface
 from ..ops import has_op, op
 from ..packed import KernelConfig, PackedWeight, check_bias, check_packed
 from ..routing import check_hidden, check_routing
@@ -32,7 +32,7 @@ INTERFACE = GlueInterface(
         Activation("gelu", "halves", ("gate", "up"), "gelu(gate) * up"),
         Activation("gelu_tanh", "halves", ("gate", "up"), "gelu_tanh(gate) * up"),
         Activation("swigluoai", "interleave", ("gate", "up"),
-                   "(clamp(up, -7, 7) + 1) * g * sigmoid(1.702 * g), g = min(gate, 7)"),
+                   "(clamp(up, -7, 7) + 1) * g * sigmoid(1.702 * g), g = min(gate, 7)", SWIGLUOAI_CONSTANTS),
     ),
     dtypes=("bfloat16", "float16", "float32"),
     pads_hidden=False,

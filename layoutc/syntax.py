@@ -142,6 +142,7 @@ class ParamDecl:
     name: str
     domain: Domain
     span: Span
+    default: int | None = None
 
 
 @dataclass(frozen=True)
