@@ -20,7 +20,8 @@ from .runtime import interface as iface
 _CONSTRUCTORS: dict[str, Any] = {"GlueInterface": iface.GlueInterface, "TensorSlot": iface.TensorSlot,
                                  "Activation": iface.Activation}
 _NAMES: dict[str, Any] = {"WEIGHTS": iface.WEIGHTS, "BIASES": iface.BIASES,
-                          "SWIGLUOAI_CONSTANTS": iface.SWIGLUOAI_CONSTANTS}
+                          "SWIGLUOAI_CONSTANTS": iface.SWIGLUOAI_CONSTANTS,
+                          "GATED_HALVES": iface.GATED_HALVES, "SWIGLUOAI_PAIRS": iface.SWIGLUOAI_PAIRS}
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,13 @@ def _value(node: pyast.expr) -> Any:
     if isinstance(node, pyast.Constant):
         return node.value
     if isinstance(node, pyast.Tuple):
-        return tuple(_value(e) for e in node.elts)
+        items: list[Any] = []
+        for e in node.elts:
+            if isinstance(e, pyast.Starred):
+                items.extend(_value(e.value))
+            else:
+                items.append(_value(e))
+        return tuple(items)
     if isinstance(node, pyast.Name) and node.id in _NAMES:
         return _NAMES[node.id]
     if isinstance(node, pyast.BinOp) and isinstance(node.op, pyast.Add):

@@ -56,13 +56,16 @@ def test_every_fast_path_computes_the_models_activation(contracts, models) -> No
     assert admitted > 50  # the bundled models do take fast paths
 
 
-def test_swigluoai_contract_is_never_a_fast_path_for_other_activations(contracts, models) -> None:  # type: ignore[no-untyped-def]
-    rows = [r for r in audit(models, TPS, contracts) if r.contract == "vllm_cpu_grouped_gemm_swigluoai"]
+def test_swigluoai_fast_path_only_with_the_kernels_constants(contracts, models) -> None:  # type: ignore[no-untyped-def]
+    """The CPU grouped GEMM takes silu, gelu, gelu_tanh and swigluoai; a swigluoai row is a fast
+    path only with the kernel's fixed constants (alpha 1.702 -> 1702, limit 7.0 -> 7000)."""
+    rows = [r for r in audit(models, TPS, contracts) if r.contract == "vllm_cpu_grouped_gemm"]
+    swiglu = [r for r in rows if dict(models)[r.model].activation == "swigluoai" and r.admitted]
+    assert all(r.params["swiglu_limit_milli"] == 7000 and r.params["swiglu_alpha_milli"] == 1702 for r in swiglu)
     others = [r for r in rows if dict(models)[r.model].activation != "swigluoai"]
-    assert others, "the bundled models include silu/gelu models"
-    assert not any(r.admitted for r in others)
-    assert all("computes only swigluoai" in (r.reason or "") for r in others)
-    assert all(r.rule and r.rule.startswith("kernel line ") for r in others)
+    # the contract's default (0: no such constant) stands for models that state none
+    assert others and all(r.params.get("swiglu_limit_milli", 0) == 0 for r in others)
+    assert all("swiglu_limit_milli" not in r.variant for r in others)
 
 
 @pytest.mark.parametrize("name", ["torch_int4pack_moe", "torch_int8pack_moe"])
@@ -74,17 +77,9 @@ def test_weight_only_pack_kernels_are_not_offered_to_checkpoints(name: str, cont
     assert all("weight-only" in s.reason for s in skipped)
 
 
-SWIGLU_CONTRACT = (CONTRACTS / "vllm_cpu_grouped_gemm_swigluoai.moe").read_text(encoding="utf-8").replace(
-    "param dtype: enum {bfloat16, float16, float32}",
-    "param dtype: enum {bfloat16, float16, float32}\nparam swiglu_limit: int in {7}\nparam swiglu_alpha_milli: int in {1702}",
-).replace("contract vllm_cpu_grouped_gemm_swigluoai", "contract swiglu_with_limit")
-
-
 @pytest.fixture(scope="module")
 def limit_contract(tmp_path_factory):  # type: ignore[no-untyped-def]
-    path = tmp_path_factory.mktemp("c") / "swiglu_with_limit.moe"
-    path.write_text(SWIGLU_CONTRACT, encoding="utf-8")
-    c, diags, _ = load(str(path))
+    c, diags, _ = load(str(CONTRACTS / "vllm_cpu_grouped_gemm.moe"))  # it states the kernel's clamp
     assert c is not None, diags
     return c
 
@@ -99,8 +94,8 @@ def _gpt_oss(**changes):  # type: ignore[no-untyped-def]
 def test_matching_swiglu_limit_is_admitted(limit_contract) -> None:  # type: ignore[no-untyped-def]
     rows = audit([("gpt-oss", _gpt_oss())], [1], [limit_contract])
     assert rows and any(r.admitted for r in rows), [r.reason for r in rows]
-    assert all(r.params["swiglu_limit"] == 7 and r.params["swiglu_alpha_milli"] == 1702 for r in rows)
-    assert rows[0].sources["swiglu_limit"] == "swiglu_limit"
+    assert all(r.params["swiglu_limit_milli"] == 7000 and r.params["swiglu_alpha_milli"] == 1702 for r in rows)
+    assert rows[0].sources["swiglu_limit_milli"] == "swiglu_limit"
 
 
 def test_different_swiglu_limit_is_refused(limit_contract) -> None:  # type: ignore[no-untyped-def]
@@ -117,9 +112,9 @@ def test_swigluoai_model_without_a_limit_is_refused(limit_contract) -> None:  # 
 
 
 def test_contract_without_a_limit_cannot_confirm_a_clamped_model(contracts) -> None:  # type: ignore[no-untyped-def]
-    """zentorch and aiter take swigluoai but state no clamp: not a fast path for gpt-oss."""
+    """aiter takes swigluoai but states no clamp: not a fast path for gpt-oss."""
     model = _gpt_oss()
-    rows = [r for r in audit([("gpt-oss", model)], [1], contracts) if r.contract == "zentorch_fused_moe"]
+    rows = [r for r in audit([("gpt-oss", model)], [1], contracts) if r.contract == "aiter_fused_moe"]
     assert rows and not any(r.admitted for r in rows)
     assert any("no swiglu_limit parameter" in m for r in rows for _, m in r.violations)
 

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from .errors import LayoutContractError
+from .interface import GlueInterface
 
 
 @dataclass(frozen=True)
@@ -91,3 +92,36 @@ def check_bias(who: str, what: str, bias: object, config: KernelConfig) -> torch
     if shape is None:
         raise LayoutContractError(f"{who}: the contract declares no {what}; it cannot be passed")
     return check_tensor(who, f"{what} (padded)", bias, shape, config.dtype)
+
+
+@dataclass(frozen=True)
+class Forward:
+    """The checked inputs of one forward: token count, the packed data and the routing."""
+
+    tokens: int
+    w13: Any
+    w2: Any
+    weights: torch.Tensor
+    ids: torch.Tensor
+
+
+def check_forward(interface: GlueInterface, cfg: KernelConfig, hidden_states: object, packed_w13: object,
+                  packed_w2: object, topk_weights: object, topk_ids: object) -> Forward:
+    """Every check a glue's `fused_moe` makes before its kernel: the activation is one the glue
+    computes with cfg.w13_view, hidden_states [tokens, hidden_size] of cfg.dtype, both weights from
+    this contract's `prepack` for `cfg`, and the routing (ids bounded by cfg.num_experts).
+
+    Raises LayoutContractError naming what is wrong.
+    """
+    from .routing import check_hidden, check_routing
+
+    who = cfg.contract
+    declared = interface.activation(cfg.activation)
+    if declared is None or declared.view != cfg.w13_view:
+        raise LayoutContractError(f"{who}: {interface.kind} computes {cfg.activation!r} with w13 read as "
+                                  f"{declared.view if declared else 'nothing'}, not {cfg.w13_view!r}")
+    tokens = check_hidden(who, hidden_states, cfg.hidden_size, cfg.dtype)
+    w13 = check_packed(who, "packed_w13", packed_w13, "w13", cfg)
+    w2 = check_packed(who, "packed_w2", packed_w2, "w2", cfg)
+    weights, ids = check_routing(who, tokens, topk_weights, topk_ids, cfg.num_experts)
+    return Forward(tokens, w13, w2, weights, ids)

@@ -104,3 +104,14 @@ BIASES = (
 # gpt-oss's swigluoai as vLLM's kernels fix it: alpha 1.702, clamp limit 7.0
 # (csrc/activation_kernels.cu swigluoai_and_mul; the CPU kernels hard-code both).
 SWIGLUOAI_CONSTANTS = (("swiglu_alpha_milli", 1702), ("swiglu_limit_milli", 7000))
+
+# The gated activations every glue here computes on [gate | up] halves, and gpt-oss's
+# swigluoai on interleaved (gate, up) pairs.
+GATED_HALVES = (
+    Activation("silu", "halves", ("gate", "up"), "silu(gate) * up"),
+    Activation("gelu", "halves", ("gate", "up"), "gelu(gate) * up"),
+    Activation("gelu_tanh", "halves", ("gate", "up"), "gelu_tanh(gate) * up"),
+)
+SWIGLUOAI_PAIRS = Activation("swigluoai", "interleave", ("gate", "up"),
+                             "(clamp(up, -7, 7) + 1) * g * sigmoid(1.702 * g), g = min(gate, 7)",
+                             SWIGLUOAI_CONSTANTS)

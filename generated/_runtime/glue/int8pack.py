@@ -15,11 +15,10 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import LayoutContractError
-from ..interface import WEIGHTS, Activation, GlueInterface
+from ..interface import GATED_HALVES, WEIGHTS, GlueInterface
 from ..layout import check_tensor
 from ..ops import op
-from ..packed import KernelConfig, PackedWeight, check_packed
-from ..routing import check_hidden, check_routing
+from ..packed import KernelConfig, PackedWeight, check_forward
 from ._loop import expert_loop
 
 INTERFACE = GlueInterface(
@@ -29,11 +28,7 @@ INTERFACE = GlueInterface(
     ops=(("forward", "aten::_weight_int8pack_mm"),),
     args=(),
     tensors=WEIGHTS,
-    activations=(
-        Activation("silu", "halves", ("gate", "up"), "silu(gate) * up"),
-        Activation("gelu", "halves", ("gate", "up"), "gelu(gate) * up"),
-        Activation("gelu_tanh", "halves", ("gate", "up"), "gelu_tanh(gate) * up"),
-    ),
+    activations=GATED_HALVES,
     dtypes=("bfloat16", "float16", "float32"),
     pads_hidden=False,
     output_bias="once",
@@ -96,10 +91,9 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     Returns a new [num_tokens, hidden_size] tensor. Raises LayoutContractError on wrong input.
     """
     who = cfg.contract
-    tokens = check_hidden(who, hidden_states, cfg.hidden_size, cfg.dtype)
-    data = {"w13": check_packed(who, "packed_w13", packed_w13, "w13", cfg),
-            "w2": check_packed(who, "packed_w2", packed_w2, "w2", cfg)}
-    weights, ids = check_routing(who, tokens, topk_weights, topk_ids, cfg.num_experts)
+    f = check_forward(INTERFACE, cfg, hidden_states, packed_w13, packed_w2, topk_weights, topk_ids)
+    tokens, weights, ids = f.tokens, f.weights, f.ids
+    data = {"w13": f.w13, "w2": f.w2}
     for role, packed in data.items():
         shape = cfg.shape(role)
         assert shape is not None

@@ -16,10 +16,9 @@ import os
 import torch
 
 from ..errors import KernelUnavailableError, LayoutContractError
-from ..interface import BIASES, SWIGLUOAI_CONSTANTS, WEIGHTS, Activation, GlueInterface
+from ..interface import BIASES, GATED_HALVES, SWIGLUOAI_PAIRS, WEIGHTS, GlueInterface
 from ..ops import has_op, op
-from ..packed import KernelConfig, PackedWeight, check_bias, check_packed
-from ..routing import check_hidden, check_routing
+from ..packed import KernelConfig, PackedWeight, check_bias, check_forward
 
 INTERFACE = GlueInterface(
     kind="zentorch_moe",
@@ -28,13 +27,7 @@ INTERFACE = GlueInterface(
     ops=(("forward", "zentorch::zentorch_fused_moe"),),
     args=("activation",),
     tensors=WEIGHTS + BIASES,
-    activations=(
-        Activation("silu", "halves", ("gate", "up"), "silu(gate) * up"),
-        Activation("gelu", "halves", ("gate", "up"), "gelu(gate) * up"),
-        Activation("gelu_tanh", "halves", ("gate", "up"), "gelu_tanh(gate) * up"),
-        Activation("swigluoai", "interleave", ("gate", "up"),
-                   "(clamp(up, -7, 7) + 1) * g * sigmoid(1.702 * g), g = min(gate, 7)", SWIGLUOAI_CONSTANTS),
-    ),
+    activations=(*GATED_HALVES, SWIGLUOAI_PAIRS),
     dtypes=("bfloat16", "float32"),
     pads_hidden=False,
     output_bias="once",
@@ -89,14 +82,8 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     avx512_bf16 unless ZENDNNL_MATMUL_ALGO=3.
     """
     who = cfg.contract
-    declared = INTERFACE.activation(cfg.activation)
-    if declared is None or declared.view != cfg.w13_view:
-        raise LayoutContractError(f"{who}: {FORWARD_OP} does not compute {cfg.activation!r} on a "
-                                  f"{cfg.w13_view!r} w13")
-    tokens = check_hidden(who, hidden_states, cfg.hidden_size, cfg.dtype)
-    w13 = check_packed(who, "packed_w13", packed_w13, "w13", cfg)
-    w2 = check_packed(who, "packed_w2", packed_w2, "w2", cfg)
-    weights, ids = check_routing(who, tokens, topk_weights, topk_ids, cfg.num_experts)
+    f = check_forward(INTERFACE, cfg, hidden_states, packed_w13, packed_w2, topk_weights, topk_ids)
+    tokens, w13, w2, weights, ids = f.tokens, f.w13, f.w2, f.weights, f.ids
     b13 = check_bias(who, "w13_bias", w13_bias, cfg)
     b2 = check_bias(who, "w2_bias", w2_bias, cfg)
     if tokens == 0:

@@ -10,10 +10,9 @@ from __future__ import annotations
 import torch
 
 from ..activations import gated
-from ..interface import SWIGLUOAI_CONSTANTS, WEIGHTS, Activation, GlueInterface
+from ..interface import GATED_HALVES, SWIGLUOAI_PAIRS, WEIGHTS, GlueInterface
 from ..ops import op
-from ..packed import KernelConfig, PackedWeight, check_packed
-from ..routing import check_hidden, check_routing
+from ..packed import KernelConfig, PackedWeight, check_forward
 
 INTERFACE = GlueInterface(
     kind="torch_grouped_mm",
@@ -22,13 +21,7 @@ INTERFACE = GlueInterface(
     ops=(("forward", "aten::_grouped_mm"),),
     args=(),
     tensors=WEIGHTS,
-    activations=(
-        Activation("silu", "halves", ("gate", "up"), "silu(gate) * up"),
-        Activation("gelu", "halves", ("gate", "up"), "gelu(gate) * up"),
-        Activation("gelu_tanh", "halves", ("gate", "up"), "gelu_tanh(gate) * up"),
-        Activation("swigluoai", "interleave", ("gate", "up"),
-                   "(clamp(up, -7, 7) + 1) * g * sigmoid(1.702 * g), g = min(gate, 7)", SWIGLUOAI_CONSTANTS),
-    ),
+    activations=(*GATED_HALVES, SWIGLUOAI_PAIRS),
     dtypes=("bfloat16", "float16", "float32"),
     pads_hidden=False,
     output_bias="once",
@@ -60,11 +53,8 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     Returns a new [num_tokens, hidden_size] tensor of cfg.dtype.
     Raises LayoutContractError on wrong input.
     """
-    who = cfg.contract
-    tokens = check_hidden(who, hidden_states, cfg.hidden_size, cfg.dtype)
-    w13 = check_packed(who, "packed_w13", packed_w13, "w13", cfg)
-    w2 = check_packed(who, "packed_w2", packed_w2, "w2", cfg)
-    weights, ids = check_routing(who, tokens, topk_weights, topk_ids, cfg.num_experts)
+    f = check_forward(INTERFACE, cfg, hidden_states, packed_w13, packed_w2, topk_weights, topk_ids)
+    tokens, w13, w2, weights, ids = f.tokens, f.w13, f.w2, f.weights, f.ids
     if tokens == 0:
         return torch.empty(0, cfg.hidden_size, dtype=cfg.dtype)
     top_k = ids.shape[1]

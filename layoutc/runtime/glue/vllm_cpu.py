@@ -14,11 +14,10 @@ import platform
 
 import torch
 
-from ..errors import KernelUnavailableError, LayoutContractError
-from ..interface import BIASES, SWIGLUOAI_CONSTANTS, WEIGHTS, Activation, GlueInterface
+from ..errors import KernelUnavailableError
+from ..interface import BIASES, GATED_HALVES, SWIGLUOAI_PAIRS, WEIGHTS, GlueInterface
 from ..ops import has_op, op
-from ..packed import KernelConfig, PackedWeight, check_bias, check_packed
-from ..routing import check_hidden, check_routing
+from ..packed import KernelConfig, PackedWeight, check_bias, check_forward
 
 INTERFACE = GlueInterface(
     kind="vllm_cpu_moe",
@@ -27,13 +26,7 @@ INTERFACE = GlueInterface(
     ops=(("prepack", "_C::prepack_moe_weight"), ("forward", "_C::cpu_fused_moe")),
     args=("isa", "activation"),
     tensors=WEIGHTS + BIASES,
-    activations=(
-        Activation("silu", "halves", ("gate", "up"), "silu(gate) * up"),
-        Activation("gelu", "halves", ("gate", "up"), "gelu(gate) * up"),
-        Activation("gelu_tanh", "halves", ("gate", "up"), "gelu_tanh(gate) * up"),
-        Activation("swigluoai", "interleave", ("gate", "up"),
-                   "(clamp(up, -7, 7) + 1) * g * sigmoid(1.702 * g), g = min(gate, 7)", SWIGLUOAI_CONSTANTS),
-    ),
+    activations=(*GATED_HALVES, SWIGLUOAI_PAIRS),
     dtypes=("bfloat16", "float16", "float32"),
     pads_hidden=False,
     output_bias="once",
@@ -105,14 +98,6 @@ def check_isa(who: str, isa: str) -> str:
     return isa
 
 
-def _check_activation(cfg: KernelConfig) -> str:
-    declared = INTERFACE.activation(cfg.activation)
-    if declared is None or declared.view != cfg.w13_view:
-        raise LayoutContractError(f"{cfg.contract}: {FORWARD_OP} computes {cfg.activation!r} with w13 read as "
-                                  f"{declared.view if declared else 'nothing'}, not {cfg.w13_view!r}")
-    return cfg.activation
-
-
 def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor,
                    padded_w2: torch.Tensor) -> tuple[PackedWeight, PackedWeight]:
     """Re-block padded weights with `_C::prepack_moe_weight`.
@@ -146,11 +131,8 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     """
     who = cfg.contract
     isa = check_isa(who, str(cfg.arg("isa")))
-    activation = _check_activation(cfg)
-    tokens = check_hidden(who, hidden_states, cfg.hidden_size, cfg.dtype)
-    w13 = check_packed(who, "packed_w13", packed_w13, "w13", cfg)
-    w2 = check_packed(who, "packed_w2", packed_w2, "w2", cfg)
-    weights, ids = check_routing(who, tokens, topk_weights, topk_ids, cfg.num_experts)
+    f = check_forward(INTERFACE, cfg, hidden_states, packed_w13, packed_w2, topk_weights, topk_ids)
+    tokens, w13, w2, weights, ids = f.tokens, f.w13, f.w2, f.weights, f.ids
     b13 = check_bias(who, "w13_bias", w13_bias, cfg)
     b2 = check_bias(who, "w2_bias", w2_bias, cfg)
     if tokens == 0:
@@ -158,5 +140,5 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     load_kernel(who)
     out = torch.empty_like(hidden_states)
     op(FORWARD_OP)(out, hidden_states, w13, w2, b13, b2, weights, ids, bool(apply_router_weight_on_input),
-                   activation, isa)
+                   cfg.activation, isa)
     return out
