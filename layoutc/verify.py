@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from fractions import Fraction
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,6 +21,7 @@ import z3
 from . import ir
 from .diagnostics import Span
 from .evaluate import EvalError, Value, eval_lets
+from .formats import FORMATS, NAN_NOTE
 from .picture import find_view, tensor_picture
 from .smt import Encoder
 
@@ -458,26 +460,48 @@ def _kernel_arguments(run: _Run) -> list[_Obligation]:
     return obs
 
 
+# The smallest largest-finite value among the compute dtypes an activation may take
+# (float16 65504 < bfloat16 < float32): a bound proved against it holds in all three.
+COMPUTE_MAX = 65504
+
+Pair = tuple[z3.ArithRef, z3.BoolRef]  # a decoded value and "it is finite"
+
+
 class _Values:
-    """Real-valued model of one pad lane (see docs/verification.md, inertness)."""
+    """Decoded values of the tensors at one pad lane, each a (real, finite) pair
+    (docs/verification.md, inertness). Pad positions hold the fill, decoded by the
+    tensor's own format (`e8m0(code)`, ...) where it has one; live positions hold a
+    free finite value (the checkpoint's)."""
 
     def __init__(self, run: _Run, lane: z3.ArithRef, tag: str) -> None:
         self.run = run
         self.lane = lane
         self.tag = tag
-        self.finite: list[z3.BoolRef] = []
         self.count = 0
+        self.notes: list[tuple[z3.BoolRef, str]] = []  # (this pad is finite, what it is)
 
     def fresh(self, what: str) -> z3.ArithRef:
         self.count += 1
         return z3.Real(f"{self.tag}.{what}.{self.count}", self.run.ctx)
 
-    def fill(self, t: ir.Tensor) -> z3.ArithRef:
+    def true(self) -> z3.BoolRef:
+        return z3.BoolVal(True, self.run.ctx)
+
+    def pad_value(self, t: ir.Tensor, refs: dict[str, Pair] | None = None) -> Pair:
+        """t's decoded value where t holds its pad."""
         if t.fill_kind == "uninit":
-            value = self.fresh(f"{t.name}.uninit")
-            self.finite.append(z3.Bool(f"{self.tag}.finite.{t.name}.{self.count}", self.run.ctx))
-            return value
-        return z3.RealVal(t.fill, self.run.ctx)
+            self.count += 1
+            finite = z3.Bool(f"{self.tag}.finite.{t.name}.{self.count}", self.run.ctx)
+            self.notes.append((finite, f"{t.name}'s pad is uninitialised memory (torch.empty): it may hold NaN "
+                                       "or inf"))
+            return self.fresh(f"{t.name}.uninit"), finite
+        if t.decode is not None and (t.kind in ("scale", "zero") or refs is not None):
+            value, finite = self.decode(t.decode, t, refs or {})
+            if not z3.is_true(z3.simplify(finite)):
+                self.notes.append((finite, f"{t.name}'s pad code {t.fill} decodes to a non-finite value "
+                                           f"({_format_note(t.decode, t.fill)})"))
+            return value, finite
+        return z3.RealVal(t.fill, self.run.ctx), self.true()
 
     def in_pad(self, t: ir.Tensor, axis_name: str) -> z3.BoolRef | None:
         """Whether `t`'s element at intermediate lane `self.lane` lies in t's pad region."""
@@ -496,37 +520,89 @@ class _Values:
             return z3.BoolVal(False, self.run.ctx)
         return self.lane >= logical
 
-    def value(self, t: ir.Tensor, axis_name: str) -> z3.ArithRef:
-        """Decoded value of `t` at the lane (pad positions hold the fill, live ones are free)."""
+    def at_lane(self, t: ir.Tensor, axis_name: str) -> Pair:
+        """t's decoded value at the lane: its pad value in its pad region, else a free live value."""
         pad = self.in_pad(t, axis_name)
-        stored_pad = self.fill(t)
-        if t.decode is None:
-            live = self.fresh(f"{t.name}.live")
-            return stored_pad if pad is None or z3.is_true(pad) else z3.If(pad, stored_pad, live) \
-                if pad is not None else live
-        refs: dict[str, z3.ArithRef] = {}
-        for node in ir.walk(t.decode):
-            if isinstance(node, ir.TensorValue) and node.tensor not in refs:
-                other = self.run.contract.tensor(node.tensor)
-                other_pad = self.in_pad(other, axis_name)
-                live = self.fresh(f"{other.name}.live")
-                if other_pad is None:
-                    refs[node.tensor] = live
-                else:
-                    refs[node.tensor] = z3.If(other_pad, self.fill(other), live)
-        return self.decode(t.decode, stored_pad, refs)
+        if pad is None or z3.is_false(pad):
+            return self.fresh(f"{t.name}.live"), self.true()
+        value, finite = self.pad_value(t)
+        if z3.is_true(pad):
+            return value, finite
+        return z3.If(pad, value, self.fresh(f"{t.name}.live")), z3.Or(z3.Not(pad), finite)
 
-    def decode(self, e: ir.Expr, code: z3.ArithRef, refs: dict[str, z3.ArithRef]) -> z3.ArithRef:
+    def value(self, t: ir.Tensor, axis_name: str) -> Pair:
+        """Decoded value of weight or bias `t` at the lane, which lies in t's pad region."""
+        if t.decode is None:
+            return self.pad_value(t)
+        refs = {node.tensor: self.at_lane(self.run.contract.tensor(node.tensor), axis_name)
+                for node in ir.walk(t.decode) if isinstance(node, ir.TensorValue)}
+        return self.pad_value(t, refs)
+
+    def decode(self, e: ir.Expr, t: ir.Tensor, refs: dict[str, Pair]) -> Pair:
+        """A decode expression over t's pad code (and the values of the tensors it reads)."""
+        ctx = self.run.ctx
         if isinstance(e, ir.Code):
-            return code
+            return z3.RealVal(t.fill, ctx), self.true()
         if isinstance(e, ir.TensorValue):
             return refs[e.tensor]
+        if isinstance(e, ir.Op) and e.op in FORMATS:
+            decoded = FORMATS[e.op](t.fill) if 0 <= t.fill <= 255 else None
+            if decoded is None:
+                return z3.RealVal(0, ctx), z3.BoolVal(False, ctx)
+            return z3.RealVal(decoded, ctx), self.true()
+        if isinstance(e, ir.Cond) and e.type == ir.REAL:
+            cond = self.run.enc.expr(e.cond)
+            (a, fa), (b, fb) = self.decode(e.then, t, refs), self.decode(e.orelse, t, refs)
+            return z3.If(cond, a, b), z3.If(cond, fa, fb)
+        if isinstance(e, ir.Select) and e.type == ir.REAL:
+            assert isinstance(e.subject.type, ir.EnumT)
+            members = e.subject.type.members
+            subject = self.run.enc.expr(e.subject)
+            cases = list(e.cases) if e.default is not None else list(e.cases[:-1])
+            value, finite = self.decode(e.default if e.default is not None else e.cases[-1][1], t, refs)
+            for member, arm in reversed(cases):
+                av, af = self.decode(arm, t, refs)
+                hit = subject == members.index(member)
+                value, finite = z3.If(hit, av, value), z3.If(hit, af, finite)
+            return value, finite
         if isinstance(e, ir.Op) and e.type == ir.REAL:
             if e.op == "neg":
-                return -self.decode(e.args[0], code, refs)
-            a, b = (self.decode(x, code, refs) for x in e.args)
-            return {"+": a + b, "-": a - b, "*": a * b}[e.op]
-        return z3.ToReal(self.run.enc.expr(e))
+                v, f = self.decode(e.args[0], t, refs)
+                return -v, f
+            (a, fa), (b, fb) = (self.decode(x, t, refs) for x in e.args)
+            return {"+": a + b, "-": a - b, "*": a * b}[e.op], z3.And(fa, fb)
+        return z3.ToReal(self.run.enc.expr(e)), self.true()
+
+    def has_pad(self, t: ir.Tensor) -> z3.BoolRef:
+        """Whether any of t's axes has a pad region (t's fill is then written somewhere)."""
+        parts: list[z3.BoolRef] = []
+        for axis in t.axes:
+            logical, padded, _ = self.run.sizes[(t.name, axis.name)]
+            if axis.kind == "groups" and axis.group_size is not None:
+                parts.append(self.run.enc._by_values(
+                    axis.group_size, lambda v, lo=logical, hi=padded: z3.BoolVal(False, self.run.ctx) if v == -1
+                    else (hi + (v - 1)) / v > (lo + (v - 1)) / v, None))
+            elif axis.is_padded:
+                parts.append(padded > logical)
+        return z3.Or(parts) if parts else z3.BoolVal(False, self.run.ctx)
+
+
+def _format_note(e: ir.Expr, code: int) -> str:
+    fmts = sorted({n.op for n in ir.walk(e) if isinstance(n, ir.Op) and n.op in FORMATS})
+    bad = [f for f in fmts if not 0 <= code <= 255 or FORMATS[f](code) is None]
+    return "; ".join(f"{f}({code}): " + (NAN_NOTE[f] if 0 <= code <= 255 else "not a byte") for f in bad) \
+        or "a non-finite input"
+
+
+def _abs(x: z3.ArithRef) -> z3.ArithRef:
+    return z3.If(x >= 0, x, -x)
+
+
+def _numeral(x: z3.ExprRef) -> Fraction | None:
+    s = z3.simplify(x)
+    if z3.is_rational_value(s):
+        return Fraction(s.numerator_as_long(), s.denominator_as_long())  # type: ignore[attr-defined]
+    return None
 
 
 def _inertness(run: _Run) -> list[_Obligation]:
@@ -535,32 +611,81 @@ def _inertness(run: _Run) -> list[_Obligation]:
     w13, w2 = c.weight("w13"), c.weight("w2")
     lane = z3.Int("lane", ctx)
     logical, padded, _ = run.sizes[(w13.name, "n")]
+    obs: list[_Obligation] = []
+    # Every scale or zero-point pad that is written must decode to a finite value.
+    sv = _Values(run, lane, "scalepad")
+    for t in c.tensors:
+        if t.kind not in ("scale", "zero"):
+            continue
+        value, finite = sv.pad_value(t)
+        if z3.is_true(z3.simplify(finite)):
+            continue
+        has_pad = sv.has_pad(t)
+
+        def sexplain(model, t=t, value=value):  # type: ignore[no-untyped-def]
+            note = _format_note(t.decode, t.fill) if t.decode is not None else "uninitialised memory"
+            return (f"{t.name}'s pad holds code {t.fill if t.fill_kind != 'uninit' else '(uninit)'}, which decodes "
+                    f"to a non-finite value ({note}); every weight it scales in the pad is then NaN, and the "
+                    "kernel adds NaN * 0 = NaN to the output", t.name)
+        obs.append(_Obligation(f"{t.name} pad is finite", t.span, z3.And(run.admitted, has_pad, z3.Not(finite)),
+                               sexplain, t.name))
     vals = _Values(run, lane, "pad")
-    w_gate = vals.value(w13, "n")
-    w_up = vals.value(w13, "n") if c.gated else z3.RealVal(0, ctx)
+    w_gate, f_gate = vals.value(w13, "n")
+    w_up, f_up = vals.value(w13, "n") if c.gated else (z3.RealVal(0, ctx), vals.true())
     biases = [t for t in c.tensors if t.kind == "bias" and t.projection == "w13"]
-    b_gate = vals.value(biases[0], "n") if biases else z3.RealVal(0, ctx)
-    b_up = vals.value(biases[0], "n") if biases and c.gated else z3.RealVal(0, ctx)
-    column = vals.value(w2, "k")
+    zero = (z3.RealVal(0, ctx), vals.true())
+    b_gate, f_bgate = vals.value(biases[0], "n") if biases else zero
+    b_up, f_bup = vals.value(biases[0], "n") if biases and c.gated else zero
+    column, f_column = vals.value(w2, "k")
     offset = _up_offset(run)
-    gate_zero = z3.And(w_gate == 0, b_gate == 0)
-    lane_zero = z3.Or(gate_zero, z3.And(w_up == 0, b_up + offset == 0)) if c.gated else gate_zero
-    finite = z3.And(vals.finite) if vals.finite else z3.BoolVal(True, ctx)
-    inert = z3.And(finite, z3.Or(lane_zero, column == 0))
+    finite = z3.And(f_gate, f_up, f_bgate, f_bup, f_column)
+    # A non-zero pad row meets every finite hidden state x: its pre-activation row . x is
+    # unbounded, so the lane can overflow to inf, and inf * 0 is NaN. Only exactly-zero rows
+    # leave the lane at act(b_gate) * (b_up + c), a constant.
+    rows_zero = z3.And(w_gate == 0, w_up == 0)
+    if c.gated:
+        lane_zero = z3.And(rows_zero, z3.Or(b_gate == 0, b_up + offset == 0))
+        bg, bu, off = _numeral(b_gate), _numeral(b_up), _numeral(offset)
+        bound = abs(bg) * (abs(bu) + abs(off)) if None not in (bg, bu, off) else None  # type: ignore[operator,arg-type]
+    else:
+        lane_zero = z3.And(rows_zero, b_gate == 0)
+        bg = _numeral(b_gate)
+        bound = abs(bg) * (abs(bg) + 1) if bg is not None else None
+    if bound is None:
+        # the biases are not constants: offset depends on the activation; bound each case
+        bound_ok = z3.And(_abs(b_gate) <= COMPUTE_MAX, _abs(b_up) <= COMPUTE_MAX,
+                          _abs(b_gate) * (_abs(b_up) + _abs(offset)) <= COMPUTE_MAX) if c.gated \
+            else z3.BoolVal(False, ctx)
+    else:
+        bound_ok = z3.BoolVal(bound <= COMPUTE_MAX, ctx)
+    bounded = z3.And(rows_zero, bound_ok)
+    inert = z3.And(finite, z3.Or(lane_zero, z3.And(bounded, column == 0)))
     goal = z3.And(run.admitted, lane >= logical, lane < padded, z3.Not(inert))
 
     def explain(model):  # type: ignore[no-untyped-def]
         lv = run.val(model, lane)
-        parts = []
-        for name, term in (("gate row", w_gate), ("up row", w_up), ("gate bias", b_gate), ("up bias", b_up),
-                           ("w2 column", column)):
+
+        def show(term):  # type: ignore[no-untyped-def]
             v = model.eval(term, model_completion=True)
-            parts.append(f"{name} = {v}")
-        nonfinite = [str(b) for b in vals.finite if z3.is_false(model.eval(b, model_completion=True))]
-        why = "pad content may be non-finite (uninitialised), and 0 * inf or 0 * NaN is not 0" if nonfinite \
-            else "the lane's activation is non-zero and its w2 column does not decode to 0"
-        return f"pad lane {lv} adds to the output: {why}; " + ", ".join(parts), f"lane {lv}"
-    obs = [_Obligation("intermediate pad lanes", w13.span, goal, explain, w13.name)]
+            return str(v)
+        parts = ", ".join(f"{name} = {show(term)}" for name, term in (
+            ("gate row", w_gate), ("up row", w_up), ("gate bias", b_gate), ("up bias", b_up), ("w2 column", column)))
+        nonfinite = [what for fin, what in vals.notes if z3.is_false(model.eval(fin, model_completion=True))]
+        if nonfinite:
+            why = f"{'; '.join(dict.fromkeys(nonfinite))}, and 0 * inf or 0 * NaN is not 0"
+        elif z3.is_false(model.eval(rows_zero, model_completion=True)):
+            row, value = ("gate", w_gate) if z3.is_false(model.eval(w_gate == 0, model_completion=True)) \
+                else ("up", w_up)
+            why = (f"its {row} row decodes to {show(value)}, not exactly 0: over all finite hidden states x the "
+                   f"pre-activation {show(value)} * x is unbounded, so act(gate) * up overflows to inf (float16 "
+                   f"past {COMPUTE_MAX}), and inf * 0 is NaN even where its w2 column is 0")
+        elif z3.is_true(model.eval(column == 0, model_completion=True)):
+            why = (f"its activation act(gate bias) * (up bias + {show(offset)}) is not provably finite (bound "
+                   f"{COMPUTE_MAX}, float16), and inf * 0 (its zero w2 column) is NaN")
+        else:
+            why = "the lane's activation is non-zero and its w2 column does not decode to 0"
+        return f"pad lane {lv} adds to the output: {why}; {parts}", f"lane {lv}"
+    obs.append(_Obligation("intermediate pad lanes", w13.span, goal, explain, w13.name))
     try:
         hidden = w13.axis("k")
     except KeyError:
@@ -569,8 +694,7 @@ def _inertness(run: _Run) -> list[_Obligation]:
         hl, hp, _ = run.sizes[(w13.name, "k")]
         col = z3.Int("hidden", ctx)
         hv = _Values(run, col, "hpad")
-        value = hv.value(w13, "k")
-        hfinite = z3.And(hv.finite) if hv.finite else z3.BoolVal(True, ctx)
+        value, hfinite = hv.value(w13, "k")
         hgoal = z3.And(run.admitted, col >= hl, col < hp, z3.Not(z3.And(hfinite, value == 0)))
 
         def hexplain(model):  # type: ignore[no-untyped-def]
