@@ -101,16 +101,16 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .verify import Options, verify
+    from .verdict_cache import load_and_verify
+    from .verdicts import Options
     from .verify_report import render_github, render_json, render_text_report, summarize
-    loaded, diags, sources = _load_all(args.paths, args.format)
+    options = Options(timeout_ms=args.timeout_ms, seed=args.seed, budget_s=args.budget_s)
+    _loaded, diags, sources, results = load_and_verify(contract_paths(args.paths), options, not args.no_cache)
     if has_errors(diags):
         _emit_diags(diags, sources, "json" if args.format == "json" else "text")
         return 1
     if diags and args.format != "json":
         sys.stderr.write(render_text(diags, sources))
-    options = Options(timeout_ms=args.timeout_ms, seed=args.seed, budget_s=args.budget_s)
-    results = [(path, contract, verify(contract, options)) for path, contract, _ in loaded]
     if args.format == "json":
         sys.stdout.write(render_json(results))
     elif args.format == "github":
@@ -135,7 +135,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         _emit_diags(diags, sources, "text")
         return 1
     return compile_contracts([(p, c) for p, c, _ in loaded], args.out, check=args.check,
-                             verify_first=not args.no_verify)
+                             verify_first=not args.no_verify, use_cache=not args.no_cache)
 
 
 # ---- explain / audit --------------------------------------------------------------
@@ -168,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="solver random seed (default 0)")
     p.add_argument("--budget-s", type=_positive_float, default=8.0,
                    help="wall-time budget per contract, in seconds (default 8); past it, verdicts are inconclusive")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the verdict cache")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("compile", help="render each contract into a standalone Python module")
@@ -175,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--check", action="store_true", help="compare with DIR instead of writing; exit 1 on drift")
     p.add_argument("--no-verify", action="store_true", help="skip verification (the header then says so)")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the verdict cache")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("explain", help="print a configuration's plan and a picture of each padded tensor")

@@ -25,9 +25,12 @@ def display_path(path: str) -> str:
     return f"{p.parent.name}/{p.name}" if p.parent.name else p.name
 
 
-def render_all(contracts: list[tuple[str, ir.Contract]], verify_first: bool) -> tuple[dict[str, str] | None, int]:
-    """Render every module; returns (files by name, exit code if verification failed)."""
-    from .verify import verify
+def render_all(contracts: list[tuple[str, ir.Contract]], verify_first: bool,
+               use_cache: bool = True) -> tuple[dict[str, str] | None, int]:
+    """Render every module; returns (files by name, exit code if verification failed).
+
+    Verdicts come from the verdict cache where `layoutc verify` already proved the same text."""
+    from .verdict_cache import verify_cached
     files: dict[str, str] = {}
     names: dict[str, str] = {}
     for path, contract in contracts:
@@ -37,7 +40,7 @@ def render_all(contracts: list[tuple[str, ir.Contract]], verify_first: bool) -> 
         names[contract.name] = path
         proved: tuple[str, ...] = ()
         if verify_first:
-            verdicts = verify(contract)
+            verdicts = verify_cached(contract, use_cache=use_cache)
             bad = [v for v in verdicts if v.status not in ("proved", "info")]
             if bad:
                 for v in bad:
@@ -116,8 +119,8 @@ def _remove_stale_temporaries(out_dir: str, age_s: float = 600.0) -> None:
 
 
 def compile_contracts(contracts: list[tuple[str, ir.Contract]], out_dir: str, *, check: bool,
-                      verify_first: bool = True) -> int:
-    files, status = render_all(contracts, verify_first)
+                      verify_first: bool = True, use_cache: bool = True) -> int:
+    files, status = render_all(contracts, verify_first, use_cache)
     if files is None:
         return status
     if check:

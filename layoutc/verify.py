@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from fractions import Fraction
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from fractions import Fraction
+from typing import Any
 
 import z3
 
@@ -24,60 +24,12 @@ from .evaluate import EvalError, Value, eval_lets
 from .formats import FORMATS, NAN_NOTE
 from .picture import find_view, tensor_picture
 from .smt import Encoder
+from .verdicts import PROPERTIES, PROPERTY_IDS, Counterexample, Options, Status, Verdict
 
-Status = Literal["proved", "counterexample", "inconclusive", "vacuous", "info"]
+__all__ = ["PROPERTIES", "PROPERTY_IDS", "Counterexample", "Options", "Status", "Verdict", "verify"]
 
-PROPERTIES: tuple[tuple[str, str], ...] = (
-    ("vacuity", "the contract admits at least one configuration"),
-    ("alignment", "every kernel divisibility rule holds on the padded sizes"),
-    ("placement", "the kernel finds every logical element at its own role and index"),
-    ("roundtrip", "pad is injective into the padded tensor and unpad inverts it"),
-    ("inertness", "every padded lane adds exactly 0 to the layer output"),
-    ("groups", "groups and packed elements stay whole and never straddle the pad boundary"),
-    ("kernel-arguments", "pad counts passed to the kernel describe padding that really exists"),
-    ("admission", "no admitted configuration breaks a kernel rule or a layout assumption"),
-    ("waste", "worst-case pad fraction over the domain (informational)"),
-)
-PROPERTY_IDS = tuple(p for p, _ in PROPERTIES)
 ROLE_ID = {"gate": 0, "up": 1, "": 0}
 MINIMIZE_QUERIES = 16
-
-
-@dataclass(frozen=True)
-class Options:
-    timeout_ms: int = 2000
-    rlimit: int = 20_000_000
-    quick_rlimit: int = 300_000
-    max_cases: int = 512
-    budget_s: float = 8.0  # wall-time budget per contract; past it every query is inconclusive
-    seed: int = 0
-    minimize: bool = True
-
-
-@dataclass(frozen=True)
-class Counterexample:
-    config: dict[str, Value]
-    derived: dict[str, Value]
-    message: str
-    where: str
-    picture: tuple[str, ...] = ()
-    rule: str = ""  # the obligation that broke (stable: corpus expectations pin it)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"config": self.config, "derived": self.derived, "message": self.message,
-                "where": self.where, "picture": list(self.picture)}
-
-
-@dataclass(frozen=True)
-class Verdict:
-    property: str
-    status: Status
-    detail: str
-    seconds: float
-    queries: int
-    span: Span
-    counterexample: Counterexample | None = None
-    warnings: tuple[str, ...] = ()
 
 
 @dataclass

@@ -6,12 +6,14 @@ The JSON schema is documented in docs/verification.md and tested.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import ir
-from .verify import Verdict
+from .verdicts import Verdict
 
-Result = tuple[str, ir.Contract, list[Verdict]]
+if TYPE_CHECKING:
+    from . import ir
+
+Result = tuple[str, "ir.Contract", list[Verdict]]  # a verdict-cache hit carries a CachedContract (name, file)
 STATUSES = ("proved", "counterexample", "inconclusive", "vacuous", "info")
 
 
