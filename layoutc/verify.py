@@ -30,6 +30,11 @@ __all__ = ["PROPERTIES", "PROPERTY_IDS", "Counterexample", "Options", "Status", 
 
 ROLE_ID = {"gate": 0, "up": 1, "": 0}
 MINIMIZE_QUERIES = 16
+# z3's arith.solver for the whole-domain attempt and, in turn, for each case (None: z3's
+# default). The older solver (2) settles these size formulas (div/mod by numerals) fastest;
+# a case it gives up on is asked again with the default one.
+QUICK_ARITH: tuple[int | None, ...] = (2,)
+CASE_ARITH: tuple[int | None, ...] = (2, None)
 
 
 @dataclass
@@ -74,26 +79,35 @@ class _Run:
             self._cases = [list(combo) for combo in itertools.product(*domains)]
         return self._cases
 
-    def solve(self, goal: z3.BoolRef, extra: list[z3.BoolRef] | None = None) -> tuple[str, z3.ModelRef | None]:
+    def solve(self, goal: z3.BoolRef, extra: list[z3.BoolRef] | None = None,
+              quick_only: bool = False) -> tuple[str, z3.ModelRef | None]:
         """One fresh solver per case; sat in any case is a counterexample (the first, in a
-        fixed order), unknown in any case (and sat in none) is inconclusive."""
+        fixed order), unknown in any case (and sat in none) is inconclusive. `quick_only`:
+        the whole-domain attempts only (for informational queries)."""
         formula = z3.And(goal, *(extra or []))
         if self.remaining_ms() <= 0:
             return f"unknown (the contract's verification budget of {self.options.budget_s:g} s is spent)", None
-        # First the whole domain at once under a small, deterministic resource budget;
-        # only if that is not enough, case by case.
-        solver = z3.Solver(ctx=self.ctx)
-        solver.set("rlimit", self.options.quick_rlimit)
-        solver.set("timeout", min(self.options.timeout_ms, self.remaining_ms()))
-        solver.set("random_seed", self.options.seed)
-        solver.add(formula)
-        self.queries += 1
-        result = solver.check()
-        if result == z3.sat:
-            return "sat", solver.model()
-        if result == z3.unsat:
-            return "unsat", None
+        # First the whole domain at once under a small, deterministic resource budget, with
+        # z3's two arithmetic solvers in turn (the older one, arith.solver=2, settles most
+        # size formulas with div/mod by numerals fastest); only if neither is enough, case
+        # by case.
+        for arith in QUICK_ARITH:
+            solver = z3.Solver(ctx=self.ctx)
+            if arith is not None:
+                solver.set("arith.solver", arith)
+            solver.set("rlimit", self.options.quick_rlimit)
+            solver.set("timeout", min(self.options.timeout_ms, self.remaining_ms()))
+            solver.set("random_seed", self.options.seed)
+            solver.add(formula)
+            self.queries += 1
+            result = solver.check()
+            if result == z3.sat:
+                return "sat", solver.model()
+            if result == z3.unsat:
+                return "unsat", None
         unknown = None
+        if quick_only:
+            return f"unknown (whole domain: {solver.reason_unknown()})", None
         cases = self.cases()
         if len(cases) > self.options.max_cases:
             return (f"unknown (whole domain: {solver.reason_unknown()}; {len(cases)} cases exceed the "
@@ -105,14 +119,19 @@ class _Run:
             budget = self.remaining_ms()
             if budget <= 0:
                 return f"unknown (the contract's verification budget of {self.options.budget_s:g} s is spent)", None
-            solver = z3.Solver(ctx=self.ctx)
-            solver.set("timeout", min(self.options.timeout_ms, budget))
-            solver.set("rlimit", self.options.rlimit)
-            solver.set("random_seed", self.options.seed)
             specialised = z3.simplify(z3.substitute(formula, *case)) if case else formula
-            solver.add(specialised, *(var == value for var, value in case))
-            self.queries += 1
-            result = solver.check()
+            for arith in CASE_ARITH:  # the next solver only where the previous one gave up
+                solver = z3.Solver(ctx=self.ctx)
+                if arith is not None:
+                    solver.set("arith.solver", arith)
+                solver.set("timeout", min(self.options.timeout_ms, max(1, self.remaining_ms())))
+                solver.set("rlimit", self.options.rlimit)
+                solver.set("random_seed", self.options.seed)
+                solver.add(specialised, *(var == value for var, value in case))
+                self.queries += 1
+                result = solver.check()
+                if result != z3.unknown:
+                    break
             if result == z3.sat:
                 return "sat", solver.model()
             if result != z3.unsat and unknown is None:
@@ -754,7 +773,7 @@ def _admission(run: _Run, verdicts: dict[str, Verdict]) -> Verdict:
     # runtime, coverage), so "stricter than needed" is never claimed.
     warnings: list[str] = []
     for rule, formula in run.admits:
-        status, _ = run.solve(z3.And(run.base, *run.requires, z3.Not(formula)))
+        status, _ = run.solve(z3.And(run.base, *run.requires, z3.Not(formula)), quick_only=True)
         if status == "unsat":
             warnings.append(f"line {rule.span.line}: the gate \"{rule.message}\" never rejects anything: the "
                             "parameter domains and the requires already imply it")
@@ -768,16 +787,25 @@ def _waste(run: _Run) -> Verdict:
     w13 = run.contract.weight("w13")
     logical, padded, _ = run.sizes[(w13.name, "n")]
     lo, hi, best, gave_up = 0, 100, None, None
+    # The first query (is there padding at all?) is decided in full; the bisection above it
+    # uses the quick whole-domain attempt only: a witness raises the bound to its own
+    # fraction, an unknown lowers the search like an unsat but is reported. The result is
+    # always a lower bound with its witness.
     while lo < hi:
-        mid = (lo + hi + 1) // 2
-        status, model = run.solve(z3.And(run.admitted, padded > 0, (padded - logical) * 100 >= mid * padded))
+        mid = (lo + hi + 1) // 2 if best is not None else 1
+        status, model = run.solve(z3.And(run.admitted, padded > 0, (padded - logical) * 100 >= mid * padded),
+                                  quick_only=best is not None)
         if status == "sat":
-            lo, best = mid, model
+            assert model is not None
+            pv, lv = run.val(model, padded), run.val(model, logical)
+            lo, best = max(mid, (pv - lv) * 100 // pv), model  # the witness may beat mid by far
         elif status == "unsat":
             hi = mid - 1
         else:
             gave_up = status
-            break
+            if best is None:
+                break
+            hi = mid - 1
     seconds = time.perf_counter() - start
     if best is None:
         detail = f"not determined: the solver gave up ({gave_up})" if gave_up else "no padding anywhere in the domain"
@@ -785,8 +813,9 @@ def _waste(run: _Run) -> Verdict:
     config, derived = run.concrete(best)
     lv, pv = run.val(best, logical), run.val(best, padded)
     where = ", ".join(f"{k}={v}" for k, v in config.items())
+    unsettled = " (higher fractions not settled by the quick solver)" if gave_up else ""
     return Verdict("waste", "info", f"worst-case pad fraction >= {lo}% of the intermediate dim "
-                   f"({lv} -> {pv}) at {where}", seconds, run.queries - q0, run.contract.span,
+                   f"({lv} -> {pv}) at {where}{unsettled}", seconds, run.queries - q0, run.contract.span,
                    Counterexample(config, derived, "worst case", "w13.n"))
 
 
