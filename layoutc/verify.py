@@ -494,7 +494,41 @@ class _Values:
                 self.notes.append((finite, f"{t.name}'s pad code {t.fill} decodes to a non-finite value "
                                            f"({_format_note(t.decode, t.fill)})"))
             return value, finite
+        if t.kind == "scale" and t.decode is None:
+            stored = self.undeclared_bytes(t)
+            if stored is not None:
+                return stored
         return z3.RealVal(t.fill, self.run.ctx), self.true()
+
+    def undeclared_bytes(self, t: ir.Tensor) -> Pair | None:
+        """A scale stored as uint8 without a declared format may be any byte format: an
+        integer, E8M0 (MX block scales) or float8_e4m3fn bytes; its pad must be finite and
+        neutral in each. The format is one free choice per tensor (the same in every use)."""
+        ctx = self.run.ctx
+        if t.storage == "uint8":
+            is_byte: z3.BoolRef = z3.BoolVal(True, ctx)
+        elif t.storage.startswith("param:"):
+            param = self.run.contract.param(t.storage[6:])
+            if "uint8" not in param.values:
+                return None
+            is_byte = self.run.enc.vars[param.name] == param.values.index("uint8")
+        else:
+            return None
+        fmt = z3.Int(f"byte_format.{t.name}", ctx)
+        value: z3.ArithRef = z3.RealVal(t.fill, ctx)
+        finite: z3.BoolRef = self.true()
+        for n, name in enumerate(("e8m0", "e4m3fn"), start=1):
+            decoded = FORMATS[name](t.fill) if 0 <= t.fill <= 255 else None
+            chosen = z3.And(fmt == n)
+            value = z3.If(chosen, z3.RealVal(decoded if decoded is not None else 0, ctx), value)
+            finite = z3.If(chosen, z3.BoolVal(decoded is not None, ctx), finite)
+        value = z3.If(is_byte, value, z3.RealVal(t.fill, ctx))
+        finite = z3.Or(z3.Not(is_byte), finite)
+        if not z3.is_true(z3.simplify(finite)):
+            self.notes.append((finite, f"{t.name} is stored as uint8 bytes without a declared format; its pad "
+                                       f"byte {t.fill} is not finite in every byte format ({_byte_notes(t.fill)}): "
+                                       "declare it, e.g. `decode = e8m0(code)`"))
+        return value, finite
 
     def in_pad(self, t: ir.Tensor, axis_name: str) -> z3.BoolRef | None:
         """Whether `t`'s element at intermediate lane `self.lane` lies in t's pad region."""
@@ -599,6 +633,11 @@ def _show_real(v: z3.ExprRef) -> str:
     return f"{float(q):.6g}"
 
 
+def _byte_notes(code: int) -> str:
+    bad = [f for f in ("e8m0", "e4m3fn") if not 0 <= code <= 255 or FORMATS[f](code) is None]
+    return "; ".join(f"{f}({code}): {NAN_NOTE[f]}" for f in bad) or "none"
+
+
 def _abs(x: z3.ArithRef) -> z3.ArithRef:
     return z3.If(x >= 0, x, -x)
 
@@ -628,7 +667,9 @@ def _inertness(run: _Run) -> list[_Obligation]:
         has_pad = sv.has_pad(t)
 
         def sexplain(model, t=t, value=value):  # type: ignore[no-untyped-def]
-            note = _format_note(t.decode, t.fill) if t.decode is not None else "uninitialised memory"
+            note = _format_note(t.decode, t.fill) if t.decode is not None else "uninitialised memory" \
+                if t.fill_kind == "uninit" else (f"stored as uint8 bytes without a declared format, and "
+                                                 f"{_byte_notes(t.fill)}; declare it, e.g. `decode = e8m0(code)`")
             return (f"{t.name}'s pad holds code {t.fill if t.fill_kind != 'uninit' else '(uninit)'}, which decodes "
                     f"to a non-finite value ({note}); every weight it scales in the pad is then NaN, and the "
                     "kernel adds NaN * 0 = NaN to the output", t.name)

@@ -35,6 +35,7 @@ EXPECTED_PROPERTY = {
     "w13_fill_1_f16": "inertness",
     "w13_fill_60000_f16": "inertness",
     "mxfp8_scale_nan": "inertness",
+    "mxfp8_scale_nan_undeclared": "inertness",
     "e8m0_pad_not_neutral": "inertness",
 }
 
