@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -52,11 +53,22 @@ def layoutc_cmd() -> list[str]:
     return [found] if found else [sys.executable, "-m", "layoutc.cli"]
 
 
-def run_once(cmd: list[str], env: dict[str, str]) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+CPU: dict[str, list[float]] = {}  # user + sys seconds of each run's process tree, by scenario
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_once(cmd: list[str], env: dict[str, str], name: str = "") -> tuple[float, float, subprocess.CompletedProcess[str]]:
     busy = C.wait_for_quiet(0.3, 0.1, 2.0)
+    c0 = _children_cpu()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=C.ROOT, capture_output=True, text=True, check=False, env=env)
-    return time.perf_counter() - t0, busy, proc
+    wall = time.perf_counter() - t0
+    CPU.setdefault(name, []).append(_children_cpu() - c0)
+    return wall, busy, proc
 
 
 def main() -> int:
@@ -90,7 +102,7 @@ def main() -> int:
                 fresh_cache()
             cmd = [*verify, "--format", "json"] if name == "cold json" else compile_ if name.startswith("compile") \
                 else verify
-            t, b, proc = run_once(cmd, serial_env if name == "cold, serial" else env)
+            t, b, proc = run_once(cmd, serial_env if name == "cold, serial" else env, name)
             times[name].append(t)
             busy[name].append(b)
             (json_procs if name == "cold json" else procs).append(proc)
@@ -140,13 +152,15 @@ def main() -> int:
               "cold / compile after verify (median)": wall["cold"]["median_s"]
               / wall["compile (verdicts reused)"]["median_s"]}
 
+    cpu = {n: {"best_s": min(CPU[n]), "median_s": statistics.median(CPU[n])} for n in names}
     rows = [[f"{n}", f"{wall[n]['best_s']:.3f}", f"{wall[n]['median_s']:.3f}", f"{wall[n]['max_ms'] / 1e3:.3f}",
-             f"{statistics.median(busy[n]):.2f}"] for n in names]
+             f"{cpu[n]['median_s']:.3f}", f"{statistics.median(busy[n]):.2f}"] for n in names]
     for k, secs in floor_t.items():
         st = C.stats(secs)
-        rows.append([k, f"{st['best_ms'] / 1e3:.3f}", f"{st['median_ms'] / 1e3:.3f}", f"{st['max_ms'] / 1e3:.3f}", ""])
+        rows.append([k, f"{st['best_ms'] / 1e3:.3f}", f"{st['median_ms'] / 1e3:.3f}", f"{st['max_ms'] / 1e3:.3f}",
+                     "", ""])
     print(f"load before: {before['uptime']}")
-    print(C.table(rows, ["scenario (fresh process)", "best s", "median s", "max s", "busy before"]))
+    print(C.table(rows, ["scenario (fresh process)", "best s", "median s", "max s", "cpu median s", "busy before"]))
     for n, g in goals.items():
         print(f"goal {n} < {g} s: best {C.verdict(met[n]['best'])}, median {C.verdict(met[n]['median'])}")
     for k, v in ratios.items():
@@ -165,6 +179,7 @@ def main() -> int:
                "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
                "machine": C.machine(with_torch=False), "git": C.git_state(), "load_before": before,
                "load_after": after, "machine_busy_before_runs": busy, "wall": wall, "wall_seconds": times,
+               "cpu": cpu, "cpu_seconds": {n: CPU[n] for n in names},
                "startup_floors": {k: C.stats(v) for k, v in floor_t.items()},
                "summary": reports[-1]["summary"] if reports else None,
                "solver_seconds_sum_median": solver_total, "solver_queries_total": total_queries,
