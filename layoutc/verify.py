@@ -561,9 +561,23 @@ class _Values:
         """Decoded value of weight or bias `t` at the lane, which lies in t's pad region."""
         if t.decode is None:
             return self.pad_value(t)
-        refs = {node.tensor: self.at_lane(self.run.contract.tensor(node.tensor), axis_name)
-                for node in ir.walk(t.decode) if isinstance(node, ir.TensorValue)}
-        return self.pad_value(t, refs)
+        names = list(dict.fromkeys(n.tensor for n in ir.walk(t.decode) if isinstance(n, ir.TensorValue)))
+        others = [self.run.contract.tensor(name) for name in names]
+        refs = {o.name: self.at_lane(o, axis_name) for o in others}
+        value, finite = self.pad_value(t, refs)
+        # A dequantized pad is computed in the activation dtype: where every tensor the decode
+        # reads holds its pad too, the value is a constant, and one beyond float16's largest
+        # value is inf in a float16 kernel (then 0 * inf is NaN).
+        pads = [self.in_pad(o, axis_name) for o in others]
+        all_pad = z3.And([p if p is not None else z3.BoolVal(False, self.run.ctx) for p in pads])
+        constant, constant_finite = self.pad_value(t, {o.name: self.pad_value(o) for o in others})
+        big = z3.And(all_pad, constant_finite, _abs(constant) > COMPUTE_MAX)
+        if z3.is_false(z3.simplify(big)):
+            return value, finite
+        fits = z3.And(finite, z3.Not(big))
+        self.notes.append((fits, f"{t.name}'s pad dequantizes to a value beyond {COMPUTE_MAX} (float16's largest), "
+                                 "which is inf in a float16 kernel"))
+        return value, fits
 
     def decode(self, e: ir.Expr, t: ir.Tensor, refs: dict[str, Pair]) -> Pair:
         """A decode expression over t's pad code (and the values of the tensors it reads)."""
@@ -626,7 +640,7 @@ def _show_real(v: z3.ExprRef) -> str:
     q = _numeral(v)
     if q is None:
         return str(v)
-    if q.denominator == 1:
+    if q.denominator == 1 and abs(q.numerator) < 10**12:
         return str(q.numerator)
     if abs(q.numerator) == 1 and q.denominator & (q.denominator - 1) == 0:
         return f"{'-' if q < 0 else ''}2^-{q.denominator.bit_length() - 1}"
