@@ -294,6 +294,11 @@ def _run_parallel(jobs: list[tuple[str, Options, bool, bool]]):  # type: ignore[
         ctx = multiprocessing.get_context("fork")
     except ValueError:
         return [_load_and_verify_one(j) for j in jobs]
+    # Build the parser and import the solver once, before forking, so that the workers
+    # share them instead of each paying for them.
+    from . import verify  # noqa: F401
+    from .parse import parse
+    parse("", "<warm-up>")
     order = sorted(range(len(jobs)), key=lambda i: -_size(jobs[i][0]))
     out: list[Any] = [None] * len(jobs)
     try:
