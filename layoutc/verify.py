@@ -120,22 +120,31 @@ class _Run:
             if budget <= 0:
                 return f"unknown (the contract's verification budget of {self.options.budget_s:g} s is spent)", None
             specialised = z3.simplify(z3.substitute(formula, *case)) if case else formula
-            for arith in CASE_ARITH:  # the next solver only where the previous one gave up
+            # the solvers of one case share one per-query timeout; only the last gets the
+            # full resource limit
+            case_end = time.perf_counter() + self.options.timeout_ms / 1000
+            result, reason = z3.unknown, f"timeout ({self.options.timeout_ms} ms per query)"
+            for n, arith in enumerate(CASE_ARITH):  # the next solver only where the previous one gave up
+                left = min(int((case_end - time.perf_counter()) * 1000), self.remaining_ms())
+                if left <= 0:
+                    break
                 solver = z3.Solver(ctx=self.ctx)
                 if arith is not None:
                     solver.set("arith.solver", arith)
-                solver.set("timeout", min(self.options.timeout_ms, max(1, self.remaining_ms())))
-                solver.set("rlimit", self.options.rlimit)
+                solver.set("timeout", left)
+                solver.set("rlimit", self.options.rlimit if n == len(CASE_ARITH) - 1
+                           else min(self.options.rlimit, 10 * self.options.quick_rlimit))
                 solver.set("random_seed", self.options.seed)
                 solver.add(specialised, *(var == value for var, value in case))
                 self.queries += 1
                 result = solver.check()
+                if result == z3.sat:
+                    return "sat", solver.model()
                 if result != z3.unknown:
                     break
-            if result == z3.sat:
-                return "sat", solver.model()
+                reason = solver.reason_unknown()
             if result != z3.unsat and unknown is None:
-                unknown = f"unknown ({solver.reason_unknown()})"
+                unknown = f"unknown ({reason})"
         if unknown is not None:
             return unknown, None
         return "unsat", None
