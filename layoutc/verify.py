@@ -44,7 +44,6 @@ class _Obligation:
     goal: z3.BoolRef  # satisfiable iff the rule is broken
     explain: Any  # callable(model) -> (message, where)
     tensor: str | None = None
-    broken: z3.BoolRef | None = None  # index-free rule violation, for the admission analysis
 
 
 @dataclass
@@ -271,7 +270,7 @@ def _alignment(run: _Run) -> list[_Obligation]:
             shown = ", ".join(f"{s.tensor}.{s.axis} = {run.val(model, ks[(s.tensor, s.axis)])}" for s in sizes)
             return f"kernel rule broken: {rule.message}" + (f" ({shown})" if shown else ""), "kernel"
         obs.append(_Obligation(f"align line {rule.span.line}", rule.span, z3.And(run.admitted, z3.Not(cond)),
-                               explain, sizes[0].tensor if sizes else None, z3.Not(cond)))
+                               explain, sizes[0].tensor if sizes else None))
     return obs
 
 
@@ -426,8 +425,7 @@ def _groups(run: _Run) -> list[_Obligation]:
                                 f"(logical {lv}, group {gv})", label)
                     return f"{label}: padded size {pv} is not a whole number of groups of {gv}", label
                 obs.append(_Obligation(f"{label} groups", axis.span,
-                                       z3.And(run.admitted, z3.Or(straddle, partial)), explain, t.name,
-                                       z3.Or(straddle, partial)))
+                                       z3.And(run.admitted, z3.Or(straddle, partial)), explain, t.name))
             if axis.pack > 1:
                 f = axis.pack
                 whole_l = logical * (2 if axis.layout in ("concat", "interleave") else 1)
@@ -438,7 +436,7 @@ def _groups(run: _Run) -> list[_Obligation]:
                             f"storage elements of {f}: a packed element would mix data and pad", label)
                 packing = z3.Or(whole_l % f != 0, whole_p % f != 0)
                 obs.append(_Obligation(f"{label} packing", axis.span, z3.And(run.admitted, packing),
-                                       pexplain, t.name, packing))
+                                       pexplain, t.name))
     return obs
 
 
@@ -466,7 +464,7 @@ def _kernel_arguments(run: _Run) -> list[_Obligation]:
                 return f"kernel told {arg.name}={told}: a negative trim of {cv}", f"{tname}.{aname}"
             wrong = z3.Or(count > pad, count < 0)
             obs.append(_Obligation(f"{arg.name} on {tname}.{aname}", arg.span,
-                                   z3.And(run.admitted, wrong), explain, tname, wrong))
+                                   z3.And(run.admitted, wrong), explain, tname))
     return obs
 
 
