@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 FORMAT = 1
 MAX_BYTES = 1 << 20  # parse.MAX_BYTES (not imported: that would import lark on the fast path)
+MAX_ENTRY_BYTES = 64 << 20  # a larger entry is not one this module wrote
 _STATUSES = ("proved", "counterexample", "inconclusive", "vacuous", "info")
 _code_digest: str | None = None
 
@@ -140,8 +141,10 @@ def _payload(k: str, name: str, diags: Sequence[Diagnostic], verdicts: Sequence[
 def lookup(k: str, file: str) -> Entry | None:
     """The entry stored under key `k` (spans re-attached to `file`), or None."""
     try:
-        raw = (cache_dir() / f"{k}.json").read_text(encoding="utf-8")
-        outer = json.loads(raw)
+        path = cache_dir() / f"{k}.json"
+        if path.stat().st_size > MAX_ENTRY_BYTES:
+            return None
+        outer = json.loads(path.read_text(encoding="utf-8"))
         payload = outer["payload"]
         if hashlib.sha256(payload.encode()).hexdigest() != outer["sha256"]:
             return None
@@ -152,7 +155,7 @@ def lookup(k: str, file: str) -> Entry | None:
         if [v.property for v in verdicts] != list(PROPERTY_IDS) or any(v.status == "inconclusive" for v in verdicts):
             return None
         return Entry(str(doc["name"]), tuple(_diag(d, file) for d in doc["diagnostics"]), verdicts)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except Exception:  # any damage at all (bad JSON, deep nesting, wrong types): not trusted
         return None
 
 

@@ -81,7 +81,8 @@ def test_verdicts_round_trip_exactly(cache: Path) -> None:
     assert hit is not None and hit.name == contract.name and hit.verdicts == verdicts
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "checksum", "tamper", "other_key", "empty"])
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "checksum", "tamper", "other_key", "empty", "deep",
+                                    "directory"])
 def test_a_corrupt_entry_is_ignored_and_rewritten(cache: Path, tmp_path: Path, damage: str) -> None:
     path = str(_copy(tmp_path, UNSOUND))
     first = _run("verify", "--format", "json", path)
@@ -104,9 +105,18 @@ def test_a_corrupt_entry_is_ignored_and_rewritten(cache: Path, tmp_path: Path, d
         other = VC.key(contract.source_text, Options())
         VC.store(other, contract.name, [], layoutc.verify.verify(contract))
         shutil.copy(cache / f"{other}.json", entry)
+    elif damage == "deep":  # nesting deeper than the JSON parser's recursion limit
+        entry.write_text("[" * 200_000 + "]" * 200_000)
+    elif damage == "directory":
+        entry.unlink()
+        entry.mkdir()
     else:
         entry.write_text("")
     assert VC.lookup(entry.stem, path) is None
+    if damage == "directory":  # cannot be rewritten: verification still works, uncached
+        again = _run("verify", "--format", "json", path)
+        assert again[0] == first[0] and _timeless(again[1]) == _timeless(first[1])
+        return
     again = _run("verify", "--format", "json", path)  # recomputed, same answer
     assert again[0] == first[0] and _timeless(again[1]) == _timeless(first[1])
     assert VC.lookup(entry.stem, path) is not None  # and stored again
