@@ -87,9 +87,8 @@ class _Run:
         if self.remaining_ms() <= 0:
             return f"unknown (the contract's verification budget of {self.options.budget_s:g} s is spent)", None
         # First the whole domain at once under a small, deterministic resource budget, with
-        # z3's two arithmetic solvers in turn (the older one, arith.solver=2, settles most
-        # size formulas with div/mod by numerals fastest); only if neither is enough, case
-        # by case.
+        # the solvers of QUICK_ARITH in turn (arith.solver=2 settles most size formulas with
+        # div/mod by numerals fastest); only if that is not enough, case by case.
         for arith in QUICK_ARITH:
             solver = z3.Solver(ctx=self.ctx)
             if arith is not None:
