@@ -113,14 +113,26 @@ def verify() -> None:
     print(_load_line(d))
     print()
     w = d["wall"]
-    rows = [["`layoutc verify contracts/`", f"{w['text']['best_s']:.3f}", f"{w['text']['median_s']:.3f}",
-             f"{w['text']['max_ms'] / 1e3:.3f}"],
-            ["`layoutc verify contracts/ --format json`", f"{w['json']['best_s']:.3f}", f"{w['json']['median_s']:.3f}",
-             f"{w['json']['max_ms'] / 1e3:.3f}"]]
+    labels = {"cold": "`layoutc verify contracts/`, empty cache (parallel)",
+              "cold, serial": "the same, `LAYOUTC_JOBS=1`",
+              "warm": "`layoutc verify contracts/` again, nothing changed",
+              "compile (verdicts reused)": "`layoutc compile contracts/ --out DIR` after verify",
+              "cold json": "`layoutc verify contracts/ --format json`, empty cache"}
+    cpu = d.get("cpu", {})
+    rows = [[labels.get(k, k), f"{st['best_s']:.3f}", f"{st['median_s']:.3f}", f"{st['max_ms'] / 1e3:.3f}",
+             f"{cpu[k]['median_s']:.3f}" if k in cpu else ""] for k, st in w.items()]
     for k, st in d["startup_floors"].items():
-        rows.append([f"`{k}`", f"{st['best_ms'] / 1e3:.3f}", f"{st['median_ms'] / 1e3:.3f}", f"{st['max_ms'] / 1e3:.3f}"])
-    print(C.table(rows, ["command (fresh process, 5 runs)", "best s", "median s", "max s"]))
+        rows.append([f"`{k}`", f"{st['best_ms'] / 1e3:.3f}", f"{st['median_ms'] / 1e3:.3f}", f"{st['max_ms'] / 1e3:.3f}",
+                     ""])
+    print(C.table(rows, [f"command (fresh process, {d['runs']} runs, interleaved)", "best s", "median s", "max s",
+                         "CPU s (median, user+sys)"]))
     print()
+    if "ratios" in d:
+        print("Ratios in the same run: " + "; ".join(f"{k} {v:.2f}x" for k, v in d["ratios"].items())
+              + ". Goals: " + "; ".join(f"{k} < {g} s: best {'met' if d['met'][k]['best'] else 'NOT met'}, median "
+                                        f"{'met' if d['met'][k]['median'] else 'NOT met'}"
+                                        for k, g in d["goals_s"].items()) + ".")
+        print()
     print(f"Summary: {d['summary']}; solver time (sum of per-property medians) "
           f"{d['solver_seconds_sum_median']:.3f} s; {d['solver_queries_total']} solver queries; exit codes "
           f"{d['exit_codes']}.")
@@ -137,7 +149,7 @@ def verify() -> None:
             cells.append(f"{p['median_s'] * 1e3:.0f} / {p['queries']}" if p else "")
         pc = d["per_contract"][c]
         rows.append([c, *cells, f"{pc['median_s'] * 1e3:.0f} / {pc['queries']}"])
-    print("Per property: median ms / solver queries (from `--format json`, 5 runs; query counts identical in "
+    print(f"Per property: median ms / solver queries (from `--format json`, {d['runs']} runs; query counts identical in "
           "every run: " + str(all(p["queries_stable"] for p in props)) + ").")
     print()
     print(C.table(rows, ["contract", *ids, "total"]))

@@ -1,17 +1,26 @@
-"""Wall time of `layoutc verify contracts/`, per property, with solver query counts.
+"""Wall time of `layoutc verify contracts/` cold and cached, and of `layoutc compile`.
 
     python bench/verify_bench.py             # writes bench/results/verify.json
     python bench/verify_bench.py --runs 9
 
-Each run is a fresh `layoutc verify contracts/` subprocess (the console script from
-this interpreter's environment), so interpreter start-up and every import (z3
-included) are in the time, as a user sees it. Goal: < 2 s on 2 cores (best and
-median of `--runs`, default 5). The same is done with `--format json`, whose
-per-property `seconds` and `queries` are aggregated over the runs (best / median
-seconds per property; query counts must not vary between runs). Start-up floors
-(`python -c pass`, `import z3`, `import layoutc.cli`) are timed alongside, to show
-where the wall time goes. Before each run the script waits (up to 2 s) for the
-machine to be quiet; the machine's busy fraction is recorded.
+Each measurement is a fresh subprocess (the console script from this interpreter's
+environment), so interpreter start-up and every import (z3 included) are in the time,
+as a user sees it. Scenarios, interleaved round by round so that their ratios come
+from the same machine state (the machine is shared: absolute times move with load):
+
+- cold: an empty verdict cache (`LAYOUTC_CACHE_DIR` a fresh directory), so every
+  contract is parsed and proved; contracts are verified in parallel processes, one per
+  core. Goal < 1.5 s on 2 cores.
+- cold, serial: the same with `LAYOUTC_JOBS=1` (the parallel speed-up).
+- warm: the same command again, nothing changed (every verdict from the cache, no
+  parsing, no z3 import). Goal < 0.3 s.
+- compile: `layoutc compile contracts/ --out TMP` after a verify (verdicts reused).
+- cold json: `--format json` with an empty cache, whose per-property `seconds` and
+  `queries` are aggregated over the runs (query counts must not vary between runs).
+
+Start-up floors (`python -c pass`, `import layoutc.cli`, `import z3`) are timed alongside.
+Before each run the script waits (up to 2 s) for the machine to be quiet; the busy
+fraction and the load are recorded.
 """
 
 from __future__ import annotations
@@ -19,10 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +41,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C
 
-GOAL_S = 2.0
+GOAL_COLD_S = 1.5
+GOAL_WARM_S = 0.3
 
 
 def layoutc_cmd() -> list[str]:
@@ -41,16 +53,22 @@ def layoutc_cmd() -> list[str]:
     return [found] if found else [sys.executable, "-m", "layoutc.cli"]
 
 
-def timed(cmd: list[str], runs: int) -> tuple[list[float], list[float], list[subprocess.CompletedProcess[str]]]:
-    times, busy, procs = [], [], []
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="0")
-    for _ in range(runs):
-        busy.append(C.wait_for_quiet(0.3, 0.1, 2.0))
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, cwd=C.ROOT, capture_output=True, text=True, check=False, env=env)
-        times.append(time.perf_counter() - t0)
-        procs.append(proc)
-    return times, busy, procs
+CPU: dict[str, list[float]] = {}  # user + sys seconds of each run's process tree, by scenario
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_once(cmd: list[str], env: dict[str, str], name: str = "") -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    busy = C.wait_for_quiet(0.3, 0.1, 2.0)
+    c0 = _children_cpu()
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=C.ROOT, capture_output=True, text=True, check=False, env=env)
+    wall = time.perf_counter() - t0
+    CPU.setdefault(name, []).append(_children_cpu() - c0)
+    return wall, busy, proc
 
 
 def main() -> int:
@@ -60,22 +78,46 @@ def main() -> int:
     args = ap.parse_args()
     before = C.load()
     base = layoutc_cmd()
+    scratch = Path(tempfile.mkdtemp(prefix="layoutc-verify-bench-"))
+    cache = scratch / "cache"
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="0", LAYOUTC_CACHE_DIR=str(cache))
+    env.pop("LAYOUTC_JOBS", None)
+    serial_env = dict(env, LAYOUTC_JOBS="1")
+    verify = [*base, "verify", args.path]
+    compile_ = [*base, "compile", args.path, "--out", str(scratch / "out")]
+
+    def fresh_cache() -> None:
+        shutil.rmtree(cache, ignore_errors=True)
 
     # warm the page cache and the .pyc files once, untimed
-    subprocess.run([*base, "verify", args.path], cwd=C.ROOT, capture_output=True, check=False)
-
-    text_t, text_busy, text_procs = timed([*base, "verify", args.path], args.runs)
-    json_t, json_busy, json_procs = timed([*base, "verify", args.path, "--format", "json"], args.runs)
+    subprocess.run(verify, cwd=C.ROOT, capture_output=True, check=False, env=env)
+    names = ["cold", "cold, serial", "warm", "compile (verdicts reused)", "cold json"]
+    times: dict[str, list[float]] = {n: [] for n in names}
+    busy: dict[str, list[float]] = {n: [] for n in names}
+    procs: list[subprocess.CompletedProcess[str]] = []
+    json_procs: list[subprocess.CompletedProcess[str]] = []
+    for _ in range(args.runs):
+        for name in names:
+            if name.startswith("cold"):
+                fresh_cache()
+            cmd = [*verify, "--format", "json"] if name == "cold json" else compile_ if name.startswith("compile") \
+                else verify
+            t, b, proc = run_once(cmd, serial_env if name == "cold, serial" else env, name)
+            times[name].append(t)
+            busy[name].append(b)
+            (json_procs if name == "cold json" else procs).append(proc)
+            if name == "cold json":  # leave a full cache for the next round's warm run
+                subprocess.run(verify, cwd=C.ROOT, capture_output=True, check=False, env=env)
     floors = {
         "python -c pass": [sys.executable, "-c", "pass"],
-        "python -c 'import z3'": [sys.executable, "-c", "import z3"],
         "python -c 'import layoutc.cli'": [sys.executable, "-c", "import layoutc.cli"],
-        "python -c 'import layoutc.verify'": [sys.executable, "-c", "import layoutc.verify"],
+        "python -c 'import z3'": [sys.executable, "-c", "import z3"],
     }
-    floor_t = {k: timed(v, args.runs)[0] for k, v in floors.items()}
+    floor_t = {k: [run_once(v, env)[0] for _ in range(args.runs)] for k, v in floors.items()}
     after = C.load()
+    shutil.rmtree(scratch, ignore_errors=True)
 
-    exit_codes = sorted({p.returncode for p in text_procs + json_procs})
+    exit_codes = sorted({p.returncode for p in procs + json_procs})
     reports = [json.loads(p.stdout) for p in json_procs if p.stdout.strip()]
     props: dict[tuple[str, str], dict[str, Any]] = {}
     for rep in reports:
@@ -100,34 +142,44 @@ def main() -> int:
     solver_total = sum(r["median_s"] for r in prop_rows)
     total_queries = sum(pc["queries"] for pc in per_contract.values())
 
-    wall = {"text": C.stats(text_t), "json": C.stats(json_t)}
+    wall = {n: C.stats(v) for n, v in times.items()}
     for v in wall.values():
         v["best_s"], v["median_s"] = v["best_ms"] / 1e3, v["median_ms"] / 1e3
-    met_best = wall["text"]["best_s"] < GOAL_S and wall["json"]["best_s"] < GOAL_S
-    met = wall["text"]["median_s"] < GOAL_S and wall["json"]["median_s"] < GOAL_S
+    goals = {"cold": GOAL_COLD_S, "warm": GOAL_WARM_S}
+    met = {n: {"best": wall[n]["best_s"] < g, "median": wall[n]["median_s"] < g} for n, g in goals.items()}
+    ratios = {"cold / warm (median)": wall["cold"]["median_s"] / wall["warm"]["median_s"],
+              "cold serial / cold parallel (median)": wall["cold, serial"]["median_s"] / wall["cold"]["median_s"],
+              "cold / compile after verify (median)": wall["cold"]["median_s"]
+              / wall["compile (verdicts reused)"]["median_s"]}
 
-    rows = [[f"layoutc verify {args.path}", f"{wall['text']['best_s']:.3f}", f"{wall['text']['median_s']:.3f}",
-             f"{wall['text']['max_ms'] / 1e3:.3f}"],
-            [f"layoutc verify {args.path} --format json", f"{wall['json']['best_s']:.3f}",
-             f"{wall['json']['median_s']:.3f}", f"{wall['json']['max_ms'] / 1e3:.3f}"]]
+    cpu = {n: {"best_s": min(CPU[n]), "median_s": statistics.median(CPU[n])} for n in names}
+    rows = [[f"{n}", f"{wall[n]['best_s']:.3f}", f"{wall[n]['median_s']:.3f}", f"{wall[n]['max_ms'] / 1e3:.3f}",
+             f"{cpu[n]['median_s']:.3f}", f"{statistics.median(busy[n]):.2f}"] for n in names]
     for k, secs in floor_t.items():
         st = C.stats(secs)
-        rows.append([k, f"{st['best_ms'] / 1e3:.3f}", f"{st['median_ms'] / 1e3:.3f}", f"{st['max_ms'] / 1e3:.3f}"])
+        rows.append([k, f"{st['best_ms'] / 1e3:.3f}", f"{st['median_ms'] / 1e3:.3f}", f"{st['max_ms'] / 1e3:.3f}",
+                     "", ""])
     print(f"load before: {before['uptime']}")
-    print(C.table(rows, ["command (fresh process)", "best s", "median s", "max s"]))
-    print(f"\ngoal < {GOAL_S} s: best {C.verdict(met_best)}, median {C.verdict(met)}; exit codes {exit_codes}")
+    print(C.table(rows, ["scenario (fresh process)", "best s", "median s", "max s", "cpu median s", "busy before"]))
+    for n, g in goals.items():
+        print(f"goal {n} < {g} s: best {C.verdict(met[n]['best'])}, median {C.verdict(met[n]['median'])}")
+    for k, v in ratios.items():
+        print(f"{k}: {v:.2f}x")
+    print(f"exit codes {exit_codes}")
     print()
     print(C.table([[r["contract"], r["property"], r["status"], f"{r['best_s'] * 1e3:.1f}",
                     f"{r['median_s'] * 1e3:.1f}", r["queries"]] for r in prop_rows],
                   ["contract", "property", "status", "best ms", "median ms", "queries"]))
-    print(f"\nsum of per-property solver time (medians): {solver_total:.3f} s; solver queries: {total_queries}")
+    print(f"\nsum of per-property solver time (medians, cold json runs): {solver_total:.3f} s; "
+          f"solver queries: {total_queries}")
     print(f"load after: {after['uptime']}")
     payload = {"benchmark": "verify", "command": [*(Path(x).name if i == 0 else x for i, x in enumerate(base)),
                                                    "verify", args.path],
-               "runs": args.runs, "goal_s": GOAL_S, "met_median": met, "met_best": met_best, "exit_codes": exit_codes,
-               "machine": C.machine(with_torch=False), "git": C.git_state(), "load_before": before, "load_after": after,
-               "machine_busy_before_runs": {"text": text_busy, "json": json_busy},
-               "wall": wall, "wall_seconds": {"text": text_t, "json": json_t},
+               "runs": args.runs, "goals_s": goals, "met": met, "ratios": ratios, "exit_codes": exit_codes,
+               "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+               "machine": C.machine(with_torch=False), "git": C.git_state(), "load_before": before,
+               "load_after": after, "machine_busy_before_runs": busy, "wall": wall, "wall_seconds": times,
+               "cpu": cpu, "cpu_seconds": {n: CPU[n] for n in names},
                "startup_floors": {k: C.stats(v) for k, v in floor_t.items()},
                "summary": reports[-1]["summary"] if reports else None,
                "solver_seconds_sum_median": solver_total, "solver_queries_total": total_queries,

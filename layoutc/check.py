@@ -18,6 +18,7 @@ from . import glues, ir
 from . import syntax as A
 from .diagnostics import Diagnostic, Related, Span, error, warning
 from .evaluate import MAX_MAGNITUDE, EvalError, Interval, TooLarge, eval_real, finite_values, int_bounds
+from .formats import FORMATS
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_NAME = 64
@@ -294,6 +295,12 @@ class _Checker:
         return True
 
     def call(self, node: A.Call, kw: dict[str, object]) -> ir.Expr | None:
+        if kw.get("decode") is not None and node.func in FORMATS:
+            # a byte-encoded number format (layoutc/formats.py): `e8m0(code)`
+            if len(node.args) != 1 or not (isinstance(node.args[0], A.Name) and node.args[0].name == "code"):
+                self.err("LC408", node.span, f"`{node.func}` decodes this tensor's stored byte: write `{node.func}(code)`")
+                return None
+            return ir.Op(node.func, (ir.Code(node.args[0].span),), ir.REAL, node.span)
         if node.func not in ir.FUNCTIONS:
             self.err("LC305", node.span, f"unknown function `{node.func}`",
                      help=_suggest(node.func, list(ir.FUNCTIONS)))
@@ -507,7 +514,7 @@ class _Checker:
                 decode = None
             if decode is None:
                 ok = False
-            elif code_range is None:
+            elif code_range is None and d.kind not in ("scale", "zero"):
                 self.err("LC407", d.span, f"tensor `{d.name}` has `decode` but no `code lo..hi` range")
                 ok = False
         for part in (d.decode[0] if d.decode else None,):
@@ -929,7 +936,11 @@ class _Checker:
             if t.kind == "bias" and {a.name for a in t.axes} - {"experts", "n"}:
                 self.err("LC410", t.span, f"bias `{t.name}` has only `experts` and `n` axes")
             if t.kind in ("scale", "zero") and t.decode is not None:
-                self.err("LC408", t.span, f"{t.kind} `{t.name}` cannot itself have a decode expression")
+                for node in ir.walk(t.decode):
+                    if isinstance(node, ir.TensorValue):
+                        self.err("LC408", node.span, f"the decode of {t.kind} `{t.name}` reads only its own `code` "
+                                 f"(a format such as `e8m0(code)`), not `{node.tensor}`")
+                        break
 
 
 def _shape(e: ir.Expr) -> object:

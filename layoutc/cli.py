@@ -104,23 +104,17 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .verify import Options
-    from .verify_report import (
-        findings,
-        render_github,
-        render_json,
-        render_text_report,
-        summarize,
-        verify_guarded,
-    )
-    loaded, diags, sources = _load_all(args.paths)
+    from .verdict_cache import load_and_verify
+    from .verdicts import Options
+    from .verify_report import findings, render_github, render_json, render_text_report, summarize
+    options = Options(timeout_ms=args.timeout_ms, seed=args.seed, budget_s=args.budget_s)
+    _loaded, diags, sources, results, failures = load_and_verify(contract_paths(args.paths), options,
+                                                                 not args.no_cache)
     if has_errors(diags):
         emit(diags, sources, args.format)
         return exit_code(diags)
     if diags and args.format == "text":
         sys.stderr.write(render_text(diags, sources))
-    options = Options(timeout_ms=args.timeout_ms, seed=args.seed, budget_s=args.budget_s)
-    results, failures = verify_guarded([(p, c) for p, c, _ in loaded], options)
     found = findings(results) + failures
     if args.format == "json":
         sys.stdout.write(render_json(results, failures, diags + found))
@@ -147,7 +141,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         emit(diags, sources, args.format)
         return exit_code(diags)
     code, found = compile_contracts([(p, c) for p, c, _ in loaded], args.out, check=args.check,
-                                    verify_first=not args.no_verify, fmt=args.format)
+                                    verify_first=not args.no_verify, fmt=args.format, use_cache=not args.no_cache)
     emit(found, sources, args.format)
     return code
 
@@ -196,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0, help="solver random seed (default 0)")
     p.add_argument("--budget-s", type=_positive_float, default=8.0,
                    help="wall-time budget per contract, in seconds (default 8); past it, verdicts are inconclusive")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the verdict cache")
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("compile", help="render each contract into a standalone Python module")
@@ -204,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="compare with DIR instead of writing; exit 1 on drift")
     p.add_argument("--no-verify", action="store_true", help="skip verification (the header then says so)")
     p.add_argument("--format", choices=FORMATS, default="text", help="how to print problems (default text)")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the verdict cache")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("explain", help="print a configuration's plan and a picture of each padded tensor")

@@ -31,13 +31,14 @@ def display_path(path: str) -> str:
     return f"{p.parent.name}/{p.name}" if p.parent.name else p.name
 
 
-def render_all(contracts: list[tuple[str, ir.Contract]], verify_first: bool
+def render_all(contracts: list[tuple[str, ir.Contract]], verify_first: bool, use_cache: bool = True
                ) -> tuple[dict[str, str] | None, int, list[Diagnostic]]:
     """Render every module in memory.
 
     Returns (files by name or None, exit code, diagnostics): a duplicate contract name
     is LC702 (exit 2); a verification finding is LC601/LC602 (exit 1) or LC603
     inconclusive (exit 2, when every finding is inconclusive); a verifier failure LC900.
+    Verdicts come from the verdict cache where `layoutc verify` already proved the same text.
     """
     from .verify_report import findings, verify_guarded
     files: dict[str, str] = {}
@@ -49,7 +50,7 @@ def render_all(contracts: list[tuple[str, ir.Contract]], verify_first: bool
         names[contract.name] = path
         proved: tuple[str, ...] = ()
         if verify_first:
-            results, failures = verify_guarded([(path, contract)])
+            results, failures = verify_guarded([(path, contract)], use_cache=use_cache)
             if failures:
                 return None, 2, failures
             verdicts = results[0][2]
@@ -152,13 +153,14 @@ def _remove_stale_temporaries(out_dir: str, age_s: float = 600.0) -> None:
 
 
 def compile_contracts(contracts: list[tuple[str, ir.Contract]], out_dir: str, *, check: bool,
-                      verify_first: bool = True, fmt: str = "text") -> tuple[int, list[Diagnostic]]:
+                      verify_first: bool = True, fmt: str = "text", use_cache: bool = True
+                      ) -> tuple[int, list[Diagnostic]]:
     """Verify, render and write (or compare with ``--check``) every module.
 
     Returns (exit code, diagnostics); the caller prints the diagnostics. Text output
     (``fmt == "text"``) also prints what was written, or the drift diff.
     """
-    files, status, diags = render_all(contracts, verify_first)
+    files, status, diags = render_all(contracts, verify_first, use_cache)
     if files is None:
         return status, diags
     if check:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 
 from . import ir
+from .formats import FORMATS, NAN_NOTE
 
 Value = int | bool | str
 Env = Mapping[str, Value]
@@ -140,11 +141,29 @@ def eval_expr(expr: ir.Expr, env: Env, axis_sizes: Mapping[tuple[str, str], int]
 
 
 def eval_real(expr: ir.Expr, env: Env, code: Fraction, tensors: Mapping[str, Fraction]) -> Fraction:
-    """Evaluate a `decode` expression exactly (rationals)."""
+    """Evaluate a `decode` expression exactly (rationals).
+
+    A byte format (`e8m0(code)`, layoutc/formats.py) whose byte is NaN or inf raises EvalError.
+    """
     if isinstance(expr, ir.Code):
         return code
     if isinstance(expr, ir.TensorValue):
         return tensors[expr.tensor]
+    if isinstance(expr, ir.Cond) and expr.type == ir.REAL:
+        branch = expr.then if eval_expr(expr.cond, env) else expr.orelse
+        return eval_real(branch, env, code, tensors)
+    if isinstance(expr, ir.Select) and expr.type == ir.REAL:
+        subject = eval_expr(expr.subject, env)
+        chosen = next((v for m, v in expr.cases if m == subject), expr.default)
+        assert chosen is not None
+        return eval_real(chosen, env, code, tensors)
+    if isinstance(expr, ir.Op) and expr.op in FORMATS:
+        if code.denominator != 1 or not 0 <= code <= 255:
+            raise EvalError(f"{expr.op}: code {code} is not a byte")
+        value = FORMATS[expr.op](int(code))
+        if value is None:
+            raise EvalError(f"{expr.op}({code}) is not finite ({NAN_NOTE[expr.op]})")
+        return value
     if isinstance(expr, ir.Op) and expr.type == ir.REAL:
         if expr.op == "neg":
             return -eval_real(expr.args[0], env, code, tensors)

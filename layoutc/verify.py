@@ -13,67 +13,28 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from fractions import Fraction
+from typing import Any
 
 import z3
 
 from . import ir
 from .diagnostics import Span
 from .evaluate import EvalError, Value, eval_lets
+from .formats import FORMATS, NAN_NOTE
 from .picture import find_view, tensor_picture
 from .smt import Encoder
+from .verdicts import PROPERTIES, PROPERTY_IDS, Counterexample, Options, Status, Verdict
 
-Status = Literal["proved", "counterexample", "inconclusive", "vacuous", "info"]
+__all__ = ["PROPERTIES", "PROPERTY_IDS", "Counterexample", "Options", "Status", "Verdict", "verify"]
 
-PROPERTIES: tuple[tuple[str, str], ...] = (
-    ("vacuity", "the contract admits at least one configuration"),
-    ("alignment", "every kernel divisibility rule holds on the padded sizes"),
-    ("placement", "the kernel finds every logical element at its own role and index"),
-    ("roundtrip", "pad is injective into the padded tensor and unpad inverts it"),
-    ("inertness", "every padded lane adds exactly 0 to the layer output"),
-    ("groups", "groups and packed elements stay whole and never straddle the pad boundary"),
-    ("kernel-arguments", "pad counts passed to the kernel describe padding that really exists"),
-    ("admission", "no admitted configuration breaks a kernel rule or a layout assumption"),
-    ("waste", "worst-case pad fraction over the domain (informational)"),
-)
-PROPERTY_IDS = tuple(p for p, _ in PROPERTIES)
 ROLE_ID = {"gate": 0, "up": 1, "": 0}
-
-
-@dataclass(frozen=True)
-class Options:
-    timeout_ms: int = 2000
-    rlimit: int = 20_000_000
-    quick_rlimit: int = 300_000
-    max_cases: int = 512
-    budget_s: float = 8.0  # wall-time budget per contract; past it every query is inconclusive
-    seed: int = 0
-    minimize: bool = True
-
-
-@dataclass(frozen=True)
-class Counterexample:
-    config: dict[str, Value]
-    derived: dict[str, Value]
-    message: str
-    where: str
-    picture: tuple[str, ...] = ()
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"config": self.config, "derived": self.derived, "message": self.message,
-                "where": self.where, "picture": list(self.picture)}
-
-
-@dataclass(frozen=True)
-class Verdict:
-    property: str
-    status: Status
-    detail: str
-    seconds: float
-    queries: int
-    span: Span
-    counterexample: Counterexample | None = None
-    warnings: tuple[str, ...] = ()
+MINIMIZE_QUERIES = 16
+# z3's arith.solver for the whole-domain attempt and, in turn, for each case (None: z3's
+# default). The older solver (2) settles these size formulas (div/mod by numerals) fastest;
+# a case it gives up on is asked again with the default one.
+QUICK_ARITH: tuple[int | None, ...] = (2,)
+CASE_ARITH: tuple[int | None, ...] = (2, None)
 
 
 @dataclass
@@ -83,7 +44,6 @@ class _Obligation:
     goal: z3.BoolRef  # satisfiable iff the rule is broken
     explain: Any  # callable(model) -> (message, where)
     tensor: str | None = None
-    broken: z3.BoolRef | None = None  # index-free rule violation, for the admission analysis
 
 
 @dataclass
@@ -118,26 +78,34 @@ class _Run:
             self._cases = [list(combo) for combo in itertools.product(*domains)]
         return self._cases
 
-    def solve(self, goal: z3.BoolRef, extra: list[z3.BoolRef] | None = None) -> tuple[str, z3.ModelRef | None]:
+    def solve(self, goal: z3.BoolRef, extra: list[z3.BoolRef] | None = None,
+              quick_only: bool = False) -> tuple[str, z3.ModelRef | None]:
         """One fresh solver per case; sat in any case is a counterexample (the first, in a
-        fixed order), unknown in any case (and sat in none) is inconclusive."""
+        fixed order), unknown in any case (and sat in none) is inconclusive. `quick_only`:
+        the whole-domain attempts only (for informational queries)."""
         formula = z3.And(goal, *(extra or []))
         if self.remaining_ms() <= 0:
             return f"unknown (the contract's verification budget of {self.options.budget_s:g} s is spent)", None
-        # First the whole domain at once under a small, deterministic resource budget;
-        # only if that is not enough, case by case.
-        solver = z3.Solver(ctx=self.ctx)
-        solver.set("rlimit", self.options.quick_rlimit)
-        solver.set("timeout", min(self.options.timeout_ms, self.remaining_ms()))
-        solver.set("random_seed", self.options.seed)
-        solver.add(formula)
-        self.queries += 1
-        result = solver.check()
-        if result == z3.sat:
-            return "sat", solver.model()
-        if result == z3.unsat:
-            return "unsat", None
+        # First the whole domain at once under a small, deterministic resource budget, with
+        # the solvers of QUICK_ARITH in turn (arith.solver=2 settles most size formulas with
+        # div/mod by numerals fastest); only if that is not enough, case by case.
+        for arith in QUICK_ARITH:
+            solver = z3.Solver(ctx=self.ctx)
+            if arith is not None:
+                solver.set("arith.solver", arith)
+            solver.set("rlimit", self.options.quick_rlimit)
+            solver.set("timeout", min(self.options.timeout_ms, self.remaining_ms()))
+            solver.set("random_seed", self.options.seed)
+            solver.add(formula)
+            self.queries += 1
+            result = solver.check()
+            if result == z3.sat:
+                return "sat", solver.model()
+            if result == z3.unsat:
+                return "unsat", None
         unknown = None
+        if quick_only:
+            return f"unknown (whole domain: {solver.reason_unknown()})", None
         cases = self.cases()
         if len(cases) > self.options.max_cases:
             return (f"unknown (whole domain: {solver.reason_unknown()}; {len(cases)} cases exceed the "
@@ -149,18 +117,32 @@ class _Run:
             budget = self.remaining_ms()
             if budget <= 0:
                 return f"unknown (the contract's verification budget of {self.options.budget_s:g} s is spent)", None
-            solver = z3.Solver(ctx=self.ctx)
-            solver.set("timeout", min(self.options.timeout_ms, budget))
-            solver.set("rlimit", self.options.rlimit)
-            solver.set("random_seed", self.options.seed)
             specialised = z3.simplify(z3.substitute(formula, *case)) if case else formula
-            solver.add(specialised, *(var == value for var, value in case))
-            self.queries += 1
-            result = solver.check()
-            if result == z3.sat:
-                return "sat", solver.model()
+            # the solvers of one case share one per-query timeout; only the last gets the
+            # full resource limit
+            case_end = time.perf_counter() + self.options.timeout_ms / 1000
+            result, reason = z3.unknown, f"timeout ({self.options.timeout_ms} ms per query)"
+            for n, arith in enumerate(CASE_ARITH):  # the next solver only where the previous one gave up
+                left = min(int((case_end - time.perf_counter()) * 1000), self.remaining_ms())
+                if left <= 0:
+                    break
+                solver = z3.Solver(ctx=self.ctx)
+                if arith is not None:
+                    solver.set("arith.solver", arith)
+                solver.set("timeout", left)
+                solver.set("rlimit", self.options.rlimit if n == len(CASE_ARITH) - 1
+                           else min(self.options.rlimit, 10 * self.options.quick_rlimit))
+                solver.set("random_seed", self.options.seed)
+                solver.add(specialised, *(var == value for var, value in case))
+                self.queries += 1
+                result = solver.check()
+                if result == z3.sat:
+                    return "sat", solver.model()
+                if result != z3.unknown:
+                    break
+                reason = solver.reason_unknown()
             if result != z3.unsat and unknown is None:
-                unknown = f"unknown ({solver.reason_unknown()})"
+                unknown = f"unknown ({reason})"
         if unknown is not None:
             return unknown, None
         return "unsat", None
@@ -169,19 +151,37 @@ class _Run:
         return int((self.deadline - time.perf_counter()) * 1000)
 
     def minimize(self, goal: z3.BoolRef, model: z3.ModelRef) -> z3.ModelRef:
-        """Shrink the range parameters (sum) while the goal stays satisfiable."""
+        """Shrink the range parameters' sum while the goal stays satisfiable, by bisection.
+
+        The search region is [lo, ceiling): no model below lo (proved unsat), none tried at
+        or above the best one. An `unknown` answer never ends the search: the other half is
+        tried instead, and the region shrinks. At most MINIMIZE_QUERIES solver calls.
+        """
         if not self.options.minimize:
             return model
-        ranged = [self.enc.vars[p.name] for p in self.contract.params if p.kind == "range"]
+        ranged = [p for p in self.contract.params if p.kind == "range"]
         if not ranged:
             return model
-        total = z3.Sum(ranged)
-        for _ in range(12):
-            bound = model.eval(total, model_completion=True)
-            _status, better = self.solve(goal, [total < bound])
-            if better is None:
-                return model
+        total = z3.Sum([self.enc.vars[p.name] for p in ranged])
+        lo = sum(p.low for p in ranged)
+        ceiling = self.val(model, total)
+        calls = 0
+        while lo < ceiling and calls < MINIMIZE_QUERIES:
+            mid = (lo + ceiling - 1) // 2
+            calls += 1
+            status, better = self.solve(goal, [total >= lo, total <= mid])
+            if status == "unsat":
+                lo = mid + 1
+                continue
+            if status != "sat":  # unknown below mid: try the upper half, then narrower windows below
+                calls += 1
+                status, better = self.solve(goal, [total > mid, total < ceiling])
+                if status != "sat":
+                    ceiling = mid + 1 if mid + 1 < ceiling else ceiling - 1
+                    continue
+            assert better is not None
             model = better
+            ceiling = self.val(model, total)
         return model
 
     # ---- sizes ----
@@ -214,7 +214,9 @@ class _Run:
     def counterexample(self, ob: _Obligation, model: z3.ModelRef) -> Counterexample:
         model = self.minimize(ob.goal, model)
         config, derived = self.concrete(model)
-        message, where = ob.explain(model)
+        explained = ob.explain(model)
+        message, where = explained[0], explained[1]
+        rule = f"{ob.name}: {explained[2]}" if len(explained) > 2 else ob.name
         picture: list[str] = []
         if ob.tensor is not None:
             try:
@@ -222,7 +224,7 @@ class _Run:
                 picture = tensor_picture(self.contract, self.contract.tensor(ob.tensor), env)
             except (EvalError, ZeroDivisionError, KeyError):
                 picture = []
-        return Counterexample(config, derived, message, where, tuple(picture))
+        return Counterexample(config, derived, message, where, tuple(picture), rule)
 
     def val(self, model: z3.ModelRef, term: z3.ExprRef) -> int:
         return model.eval(term, model_completion=True).as_long()  # type: ignore[attr-defined]
@@ -267,7 +269,7 @@ def _alignment(run: _Run) -> list[_Obligation]:
             shown = ", ".join(f"{s.tensor}.{s.axis} = {run.val(model, ks[(s.tensor, s.axis)])}" for s in sizes)
             return f"kernel rule broken: {rule.message}" + (f" ({shown})" if shown else ""), "kernel"
         obs.append(_Obligation(f"align line {rule.span.line}", rule.span, z3.And(run.admitted, z3.Not(cond)),
-                               explain, sizes[0].tensor if sizes else None, z3.Not(cond)))
+                               explain, sizes[0].tensor if sizes else None))
     return obs
 
 
@@ -357,10 +359,9 @@ def _axis_placement(run: _Run, t: ir.Tensor, axis: ir.Axis, ref: ir.Axis | None)
 
 def _roundtrip(run: _Run) -> list[_Obligation]:
     obs: list[_Obligation] = []
-    ctx = run.ctx
     for t in run.contract.tensors:
         for axis in t.axes:
-            logical, padded, segs = run.sizes[(t.name, axis.name)]
+            logical, padded, _segs = run.sizes[(t.name, axis.name)]
             label = f"{t.name}.{axis.name}"
 
             def sizes(model, label=label, logical=logical, padded=padded):  # type: ignore[no-untyped-def]
@@ -371,23 +372,32 @@ def _roundtrip(run: _Run) -> list[_Obligation]:
             if not axis.is_padded:
                 continue
             lg, pg = run.grouped(axis, logical), run.grouped(axis, padded)
-            i1, i2 = z3.Int(f"i1.{label}", ctx), z3.Int(f"i2.{label}", ctx)
-            roles = axis.roles or ("",)
-            cases = []
-            for k1 in range(len(roles)):
-                j1 = _layout_phys(axis.layout, k1, i1, lg, pg)
-                cases.append(z3.And(i1 >= 0, i1 < lg, z3.Or(j1 < 0, j1 >= segs * pg)))
-                for k2 in range(len(roles)):
-                    j2 = _layout_phys(axis.layout, k2, i2, lg, pg)
-                    same = z3.And(i1 == i2) if k1 == k2 else z3.BoolVal(False, ctx)
-                    cases.append(z3.And(i1 >= 0, i1 < lg, i2 >= 0, i2 < lg, j1 == j2, z3.Not(same)))
-
+            # "some logical position lies outside the padded axis, or two share one" reduces,
+            # for every layout's phys(), to L > 0 and L > P (tests/test_verify_encoding.py
+            # checks the index formula below, `_injective_broken`, against it).
+            broken = z3.And(lg > 0, lg > pg)
             def explain(model, label=label, lg=lg, pg=pg):  # type: ignore[no-untyped-def]
                 return (f"{label}: {run.val(model, lg)} logical positions per segment do not fit "
                         f"injectively into {run.val(model, pg)} padded ones; unpad cannot invert pad", label)
-            obs.append(_Obligation(f"{label} injective", axis.span, z3.And(run.admitted, z3.Or(cases)),
+            obs.append(_Obligation(f"{label} injective", axis.span, z3.And(run.admitted, broken),
                                    explain, t.name))
     return obs
+
+
+def _injective_broken(layout: str, roles: int, lg: z3.ArithRef, pg: z3.ArithRef, segs: int,
+                      i1: z3.ArithRef, i2: z3.ArithRef) -> z3.BoolRef:
+    """The index form of a roundtrip violation: a logical (role, i) stored outside the padded
+    axis, or two distinct ones stored at one position (pad's phys() per layout)."""
+    ctx = i1.ctx
+    cases = []
+    for k1 in range(roles):
+        j1 = _layout_phys(layout, k1, i1, lg, pg)
+        cases.append(z3.And(i1 >= 0, i1 < lg, z3.Or(j1 < 0, j1 >= segs * pg)))
+        for k2 in range(roles):
+            j2 = _layout_phys(layout, k2, i2, lg, pg)
+            same = i1 == i2 if k1 == k2 else z3.BoolVal(False, ctx)
+            cases.append(z3.And(i1 >= 0, i1 < lg, i2 >= 0, i2 < lg, j1 == j2, z3.Not(same)))
+    return z3.Or(cases)
 
 
 def _groups(run: _Run) -> list[_Obligation]:
@@ -414,8 +424,7 @@ def _groups(run: _Run) -> list[_Obligation]:
                                 f"(logical {lv}, group {gv})", label)
                     return f"{label}: padded size {pv} is not a whole number of groups of {gv}", label
                 obs.append(_Obligation(f"{label} groups", axis.span,
-                                       z3.And(run.admitted, z3.Or(straddle, partial)), explain, t.name,
-                                       z3.Or(straddle, partial)))
+                                       z3.And(run.admitted, z3.Or(straddle, partial)), explain, t.name))
             if axis.pack > 1:
                 f = axis.pack
                 whole_l = logical * (2 if axis.layout in ("concat", "interleave") else 1)
@@ -426,7 +435,7 @@ def _groups(run: _Run) -> list[_Obligation]:
                             f"storage elements of {f}: a packed element would mix data and pad", label)
                 packing = z3.Or(whole_l % f != 0, whole_p % f != 0)
                 obs.append(_Obligation(f"{label} packing", axis.span, z3.And(run.admitted, packing),
-                                       pexplain, t.name, packing))
+                                       pexplain, t.name))
     return obs
 
 
@@ -454,30 +463,86 @@ def _kernel_arguments(run: _Run) -> list[_Obligation]:
                 return f"kernel told {arg.name}={told}: a negative trim of {cv}", f"{tname}.{aname}"
             wrong = z3.Or(count > pad, count < 0)
             obs.append(_Obligation(f"{arg.name} on {tname}.{aname}", arg.span,
-                                   z3.And(run.admitted, wrong), explain, tname, wrong))
+                                   z3.And(run.admitted, wrong), explain, tname))
     return obs
 
 
+# The smallest largest-finite value among the compute dtypes an activation may take
+# (float16 65504 < bfloat16 < float32): a bound proved against it holds in all three.
+COMPUTE_MAX = 65504
+
+Pair = tuple[z3.ArithRef, z3.BoolRef]  # a decoded value and "it is finite"
+
+
 class _Values:
-    """Real-valued model of one pad lane (see docs/verification.md, inertness)."""
+    """Decoded values of the tensors at one pad lane, each a (real, finite) pair
+    (docs/verification.md, inertness). Pad positions hold the fill, decoded by the
+    tensor's own format (`e8m0(code)`, ...) where it has one; live positions hold a
+    free finite value (the checkpoint's)."""
 
     def __init__(self, run: _Run, lane: z3.ArithRef, tag: str) -> None:
         self.run = run
         self.lane = lane
         self.tag = tag
-        self.finite: list[z3.BoolRef] = []
         self.count = 0
+        self.notes: list[tuple[z3.BoolRef, str]] = []  # (this pad is finite, what it is)
 
     def fresh(self, what: str) -> z3.ArithRef:
         self.count += 1
         return z3.Real(f"{self.tag}.{what}.{self.count}", self.run.ctx)
 
-    def fill(self, t: ir.Tensor) -> z3.ArithRef:
+    def true(self) -> z3.BoolRef:
+        return z3.BoolVal(True, self.run.ctx)
+
+    def pad_value(self, t: ir.Tensor, refs: dict[str, Pair] | None = None) -> Pair:
+        """t's decoded value where t holds its pad."""
         if t.fill_kind == "uninit":
-            value = self.fresh(f"{t.name}.uninit")
-            self.finite.append(z3.Bool(f"{self.tag}.finite.{t.name}.{self.count}", self.run.ctx))
-            return value
-        return z3.RealVal(t.fill, self.run.ctx)
+            self.count += 1
+            finite = z3.Bool(f"{self.tag}.finite.{t.name}.{self.count}", self.run.ctx)
+            self.notes.append((finite, f"{t.name}'s pad is uninitialised memory (torch.empty): it may hold NaN "
+                                       "or inf"))
+            return self.fresh(f"{t.name}.uninit"), finite
+        if t.decode is not None and (t.kind in ("scale", "zero") or refs is not None):
+            value, finite = self.decode(t.decode, t, refs or {})
+            if not z3.is_true(z3.simplify(finite)):
+                self.notes.append((finite, f"{t.name}'s pad code {t.fill} decodes to a non-finite value "
+                                           f"({_format_note(t.decode, t.fill)})"))
+            return value, finite
+        if t.kind == "scale" and t.decode is None:
+            stored = self.undeclared_bytes(t)
+            if stored is not None:
+                return stored
+        return z3.RealVal(t.fill, self.run.ctx), self.true()
+
+    def undeclared_bytes(self, t: ir.Tensor) -> Pair | None:
+        """A scale stored as uint8 without a declared format may be any byte format: an
+        integer, E8M0 (MX block scales) or float8_e4m3fn bytes; its pad must be finite and
+        neutral in each. The format is one free choice per tensor (the same in every use)."""
+        ctx = self.run.ctx
+        if t.storage == "uint8":
+            is_byte: z3.BoolRef = z3.BoolVal(True, ctx)
+        elif t.storage.startswith("param:"):
+            param = self.run.contract.param(t.storage[6:])
+            if "uint8" not in param.values:
+                return None
+            is_byte = self.run.enc.vars[param.name] == param.values.index("uint8")
+        else:
+            return None
+        fmt = z3.Int(f"byte_format.{t.name}", ctx)
+        value: z3.ArithRef = z3.RealVal(t.fill, ctx)
+        finite: z3.BoolRef = self.true()
+        for n, name in enumerate(("e8m0", "e4m3fn"), start=1):
+            decoded = FORMATS[name](t.fill) if 0 <= t.fill <= 255 else None
+            chosen = z3.And(fmt == n)
+            value = z3.If(chosen, z3.RealVal(decoded if decoded is not None else 0, ctx), value)
+            finite = z3.If(chosen, z3.BoolVal(decoded is not None, ctx), finite)
+        value = z3.If(is_byte, value, z3.RealVal(t.fill, ctx))
+        finite = z3.Or(z3.Not(is_byte), finite)
+        if not z3.is_true(z3.simplify(finite)):
+            self.notes.append((finite, f"{t.name} is stored as uint8 bytes without a declared format; its pad "
+                                       f"byte {t.fill} is not finite in every byte format ({_byte_notes(t.fill)}): "
+                                       "declare it, e.g. `decode = e8m0(code)`"))
+        return value, finite
 
     def in_pad(self, t: ir.Tensor, axis_name: str) -> z3.BoolRef | None:
         """Whether `t`'s element at intermediate lane `self.lane` lies in t's pad region."""
@@ -496,37 +561,120 @@ class _Values:
             return z3.BoolVal(False, self.run.ctx)
         return self.lane >= logical
 
-    def value(self, t: ir.Tensor, axis_name: str) -> z3.ArithRef:
-        """Decoded value of `t` at the lane (pad positions hold the fill, live ones are free)."""
+    def at_lane(self, t: ir.Tensor, axis_name: str) -> Pair:
+        """t's decoded value at the lane: its pad value in its pad region, else a free live value."""
         pad = self.in_pad(t, axis_name)
-        stored_pad = self.fill(t)
-        if t.decode is None:
-            live = self.fresh(f"{t.name}.live")
-            return stored_pad if pad is None or z3.is_true(pad) else z3.If(pad, stored_pad, live) \
-                if pad is not None else live
-        refs: dict[str, z3.ArithRef] = {}
-        for node in ir.walk(t.decode):
-            if isinstance(node, ir.TensorValue) and node.tensor not in refs:
-                other = self.run.contract.tensor(node.tensor)
-                other_pad = self.in_pad(other, axis_name)
-                live = self.fresh(f"{other.name}.live")
-                if other_pad is None:
-                    refs[node.tensor] = live
-                else:
-                    refs[node.tensor] = z3.If(other_pad, self.fill(other), live)
-        return self.decode(t.decode, stored_pad, refs)
+        if pad is None or z3.is_false(pad):
+            return self.fresh(f"{t.name}.live"), self.true()
+        value, finite = self.pad_value(t)
+        if z3.is_true(pad):
+            return value, finite
+        return z3.If(pad, value, self.fresh(f"{t.name}.live")), z3.Or(z3.Not(pad), finite)
 
-    def decode(self, e: ir.Expr, code: z3.ArithRef, refs: dict[str, z3.ArithRef]) -> z3.ArithRef:
+    def value(self, t: ir.Tensor, axis_name: str) -> Pair:
+        """Decoded value of weight or bias `t` at the lane, which lies in t's pad region."""
+        if t.decode is None:
+            return self.pad_value(t)
+        names = list(dict.fromkeys(n.tensor for n in ir.walk(t.decode) if isinstance(n, ir.TensorValue)))
+        others = [self.run.contract.tensor(name) for name in names]
+        refs = {o.name: self.at_lane(o, axis_name) for o in others}
+        value, finite = self.pad_value(t, refs)
+        # A dequantized pad is computed in the activation dtype: where every tensor the decode
+        # reads holds its pad too, the value is a constant, and one beyond float16's largest
+        # value is inf in a float16 kernel (then 0 * inf is NaN).
+        pads = [self.in_pad(o, axis_name) for o in others]
+        all_pad = z3.And([p if p is not None else z3.BoolVal(False, self.run.ctx) for p in pads])
+        constant, constant_finite = self.pad_value(t, {o.name: self.pad_value(o) for o in others})
+        big = z3.And(all_pad, constant_finite, _abs(constant) > COMPUTE_MAX)
+        if z3.is_false(z3.simplify(big)):
+            return value, finite
+        fits = z3.And(finite, z3.Not(big))
+        self.notes.append((fits, f"{t.name}'s pad dequantizes to a value beyond {COMPUTE_MAX} (float16's largest), "
+                                 "which is inf in a float16 kernel"))
+        return value, fits
+
+    def decode(self, e: ir.Expr, t: ir.Tensor, refs: dict[str, Pair]) -> Pair:
+        """A decode expression over t's pad code (and the values of the tensors it reads)."""
+        ctx = self.run.ctx
         if isinstance(e, ir.Code):
-            return code
+            return z3.RealVal(t.fill, ctx), self.true()
         if isinstance(e, ir.TensorValue):
             return refs[e.tensor]
+        if isinstance(e, ir.Op) and e.op in FORMATS:
+            decoded = FORMATS[e.op](t.fill) if 0 <= t.fill <= 255 else None
+            if decoded is None:
+                return z3.RealVal(0, ctx), z3.BoolVal(False, ctx)
+            return z3.RealVal(decoded, ctx), self.true()
+        if isinstance(e, ir.Cond) and e.type == ir.REAL:
+            cond = self.run.enc.expr(e.cond)
+            (a, fa), (b, fb) = self.decode(e.then, t, refs), self.decode(e.orelse, t, refs)
+            return z3.If(cond, a, b), z3.If(cond, fa, fb)
+        if isinstance(e, ir.Select) and e.type == ir.REAL:
+            assert isinstance(e.subject.type, ir.EnumT)
+            members = e.subject.type.members
+            subject = self.run.enc.expr(e.subject)
+            cases = list(e.cases) if e.default is not None else list(e.cases[:-1])
+            value, finite = self.decode(e.default if e.default is not None else e.cases[-1][1], t, refs)
+            for member, arm in reversed(cases):
+                av, af = self.decode(arm, t, refs)
+                hit = subject == members.index(member)
+                value, finite = z3.If(hit, av, value), z3.If(hit, af, finite)
+            return value, finite
         if isinstance(e, ir.Op) and e.type == ir.REAL:
             if e.op == "neg":
-                return -self.decode(e.args[0], code, refs)
-            a, b = (self.decode(x, code, refs) for x in e.args)
-            return {"+": a + b, "-": a - b, "*": a * b}[e.op]
-        return z3.ToReal(self.run.enc.expr(e))
+                v, f = self.decode(e.args[0], t, refs)
+                return -v, f
+            (a, fa), (b, fb) = (self.decode(x, t, refs) for x in e.args)
+            return {"+": a + b, "-": a - b, "*": a * b}[e.op], z3.And(fa, fb)
+        return z3.ToReal(self.run.enc.expr(e)), self.true()
+
+    def has_pad(self, t: ir.Tensor) -> z3.BoolRef:
+        """Whether any of t's axes has a pad region (t's fill is then written somewhere)."""
+        parts: list[z3.BoolRef] = []
+        for axis in t.axes:
+            logical, padded, _ = self.run.sizes[(t.name, axis.name)]
+            if axis.kind == "groups" and axis.group_size is not None:
+                parts.append(self.run.enc._by_values(
+                    axis.group_size, lambda v, lo=logical, hi=padded: z3.BoolVal(False, self.run.ctx) if v == -1
+                    else (hi + (v - 1)) / v > (lo + (v - 1)) / v, None))
+            elif axis.is_padded:
+                parts.append(padded > logical)
+        return z3.Or(parts) if parts else z3.BoolVal(False, self.run.ctx)
+
+
+def _format_note(e: ir.Expr, code: int) -> str:
+    fmts = sorted({n.op for n in ir.walk(e) if isinstance(n, ir.Op) and n.op in FORMATS})
+    bad = [f for f in fmts if not 0 <= code <= 255 or FORMATS[f](code) is None]
+    return "; ".join(f"{f}({code}): " + (NAN_NOTE[f] if 0 <= code <= 255 else "not a byte") for f in bad) \
+        or "a non-finite input"
+
+
+def _show_real(v: z3.ExprRef) -> str:
+    """A decoded value for a message: an integer, 2^k, or a short decimal."""
+    q = _numeral(v)
+    if q is None:
+        return str(v)
+    if q.denominator == 1 and abs(q.numerator) < 10**12:
+        return str(q.numerator)
+    if abs(q.numerator) == 1 and q.denominator & (q.denominator - 1) == 0:
+        return f"{'-' if q < 0 else ''}2^-{q.denominator.bit_length() - 1}"
+    return f"{float(q):.6g}"
+
+
+def _byte_notes(code: int) -> str:
+    bad = [f for f in ("e8m0", "e4m3fn") if not 0 <= code <= 255 or FORMATS[f](code) is None]
+    return "; ".join(f"{f}({code}): {NAN_NOTE[f]}" for f in bad) or "none"
+
+
+def _abs(x: z3.ArithRef) -> z3.ArithRef:
+    return z3.If(x >= 0, x, -x)
+
+
+def _numeral(x: z3.ExprRef) -> Fraction | None:
+    s = z3.simplify(x)
+    if z3.is_rational_value(s):
+        return Fraction(s.numerator_as_long(), s.denominator_as_long())  # type: ignore[attr-defined]
+    return None
 
 
 def _inertness(run: _Run) -> list[_Obligation]:
@@ -535,32 +683,86 @@ def _inertness(run: _Run) -> list[_Obligation]:
     w13, w2 = c.weight("w13"), c.weight("w2")
     lane = z3.Int("lane", ctx)
     logical, padded, _ = run.sizes[(w13.name, "n")]
+    obs: list[_Obligation] = []
+    # Every scale or zero-point pad that is written must decode to a finite value.
+    sv = _Values(run, lane, "scalepad")
+    for t in c.tensors:
+        if t.kind not in ("scale", "zero"):
+            continue
+        value, finite = sv.pad_value(t)
+        if z3.is_true(z3.simplify(finite)):
+            continue
+        has_pad = sv.has_pad(t)
+
+        def sexplain(model, t=t, value=value):  # type: ignore[no-untyped-def]
+            note = _format_note(t.decode, t.fill) if t.decode is not None else "uninitialised memory" \
+                if t.fill_kind == "uninit" else (f"stored as uint8 bytes without a declared format, and "
+                                                 f"{_byte_notes(t.fill)}; declare it, e.g. `decode = e8m0(code)`")
+            return (f"{t.name}'s pad holds code {t.fill if t.fill_kind != 'uninit' else '(uninit)'}, which decodes "
+                    f"to a non-finite value ({note}); every weight it scales in the pad is then NaN, and the "
+                    "kernel adds NaN * 0 = NaN to the output", t.name)
+        obs.append(_Obligation(f"{t.name} pad is finite", t.span, z3.And(run.admitted, has_pad, z3.Not(finite)),
+                               sexplain, t.name))
     vals = _Values(run, lane, "pad")
-    w_gate = vals.value(w13, "n")
-    w_up = vals.value(w13, "n") if c.gated else z3.RealVal(0, ctx)
+    w_gate, f_gate = vals.value(w13, "n")
+    w_up, f_up = vals.value(w13, "n") if c.gated else (z3.RealVal(0, ctx), vals.true())
     biases = [t for t in c.tensors if t.kind == "bias" and t.projection == "w13"]
-    b_gate = vals.value(biases[0], "n") if biases else z3.RealVal(0, ctx)
-    b_up = vals.value(biases[0], "n") if biases and c.gated else z3.RealVal(0, ctx)
-    column = vals.value(w2, "k")
+    zero = (z3.RealVal(0, ctx), vals.true())
+    b_gate, f_bgate = vals.value(biases[0], "n") if biases else zero
+    b_up, f_bup = vals.value(biases[0], "n") if biases and c.gated else zero
+    column, f_column = vals.value(w2, "k")
     offset = _up_offset(run)
-    gate_zero = z3.And(w_gate == 0, b_gate == 0)
-    lane_zero = z3.Or(gate_zero, z3.And(w_up == 0, b_up + offset == 0)) if c.gated else gate_zero
-    finite = z3.And(vals.finite) if vals.finite else z3.BoolVal(True, ctx)
-    inert = z3.And(finite, z3.Or(lane_zero, column == 0))
+    finite = z3.And(f_gate, f_up, f_bgate, f_bup, f_column)
+    # A non-zero pad row meets every finite hidden state x: its pre-activation row . x is
+    # unbounded, so the lane can overflow to inf, and inf * 0 is NaN. Only exactly-zero rows
+    # leave the lane at act(b_gate) * (b_up + c), a constant.
+    rows_zero = z3.And(w_gate == 0, w_up == 0)
+    if c.gated:
+        lane_zero = z3.And(rows_zero, z3.Or(b_gate == 0, b_up + offset == 0))
+        bg, bu, off = _numeral(b_gate), _numeral(b_up), _numeral(offset)
+        bound = abs(bg) * (abs(bu) + abs(off)) if None not in (bg, bu, off) else None  # type: ignore[operator,arg-type]
+    else:
+        lane_zero = z3.And(rows_zero, b_gate == 0)
+        bg = _numeral(b_gate)
+        bound = abs(bg) * (abs(bg) + 1) if bg is not None else None
+    if bound is None:
+        # the biases are not constants: offset depends on the activation; bound each case
+        bound_ok = z3.And(_abs(b_gate) <= COMPUTE_MAX, _abs(b_up) <= COMPUTE_MAX,
+                          _abs(b_gate) * (_abs(b_up) + _abs(offset)) <= COMPUTE_MAX) if c.gated \
+            else z3.BoolVal(False, ctx)
+    else:
+        bound_ok = z3.BoolVal(bound <= COMPUTE_MAX, ctx)
+    bounded = z3.And(rows_zero, bound_ok)
+    inert = z3.And(finite, z3.Or(lane_zero, z3.And(bounded, column == 0)))
     goal = z3.And(run.admitted, lane >= logical, lane < padded, z3.Not(inert))
 
     def explain(model):  # type: ignore[no-untyped-def]
         lv = run.val(model, lane)
-        parts = []
-        for name, term in (("gate row", w_gate), ("up row", w_up), ("gate bias", b_gate), ("up bias", b_up),
-                           ("w2 column", column)):
-            v = model.eval(term, model_completion=True)
-            parts.append(f"{name} = {v}")
-        nonfinite = [str(b) for b in vals.finite if z3.is_false(model.eval(b, model_completion=True))]
-        why = "pad content may be non-finite (uninitialised), and 0 * inf or 0 * NaN is not 0" if nonfinite \
-            else "the lane's activation is non-zero and its w2 column does not decode to 0"
-        return f"pad lane {lv} adds to the output: {why}; " + ", ".join(parts), f"lane {lv}"
-    obs = [_Obligation("intermediate pad lanes", w13.span, goal, explain, w13.name)]
+
+        def show(term):  # type: ignore[no-untyped-def]
+            return _show_real(model.eval(term, model_completion=True))
+        parts = ", ".join(f"{name} = {show(term)}" for name, term in (
+            ("gate row", w_gate), ("up row", w_up), ("gate bias", b_gate), ("up bias", b_up), ("w2 column", column)))
+        nonfinite = [what for fin, what in vals.notes if z3.is_false(model.eval(fin, model_completion=True))]
+        if nonfinite:
+            kind = "non-finite pad"
+            why = f"{'; '.join(dict.fromkeys(nonfinite))}, and 0 * inf or 0 * NaN is not 0"
+        elif z3.is_false(model.eval(rows_zero, model_completion=True)):
+            kind = "non-zero pad row"
+            row, value = ("gate", w_gate) if z3.is_false(model.eval(w_gate == 0, model_completion=True)) \
+                else ("up", w_up)
+            why = (f"its {row} row decodes to {show(value)}, not exactly 0: over all finite hidden states x the "
+                   f"pre-activation {show(value)} * x is unbounded, so act(gate) * up can overflow to inf (a "
+                   f"float16 activation does past {COMPUTE_MAX}), and inf * 0 is NaN even where its w2 column is 0")
+        elif z3.is_true(model.eval(column == 0, model_completion=True)):
+            kind = "activation not provably finite"
+            why = (f"its activation act(gate bias) * (up bias + {show(offset)}) is not provably finite (bound "
+                   f"{COMPUTE_MAX}, float16), and inf * 0 (its zero w2 column) is NaN")
+        else:
+            kind = "non-zero lane and non-zero w2 column"
+            why = "the lane's activation is non-zero and its w2 column does not decode to 0"
+        return f"pad lane {lv} adds to the output: {why}; {parts}", f"lane {lv}", kind
+    obs.append(_Obligation("intermediate pad lanes", w13.span, goal, explain, w13.name))
     try:
         hidden = w13.axis("k")
     except KeyError:
@@ -569,8 +771,7 @@ def _inertness(run: _Run) -> list[_Obligation]:
         hl, hp, _ = run.sizes[(w13.name, "k")]
         col = z3.Int("hidden", ctx)
         hv = _Values(run, col, "hpad")
-        value = hv.value(w13, "k")
-        hfinite = z3.And(hv.finite) if hv.finite else z3.BoolVal(True, ctx)
+        value, hfinite = hv.value(w13, "k")
         hgoal = z3.And(run.admitted, col >= hl, col < hp, z3.Not(z3.And(hfinite, value == 0)))
 
         def hexplain(model):  # type: ignore[no-untyped-def]
@@ -635,24 +836,16 @@ def _admission(run: _Run, verdicts: dict[str, Verdict]) -> Verdict:
                            time.perf_counter() - start, 0, v.span, v.counterexample)
         if v.status == "inconclusive":
             return Verdict("admission", "inconclusive", f"{prop} is inconclusive", 0.0, 0, v.span)
-    # Gates stricter than the layout needs: an admit on sizes that rejects a configuration
-    # on which every kernel rule, group and placement obligation still holds.
-    rules = [ob.broken for ob in _alignment(run) + _groups(run) + _kernel_arguments(run)
-             if ob.broken is not None]
+    # A gate is reported only when removing it provably changes nothing, even together with
+    # every other gate reported: it is implied by the domains and the requires alone. A gate
+    # that rejects something may protect a fact outside the model (a checkpoint layout, the
+    # runtime, coverage), so "stricter than needed" is never claimed.
     warnings: list[str] = []
     for rule, formula in run.admits:
-        if not any(isinstance(n, ir.Ref) and n.kind in ("param", "let")
-                   and isinstance(n.type, ir.IntT) for n in ir.walk(rule.cond)):
-            continue
-        others = [f for r, f in run.admits if r is not rule]
-        sound = [z3.Not(g) for g in rules]
-        goal = z3.And(run.base, *run.requires, *others, z3.Not(formula), *sound)
-        status, model = run.solve(goal)
-        if status == "sat" and model is not None:
-            config, _ = run.concrete(model)
-            shown = ", ".join(f"{k}={v}" for k, v in config.items())
-            warnings.append(f"line {rule.span.line}: the gate \"{rule.message}\" rejects {shown}, where every "
-                            "kernel rule holds: the guard is stricter than the pad helper needs")
+        status, _ = run.solve(z3.And(run.base, *run.requires, z3.Not(formula)), quick_only=True)
+        if status == "unsat":
+            warnings.append(f"line {rule.span.line}: the gate \"{rule.message}\" never rejects anything: the "
+                            "parameter domains and the requires already imply it")
     return Verdict("admission", "proved", "every admitted configuration meets the kernel's rules",
                    time.perf_counter() - start, run.queries - q0, run.contract.span, None, tuple(warnings))
 
@@ -663,16 +856,25 @@ def _waste(run: _Run) -> Verdict:
     w13 = run.contract.weight("w13")
     logical, padded, _ = run.sizes[(w13.name, "n")]
     lo, hi, best, gave_up = 0, 100, None, None
+    # The first query (is there padding at all?) is decided in full; the bisection above it
+    # uses the quick whole-domain attempt only: a witness raises the bound to its own
+    # fraction, an unknown lowers the search like an unsat but is reported. The result is
+    # always a lower bound with its witness.
     while lo < hi:
-        mid = (lo + hi + 1) // 2
-        status, model = run.solve(z3.And(run.admitted, padded > 0, (padded - logical) * 100 >= mid * padded))
+        mid = (lo + hi + 1) // 2 if best is not None else 1
+        status, model = run.solve(z3.And(run.admitted, padded > 0, (padded - logical) * 100 >= mid * padded),
+                                  quick_only=best is not None)
         if status == "sat":
-            lo, best = mid, model
+            assert model is not None
+            pv, lv = run.val(model, padded), run.val(model, logical)
+            lo, best = max(mid, (pv - lv) * 100 // pv), model  # the witness may beat mid by far
         elif status == "unsat":
             hi = mid - 1
         else:
             gave_up = status
-            break
+            if best is None:
+                break
+            hi = mid - 1
     seconds = time.perf_counter() - start
     if best is None:
         detail = f"not determined: the solver gave up ({gave_up})" if gave_up else "no padding anywhere in the domain"
@@ -680,8 +882,9 @@ def _waste(run: _Run) -> Verdict:
     config, derived = run.concrete(best)
     lv, pv = run.val(best, logical), run.val(best, padded)
     where = ", ".join(f"{k}={v}" for k, v in config.items())
+    unsettled = " (higher fractions not settled by the quick solver)" if gave_up else ""
     return Verdict("waste", "info", f"worst-case pad fraction >= {lo}% of the intermediate dim "
-                   f"({lv} -> {pv}) at {where}", seconds, run.queries - q0, run.contract.span,
+                   f"({lv} -> {pv}) at {where}{unsettled}", seconds, run.queries - q0, run.contract.span,
                    Counterexample(config, derived, "worst case", "w13.n"))
 
 
@@ -752,7 +955,9 @@ def _combine(runs: list[tuple[str, list[Verdict]]], span: Span) -> list[Verdict]
             out.append(replace(runs[0][1][index], seconds=seconds, queries=queries))
             continue
         label, worst = min(live, key=lambda lv: _RANK[lv[1].status])
-        warnings = tuple(w for _, v in live for w in v.warnings)
+        # a gate is redundant only if it is redundant in every case: each case's own
+        # `require` (its layout-case restriction) can make a gate look implied there alone
+        warnings = tuple(w for w in live[0][1].warnings if all(w in v.warnings for _, v in live[1:]))
         if worst.status in ("proved", "info") and prop != "waste":
             detail = f"{worst.detail} in each of {len(live)} layout cases"
         else:

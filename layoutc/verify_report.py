@@ -13,28 +13,31 @@ import json
 import re
 import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import ir
 from .diagnostics import Diagnostic, Span, error, file_span, span_dict, warning
-from .verify import Options, Verdict
+from .verdicts import Options, Verdict
 
-Result = tuple[str, ir.Contract, list[Verdict]]
+if TYPE_CHECKING:
+    from . import ir
+
+Result = tuple[str, "ir.Contract", list[Verdict]]  # a verdict-cache hit carries a CachedContract (name, file)
 STATUSES = ("proved", "counterexample", "inconclusive", "vacuous", "info")
 FINDING_CODES = {"counterexample": "LC601", "vacuous": "LC602", "inconclusive": "LC603"}
 
 
-def verify_guarded(contracts: Sequence[tuple[str, ir.Contract]], options: Options | None = None
-                   ) -> tuple[list[Result], list[Diagnostic]]:
-    """Verify each contract; an exception inside the verifier becomes an LC900 diagnostic
-    (the contract's result is then missing: an inconclusive verdict caused by the tool)."""
-    from .verify import verify
+def verify_guarded(contracts: Sequence[tuple[str, ir.Contract]], options: Options | None = None,
+                   use_cache: bool = True) -> tuple[list[Result], list[Diagnostic]]:
+    """Verify each contract (through the verdict cache); an exception inside the verifier
+    becomes an LC900 diagnostic (the contract's result is then missing: an inconclusive
+    verdict caused by the tool)."""
+    from .verdict_cache import verify_cached
 
     results: list[Result] = []
     failures: list[Diagnostic] = []
     for path, contract in contracts:
         try:
-            results.append((path, contract, verify(contract, options)))
+            results.append((path, contract, verify_cached(contract, options, use_cache=use_cache)))
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # a bug in layoutc, not a verdict about the contract

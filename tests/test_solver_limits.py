@@ -183,3 +183,39 @@ def test_many_hard_obligations_are_bounded(tmp_path: Path) -> None:
     res = run_layoutc(["verify", str(path)], timeout=10)
     assert not res.timed_out, f"`layoutc verify` still running after 10 s\n{res.describe()}"
     assert res.rc == 2, res.describe()
+
+
+def test_shrinking_continues_past_unknown_answers() -> None:
+    """`_Run.minimize` (issue 12, item 7): an `unknown` answer does not end the search; the
+    other half is tried and the region shrinks, within MINIMIZE_QUERIES solver calls."""
+    from layoutc import verify as V
+    from layoutc.check import load
+
+    contract, diags, _ = load(str(Path(__file__).resolve().parent / "cases" / "unsound" / "fused_tile_rule.moe"))
+    assert contract is not None, diags
+    ranged = [p for p in contract.params if p.kind == "range"]
+
+    def shrink(unknown_calls: set[int]) -> tuple[int, int]:
+        run = V._Run(contract, V.Options())
+        ob = next(o for o in V._alignment(run))
+        # start from a large counterexample
+        status, model = run.solve(ob.goal, [run.enc.vars["intermediate_size"] >= 5000])
+        assert status == "sat" and model is not None
+        real, calls = run.solve, [0]
+
+        def solve(goal, extra=None, quick_only=False):  # type: ignore[no-untyped-def]
+            calls[0] += 1
+            if calls[0] in unknown_calls:
+                return "unknown (injected)", None
+            return real(goal, extra, quick_only)
+        run.solve = solve  # type: ignore[method-assign]
+        best = run.minimize(ob.goal, model)
+        total = sum(run.val(best, run.enc.vars[p.name]) for p in ranged)
+        return total, calls[0]
+
+    clean, clean_calls = shrink(set())
+    assert clean_calls <= V.MINIMIZE_QUERIES
+    shrunk, calls = shrink({1, 2})  # the first probes below and above the midpoint give up
+    assert calls <= V.MINIMIZE_QUERIES + 1
+    assert shrunk < 5000 + sum(p.low for p in ranged if p.name != "intermediate_size")  # it went on shrinking
+    assert clean <= shrunk

@@ -11,9 +11,10 @@ from layoutc.check import load
 from layoutc.evaluate import eval_expr, eval_lets
 from layoutc.verify import PROPERTY_IDS, verify
 from tests.conftest import ROOT
-from tests.regen_unsound_corpus import first_counterexample
+from tests.regen_unsound_corpus import first_counterexample, first_counterexample_verdict
 
 CORPUS = sorted((ROOT / "tests" / "cases" / "unsound").glob("*.moe"))
+WARNINGS = ROOT / "tests" / "cases" / "warnings"
 SHIPPED = sorted((ROOT / "contracts").glob("*.moe"))
 
 # The bug each case must reproduce (the corpus named in the verifier issue).
@@ -29,6 +30,13 @@ EXPECTED_PROPERTY = {
     "fused_tile_rule": "alignment",
     "negative_size": "roundtrip",
     "hidden_mismatch": "placement",
+    # issue 12: floating-point inertness and decoded scales
+    "w13_fill_1_f16": "inertness",
+    "w13_fill_60000_f16": "inertness",
+    "mxfp8_scale_nan": "inertness",
+    "mxfp8_scale_nan_undeclared": "inertness",
+    "e8m0_pad_not_neutral": "inertness",
+    "e8m0_dequant_overflow": "inertness",
 }
 
 
@@ -38,9 +46,20 @@ def test_the_corpus_is_complete() -> None:
 
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.stem)
 def test_pinned_counterexample(path: Path) -> None:
+    """Pinned by property and rule; the configuration is re-checked by plain evaluation."""
     expected = json.loads(path.with_suffix(".expected").read_text())
+    assert set(expected) == {"property", "rule"}
     assert expected["property"] == EXPECTED_PROPERTY[path.stem]
     assert first_counterexample(path) == expected
+    found = first_counterexample_verdict(path)
+    assert found is not None
+    verdict, contract = found
+    cex = verdict.counterexample
+    assert cex is not None and cex.message
+    env = eval_lets(contract, cex.config)
+    # the configuration is admitted: every require and admit holds at it (no solver)
+    assert all(eval_expr(rule.cond, env) is True for rule in contract.rules), cex.config
+    assert cex.derived == {k: v for k, v in env.items() if k not in cex.config}
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
@@ -51,6 +70,7 @@ def test_shipped_contract_is_proved_on_every_property(path: Path) -> None:
     assert [v.property for v in verdicts] == list(PROPERTY_IDS)
     bad = [(v.property, v.status, v.detail) for v in verdicts if v.status not in ("proved", "info")]
     assert not bad, bad
+    assert not [w for v in verdicts for w in v.warnings]  # shipped contracts verify with no warning
 
 
 def test_aiter_x2_at_the_public_numbers() -> None:
@@ -81,3 +101,48 @@ def test_language_example_tile_family_choice_is_proved() -> None:
     contract, diags, _ = load(str(ROOT / "tests" / "cases" / "language" / "tile_family_choice.moe"))
     assert contract is not None, diags
     assert all(v.status in ("proved", "info") for v in verify(contract))
+
+
+def _warnings(name: str) -> list[str]:
+    contract, diags, _ = load(str(WARNINGS / f"{name}.moe"))
+    assert contract is not None, diags
+    verdicts = verify(contract)
+    assert all(v.status in ("proved", "info") for v in verdicts), [(v.property, v.detail) for v in verdicts]
+    return [w for v in verdicts for w in v.warnings]
+
+
+def test_a_needed_guard_gets_no_warning() -> None:
+    """The floor-dividing helper's gate protects coverage, which the pad properties do not
+    see: it must not be called stricter than needed (issue 12, item 6)."""
+    assert _warnings("floor_divide_guard") == []
+
+
+def test_a_gate_the_requires_imply_is_reported() -> None:
+    warnings = _warnings("implied_gate")
+    assert len(warnings) == 1 and "(again)" in warnings[0] and "never rejects anything" in warnings[0]
+
+
+def test_fp16_pad_rows_of_one_overflow_to_nan_in_torch() -> None:
+    """The rule behind w13_fill_1_f16, on torch's own float16 arithmetic: a pad row of 1 next
+    to a zero w2 column, hidden states of 20 and H = 256, gives NaN (inf * 0)."""
+    torch = pytest.importorskip("torch")
+    hidden, inter, padded = 256, 8, 16
+    w13 = torch.zeros(2 * padded, hidden, dtype=torch.float16)
+    w13[:inter] = 0.01
+    w13[padded:padded + inter] = 0.01
+    w13[inter:padded] = 1  # gate pad rows
+    w13[padded + inter:] = 1  # up pad rows
+    w2 = torch.zeros(hidden, padded, dtype=torch.float16)
+    w2[:, :inter] = 0.01  # the pad columns stay 0
+    x = torch.full((1, hidden), 20.0, dtype=torch.float16)
+    gate_up = x @ w13.T
+    act = torch.nn.functional.silu(gate_up[:, :padded]) * gate_up[:, padded:]
+    assert torch.isinf(act[:, inter:]).all() and torch.isfinite(act[:, :inter]).all()
+    out = act @ w2.T
+    assert torch.isnan(out).all()
+    # with exactly-zero pad rows the same layer is finite
+    w13[inter:padded] = 0
+    w13[padded + inter:] = 0
+    gate_up = x @ w13.T
+    act = torch.nn.functional.silu(gate_up[:, :padded]) * gate_up[:, padded:]
+    assert torch.isfinite(act @ w2.T).all()
