@@ -1,0 +1,150 @@
+"""Thin adapters that call vLLM 0.32's own functions for the conformance lane.
+
+Nothing here re-implements a vLLM rule: each helper builds the inputs a vLLM function
+takes (a `FusedMoEConfig`, a stub layer, a stub `self`) and calls the function. The
+only patches are platform probes (`current_platform.is_rocm`, a kernel class's
+`_supports_current_device`, the zentorch op probe) so that a GPU or another ISA's
+gate can be asked on this CPU machine; each patch is named where it is applied.
+
+Import this module only after `vllm` imports (the conftest guarantees it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import sys
+import types
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+from unittest import mock
+
+import torch
+from vllm.model_executor.layers.fused_moe import config as moe_config_module
+from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+from vllm.model_executor.layers.fused_moe.config import (
+    FusedMoEConfig,
+    FusedMoEParallelConfig,
+    RoutingMethodType,
+)
+from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def effective_tp_degrees() -> tuple[int, ...]:
+    """The MoE TP degrees vLLM forms: `flatten_tp_across_dp_and_pcp(tp, dp, 0, pcp, 0)`
+    for tp in {1, 2, 4, 8}, dp in 1..8, pcp in {1, 2} (the rank probe is patched to 0)."""
+    sizes = set()
+    with mock.patch.object(moe_config_module, "get_tensor_model_parallel_rank", return_value=0):
+        for tp in (1, 2, 4, 8):
+            for dp in range(1, 9):
+                for pcp in (1, 2):
+                    size, _ = FusedMoEParallelConfig.flatten_tp_across_dp_and_pcp(tp, dp, 0, pcp, 0)
+                    sizes.add(size)
+    return tuple(sorted(sizes))
+
+
+def activation(name: str) -> MoEActivation:
+    return MoEActivation(name)
+
+
+def moe_config(*, num_experts: int = 8, hidden_size: int, intermediate_size: int, tp_size: int,
+               activation_name: str = "silu", dtype: torch.dtype = torch.bfloat16, **extra: Any) -> FusedMoEConfig:
+    """vLLM's own FusedMoEConfig for one layer (pure TP, no EP/DP split of experts).
+
+    Raises whatever vLLM raises for an ill-formed layer (AssertionError when
+    intermediate_size % tp_size != 0, NotImplementedError for a non-gated activation
+    on CPU).
+    """
+    parallel = dataclasses.replace(FusedMoEParallelConfig.make_no_parallel(), tp_size=tp_size)
+    return FusedMoEConfig(
+        num_experts=num_experts, experts_per_token=2, hidden_dim=hidden_size,
+        intermediate_size=intermediate_size, num_local_experts=num_experts,
+        num_logical_experts=num_experts, activation=MoEActivation(activation_name), device="cpu",
+        routing_method=RoutingMethodType.Renormalize, moe_parallel_config=parallel, in_dtype=dtype, **extra)
+
+
+@contextlib.contextmanager
+def rocm_platform(cdna_version: int = 4) -> Iterator[None]:
+    """Make vLLM's ROCm branches reachable on this CPU host: `current_platform.is_rocm()`
+    returns True and `vllm.platforms.rocm` is a stub with `get_cdna_version` (the real
+    module loads ROCm libraries and dies with SIGILL here)."""
+    from vllm.platforms import current_platform
+
+    stub = types.ModuleType("vllm.platforms.rocm")
+    stub.get_cdna_version = lambda: cdna_version  # type: ignore[attr-defined]
+    with mock.patch.object(current_platform, "is_rocm", return_value=True), \
+            mock.patch.dict(sys.modules, {"vllm.platforms.rocm": stub}):
+        yield
+
+
+def _loader_self(config: FusedMoEConfig) -> Any:
+    """The attributes RoutedExperts._load_w13/_load_w2 read from `self`."""
+    return types.SimpleNamespace(
+        moe_config=config,
+        _get_hidden_dim=RoutedExperts._get_hidden_dim,
+        _narrow_expert_data_for_padding=RoutedExperts._narrow_expert_data_for_padding,
+    )
+
+
+def load_w13(config: FusedMoEConfig, param: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, rank: int) -> torch.Tensor:
+    """vLLM's loader: load checkpoint w1 [E, I, H] and w3 [E, I, H] into `param`
+    ([E, 2 * I_param, H], modified in place) for TP rank `rank`, one expert at a time,
+    with RoutedExperts._load_w13 (shard_dim 0 of each expert's [2 * I_param, H])."""
+    fake = _loader_self(config)
+    for e in range(param.shape[0]):
+        RoutedExperts._load_w13(fake, expert_data=param[e], shard_dim=0, shard_id="w1", loaded_weight=w1[e], tp_rank=rank)
+        RoutedExperts._load_w13(fake, expert_data=param[e], shard_dim=0, shard_id="w3", loaded_weight=w3[e], tp_rank=rank)
+    return param
+
+
+def load_w2(config: FusedMoEConfig, param: torch.Tensor, w2: torch.Tensor, rank: int) -> torch.Tensor:
+    """vLLM's loader for w2 [E, H, I] into `param` [E, H, I_param] (RoutedExperts._load_w2, shard_dim 1)."""
+    fake = _loader_self(config)
+    for e in range(param.shape[0]):
+        RoutedExperts._load_w2(fake, expert_data=param[e], shard_dim=1, loaded_weight=w2[e], tp_rank=rank)
+    return param
+
+
+def plan_or_none(module: Any, **params: Any) -> Any:
+    """layoutc's verdict: the Plan, or None when plan() refuses (LayoutContractError)."""
+    try:
+        return module.plan(**params)
+    except module.LayoutContractError:
+        return None
+
+
+def call_or_reject(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[bool, Any]:
+    """(True, result) or (False, the exception) for a vLLM call that may refuse the layer."""
+    try:
+        return True, fn(*args, **kwargs)
+    except (AssertionError, ValueError, NotImplementedError) as exc:
+        return False, exc
+
+
+@dataclasses.dataclass
+class Tally:
+    """Decisions compared and disagreements found, by the known-list key that explains each."""
+
+    decisions: int = 0
+    sizes: int = 0
+    tensors: int = 0
+    disagreements: Counter[str] = dataclasses.field(default_factory=Counter)
+    examples: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def record(self, key: str, example: str) -> None:
+        self.disagreements[key] += 1
+        self.examples.setdefault(key, example)
+
+    def summary(self) -> str:
+        parts = [f"{self.decisions} admission decisions, {self.sizes} padded sizes/arguments, {self.tensors} tensors"]
+        for key, count in sorted(self.disagreements.items()):
+            parts.append(f"{key}: {count} (e.g. {self.examples[key]})")
+        return "; ".join(parts)
+
+
+def lcm(a: int, b: int) -> int:
+    return math.lcm(a, b)
