@@ -25,7 +25,9 @@ KNOWN: dict[str, tuple[str, str]] = {
     "mxfp8_ipp_not_32": ("vllm-bug", "MXFP8 with I_pp % 32 != 0"),
     "marlin_fp8_h_not_128": ("vllm-bug", "Marlin FP8/MXFP8 with H % 128 != 0"),
     "aiter_w4a4_128": ("vllm-bug", "AITER W4A4 rounds I_pp to 128"),
+    "mxfp4_ipp_not_32": ("vllm-bug", "MXFP4 with I_pp % 32 != 0"),
     "zentorch_float16": ("vllm-bug", "zentorch float16"),
+    "zentorch_single_active_expert": ("vllm-bug", "zentorch with a single active expert"),
     # the language cannot state it yet
     "block_fp8_tp_shard_padding": ("limitation", "Block-FP8 TP-shard padding"),
     "gpt_oss_mxfp4_block_sharding": ("limitation", "gpt-oss MXFP4 block-granular sharding"),

@@ -70,12 +70,15 @@ def moe_config(*, num_experts: int = 8, hidden_size: int, intermediate_size: int
 @contextlib.contextmanager
 def rocm_platform(cdna_version: int = 4) -> Iterator[None]:
     """Make vLLM's ROCm branches reachable on this CPU host: `current_platform.is_rocm()`
-    returns True and `vllm.platforms.rocm` is a stub with `get_cdna_version` (the real
-    module loads ROCm libraries and dies with SIGILL here)."""
+    returns True and `vllm.platforms.rocm` is a stub (the real module loads ROCm libraries
+    and dies with SIGILL here) for a gfx950 (MI355X, CDNA4) device: `get_cdna_version`,
+    `on_gfx950` True, `on_gfx1250` False."""
     from vllm.platforms import current_platform
 
     stub = types.ModuleType("vllm.platforms.rocm")
     stub.get_cdna_version = lambda: cdna_version  # type: ignore[attr-defined]
+    stub.on_gfx950 = lambda: True  # type: ignore[attr-defined]
+    stub.on_gfx1250 = lambda: False  # type: ignore[attr-defined]
     with mock.patch.object(current_platform, "is_rocm", return_value=True), \
             mock.patch.dict(sys.modules, {"vllm.platforms.rocm": stub}):
         yield
