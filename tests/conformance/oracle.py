@@ -139,6 +139,9 @@ class Tally:
     examples: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def record(self, key: str, example: str) -> None:
+        from tests.conformance.known import KNOWN
+
+        assert key == "unexplained" or key in KNOWN, f"{key!r} is not in tests/conformance/known.py"
         self.disagreements[key] += 1
         self.examples.setdefault(key, example)
 

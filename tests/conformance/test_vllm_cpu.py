@@ -171,3 +171,12 @@ def test_known_list_is_documented() -> None:
     for key, (kind, heading) in KNOWN.items():
         assert kind in ("vllm-bug", "limitation", "owned-elsewhere")
         assert heading in text, f"docs/kernels.md lacks the section for known disagreement {key!r}: {heading!r}"
+
+
+def test_every_known_disagreement_is_pinned_by_a_sweep() -> None:
+    """Each key of the known list is asserted, as an exact expected set, by some sweep."""
+    from pathlib import Path
+
+    sources = "".join(p.read_text() for p in Path(__file__).parent.glob("test_*.py") if p.name != Path(__file__).name)
+    for key in KNOWN:
+        assert f'"{key}"' in sources, f"no sweep pins known disagreement {key!r}"
