@@ -19,7 +19,9 @@ step() {  # step NAME COMMAND...: run COMMAND, print its wall time
   local name=$1; shift
   local t0 t1
   t0=$(date +%s.%N)
-  "$@"
+  # pip prints one "WARNING: Location ... is ignored" per package for this machine's
+  # local index dirs; drop those lines, keep everything else.
+  "$@" 2> >(grep -v '^WARNING: Location ' >&2)
   t1=$(date +%s.%N)
   printf 'engine_env: %-44s %7.1f s\n' "$name" "$(awk "BEGIN{print $t1 - $t0}")"
 }
