@@ -36,7 +36,7 @@ EOF
 }
 
 T_ALL=$(date +%s.%N)
-if [ -x "$PY" ] && probe; then
+if [ -x "$PY" ] && probe; then  # (probe again below, after the editable install)
   echo "engine_env: $VENV already imports vllm, transformers and the compiler: reusing it"
 else
   rm -rf "$VENV"
@@ -58,5 +58,5 @@ if ! probe; then
   echo "engine_env: $VENV was built but does not import vllm and the compiler" >&2
   exit 1
 fi
-"$PY" -c "import torch, vllm; print('engine_env: torch', torch.__version__, '| vllm', vllm.__version__)"
+"$PY" -c "import torch, vllm, layoutc; print('engine_env: torch', torch.__version__, '| vllm', vllm.__version__, '| layoutc', layoutc.__file__)"
 printf 'engine_env: %-44s %7.1f s\n' "total" "$(awk "BEGIN{print $(date +%s.%N) - $T_ALL}")"

@@ -6,7 +6,8 @@ only patches are platform probes (`current_platform.is_rocm`, a kernel class's
 `_supports_current_device`, the zentorch op probe) so that a GPU or another ISA's
 gate can be asked on this CPU machine; each patch is named where it is applied.
 
-Import this module only after `vllm` imports (the conftest guarantees it).
+It imports without vLLM (so that the lane is collected, then skipped or failed by the
+conftest's `engine` fixture); every helper needs vLLM.
 """
 
 from __future__ import annotations
@@ -22,14 +23,18 @@ from typing import Any
 from unittest import mock
 
 import torch
-from vllm.model_executor.layers.fused_moe import config as moe_config_module
-from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-from vllm.model_executor.layers.fused_moe.config import (
-    FusedMoEConfig,
-    FusedMoEParallelConfig,
-    RoutingMethodType,
-)
-from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+
+try:
+    from vllm.model_executor.layers.fused_moe import config as moe_config_module
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.config import (
+        FusedMoEConfig,
+        FusedMoEParallelConfig,
+        RoutingMethodType,
+    )
+    from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+except Exception:  # noqa: BLE001  a --no-deps vllm fails deep inside; conftest's `engine` fixture skips or fails
+    pass
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
