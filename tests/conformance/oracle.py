@@ -33,7 +33,7 @@ try:
         RoutingMethodType,
     )
     from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
-except Exception:  # noqa: BLE001  a --no-deps vllm fails deep inside; conftest's `engine` fixture skips or fails
+except Exception:  # a --no-deps vllm fails deep inside; conftest's `engine` fixture skips or fails
     pass
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}

@@ -15,6 +15,8 @@ vLLM side, called directly:
   `align_fp4_moe_hidden_dim_for_fi` and `flashinfer_fp4_moe.py::reorder_w1w3_to_w3w1` (NVFP4).
 """
 
+# ruff: noqa: E741  (H and I are the field's names for hidden_size and intermediate_size)
+
 from __future__ import annotations
 
 import enum
@@ -119,7 +121,7 @@ def test_aiter_unquantized_sizes_and_admission_match_vllm(gen, v) -> None:  # ty
     module = gen["aiter_unquantized_moe"]
     be = v.unq.UnquantizedMoeBackend.AITER
     tally = oracle.Tally()
-    for H, I, tp, act, dtype in itertools.product(HIDDEN, INTERMEDIATE + (1, 2, 130, 190, 193, 200, 224),
+    for H, I, tp, act, dtype in itertools.product(HIDDEN, (*INTERMEDIATE, 1, 2, 130, 190, 193, 200, 224),
                                                   oracle.effective_tp_degrees(), AITER_ACTS, ("bfloat16", "float16")):
         tally.decisions += 1
         ok, config = oracle.call_or_reject(oracle.moe_config, hidden_size=H, intermediate_size=I, tp_size=tp,
@@ -263,7 +265,7 @@ def test_flashinfer_nvfp4_sizes_and_admission_match_vllm(gen, v) -> None:  # typ
     module = gen["flashinfer_nvfp4_moe"]
     cls = v.nv.TrtLlmNvFp4ExpertsModular
     tally = oracle.Tally()
-    hidden = tuple(h for h in HIDDEN if h % 16 == 0) + (16, 48, 2688)
+    hidden = (*(h for h in HIDDEN if h % 16 == 0), 16, 48, 2688)
     for H, I, tp, act, dtype in itertools.product(hidden, INTERMEDIATE, oracle.effective_tp_degrees(),
                                                   ("silu", "gelu", "gelu_tanh", "swigluoai"), ("bfloat16", "float16")):
         tally.decisions += 1

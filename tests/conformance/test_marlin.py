@@ -14,6 +14,8 @@ vLLM side, called directly:
   the sizes `prepare_fp8_moe_layer_for_marlin` computes.
 """
 
+# ruff: noqa: E741  (H and I are the field's names for hidden_size and intermediate_size)
+
 from __future__ import annotations
 
 import itertools

@@ -12,6 +12,8 @@ vLLM side (vllm/model_executor/layers/fused_moe/experts/cpu_moe.py), called dire
   with layoutc's `shard_w13/shard_w2/shard_w13_bias`.
 """
 
+# ruff: noqa: E741  (H and I are the field's names for hidden_size and intermediate_size)
+
 from __future__ import annotations
 
 import itertools
@@ -92,7 +94,7 @@ def _any_params(name: str) -> dict[str, object]:
 
 
 def test_cpu_admission_and_padded_size_match_vllm(gen, cpu) -> None:  # type: ignore[no-untyped-def]
-    cpu_moe, classes, standard = cpu
+    _, classes, standard = cpu
     tally = oracle.Tally()
     rng = random.Random(15)
     extra_h = [rng.randrange(1, 8193) for _ in range(3)]
@@ -132,7 +134,7 @@ def test_cpu_admission_and_padded_size_match_vllm(gen, cpu) -> None:  # type: ig
 ])
 def test_cpu_pad_and_shard_tensors_match_vllm(gen, cpu, isa, act, dtype, H, I, tp) -> None:  # type: ignore[no-untyped-def]
     """vLLM's loader then vLLM's _pad_moe_intermediate, against layoutc's shard_*, bit for bit, every rank."""
-    cpu_moe, classes, _ = cpu
+    _, classes, _ = cpu
     module = gen["vllm_cpu_grouped_gemm"]
     E = 3
     torch.manual_seed(0)

@@ -10,6 +10,8 @@ with zentorch it returns before `_pad_moe_intermediate`, so the tensors must com
 untouched, as layoutc's identity pad does.
 """
 
+# ruff: noqa: E741  (H and I are the field's names for hidden_size and intermediate_size)
+
 from __future__ import annotations
 
 import itertools
