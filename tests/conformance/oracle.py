@@ -117,6 +117,47 @@ def load_w2(config: FusedMoEConfig, param: torch.Tensor, w2: torch.Tensor, rank:
     return param
 
 
+def gpt_oss_mxfp4_rank_rows(intermediate_size: int, tp_size: int, rank: int, hidden_size: int = 8,
+                            num_experts: int = 1) -> dict[str, Any]:
+    """What vLLM's gpt-oss MXFP4 loader hands rank `rank`: runs
+    `GptOssModel._load_weights_mxfp4` on a stub `self` (its parameters record what their
+    weight_loader receives) with the distributed probes patched to a pure-TP world of
+    `tp_size` ranks. Returns the checkpoint w13 rows (interleaved gate/up), the w2 columns
+    (unpacked values) and whether the w2 bias survived, as lists of checkpoint indices."""
+    from vllm.model_executor.models import gpt_oss
+
+    I, E, H = intermediate_size, num_experts, hidden_size
+    got: dict[str, Any] = {}
+
+    def param(name: str) -> torch.nn.Parameter:
+        p = torch.nn.Parameter(torch.zeros(1), requires_grad=False)
+        p.weight_loader = lambda _p, w, **_k: got.__setitem__(name, w.clone())  # type: ignore[attr-defined]
+        return p
+
+    prefix = "layers.0.mlp.experts."
+    params = {prefix + n: param(n) for n in ("w13_weight", "w2_weight", "w2_bias")}
+    fake = types.SimpleNamespace(
+        named_parameters=lambda: list(params.items()),
+        parallel_config=types.SimpleNamespace(enable_expert_parallel=False),
+        config=types.SimpleNamespace(num_local_experts=E, intermediate_size=I),
+        _try_load_streamed_expert=lambda *a, **k: False)
+    # checkpoint tensors whose values are their own index along the sharded dim
+    w13 = torch.arange(2 * I, dtype=torch.float32).view(1, 2 * I, 1).expand(E, 2 * I, 1).contiguous()
+    w2 = torch.arange(I // 2, dtype=torch.float32).view(1, 1, I // 2).expand(E, H, I // 2).contiguous()
+    weights = [(prefix + "w13_weight", w13), (prefix + "w2_weight", w2), (prefix + "w2_bias", torch.ones(E, H))]
+    world = types.SimpleNamespace(world_size=1, rank_in_group=0)
+    with mock.patch.object(gpt_oss, "get_tensor_model_parallel_world_size", return_value=tp_size), \
+            mock.patch.object(gpt_oss, "get_dp_group", return_value=world), \
+            mock.patch.object(gpt_oss, "get_pcp_group", return_value=world), \
+            mock.patch.object(gpt_oss, "is_pp_missing_parameter", return_value=False), \
+            mock.patch.object(moe_config_module, "get_tensor_model_parallel_rank", return_value=rank):
+        gpt_oss.GptOssModel._load_weights_mxfp4(fake, 0, 0, 0, 0, weights, [])
+    packed = got["w2_weight"][0, 0].long().tolist()  # packed byte columns: values 2c, 2c + 1
+    return {"w13_rows": got["w13_weight"][0, :, 0].long().tolist(),
+            "w2_values": [v for c in packed for v in (2 * c, 2 * c + 1)],
+            "w2_bias_kept": bool(got["w2_bias"].abs().sum() > 0)}
+
+
 def plan_or_none(module: Any, **params: Any) -> Any:
     """layoutc's verdict: the Plan, or None when plan() refuses (LayoutContractError)."""
     try:

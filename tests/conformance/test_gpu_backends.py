@@ -242,17 +242,44 @@ def test_aiter_mxfp4_generic_loader_shard_matches_vllm(gen, v, name, I, tp, H, a
         assert torch.equal(w2_p, module.shard_w2(w2, rank, plan))
 
 
+def _layoutc_w2_columns(module, plan, I: int, rank: int) -> list[int]:  # type: ignore[no-untyped-def]
+    """The checkpoint columns layoutc's shard_w2 gives `rank` (indices carried exactly in bf16
+    as two tensors, idx % 128 and idx // 128)."""
+    idx = torch.arange(I).view(1, 1, I).expand(1, 4, I)
+    lo = module.shard_w2((idx % 128).bfloat16().contiguous(), rank, plan)[0, 0].long()
+    hi = module.shard_w2((idx // 128).bfloat16().contiguous(), rank, plan)[0, 0].long()
+    return (hi * 128 + lo)[: plan.intermediate_size_per_partition].tolist()
+
+
 def test_gpt_oss_mxfp4_block_sharding_is_a_pinned_limitation(gen) -> None:
-    """gpt-oss-120b, I=2880, tp=8. vLLM's GptOssModel._load_weights_mxfp4 gives each rank
-    cdiv(cdiv(2880, 32), 8) * 32 = 384 rows (rank 1: [384, 768)), rank 7 gets [2688, 2880);
-    layoutc's I / tp sharding gives rank 1 [360, 720). Pinned until the language can say it."""
+    """gpt-oss (I=2880 = 90 blocks of 32): vLLM's own GptOssModel._load_weights_mxfp4, run on a
+    stub model, against layoutc's shard_w2 (aiter_fused_moe) for every rank of every effective
+    TP degree. vLLM gives each rank cdiv(90, tp) whole blocks (tp=8: 384 rows, rank 1 [384, 768),
+    rank 7 [2688, 2880)) and the w2 bias to rank 0 only; layoutc shards at I / tp (rank 1 [360, 720)).
+    They agree exactly where I / tp is a whole number of blocks."""
     module = gen["aiter_fused_moe"]
-    plan = module.plan(num_experts=1, hidden_size=64, intermediate_size=2880, tp_size=8, activation="swigluoai")
-    full = torch.arange(2 * 2880, dtype=torch.float32).view(1, 2 * 2880, 1).expand(1, 2 * 2880, 64).bfloat16()
-    rank1 = module.shard_w13(full.contiguous(), 1, plan)
-    first_gate_row = int(rank1[0, 0, 0].float())
-    assert first_gate_row == 360  # layoutc: I / tp; vLLM's gpt-oss loader: 384 (docs/kernels.md 8.3)
-    assert gen["flashinfer_trtllm_mxfp4_moe"].plan.__doc__  # the TRT-LLM contract refuses 360 % 32 != 0 instead:
+    I = 2880
+    differ = []
+    for tp in oracle.effective_tp_degrees():
+        if I % tp:
+            continue
+        plan = module.plan(num_experts=1, hidden_size=4, intermediate_size=I, tp_size=tp, activation="swigluoai")
+        same = True
+        for rank in sorted({0, 1, tp - 1} & set(range(tp))):
+            vllm_rank = oracle.gpt_oss_mxfp4_rank_rows(I, tp, rank)
+            assert vllm_rank["w2_bias_kept"] == (rank == 0)
+            assert vllm_rank["w13_rows"] == [2 * c + j for c in vllm_rank["w2_values"] for j in (0, 1)] or \
+                vllm_rank["w13_rows"] == list(range(2 * vllm_rank["w2_values"][0], 2 * vllm_rank["w2_values"][-1] + 2))
+            same &= vllm_rank["w2_values"] == _layoutc_w2_columns(module, plan, I, rank)
+        if not same:
+            differ.append(tp)
+    # pinned: I / tp is not a multiple of 32 at these degrees (docs/kernels.md 8.3)
+    assert differ == [4, 8, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96], differ
+    tp8_rank1 = oracle.gpt_oss_mxfp4_rank_rows(I, 8, 1)["w2_values"]
+    assert (tp8_rank1[0], tp8_rank1[-1] + 1) == (384, 768)
+    plan8 = module.plan(num_experts=1, hidden_size=4, intermediate_size=I, tp_size=8, activation="swigluoai")
+    assert _layoutc_w2_columns(module, plan8, I, 1)[0] == 360
+    # the TRT-LLM MXFP4 contract refuses what it cannot shard like vLLM
     with pytest.raises(gen["flashinfer_trtllm_mxfp4_moe"].LayoutContractError, match="whole number of blocks"):
         gen["flashinfer_trtllm_mxfp4_moe"].plan(num_experts=128, hidden_size=2880, intermediate_size=2880, tp_size=8,
                                                 activation="swigluoai")
