@@ -109,6 +109,19 @@ def load_w13(config: FusedMoEConfig, param: torch.Tensor, w1: torch.Tensor, w3: 
     return param
 
 
+def load_w2_grouped(config: FusedMoEConfig, expert_param: torch.Tensor, w2: torch.Tensor, rank: int,
+                    is_scale: bool = False) -> torch.Tensor:
+    """vLLM's grouped loader RoutedExperts._load_model_weight_or_group_weight_scale for one
+    expert's w2 ([H, I_param], shard_dim 1): the path that honours
+    `moe_config.tp_shard_with_padding` (block-FP8 TP-shard padding)."""
+    fake = _loader_self(config)
+    fake._load_w2 = lambda **kw: RoutedExperts._load_w2(fake, **kw)
+    fake._load_w13 = lambda **kw: RoutedExperts._load_w13(fake, **kw)
+    RoutedExperts._load_model_weight_or_group_weight_scale(fake, shard_dim=1, expert_data=expert_param, shard_id="w2",
+                                                           loaded_weight=w2, tp_rank=rank, is_scale=is_scale)
+    return expert_param
+
+
 def load_w2(config: FusedMoEConfig, param: torch.Tensor, w2: torch.Tensor, rank: int) -> torch.Tensor:
     """vLLM's loader for w2 [E, H, I] into `param` [E, H, I_param] (RoutedExperts._load_w2, shard_dim 1)."""
     fake = _loader_self(config)

@@ -271,10 +271,17 @@ def test_block_fp8_tp_shard_padding_minimax_m2_tp8(gen, fp8) -> None:
     shape, refine = fp8.oracle.resolve_fp8_moe_weight_block_shape(config, [128, 128], fp8.act_key, True)
     assert (shape, refine) == ([128, 128], None)
     assert config.tp_shard_with_padding and config.intermediate_size_per_partition == 256
-    # vLLM's grouped loader (RoutedExperts.weight_loader's padded-TP branch) slices the checkpoint:
-    S, I = config.intermediate_size_per_partition, config.intermediate_size
-    rows = [(min(r * S, I), min(r * S, I) + min(S, I - min(r * S, I))) for r in range(8)]
-    assert rows[5] == (1280, 1536) and rows[6] == (1536, 1536) and rows[7] == (1536, 1536)
+    # vLLM's grouped loader (the padded-TP branch of _load_model_weight_or_group_weight_scale)
+    # on a w2 whose values are 1 + their checkpoint column: what each rank holds.
+    w2 = (torch.arange(1536, dtype=torch.float32) + 1).view(1, 1536).expand(4, 1536).contiguous()
+    held = []
+    for rank in range(8):
+        param = torch.full((4, 256), -1.0)
+        oracle.load_w2_grouped(config, param, w2, rank)
+        live = param[0][param[0] > 0]
+        held.append((int(live[0]) - 1, int(live[-1])) if live.numel() else None)
+        assert (param[0][live.numel():] == 0).all()  # the rest of the 256 is zero-filled
+    assert held[0] == (0, 256) and held[5] == (1280, 1536) and held[6] is None and held[7] is None, held
     with pytest.raises(gen["marlin_moe_fp8"].LayoutContractError, match="whole number of scale blocks"):
         gen["marlin_moe_fp8"].plan(num_experts=256, hidden_size=3072, intermediate_size=1536, tp_size=8,
                                    scheme="fp8_block128", scale_dtype="float32", activation="silu")
