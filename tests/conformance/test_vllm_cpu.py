@@ -27,10 +27,10 @@ from tests.conformance import oracle
 from tests.conformance.known import KNOWN
 
 ISAS = ("vec", "amx", "neon", "vsx")
-ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai", "relu2")
-HIDDEN = (1, 2, 4, 16, 30, 32, 48, 64, 100, 2816, 2880, 7168)
-INTERMEDIATE = (1, 4, 30, 32, 44, 64, 88, 176, 192, 352, 360, 704, 768, 1408, 1536,
-                2688, 2880, 3072, 14336, 7680)
+# relu2 (non-gated) is refused by both; FusedMoEConfig itself refuses it on CPU (the zentorch sweep has it).
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai")
+HIDDEN = (1, 4, 16, 30, 32, 64, 100, 2816, 2880, 7168)
+INTERMEDIATE = (1, 4, 30, 32, 44, 64, 88, 176, 192, 352, 360, 704, 1536, 2880, 3072, 14336)
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,7 @@ def test_cpu_admission_and_padded_size_match_vllm(gen, cpu) -> None:  # type: ig
                     tally.record("unexplained", f"{where}: padded vllm={cls._padded_intermediate_size(config)} "
                                                 f"layoutc={plan.intermediate_size_per_partition_padded}")
     print("vllm_cpu_grouped_gemm:", tally.summary())
-    assert tally.decisions > 100_000 and tally.sizes > 10_000
+    assert tally.decisions > 100_000 and tally.sizes > 10_000  # 299,520 and 18,043
     assert not tally.disagreements, tally.summary()
 
 
