@@ -31,6 +31,7 @@ KNOWN: dict[str, tuple[str, str]] = {
     # the language cannot state it yet
     "block_fp8_tp_shard_padding": ("limitation", "Block-FP8 TP-shard padding"),
     "gpt_oss_mxfp4_block_sharding": ("limitation", "gpt-oss MXFP4 block-granular sharding"),
+    "tp_degrees_outside_domain": ("limitation", "TP degrees outside the contracts' domains"),
     "block_fp8_ragged_last_block": ("limitation", "Block FP8 at tp=1 with a ragged last block"),
     "aiter_mxfp4_silu_unpassed": ("limitation", "MXFP4 silu layers whose quant method does not pass the activation"),
     # owned by another branch
