@@ -196,7 +196,7 @@ def test_aiter_kernel_args_match_rocm_aiter_fused_experts(gen, v, name) -> None:
         assert got["intermediate_pad"] == want["intermediate_pad"], (H, I, tp, act, got, want)
         n += 1
     print(f"{name}: {n} kernel-argument pairs compared")
-    assert n > 500
+    assert n > 300
 
 
 # ---- AITER tensors ---------------------------------------------------------------------
@@ -395,5 +395,5 @@ def test_flashinfer_trtllm_mxfp4_sizes_and_admission_match_vllm(gen, v) -> None:
             if want != got:
                 tally.record("unexplained", f"{where}: vllm {want} layoutc {got}")
     print("flashinfer_trtllm_mxfp4_moe:", tally.summary())
-    assert tally.decisions > 5_000 and tally.sizes > 1_000
+    assert tally.decisions > 4_000 and tally.sizes > 1_000
     assert set(tally.disagreements) == {"gpt_oss_mxfp4_block_sharding", "mxfp4_ipp_not_32"}, tally.summary()

@@ -68,7 +68,7 @@ def test_zentorch_admission_matches_vllm(gen, zen) -> None:  # type: ignore[no-u
             if plan.intermediate_size_per_partition_padded != config.intermediate_size_per_partition:
                 tally.record("unexplained", f"E={E} I={I} tp={tp}: layoutc pads, zentorch takes no pad")
     print("zentorch_fused_moe:", tally.summary())
-    assert tally.decisions > 20_000 and tally.sizes > 1_000
+    assert tally.decisions > 10_000 and tally.sizes > 1_000
     assert set(tally.disagreements) == {"zentorch_float16", "zentorch_single_active_expert",
                                         "zentorch_swigluoai_float32", "zentorch_sharded_swigluoai"}, tally.summary()
 
