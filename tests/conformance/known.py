@@ -1,0 +1,39 @@
+"""The pinned list of disagreements between layoutc and vLLM 0.32.
+
+Each key names one documented disagreement; its value is a heading that
+docs/kernels.md must contain (section 8, "Conformance with vLLM 0.32"). A sweep that
+finds a disagreement not in this list fails; a listed disagreement that a sweep no
+longer finds fails too (the list is pinned, so a vLLM fix or a contract change must
+update it and the docs together).
+
+Kinds:
+- "vllm-bug": vLLM admits (or pads) a configuration its own kernel or loader cannot
+  serve; layoutc refuses it. Reproduced in docs/kernels.md 8.2 with vLLM's functions.
+- "limitation": vLLM does something the contract language cannot state yet (the
+  lead's language work); layoutc refuses or differs. Rule and numbers in 8.3.
+- "layoutc-extends": vLLM refuses (falls back on) a configuration that layoutc admits,
+  proves and runs right on the real kernel (tests/test_vllm_cpu_e2e.py).
+"""
+
+from __future__ import annotations
+
+KNOWN: dict[str, tuple[str, str]] = {
+    # vLLM wrong, layoutc right
+    "nvfp4_ipp_not_16": ("vllm-bug", "NVFP4 with I_pp % 16 != 0"),
+    "gptq_int4_channelwise_ipp_not_8": ("vllm-bug", "GPTQ int4 channelwise with I_pp % 8 != 0"),
+    "gptq_int8_ipp_not_4": ("vllm-bug", "GPTQ int8 with I_pp % 4 != 0"),
+    "mxfp8_ipp_not_32": ("vllm-bug", "MXFP8 with I_pp % 32 != 0"),
+    "marlin_fp8_h_not_128": ("vllm-bug", "Marlin FP8/MXFP8 with H % 128 != 0"),
+    "aiter_w4a4_128": ("vllm-bug", "AITER W4A4 rounds I_pp to 128"),
+    "mxfp4_ipp_not_32": ("vllm-bug", "MXFP4 with I_pp % 32 != 0"),
+    "zentorch_float16": ("vllm-bug", "zentorch float16"),
+    "zentorch_single_active_expert": ("vllm-bug", "zentorch with a single active expert"),
+    # the language cannot state it yet
+    "block_fp8_tp_shard_padding": ("limitation", "Block-FP8 TP-shard padding"),
+    "gpt_oss_mxfp4_block_sharding": ("limitation", "gpt-oss MXFP4 block-granular sharding"),
+    "tp_degrees_outside_domain": ("limitation", "TP degrees outside the contracts' domains"),
+    "block_fp8_ragged_last_block": ("limitation", "Block FP8 at tp=1 with a ragged last block"),
+    "aiter_mxfp4_silu_unpassed": ("limitation", "MXFP4 silu layers whose quant method does not pass the activation"),
+    # layoutc serves a configuration vLLM refuses, proved and run on the real kernel
+    "cpu_swigluoai_padded_pairs": ("layoutc-extends", "swigluoai padded by whole pairs on the CPU grouped GEMM"),
+}
