@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: f5af72b0a581114116765f4d2775d33897be8e9f2fc4de13afe18d42ac927e95
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, admission
+#   kernel-arguments, coverage, admission
 """Layout contract `aiter_fused_moe`: plan, pad/unpad, shard.
 
 Sources:
@@ -90,6 +90,7 @@ PROVED: tuple[str, ...] = (
     "inertness",
     "groups",
     "kernel-arguments",
+    "coverage",
     "admission",
 )
 POLICY = "error"

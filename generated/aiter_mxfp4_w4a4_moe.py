@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 6caefc8279aa845e0efb57f37dd11aef5cc31975d1d0aff6bd24fcbbab61b618
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, admission
+#   kernel-arguments, coverage, admission
 """Layout contract `aiter_mxfp4_w4a4_moe`: plan, pad/unpad, shard.
 
 Sources:
@@ -86,6 +86,7 @@ PROVED: tuple[str, ...] = (
     "inertness",
     "groups",
     "kernel-arguments",
+    "coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: eb0908395498dfe51e4ad2848da1cce1c51b7338bfcb773217f569c07361307c
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, admission
+#   kernel-arguments, coverage, admission
 """Layout contract `aiter_unquantized_moe`: plan, pad/unpad, shard.
 
 Sources:
@@ -85,6 +85,7 @@ PROVED: tuple[str, ...] = (
     "inertness",
     "groups",
     "kernel-arguments",
+    "coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 17fbcfedb9c134a708d522829222894d7169e0f415ebcfd9640e8d8b47274315
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, admission
+#   kernel-arguments, coverage, admission
 """Layout contract `flashinfer_nvfp4_moe`: plan, pad/unpad, shard.
 
 Sources:
@@ -90,6 +90,7 @@ PROVED: tuple[str, ...] = (
     "inertness",
     "groups",
     "kernel-arguments",
+    "coverage",
     "admission",
 )
 POLICY = "error"

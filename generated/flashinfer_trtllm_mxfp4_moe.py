@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 51b6071ee9bf9b4e6957f87e1bf00f718f7aae15a9d34c7cdcff4daa04fd3c56
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, admission
+#   kernel-arguments, coverage, admission
 """Layout contract `flashinfer_trtllm_mxfp4_moe`: plan, pad/unpad, shard.
 
 Sources:
@@ -89,6 +89,7 @@ PROVED: tuple[str, ...] = (
     "inertness",
     "groups",
     "kernel-arguments",
+    "coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: a20c37a6596592c083589c147444139766794ae13de1dc809a0e3ed272f9aba5
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, admission
+#   kernel-arguments, coverage, admission
 """Layout contract `marlin_moe_awq`: plan, pad/unpad, shard.
 
 Sources:
@@ -87,6 +87,7 @@ PROVED: tuple[str, ...] = (
     "inertness",
     "groups",
     "kernel-arguments",
+    "coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 1d88f0948bae8b1f17164172d024bd238308565b427afa8e1018590c622523fa
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, admission
+#   kernel-arguments, coverage, admission
 """Layout contract `marlin_moe_fp8`: plan, pad/unpad, shard.
 
 Sources:
@@ -79,6 +79,7 @@ PROVED: tuple[str, ...] = (
     "inertness",
     "groups",
     "kernel-arguments",
+    "coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 4361bf7ab4de98cfa4489cf9ca5a6b9dab5fd77c13e790020469cf3e00129848
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, admission
+#   kernel-arguments, coverage, admission
 """Layout contract `marlin_moe_gptq_int8`: plan, pad/unpad, shard.
 
 Sources:
@@ -99,6 +99,7 @@ PROVED: tuple[str, ...] = (
     "inertness",
     "groups",
     "kernel-arguments",
+    "coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 90c25bcbd50d529d43fa2283a37db1aff51c8efa49ff8c08113f571ee9985a13
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, admission
+#   kernel-arguments, coverage, admission
 """Layout contract `marlin_moe_wna16`: plan, pad/unpad, shard.
 
 Sources:
@@ -100,6 +100,7 @@ PROVED: tuple[str, ...] = (
     "inertness",
     "groups",
     "kernel-arguments",
+    "coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 9f7eb3efd85718fd5c59e92e9f7fda35e051fa398971a1bc560f24305080808f
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, admission
+#   kernel-arguments, coverage, admission
 """Layout contract `torch_grouped_mm`: plan, pad/unpad, shard and kernel glue.
 
 Sources:
@@ -72,6 +72,7 @@ PROVED: tuple[str, ...] = (
     "inertness",
     "groups",
     "kernel-arguments",
+    "coverage",
     "admission",
 )
 POLICY = "error"

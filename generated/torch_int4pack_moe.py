@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: a49d412e9762d661699234cf84234f3d5db49ca79582378b29594f4a27b435da
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, admission
+#   kernel-arguments, coverage, admission
 """Layout contract `torch_int4pack_moe`: plan, pad/unpad, shard and kernel glue.
 
 Sources:
@@ -76,6 +76,7 @@ PROVED: tuple[str, ...] = (
     "inertness",
     "groups",
     "kernel-arguments",
+    "coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: b15606241384df5be14560acd0254c6e6f648d3c1b814e2d72de16d61358b75f
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, admission
+#   kernel-arguments, coverage, admission
 """Layout contract `torch_int8pack_moe`: plan, pad/unpad, shard and kernel glue.
 
 Sources:
@@ -75,6 +75,7 @@ PROVED: tuple[str, ...] = (
     "inertness",
     "groups",
     "kernel-arguments",
+    "coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 8aa995a5313eb077f1d49e93a622b2499ed8d487e15512205f1f00351f8030aa
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, admission
+#   kernel-arguments, coverage, admission
 """Layout contract `vllm_cpu_grouped_gemm`: plan, pad/unpad, shard and kernel glue.
 
 Sources:
@@ -80,6 +80,7 @@ PROVED: tuple[str, ...] = (
     "inertness",
     "groups",
     "kernel-arguments",
+    "coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: efd699dee3c5eee9f1347f37ef1259b3531100fff0147ff0cd7ea80dd8bd7c61
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, admission
+#   kernel-arguments, coverage, admission
 """Layout contract `zentorch_fused_moe`: plan, pad/unpad, shard and kernel glue.
 
 Sources:
@@ -85,6 +85,7 @@ PROVED: tuple[str, ...] = (
     "inertness",
     "groups",
     "kernel-arguments",
+    "coverage",
     "admission",
 )
 POLICY = "error"

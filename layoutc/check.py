@@ -29,6 +29,7 @@ MAX_ERRORS = 100  # per contract; the rest would only repeat the first causes
 KEYWORDS = frozenset({
     "contract", "source", "policy", "param", "let", "require", "admit", "tensor", "kernel", "glue",
     "if", "then", "else", "and", "or", "not", "match", "true", "false", "in", "int", "enum", "when",
+    "shard", "over",
 })
 RESERVED = frozenset({
     "plan", "Plan", "torch", "math", "logging", "itertools", "dataclass", "dataclasses", "Any", "self", "cls",
@@ -550,6 +551,26 @@ class _Checker:
 
     fill_spans: dict[str, Span]
 
+    def shard(self, d: A.ShardDecl | None, span: Span) -> ir.Shard | None:
+        """`shard FULL over tp_size`, or the default `shard intermediate_size over tp_size`."""
+        if d is None:
+            if "tp_size" not in self.params:
+                return None
+            if "intermediate_size" not in self.params and "intermediate_size" not in self.lets:
+                self.err("LC414", span, "the contract shards over `tp_size` but has no `intermediate_size`: "
+                         "declare the full checkpoint size of the sharded axes with `shard FULL over tp_size`")
+                return None
+            full = self.expr(A.Name("intermediate_size", span))
+            return None if full is None else ir.Shard(full, "tp_size", span, implicit=True)
+        if d.count != "tp_size" or "tp_size" not in self.params:
+            self.err("LC414", d.span, f"`shard ... over {d.count}`: the generated shard functions split over "
+                     "the `tp_size` parameter (pass the effective shard count, e.g. dp * tp for MoE, as tp_size)")
+            return None
+        full = self.expr(A.Name(d.full, d.span))
+        if full is None or not self.expect(full, ir.INT):
+            return None
+        return ir.Shard(full, "tp_size", d.span)
+
     def guarded_axis(self, ax: A.AxisDecl) -> ir.GuardedAxis | None:
         """`axis NAME = LAYOUT when GUARD`: GUARD is a bool over finite parameters only."""
         assert ax.when is not None
@@ -970,6 +991,7 @@ def check(module: A.Module, text: str) -> tuple[ir.Contract | None, list[Diagnos
     glue: ir.Glue | None = None
     kernel_decl: A.KernelDecl | None = None
     glue_decl: A.GlueDecl | None = None
+    shard_decl: A.ShardDecl | None = None
     c.tensor_names = [d.name for d in module.decls if isinstance(d, A.TensorDecl)]
     for d in module.decls:
         if isinstance(d, A.ContractDecl):
@@ -981,6 +1003,12 @@ def check(module: A.Module, text: str) -> tuple[ir.Contract | None, list[Diagnos
                 c.check_name(d.name, d.span)
         elif isinstance(d, A.SourceDecl):
             sources.append(d.text)
+        elif isinstance(d, A.ShardDecl):
+            if shard_decl is not None:
+                c.err("LC206", d.span, "more than one `shard` declaration",
+                      related=(Related(shard_decl.span, "first declared here"),))
+            else:
+                shard_decl = d
         elif isinstance(d, A.PolicyDecl):
             if policy is not None:
                 c.err("LC206", d.span, "more than one `policy` declaration",
@@ -1029,6 +1057,7 @@ def check(module: A.Module, text: str) -> tuple[ir.Contract | None, list[Diagnos
         c.glue_matches_kernel(glue, kernel)
     if policy is None and contract is not None:
         c.diags.append(warning("LC210", contract.span, "no `policy` declared; using `policy error`"))
+    shard = c.shard(shard_decl, contract.span if contract else top)
     if any(d.severity == "error" for d in c.diags) or contract is None:
         return None, c.diags
     built = ir.Contract(
@@ -1036,7 +1065,7 @@ def check(module: A.Module, text: str) -> tuple[ir.Contract | None, list[Diagnos
         policy=policy.kind if policy else "error", fallback=policy.fallback if policy else None,
         params=tuple(c.params.values()), lets=tuple(c.lets.values()), rules=tuple(rules),
         tensors=tuple(c.tensors.values()), kernel=kernel, glue=glue, span=contract.span,
-        enum_members=dict(c.members),
+        enum_members=dict(c.members), shard=shard,
     )
     return _bound(built, c.diags)
 

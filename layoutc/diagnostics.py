@@ -93,6 +93,7 @@ CODES: dict[str, str] = {
     "LC410": "tensor axes disagree with the projection's axes",
     "LC411": "packing needs an integer storage type whose width the pack factor divides",
     "LC412": "a projection has more than one bias",
+    "LC414": "a `shard` declaration is malformed, or a sharded contract has no full size to shard",
     "LC413": "a `when` layout alternative is malformed (guard not over finite parameters, no default, too many cases)",
     # 5xx: kernel and glue
     "LC501": "unknown glue kind",

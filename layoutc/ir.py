@@ -284,6 +284,19 @@ class Glue:
 
 
 @dataclass(frozen=True)
+class Shard:
+    """How the intermediate axes split over ranks: rank r of `count` reads entries
+    [r * L, (r + 1) * L) of every segment of a full checkpoint axis of `full` entries, L
+    being the axis's logical size per segment. `implicit`: no `shard` clause, the default
+    `shard intermediate_size over tp_size`."""
+
+    full: Expr
+    count: str
+    span: Span
+    implicit: bool = False
+
+
+@dataclass(frozen=True)
 class Contract:
     name: str
     file: str
@@ -299,6 +312,7 @@ class Contract:
     glue: Glue | None
     span: Span
     enum_members: dict[str, EnumT] = field(default_factory=dict, compare=False, hash=False)
+    shard: Shard | None = None  # None: nothing is sharded (no tp_size parameter)
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)

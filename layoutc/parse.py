@@ -194,6 +194,8 @@ class _Builder:
             return A.ContractDecl(str(c[0]), span)
         if kind == "source_decl":
             return A.SourceDecl(self.string(c[0]), span)
+        if kind == "shard_decl":
+            return A.ShardDecl(str(c[0]), str(c[1]), span)
         if kind == "policy_error":
             return A.PolicyDecl("error", None, span)
         if kind == "policy_fallback":

@@ -131,6 +131,15 @@ class SourceDecl:
 
 
 @dataclass(frozen=True)
+class ShardDecl:
+    """`shard FULL over COUNT`: the intermediate axes are COUNT ranks' slices of FULL entries."""
+
+    full: str
+    count: str
+    span: Span
+
+
+@dataclass(frozen=True)
 class PolicyDecl:
     kind: Literal["error", "fallback"]
     fallback: str | None
@@ -290,7 +299,7 @@ class GlueDecl:
     span: Span
 
 
-Decl = ContractDecl | SourceDecl | PolicyDecl | ParamDecl | LetDecl | RuleDecl | TensorDecl | KernelDecl | GlueDecl
+Decl = ContractDecl | SourceDecl | ShardDecl | PolicyDecl | ParamDecl | LetDecl | RuleDecl | TensorDecl | KernelDecl | GlueDecl
 
 
 @dataclass(frozen=True)

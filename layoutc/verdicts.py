@@ -25,6 +25,7 @@ PROPERTIES: tuple[tuple[str, str], ...] = (
     ("inertness", "every padded lane adds exactly 0 to the layer output"),
     ("groups", "groups and packed elements stay whole and never straddle the pad boundary"),
     ("kernel-arguments", "pad counts passed to the kernel describe padding that really exists"),
+    ("coverage", "over all ranks, every element of the full checkpoint is read by exactly one rank"),
     ("admission", "no admitted configuration breaks a kernel rule or a layout assumption"),
     ("waste", "worst-case pad fraction over the domain (informational)"),
 )

@@ -474,6 +474,53 @@ COMPUTE_MAX = 65504
 Pair = tuple[z3.ArithRef, z3.BoolRef]  # a decoded value and "it is finite"
 
 
+def sharded_axes(contract: ir.Contract) -> list[tuple[ir.Tensor, ir.Axis]]:
+    """The axes `shard_*` splits over ranks: the intermediate axis of every tensor (w13.n, w2.k
+    and the biases, scales and zero-points tied to them), except a groups axis of one group
+    (group size -1), which every rank holds whole. The same rule as the emitter's axis tables."""
+    if contract.shard is None:
+        return []
+    out = []
+    for t in contract.tensors:
+        for a in t.axes:
+            if (t.projection, a.name) not in (("w13", "n"), ("w2", "k")):
+                continue
+            if a.group_size is not None and isinstance(a.group_size, ir.Const) and a.group_size.value == -1:
+                continue
+            out.append((t, a))
+    return out
+
+
+def _coverage(run: _Run) -> list[_Obligation]:
+    """Rank r of tp_size reads [r * L, (r + 1) * L) of each segment (a block of pairs for
+    interleave): the slices are disjoint and tile [0, tp_size * L), so every element of the
+    full axis is read exactly once iff tp_size * L == FULL (docs/verification.md, coverage).
+    Tensors without a sharded axis are read whole by every rank, or (a w2 bias) by rank 0 only."""
+    shard = run.contract.shard
+    if shard is None:
+        return []
+    full = run.enc.expr(shard.full)
+    tp = run.enc.vars[shard.count]
+    obs: list[_Obligation] = []
+    for t, a in sharded_axes(run.contract):
+        logical, _, _ = run.sizes[(t.name, a.name)]
+        if a.group_size is not None and not isinstance(a.group_size, ir.Const):
+            one_group = run.enc._by_values(a.group_size, lambda v: z3.BoolVal(v == -1, run.ctx), None)
+            wrong = z3.And(z3.Not(one_group), tp * logical != full)
+        else:
+            wrong = tp * logical != full
+        label = f"{t.name}.{a.name}"
+        source = "the default `shard intermediate_size over tp_size`" if shard.implicit else "the `shard` clause"
+
+        def explain(model, label=label, logical=logical, source=source):  # type: ignore[no-untyped-def]
+            lv, tv, fv = run.val(model, logical), run.val(model, tp), run.val(model, full)
+            what = (f"entries {tv * lv}..{fv - 1} are never read (dropped)" if tv * lv < fv
+                    else f"ranks read up to entry {tv * lv - 1}, past the checkpoint's {fv}")
+            return (f"{label}: {tv} ranks each read {lv} of the full {fv} ({source}): {what}", label)
+        obs.append(_Obligation(f"{label} coverage", a.span, z3.And(run.admitted, wrong), explain, t.name))
+    return obs
+
+
 class _Values:
     """Decoded values of the tensors at one pad lane, each a (real, finite) pair
     (docs/verification.md, inertness). Pad positions hold the fill, decoded by the
@@ -828,7 +875,7 @@ def _decide(run: _Run, prop: str, obligations: list[_Obligation], span: Span) ->
 def _admission(run: _Run, verdicts: dict[str, Verdict]) -> Verdict:
     start = time.perf_counter()
     q0 = run.queries
-    for prop in ("alignment", "groups", "kernel-arguments", "placement"):
+    for prop in ("alignment", "groups", "kernel-arguments", "placement", "coverage"):
         v = verdicts[prop]
         if v.status == "counterexample":
             return Verdict("admission", "counterexample",
@@ -909,7 +956,8 @@ def verify_case(contract: ir.Contract, options: Options | None = None,
     verdicts: dict[str, Verdict] = {"vacuity": Verdict("vacuity", "proved", "at least one configuration is admitted",
                                                        vac_seconds, 1, contract.span)}
     builders = {"alignment": _alignment, "placement": _placement, "roundtrip": _roundtrip,
-                "inertness": _inertness, "groups": _groups, "kernel-arguments": _kernel_arguments}
+                "inertness": _inertness, "groups": _groups, "kernel-arguments": _kernel_arguments,
+                "coverage": _coverage}
     for prop, build in builders.items():
         verdicts[prop] = _decide(run, prop, build(run), contract.span)
     verdicts["admission"] = _admission(run, verdicts)

@@ -85,7 +85,9 @@ def summarize(results: list[Result]) -> dict[str, int]:
 
 
 def _config(values: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in values.items())
+    """`name=value, ...` in name order: the same text whether the verdict was just proved or
+    read back from the verdict cache (which stores the configuration with sorted keys)."""
+    return ", ".join(f"{k}={values[k]}" for k in sorted(values))
 
 
 def render_text_report(results: list[Result]) -> str:

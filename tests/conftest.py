@@ -30,3 +30,11 @@ def require_package(module: str, install: str) -> None:
 def in_root(monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(ROOT)
     return ROOT
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _hermetic_verdict_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The suite's verdicts go to a cache of its own, never the user's ~/.cache/layoutc
+    (child processes inherit the variable)."""
+    if "LAYOUTC_CACHE_DIR" not in os.environ:
+        os.environ["LAYOUTC_CACHE_DIR"] = str(tmp_path_factory.mktemp("verdict-cache"))

@@ -62,7 +62,7 @@ def test_a_verifier_failure_is_exit_2_and_the_tool_failed(capsys: pytest.Capture
         raise RuntimeError("simulated bug in the verifier")
 
     monkeypatch.setattr(verify_module, "verify", broken)
-    code, out, _ = run(capsys, "verify", str(GOOD), "--format", "json")
+    code, out, _ = run(capsys, "verify", str(GOOD), "--format", "json", "--no-cache")
     assert code == 2
     doc = json.loads(out)
     assert doc["summary"]["tool_failures"] == 1 and doc["contracts"] == []
