@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..activations import gated
+from ..errors import LayoutContractError
 from ..interface import WEIGHTS, Activation, GlueInterface
 from ..ops import op
 from ..packed import KernelConfig, PackedWeight, check_packed
@@ -42,6 +43,18 @@ FORWARD_OP = "aten::_grouped_mm"
 
 
 
+def check_strides(cfg: KernelConfig) -> None:
+    """`_grouped_mm` needs every non-contiguous stride to be a multiple of 16 bytes
+    (torch/_meta_registrations.py check_valid_strides): hidden_size (x, w13^T) and the
+    padded intermediate (w2^T, the activation). Raises LayoutContractError instead of
+    the op's raw RuntimeError."""
+    size = torch.empty((), dtype=cfg.dtype).element_size()
+    for what, n in (("hidden_size", cfg.hidden_size), ("the padded intermediate", cfg.intermediate_padded)):
+        if n * size % 16:
+            raise LayoutContractError(f"{cfg.contract}: {what} is {n} ({n * size} bytes of {cfg.dtype}); "
+                                      f"{FORWARD_OP} needs strides that are multiples of 16 bytes")
+
+
 def load_kernel(who: str) -> None:
     """Nothing to load: the op is built into torch (kept for a uniform glue API)."""
     del who
@@ -50,6 +63,7 @@ def load_kernel(who: str) -> None:
 def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor,
                    padded_w2: torch.Tensor) -> tuple[PackedWeight, PackedWeight]:
     """The op reads the padded [E, N, K] weights as they are (transposed views at call time)."""
+    check_strides(cfg)
     return PackedWeight("w13", cfg, padded_w13), PackedWeight("w2", cfg, padded_w2)
 
 
@@ -63,6 +77,7 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     Raises LayoutContractError on wrong input.
     """
     who = cfg.contract
+    check_strides(cfg)
     tokens = check_hidden(who, hidden_states, cfg.hidden_size, cfg.dtype)
     w13 = check_packed(who, "packed_w13", packed_w13, "w13", cfg)
     w2 = check_packed(who, "packed_w2", packed_w2, "w2", cfg)

@@ -48,6 +48,10 @@ PUBLIC = ("load_kernel",)
 FORWARD_OP = "_C::cpu_fused_moe"
 # The extension vLLM's CPU platform picks for this CPU (vllm/platforms/cpu.py import_kernels).
 _ISA_HOSTS = {"amx": "x86_64 with AMX tiles", "neon": "aarch64", "vsx": "ppc64le", "vec": "any CPU"}
+# (output_alignment, reduction_alignment) per ISA: the tile sizes the kernel checks
+# (cpu_fused_moe.cpp "output_size_13 % min_w13_n_tile_size", "output_size % 32 == 0");
+# class attributes of CPUUnquantizedExperts and its amx/neon/vsx subclasses (cpu_moe.py).
+TILES = {"vec": (32, 1), "amx": (32, 32), "neon": (32, 4), "vsx": (16, 2)}
 _LOADED: list[bool] = []
 _ISA_OK: dict[str, bool] = {}
 
@@ -107,6 +111,19 @@ def check_isa(who: str, isa: str) -> str:
     return isa
 
 
+def check_tiles(cfg: KernelConfig, isa: str) -> None:
+    """Refuse sizes the kernel's tiles do not divide: it would fail a raw check (or read past
+    its tensors). Each gate/up segment (cfg.intermediate_padded) and hidden_size must be
+    multiples of the ISA's output and reduction alignment (TILES). Raises LayoutContractError."""
+    out, red = TILES.get(isa, (32, 32))
+    for what, size in (("the padded intermediate per gate/up segment (w13.n / 2, w2.k)", cfg.intermediate_padded),
+                       ("hidden_size (w13.k, w2.n)", cfg.hidden_size)):
+        if size % out or size % red:
+            raise LayoutContractError(f"{cfg.contract}: {what} is {size}; {FORWARD_OP} with isa={isa!r} needs a "
+                                      f"multiple of {out} (output tile) and of {red} (reduction tile): the "
+                                      "contract's alignment rules do not match the kernel")
+
+
 def _check_activation(cfg: KernelConfig) -> str:
     declared = INTERFACE.activation(cfg.activation)
     if declared is None or declared.view != cfg.w13_view:
@@ -125,6 +142,7 @@ def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor,
     Raises KernelUnavailableError when the kernel cannot run here.
     """
     isa = check_isa(cfg.contract, str(cfg.arg("isa")))
+    check_tiles(cfg, isa)
     load_kernel(cfg.contract)
     packed = []
     for padded in (padded_w13, padded_w2):
@@ -149,6 +167,7 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     who = cfg.contract
     isa = check_isa(who, str(cfg.arg("isa")))
     activation = _check_activation(cfg)
+    check_tiles(cfg, isa)
     tokens = check_hidden(who, hidden_states, cfg.hidden_size, cfg.dtype)
     w13 = check_packed(who, "packed_w13", packed_w13, "w13", cfg)
     w2 = check_packed(who, "packed_w2", packed_w2, "w2", cfg)
