@@ -16,6 +16,7 @@ from ..errors import LayoutContractError
 from ..interface import WEIGHTS, Activation, GlueInterface
 from ..ops import op
 from ..packed import KernelConfig, PackedWeight, check_packed
+from ..layout import check_tensor
 from ..routing import check_hidden, check_routing
 
 INTERFACE = GlueInterface(
@@ -79,8 +80,10 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     who = cfg.contract
     check_strides(cfg)
     tokens = check_hidden(who, hidden_states, cfg.hidden_size, cfg.dtype)
-    w13 = check_packed(who, "packed_w13", packed_w13, "w13", cfg)
-    w2 = check_packed(who, "packed_w2", packed_w2, "w2", cfg)
+    # A PackedWeight built by hand with this config must still hold data the kernel can read:
+    # a wrong shape or dtype would reach the kernel (a raw error, or reads past the tensor).
+    w13 = _packed_data(who, "packed_w13", packed_w13, "w13", cfg)
+    w2 = _packed_data(who, "packed_w2", packed_w2, "w2", cfg)
     weights, ids = check_routing(who, tokens, topk_weights, topk_ids, cfg.num_experts)
     if tokens == 0:
         return torch.empty(0, cfg.hidden_size, dtype=cfg.dtype)
@@ -98,3 +101,11 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     out = torch.zeros(tokens, cfg.hidden_size, dtype=torch.float32)
     out.index_add_(0, rows, y)
     return out.to(cfg.dtype)
+
+
+def _packed_data(who: str, what: str, packed: object, role: str, cfg: KernelConfig) -> torch.Tensor:
+    """The packed tensor of `role`: a PackedWeight from this config whose data has the padded shape and dtype."""
+    data = check_packed(who, what, packed, role, cfg)
+    shape = cfg.shape(role)
+    assert shape is not None
+    return check_tensor(who, f"{what} (packed data)", data, shape, cfg.dtype)

@@ -20,6 +20,7 @@ from ..errors import KernelUnavailableError, LayoutContractError
 from ..interface import BIASES, WEIGHTS, Activation, GlueInterface
 from ..ops import has_op, op
 from ..packed import KernelConfig, PackedWeight, check_bias, check_packed
+from ..layout import check_tensor
 from ..routing import check_hidden, check_routing
 
 INTERFACE = GlueInterface(
@@ -162,6 +163,7 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     w13_bias: the padded w13 bias; w2_bias: [num_experts, hidden_size] (this rank's
     share: under TP only rank 0's shard is non-zero). Returns a new
     [num_tokens, hidden_size] tensor of cfg.dtype: this rank's partial sum.
+    apply_router_weight_on_input (a bool) needs top_k == 1.
     Raises LayoutContractError on wrong input, KernelUnavailableError as `prepack_padded`.
     """
     who = cfg.contract
@@ -169,11 +171,19 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     activation = _check_activation(cfg)
     check_tiles(cfg, isa)
     tokens = check_hidden(who, hidden_states, cfg.hidden_size, cfg.dtype)
-    w13 = check_packed(who, "packed_w13", packed_w13, "w13", cfg)
-    w2 = check_packed(who, "packed_w2", packed_w2, "w2", cfg)
+    # A PackedWeight built by hand with this config must still hold data the kernel can read:
+    # a wrong shape or dtype would reach the kernel (a raw error, or reads past the tensor).
+    w13 = _packed_data(who, "packed_w13", packed_w13, "w13", cfg)
+    w2 = _packed_data(who, "packed_w2", packed_w2, "w2", cfg)
     weights, ids = check_routing(who, tokens, topk_weights, topk_ids, cfg.num_experts)
     b13 = check_bias(who, "w13_bias", w13_bias, cfg)
     b2 = check_bias(who, "w2_bias", w2_bias, cfg)
+    if not isinstance(apply_router_weight_on_input, bool):
+        raise LayoutContractError(f"{who}: apply_router_weight_on_input must be a bool, "
+                                  f"got {apply_router_weight_on_input!r}")
+    if apply_router_weight_on_input and ids.shape[1] != 1:
+        # cpu_fused_moe: "skip_weighted is only supported for topk=1 on CPU" (a raw RuntimeError)
+        raise LayoutContractError(f"{who}: apply_router_weight_on_input needs top_k == 1, got top_k {ids.shape[1]}")
     if tokens == 0:
         return torch.empty(0, cfg.hidden_size, dtype=cfg.dtype)
     load_kernel(who)
@@ -181,3 +191,11 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     op(FORWARD_OP)(out, hidden_states, w13, w2, b13, b2, weights, ids, bool(apply_router_weight_on_input),
                    activation, isa)
     return out
+
+
+def _packed_data(who: str, what: str, packed: object, role: str, cfg: KernelConfig) -> torch.Tensor:
+    """The packed tensor of `role`: a PackedWeight from this config whose data has the padded shape and dtype."""
+    data = check_packed(who, what, packed, role, cfg)
+    shape = cfg.shape(role)
+    assert shape is not None
+    return check_tensor(who, f"{what} (packed data)", data, shape, cfg.dtype)

@@ -19,6 +19,7 @@ from ..errors import KernelUnavailableError, LayoutContractError
 from ..interface import BIASES, WEIGHTS, Activation, GlueInterface
 from ..ops import has_op, op
 from ..packed import KernelConfig, PackedWeight, check_bias, check_packed
+from ..layout import check_tensor
 from ..routing import check_hidden, check_routing
 
 INTERFACE = GlueInterface(
@@ -94,8 +95,10 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
         raise LayoutContractError(f"{who}: {FORWARD_OP} does not compute {cfg.activation!r} on a "
                                   f"{cfg.w13_view!r} w13")
     tokens = check_hidden(who, hidden_states, cfg.hidden_size, cfg.dtype)
-    w13 = check_packed(who, "packed_w13", packed_w13, "w13", cfg)
-    w2 = check_packed(who, "packed_w2", packed_w2, "w2", cfg)
+    # A PackedWeight built by hand with this config must still hold data the kernel can read:
+    # a wrong shape or dtype would reach the kernel (a raw error, or reads past the tensor).
+    w13 = _packed_data(who, "packed_w13", packed_w13, "w13", cfg)
+    w2 = _packed_data(who, "packed_w2", packed_w2, "w2", cfg)
     weights, ids = check_routing(who, tokens, topk_weights, topk_ids, cfg.num_experts)
     b13 = check_bias(who, "w13_bias", w13_bias, cfg)
     b2 = check_bias(who, "w2_bias", w2_bias, cfg)
@@ -103,6 +106,9 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
         return torch.empty(0, cfg.hidden_size, dtype=cfg.dtype)
     if int(torch.unique(ids).numel()) < 2:
         raise LayoutContractError(f"{who}: zentorch_fused_moe needs at least 2 experts receiving tokens")
+    if not isinstance(apply_router_weight_on_input, bool):
+        raise LayoutContractError(f"{who}: apply_router_weight_on_input must be a bool, "
+                                  f"got {apply_router_weight_on_input!r}")
     if apply_router_weight_on_input and ids.shape[1] != 1:
         raise LayoutContractError(f"{who}: apply_router_weight_on_input needs top_k == 1")
     if cfg.dtype == torch.bfloat16 and not bf16_is_reliable():
@@ -114,3 +120,11 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     op(FORWARD_OP)(out, hidden_states, w13, w2, b13, b2, weights, ids, bool(apply_router_weight_on_input),
                    cfg.activation)
     return out
+
+
+def _packed_data(who: str, what: str, packed: object, role: str, cfg: KernelConfig) -> torch.Tensor:
+    """The packed tensor of `role`: a PackedWeight from this config whose data has the padded shape and dtype."""
+    data = check_packed(who, what, packed, role, cfg)
+    shape = cfg.shape(role)
+    assert shape is not None
+    return check_tensor(who, f"{what} (packed data)", data, shape, cfg.dtype)
