@@ -79,7 +79,13 @@ EXPECTED: dict[str, Any] = {
     "z_pad32": "runs", "v_w2_k_unpadded": "verify", "v_w13_pad64": "verify",
     "v_tp_domain5": "runs", "g_tp_domain0": "check", "v_tp_range": "check",
     "z_dtype_f16": "check", "v_dtype_f8": "check", "g_storage_bf16": "refused",
-    "i8_storage_int8": "check", "v_isa_amx_only": "plan-refused",
+    "i8_storage_int8": "check", "v_isa_amx_only": "plan-refused", "v_rename_isa": "runs",
+    "v_w2_n_double": "verify", "g_w2_n_double": "verify", "v_w2_sizes_swapped": "check",
+    "z_w2_sizes_swapped": "check", "v_experts_double": "runs", "v_w13_experts_plus1": "check",
+    "v_no_isa_arg": "check", "i4_w2_pad16": "verify", "v_ipp_fixed_half": "refused",
+    "v_ipp_full": "refused", "g_bias_added": "check", "v_w2_bias_kind_swapped": "check",
+    "v_hidden_identity_pad": "check", "v_w2_fill1_bias_fill1": "verify", "z_interleave_always": "verify",
+    "i8_upgate_layout": "verify", "z_no_require_tp": "refused", "i8_no_admit_hidden": "refused",
 }
 
 # Configurations per baseline, in canonical names (a mutant's renames are applied).
@@ -106,6 +112,7 @@ CONFIGS: dict[str, list[dict[str, Any]]] = {
         {**_Z, "tp_size": 2, "activation": "gelu_tanh", "dtype": "float32"},
         {**_Z, "tp_size": 1, "activation": "swigluoai", "dtype": "float32"},
         {**_Z, "num_experts": 16, "tp_size": 1, "activation": "silu", "dtype": "bfloat16"},
+        {**_Z, "intermediate_size": 50, "tp_size": 4, "activation": "silu", "dtype": "float32"},
     ],
     "g": [
         {**_G, "tp_size": 1, "activation": "silu", "dtype": "float32"},
@@ -138,6 +145,7 @@ RENAMES: dict[str, dict[str, str]] = {
     "v_rename_experts": {"num_experts": "n_routed_experts"},
     "v_rename_dtype": {"dtype": "weight_dtype"},
     "z_rename_activation": {"activation": "act_fn"},
+    "v_rename_isa": {"isa": "cpu_isa"},
     "i4_rename_group": {"group_size": "q_group"},
     "g_rename_tp": {"tp_size": "world_size"},
     "g_rename_intermediate": {"intermediate_size": "moe_intermediate_size"},
