@@ -104,13 +104,13 @@ def run_one(mod: Any, run: dict[str, Any]) -> dict[str, Any]:
     except named as exc:
         return {"status": "not-admitted", "detail": str(exc)[:300]}
     torch.manual_seed(run.get("seed", 0))
-    E, H, I, tp = model["num_experts"], model["hidden_size"], model["intermediate_size"], model["tp_size"]
+    E, H, inter, tp = model["num_experts"], model["hidden_size"], model["intermediate_size"], model["tp_size"]
     dtype = DTYPES[model["dtype"]]
     act = model["activation"]
     gen = torch.Generator().manual_seed(run.get("seed", 0))
-    w13 = torch.randn(E, 2 * I, H, generator=gen, dtype=torch.float64) * 0.15
-    w2 = torch.randn(E, H, I, generator=gen, dtype=torch.float64) * 0.15
-    b13 = torch.randn(E, 2 * I, generator=gen, dtype=torch.float64) * 0.2
+    w13 = torch.randn(E, 2 * inter, H, generator=gen, dtype=torch.float64) * 0.15
+    w2 = torch.randn(E, H, inter, generator=gen, dtype=torch.float64) * 0.15
+    b13 = torch.randn(E, 2 * inter, generator=gen, dtype=torch.float64) * 0.2
     b2 = torch.randn(E, H, generator=gen, dtype=torch.float64) * 0.2
     tokens, top_k = 6, 2
     x = torch.randn(tokens, H, generator=gen, dtype=torch.float64)
@@ -134,6 +134,7 @@ def run_one(mod: Any, run: dict[str, Any]) -> dict[str, Any]:
             if use_bias else None
         total = torch.zeros(tokens, H, dtype=torch.float64)
         xs = x.to(dtype)
+        shard: dict[str, Any]
         if not hasattr(mod, "shard_w13"):
             if tp != 1:  # the module has no TP degree (no `tp_size` parameter): nothing to shard with
                 return {"status": "no-tp", "detail": "the module has no shard_* functions"}
@@ -146,7 +147,7 @@ def run_one(mod: Any, run: dict[str, Any]) -> dict[str, Any]:
             s2 = shard["w2"](full2.to(dtype), rank, plan)
             p13, p2 = mod.prepack_padded(s13.contiguous(), s2.contiguous(), plan)
             extra = {}
-            if use_bias:
+            if fb13 is not None and fb2 is not None:
                 extra = {"w13_bias": shard["w13_bias"](fb13.to(dtype), rank, plan),
                          "w2_bias": shard["w2_bias"](fb2.to(dtype), rank, plan)}
             got = mod.fused_moe(xs, p13, p2, weights.to(torch.float32), ids.to(torch.int32), plan, **extra)

@@ -250,8 +250,8 @@ def _run_children(out: Path, package: str, jobs: list[dict[str, Any]]) -> dict[s
             break
         if in_flight is None:
             raise AssertionError(f"mutant runner failed outside a run (rc {proc.returncode}): {proc.stderr[-2000:]}")
-        name, i = in_flight
-        results[name].append({"name": name, "i": i, "status": "crash",
+        name, index = in_flight
+        results[name].append({"name": name, "i": index, "status": "crash",
                               "detail": f"kernel process died (rc {proc.returncode}): {proc.stderr[-300:]}"})
         pending = []
         for j in jobs:
@@ -369,7 +369,7 @@ def _cfg(**kw: Any) -> Any:
 
     from layoutc.runtime.packed import KernelConfig
 
-    base = dict(contract="t", num_experts=2, hidden_size=64, intermediate_padded=32, dtype=torch.float32,
+    base: dict[str, Any] = dict(contract="t", num_experts=2, hidden_size=64, intermediate_padded=32, dtype=torch.float32,
                 activation="silu", w13_view="halves", shapes=(("w13", (2, 64, 64)), ("w2", (2, 64, 32))),
                 args=())
     base.update(kw)
@@ -398,3 +398,22 @@ def test_glue_size_checks_raise_named_errors() -> None:
         int4pack.check_shapes(_cfg(args=(("group_size", 16),)))
     with pytest.raises(LayoutContractError, match="K % group_size"):
         int4pack.check_shapes(_cfg(args=(("group_size", 64),)))
+
+
+def test_a_kernel_crash_is_detected_and_the_rest_still_runs(tmp_path: Path) -> None:
+    """The child-process runner: a run that kills its process (as a segfault in a kernel does)
+    is recorded as "crash", and the runs after it still run in a fresh process."""
+    (tmp_path / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "boom.py").write_text(
+        "import os\n"
+        "class LayoutContractError(ValueError): pass\n"
+        "class KernelUnavailableError(RuntimeError): pass\n"
+        "def plan(x):\n"
+        "    if x == 1:\n"
+        "        os.abort()\n"
+        "    raise LayoutContractError('not admitted')\n", encoding="utf-8")
+    runs = [{"i": i, "plan_kwargs": {"x": x}, "model": {}} for i, x in enumerate((2, 1, 2))]
+    results = _run_children(tmp_path, "_layoutc_boom", [{"name": "boom", "runs": runs}])
+    by_index = {r["i"]: r["status"] for r in results["boom"]}
+    assert by_index == {0: "not-admitted", 1: "crash", 2: "not-admitted"}
+    assert _outcome({"stage": "proved"}, results["boom"]) == "crash"

@@ -12,9 +12,9 @@ import torch
 from ..activations import gated
 from ..errors import LayoutContractError
 from ..interface import WEIGHTS, Activation, GlueInterface
+from ..layout import check_tensor
 from ..ops import op
 from ..packed import KernelConfig, PackedWeight, check_packed
-from ..layout import check_tensor
 from ..routing import check_hidden, check_routing
 
 INTERFACE = GlueInterface(

@@ -16,9 +16,9 @@ import torch
 
 from ..errors import KernelUnavailableError, LayoutContractError
 from ..interface import BIASES, WEIGHTS, Activation, GlueInterface
+from ..layout import check_tensor
 from ..ops import has_op, op
 from ..packed import KernelConfig, PackedWeight, check_bias, check_packed
-from ..layout import check_tensor
 from ..routing import check_hidden, check_routing
 
 INTERFACE = GlueInterface(
