@@ -12,7 +12,7 @@ from __future__ import annotations
 from . import glues, ir
 from .cases import MAX_ASSIGNMENTS, glue_activation
 from .diagnostics import Diagnostic, Related, Span, error
-from .evaluate import TooLarge, finite_values
+from .evaluate import TooLarge, finite_values, param_deps
 from .runtime.interface import GlueInterface
 
 
@@ -192,6 +192,13 @@ class _Binding:
                          "enum parameter of them")
                 return
             values = frozenset(a.name for a in self.i.activations[:1])
+        act = glue_activation(self.c)
+        if act is not None and not param_deps(act, {let.name: let for let in self.c.lets}):
+            # plan() must name the model's activation, or it admits models with another one
+            # (issue 11: a swigluoai-only contract ran Gemma-4's gelu_tanh weights, error 1.73).
+            self.err("LC524", act.span, f"the glue's activation is fixed to {', '.join(sorted(values))}, so plan() "
+                     "would accept a model with any other activation and run it as this one",
+                     help=f"declare `param activation: enum {{{', '.join(sorted(values))}}}` and bind it")
         unknown = sorted(v for v in values if self.i.activation(v) is None)
         if unknown:
             self.err("LC524", self.glue.span, f"glue `{self.i.kind}` does not compute {', '.join(unknown)}; "

@@ -106,13 +106,17 @@ class Forward:
 
 
 def check_forward(interface: GlueInterface, cfg: KernelConfig, hidden_states: object, packed_w13: object,
-                  packed_w2: object, topk_weights: object, topk_ids: object) -> Forward:
+                  packed_w2: object, topk_weights: object, topk_ids: object, *, dense: bool = False) -> Forward:
     """Every check a glue's `fused_moe` makes before its kernel: the activation is one the glue
     computes with cfg.w13_view, hidden_states [tokens, hidden_size] of cfg.dtype, both weights from
     this contract's `prepack` for `cfg`, and the routing (ids bounded by cfg.num_experts).
+    `dense`: the packed data are tensors of the padded shapes and cfg.dtype (a PackedWeight
+    built by hand with this config must still hold data the kernel can read: a wrong shape
+    would reach the kernel as a raw error, or a read past the tensor).
 
     Raises LayoutContractError naming what is wrong.
     """
+    from .layout import check_tensor
     from .routing import check_hidden, check_routing
 
     who = cfg.contract
@@ -123,5 +127,8 @@ def check_forward(interface: GlueInterface, cfg: KernelConfig, hidden_states: ob
     tokens = check_hidden(who, hidden_states, cfg.hidden_size, cfg.dtype)
     w13 = check_packed(who, "packed_w13", packed_w13, "w13", cfg)
     w2 = check_packed(who, "packed_w2", packed_w2, "w2", cfg)
+    if dense:
+        w13, w2 = (check_tensor(who, f"packed_{role} (packed data)", data, cfg.shape(role) or (), cfg.dtype)
+                   for role, data in (("w13", w13), ("w2", w2)))
     weights, ids = check_routing(who, tokens, topk_weights, topk_ids, cfg.num_experts)
     return Forward(tokens, w13, w2, weights, ids)

@@ -16,7 +16,7 @@ import platform
 
 import torch
 
-from ..errors import KernelUnavailableError
+from ..errors import KernelUnavailableError, LayoutContractError
 from ..interface import BIASES, GATED_HALVES, SWIGLUOAI_PAIRS, WEIGHTS, GlueInterface
 from ..ops import has_op, op
 from ..packed import KernelConfig, PackedWeight, check_bias, check_forward
@@ -41,6 +41,10 @@ PUBLIC = ("load_kernel",)
 FORWARD_OP = "_C::cpu_fused_moe"
 # The extension vLLM's CPU platform picks for this CPU (vllm/platforms/cpu.py import_kernels).
 _ISA_HOSTS = {"amx": "x86_64 with AMX tiles", "neon": "aarch64", "vsx": "ppc64le", "vec": "any CPU"}
+# (output_alignment, reduction_alignment) per ISA: the tile sizes the kernel checks
+# (cpu_fused_moe.cpp "output_size_13 % min_w13_n_tile_size", "output_size % 32 == 0");
+# class attributes of CPUUnquantizedExperts and its amx/neon/vsx subclasses (cpu_moe.py).
+TILES = {"vec": (32, 1), "amx": (32, 32), "neon": (32, 4), "vsx": (16, 2)}
 _LOADED: list[bool] = []
 _ISA_OK: dict[str, bool] = {}
 
@@ -100,6 +104,20 @@ def check_isa(who: str, isa: str) -> str:
     return isa
 
 
+def check_tiles(cfg: KernelConfig, isa: str) -> None:
+    """Refuse sizes the kernel's tiles do not divide: it would fail a raw check (or read past
+    its tensors). Each gate/up segment (cfg.intermediate_padded) and hidden_size must be
+    multiples of the ISA's output and reduction alignment (TILES). Raises LayoutContractError."""
+    out, red = TILES.get(isa, (32, 32))
+    for what, size in (("the padded intermediate per gate/up segment (w13.n / 2, w2.k)", cfg.intermediate_padded),
+                       ("hidden_size (w13.k, w2.n)", cfg.hidden_size)):
+        if size % out or size % red:
+            raise LayoutContractError(f"{cfg.contract}: {what} is {size}; {FORWARD_OP} with isa={isa!r} needs a "
+                                      f"multiple of {out} (output tile) and of {red} (reduction tile): the "
+                                      "contract's alignment rules do not match the kernel")
+
+
+
 def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor,
                    padded_w2: torch.Tensor) -> tuple[PackedWeight, PackedWeight]:
     """Re-block padded weights with `_C::prepack_moe_weight`.
@@ -110,6 +128,7 @@ def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor,
     Raises KernelUnavailableError when the kernel cannot run here.
     """
     isa = check_isa(cfg.contract, str(cfg.arg("isa")))
+    check_tiles(cfg, isa)
     load_kernel(cfg.contract)
     packed = []
     for padded in (padded_w13, padded_w2):
@@ -129,14 +148,22 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     w13_bias: the padded w13 bias; w2_bias: [num_experts, hidden_size] (this rank's
     share: under TP only rank 0's shard is non-zero). Returns a new
     [num_tokens, hidden_size] tensor of cfg.dtype: this rank's partial sum.
+    apply_router_weight_on_input (a bool) needs top_k == 1.
     Raises LayoutContractError on wrong input, KernelUnavailableError as `prepack_padded`.
     """
     who = cfg.contract
     isa = check_isa(who, str(cfg.arg("isa")))
-    f = check_forward(INTERFACE, cfg, hidden_states, packed_w13, packed_w2, topk_weights, topk_ids)
+    check_tiles(cfg, isa)
+    f = check_forward(INTERFACE, cfg, hidden_states, packed_w13, packed_w2, topk_weights, topk_ids, dense=True)
     tokens, w13, w2, weights, ids = f.tokens, f.w13, f.w2, f.weights, f.ids
     b13 = check_bias(who, "w13_bias", w13_bias, cfg)
     b2 = check_bias(who, "w2_bias", w2_bias, cfg)
+    if not isinstance(apply_router_weight_on_input, bool):
+        raise LayoutContractError(f"{who}: apply_router_weight_on_input must be a bool, "
+                                  f"got {apply_router_weight_on_input!r}")
+    if apply_router_weight_on_input and ids.shape[1] != 1:
+        # cpu_fused_moe: "skip_weighted is only supported for topk=1 on CPU" (a raw RuntimeError)
+        raise LayoutContractError(f"{who}: apply_router_weight_on_input needs top_k == 1, got top_k {ids.shape[1]}")
     if tokens == 0:
         return torch.empty(0, cfg.hidden_size, dtype=cfg.dtype)
     load_kernel(who)

@@ -82,7 +82,7 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     avx512_bf16 unless ZENDNNL_MATMUL_ALGO=3.
     """
     who = cfg.contract
-    f = check_forward(INTERFACE, cfg, hidden_states, packed_w13, packed_w2, topk_weights, topk_ids)
+    f = check_forward(INTERFACE, cfg, hidden_states, packed_w13, packed_w2, topk_weights, topk_ids, dense=True)
     tokens, w13, w2, weights, ids = f.tokens, f.w13, f.w2, f.weights, f.ids
     b13 = check_bias(who, "w13_bias", w13_bias, cfg)
     b2 = check_bias(who, "w2_bias", w2_bias, cfg)
@@ -90,6 +90,9 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
         return torch.empty(0, cfg.hidden_size, dtype=cfg.dtype)
     if int(torch.unique(ids).numel()) < 2:
         raise LayoutContractError(f"{who}: zentorch_fused_moe needs at least 2 experts receiving tokens")
+    if not isinstance(apply_router_weight_on_input, bool):
+        raise LayoutContractError(f"{who}: apply_router_weight_on_input must be a bool, "
+                                  f"got {apply_router_weight_on_input!r}")
     if apply_router_weight_on_input and ids.shape[1] != 1:
         raise LayoutContractError(f"{who}: apply_router_weight_on_input needs top_k == 1")
     if cfg.dtype == torch.bfloat16 and not bf16_is_reliable():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..activations import gated
+from ..errors import LayoutContractError
 from ..interface import GATED_HALVES, SWIGLUOAI_PAIRS, WEIGHTS, GlueInterface
 from ..ops import op
 from ..packed import KernelConfig, PackedWeight, check_forward
@@ -33,6 +34,18 @@ FORWARD_OP = "aten::_grouped_mm"
 
 
 
+def check_strides(cfg: KernelConfig) -> None:
+    """`_grouped_mm` needs every non-contiguous stride to be a multiple of 16 bytes
+    (torch/_meta_registrations.py check_valid_strides): hidden_size (x, w13^T) and the
+    padded intermediate (w2^T, the activation). Raises LayoutContractError instead of
+    the op's raw RuntimeError."""
+    size = torch.empty((), dtype=cfg.dtype).element_size()
+    for what, n in (("hidden_size", cfg.hidden_size), ("the padded intermediate", cfg.intermediate_padded)):
+        if n * size % 16:
+            raise LayoutContractError(f"{cfg.contract}: {what} is {n} ({n * size} bytes of {cfg.dtype}); "
+                                      f"{FORWARD_OP} needs strides that are multiples of 16 bytes")
+
+
 def load_kernel(who: str) -> None:
     """Nothing to load: the op is built into torch (kept for a uniform glue API)."""
     del who
@@ -41,6 +54,7 @@ def load_kernel(who: str) -> None:
 def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor,
                    padded_w2: torch.Tensor) -> tuple[PackedWeight, PackedWeight]:
     """The op reads the padded [E, N, K] weights as they are (transposed views at call time)."""
+    check_strides(cfg)
     return PackedWeight("w13", cfg, padded_w13), PackedWeight("w2", cfg, padded_w2)
 
 
@@ -53,7 +67,8 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     Returns a new [num_tokens, hidden_size] tensor of cfg.dtype.
     Raises LayoutContractError on wrong input.
     """
-    f = check_forward(INTERFACE, cfg, hidden_states, packed_w13, packed_w2, topk_weights, topk_ids)
+    check_strides(cfg)
+    f = check_forward(INTERFACE, cfg, hidden_states, packed_w13, packed_w2, topk_weights, topk_ids, dense=True)
     tokens, w13, w2, weights, ids = f.tokens, f.w13, f.w2, f.weights, f.ids
     if tokens == 0:
         return torch.empty(0, cfg.hidden_size, dtype=cfg.dtype)

@@ -66,6 +66,28 @@ def quantize_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, 
 
 
 
+GROUP_SIZES = (32, 64, 128, 256)
+
+
+def check_shapes(cfg: KernelConfig) -> int:
+    """The checks of torch 2.13's `_convert_weight_to_int4pack_cpu` / `_weight_int4pack_mm_cpu`
+    (LinearAlgebra.cpp: qGroupSize in {32, 64, 128, 256}, K % qGroupSize == 0, K even,
+    N % 16 == 0) on both padded weights, before any op runs; returns group_size.
+    Raises LayoutContractError naming the size, instead of the op's raw RuntimeError."""
+    group_size = cfg.arg("group_size")
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size not in GROUP_SIZES:
+        raise LayoutContractError(f"{cfg.contract}: {FORWARD_OP} takes group_size in {GROUP_SIZES}, "
+                                  f"got {group_size!r}")
+    for role in ("w13", "w2"):
+        shape = cfg.shape(role)
+        assert shape is not None
+        n, k = shape[1:]
+        if k % group_size or k % 2 or n % 16:
+            raise LayoutContractError(f"{cfg.contract}: padded {role} is [N={n}, K={k}] per expert; {FORWARD_OP} "
+                                      f"needs K % group_size ({group_size}) == 0, K even and N % 16 == 0")
+    return group_size
+
+
 def load_kernel(who: str) -> None:
     """Nothing to load: the op is built into torch (kept for a uniform glue API)."""
     del who
@@ -79,7 +101,7 @@ def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor,
     it), so w2's pad columns form all-zero groups or share one with live columns
     and meet only the exactly-zero pad lanes of w13.
     """
-    group_size, tiles = int(cfg.arg("group_size")), int(cfg.arg("inner_k_tiles"))
+    group_size, tiles = check_shapes(cfg), int(cfg.arg("inner_k_tiles"))
     out = []
     for role, padded in (("w13", padded_w13), ("w2", padded_w2)):
         packed, tables = [], []
@@ -102,7 +124,7 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     f = check_forward(INTERFACE, cfg, hidden_states, packed_w13, packed_w2, topk_weights, topk_ids)
     tokens, weights, ids = f.tokens, f.weights, f.ids
     data = {"w13": f.w13, "w2": f.w2}
-    group_size = int(cfg.arg("group_size"))
+    group_size = check_shapes(cfg)
     for role, packed in data.items():
         shape = cfg.shape(role)
         assert shape is not None

