@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from ._runtime import layout as _layout
+from ._runtime import loading as _loading
 from ._runtime import params as _p
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
 from ._runtime.layout import Axis
@@ -45,6 +46,18 @@ __all__ = [
     "KernelUnavailableError",
     "LayoutContractError",
     "Plan",
+    "alloc_w2_weight",
+    "alloc_w2_weight_scale",
+    "alloc_w2_weight_scale_2",
+    "alloc_w13_weight",
+    "alloc_w13_weight_scale",
+    "alloc_w13_weight_scale_2",
+    "load_w2_weight",
+    "load_w2_weight_scale",
+    "load_w2_weight_scale_2",
+    "load_w13_weight",
+    "load_w13_weight_scale",
+    "load_w13_weight_scale_2",
     "pad_w2_weight",
     "pad_w2_weight_scale",
     "pad_w2_weight_scale_2",
@@ -380,8 +393,6 @@ def shard_w13_weight(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype uint8):
         [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size_padded / 2]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -444,8 +455,6 @@ def shard_w13_weight_scale(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype float8_e4m3fn):
         [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size_padded / 16]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -508,8 +517,6 @@ def shard_w13_weight_scale_2(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype float32):
         [num_experts]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -572,8 +579,6 @@ def shard_w2_weight(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype uint8):
         [num_experts, hidden_size_padded, intermediate_size_per_partition_padded / 2]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -636,8 +641,6 @@ def shard_w2_weight_scale(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype float8_e4m3fn):
         [num_experts, hidden_size_padded, intermediate_size_per_partition_padded / 16]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -700,8 +703,6 @@ def shard_w2_weight_scale_2(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype float32):
         [num_experts]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -710,4 +711,247 @@ def shard_w2_weight_scale_2(
     return _layout.shard(
         CONTRACT, "w2_weight_scale_2", full, rank, plan.tp_size,
         _w2_weight_scale_2_axes(plan), torch.float32, 0.0, out, once=False,
+    )
+
+# ---- loading: one checkpoint tensor at a time into a rank's padded parameter ----
+# The code is runtime/loading.py; see its docstring for source shapes and layouts.
+
+
+def alloc_w13_weight(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w13_weight`: pads written once, live rows left to load.
+
+    Shape (dtype uint8):
+        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size_padded / 2]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/flashinfer_nvfp4_moe.moe line 34.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w13_weight", _w13_weight_axes(plan), torch.uint8, 0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w13_weight(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w13_weight`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: one of "up", "gate" (one segment), or None / "gate_up" (all).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w13_weight", dst, src, _w13_weight_axes(plan), torch.uint8,
+        rank, plan.tp_size, roles=("up", "gate"), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
+    )
+
+
+def alloc_w13_weight_scale(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w13_weight_scale`: pads written once, live rows left to load.
+
+    Shape (dtype float8_e4m3fn):
+        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size_padded / 16]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/flashinfer_nvfp4_moe.moe line 46.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w13_weight_scale", _w13_weight_scale_axes(plan), torch.float8_e4m3fn, 0.0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w13_weight_scale(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w13_weight_scale`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: one of "up", "gate" (one segment), or None / "gate_up" (all).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w13_weight_scale", dst, src, _w13_weight_scale_axes(plan), torch.float8_e4m3fn,
+        rank, plan.tp_size, roles=("up", "gate"), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
+    )
+
+
+def alloc_w13_weight_scale_2(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w13_weight_scale_2`: pads written once, live rows left to load.
+
+    Shape (dtype float32):
+        [num_experts]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/flashinfer_nvfp4_moe.moe line 55.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w13_weight_scale_2", _w13_weight_scale_2_axes(plan), torch.float32, 0.0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w13_weight_scale_2(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w13_weight_scale_2`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: "down" or None (the whole tensor).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w13_weight_scale_2", dst, src, _w13_weight_scale_2_axes(plan), torch.float32,
+        rank, plan.tp_size, roles=(), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
+    )
+
+
+def alloc_w2_weight(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w2_weight`: pads written once, live rows left to load.
+
+    Shape (dtype uint8):
+        [num_experts, hidden_size_padded, intermediate_size_per_partition_padded / 2]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/flashinfer_nvfp4_moe.moe line 61.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w2_weight", _w2_weight_axes(plan), torch.uint8, 0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w2_weight(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w2_weight`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: "down" or None (the whole tensor).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w2_weight", dst, src, _w2_weight_axes(plan), torch.uint8,
+        rank, plan.tp_size, roles=(), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
+    )
+
+
+def alloc_w2_weight_scale(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w2_weight_scale`: pads written once, live rows left to load.
+
+    Shape (dtype float8_e4m3fn):
+        [num_experts, hidden_size_padded, intermediate_size_per_partition_padded / 16]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/flashinfer_nvfp4_moe.moe line 71.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w2_weight_scale", _w2_weight_scale_axes(plan), torch.float8_e4m3fn, 0.0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w2_weight_scale(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w2_weight_scale`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: "down" or None (the whole tensor).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w2_weight_scale", dst, src, _w2_weight_scale_axes(plan), torch.float8_e4m3fn,
+        rank, plan.tp_size, roles=(), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
+    )
+
+
+def alloc_w2_weight_scale_2(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w2_weight_scale_2`: pads written once, live rows left to load.
+
+    Shape (dtype float32):
+        [num_experts]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/flashinfer_nvfp4_moe.moe line 79.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w2_weight_scale_2", _w2_weight_scale_2_axes(plan), torch.float32, 0.0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w2_weight_scale_2(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w2_weight_scale_2`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: "down" or None (the whole tensor).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w2_weight_scale_2", dst, src, _w2_weight_scale_2_axes(plan), torch.float32,
+        rank, plan.tp_size, roles=(), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
     )

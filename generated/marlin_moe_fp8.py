@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from ._runtime import layout as _layout
+from ._runtime import loading as _loading
 from ._runtime import params as _p
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
 from ._runtime.layout import Axis
@@ -43,6 +44,14 @@ __all__ = [
     "KernelUnavailableError",
     "LayoutContractError",
     "Plan",
+    "alloc_w2_weight",
+    "alloc_w2_weight_scale",
+    "alloc_w13_weight",
+    "alloc_w13_weight_scale",
+    "load_w2_weight",
+    "load_w2_weight_scale",
+    "load_w13_weight",
+    "load_w13_weight_scale",
     "pad_w2_weight",
     "pad_w2_weight_scale",
     "pad_w13_weight",
@@ -402,8 +411,6 @@ def shard_w13_weight(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype float8_e4m3fn):
         [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -466,8 +473,6 @@ def shard_w13_weight_scale(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype scale_dtype):
         [num_experts, 2 * intermediate_size_per_partition_padded / block_n, hidden_size / block_k]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -530,8 +535,6 @@ def shard_w2_weight(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype float8_e4m3fn):
         [num_experts, hidden_size, intermediate_size_per_partition_padded]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -594,8 +597,6 @@ def shard_w2_weight_scale(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype scale_dtype):
         [num_experts, hidden_size / block_n, intermediate_size_per_partition_padded / block_k]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -604,4 +605,167 @@ def shard_w2_weight_scale(
     return _layout.shard(
         CONTRACT, "w2_weight_scale", full, rank, plan.tp_size,
         _w2_weight_scale_axes(plan), _DTYPES[plan.scale_dtype], 0.0, out, once=False,
+    )
+
+# ---- loading: one checkpoint tensor at a time into a rank's padded parameter ----
+# The code is runtime/loading.py; see its docstring for source shapes and layouts.
+
+
+def alloc_w13_weight(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w13_weight`: pads written once, live rows left to load.
+
+    Shape (dtype float8_e4m3fn):
+        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/marlin_moe_fp8.moe line 37.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w13_weight", _w13_weight_axes(plan), torch.float8_e4m3fn, 0.0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w13_weight(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w13_weight`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w13_weight", dst, src, _w13_weight_axes(plan), torch.float8_e4m3fn,
+        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
+    )
+
+
+def alloc_w13_weight_scale(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w13_weight_scale`: pads written once, live rows left to load.
+
+    Shape (dtype scale_dtype):
+        [num_experts, 2 * intermediate_size_per_partition_padded / block_n, hidden_size / block_k]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/marlin_moe_fp8.moe line 50.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w13_weight_scale", _w13_weight_scale_axes(plan), _DTYPES[plan.scale_dtype], 0.0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w13_weight_scale(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w13_weight_scale`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w13_weight_scale", dst, src, _w13_weight_scale_axes(plan), _DTYPES[plan.scale_dtype],
+        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
+    )
+
+
+def alloc_w2_weight(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w2_weight`: pads written once, live rows left to load.
+
+    Shape (dtype float8_e4m3fn):
+        [num_experts, hidden_size, intermediate_size_per_partition_padded]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/marlin_moe_fp8.moe line 58.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w2_weight", _w2_weight_axes(plan), torch.float8_e4m3fn, 0.0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w2_weight(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w2_weight`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: "down" or None (the whole tensor).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w2_weight", dst, src, _w2_weight_axes(plan), torch.float8_e4m3fn,
+        rank, plan.tp_size, roles=(), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
+    )
+
+
+def alloc_w2_weight_scale(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w2_weight_scale`: pads written once, live rows left to load.
+
+    Shape (dtype scale_dtype):
+        [num_experts, hidden_size / block_n, intermediate_size_per_partition_padded / block_k]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/marlin_moe_fp8.moe line 68.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w2_weight_scale", _w2_weight_scale_axes(plan), _DTYPES[plan.scale_dtype], 0.0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w2_weight_scale(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w2_weight_scale`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: "down" or None (the whole tensor).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w2_weight_scale", dst, src, _w2_weight_scale_axes(plan), _DTYPES[plan.scale_dtype],
+        rank, plan.tp_size, roles=(), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
     )

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from ._runtime import layout as _layout
+from ._runtime import loading as _loading
 from ._runtime import params as _p
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
 from ._runtime.layout import Axis
@@ -44,6 +45,22 @@ __all__ = [
     "KernelUnavailableError",
     "LayoutContractError",
     "Plan",
+    "alloc_w2_bias",
+    "alloc_w2_qweight",
+    "alloc_w2_qzeros",
+    "alloc_w2_scales",
+    "alloc_w13_bias",
+    "alloc_w13_qweight",
+    "alloc_w13_qzeros",
+    "alloc_w13_scales",
+    "load_w2_bias",
+    "load_w2_qweight",
+    "load_w2_qzeros",
+    "load_w2_scales",
+    "load_w13_bias",
+    "load_w13_qweight",
+    "load_w13_qzeros",
+    "load_w13_scales",
     "pad_w2_bias",
     "pad_w2_qweight",
     "pad_w2_qzeros",
@@ -496,8 +513,6 @@ def shard_w13_qweight(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype int32):
         [num_experts, hidden_size / 8, 2 * intermediate_size_per_partition_padded]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -560,8 +575,6 @@ def shard_w13_scales(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype dtype):
         [num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -624,8 +637,6 @@ def shard_w13_qzeros(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype int32):
         [num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded / 8]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -688,8 +699,6 @@ def shard_w13_bias(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype dtype):
         [num_experts, 2 * intermediate_size_per_partition_padded]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -752,8 +761,6 @@ def shard_w2_qweight(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype int32):
         [num_experts, intermediate_size_per_partition_padded / 8, hidden_size]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -816,8 +823,6 @@ def shard_w2_scales(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype dtype):
         [num_experts, intermediate_size_per_partition_padded / group_size, hidden_size]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -880,8 +885,6 @@ def shard_w2_qzeros(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype int32):
         [num_experts, intermediate_size_per_partition_padded / group_size, hidden_size / 8]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -954,4 +957,329 @@ def shard_w2_bias(
     return _layout.shard(
         CONTRACT, "w2_bias", full, rank, plan.tp_size,
         _w2_bias_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=True,
+    )
+
+# ---- loading: one checkpoint tensor at a time into a rank's padded parameter ----
+# The code is runtime/loading.py; see its docstring for source shapes and layouts.
+
+
+def alloc_w13_qweight(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w13_qweight`: pads written once, live rows left to load.
+
+    Shape (dtype int32):
+        [num_experts, hidden_size / 8, 2 * intermediate_size_per_partition_padded]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/marlin_moe_wna16.moe line 44.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w13_qweight", _w13_qweight_axes(plan), torch.int32, 0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w13_qweight(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w13_qweight`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w13_qweight", dst, src, _w13_qweight_axes(plan), torch.int32,
+        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
+    )
+
+
+def alloc_w13_scales(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w13_scales`: pads written once, live rows left to load.
+
+    Shape (dtype dtype):
+        [num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/marlin_moe_wna16.moe line 58.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w13_scales", _w13_scales_axes(plan), _DTYPES[plan.dtype], 0.0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w13_scales(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w13_scales`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w13_scales", dst, src, _w13_scales_axes(plan), _DTYPES[plan.dtype],
+        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
+    )
+
+
+def alloc_w13_qzeros(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w13_qzeros`: pads written once, live rows left to load.
+
+    Shape (dtype int32):
+        [num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded / 8]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/marlin_moe_wna16.moe line 68.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w13_qzeros", _w13_qzeros_axes(plan), torch.int32, 0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w13_qzeros(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w13_qzeros`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w13_qzeros", dst, src, _w13_qzeros_axes(plan), torch.int32,
+        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
+    )
+
+
+def alloc_w13_bias(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w13_bias`: pads written once, live rows left to load.
+
+    Shape (dtype dtype):
+        [num_experts, 2 * intermediate_size_per_partition_padded]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/marlin_moe_wna16.moe line 76.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w13_bias", _w13_bias_axes(plan), _DTYPES[plan.dtype], 0.0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w13_bias(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w13_bias`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w13_bias", dst, src, _w13_bias_axes(plan), _DTYPES[plan.dtype],
+        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
+    )
+
+
+def alloc_w2_qweight(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w2_qweight`: pads written once, live rows left to load.
+
+    Shape (dtype int32):
+        [num_experts, intermediate_size_per_partition_padded / 8, hidden_size]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/marlin_moe_wna16.moe line 85.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w2_qweight", _w2_qweight_axes(plan), torch.int32, 0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w2_qweight(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w2_qweight`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: "down" or None (the whole tensor).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w2_qweight", dst, src, _w2_qweight_axes(plan), torch.int32,
+        rank, plan.tp_size, roles=(), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
+    )
+
+
+def alloc_w2_scales(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w2_scales`: pads written once, live rows left to load.
+
+    Shape (dtype dtype):
+        [num_experts, intermediate_size_per_partition_padded / group_size, hidden_size]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/marlin_moe_wna16.moe line 98.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w2_scales", _w2_scales_axes(plan), _DTYPES[plan.dtype], 0.0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w2_scales(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w2_scales`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: "down" or None (the whole tensor).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w2_scales", dst, src, _w2_scales_axes(plan), _DTYPES[plan.dtype],
+        rank, plan.tp_size, roles=(), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
+    )
+
+
+def alloc_w2_qzeros(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w2_qzeros`: pads written once, live rows left to load.
+
+    Shape (dtype int32):
+        [num_experts, intermediate_size_per_partition_padded / group_size, hidden_size / 8]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/marlin_moe_wna16.moe line 106.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w2_qzeros", _w2_qzeros_axes(plan), torch.int32, 0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w2_qzeros(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w2_qzeros`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: "down" or None (the whole tensor).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w2_qzeros", dst, src, _w2_qzeros_axes(plan), torch.int32,
+        rank, plan.tp_size, roles=(), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
+    )
+
+
+def alloc_w2_bias(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w2_bias`: pads written once, live rows left to load.
+
+    Shape (dtype dtype):
+        [num_experts, hidden_size]
+    A row-parallel output bias: on ranks other than 0 it is all zeros and
+    `load_w2_bias` reads nothing there (the all-reduce adds it once).
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/marlin_moe_wna16.moe line 114.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w2_bias", _w2_bias_axes(plan), _DTYPES[plan.dtype], 0.0,
+        rank, plan.tp_size, once=True, out=out,
+    )
+
+
+def load_w2_bias(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w2_bias`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: "down" or None (the whole tensor).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w2_bias", dst, src, _w2_bias_axes(plan), _DTYPES[plan.dtype],
+        rank, plan.tp_size, roles=(), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=True,
     )

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ._runtime import layout as _layout
+from ._runtime import loading as _loading
 from ._runtime import params as _p
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
 from ._runtime.glue import int4pack as _glue
@@ -45,8 +46,12 @@ __all__ = [
     "LayoutContractError",
     "PackedWeight",
     "Plan",
+    "alloc_w2",
+    "alloc_w13",
     "fused_moe",
     "load_kernel",
+    "load_w2",
+    "load_w13",
     "pad_w2",
     "pad_w13",
     "plan",
@@ -337,8 +342,6 @@ def shard_w13(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype dtype):
         [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -401,8 +404,6 @@ def shard_w2(
     longer; each gate/up half separately, or one block of pairs per rank for an
     interleaved axis). Only the rank's slice is read, with the logical per-rank
     stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype dtype):
         [num_experts, hidden_size, intermediate_size_per_partition_padded]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -504,4 +505,87 @@ def fused_moe(
     _PLANS.require(plan)
     return _glue.fused_moe(
         _config(plan), hidden_states, packed_w13, packed_w2, topk_weights, topk_ids,
+    )
+
+# ---- loading: one checkpoint tensor at a time into a rank's padded parameter ----
+# The code is runtime/loading.py; see its docstring for source shapes and layouts.
+
+
+def alloc_w13(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w13`: pads written once, live rows left to load.
+
+    Shape (dtype dtype):
+        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/torch_int4pack_moe.moe line 32.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w13", _w13_axes(plan), _DTYPES[plan.dtype], 0.0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w13(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w13`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w13", dst, src, _w13_axes(plan), _DTYPES[plan.dtype],
+        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
+    )
+
+
+def alloc_w2(
+    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Rank `rank`'s padded `w2`: pads written once, live rows left to load.
+
+    Shape (dtype dtype):
+        [num_experts, hidden_size, intermediate_size_per_partition_padded]
+    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
+    bad rank or `out`. Source: contracts/torch_int4pack_moe.moe line 40.
+    """
+    _PLANS.require(plan)
+    return _loading.allocate(
+        CONTRACT, "w2", _w2_axes(plan), _DTYPES[plan.dtype], 0.0,
+        rank, plan.tp_size, once=False, out=out,
+    )
+
+
+def load_w2(
+    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
+    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+) -> None:
+    """Load one checkpoint tensor into `dst` (from `alloc_w2`).
+
+    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
+
+    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
+    (else it holds every expert).
+    `role`: "down" or None (the whole tensor).
+    `transposed`: the source's last two dims are swapped (`x @ W` weights);
+    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    Raises LayoutContractError on a wrong shape, role, expert or rank.
+    """
+    _PLANS.require(plan)
+    _loading.load(
+        CONTRACT, "w2", dst, src, _w2_axes(plan), _DTYPES[plan.dtype],
+        rank, plan.tp_size, roles=(), expert=expert, role=role,
+        transposed=transposed, source_layout=source_layout, once=False,
     )
