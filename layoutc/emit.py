@@ -310,7 +310,7 @@ def _roles_view(t: ir.Tensor) -> dict[str, str]:
     expr = repr(tuple(seg.roles)).replace("'", '"')
     for alt in reversed([g for g in t.guarded if g.axis.name == seg.name]):
         if alt.axis.roles != seg.roles:
-            expr = (f"({repr(tuple(alt.axis.roles))} if {render_expr(alt.guard, 'plan.')} "
+            expr = (f"({tuple(alt.axis.roles)!r} if {render_expr(alt.guard, 'plan.')} "
                     f"else {expr})").replace("'", '"')
     names = ", ".join(f'"{r}"' for r in seg.roles)
     return {"roles": expr, "roles_doc": f"one of {names} (one segment), or None / \"gate_up\" (all)"}

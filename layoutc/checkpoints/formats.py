@@ -118,19 +118,19 @@ class CheckpointFormat:
 
 
 _TF = "transformers 5.19 models/"
-_PER_EXPERT = {"fused": False, "gate": "{e}.gate_proj.weight", "up": "{e}.up_proj.weight",
+_PER_EXPERT: dict[str, Any] = {"fused": False, "gate": "{e}.gate_proj.weight", "up": "{e}.up_proj.weight",
                "down": "{e}.down_proj.weight"}
 
 FORMATS: dict[str, CheckpointFormat] = {f.model_type: f for f in (
     CheckpointFormat(
         model_type="qwen3_moe", layer_prefix="model.layers.{layer}.", experts="mlp.experts.", **_PER_EXPERT,
-        moe_layers="decoder_sparse_step", experts_class="qwen3_moe.modeling_qwen3_moe:Qwen3MoeExperts",
+        num_experts=("num_experts", "num_local_experts"), moe_layers="decoder_sparse_step", experts_class="qwen3_moe.modeling_qwen3_moe:Qwen3MoeExperts",
         source=_TF + "qwen3_moe/modeling_qwen3_moe.py (Qwen3MoeSparseMoeBlock: mlp.gate, mlp.experts; "
         "Qwen3MoeDecoderLayer: decoder_sparse_step, mlp_only_layers); conversion_mapping.py 'qwen2_moe' "
         "(qwen3_moe aliases it): mlp.experts.*.gate_proj/up_proj/down_proj.weight, [out, in]"),
     CheckpointFormat(
         model_type="qwen2_moe", layer_prefix="model.layers.{layer}.", experts="mlp.experts.", **_PER_EXPERT,
-        intermediate_size=("moe_intermediate_size",), moe_layers="decoder_sparse_step",
+        num_experts=("num_experts", "num_local_experts"), moe_layers="decoder_sparse_step",
         shared_expert="mlp.shared_expert.", experts_class="qwen2_moe.modeling_qwen2_moe:Qwen2MoeExperts",
         renormalize=False,
         source=_TF + "qwen2_moe/modeling_qwen2_moe.py (Qwen2MoeSparseMoeBlock: gate, experts, shared_expert, "

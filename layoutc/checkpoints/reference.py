@@ -73,7 +73,10 @@ def transformers_experts(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> torch.n
         return None
     modname, cls_name = moe.format.experts_class.split(":")
     cls = getattr(importlib.import_module(f"transformers.models.{modname}"), cls_name)
-    config = transformers.AutoConfig.from_pretrained(ckpt.folder)
+    try:
+        config = transformers.AutoConfig.from_pretrained(ckpt.folder)
+    except (ValueError, KeyError, OSError):  # a model_type transformers does not know
+        return None
     if moe.format.text_config:
         config = config.get_text_config()
     if hasattr(config, "_experts_implementation"):
@@ -87,7 +90,8 @@ def transformers_experts(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> torch.n
                 raise ValueError(f"{cls_name}.{name} has shape {tuple(target.shape)}, checkpoint "
                                  f"{tuple(value.shape)}")
             target.copy_(value)
-    return module.eval()
+    out: torch.nn.Module = module.eval()
+    return out
 
 
 def transformers_forward(module: torch.nn.Module, x: torch.Tensor, weights: torch.Tensor,
@@ -134,11 +138,60 @@ def loop_reference(ckpt: Checkpoint, moe: ModelMoE, layer: int, x: torch.Tensor,
     return out
 
 
+def transformers_oracle(folder: str, layers: list[int]) -> dict[int, torch.nn.Module] | None:
+    """transformers' own experts modules of `layers`, loaded by `from_pretrained` through
+    transformers' weight conversion (independent of the declared formats), float32.
+
+    Only the first max(layers) + 1 decoder layers are built. None when transformers is
+    absent, does not know the model_type, or the experts module of a layer has no
+    (hidden, top_k_index, top_k_weights) forward (e.g. Llama-4's bmm experts).
+    """
+    try:
+        import transformers
+    except ImportError:
+        return None
+    try:
+        config = transformers.AutoConfig.from_pretrained(folder)
+    except (ValueError, KeyError, OSError):
+        return None
+    text = config.get_text_config()
+    keep = max(layers) + 1
+    if getattr(text, "num_hidden_layers", keep) > keep:
+        text.num_hidden_layers = keep
+        if isinstance(getattr(text, "layer_types", None), list):
+            text.layer_types = text.layer_types[:keep]
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=torch.float32)
+    except (ValueError, KeyError, OSError):
+        return None
+    found: dict[int, torch.nn.Module] = {}
+    for name, module in model.named_modules():
+        parts = name.split(".")
+        if type(module).__name__.endswith("Experts") and "layers" in parts:
+            i = parts.index("layers")
+            if i + 1 < len(parts) and parts[i + 1].isdigit() and int(parts[i + 1]) in layers:
+                found.setdefault(int(parts[i + 1]), module.eval())
+    if sorted(found) != sorted(layers) or any("Llama4" in type(m).__name__ for m in found.values()):
+        return None
+    return found
+
+
 def reference(ckpt: Checkpoint, moe: ModelMoE, layer: int, x: torch.Tensor, weights: torch.Tensor,
-              ids: torch.Tensor, *, use_transformers: bool = True) -> tuple[torch.Tensor, str]:
-    """(float32 [T, H] output, the reference's name)."""
+              ids: torch.Tensor, *, use_transformers: bool = True,
+              oracle: dict[int, torch.nn.Module] | None = None) -> tuple[torch.Tensor, str]:
+    """(float32 [T, H] output, the reference's name).
+
+    oracle: from `transformers_oracle` (weights as transformers itself loads them: a wrong
+    declared format is caught). Without it, transformers' experts module is filled from
+    the checkpoint through the declared format (checks padding, sharding and the kernel,
+    not the declaration), or without transformers an independent float32 loop.
+    """
+    if oracle is not None and layer in oracle:
+        loaded = oracle[layer]
+        return transformers_forward(loaded, x, weights, ids).to(torch.float32), \
+            f"transformers {type(loaded).__name__} (from_pretrained)"
     module = transformers_experts(ckpt, moe, layer) if use_transformers else None
     if module is not None:
         return transformers_forward(module, x, weights, ids).to(torch.float32), \
-            f"transformers {type(module).__name__}"
-    return loop_reference(ckpt, moe, layer, x, weights, ids), "float32 per-expert loop"
+            f"transformers {type(module).__name__} (declared format)"
+    return loop_reference(ckpt, moe, layer, x, weights, ids), "float32 per-expert loop (declared format)"

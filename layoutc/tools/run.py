@@ -101,23 +101,47 @@ def _plan(mod: Any, moe: Any, tp: int, dtype: str, isa: str) -> Any:
     return mod.plan(**{p: values[p] for p in params})
 
 
-def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str, isa: str, tokens: int,
-              seed: int, use_transformers: bool) -> Row:
-    """One layer at one TP degree: load + prepack + kernel per rank, sum, compare."""
-    import torch
+def _trim() -> None:
+    """Give freed heap memory back to the OS (glibc), so the next peak is measured from here."""
+    import ctypes
+    import ctypes.util
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+
+
+@dataclass
+class KernelRun:
+    """The all-reduced kernel output of one layer at one TP degree, and what it cost.
+
+    output: [T, H] in the model dtype (the ranks summed in that dtype, as the all-reduce does).
+    load_s: slowest rank's alloc + load + prepack (seconds); kernel_s: slowest rank's
+    median `fused_moe` time over 3 calls after one warm-up; peak_mib: the largest growth
+    of peak RSS over one rank's load, prepack and forward (Linux VmHWM, MiB).
+    """
+
+    output: Any
+    plan: Any
+    load_s: float
+    kernel_s: float
+    peak_mib: float
+
+
+def kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, x: Any, weights: Any, ids: Any, *,
+               dtype: str, isa: str = "vec", iters: int = 3) -> KernelRun:
+    """Load every rank of `layer` through the loaders, run the kernel per rank, sum the ranks.
+
+    Raises the module's LayoutContractError when the contract refuses the configuration.
+    """
+    import statistics
 
     from ..checkpoints.loader import load_layer_rank
-    from ..checkpoints.reference import reference, route
 
     plan = _plan(mod, moe, tp, dtype, isa)
-    tdtype = getattr(torch, dtype)
-    gen = torch.Generator().manual_seed(seed + layer)
-    x = torch.randn(tokens, moe.hidden_size, generator=gen).to(tdtype)
-    weights, ids = route(ckpt, moe, layer, x)
     total = None
-    load_s = kernel_s = 0.0
-    peak = 0.0
+    load_s = kernel_s = peak = 0.0
     for rank in range(tp):
+        _trim()
         base = _status_kib("VmRSS")
         _rss_peak_reset()
         t0 = time.perf_counter()
@@ -126,23 +150,57 @@ def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str,
         t1 = time.perf_counter()
         del rw.w13, rw.w2
         bias = {} if rw.w13_bias is None else {"w13_bias": rw.w13_bias, "w2_bias": rw.w2_bias}
-        t2 = time.perf_counter()
-        part = mod.fused_moe(x, packed13, packed2, weights, ids, plan, **bias)
-        t3 = time.perf_counter()
+        part = mod.fused_moe(x, packed13, packed2, weights, ids, plan, **bias)  # warm-up
+        times = []
+        for _ in range(iters):
+            t2 = time.perf_counter()
+            part = mod.fused_moe(x, packed13, packed2, weights, ids, plan, **bias)
+            times.append(time.perf_counter() - t2)
         peak = max(peak, (_status_kib("VmHWM") - base) / 1024)
         total = part.clone() if total is None else total.add_(part)  # the all-reduce: sum in the model dtype
         load_s = max(load_s, t1 - t0)
-        kernel_s = max(kernel_s, t3 - t2)
-        del packed13, packed2, part
+        kernel_s = max(kernel_s, statistics.median(times))
+        del packed13, packed2, part, rw
     assert total is not None
-    ref, ref_name = reference(ckpt, moe, layer, x, weights, ids, use_transformers=use_transformers)
-    diff = total.to(torch.float32) - ref
-    norm = float(ref.norm())
-    rel = float(diff.norm()) / norm if norm else float(diff.norm())
+    return KernelRun(total, plan, load_s, kernel_s, peak)
+
+
+def rel_error(out: Any, ref: Any) -> float:
+    """||out - ref||_F / ||ref||_F in float32."""
+    import torch
+
+    diff = out.to(torch.float32) - ref.to(torch.float32)
+    norm = float(ref.to(torch.float32).norm())
+    return float(diff.norm()) / norm if norm else float(diff.norm())
+
+
+def inputs(ckpt: Any, moe: Any, layer: int, tokens: int, seed: int, dtype: str) -> tuple[Any, Any, Any]:
+    """(hidden states [T, H] in `dtype`, topk_weights, topk_ids) for one layer, seeded."""
+    import torch
+
+    from ..checkpoints.reference import route
+
+    gen = torch.Generator().manual_seed(seed + layer)
+    x = torch.randn(tokens, moe.hidden_size, generator=gen).to(getattr(torch, dtype))
+    weights, ids = route(ckpt, moe, layer, x)
+    return x, weights, ids
+
+
+def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str, isa: str, tokens: int,
+              seed: int, use_transformers: bool, oracle: Any = None) -> Row:
+    """One layer at one TP degree: load + prepack + kernel per rank, sum, compare."""
+    from ..checkpoints.reference import reference
+
+    x, weights, ids = inputs(ckpt, moe, layer, tokens, seed, dtype)
+    k = kernel_sum(ckpt, moe, mod, layer, tp, x, weights, ids, dtype=dtype, isa=isa)
+    ref, ref_name = reference(ckpt, moe, layer, x, weights, ids, use_transformers=use_transformers,
+                              oracle=oracle)
+    rel = rel_error(k.output, ref)
     tol = TOLERANCE[dtype]
+    plan = k.plan
     return Row(layer, tp, plan.intermediate_size_per_partition,
                getattr(plan, "intermediate_size_per_partition_padded", plan.intermediate_size_per_partition),
-               rel, tol, rel <= tol, kernel_s * 1e3, load_s * 1e3, peak, ref_name)
+               rel, tol, rel <= tol, k.kernel_s * 1e3, k.load_s * 1e3, k.peak_mib, ref_name)
 
 
 def _checkpoint_dtype(ckpt: Any, moe: Any, layer: int) -> str:
@@ -208,7 +266,8 @@ def _run(args: argparse.Namespace) -> int:
         mod = importlib.import_module(f"layoutc_generated.{args.contract}")
     except ImportError as exc:
         raise RunError("LR120", f"no generated contract module {args.contract!r} ({exc})") from None
-    from layoutc_generated._runtime.errors import KernelUnavailableError, LayoutContractError
+    contract_error: type[Exception] = mod.LayoutContractError  # the generated package's own classes
+    kernel_error: type[Exception] = mod.KernelUnavailableError
     torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
     with Checkpoint(args.model_dir) as ckpt:
         moe = describe(ckpt.config, fmt)
@@ -225,6 +284,10 @@ def _run(args: argparse.Namespace) -> int:
         if moe.format.shared_expert and args.format == "text":
             print(f"note: the shared expert ({moe.format.shared_expert}) is a dense MLP outside the routed "
                   "experts; it is not run here")
+        oracle = None
+        if not args.no_transformers and not args.no_from_pretrained:
+            from ..checkpoints.reference import transformers_oracle
+            oracle = transformers_oracle(args.model_dir, layers)
         progress = _Progress(len(layers) * len(tps), sys.stderr.isatty())
         rows: list[Row] = []
         refused: list[str] = []
@@ -233,10 +296,10 @@ def _run(args: argparse.Namespace) -> int:
                 try:
                     rows.append(run_layer(ckpt, moe, mod, layer, tp, dtype=dtype, isa=args.isa,
                                           tokens=args.tokens, seed=args.seed,
-                                          use_transformers=not args.no_transformers))
-                except LayoutContractError as exc:  # plan() names the rule and the contract line
+                                          use_transformers=not args.no_transformers, oracle=oracle))
+                except contract_error as exc:  # plan() names the rule and the contract line
                     refused.append(f"layer {layer} tp={tp}: {exc}")
-                except KernelUnavailableError as exc:
+                except kernel_error as exc:
                     raise RunError("LR130", str(exc)) from None
                 progress.step(f"layer {layer} tp={tp}")
     ok = all(r.ok for r in rows) and not refused
@@ -270,4 +333,6 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     p.add_argument("--no-transformers", action="store_true", help="use the float32 loop reference")
+    p.add_argument("--no-from-pretrained", action="store_true",
+                   help="do not load the reference with from_pretrained (it builds the first layers of the model)")
     p.set_defaults(func=run)
