@@ -144,7 +144,7 @@ def _whole(axis: Axis, r: int, shards: int, source_layout: str) -> list[_Move]:
         if axis.layout == "interleave":
             return [(lo, hi, every, slice(0, axis.segments * n))]
         return [(lo, hi, slice(k, None, axis.segments), _dst_segment(axis, k)) for k in range(axis.segments)]
-    moves = []
+    moves: list[_Move] = []
     for k in range(axis.segments):
         lo = k * n * shards + (r * n if shards > 1 else 0)
         moves.append((lo, lo + n, every, _dst_segment(axis, k)))
