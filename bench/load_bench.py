@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-E, H, I, TP, RANK = 128, 2816, 704, 4, 1
+E, H, I, TP, RANK = 128, 2816, 704, 4, 1  # noqa: E741 (the field's names)
 CHUNKED = True  # set by --child ours-whole
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,10 +85,11 @@ def _checksum(t: Any) -> int:
 
 
 def child_ours(folder: Path) -> tuple[Any, Any]:
+    from layoutc_generated import vllm_cpu_grouped_gemm as mod
+
     from layoutc.checkpoints.formats import describe
     from layoutc.checkpoints.loader import load_layer_rank, load_layer_rank_packed
     from layoutc.checkpoints.reader import Checkpoint
-    from layoutc_generated import vllm_cpu_grouped_gemm as mod
 
     with Checkpoint(str(folder)) as ckpt:
         moe = describe(ckpt.config)
@@ -155,11 +156,11 @@ def child(which: str, folder: Path) -> None:
         mod.load_kernel()
         import layoutc.checkpoints.loader  # noqa: F401 (imports before the baseline)
     else:
-        import vllm._custom_ops  # noqa: F401
+        import vllm._custom_ops
         import vllm.model_executor.layers.fused_moe.experts.cpu_moe  # noqa: F401
-    import safetensors  # noqa: F401
-
     import threading
+
+    import safetensors  # noqa: F401
 
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")

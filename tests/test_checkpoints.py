@@ -335,3 +335,36 @@ def test_refused_configuration_exits_1(tmp_path: Path) -> None:
                            intermediate=64, experts=2, layers=1)
     code, out = _cli(folder, "--tp", "1")
     assert code == 1 and "refused" in out and "output alignment" in out, out
+
+
+def test_tp_runner_on_a_checkpoint(ckpts: dict[tuple[str, str], Path]) -> None:
+    """layoutc.tp over torch.distributed (gloo, 4 processes): each rank reads its own rows."""
+    from layoutc.tp import run_tp_checkpoint
+
+    res = run_tp_checkpoint(str(ckpts[("gpt_oss", "float32")]), tp_size=4, timeout_s=240)
+    assert res.intermediate_size_per_partition_padded == 192 and res.rel_error < 1e-5, res
+
+
+def test_chunked_prepack_equals_whole_layer(ckpts: dict[tuple[str, str], Path]) -> None:
+    """load_layer_rank_packed (3 experts at a time) is byte-identical to one whole-layer prepack."""
+    import torch
+    from layoutc_generated import vllm_cpu_grouped_gemm as mod
+
+    from layoutc.checkpoints.formats import describe
+    from layoutc.checkpoints.loader import load_layer_rank, load_layer_rank_packed
+    from layoutc.checkpoints.reader import Checkpoint
+
+    for family in ("gemma4", "qwen3_moe"):
+        with Checkpoint(str(ckpts[(family, "bfloat16")])) as ckpt:
+            moe = describe(ckpt.config)
+            p = mod.plan(num_experts=moe.num_experts, hidden_size=moe.hidden_size,
+                         intermediate_size=moe.intermediate_size, tp_size=4, isa="vec",
+                         activation=moe.activation, dtype="bfloat16")
+            c13, c2, _ = load_layer_rank_packed(ckpt, moe, 0, mod, p, 3, chunk_experts=3)
+            rw = load_layer_rank(ckpt, moe, 0, mod, p, 3)
+            w13, w2 = mod.prepack_padded(rw.w13, rw.w2, p)
+        assert torch.equal(c13.data, w13.data) and torch.equal(c2.data, w2.data)
+        x = torch.randn(4, moe.hidden_size).to(torch.bfloat16)
+        ids = torch.tensor([[0, 1]] * 4, dtype=torch.int32)
+        w = torch.full((4, 2), 0.5)
+        assert torch.equal(mod.fused_moe(x, c13, c2, w, ids, p), mod.fused_moe(x, w13, w2, w, ids, p))
