@@ -568,7 +568,8 @@ def alloc_w13(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w13", _w13_axes(plan), torch.bfloat16, 0.0,
+        CONTRACT, "w13", _w13_axes(plan),
+        torch.bfloat16, 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -590,7 +591,8 @@ def load_w13(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w13", dst, src, _w13_axes(plan), torch.bfloat16,
+        CONTRACT, "w13", dst, src,
+        _w13_axes(plan), torch.bfloat16,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -608,7 +610,8 @@ def alloc_w2(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w2", _w2_axes(plan), torch.bfloat16, 0.0,
+        CONTRACT, "w2", _w2_axes(plan),
+        torch.bfloat16, 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -630,7 +633,8 @@ def load_w2(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w2", dst, src, _w2_axes(plan), torch.bfloat16,
+        CONTRACT, "w2", dst, src,
+        _w2_axes(plan), torch.bfloat16,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -648,7 +652,8 @@ def alloc_w13_bias(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w13_bias", _w13_bias_axes(plan), torch.bfloat16, 0.0,
+        CONTRACT, "w13_bias", _w13_bias_axes(plan),
+        torch.bfloat16, 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -670,7 +675,8 @@ def load_w13_bias(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w13_bias", dst, src, _w13_bias_axes(plan), torch.bfloat16,
+        CONTRACT, "w13_bias", dst, src,
+        _w13_bias_axes(plan), torch.bfloat16,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -690,7 +696,8 @@ def alloc_w2_bias(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w2_bias", _w2_bias_axes(plan), torch.bfloat16, 0.0,
+        CONTRACT, "w2_bias", _w2_bias_axes(plan),
+        torch.bfloat16, 0.0,
         rank, plan.tp_size, once=True, out=out,
     )
 
@@ -712,7 +719,8 @@ def load_w2_bias(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w2_bias", dst, src, _w2_bias_axes(plan), torch.bfloat16,
+        CONTRACT, "w2_bias", dst, src,
+        _w2_bias_axes(plan), torch.bfloat16,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=True,
     )

@@ -729,7 +729,8 @@ def alloc_w13_weight(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w13_weight", _w13_weight_axes(plan), torch.uint8, 0,
+        CONTRACT, "w13_weight", _w13_weight_axes(plan),
+        torch.uint8, 0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -751,7 +752,8 @@ def load_w13_weight(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w13_weight", dst, src, _w13_weight_axes(plan), torch.uint8,
+        CONTRACT, "w13_weight", dst, src,
+        _w13_weight_axes(plan), torch.uint8,
         rank, plan.tp_size, roles=("up", "gate"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -769,7 +771,8 @@ def alloc_w13_weight_scale(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w13_weight_scale", _w13_weight_scale_axes(plan), torch.float8_e4m3fn, 0.0,
+        CONTRACT, "w13_weight_scale", _w13_weight_scale_axes(plan),
+        torch.float8_e4m3fn, 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -791,7 +794,8 @@ def load_w13_weight_scale(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w13_weight_scale", dst, src, _w13_weight_scale_axes(plan), torch.float8_e4m3fn,
+        CONTRACT, "w13_weight_scale", dst, src,
+        _w13_weight_scale_axes(plan), torch.float8_e4m3fn,
         rank, plan.tp_size, roles=("up", "gate"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -809,7 +813,8 @@ def alloc_w13_weight_scale_2(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w13_weight_scale_2", _w13_weight_scale_2_axes(plan), torch.float32, 0.0,
+        CONTRACT, "w13_weight_scale_2", _w13_weight_scale_2_axes(plan),
+        torch.float32, 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -831,7 +836,8 @@ def load_w13_weight_scale_2(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w13_weight_scale_2", dst, src, _w13_weight_scale_2_axes(plan), torch.float32,
+        CONTRACT, "w13_weight_scale_2", dst, src,
+        _w13_weight_scale_2_axes(plan), torch.float32,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -849,7 +855,8 @@ def alloc_w2_weight(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w2_weight", _w2_weight_axes(plan), torch.uint8, 0,
+        CONTRACT, "w2_weight", _w2_weight_axes(plan),
+        torch.uint8, 0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -871,7 +878,8 @@ def load_w2_weight(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w2_weight", dst, src, _w2_weight_axes(plan), torch.uint8,
+        CONTRACT, "w2_weight", dst, src,
+        _w2_weight_axes(plan), torch.uint8,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -889,7 +897,8 @@ def alloc_w2_weight_scale(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w2_weight_scale", _w2_weight_scale_axes(plan), torch.float8_e4m3fn, 0.0,
+        CONTRACT, "w2_weight_scale", _w2_weight_scale_axes(plan),
+        torch.float8_e4m3fn, 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -911,7 +920,8 @@ def load_w2_weight_scale(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w2_weight_scale", dst, src, _w2_weight_scale_axes(plan), torch.float8_e4m3fn,
+        CONTRACT, "w2_weight_scale", dst, src,
+        _w2_weight_scale_axes(plan), torch.float8_e4m3fn,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -929,7 +939,8 @@ def alloc_w2_weight_scale_2(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w2_weight_scale_2", _w2_weight_scale_2_axes(plan), torch.float32, 0.0,
+        CONTRACT, "w2_weight_scale_2", _w2_weight_scale_2_axes(plan),
+        torch.float32, 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -951,7 +962,8 @@ def load_w2_weight_scale_2(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w2_weight_scale_2", dst, src, _w2_weight_scale_2_axes(plan), torch.float32,
+        CONTRACT, "w2_weight_scale_2", dst, src,
+        _w2_weight_scale_2_axes(plan), torch.float32,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )

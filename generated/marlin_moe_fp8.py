@@ -623,7 +623,8 @@ def alloc_w13_weight(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w13_weight", _w13_weight_axes(plan), torch.float8_e4m3fn, 0.0,
+        CONTRACT, "w13_weight", _w13_weight_axes(plan),
+        torch.float8_e4m3fn, 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -645,7 +646,8 @@ def load_w13_weight(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w13_weight", dst, src, _w13_weight_axes(plan), torch.float8_e4m3fn,
+        CONTRACT, "w13_weight", dst, src,
+        _w13_weight_axes(plan), torch.float8_e4m3fn,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -663,7 +665,8 @@ def alloc_w13_weight_scale(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w13_weight_scale", _w13_weight_scale_axes(plan), _DTYPES[plan.scale_dtype], 0.0,
+        CONTRACT, "w13_weight_scale", _w13_weight_scale_axes(plan),
+        _DTYPES[plan.scale_dtype], 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -685,7 +688,8 @@ def load_w13_weight_scale(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w13_weight_scale", dst, src, _w13_weight_scale_axes(plan), _DTYPES[plan.scale_dtype],
+        CONTRACT, "w13_weight_scale", dst, src,
+        _w13_weight_scale_axes(plan), _DTYPES[plan.scale_dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -703,7 +707,8 @@ def alloc_w2_weight(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w2_weight", _w2_weight_axes(plan), torch.float8_e4m3fn, 0.0,
+        CONTRACT, "w2_weight", _w2_weight_axes(plan),
+        torch.float8_e4m3fn, 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -725,7 +730,8 @@ def load_w2_weight(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w2_weight", dst, src, _w2_weight_axes(plan), torch.float8_e4m3fn,
+        CONTRACT, "w2_weight", dst, src,
+        _w2_weight_axes(plan), torch.float8_e4m3fn,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -743,7 +749,8 @@ def alloc_w2_weight_scale(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w2_weight_scale", _w2_weight_scale_axes(plan), _DTYPES[plan.scale_dtype], 0.0,
+        CONTRACT, "w2_weight_scale", _w2_weight_scale_axes(plan),
+        _DTYPES[plan.scale_dtype], 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -765,7 +772,8 @@ def load_w2_weight_scale(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w2_weight_scale", dst, src, _w2_weight_scale_axes(plan), _DTYPES[plan.scale_dtype],
+        CONTRACT, "w2_weight_scale", dst, src,
+        _w2_weight_scale_axes(plan), _DTYPES[plan.scale_dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )

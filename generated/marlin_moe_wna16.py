@@ -975,7 +975,8 @@ def alloc_w13_qweight(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w13_qweight", _w13_qweight_axes(plan), torch.int32, 0,
+        CONTRACT, "w13_qweight", _w13_qweight_axes(plan),
+        torch.int32, 0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -997,7 +998,8 @@ def load_w13_qweight(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w13_qweight", dst, src, _w13_qweight_axes(plan), torch.int32,
+        CONTRACT, "w13_qweight", dst, src,
+        _w13_qweight_axes(plan), torch.int32,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1015,7 +1017,8 @@ def alloc_w13_scales(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w13_scales", _w13_scales_axes(plan), _DTYPES[plan.dtype], 0.0,
+        CONTRACT, "w13_scales", _w13_scales_axes(plan),
+        _DTYPES[plan.dtype], 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -1037,7 +1040,8 @@ def load_w13_scales(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w13_scales", dst, src, _w13_scales_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13_scales", dst, src,
+        _w13_scales_axes(plan), _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1055,7 +1059,8 @@ def alloc_w13_qzeros(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w13_qzeros", _w13_qzeros_axes(plan), torch.int32, 0,
+        CONTRACT, "w13_qzeros", _w13_qzeros_axes(plan),
+        torch.int32, 0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -1077,7 +1082,8 @@ def load_w13_qzeros(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w13_qzeros", dst, src, _w13_qzeros_axes(plan), torch.int32,
+        CONTRACT, "w13_qzeros", dst, src,
+        _w13_qzeros_axes(plan), torch.int32,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1095,7 +1101,8 @@ def alloc_w13_bias(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w13_bias", _w13_bias_axes(plan), _DTYPES[plan.dtype], 0.0,
+        CONTRACT, "w13_bias", _w13_bias_axes(plan),
+        _DTYPES[plan.dtype], 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -1117,7 +1124,8 @@ def load_w13_bias(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w13_bias", dst, src, _w13_bias_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13_bias", dst, src,
+        _w13_bias_axes(plan), _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1135,7 +1143,8 @@ def alloc_w2_qweight(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w2_qweight", _w2_qweight_axes(plan), torch.int32, 0,
+        CONTRACT, "w2_qweight", _w2_qweight_axes(plan),
+        torch.int32, 0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -1157,7 +1166,8 @@ def load_w2_qweight(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w2_qweight", dst, src, _w2_qweight_axes(plan), torch.int32,
+        CONTRACT, "w2_qweight", dst, src,
+        _w2_qweight_axes(plan), torch.int32,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1175,7 +1185,8 @@ def alloc_w2_scales(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w2_scales", _w2_scales_axes(plan), _DTYPES[plan.dtype], 0.0,
+        CONTRACT, "w2_scales", _w2_scales_axes(plan),
+        _DTYPES[plan.dtype], 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -1197,7 +1208,8 @@ def load_w2_scales(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w2_scales", dst, src, _w2_scales_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2_scales", dst, src,
+        _w2_scales_axes(plan), _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1215,7 +1227,8 @@ def alloc_w2_qzeros(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w2_qzeros", _w2_qzeros_axes(plan), torch.int32, 0,
+        CONTRACT, "w2_qzeros", _w2_qzeros_axes(plan),
+        torch.int32, 0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -1237,7 +1250,8 @@ def load_w2_qzeros(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w2_qzeros", dst, src, _w2_qzeros_axes(plan), torch.int32,
+        CONTRACT, "w2_qzeros", dst, src,
+        _w2_qzeros_axes(plan), torch.int32,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1257,7 +1271,8 @@ def alloc_w2_bias(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w2_bias", _w2_bias_axes(plan), _DTYPES[plan.dtype], 0.0,
+        CONTRACT, "w2_bias", _w2_bias_axes(plan),
+        _DTYPES[plan.dtype], 0.0,
         rank, plan.tp_size, once=True, out=out,
     )
 
@@ -1279,7 +1294,8 @@ def load_w2_bias(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w2_bias", dst, src, _w2_bias_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2_bias", dst, src,
+        _w2_bias_axes(plan), _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=True,
     )

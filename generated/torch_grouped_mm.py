@@ -498,7 +498,8 @@ def alloc_w13(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w13", _w13_axes(plan), _DTYPES[plan.dtype], 0.0,
+        CONTRACT, "w13", _w13_axes(plan),
+        _DTYPES[plan.dtype], 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -520,7 +521,8 @@ def load_w13(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w13", dst, src, _w13_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13", dst, src,
+        _w13_axes(plan), _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -538,7 +540,8 @@ def alloc_w2(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w2", _w2_axes(plan), _DTYPES[plan.dtype], 0.0,
+        CONTRACT, "w2", _w2_axes(plan),
+        _DTYPES[plan.dtype], 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -560,7 +563,8 @@ def load_w2(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w2", dst, src, _w2_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2", dst, src,
+        _w2_axes(plan), _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )

@@ -501,7 +501,8 @@ def alloc_w13(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w13", _w13_axes(plan), _DTYPES[plan.dtype], 0.0,
+        CONTRACT, "w13", _w13_axes(plan),
+        _DTYPES[plan.dtype], 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -523,7 +524,8 @@ def load_w13(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w13", dst, src, _w13_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13", dst, src,
+        _w13_axes(plan), _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -541,7 +543,8 @@ def alloc_w2(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w2", _w2_axes(plan), _DTYPES[plan.dtype], 0.0,
+        CONTRACT, "w2", _w2_axes(plan),
+        _DTYPES[plan.dtype], 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -563,7 +566,8 @@ def load_w2(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w2", dst, src, _w2_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2", dst, src,
+        _w2_axes(plan), _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )

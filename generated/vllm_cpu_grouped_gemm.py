@@ -723,7 +723,8 @@ def alloc_w13(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w13", _w13_axes(plan), _DTYPES[plan.dtype], 0.0,
+        CONTRACT, "w13", _w13_axes(plan),
+        _DTYPES[plan.dtype], 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -745,7 +746,8 @@ def load_w13(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w13", dst, src, _w13_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13", dst, src,
+        _w13_axes(plan), _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -763,7 +765,8 @@ def alloc_w2(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w2", _w2_axes(plan), _DTYPES[plan.dtype], 0.0,
+        CONTRACT, "w2", _w2_axes(plan),
+        _DTYPES[plan.dtype], 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -785,7 +788,8 @@ def load_w2(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w2", dst, src, _w2_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2", dst, src,
+        _w2_axes(plan), _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -803,7 +807,8 @@ def alloc_w13_bias(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w13_bias", _w13_bias_axes(plan), _DTYPES[plan.dtype], 0.0,
+        CONTRACT, "w13_bias", _w13_bias_axes(plan),
+        _DTYPES[plan.dtype], 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -825,7 +830,8 @@ def load_w13_bias(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w13_bias", dst, src, _w13_bias_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13_bias", dst, src,
+        _w13_bias_axes(plan), _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -845,7 +851,8 @@ def alloc_w2_bias(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w2_bias", _w2_bias_axes(plan), _DTYPES[plan.dtype], 0.0,
+        CONTRACT, "w2_bias", _w2_bias_axes(plan),
+        _DTYPES[plan.dtype], 0.0,
         rank, plan.tp_size, once=True, out=out,
     )
 
@@ -867,7 +874,8 @@ def load_w2_bias(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w2_bias", dst, src, _w2_bias_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2_bias", dst, src,
+        _w2_bias_axes(plan), _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=True,
     )

@@ -675,7 +675,8 @@ def alloc_w13(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w13", _w13_axes(plan), _DTYPES[plan.dtype], 0.0,
+        CONTRACT, "w13", _w13_axes(plan),
+        _DTYPES[plan.dtype], 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -697,7 +698,8 @@ def load_w13(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w13", dst, src, _w13_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13", dst, src,
+        _w13_axes(plan), _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -715,7 +717,8 @@ def alloc_w2(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w2", _w2_axes(plan), _DTYPES[plan.dtype], 0.0,
+        CONTRACT, "w2", _w2_axes(plan),
+        _DTYPES[plan.dtype], 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -737,7 +740,8 @@ def load_w2(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w2", dst, src, _w2_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2", dst, src,
+        _w2_axes(plan), _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -755,7 +759,8 @@ def alloc_w13_bias(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w13_bias", _w13_bias_axes(plan), _DTYPES[plan.dtype], 0.0,
+        CONTRACT, "w13_bias", _w13_bias_axes(plan),
+        _DTYPES[plan.dtype], 0.0,
         rank, plan.tp_size, once=False, out=out,
     )
 
@@ -777,7 +782,8 @@ def load_w13_bias(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w13_bias", dst, src, _w13_bias_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13_bias", dst, src,
+        _w13_bias_axes(plan), _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -797,7 +803,8 @@ def alloc_w2_bias(
     """
     _PLANS.require(plan)
     return _loading.allocate(
-        CONTRACT, "w2_bias", _w2_bias_axes(plan), _DTYPES[plan.dtype], 0.0,
+        CONTRACT, "w2_bias", _w2_bias_axes(plan),
+        _DTYPES[plan.dtype], 0.0,
         rank, plan.tp_size, once=True, out=out,
     )
 
@@ -819,7 +826,8 @@ def load_w2_bias(
     """
     _PLANS.require(plan)
     _loading.load(
-        CONTRACT, "w2_bias", dst, src, _w2_bias_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2_bias", dst, src,
+        _w2_bias_axes(plan), _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=True,
     )
