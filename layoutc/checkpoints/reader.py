@@ -86,6 +86,9 @@ class Checkpoint:
         if name not in self.weight_map:
             close = difflib.get_close_matches(name, list(self.weight_map), n=3, cutoff=0.6)
             hint = f"; closest: {', '.join(close)}" if close else ""
+            if name + "_blocks" in self.weight_map:
+                hint = (f"; it is stored quantized ({name}_blocks / _scales, e.g. MXFP4): dequantize the "
+                        "checkpoint to bf16 first (quantized formats are not declared yet)")
             raise FormatError("LR112", f"{self.folder}: no tensor {name!r} (the declared format names it){hint}")
         fname = self.weight_map[name]
         if fname not in self._open:

@@ -261,6 +261,8 @@ def _run(args: argparse.Namespace) -> int:
     from ..checkpoints.reader import Checkpoint
 
     tps = _tp_list(args.tp)
+    if not 1 <= args.tokens <= 65536 or args.layers < 0 or args.threads < 0:
+        raise RunError("LR104", "--tokens must be in 1..65536, --layers and --threads >= 0")
     fmt = load_format_file(args.format_file) if args.format_file else None
     try:
         mod = importlib.import_module(f"layoutc_generated.{args.contract}")
