@@ -1,4 +1,4 @@
-"""Command-line interface: `layoutc check | verify | compile | explain | audit | rule`.
+"""Command-line interface: `layoutc check | verify | compile | explain | audit | run | rule`.
 
 `main(argv) -> int` never raises: exit 0 ok, 1 findings (diagnostics, a
 counterexample, a vacuous contract, drift), 2 an input that cannot be used (a
@@ -215,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json", "markdown", "github"), default="text",
                    help="the report's format; problems are printed as diagnostics in it (github: as text)")
     p.set_defaults(func=cmd_audit)
+
+    from .tools.run import add_parser as add_run  # torch is imported only when `run` runs
+    add_run(sub)
 
     p = sub.add_parser("rule", help="print a diagnostic code's documentation (e.g. layoutc rule LC201)")
     p.add_argument("code", metavar="CODE")

@@ -300,7 +300,27 @@ def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> dict[str,
         "logical_doc": _shape_doc(contract, t, "logical"), "padded_doc": _shape_doc(contract, t, "padded"),
         "storage_doc": t.storage.removeprefix("param:"), "fill_doc": fill, "line": t.span.line,
         "once": repr(t.kind == "bias" and t.projection == "w2"),
+        # loading section (runtime/loading.py)
+        "once_flag": repr(t.kind == "bias" and t.projection == "w2"),
+        "is_once": t.kind == "bias" and t.projection == "w2",
+        "tp": "plan.tp_size" if has_tp else "1",
+        **_roles_view(t),
     }
+
+
+def _roles_view(t: ir.Tensor) -> dict[str, str]:
+    """The segment roles of `t`'s segmented axis, as a Python expression over `plan`
+    (a `when` alternative may name them in another order), and a docstring phrase."""
+    seg = next((a for a in t.axes if a.segments > 1), None)
+    if seg is None:
+        return {"roles": "()", "roles_doc": '"down" or None (the whole tensor)'}
+    expr = repr(tuple(seg.roles)).replace("'", '"')
+    for alt in reversed([g for g in t.guarded if g.axis.name == seg.name]):
+        if alt.axis.roles != seg.roles:
+            expr = (f"({tuple(alt.axis.roles)!r} if {render_expr(alt.guard, 'plan.')} "
+                    f"else {expr})").replace("'", '"')
+    names = ", ".join(f'"{r}"' for r in seg.roles)
+    return {"roles": expr, "roles_doc": f"one of {names} (one segment), or None / \"gate_up\" (all)"}
 
 
 def _glue_view(contract: ir.Contract) -> dict[str, Any] | None:
@@ -349,6 +369,7 @@ def _exports(contract: ir.Contract, glue: dict[str, Any] | None, has_tp: bool) -
         names.append("kernel_args")
     for t in contract.tensors:
         names += [f"{t.name}_shapes", f"pad_{t.name}", f"unpad_{t.name}"] + ([f"shard_{t.name}"] if has_tp else [])
+        names += [f"alloc_{t.name}", f"load_{t.name}"]
     if glue is not None:
         names += ["OPS", "PackedWeight", "fused_moe", "load_kernel", "prepack", "prepack_padded", *glue["reexports"]]
     return [f'"{n}",' for n in sorted(names, key=_natural)]

@@ -27,8 +27,12 @@ w2 is `[E, H, I]`, w13_bias `[E, 2*I]`, w2_bias `[E, H]`, hidden states `[T, H]`
 topk_weights float32 `[T, top_k]`, topk_ids int32 `[T, top_k]`. Times are seconds
 of wall clock (`time.perf_counter`).
 
-Only the standard library and torch are imported here; the generated module is
-imported by name inside each rank.
+`run_tp_checkpoint` does the same for one MoE layer of a real safetensors checkpoint:
+each rank reads only its own rows through the generated loaders
+(layoutc.checkpoints), and rank 0 compares with transformers' experts module.
+
+Only the standard library and torch are imported here (layoutc.checkpoints lazily);
+the generated module is imported by name inside each rank.
 """
 
 from __future__ import annotations
@@ -58,12 +62,14 @@ from torch.multiprocessing.spawn import ProcessException
 
 __all__ = [
     "ACTIVATIONS",
+    "CheckpointTPResult",
     "RankReport",
     "TPRankError",
     "TPResult",
     "act_and_mul",
     "per_expert_loop",
     "reference_moe",
+    "run_tp_checkpoint",
     "run_tp_layer",
 ]
 
@@ -412,6 +418,8 @@ def _rank_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, Any],
     plan_args = {"num_experts": cfg["num_experts"], "hidden_size": cfg["hidden_size"],
                  "intermediate_size": cfg["intermediate_size"], "tp_size": tp_size, "isa": cfg["isa"],
                  "activation": cfg["activation"], "dtype": cfg["dtype"]}
+    if cfg["activation"] == "swigluoai":  # gpt-oss's constants, the ones its reference computes with
+        plan_args.update(swiglu_alpha_milli=1702, swiglu_limit_milli=7000)
     accepted = inspect.signature(mod.plan).parameters
     plan = mod.plan(**{k: v for k, v in plan_args.items() if k in accepted})
     if tensors["w13_bias"] is not None and not hasattr(mod, "shard_w13_bias"):
@@ -689,3 +697,144 @@ def run_tp_layer(module_name: str = "vllm_cpu_grouped_gemm", *, tp_size: int, nu
         wall_seconds=wall, ranks=ranks,
     )
 
+
+
+# ---- real checkpoints -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckpointTPResult:
+    """The outcome of `run_tp_checkpoint` for one MoE layer.
+
+    rel_error: ||all_reduce(out) - ref||_F / ||ref||_F against `reference` (rank 0's).
+    load_seconds: slowest rank's load (only its rows, through the generated loaders) + prepack.
+    seconds: slowest rank's fused_moe + all_reduce.
+    """
+
+    model_dir: str
+    layer: int
+    tp_size: int
+    dtype: str
+    intermediate_size_per_partition: int
+    intermediate_size_per_partition_padded: int
+    rel_error: float
+    reference: str
+    load_seconds: float
+    seconds: float
+
+
+def _ckpt_rank(rank: int, tp_size: int, port: int, module_name: str, cfg: dict[str, Any], results: Any) -> None:
+    """One rank of `run_tp_checkpoint`: its own checkpoint reads, kernel, gloo all_reduce."""
+    try:
+        from .checkpoints.formats import describe
+        from .checkpoints.loader import load_layer_rank
+        from .checkpoints.reader import Checkpoint
+        from .checkpoints.reference import reference
+        from .tools.run import _plan, inputs, rel_error
+
+        torch.set_num_threads(cfg["threads_per_rank"])
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        with _collective():
+            dist.init_process_group("gloo", rank=rank, world_size=tp_size,
+                                    timeout=timedelta(seconds=cfg["timeout_s"]))
+        try:
+            mod = _import_generated(module_name)
+            with Checkpoint(cfg["model_dir"]) as ckpt:
+                moe = describe(ckpt.config)
+                layer = cfg["layer"]
+                plan = _plan(mod, moe, tp_size, cfg["dtype"], cfg["isa"])
+                x, weights, ids = inputs(ckpt, moe, layer, cfg["tokens"], cfg["seed"], cfg["dtype"])
+                t0 = time.perf_counter()
+                rw = load_layer_rank(ckpt, moe, layer, mod, plan, rank)  # this rank's rows only
+                p13, p2 = mod.prepack_padded(rw.w13, rw.w2, plan)
+                t1 = time.perf_counter()
+                bias = {} if rw.w13_bias is None else {"w13_bias": rw.w13_bias, "w2_bias": rw.w2_bias}
+                out = mod.fused_moe(x, p13, p2, weights, ids, plan, **bias)
+                with _collective():
+                    dist.all_reduce(out, op=dist.ReduceOp.SUM)
+                t2 = time.perf_counter()
+                report: dict[str, Any] = {"load": t1 - t0, "step": t2 - t1,
+                                          "plan": (plan.intermediate_size_per_partition,
+                                                   plan.intermediate_size_per_partition_padded)}
+                if rank == 0:
+                    ref, name = reference(ckpt, moe, layer, x, weights, ids)
+                    report.update(rel_error=rel_error(out, ref), reference=name)
+            results.put(("report", rank, report))
+        finally:
+            dist.destroy_process_group()
+    except BaseException as exc:
+        results.put(("error", rank, {"exc_type": type(exc).__name__, "message": str(exc),
+                                     "traceback": traceback.format_exc(), "secondary": _IN_COLLECTIVE[0],
+                                     "time": time.time()}))
+        raise
+
+
+def run_tp_checkpoint(model_dir: str, *, tp_size: int, layer: int | None = None,
+                      module_name: str = "vllm_cpu_grouped_gemm", dtype: str | None = None, tokens: int = 16,
+                      seed: int = 0, isa: str = "vec", threads_per_rank: int = 1,
+                      timeout_s: float = 300.0) -> CheckpointTPResult:
+    """One MoE layer of a real safetensors checkpoint over `tp_size` gloo ranks.
+
+    Every rank opens the checkpoint itself and loads only its rows through the
+    generated `alloc_*` / `load_*` (layoutc.checkpoints.loader, the declared format of
+    config.json's model_type), prepacks, runs the real kernel and all-reduces (SUM,
+    model dtype); the w2 bias is loaded on rank 0 only. Rank 0 compares with
+    `layoutc.checkpoints.reference.reference` (transformers' experts module filled
+    from the checkpoint when transformers is installed, else a float32 loop).
+    layer: a MoE layer index (default: the first). dtype: default the checkpoint's.
+    Raises ValueError on bad arguments, TPRankError naming the failing rank (e.g. the
+    module's LayoutContractError for a refused configuration, FormatError for an
+    unknown model_type), TimeoutError past `timeout_s`.
+    """
+    from .checkpoints.formats import describe
+    from .checkpoints.reader import Checkpoint
+    from .tools.run import _checkpoint_dtype
+
+    if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
+        raise ValueError(f"run_tp_checkpoint: tp_size must be an int >= 1, got {tp_size!r}")
+    with Checkpoint(model_dir) as ckpt:
+        moe = describe(ckpt.config)
+        if layer is None:
+            layer = moe.moe_layers[0]
+        if layer not in moe.moe_layers:
+            raise ValueError(f"run_tp_checkpoint: layer {layer} is not a MoE layer ({list(moe.moe_layers)})")
+        dtype = dtype or _checkpoint_dtype(ckpt, moe, layer)
+    cfg = {"model_dir": model_dir, "layer": layer, "dtype": dtype, "tokens": tokens, "seed": seed, "isa": isa,
+           "threads_per_rank": threads_per_rank, "timeout_s": timeout_s}
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    messages: list[tuple[str, int, Any]] = []
+    procs = mp.start_processes(_ckpt_rank, args=(tp_size, _free_port(), module_name, cfg, results),
+                               nprocs=tp_size, join=False, start_method="spawn")
+    assert procs is not None
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not procs.join(timeout=0.05, grace_period=1.0):
+            with contextlib.suppress(queue_module.Empty):
+                messages.append(results.get_nowait())
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"run_tp_checkpoint: ranks did not finish within {timeout_s} s; terminated")
+    except ProcessException as exc:
+        time.sleep(0.5)
+        with contextlib.suppress(queue_module.Empty):
+            while True:
+                messages.append(results.get_nowait())
+        raise _rank_error(tp_size, messages, procs.processes, exc) from exc
+    finally:
+        for p in procs.processes:
+            if p.is_alive():
+                p.terminate()
+        for p in procs.processes:
+            p.join(timeout=5)
+    with contextlib.suppress(queue_module.Empty):
+        while True:
+            messages.append(results.get(timeout=0.2))
+    reports = {m[1]: m[2] for m in messages if m[0] == "report"}
+    if sorted(reports) != list(range(tp_size)):
+        raise RuntimeError(f"run_tp_checkpoint: ranks {sorted(set(range(tp_size)) - set(reports))} sent no report")
+    i_pp, padded = reports[0]["plan"]
+    return CheckpointTPResult(model_dir, layer, tp_size, dtype, i_pp, padded, reports[0]["rel_error"],
+                              reports[0]["reference"], max(r["load"] for r in reports.values()),
+                              max(r["step"] for r in reports.values()))

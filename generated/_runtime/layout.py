@@ -151,8 +151,14 @@ def scatter(src: torch.Tensor, dst: torch.Tensor, axes: tuple[Axis, ...], starts
             fill: float | None) -> None:
     """Copy each logical run of `src` (starting at `starts`) into `dst` once, then fill each pad run once.
 
-    `fill` None (a contract's `fill uninit`) leaves the pad as allocated.
+    `fill` None (a contract's `fill uninit`) leaves the pad as allocated; a zero fill
+    uses `zero_` (a memset per run) rather than `fill_`.
     """
+    _scatter(src, dst, axes, starts, fill)
+
+
+def _scatter(src: torch.Tensor, dst: torch.Tensor, axes: tuple[Axis, ...], starts: list[list[int]],
+             fill: float | None) -> None:
     runs = [copies(a) for a in axes]
     for combo in itertools.product(*[list(zip(s, r, strict=True)) for s, r in zip(starts, runs, strict=True)]):
         src_index = tuple(slice(s, s + n) for s, (_, _, n) in combo)
@@ -164,7 +170,11 @@ def scatter(src: torch.Tensor, dst: torch.Tensor, axes: tuple[Axis, ...], starts
         for lo, hi in fills(axis):
             for covered in itertools.product(*runs[:d]):
                 index = (*(slice(dd, dd + n) for _, dd, n in covered), slice(lo, hi))
-                dst[index].fill_(fill)
+                piece = dst[index]
+                if fill == 0:
+                    piece.zero_()
+                else:
+                    piece.fill_(fill)
 
 
 def pad(who: str, what: str, t: object, axes: tuple[Axis, ...], dtype: torch.dtype, fill: float | None,

@@ -1,0 +1,265 @@
+"""Load one checkpoint tensor at a time into a rank's preallocated padded parameter.
+
+This is how an engine's weight loader works: `allocate` makes the rank's padded
+parameter once (pad positions written with the pad code, exactly once; live
+positions left to be filled), then `load` copies one checkpoint tensor into its
+rows: one expert's gate, up or down projection (`expert=e`, `role=...`), or a
+fused per-layer tensor holding every expert (`expert=None`). Only the rank's
+slice of the source is read: `src` may be a torch tensor or a safetensors slice
+(`safe_open(...).get_slice(name)`, memory-mapped), which is indexed before it is
+materialised, in chunks of at most `CHUNK_ELEMENTS` elements, so peak memory is
+the padded parameter plus one chunk.
+
+Source orientation is the caller's declaration, never inferred (with
+hidden_size == intermediate_size a transposed tensor has the right shape):
+
+- `transposed=False`: the source's last two dims are the contract's (n, k) order
+  (nn.Linear weights: `[out, in]`, e.g. Qwen3-MoE `gate_proj.weight` [I, H]);
+- `transposed=True`: they are swapped (`x @ W` weights, e.g. gpt-oss
+  `gate_up_proj` [E, H, 2I] and `down_proj` [E, I, H]).
+
+A fused gate/up source (`role=None` or `"gate_up"`) declares its own row layout
+with `source_layout`: `"halves"` ([gate | up], Qwen/Mixtral/Gemma-4) or
+`"interleave"` ((gate, up) pairs, gpt-oss). The destination layout is the
+contract's; the loader converts between the two (strided copies), so interleaved
+rows can never be read as halves or the reverse. Sharded axes are read with the
+logical per-rank stride of each segment (vllm#43865); for an interleaved source,
+a rank reads one contiguous block of pairs.
+
+`once` tensors (the row-parallel w2 bias) are real on rank 0 only: every other
+rank's parameter is all zeros and `load` reads nothing, so after the all-reduce
+the bias is counted exactly once.
+
+Errors: `LayoutContractError` naming the tensor, the expected source shape and
+what was wrong (shape, role, expert, layout, rank, destination).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import torch
+
+from .errors import LayoutContractError
+from .layout import Axis, check_rank, check_tensor, fills, padded_shape
+
+#: Most elements one read materialises (64 MiB of bf16); fused tensors are read in expert chunks.
+CHUNK_ELEMENTS = 1 << 25
+SOURCE_LAYOUTS = ("halves", "interleave")
+_WHOLE_ROLES = (None, "gate_up")
+
+
+def _segmented(axes: tuple[Axis, ...]) -> int | None:
+    """Index of the axis with more than one segment (w13.n), or None."""
+    return next((i for i, a in enumerate(axes) if a.segments > 1), None)
+
+
+def allocate(who: str, what: str, axes: tuple[Axis, ...], dtype: torch.dtype, fill: float | None,
+             rank: object, tp_size: int, *, once: bool = False, out: object = None) -> torch.Tensor:
+    """A rank's padded parameter: shape `padded_shape(axes)`, `dtype`, CPU, contiguous.
+
+    Every pad position is written with `fill` exactly once (None: a contract's
+    `fill uninit`, left as allocated); live positions are left for `load`. A `once`
+    tensor on a rank other than 0 is all zeros (it is never loaded there).
+    `out`: a preallocated tensor of that shape and dtype to use instead (its pads are
+    written, its live positions left as they are).
+    Raises LayoutContractError on a bad rank or a wrong `out`.
+    """
+    r = check_rank(who, what, rank, tp_size)
+    shape = padded_shape(axes)
+    dst = torch.empty(shape, dtype=dtype) if out is None else check_tensor(who, f"out= for {what}", out,
+                                                                          shape, dtype)
+    if once and r != 0:
+        dst.zero_()
+        return dst
+    if fill is not None:
+        fill_pads(dst, axes, fill)
+    return dst
+
+
+def fill_pads(dst: torch.Tensor, axes: tuple[Axis, ...], fill: float) -> None:
+    """Write `fill` into every pad position of `dst` exactly once.
+
+    A position is a pad when any axis is in a pad run there; it is written by the
+    first such axis (earlier axes restricted to their live runs), so no position
+    is written twice and no live position is touched.
+    """
+    live = [[(d, n) for _, d, n in _live_runs(a)] for a in axes]
+    for d, axis in enumerate(axes):
+        for lo, hi in fills(axis):
+            for covered in itertools.product(*live[:d]):
+                index = (*(slice(s, s + n) for s, n in covered), slice(lo, hi))
+                dst[index].fill_(fill)
+
+
+def _live_runs(axis: Axis) -> list[tuple[int, int, int]]:
+    """(0, destination start, length) of each live run of `axis` (interleave: one run of pairs)."""
+    if axis.logical == 0:
+        return []
+    if axis.layout == "interleave":
+        return [(0, 0, axis.segments * axis.logical)]
+    stride = axis.logical if axis.layout == "concat" else axis.padded
+    return [(0, k * stride, axis.logical) for k in range(axis.segments)]
+
+
+# A move along one axis: read source [lo, hi), then take `sub` of it, into destination `dst`.
+_Move = tuple[int, int, slice, slice | int]
+
+
+def _dst_segment(axis: Axis, k: int) -> slice:
+    """Destination positions of segment k's live entries."""
+    if axis.layout == "interleave":
+        return slice(k, 2 * axis.logical, 2)
+    stride = axis.logical if axis.layout == "concat" else axis.padded
+    return slice(k * stride, k * stride + axis.logical)
+
+
+def _moves(axis: Axis, r: int, tp: int, segs: tuple[int, ...] | None,
+           source_layout: str) -> tuple[int, list[_Move]]:
+    """(source length, moves) of one destination axis for rank r.
+
+    segs: for the segmented axis, the one segment the source holds (a role), or
+    None when it holds every segment in `source_layout`.
+    """
+    shards = tp if axis.sharded else 1
+    base = r * axis.logical if axis.sharded else 0
+    every = slice(None)
+    if axis.segments == 1:
+        return axis.logical * shards, [(base, base + axis.logical, every, slice(0, axis.logical))]
+    if segs is not None:
+        return axis.logical * shards, [(base, base + axis.logical, every, _dst_segment(axis, segs[0]))]
+    return axis.logical * shards * axis.segments, _whole(axis, r, shards, source_layout)
+
+
+def _whole(axis: Axis, r: int, shards: int, source_layout: str) -> list[_Move]:
+    """Moves for a source holding every segment, laid out as `source_layout`."""
+    n, every = axis.logical, slice(None)
+    if source_layout == "interleave":
+        lo = r * axis.segments * n if shards > 1 else 0
+        hi = lo + axis.segments * n
+        if axis.layout == "interleave":
+            return [(lo, hi, every, slice(0, axis.segments * n))]
+        return [(lo, hi, slice(k, None, axis.segments), _dst_segment(axis, k)) for k in range(axis.segments)]
+    moves: list[_Move] = []
+    for k in range(axis.segments):
+        lo = k * n * shards + (r * n if shards > 1 else 0)
+        moves.append((lo, lo + n, every, _dst_segment(axis, k)))
+    return moves
+
+
+def _source_shape(src: object) -> tuple[int, ...] | None:
+    if isinstance(src, torch.Tensor):
+        return tuple(src.shape)
+    get_shape = getattr(src, "get_shape", None)
+    if callable(get_shape):
+        try:
+            return tuple(int(s) for s in get_shape())
+        except Exception:  # a foreign object whose get_shape fails is not a source
+            return None
+    return None
+
+
+def _read(src: Any, index: tuple[slice, ...]) -> torch.Tensor:
+    """Materialise `src[index]` (a safetensors slice reads only that region of the file)."""
+    part = src[index]
+    if not isinstance(part, torch.Tensor):
+        raise LayoutContractError(f"reading a slice gave {type(part).__name__}, not a torch tensor "
+                                  "(open the checkpoint with safe_open(..., framework='pt'))")
+    return part
+
+
+def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], dtype: torch.dtype,
+         rank: object, tp_size: int, *, roles: tuple[str, ...] = (), expert: object = None,
+         role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+         once: bool = False) -> None:
+    """Copy rank `rank`'s slice of one checkpoint tensor into the padded parameter `dst`.
+
+    dst: from `allocate` (padded shape, `dtype`, contiguous CPU).
+    src: a torch tensor or a safetensors slice, in the checkpoint's dtype (cast on copy).
+    Its expected shape, at tp_size = 1 width (sharded axes tp_size times the per-rank
+    logical size), is the contract tensor's axes in order, with
+    - the experts axis (axis 0) dropped when `expert` is an int (one expert's tensor);
+    - the segmented axis (w13.n) holding one segment when `role` names one of `roles`
+      (e.g. "gate" or "up"), or all of them in `source_layout` when `role` is None
+      or "gate_up";
+    - the last two dims swapped when `transposed`.
+    roles: the segment names of the segmented axis, in contract order (("gate", "up")).
+    Only pad-free live positions of `dst` are written, each loaded position once.
+    Raises LayoutContractError on a wrong shape (saying when the transposed shape would
+    match), role, expert index, source layout, rank or destination.
+    """
+    r = check_rank(who, what, rank, tp_size)
+    dst_t = check_tensor(who, f"destination for {what}", dst, padded_shape(axes), dtype)
+    if source_layout not in SOURCE_LAYOUTS:
+        raise LayoutContractError(f"{who}: source_layout={source_layout!r} for {what}; declare one of "
+                                  f"{', '.join(SOURCE_LAYOUTS)}")
+    seg = _segmented(axes)
+    segs: tuple[int, ...] | None
+    if role in _WHOLE_ROLES or (role == "down" and seg is None):
+        segs = None
+    elif seg is not None and role in roles:
+        segs = (roles.index(role),)
+    else:
+        allowed = (*roles, "gate_up", "None") if seg is not None else ("down", "None")
+        raise LayoutContractError(f"{who}: role={role!r} is not a role of {what}; use one of "
+                                  f"{', '.join(allowed)}")
+    e: int | None = None
+    if expert is not None:
+        if isinstance(expert, bool) or not isinstance(expert, int) or not 0 <= expert < axes[0].logical:
+            raise LayoutContractError(f"{who}: expert={expert!r} for {what} must be an int in "
+                                      f"0..{axes[0].logical - 1}")
+        e = expert
+    plans = [_moves(a, r, tp_size, segs if i == seg else None, source_layout)
+             for i, a in enumerate(axes)]
+    lengths = [n for n, _ in plans]
+    moves: list[list[_Move]] = [m for _, m in plans]
+    if e is not None:
+        lengths, moves[0] = lengths[1:], [(0, 0, slice(None), e)]
+    expected = list(lengths)
+    if transposed:
+        if len(expected) < 2:
+            raise LayoutContractError(f"{who}: {what} has fewer than two source dims; it cannot be transposed")
+        expected[-1], expected[-2] = expected[-2], expected[-1]
+    shape = _source_shape(src)
+    if shape is None:
+        raise LayoutContractError(f"{who}: the source for {what} must be a torch.Tensor or a safetensors "
+                                  f"slice (get_slice), got {type(src).__name__}")
+    if shape != tuple(expected):
+        hint = ""
+        if len(shape) >= 2 and (*shape[:-2], shape[-1], shape[-2]) == tuple(expected):
+            hint = f"; it matches with the last two dims swapped: declare transposed={not transposed}"
+        raise LayoutContractError(f"{who}: source for {what} (rank {r}, expert={e}, role={role}) has shape "
+                                  f"{shape}, expected {tuple(expected)}{hint}")
+    if once and r != 0:
+        return  # the parameter is zeros on this rank: the bias is added once, on rank 0
+    for combo in _chunked(moves, e is not None):
+        src_axes = combo[1:] if e is not None else combo
+        index = [slice(lo, hi) for lo, hi, _, _ in src_axes]
+        sub = [s for _, _, s, _ in src_axes]
+        if transposed:
+            index[-1], index[-2] = index[-2], index[-1]
+            sub[-1], sub[-2] = sub[-2], sub[-1]
+        part = _read(src, tuple(index))
+        if any(s != slice(None) for s in sub):
+            part = part[tuple(sub)]
+        if transposed:
+            part = part.transpose(-1, -2)
+        dst_t[tuple(d for _, _, _, d in combo)].copy_(part)
+
+
+def _chunked(moves: list[list[_Move]], one_expert: bool) -> list[tuple[_Move, ...]]:
+    """Every combination of per-axis moves, the experts axis split so one read stays under CHUNK_ELEMENTS."""
+    if one_expert or not moves or not moves[0] or any(
+            sub != slice(None) or not isinstance(d, slice) or d.step not in (None, 1) for _, _, sub, d in moves[0]):
+        return list(itertools.product(*moves))
+    per_expert = max(1, math.prod(max((hi - lo for lo, hi, _, _ in m), default=0) for m in moves[1:]))
+    step = max(1, CHUNK_ELEMENTS // per_expert)
+    first: list[_Move] = []
+    for lo, hi, sub, d in moves[0]:
+        assert isinstance(d, slice)
+        for s in range(lo, hi, step):
+            t = min(hi, s + step)
+            first.append((s, t, sub, slice((d.start or 0) + s - lo, (d.start or 0) + t - lo)))
+    return list(itertools.product(first, *moves[1:]))

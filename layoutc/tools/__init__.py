@@ -1,0 +1,1 @@
+"""Tools that need torch (and a checkpoint): `layoutc run`."""

@@ -1,0 +1,340 @@
+"""`layoutc run MODEL_DIR`: load each MoE layer of a real checkpoint per rank through
+the generated loaders, run the contract's real kernel per rank, sum the ranks as
+the all-reduce does, and compare with transformers' own experts module (or an
+independent float32 loop when transformers is absent).
+
+Exit 0: every layer and TP degree matched. 1: a mismatch, or a configuration the
+contract refuses (its rule is printed). 2: a tool error, printed as
+`layoutc run: error[LRxxx]: ...` (no traceback): LR101 unknown model_type, LR102 a
+bad config value, LR103 a bad --format-file, LR110-LR112 the checkpoint folder,
+LR120 a contract without loaders, LR130 the kernel is unavailable, LR131 a contract
+parameter run cannot supply, LR199 an unexpected error.
+
+Tolerance on the relative error ||out - ref|| / ||ref|| (Frobenius): 1e-5 for
+float32, 2e-2 for bfloat16 and 5e-3 for float16 weights (the kernel computes in the
+weights' dtype; the reference in float32).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import inspect
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from typing import Any
+
+TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 5e-3}
+
+
+class RunError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Row:
+    layer: int
+    tp_size: int
+    intermediate_size_per_partition: int
+    intermediate_size_per_partition_padded: int
+    rel_error: float
+    tolerance: float
+    ok: bool
+    kernel_ms: float
+    load_ms: float
+    peak_mib: float
+    reference: str
+
+
+def _rss_peak_reset() -> bool:
+    """Reset this process's peak RSS (Linux: /proc/self/clear_refs 5)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _status_kib(key: str) -> int:
+    with contextlib.suppress(OSError), open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+class _Progress:
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.done, self.enabled = total, 0, enabled and total > 1
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        if self.enabled:
+            width = 30
+            filled = width * self.done // self.total
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {label:<24}")
+            if self.done == self.total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _plan(mod: Any, moe: Any, tp: int, dtype: str, isa: str) -> Any:
+    values: dict[str, Any] = {"num_experts": moe.num_experts, "hidden_size": moe.hidden_size,
+                              "intermediate_size": moe.intermediate_size, "tp_size": tp, "isa": isa,
+                              "activation": moe.activation, "dtype": dtype}
+    # the model's swigluoai constants, in the contract's thousandths; the contract admits
+    # only the kernel's (1702, 7000) and refuses any other with its own rule
+    for name, value in (("swiglu_alpha_milli", moe.swiglu_alpha), ("swiglu_limit_milli", moe.swiglu_limit)):
+        if value is not None:
+            values[name] = round(float(value) * 1000)
+    params = {n: p for n, p in inspect.signature(mod.plan).parameters.items()
+              if n in values or p.default is inspect.Parameter.empty}
+    missing = [p for p in params if p not in values]
+    if missing:
+        raise RunError("LR131", f"contract {mod.CONTRACT} needs {', '.join(missing)}, which a checkpoint's "
+                       "config.json does not give; use a contract with num_experts, hidden_size, "
+                       "intermediate_size, tp_size, activation, dtype (and isa)")
+    return mod.plan(**{p: values[p] for p in params})
+
+
+def _trim() -> None:
+    """Give freed heap memory back to the OS (glibc), so the next peak is measured from here."""
+    import ctypes
+    import ctypes.util
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+
+
+@dataclass
+class KernelRun:
+    """The all-reduced kernel output of one layer at one TP degree, and what it cost.
+
+    output: [T, H] in the model dtype (the ranks summed in that dtype, as the all-reduce does).
+    load_s: slowest rank's alloc + load + prepack (seconds); kernel_s: slowest rank's
+    median `fused_moe` time over 3 calls after one warm-up; peak_mib: the largest growth
+    of peak RSS over one rank's load, prepack and forward (Linux VmHWM, MiB).
+    """
+
+    output: Any
+    plan: Any
+    load_s: float
+    kernel_s: float
+    peak_mib: float
+
+
+def kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, x: Any, weights: Any, ids: Any, *,
+               dtype: str, isa: str = "vec", iters: int = 3) -> KernelRun:
+    """Load every rank of `layer` through the loaders, run the kernel per rank, sum the ranks.
+
+    Raises the module's LayoutContractError when the contract refuses the configuration.
+    """
+    import statistics
+
+    from ..checkpoints.loader import load_layer_rank
+
+    plan = _plan(mod, moe, tp, dtype, isa)
+    total = None
+    load_s = kernel_s = peak = 0.0
+    for rank in range(tp):
+        _trim()
+        base = _status_kib("VmRSS")
+        _rss_peak_reset()
+        t0 = time.perf_counter()
+        rw = load_layer_rank(ckpt, moe, layer, mod, plan, rank)
+        packed13, packed2 = mod.prepack_padded(rw.w13, rw.w2, plan)
+        t1 = time.perf_counter()
+        del rw.w13, rw.w2
+        bias = {} if rw.w13_bias is None else {"w13_bias": rw.w13_bias, "w2_bias": rw.w2_bias}
+        part = mod.fused_moe(x, packed13, packed2, weights, ids, plan, **bias)  # warm-up
+        times = []
+        for _ in range(iters):
+            t2 = time.perf_counter()
+            part = mod.fused_moe(x, packed13, packed2, weights, ids, plan, **bias)
+            times.append(time.perf_counter() - t2)
+        peak = max(peak, (_status_kib("VmHWM") - base) / 1024)
+        total = part.clone() if total is None else total.add_(part)  # the all-reduce: sum in the model dtype
+        load_s = max(load_s, t1 - t0)
+        kernel_s = max(kernel_s, statistics.median(times))
+        del packed13, packed2, part, rw
+    assert total is not None
+    return KernelRun(total, plan, load_s, kernel_s, peak)
+
+
+def rel_error(out: Any, ref: Any) -> float:
+    """||out - ref||_F / ||ref||_F in float32."""
+    import torch
+
+    diff = out.to(torch.float32) - ref.to(torch.float32)
+    norm = float(ref.to(torch.float32).norm())
+    return float(diff.norm()) / norm if norm else float(diff.norm())
+
+
+def inputs(ckpt: Any, moe: Any, layer: int, tokens: int, seed: int, dtype: str) -> tuple[Any, Any, Any]:
+    """(hidden states [T, H] in `dtype`, topk_weights, topk_ids) for one layer, seeded."""
+    import torch
+
+    from ..checkpoints.reference import route
+
+    gen = torch.Generator().manual_seed(seed + layer)
+    x = torch.randn(tokens, moe.hidden_size, generator=gen).to(getattr(torch, dtype))
+    weights, ids = route(ckpt, moe, layer, x)
+    return x, weights, ids
+
+
+def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str, isa: str, tokens: int,
+              seed: int, use_transformers: bool, oracle: Any = None) -> Row:
+    """One layer at one TP degree: load + prepack + kernel per rank, sum, compare."""
+    from ..checkpoints.reference import reference
+
+    x, weights, ids = inputs(ckpt, moe, layer, tokens, seed, dtype)
+    k = kernel_sum(ckpt, moe, mod, layer, tp, x, weights, ids, dtype=dtype, isa=isa)
+    ref, ref_name = reference(ckpt, moe, layer, x, weights, ids, use_transformers=use_transformers,
+                              oracle=oracle)
+    rel = rel_error(k.output, ref)
+    tol = TOLERANCE[dtype]
+    plan = k.plan
+    return Row(layer, tp, plan.intermediate_size_per_partition,
+               getattr(plan, "intermediate_size_per_partition_padded", plan.intermediate_size_per_partition),
+               rel, tol, rel <= tol, k.kernel_s * 1e3, k.load_s * 1e3, k.peak_mib, ref_name)
+
+
+def _checkpoint_dtype(ckpt: Any, moe: Any, layer: int) -> str:
+    n = moe.format.names(layer, 0 if not moe.format.fused else None)
+    return str(ckpt.slice(n["down"]).get_dtype()).lower().replace("bf16", "bfloat16").replace(
+        "f32", "float32").replace("f16", "float16")
+
+
+def _table(rows: list[Row], model: str, contract: str) -> str:
+    lines = [f"{model} · contract {contract}",
+             f"{'layer':>5} {'tp':>3} {'I_pp -> padded':>15} {'rel error':>10} {'tol':>8} {'kernel ms':>10} "
+             f"{'load ms':>9} {'peak MiB':>9}  result"]
+    for r in rows:
+        pad = f"{r.intermediate_size_per_partition} -> {r.intermediate_size_per_partition_padded}"
+        lines.append(f"{r.layer:>5} {r.tp_size:>3} {pad:>15} {r.rel_error:>10.2e} {r.tolerance:>8.0e} "
+                     f"{r.kernel_ms:>10.2f} {r.load_ms:>9.1f} {r.peak_mib:>9.1f}  "
+                     f"{'ok' if r.ok else 'MISMATCH'}")
+    if rows:
+        lines.append(f"reference: {rows[0].reference}")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    """The `run` subcommand (see the module docstring for exit codes)."""
+    try:
+        return _run(args)
+    except RunError as exc:
+        sys.stderr.write(f"layoutc run: error[{exc.code}]: {exc}\n")
+        return 2
+    except Exception as exc:
+        from ..checkpoints.formats import FormatError
+        if isinstance(exc, FormatError):
+            sys.stderr.write(f"layoutc run: {exc}\n")
+            return 2
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()[:2000]
+        sys.stderr.write(f"layoutc run: error[LR199]: {detail}\n")
+        if os.environ.get("LAYOUTC_TRACEBACK"):
+            traceback.print_exc()
+        return 2
+
+
+def _tp_list(text: str) -> list[int]:
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 or v > 64 for v in values):
+        raise RunError("LR104", f"--tp {text[:40]!r}: expected comma-separated TP degrees in 1..64")
+    return values
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        import torch
+    except ImportError:
+        raise RunError("LR130", "layoutc run needs torch (pip install 'layoutc[runtime,checkpoints]')") from None
+    from ..checkpoints.formats import describe, load_format_file
+    from ..checkpoints.reader import Checkpoint
+
+    tps = _tp_list(args.tp)
+    if not 1 <= args.tokens <= 65536 or args.layers < 0 or args.threads < 0:
+        raise RunError("LR104", "--tokens must be in 1..65536, --layers and --threads >= 0")
+    fmt = load_format_file(args.format_file) if args.format_file else None
+    try:
+        mod = importlib.import_module(f"layoutc_generated.{args.contract}")
+    except ImportError as exc:
+        raise RunError("LR120", f"no generated contract module {args.contract!r} ({exc})") from None
+    contract_error: type[Exception] = mod.LayoutContractError  # the generated package's own classes
+    kernel_error: type[Exception] = mod.KernelUnavailableError
+    torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
+    with Checkpoint(args.model_dir) as ckpt:
+        moe = describe(ckpt.config, fmt)
+        layers = list(moe.moe_layers[: args.layers] if args.layers else moe.moe_layers)
+        if not layers:
+            raise RunError("LR102", f"config.json of {args.model_dir} declares no MoE layers")
+        dtype = args.dtype or _checkpoint_dtype(ckpt, moe, layers[0])
+        if dtype not in TOLERANCE:
+            raise RunError("LR102", f"checkpoint dtype {dtype} is not bfloat16, float16 or float32; pass --dtype")
+        if moe.format.shared_expert and args.format == "text":
+            print(f"note: the shared expert ({moe.format.shared_expert}) is a dense MLP outside the routed "
+                  "experts; it is not run here")
+        oracle = None
+        if not args.no_transformers and not args.no_from_pretrained:
+            from ..checkpoints.reference import transformers_oracle
+            oracle = transformers_oracle(args.model_dir, layers)
+        progress = _Progress(len(layers) * len(tps), sys.stderr.isatty())
+        rows: list[Row] = []
+        refused: list[str] = []
+        for layer in layers:
+            for tp in tps:
+                try:
+                    rows.append(run_layer(ckpt, moe, mod, layer, tp, dtype=dtype, isa=args.isa,
+                                          tokens=args.tokens, seed=args.seed,
+                                          use_transformers=not args.no_transformers, oracle=oracle))
+                except contract_error as exc:  # plan() names the rule and the contract line
+                    refused.append(f"layer {layer} tp={tp}: {exc}")
+                except kernel_error as exc:
+                    raise RunError("LR130", str(exc)) from None
+                progress.step(f"layer {layer} tp={tp}")
+    ok = all(r.ok for r in rows) and not refused
+    if args.format == "json":
+        sys.stdout.write(json.dumps({"model": args.model_dir, "model_type": moe.format.model_type,
+                                     "contract": args.contract, "dtype": dtype, "ok": ok,
+                                     "rows": [asdict(r) for r in rows], "refused": refused}, indent=2) + "\n")
+    else:
+        sys.stdout.write(_table(rows, f"{args.model_dir} ({moe.format.model_type}, {dtype})", args.contract))
+        for line in refused:
+            print(f"refused: {line}")
+        bad = [r for r in rows if not r.ok]
+        if bad:
+            print(f"MISMATCH in {len(bad)} of {len(rows)} runs (check the format: gate/up order, orientation, "
+                  "fused row layout)")
+    return 0 if ok else 1
+
+
+def add_parser(sub: Any) -> None:
+    """Register `run` on the CLI's subparsers."""
+    p = sub.add_parser("run", help="load a real checkpoint per rank, run the kernel, compare with transformers")
+    p.add_argument("model_dir", metavar="MODEL_DIR")
+    p.add_argument("--tp", default="1,2,4", help="comma-separated TP degrees (default 1,2,4)")
+    p.add_argument("--contract", default="vllm_cpu_grouped_gemm", help="generated contract module")
+    p.add_argument("--layers", type=int, default=0, help="only the first N MoE layers (default all)")
+    p.add_argument("--tokens", type=int, default=16, help="tokens per forward (default 16)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format-file", default=None, help="a user-declared checkpoint format (JSON)")
+    p.add_argument("--dtype", choices=tuple(TOLERANCE), default=None, help="default: the checkpoint's")
+    p.add_argument("--isa", default="vec", help="the kernel ISA (default vec)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    p.add_argument("--no-transformers", action="store_true", help="use the float32 loop reference")
+    p.add_argument("--no-from-pretrained", action="store_true",
+                   help="do not load the reference with from_pretrained (it builds the first layers of the model)")
+    p.set_defaults(func=run)
