@@ -7,7 +7,7 @@ gemma-4-26B-A4B MoE layer at tp=4: hidden 2816, intermediate 704 -> I_pp 176, pa
 to 192 by `vllm_cpu_grouped_gemm` (isa vec), gelu_tanh, bf16, 2 threads.
 
 * kernel: `fused_moe(x, *prepack(w13, w2, plan), ...)` (the real `_C::cpu_fused_moe`
-  on padded, prepacked weights) vs `layoutc.tp.per_expert_loop` on the *unpadded*
+  on padded, prepacked weights) vs `layoutc.tools.tp.per_expert_loop` on the *unpadded*
   weights (the fallback an engine takes when the shard is not tile-aligned), at 64
   and 512 tokens, top-2 and top-8 (random distinct experts per token, softmax
   weights). Both outputs are checked against the float32 `reference_moe`.
@@ -42,7 +42,7 @@ import _common as C
 import torch
 from layoutc_generated import vllm_cpu_grouped_gemm as m
 
-from layoutc.tp import per_expert_loop, reference_moe
+from layoutc.tools.tp import per_expert_loop, reference_moe
 
 HIDDEN, INTERMEDIATE, TP, ACT = 2816, 704, 4, "gelu_tanh"
 BF16 = torch.bfloat16

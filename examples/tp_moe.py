@@ -1,6 +1,6 @@
 """One MoE layer on real tensor-parallel ranks with the real vLLM CPU kernel.
 
-Runs `layoutc.tp.run_tp_layer` (gloo ranks on 127.0.0.1, each sharding one full
+Runs `layoutc.tools.tp.run_tp_layer` (gloo ranks on 127.0.0.1, each sharding one full
 checkpoint layer with the generated `shard_*`, prepacking with
 `_C::prepack_moe_weight`, running `_C::cpu_fused_moe`, then all_reduce) on real
 model shapes, fewer experts to keep it quick, and prints one row per run:
@@ -23,7 +23,7 @@ import argparse
 import sys
 import time
 
-from layoutc.tp import TPRankError, TPResult, run_tp_layer
+from layoutc.tools.tp import TPRankError, TPResult, run_tp_layer
 
 # name: (hidden_size, intermediate_size, real num_experts, top_k, activation), from
 # shared/design/domain.md "Real configs for fixtures" and the models' HF configs.

@@ -150,12 +150,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from .explain import explain
+    from .tools.explain import explain
     return explain(args.contract, args.set or [], fmt=args.format)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from .audit import run_audit
+    from .tools.audit import run_audit
     return run_audit(args)
 
 

@@ -1,4 +1,4 @@
-"""Tests for `layoutc audit` (layoutc/audit.py): the public cases, costs, formats and errors.
+"""Tests for `layoutc audit` (layoutc/tools/audit.py): the public cases, costs, formats and errors.
 
 Speed is not asserted here (see docs/audit.md, "Speed", for the measurement).
 """
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from layoutc.audit import (
+from layoutc.check import load
+from layoutc.cli import main
+from layoutc.tools.audit import (
     CONTRACT_FORMATS,
     AuditRow,
     audit,
@@ -23,9 +25,7 @@ from layoutc.audit import (
     render_markdown,
     render_text,
 )
-from layoutc.check import load
-from layoutc.cli import main
-from layoutc.hfconfig import (
+from layoutc.tools.hfconfig import (
     INTERMEDIATE_SIZE_ALIASES,
     NUM_EXPERTS_ALIASES,
     bundled_model_names,

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from layoutc.audit import audit, audit_report, load_contracts
 from layoutc.check import load
 from layoutc.evaluate import eval_expr, eval_lets
-from layoutc.hfconfig import bundled_model_names, load_model_config, parse_model_config
+from layoutc.tools.audit import audit, audit_report, load_contracts
+from layoutc.tools.hfconfig import bundled_model_names, load_model_config, parse_model_config
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS = ROOT / "contracts"

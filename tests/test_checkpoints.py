@@ -339,8 +339,8 @@ def test_refused_configuration_exits_1(tmp_path: Path) -> None:
 
 
 def test_tp_runner_on_a_checkpoint(ckpts: dict[tuple[str, str], Path]) -> None:
-    """layoutc.tp over torch.distributed (gloo, 4 processes): each rank reads its own rows."""
-    from layoutc.tp import run_tp_checkpoint
+    """layoutc.tools.tp over torch.distributed (gloo, 4 processes): each rank reads its own rows."""
+    from layoutc.tools.tp import run_tp_checkpoint
 
     res = run_tp_checkpoint(str(ckpts[("gpt_oss", "float32")]), tp_size=4, timeout_s=240)
     assert res.intermediate_size_per_partition_padded == 192 and res.rel_error < 1e-5, res

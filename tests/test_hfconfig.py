@@ -1,4 +1,4 @@
-"""Tests for layoutc.hfconfig: bundled real configs, aliases, layer counts, errors."""
+"""Tests for layoutc.tools.hfconfig: bundled real configs, aliases, layer counts, errors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from layoutc.hfconfig import (
+from layoutc.tools.hfconfig import (
     HIDDEN_ACT_ALIASES,
     INTERMEDIATE_SIZE_ALIASES,
     NUM_EXPERTS_ALIASES,
@@ -571,7 +571,7 @@ def test_missing_path_is_an_error(tmp_path: Path) -> None:
 
 def test_module_imports_nothing_heavy() -> None:
     # Load the file on its own, so a package __init__ cannot mask or cause a failure.
-    module_path = Path(__file__).resolve().parents[1] / "layoutc" / "hfconfig.py"
+    module_path = Path(__file__).resolve().parents[1] / "layoutc" / "tools" / "hfconfig.py"
     code = (
         "import importlib.util, sys; "
         "spec = importlib.util.spec_from_file_location("
@@ -592,7 +592,7 @@ def test_module_imports_nothing_heavy() -> None:
 
 
 def test_sources_name_the_key_each_field_came_from() -> None:
-    from layoutc.hfconfig import load_model_config as load
+    from layoutc.tools.hfconfig import load_model_config as load
 
     dbrx = load("dbrx")
     assert dbrx.source_of("intermediate_size") == "ffn_config.ffn_hidden_size"
@@ -612,8 +612,8 @@ def test_sources_name_the_key_each_field_came_from() -> None:
     ('{"a": -Infinity}', "-Infinity is not a JSON number"),
 ])
 def test_json_limits(tmp_path: Path, text: str, needle: str) -> None:
-    from layoutc.hfconfig import ModelConfigError
-    from layoutc.hfconfig import load_model_config as load
+    from layoutc.tools.hfconfig import ModelConfigError
+    from layoutc.tools.hfconfig import load_model_config as load
 
     path = tmp_path / "config.json"
     path.write_text(text)
@@ -622,7 +622,7 @@ def test_json_limits(tmp_path: Path, text: str, needle: str) -> None:
 
 
 def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path: Path) -> None:
-    from layoutc.hfconfig import load_model_config as load
+    from layoutc.tools.hfconfig import load_model_config as load
 
     raw = json.loads((Path(__file__).resolve().parent.parent / "layoutc" / "models" / "mixtral-8x7b.json").read_text())
     raw["note"] = "[" * 1000 + '\\"{' * 100
@@ -632,7 +632,7 @@ def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path: Path) -> None
 
 
 def test_swiglu_limit_must_be_a_finite_number() -> None:
-    from layoutc.hfconfig import ModelConfigError
+    from layoutc.tools.hfconfig import ModelConfigError
 
     raw = {"hidden_size": 64, "intermediate_size": 64, "num_local_experts": 8, "num_experts_per_tok": 2,
            "num_hidden_layers": 2, "hidden_act": "silu", "swiglu_limit": "seven"}

@@ -33,7 +33,7 @@ CHILD = textwrap.dedent(r'''
 
     sys.meta_path.insert(0, Refuse())
     import layoutc, layoutc_contracts
-    from layoutc.audit import default_contracts_dir
+    from layoutc.tools.audit import default_contracts_dir
     from layoutc.cli import main
     out = sys.argv[1]
     contracts = str(default_contracts_dir())

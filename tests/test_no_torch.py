@@ -20,7 +20,9 @@ from robust_helpers import REPO, run_python
 
 # Modules that are torch code by design (the multi-process TP harness); the runtime
 # package the lead is adding is torch code too.
-TORCH_MODULES = {"layoutc.tp"}
+# Nothing at the compiler's top level imports torch; of the tools, run and tp do (checkpoints, kernels).
+TORCH_MODULES: set[str] = set()
+TORCH_TOOLS = {"run", "tp"}
 BLOCKED = ("torch", "numpy", "zentorch", "vllm", "transformers", "safetensors", "torchvision")
 
 CHILD = textwrap.dedent(r'''
@@ -40,6 +42,8 @@ CHILD = textwrap.dedent(r'''
     skip = set(json.loads(sys.argv[2]))
     import layoutc
     names = ["layoutc"] + [f"layoutc.{m.name}" for m in pkgutil.iter_modules(layoutc.__path__)]
+    # the torch-free tools (run and tp load checkpoints and kernels: they need torch)
+    names += ["layoutc.tools.audit", "layoutc.tools.hfconfig", "layoutc.tools.explain"]
     imported = []
     for name in names:
         if name in skip or name == "layoutc.__main__" or name.startswith("layoutc.runtime"):
@@ -70,8 +74,8 @@ def test_compiler_runs_with_torch_blocked(tmp_path: Path, monkeypatch) -> None: 
     lines = [line for line in res.out.splitlines() if line.startswith("RESULT ")]
     assert res.rc == 0 and lines, res.describe()
     doc = json.loads(lines[-1].removeprefix("RESULT "))
-    for module in ("layoutc.cli", "layoutc.check", "layoutc.verify", "layoutc.emit", "layoutc.audit",
-                   "layoutc.hfconfig", "layoutc.explain", "layoutc.compile", "layoutc.safeio"):
+    for module in ("layoutc.cli", "layoutc.check", "layoutc.verify", "layoutc.emit", "layoutc.tools.audit",
+                   "layoutc.tools.hfconfig", "layoutc.tools.explain", "layoutc.compile", "layoutc.safeio"):
         assert module in doc["imported"]
     assert doc["loaded"] == [], doc
     assert doc["attempts"] == [], f"the compiler tried to import {doc['attempts']}"
@@ -86,12 +90,14 @@ def test_every_compiler_module_is_checked() -> None:
     assert names >= TORCH_MODULES
     torch_users = {n for n in names if "import torch" in (REPO / "layoutc" / f"{n.split('.')[1]}.py").read_text()}
     assert torch_users <= TORCH_MODULES, f"compiler modules that import torch: {sorted(torch_users - TORCH_MODULES)}"
+    tools = {p.stem for p in (REPO / "layoutc" / "tools").glob("*.py") if "import torch" in p.read_text()}
+    assert tools <= TORCH_TOOLS, f"tools that import torch: {sorted(tools - TORCH_TOOLS)}"
 
 
 def test_nothing_in_the_compiler_imports_cli() -> None:
     """audit used to import cli (issue 11 item 6): the CLI sits on top, nothing imports it."""
     offenders = []
-    for path in (REPO / "layoutc").glob("*.py"):
+    for path in [*(REPO / "layoutc").glob("*.py"), *(REPO / "layoutc" / "tools").glob("*.py")]:
         if path.name in ("cli.py", "__main__.py"):
             continue
         text = path.read_text(encoding="utf-8")

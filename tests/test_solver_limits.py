@@ -177,11 +177,11 @@ def _many_hard_aligns(count: int) -> str:
 def test_many_hard_obligations_are_bounded(tmp_path: Path) -> None:
     """300 hard `align` rules (a 25 KB contract) with the default per-query timeout (2 s):
     one query per obligation would take 10 minutes, so verification needs an overall
-    budget; it must end (inconclusive, exit 2) within 10 s."""
+    budget; it must end (inconclusive, exit 2) within 20 s (its budget is 8 s; the rest is start-up on a loaded 2-core machine)."""
     path = tmp_path / "many_hard_aligns.moe"
     path.write_text(_many_hard_aligns(300), encoding="utf-8")
-    res = run_layoutc(["verify", str(path)], timeout=10)
-    assert not res.timed_out, f"`layoutc verify` still running after 10 s\n{res.describe()}"
+    res = run_layoutc(["verify", str(path)], timeout=20)
+    assert not res.timed_out, f"`layoutc verify` still running after 20 s\n{res.describe()}"
     assert res.rc == 2, res.describe()
 
 

@@ -1,4 +1,4 @@
-"""Real tensor parallelism on the real vLLM CPU kernel (layoutc.tp).
+"""Real tensor parallelism on the real vLLM CPU kernel (layoutc.tools.tp).
 
 Each `run_tp_layer` call starts `tp_size` processes in a gloo group; every rank shards
 one full checkpoint layer with the generated `shard_*`, prepacks with the real
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-from layoutc.tp import (
+from layoutc.tools.tp import (
     ACTIVATIONS,
     TPRankError,
     TPResult,

@@ -1,1 +1,11 @@
-"""Tools that need torch (and a checkpoint): `layoutc run`."""
+"""The tools built on the compiler and the runtime.
+
+- `audit` and `hfconfig`: "which kernels take the fast path for my model?" from config.json
+  (no torch, no solver).
+- `explain`: draws each padded tensor of a contract at one configuration (no torch).
+- `run`: `layoutc run MODEL_DIR`, a real checkpoint per rank on the real kernel (torch).
+- `tp`: the tensor-parallel runner over torch.distributed (torch).
+
+The checkpoint formats and readers are `layoutc.checkpoints`; the vLLM plugin is
+`layoutc.vllm_plugin`.
+"""

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from . import ir
-from .diagnostics import Diagnostic, emit, error, exit_code, file_span, has_errors
-from .evaluate import EvalError, Value, eval_expr, eval_lets
-from .picture import tensor_picture
+from .. import ir
+from ..diagnostics import Diagnostic, emit, error, exit_code, file_span, has_errors
+from ..evaluate import EvalError, Value, eval_expr, eval_lets
+from ..picture import tensor_picture
 
 
 def parse_assignment(contract: ir.Contract, text: str) -> tuple[str, Value]:
@@ -56,7 +56,7 @@ def explain(path: str, assignments: list[str], fmt: str = "text") -> int:
     1; unreadable file exit 2), a bad or missing ``--set`` or an evaluation error
     (LC703, exit 2). A configuration the contract does not admit exits 1.
     """
-    from .check import load
+    from ..check import load
     contract, diags, text = load(path)
     sources = {path: text or ""}
     if contract is None or has_errors(diags):

@@ -224,10 +224,10 @@ class MoEModelConfig:
 def _models_dir() -> Any:
     """The bundled ``models`` folder as an importlib.resources Traversable."""
     try:
-        return importlib.resources.files(__package__ or "layoutc").joinpath("models")
+        return importlib.resources.files("layoutc").joinpath("models")
     except (ModuleNotFoundError, TypeError):
         # Imported as a loose file, outside the package.
-        return Path(__file__).resolve().parent / "models"
+        return Path(__file__).resolve().parent.parent / "models"
 
 
 def bundled_model_names() -> list[str]:
@@ -324,7 +324,7 @@ def load_model_config(path_or_name: str | os.PathLike[str]) -> MoEModelConfig:
 def _read_text(path: Any, source: str) -> str:
     """The file as text, read through safeio.read_bounded (a Traversable is read as is:
     it is a bundled file)."""
-    from .safeio import ReadError, read_bounded
+    from ..safeio import ReadError, read_bounded
 
     try:
         raw = read_bounded(path, MAX_CONFIG_BYTES) if isinstance(path, Path) else path.read_bytes()

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import ir
-from .evaluate import EvalError, Value, axis_sizes, eval_expr, needed_lets, param_deps
+from .. import ir
+from ..evaluate import EvalError, Value, axis_sizes, eval_expr, needed_lets, param_deps
 from .hfconfig import ModelConfigError, MoEModelConfig, load_model_config
 
 __all__ = [
@@ -63,7 +63,7 @@ def default_contracts_dir() -> Path | None:
     editable install, else the installed data package ``layoutc_contracts`` (a
     non-editable install ships ``contracts/*.moe`` there; see pyproject.toml).
     ``None`` when neither exists."""
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     if (repo / "contracts").is_dir() and (repo / "pyproject.toml").is_file():
         return repo / "contracts"
     import importlib.util
@@ -626,7 +626,7 @@ def audit_report(
                 skipped.append(Skipped(label, model.name, contract.name,
                                        f"{contract.name} declares scale/zero-point tensors but audit does not "
                                        "know which checkpoint format it takes (add it to "
-                                       "layoutc.audit.CONTRACT_FORMATS)"))
+                                       "layoutc.tools.audit.CONTRACT_FORMATS)"))
                 continue
             if not formats and contract.glue is not None:
                 skipped.append(Skipped(label, model.name, contract.name,
@@ -947,7 +947,7 @@ def load_contracts(paths: Sequence[str]) -> tuple[list[ir.Contract], str | None]
 
     See :func:`load_contracts_diags` for the diagnostics themselves."""
     contracts, diags, sources = load_contracts_diags(paths)
-    from .diagnostics import render_text as render_diags
+    from ..diagnostics import render_text as render_diags
     return contracts, (render_diags(diags, sources) if diags else None)
 
 
@@ -957,9 +957,9 @@ def load_contracts_diags(paths: Sequence[str]) -> tuple[list[ir.Contract], list[
     Raises:
         layoutc.safeio.UsageError: a folder holds no ``*.moe`` file.
     """
-    from .check import load
-    from .diagnostics import has_errors
-    from .safeio import contract_paths
+    from ..check import load
+    from ..diagnostics import has_errors
+    from ..safeio import contract_paths
 
     files = contract_paths(paths)
     contracts: list[ir.Contract] = []
@@ -985,7 +985,7 @@ def _config_span(exc: ModelConfigError) -> Any:
     """Where a config error is: ``file:line:col`` when the message starts with it."""
     import re
 
-    from .diagnostics import file_span
+    from ..diagnostics import file_span
     match = re.match(r"(.*?):(\d+):(\d+): ", str(exc))
     if match and match.group(1) == exc.source:
         return file_span(exc.source, int(match.group(2)), int(match.group(3)))
@@ -997,8 +997,8 @@ def run_audit(args: Any) -> int:
     (LC704), no contracts (LC705), a bad --tp (LC801) or an unreadable contract (LC100).
     Problems are diagnostics, printed in the report's format (json: a JSON list on
     stdout; text, markdown and github: ``--format`` of `layoutc check`)."""
-    from .diagnostics import emit, error, exit_code, file_span
-    from .safeio import UsageError
+    from ..diagnostics import emit, error, exit_code, file_span
+    from ..safeio import UsageError
     fmt = getattr(args, "format", "text")
     diag_fmt = {"json": "json", "github": "github"}.get(fmt, "text")
 

@@ -726,11 +726,11 @@ class CheckpointTPResult:
 def _ckpt_rank(rank: int, tp_size: int, port: int, module_name: str, cfg: dict[str, Any], results: Any) -> None:
     """One rank of `run_tp_checkpoint`: its own checkpoint reads, kernel, gloo all_reduce."""
     try:
-        from .checkpoints.formats import describe
-        from .checkpoints.loader import load_layer_rank
-        from .checkpoints.reader import Checkpoint
-        from .checkpoints.reference import reference
-        from .tools.run import _plan, inputs, rel_error
+        from ..checkpoints.formats import describe
+        from ..checkpoints.loader import load_layer_rank
+        from ..checkpoints.reader import Checkpoint
+        from ..checkpoints.reference import reference
+        from .run import _plan, inputs, rel_error
 
         torch.set_num_threads(cfg["threads_per_rank"])
         os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -788,9 +788,9 @@ def run_tp_checkpoint(model_dir: str, *, tp_size: int, layer: int | None = None,
     module's LayoutContractError for a refused configuration, FormatError for an
     unknown model_type), TimeoutError past `timeout_s`.
     """
-    from .checkpoints.formats import describe
-    from .checkpoints.reader import Checkpoint
-    from .tools.run import _checkpoint_dtype
+    from ..checkpoints.formats import describe
+    from ..checkpoints.reader import Checkpoint
+    from .run import _checkpoint_dtype
 
     if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
         raise ValueError(f"run_tp_checkpoint: tp_size must be an int >= 1, got {tp_size!r}")
