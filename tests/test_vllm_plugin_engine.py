@@ -31,9 +31,11 @@ SITE = ROOT / "tests" / "engine" / "site"
 MODES = ("off", "check", "replace")
 TPS = (1, 2, 4)
 TIMEOUT_S = 1500
-# Logprob tolerance across tensor-parallel sizes (bf16 all-reduce order differs);
-# across plugin modes at one tp the weights are bit-identical, so logprobs must be equal.
-TP_LOGPROB_TOL = 0.1
+# Logprob tolerance across tensor-parallel sizes: the ranks' bf16 partial sums are
+# all-reduced in another order (measured on the Mixtral: max |diff| 0.06 at tp 2, 0.16
+# at tp 4, same tokens). Across plugin modes at one tp the weights are bit-identical,
+# so logprobs must be exactly equal.
+TP_LOGPROB_TOL = 0.25
 
 
 def _require(module: str) -> None:

@@ -22,13 +22,14 @@ The summary line is logged after vLLM's `process_weights_after_loading(model, ..
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any
 
 from . import check
 from .errors import LayoutcVllmError
 
-_STATE: dict[str, Any] = {"mode": None, "handled": Counter()}
+_STATE: dict[str, Any] = {"mode": None, "handled": Counter(), "seconds": 0.0}
 _MARK = "__layoutc_vllm__"
 
 
@@ -55,10 +56,14 @@ def install(mode: str) -> None:
         return
 
     def process_weights_after_loading(self: Any, layer: Any) -> None:
-        if mode == "check":
-            _check(self, layer, original, cpu_moe)
-        else:
-            _replace(self, layer, cpu_moe)
+        start = time.perf_counter()
+        try:
+            if mode == "check":
+                _check(self, layer, original, cpu_moe)
+            else:
+                _replace(self, layer, cpu_moe)
+        finally:
+            _STATE["seconds"] += time.perf_counter() - start
 
     process_weights_after_loading.__doc__ = original.__doc__
     process_weights_after_loading.__wrapped__ = original  # type: ignore[attr-defined]
@@ -68,9 +73,9 @@ def install(mode: str) -> None:
     loader_step = base_loader.process_weights_after_loading
 
     def after_loading(model: Any, model_config: Any, target_device: Any) -> None:
-        before = Counter(_STATE["handled"])
+        before, seconds = Counter(_STATE["handled"]), _STATE["seconds"]
         loader_step(model, model_config, target_device)
-        _summary(_STATE["handled"] - before)
+        _summary(_STATE["handled"] - before, _STATE["seconds"] - seconds)
 
     after_loading.__wrapped__ = loader_step  # type: ignore[attr-defined]
     setattr(after_loading, _MARK, True)
@@ -93,6 +98,7 @@ def uninstall() -> None:
         base_loader.process_weights_after_loading = step.__wrapped__
     _STATE["mode"] = None
     _STATE["handled"] = Counter()
+    _STATE["seconds"] = 0.0
 
 
 def handled() -> dict[str, int]:
@@ -100,14 +106,15 @@ def handled() -> dict[str, int]:
     return dict(_STATE["handled"])
 
 
-def _summary(handled: Counter[str]) -> None:
+def _summary(handled: Counter[str], seconds: float) -> None:
     from vllm.logger import init_logger
 
     contracts = ", ".join(f"{c} x{n}" for c, n in sorted(handled.items())) or "none"
     what = "checked vLLM's padding against" if _STATE["mode"] == "check" else "padded and prepacked with"
+    # The time includes vLLM's own method in check mode (it runs inside the wrapper).
     init_logger("vllm.layoutc").info(
-        "layoutc: mode=%s, contract=%s, layers=%d (%s the contract)", _STATE["mode"], contracts,
-        sum(handled.values()), what)
+        "layoutc: mode=%s, contract=%s, layers=%d (%s the contract; %.1f ms in layoutc's hook)", _STATE["mode"],
+        contracts, sum(handled.values()), what, 1000 * seconds)
 
 
 def layer_info(experts: Any, layer: Any) -> check.LayerInfo:
