@@ -38,3 +38,11 @@ def _hermetic_verdict_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     (child processes inherit the variable)."""
     if "LAYOUTC_CACHE_DIR" not in os.environ:
         os.environ["LAYOUTC_CACHE_DIR"] = str(tmp_path_factory.mktemp("verdict-cache"))
+
+
+def contract_line(contract: str, prefix: str) -> str:
+    """`contracts/<contract>.moe:N` for the first line starting with `prefix` (tests pin
+    diagnostics to contract lines without hard-coding numbers that edits shift)."""
+    lines = (ROOT / "contracts" / f"{contract}.moe").read_text(encoding="utf-8").splitlines()
+    number = next(i for i, text in enumerate(lines, 1) if text.startswith(prefix))
+    return f"contracts/{contract}.moe:{number}"

@@ -1,0 +1,118 @@
+"""Decode throughput and load time of a real vLLM CPU engine with the layoutc plugin off / check / replace.
+
+    python bench/vllm_plugin_bench.py [--tp 1] [--rounds 3] [--route grouped_gemm|zentorch]
+        -> bench/results/vllm_plugin.json
+
+The tiny Mixtral of tests/engine/checkpoints.py (hidden 256, 8 experts, I = 704,
+one layer) is loaded `rounds` times per mode, all in ONE child process
+(tests/engine/child.py), the modes interleaved and their order rotated each round
+so load on the shared machine hits all of them alike. Per load: load time is the
+`vllm.LLM(...)` constructor (worker start, weight load, the plugin's work, KV
+cache, warm-up); decode is `repeat` timed greedy `generate()` calls of `prompts` x
+`tokens` new tokens after one untimed call. Ratios are mode / off: load on the
+median over rounds, decode throughput on the best call. The layoutc summary line
+each worker logs gives the plugin's own time inside the load.
+Goals: decode overhead <= 1%, load overhead <= 10%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.engine (the checkpoint and child)
+from _common import RESULTS, ROOT, load, machine
+
+CHILD = ROOT / "tests" / "engine" / "child.py"
+SITE = ROOT / "tests" / "engine" / "site"
+MODES = ("off", "check", "replace")
+
+
+def _commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return out.stdout.strip() or "?"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="timed generate() calls per load")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--route", choices=("grouped_gemm", "zentorch"), default="grouped_gemm")
+    ap.add_argument("--out", type=Path, default=RESULTS / "vllm_plugin.json")
+    args = ap.parse_args()
+
+    from tests.engine import checkpoints
+
+    before = load()
+    with tempfile.TemporaryDirectory() as tmp:
+        model = checkpoints.mixtral(Path(tmp) / "mixtral")
+        order = [MODES[(i + r) % 3] for r in range(args.rounds) for i in range(3)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTC_VLLM", "LAYOUTC_TEST_"))}
+        env["PYTHONPATH"] = os.pathsep.join([str(SITE), *filter(None, [env.get("PYTHONPATH")])])
+        env.update(VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_CPU_KVCACHE_SPACE="1")
+        if args.route == "grouped_gemm":
+            env["LAYOUTC_TEST_BLOCK_ZENTORCH"] = "1"
+        out = Path(tmp) / "runs.json"
+        cmd = [sys.executable, str(CHILD), str(model), str(out), "--tp", str(args.tp), "--modes", ",".join(order),
+               "--repeat", str(args.repeat), "--prompts", str(args.prompts), "--tokens", str(args.tokens)]
+        proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+        log = proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            print(log[-6000:], file=sys.stderr)
+            return 1
+        runs = json.loads(out.read_text())["runs"]
+    after = load()
+
+    plugin_ms: dict[str, list[float]] = {m: [] for m in MODES}
+    for mode, ms in re.findall(r"layoutc: mode=(\w+),.*?([\d.]+) ms in layoutc", log):
+        plugin_ms[mode].append(float(ms))
+    per: dict[str, dict] = {}
+    for mode in MODES:
+        mine = [r for r in runs if r["mode"] == mode]
+        loads = [r["load_s"] for r in mine]
+        tput = [r["generated"] / d for r in mine for d in r["decode_s"]]
+        per[mode] = {"load_s": loads, "load_median_s": statistics.median(loads), "decode_tok_s": tput,
+                     "decode_best_tok_s": max(tput), "decode_median_tok_s": statistics.median(tput),
+                     "plugin_ms": plugin_ms[mode], "tokens": mine[0]["tokens"]}
+    same = all(per[m]["tokens"] == per["off"]["tokens"] for m in MODES)
+    ratios = {m: {"load": per[m]["load_median_s"] / per["off"]["load_median_s"],
+                  "decode_best": per[m]["decode_best_tok_s"] / per["off"]["decode_best_tok_s"],
+                  "decode_median": per[m]["decode_median_tok_s"] / per["off"]["decode_median_tok_s"]}
+              for m in ("check", "replace")}
+    result = {"bench": "vllm_plugin", "commit": _commit(), "machine": machine(), "load_before": before,
+              "load_after": after, "args": {k: str(v) for k, v in vars(args).items()}, "order": order,
+              "per_mode": per, "ratios": ratios, "same_tokens": same,
+              "goals": {"decode_overhead_max": 0.01, "load_overhead_max": 0.10}}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp_out = args.out.with_suffix(".tmp")
+    tmp_out.write_text(json.dumps(result, indent=1))
+    tmp_out.replace(args.out)
+
+    print(f"vLLM {args.route} tp={args.tp}, {args.rounds} loads per mode, order {order}")
+    print(f"load before: {before['uptime']}\nload after:  {after['uptime']}")
+    print("| mode | load median (s) | loads (s) | decode best (tok/s) | decode median (tok/s) | plugin (ms) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for m in MODES:
+        p = per[m]
+        print(f"| {m} | {p['load_median_s']:.2f} | {', '.join(f'{x:.1f}' for x in p['load_s'])} | "
+              f"{p['decode_best_tok_s']:.0f} | {p['decode_median_tok_s']:.0f} | "
+              f"{', '.join(f'{x:.1f}' for x in p['plugin_ms']) or '-'} |")
+    for m, r in ratios.items():
+        print(f"{m}/off: load {r['load']:.3f}, decode best {r['decode_best']:.3f}, median {r['decode_median']:.3f}")
+    print(f"same greedy tokens in all modes: {same}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

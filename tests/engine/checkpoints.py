@@ -1,0 +1,68 @@
+"""Tiny random-init MoE checkpoints made with transformers' own classes (no network).
+
+`mixtral(dir)`: hidden 256, 8 experts, intermediate_size 704, one layer: at tp=4 the
+shard is 176 rows, which vLLM's CPU grouped-GEMM pads to 192.
+`gpt_oss(dir)`: the same sizes with gpt-oss's swigluoai experts (interleaved
+gate/up pairs, biases, attention sinks); intermediate_size 384 so that every shard
+(384, 192, 96) is a multiple of 32, which vLLM 0.32 requires of swigluoai (it never
+pads it, cpu_moe.py `_padded_intermediate_size`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HIDDEN, EXPERTS, LAYERS, VOCAB = 256, 8, 1, 512
+MIXTRAL_INTERMEDIATE = 704
+GPT_OSS_INTERMEDIATE = 384
+
+
+def _save(model, out: Path) -> Path:  # type: ignore[no-untyped-def]
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            # Seeded random weights big enough that routing and tokens depend on them;
+            # norms stay 1 and lm_head is larger, so the logits are far apart (greedy tokens
+            # do not flip on bf16 rounding across tensor-parallel sizes).
+            if "norm" in name:
+                p.fill_(1.0)
+            elif name.startswith("lm_head"):
+                p.copy_(torch.randn_like(p) * 0.3)
+            else:
+                p.copy_(torch.randn_like(p) * 0.05)
+    model.to(torch.bfloat16).save_pretrained(out)
+    return out
+
+
+def mixtral(out: Path, seed: int = 0) -> Path:
+    """Save a tiny MixtralForCausalLM to `out` and return it."""
+    import torch
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    torch.manual_seed(seed)
+    config = MixtralConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=MIXTRAL_INTERMEDIATE,
+        num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=4, head_dim=64,
+        num_local_experts=EXPERTS, num_experts_per_tok=2, max_position_embeddings=128,
+        tie_word_embeddings=False,
+    )
+    return _save(MixtralForCausalLM(config), out)
+
+
+def gpt_oss(out: Path, seed: int = 0) -> Path:
+    """Save a tiny GptOssForCausalLM (swigluoai experts with biases) to `out`."""
+    import torch
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    torch.manual_seed(seed)
+    config = GptOssConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=GPT_OSS_INTERMEDIATE,
+        num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=4, head_dim=64,
+        num_local_experts=EXPERTS, num_experts_per_tok=2, max_position_embeddings=128,
+        layer_types=["full_attention"] * LAYERS, sliding_window=128, tie_word_embeddings=False,
+        # vLLM's gpt-oss always builds YaRN rope from these keys (models/gpt_oss.py).
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 1.0, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "original_max_position_embeddings": 128, "truncate": False},
+    )
+    return _save(GptOssForCausalLM(config), out)

