@@ -59,31 +59,38 @@ def _broken_pad(kind: str):  # type: ignore[no-untyped-def]
 
 
 class _LoaderWrapper(importlib.abc.Loader):
-    def __init__(self, inner, kind):  # type: ignore[no-untyped-def]
-        self.inner, self.kind = inner, kind
+    def __init__(self, inner, patch):  # type: ignore[no-untyped-def]
+        self.inner, self.patch = inner, patch
 
     def create_module(self, spec):  # type: ignore[no-untyped-def]
         return self.inner.create_module(spec)
 
     def exec_module(self, module):  # type: ignore[no-untyped-def]
         self.inner.exec_module(module)
-        module.CPUUnquantizedExperts._pad_moe_intermediate = _broken_pad(self.kind)
+        self.patch(module)
 
 
-class _BreakPad(importlib.abc.MetaPathFinder):
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
+class _PatchAfterImport(importlib.abc.MetaPathFinder):
+    """Run `patch(module)` right after module `name` is first executed."""
+
+    def __init__(self, name: str, patch) -> None:  # type: ignore[no-untyped-def]
+        self.name, self.patch = name, patch
 
     def find_spec(self, name, path=None, target=None):  # type: ignore[no-untyped-def]
-        if name != _CPU_MOE:
+        if name != self.name:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is not None and spec.loader is not None:
-            spec.loader = _LoaderWrapper(spec.loader, self.kind)
+            spec.loader = _LoaderWrapper(spec.loader, self.patch)
         return spec
+
+
+def _break(module, kind: str) -> None:  # type: ignore[no-untyped-def]
+    module.CPUUnquantizedExperts._pad_moe_intermediate = _broken_pad(kind)
 
 
 if os.environ.get("LAYOUTC_TEST_BLOCK_ZENTORCH") == "1":
     sys.meta_path.insert(0, _BlockZentorch())
 if os.environ.get("LAYOUTC_TEST_BREAK"):
-    sys.meta_path.insert(0, _BreakPad(os.environ["LAYOUTC_TEST_BREAK"]))
+    _KIND = os.environ["LAYOUTC_TEST_BREAK"]
+    sys.meta_path.insert(0, _PatchAfterImport(_CPU_MOE, lambda m: _break(m, _KIND)))
