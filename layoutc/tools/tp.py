@@ -370,17 +370,21 @@ def _collective() -> Iterator[None]:
     _IN_COLLECTIVE[0] = False
 
 
+def _init_rank(rank: int, tp_size: int, port: int, cfg: dict[str, Any]) -> None:
+    """This process's threads, and its gloo process group on the loopback (MASTER_ADDR/PORT)."""
+    torch.set_num_threads(cfg["threads_per_rank"])
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    with _collective():
+        dist.init_process_group("gloo", rank=rank, world_size=tp_size, timeout=timedelta(seconds=cfg["timeout_s"]))
+
+
 def _rank_main(rank: int, tp_size: int, port: int, module_name: str, cfg: dict[str, Any],
                tensors: dict[str, torch.Tensor | None], results: Any) -> None:
     """Body of one rank (runs in a spawned process); reports to `results`, re-raises on error."""
     try:
-        torch.set_num_threads(cfg["threads_per_rank"])
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(port)
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        with _collective():
-            dist.init_process_group("gloo", rank=rank, world_size=tp_size,
-                                    timeout=timedelta(seconds=cfg["timeout_s"]))
+        _init_rank(rank, tp_size, port, cfg)
         try:
             report, output = _rank_layer(rank, tp_size, module_name, cfg, tensors)
             if rank == 0:
@@ -732,13 +736,7 @@ def _ckpt_rank(rank: int, tp_size: int, port: int, module_name: str, cfg: dict[s
         from ..checkpoints.reference import reference
         from .run import _plan, inputs, rel_error
 
-        torch.set_num_threads(cfg["threads_per_rank"])
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(port)
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        with _collective():
-            dist.init_process_group("gloo", rank=rank, world_size=tp_size,
-                                    timeout=timedelta(seconds=cfg["timeout_s"]))
+        _init_rank(rank, tp_size, port, cfg)
         try:
             mod = _import_generated(module_name)
             with Checkpoint(cfg["model_dir"]) as ckpt:
