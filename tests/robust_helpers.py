@@ -163,10 +163,12 @@ AUDIT_SCRIPT = textwrap.dedent(r'''
             spec.loader.exec_module(package)
             # the shared runtime is layoutc's own code, not the contract's: load it first and
             # audit only what importing the contract's module does
-            for sub in ("errors", "params", "plans", "layout", "routing", "packed", "activations", "ops",
-                        "interface", "glue", "glue.vllm_cpu", "glue.zentorch", "glue.grouped_mm",
-                        "glue.int4pack", "glue.int8pack"):
-                importlib.import_module(f"{pkg}._runtime.{sub}")
+            runtime = os.path.join(folder, "_runtime")
+            for sub in sorted(os.path.relpath(os.path.join(d, f), runtime)[:-3].replace(os.sep, ".")
+                              for d, _, files in os.walk(runtime) for f in files
+                              if f.endswith(".py") and "__pycache__" not in d):
+                importlib.import_module(f"{pkg}._runtime.{sub.removesuffix('.__init__')}"
+                                        if sub != "__init__" else f"{pkg}._runtime")
             state["events"] = []
             module = importlib.import_module(f"{pkg}.{os.path.basename(path)[:-3]}")
             record["import"] = "ok"

@@ -19,7 +19,6 @@ import ast
 import importlib.util
 import itertools
 import math
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import pytest
 
 from layoutc.cli import main
 from tests.conftest import ROOT, require_package
+from tests.loading import load_generated
 
 
 def _vllm_function(relpath: str, name: str, namespace: dict[str, Any]) -> Callable[..., Any]:
@@ -60,12 +60,7 @@ def vllm() -> tuple[Callable[..., Any], Callable[..., Any]]:
 def wna16(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     out = tmp_path_factory.mktemp("gen") / "marlin_gen"
     assert main(["compile", str(ROOT / "contracts" / "marlin_moe_wna16.moe"), "--out", str(out)]) == 0
-    spec = importlib.util.spec_from_file_location("marlin_gen_wna16", out / "marlin_moe_wna16.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_generated(out, "marlin_moe_wna16")
 
 
 BASE = {"num_experts": 64, "hidden_size": 2048, "activation": "silu", "dtype": "float16"}
