@@ -923,7 +923,7 @@ class _Checker:
         for name, value in glue.args:
             if name != "activation":
                 continue
-            if kernel.activation is None or _shape(value) != _shape(kernel.activation):
+            if kernel.activation is None or ir.shape(value) != ir.shape(kernel.activation):
                 self.err("LC502", glue.span, "the glue's `arg activation` must be exactly the kernel's `activation` "
                          "clause: the verifier proves the layout for the kernel's activation only",
                          related=(Related(kernel.span, "the kernel block"),))
@@ -962,15 +962,6 @@ class _Checker:
                         self.err("LC408", node.span, f"the decode of {t.kind} `{t.name}` reads only its own `code` "
                                  f"(a format such as `e8m0(code)`), not `{node.tensor}`")
                         break
-
-
-def _shape(e: ir.Expr) -> object:
-    """An expression's structure without spans (for comparing two expressions)."""
-    if isinstance(e, ir.Const):
-        return ("const", e.value)
-    if isinstance(e, ir.Ref):
-        return ("ref", e.name)
-    return (type(e).__name__, repr([_shape(n) for n in ir.walk(e) if n is not e]))
 
 
 def _replace_fill(t: ir.Tensor, code: int) -> ir.Tensor:

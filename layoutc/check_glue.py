@@ -16,27 +16,9 @@ from .evaluate import TooLarge, finite_values, param_deps
 from .runtime.interface import GlueInterface
 
 
-def _shape(e: ir.Expr) -> object:
-    if isinstance(e, ir.Const):
-        return ("const", e.value)
-    if isinstance(e, ir.Ref):
-        return ("ref", e.name)
-    parts: list[object] = []
-    if isinstance(e, ir.Op):
-        parts = [e.op, *(_shape(a) for a in e.args)]
-    elif isinstance(e, ir.Cond):
-        parts = ["if", _shape(e.cond), _shape(e.then), _shape(e.orelse)]
-    elif isinstance(e, ir.Select):
-        parts = ["match", _shape(e.subject), *((m, _shape(v)) for m, v in e.cases),
-                 _shape(e.default) if e.default is not None else None]
-    elif isinstance(e, ir.AxisSize):
-        parts = ["axis", e.tensor, e.axis]
-    return (type(e).__name__, tuple(parts))
-
-
 def _same_axis(a: ir.Axis, b: ir.Axis) -> bool:
-    return (a.layout, a.roles, a.pack, _shape(a.logical), _shape(a.padded)) == \
-        (b.layout, b.roles, b.pack, _shape(b.logical), _shape(b.padded))
+    return (a.layout, a.roles, a.pack, ir.shape(a.logical), ir.shape(a.padded)) == \
+        (b.layout, b.roles, b.pack, ir.shape(b.logical), ir.shape(b.padded))
 
 
 def _alternatives(t: ir.Tensor, name: str) -> list[ir.Axis]:
@@ -177,7 +159,7 @@ class _Binding:
             return
         for t in self.c.tensors:
             for axis in _alternatives(t, "experts"):
-                if t is not w13 and _shape(axis.logical) != _shape(ref.logical):
+                if t is not w13 and ir.shape(axis.logical) != ir.shape(ref.logical):
                     self.err("LC528", axis.span, f"`{t.name}.experts` and `{w13.name}.experts` must be the same "
                              "size: expert ids are bounded by the weights' experts axis")
 

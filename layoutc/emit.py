@@ -137,7 +137,7 @@ def _axis_call(tensor: ir.Tensor, axis: ir.Axis, has_tp: bool, indent: int) -> l
     if pack > 1:
         logical = f"{logical} // {pack}"
         padded = f"{padded} // {pack}"
-    intermediate = (tensor.projection, axis.name) in (("w13", "n"), ("w2", "k"))
+    intermediate = ir.is_intermediate(tensor, axis)
     sharded = sharded if intermediate and has_tp else "False"
     parts = [repr(axis.name).replace("'", '"'), repr(axis.layout).replace("'", '"'), str(axis.segments),
              logical, padded, sharded]

@@ -373,3 +373,34 @@ def walk(expr: Expr) -> Iterator[Expr]:
         node = stack.pop()
         yield node
         stack.extend(reversed(children(node)))
+
+
+def shape(e: Expr) -> object:
+    """An expression's structure without spans: equal for two expressions that say the same
+    thing in the same way (operators, names, constants and match arms included)."""
+    match e:
+        case Const():
+            return ("const", e.value)
+        case Ref():
+            return ("ref", e.name)
+        case AxisSize():
+            return ("axis", e.tensor, e.axis)
+        case TensorValue():
+            return ("tensor", e.tensor)
+        case Code():
+            return ("code",)
+        case Op():
+            return ("op", e.op, *(shape(a) for a in e.args))
+        case Cond():
+            return ("if", shape(e.cond), shape(e.then), shape(e.orelse))
+        case Select():
+            return ("match", shape(e.subject), *((m, shape(v)) for m, v in e.cases),
+                    shape(e.default) if e.default is not None else None)
+        case _:
+            assert_never(e)
+
+
+def is_intermediate(tensor: Tensor, axis: Axis) -> bool:
+    """Whether `axis` is `tensor`'s intermediate axis (w13.n, w2.k, and the biases, scales and
+    zero-points tied to them): the axis `shard_*` splits over ranks and `coverage` proves."""
+    return (tensor.projection, axis.name) in (("w13", "n"), ("w2", "k"))

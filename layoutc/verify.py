@@ -483,7 +483,7 @@ def sharded_axes(contract: ir.Contract) -> list[tuple[ir.Tensor, ir.Axis]]:
     out = []
     for t in contract.tensors:
         for a in t.axes:
-            if (t.projection, a.name) not in (("w13", "n"), ("w2", "k")):
+            if not ir.is_intermediate(t, a):
                 continue
             if a.group_size is not None and isinstance(a.group_size, ir.Const) and a.group_size.value == -1:
                 continue
