@@ -17,6 +17,7 @@ Run: python examples/gemma4_cpu_moe.py [--experts 32] [--tokens 64] [--isa vec]
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import sys
 import tempfile
@@ -51,12 +52,14 @@ def verify_and_compile(out_dir: str) -> ModuleType:
         if main(["compile", str(CONTRACT), "--out", out_dir]) != 0:
             sys.exit("compile failed")
     print(f"layoutc compile: a fresh vllm_cpu_grouped_gemm module in {out_dir}")
-    path = Path(out_dir) / "vllm_cpu_grouped_gemm.py"
-    spec = importlib.util.spec_from_file_location("vllm_cpu_grouped_gemm_fresh", path)
+    # The compile output is a package (its modules import the shared `_runtime/` relatively).
+    package = "gemma4_example_generated"
+    spec = importlib.util.spec_from_file_location(
+        package, Path(out_dir) / "__init__.py", submodule_search_locations=[out_dir])
     assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
+    sys.modules[package] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules[package])
+    module = importlib.import_module(f"{package}.vllm_cpu_grouped_gemm")
     return module
 
 
