@@ -77,10 +77,16 @@ __all__ = [
     "unpad_w13_weight",
     "unpad_w13_weight_scale",
     "unpad_w13_weight_scale_2",
+    "w2_weight_full_shape",
+    "w2_weight_scale_2_full_shape",
     "w2_weight_scale_2_shapes",
+    "w2_weight_scale_full_shape",
     "w2_weight_scale_shapes",
     "w2_weight_shapes",
+    "w13_weight_full_shape",
+    "w13_weight_scale_2_full_shape",
     "w13_weight_scale_2_shapes",
+    "w13_weight_scale_full_shape",
     "w13_weight_scale_shapes",
     "w13_weight_shapes",
 ]
@@ -391,15 +397,21 @@ def unpad_w13_weight(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w13_weight_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w13_weight` that `shard_w13_weight` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w13_weight_axes(plan), plan.tp_size)
+
+
 def shard_w13_weight(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w13_weight`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w13_weight_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype uint8):
         [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size_padded / 2]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -453,15 +465,21 @@ def unpad_w13_weight_scale(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w13_weight_scale_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w13_weight_scale` that `shard_w13_weight_scale` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w13_weight_scale_axes(plan), plan.tp_size)
+
+
 def shard_w13_weight_scale(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w13_weight_scale`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w13_weight_scale_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype float8_e4m3fn):
         [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size_padded / 16]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -515,15 +533,21 @@ def unpad_w13_weight_scale_2(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w13_weight_scale_2_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w13_weight_scale_2` that `shard_w13_weight_scale_2` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w13_weight_scale_2_axes(plan), plan.tp_size)
+
+
 def shard_w13_weight_scale_2(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w13_weight_scale_2`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w13_weight_scale_2_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype float32):
         [num_experts]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -577,15 +601,21 @@ def unpad_w2_weight(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w2_weight_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w2_weight` that `shard_w2_weight` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w2_weight_axes(plan), plan.tp_size)
+
+
 def shard_w2_weight(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w2_weight`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w2_weight_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype uint8):
         [num_experts, hidden_size_padded, intermediate_size_per_partition_padded / 2]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -639,15 +669,21 @@ def unpad_w2_weight_scale(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w2_weight_scale_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w2_weight_scale` that `shard_w2_weight_scale` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w2_weight_scale_axes(plan), plan.tp_size)
+
+
 def shard_w2_weight_scale(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w2_weight_scale`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w2_weight_scale_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype float8_e4m3fn):
         [num_experts, hidden_size_padded, intermediate_size_per_partition_padded / 16]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -701,15 +737,21 @@ def unpad_w2_weight_scale_2(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w2_weight_scale_2_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w2_weight_scale_2` that `shard_w2_weight_scale_2` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w2_weight_scale_2_axes(plan), plan.tp_size)
+
+
 def shard_w2_weight_scale_2(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w2_weight_scale_2`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w2_weight_scale_2_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype float32):
         [num_experts]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.

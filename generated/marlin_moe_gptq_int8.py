@@ -89,13 +89,21 @@ __all__ = [
     "unpad_w13_qweight",
     "unpad_w13_qzeros",
     "unpad_w13_scales",
+    "w2_bias_full_shape",
     "w2_bias_shapes",
+    "w2_qweight_full_shape",
     "w2_qweight_shapes",
+    "w2_qzeros_full_shape",
     "w2_qzeros_shapes",
+    "w2_scales_full_shape",
     "w2_scales_shapes",
+    "w13_bias_full_shape",
     "w13_bias_shapes",
+    "w13_qweight_full_shape",
     "w13_qweight_shapes",
+    "w13_qzeros_full_shape",
     "w13_qzeros_shapes",
+    "w13_scales_full_shape",
     "w13_scales_shapes",
 ]
 
@@ -496,15 +504,21 @@ def unpad_w13_qweight(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w13_qweight_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w13_qweight` that `shard_w13_qweight` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w13_qweight_axes(plan), plan.tp_size)
+
+
 def shard_w13_qweight(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w13_qweight`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w13_qweight_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype int32):
         [num_experts, hidden_size / 4, 2 * intermediate_size_per_partition_padded]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -558,15 +572,21 @@ def unpad_w13_scales(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w13_scales_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w13_scales` that `shard_w13_scales` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w13_scales_axes(plan), plan.tp_size)
+
+
 def shard_w13_scales(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w13_scales`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w13_scales_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype dtype):
         [num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -620,15 +640,21 @@ def unpad_w13_qzeros(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w13_qzeros_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w13_qzeros` that `shard_w13_qzeros` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w13_qzeros_axes(plan), plan.tp_size)
+
+
 def shard_w13_qzeros(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w13_qzeros`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w13_qzeros_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype int32):
         [num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded / 4]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -682,15 +708,21 @@ def unpad_w13_bias(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w13_bias_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w13_bias` that `shard_w13_bias` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w13_bias_axes(plan), plan.tp_size)
+
+
 def shard_w13_bias(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w13_bias`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w13_bias_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype dtype):
         [num_experts, 2 * intermediate_size_per_partition_padded]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -744,15 +776,21 @@ def unpad_w2_qweight(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w2_qweight_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w2_qweight` that `shard_w2_qweight` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w2_qweight_axes(plan), plan.tp_size)
+
+
 def shard_w2_qweight(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w2_qweight`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w2_qweight_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype int32):
         [num_experts, intermediate_size_per_partition_padded / 4, hidden_size]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -806,15 +844,21 @@ def unpad_w2_scales(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w2_scales_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w2_scales` that `shard_w2_scales` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w2_scales_axes(plan), plan.tp_size)
+
+
 def shard_w2_scales(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w2_scales`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w2_scales_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype dtype):
         [num_experts, intermediate_size_per_partition_padded / group_size, hidden_size]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -868,15 +912,21 @@ def unpad_w2_qzeros(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w2_qzeros_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w2_qzeros` that `shard_w2_qzeros` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w2_qzeros_axes(plan), plan.tp_size)
+
+
 def shard_w2_qzeros(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w2_qzeros`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w2_qzeros_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype int32):
         [num_experts, intermediate_size_per_partition_padded / group_size, hidden_size / 4]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -930,15 +980,21 @@ def unpad_w2_bias(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w2_bias_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w2_bias` that `shard_w2_bias` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w2_bias_axes(plan), plan.tp_size)
+
+
 def shard_w2_bias(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w2_bias`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w2_bias_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
     gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype dtype):

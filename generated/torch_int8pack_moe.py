@@ -61,7 +61,9 @@ __all__ = [
     "shard_w13",
     "unpad_w2",
     "unpad_w13",
+    "w2_full_shape",
     "w2_shapes",
+    "w13_full_shape",
     "w13_shapes",
 ]
 
@@ -320,15 +322,21 @@ def unpad_w13(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w13_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w13` that `shard_w13` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w13_axes(plan), plan.tp_size)
+
+
 def shard_w13(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w13`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w13_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype dtype):
         [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -382,15 +390,21 @@ def unpad_w2(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w2_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w2` that `shard_w2` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w2_axes(plan), plan.tp_size)
+
+
 def shard_w2(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w2`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w2_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype dtype):
         [num_experts, hidden_size, intermediate_size_per_partition_padded]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.

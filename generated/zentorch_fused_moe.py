@@ -72,9 +72,13 @@ __all__ = [
     "unpad_w2_bias",
     "unpad_w13",
     "unpad_w13_bias",
+    "w2_bias_full_shape",
     "w2_bias_shapes",
+    "w2_full_shape",
     "w2_shapes",
+    "w13_bias_full_shape",
     "w13_bias_shapes",
+    "w13_full_shape",
     "w13_shapes",
 ]
 
@@ -398,15 +402,21 @@ def unpad_w13(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w13_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w13` that `shard_w13` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w13_axes(plan), plan.tp_size)
+
+
 def shard_w13(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w13`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w13_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype dtype):
         [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -460,15 +470,21 @@ def unpad_w2(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w2_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w2` that `shard_w2` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w2_axes(plan), plan.tp_size)
+
+
 def shard_w2(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w2`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w2_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype dtype):
         [num_experts, hidden_size, intermediate_size_per_partition_padded]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -522,15 +538,21 @@ def unpad_w13_bias(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w13_bias_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w13_bias` that `shard_w13_bias` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w13_bias_axes(plan), plan.tp_size)
+
+
 def shard_w13_bias(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w13_bias`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w13_bias_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     Output (dtype dtype):
         [num_experts, 2 * intermediate_size_per_partition_padded]
     Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
@@ -584,15 +606,21 @@ def unpad_w2_bias(t: torch.Tensor, plan: Plan) -> torch.Tensor:
     )
 
 
+def w2_bias_full_shape(plan: Plan) -> tuple[int, ...]:
+    """The full checkpoint shape of `w2_bias` that `shard_w2_bias` reads (all ranks' slices)."""
+    _PLANS.require(plan)
+    return _layout.full_shape(_w2_bias_axes(plan), plan.tp_size)
+
+
 def shard_w2_bias(
     full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint `w2_bias`.
 
-    `full` has the logical shape at tp_size=1 (the intermediate axis tp_size times
-    longer; each gate/up half separately, or one block of pairs per rank for an
-    interleaved axis). Only the rank's slice is read, with the logical per-rank
-    stride (vllm#43865), straight into the padded destination.
+    `full` has the shape `w2_bias_full_shape(plan)`: the logical shape with the
+    intermediate axis at its full checkpoint length (each gate/up half separately,
+    or pairs for an interleaved axis). Only the rank's slice is read, with the
+    logical per-rank stride (vllm#43865), straight into the padded destination.
     This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
     gets the bias and every other rank zeros (added once, never tp_size times).
     Output (dtype dtype):

@@ -29,7 +29,7 @@ MAX_ERRORS = 100  # per contract; the rest would only repeat the first causes
 KEYWORDS = frozenset({
     "contract", "source", "policy", "param", "let", "require", "admit", "tensor", "kernel", "glue",
     "if", "then", "else", "and", "or", "not", "match", "true", "false", "in", "int", "enum", "when",
-    "shard", "over",
+    "shard", "over", "blocks", "of",
 })
 RESERVED = frozenset({
     "plan", "Plan", "torch", "math", "logging", "itertools", "dataclass", "dataclasses", "Any", "self", "cls",
@@ -569,7 +569,22 @@ class _Checker:
         full = self.expr(A.Name(d.full, d.span))
         if full is None or not self.expect(full, ir.INT):
             return None
-        return ir.Shard(full, "tp_size", d.span)
+        blocks = None
+        if d.blocks is not None:
+            blocks = self.expr(d.blocks)
+            if blocks is None or not self.expect(blocks, ir.INT):
+                return None
+            try:
+                values = finite_values(blocks, self.params, self.lets, spent=self.enum_work)
+            except TooLarge:
+                values = None
+            bad = sorted(v for v in values if not isinstance(v, int) or v < 1) if values is not None else None
+            if bad is None or bad:
+                which = f": it can be {bad[0]}" if bad else ": it depends on an integer range parameter"
+                self.err("LC414", d.blocks.span, "`shard ... in blocks of B`: B must be a positive integer that "
+                         f"ranges over finite parameters only{which}")
+                return None
+        return ir.Shard(full, "tp_size", d.span, blocks=blocks)
 
     def guarded_axis(self, ax: A.AxisDecl) -> ir.GuardedAxis | None:
         """`axis NAME = LAYOUT when GUARD`: GUARD is a bool over finite parameters only."""

@@ -122,25 +122,32 @@ def _fill_word(tensor: ir.Tensor) -> str:
     return repr(word)
 
 
-def _axis_call(tensor: ir.Tensor, axis: ir.Axis, has_tp: bool, indent: int) -> list[str]:
-    """`Axis(...)` for one axis, broken over lines when it would be long."""
+def _axis_call(tensor: ir.Tensor, axis: ir.Axis, has_tp: bool, indent: int,
+               full: ir.Expr | None = None) -> list[str]:
+    """`Axis(...)` for one axis, broken over lines when it would be long. `full`: a block
+    shard's full checkpoint length (values), given to its sharded axes in storage units."""
     pack = axis.pack
     logical = render_expr(axis.logical, "plan.")
     padded = render_expr(axis.padded, "plan.")
+    whole = render_expr(full, "plan.") if full is not None else None
     if axis.group_size is not None:
         g = render_expr(axis.group_size, "plan.")
         logical = f"_p.groups({logical}, {g})"
         padded = f"_p.groups({padded}, {g})"
+        whole = f"_p.groups({whole}, {g})" if whole is not None else None
         sharded = repr(axis.group_size.value != -1) if isinstance(axis.group_size, ir.Const) else f"{g} != -1"
     else:
         sharded = "True"
     if pack > 1:
         logical = f"{logical} // {pack}"
         padded = f"{padded} // {pack}"
+        whole = f"{whole} // {pack}" if whole is not None else None
     intermediate = ir.is_intermediate(tensor, axis)
     sharded = sharded if intermediate and has_tp else "False"
     parts = [repr(axis.name).replace("'", '"'), repr(axis.layout).replace("'", '"'), str(axis.segments),
              logical, padded, sharded]
+    if whole is not None and sharded != "False":
+        parts.append(f"full={whole}")
     pad = " " * indent
     one = f"{pad}Axis({', '.join(parts)}),"
     if len(one) <= 99:
@@ -149,23 +156,23 @@ def _axis_call(tensor: ir.Tensor, axis: ir.Axis, has_tp: bool, indent: int) -> l
     return [f"{pad}Axis(", *(f"{inner}{part}," for part in parts), f"{pad}),"]
 
 
-def _axis_table(tensor: ir.Tensor, has_tp: bool) -> list[str]:
+def _axis_table(tensor: ir.Tensor, has_tp: bool, full: ir.Expr | None = None) -> list[str]:
     """The body of `_<tensor>_axes(plan)`: one `Axis` per dimension, `when` alternatives as if/elif."""
     lines: list[str] = []
     entries: list[str] = []
     for axis in tensor.axes:
         alternatives = [g for g in tensor.guarded if g.axis.name == axis.name]
         if not alternatives:
-            entries += _axis_call(tensor, axis, has_tp, 8)
+            entries += _axis_call(tensor, axis, has_tp, 8, full)
             continue
         var = f"{axis.name}_axis"
         for k, alt in enumerate(alternatives):
             keyword = "if" if k == 0 else "elif"
             lines += wrap_code(f"{keyword} ", render_expr(alt.guard, "plan."), f":  # line {alt.axis.span.line}")
-            call = _axis_call(tensor, alt.axis, has_tp, 8)
+            call = _axis_call(tensor, alt.axis, has_tp, 8, full)
             lines += [f"        {var} = " + call[0].strip().removesuffix(","), *call[1:]] if len(call) == 1 \
                 else [f"        {var} = Axis(", *call[1:-1], "        )"]
-        call = _axis_call(tensor, axis, has_tp, 8)
+        call = _axis_call(tensor, axis, has_tp, 8, full)
         lines.append("    else:")
         lines += [f"        {var} = " + call[0].strip().removesuffix(",")] if len(call) == 1 \
             else [f"        {var} = Axis(", *call[1:-1], "        )"]
@@ -295,7 +302,8 @@ def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> dict[str,
         f" (decodes to {t.fill if t.fill_kind == 'value' else 'the declared value'})" if t.decode else "")
     return {
         "name": t.name, "kind": t.kind, "projection": t.projection, "optional": t.optional,
-        "table": _axis_table(t, has_tp),
+        "table": _axis_table(t, has_tp, contract.shard.full if contract.shard is not None
+                             and contract.shard.blocks is not None else None),
         "fill": "None" if t.fill_kind == "uninit" else _fill_word(t), "dtype": _dtype_expr(t),
         "logical_doc": _shape_doc(contract, t, "logical"), "padded_doc": _shape_doc(contract, t, "padded"),
         "storage_doc": t.storage.removeprefix("param:"), "fill_doc": fill, "line": t.span.line,
@@ -368,7 +376,8 @@ def _exports(contract: ir.Contract, glue: dict[str, Any] | None, has_tp: bool) -
     if contract.kernel is not None and contract.kernel.args:
         names.append("kernel_args")
     for t in contract.tensors:
-        names += [f"{t.name}_shapes", f"pad_{t.name}", f"unpad_{t.name}"] + ([f"shard_{t.name}"] if has_tp else [])
+        names += [f"{t.name}_shapes", f"pad_{t.name}", f"unpad_{t.name}"] + (
+            [f"{t.name}_full_shape", f"shard_{t.name}"] if has_tp else [])
         names += [f"alloc_{t.name}", f"load_{t.name}"]
     if glue is not None:
         names += ["OPS", "PackedWeight", "fused_moe", "load_kernel", "prepack", "prepack_padded", *glue["reexports"]]
@@ -413,6 +422,8 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
         "admits": [_rule_view(r, rel_path) for r in contract.admits],
         "tensors": [_tensor_view(contract, t, has_tp) for t in contract.tensors],
         "kernel_args": kernel_args, "glue": glue, "has_tp": has_tp, "tp_param": "tp_size",
+        "block_shard": f"`shard ... in blocks of {_src(contract.shard.blocks)}`, line {contract.shard.span.line}"
+        if contract.shard is not None and contract.shard.blocks is not None else None,
         "uses_math": _uses(contract, ("lcm", "gcd")),
         "all_names": _exports(contract, glue, has_tp),
         "w13": contract.weight("w13").name, "w2": contract.weight("w2").name,

@@ -286,14 +286,18 @@ class Glue:
 @dataclass(frozen=True)
 class Shard:
     """How the intermediate axes split over ranks: rank r of `count` reads entries
-    [r * L, (r + 1) * L) of every segment of a full checkpoint axis of `full` entries, L
-    being the axis's logical size per segment. `implicit`: no `shard` clause, the default
-    `shard intermediate_size over tp_size`."""
+    [min(r * L, FULL), min((r + 1) * L, FULL)) of every segment of a full checkpoint axis of
+    `full` entries, L being the axis's logical size per segment; a rank whose slice is
+    shorter than L holds the tensor's fill in the rest. `blocks` None: an even split
+    (count * L == FULL); else the slices are whole blocks of `blocks` entries and the last
+    ranks may be shorter or empty (count * L >= FULL). `implicit`: no `shard` clause, the
+    default `shard intermediate_size over tp_size`."""
 
     full: Expr
     count: str
     span: Span
     implicit: bool = False
+    blocks: Expr | None = None
 
 
 @dataclass(frozen=True)

@@ -195,7 +195,8 @@ class _Builder:
         if kind == "source_decl":
             return A.SourceDecl(self.string(c[0]), span)
         if kind == "shard_decl":
-            return A.ShardDecl(str(c[0]), str(c[1]), span)
+            blocks = self.expr(c[2].children[0]) if len(c) > 2 and c[2] is not None else None
+            return A.ShardDecl(str(c[0]), str(c[1]), span, blocks)
         if kind == "policy_error":
             return A.PolicyDecl("error", None, span)
         if kind == "policy_fallback":

@@ -132,11 +132,14 @@ class SourceDecl:
 
 @dataclass(frozen=True)
 class ShardDecl:
-    """`shard FULL over COUNT`: the intermediate axes are COUNT ranks' slices of FULL entries."""
+    """`shard FULL over COUNT [in blocks of B]`: the intermediate axes are COUNT ranks'
+    slices of FULL entries; with `blocks`, each rank's slice is a whole number of B-entry
+    blocks and the last ranks may be shorter or empty."""
 
     full: str
     count: str
     span: Span
+    blocks: Expr | None = None
 
 
 @dataclass(frozen=True)

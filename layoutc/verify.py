@@ -491,11 +491,36 @@ def sharded_axes(contract: ir.Contract) -> list[tuple[ir.Tensor, ir.Axis]]:
     return out
 
 
+def _split_here(run: _Run, t: ir.Tensor, axis: ir.Axis) -> z3.BoolRef:
+    """Whether `shard_*` splits `t`'s `axis` over ranks (a groups axis whose group size may be
+    -1 is split only where it is not one group)."""
+    if (t, axis) not in sharded_axes(run.contract):
+        return z3.BoolVal(False, run.ctx)
+    if axis.group_size is not None and not isinstance(axis.group_size, ir.Const):
+        return z3.Not(run.enc._by_values(axis.group_size, lambda v: z3.BoolVal(v == -1, run.ctx), None))
+    return z3.BoolVal(True, run.ctx)
+
+
+def short_ranks(run: _Run) -> z3.BoolRef:
+    """Whether some rank's slice is shorter than the per-rank logical size L (a block shard
+    with tp_size * L > FULL): that rank holds the tensors' fill past its slice."""
+    shard = run.contract.shard
+    if shard is None or shard.blocks is None:
+        return z3.BoolVal(False, run.ctx)
+    w13 = run.contract.weight("w13")
+    logical, _, _ = run.sizes[(w13.name, "n")]
+    return run.enc.vars[shard.count] * logical > run.enc.expr(shard.full)
+
+
 def _coverage(run: _Run) -> list[_Obligation]:
-    """Rank r of tp_size reads [r * L, (r + 1) * L) of each segment (a block of pairs for
-    interleave): the slices are disjoint and tile [0, tp_size * L), so every element of the
-    full axis is read exactly once iff tp_size * L == FULL (docs/verification.md, coverage).
-    Tensors without a sharded axis are read whole by every rank, or (a w2 bias) by rank 0 only."""
+    """Rank r of tp_size reads [min(r * L, FULL), min((r + 1) * L, FULL)) of each segment (a
+    block of pairs for interleave): the slices are disjoint and ordered, so every element of
+    the full axis is read exactly once iff tp_size * L >= FULL. An even shard (no `blocks`)
+    must have no short rank either: tp_size * L == FULL. A block shard (`in blocks of B`)
+    must start every rank on a block boundary (L % B == 0), and the last rank's slice,
+    FULL - r * L, must be whole groups and whole packed elements (FULL % G == 0,
+    FULL % pack == 0) (docs/verification.md, coverage). Tensors without a sharded axis are
+    read whole by every rank, or (a w2 bias) by rank 0 only."""
     shard = run.contract.shard
     if shard is None:
         return []
@@ -504,19 +529,38 @@ def _coverage(run: _Run) -> list[_Obligation]:
     obs: list[_Obligation] = []
     for t, a in sharded_axes(run.contract):
         logical, _, _ = run.sizes[(t.name, a.name)]
-        if a.group_size is not None and not isinstance(a.group_size, ir.Const):
-            one_group = run.enc._by_values(a.group_size, lambda v: z3.BoolVal(v == -1, run.ctx), None)
-            wrong = z3.And(z3.Not(one_group), tp * logical != full)
-        else:
-            wrong = tp * logical != full
         label = f"{t.name}.{a.name}"
         source = "the default `shard intermediate_size over tp_size`" if shard.implicit else "the `shard` clause"
+        if shard.blocks is None:
+            wrong = tp * logical != full
+        else:
+            misaligned = run.enc._by_values(shard.blocks, lambda v, n=logical: n % v != 0, None)
+            ragged: list[z3.BoolRef] = []
+            if a.kind == "groups" and a.group_size is not None:
+                ragged.append(run.enc._by_values(
+                    a.group_size, lambda v: z3.BoolVal(False, run.ctx) if v == -1 else full % v != 0, None))
+            if a.pack > 1:
+                ragged.append(full % a.pack != 0)
+            wrong = z3.Or(tp * logical < full, misaligned, *ragged)
+        wrong = z3.And(_split_here(run, t, a), wrong)
 
-        def explain(model, label=label, logical=logical, source=source):  # type: ignore[no-untyped-def]
+        def explain(model, label=label, logical=logical, source=source, a=a):  # type: ignore[no-untyped-def]
             lv, tv, fv = run.val(model, logical), run.val(model, tp), run.val(model, full)
-            what = (f"entries {tv * lv}..{fv - 1} are never read (dropped)" if tv * lv < fv
-                    else f"ranks read up to entry {tv * lv - 1}, past the checkpoint's {fv}")
-            return (f"{label}: {tv} ranks each read {lv} of the full {fv} ({source}): {what}", label)
+            head = f"{label}: {tv} ranks each read {lv} of the full {fv} ({source})"
+            if tv * lv < fv:
+                return f"{head}: entries {tv * lv}..{fv - 1} are never read (dropped)", label
+            if shard.blocks is None:
+                return f"{head}: ranks read up to entry {tv * lv - 1}, past the checkpoint's {fv}", label
+            bv = run.val(model, run.enc.expr(shard.blocks))
+            if lv % bv:
+                return (f"{head}: rank 1 starts at entry {lv}, inside block {lv // bv} of {bv} entries "
+                        "(a block shard gives each rank whole blocks)"), label
+            unit = run.val(model, run.enc.expr(a.group_size)) if a.kind == "groups" and a.group_size is not None \
+                else a.pack
+            last = next(r for r in range(tv) if (r + 1) * lv >= fv)
+            return (f"{head}: the last rank with data (rank {last}) reads entries {last * lv}..{fv - 1}, "
+                    f"{fv - last * lv} entries, not a whole number of {unit}-entry "
+                    f"{'groups' if a.kind == 'groups' else 'packed elements'}"), label
         obs.append(_Obligation(f"{label} coverage", a.span, z3.And(run.admitted, wrong), explain, t.name))
     return obs
 
@@ -527,10 +571,13 @@ class _Values:
     tensor's own format (`e8m0(code)`, ...) where it has one; live positions hold a
     free finite value (the checkpoint's)."""
 
-    def __init__(self, run: _Run, lane: z3.ArithRef, tag: str) -> None:
+    def __init__(self, run: _Run, lane: z3.ArithRef, tag: str, tail: bool = False) -> None:
         self.run = run
         self.lane = lane
         self.tag = tag
+        # tail: the lane lies past a short rank's slice (a block shard, docs/verification.md,
+        # coverage), where every sharded tensor holds its fill and replicated ones are live
+        self.tail = tail
         self.count = 0
         self.notes: list[tuple[z3.BoolRef, str]] = []  # (this pad is finite, what it is)
 
@@ -598,6 +645,8 @@ class _Values:
         except KeyError:
             return None  # no intermediate axis: a per-tensor or per-expert value, always live
         logical, _, _ = self.run.sizes[(t.name, axis_name)]
+        if self.tail:
+            return _split_here(self.run, t, axis)
         if axis.kind == "groups" and axis.group_size is not None:
             def live_groups(v: int):  # type: ignore[no-untyped-def]
                 if v == -1:
@@ -724,33 +773,15 @@ def _numeral(x: z3.ExprRef) -> Fraction | None:
     return None
 
 
-def _inertness(run: _Run) -> list[_Obligation]:
+def _lane_obligation(run: _Run, tail: bool) -> _Obligation:
+    """A pad lane of w13.n (lanes [L, P)) is inert; `tail`: so is a lane past a short rank's
+    slice, where every sharded tensor holds its fill (docs/verification.md, inertness)."""
     c = run.contract
     ctx = run.ctx
     w13, w2 = c.weight("w13"), c.weight("w2")
-    lane = z3.Int("lane", ctx)
+    lane = z3.Int("tail_lane" if tail else "lane", ctx)
     logical, padded, _ = run.sizes[(w13.name, "n")]
-    obs: list[_Obligation] = []
-    # Every scale or zero-point pad that is written must decode to a finite value.
-    sv = _Values(run, lane, "scalepad")
-    for t in c.tensors:
-        if t.kind not in ("scale", "zero"):
-            continue
-        value, finite = sv.pad_value(t)
-        if z3.is_true(z3.simplify(finite)):
-            continue
-        has_pad = sv.has_pad(t)
-
-        def sexplain(model, t=t, value=value):  # type: ignore[no-untyped-def]
-            note = _format_note(t.decode, t.fill) if t.decode is not None else "uninitialised memory" \
-                if t.fill_kind == "uninit" else (f"stored as uint8 bytes without a declared format, and "
-                                                 f"{_byte_notes(t.fill)}; declare it, e.g. `decode = e8m0(code)`")
-            return (f"{t.name}'s pad holds code {t.fill if t.fill_kind != 'uninit' else '(uninit)'}, which decodes "
-                    f"to a non-finite value ({note}); every weight it scales in the pad is then NaN, and the "
-                    "kernel adds NaN * 0 = NaN to the output", t.name)
-        obs.append(_Obligation(f"{t.name} pad is finite", t.span, z3.And(run.admitted, has_pad, z3.Not(finite)),
-                               sexplain, t.name))
-    vals = _Values(run, lane, "pad")
+    vals = _Values(run, lane, "tail" if tail else "pad", tail=tail)
     w_gate, f_gate = vals.value(w13, "n")
     w_up, f_up = vals.value(w13, "n") if c.gated else (z3.RealVal(0, ctx), vals.true())
     biases = [t for t in c.tensors if t.kind == "bias" and t.projection == "w13"]
@@ -781,7 +812,10 @@ def _inertness(run: _Run) -> list[_Obligation]:
         bound_ok = z3.BoolVal(bound <= COMPUTE_MAX, ctx)
     bounded = z3.And(rows_zero, bound_ok)
     inert = z3.And(finite, z3.Or(lane_zero, z3.And(bounded, column == 0)))
-    goal = z3.And(run.admitted, lane >= logical, lane < padded, z3.Not(inert))
+    if tail:  # a short rank's lanes past its slice: any lane of L can be one (empty ranks)
+        goal = z3.And(run.admitted, short_ranks(run), lane >= 0, lane < logical, z3.Not(inert))
+    else:
+        goal = z3.And(run.admitted, lane >= logical, lane < padded, z3.Not(inert))
 
     def explain(model):  # type: ignore[no-untyped-def]
         lv = run.val(model, lane)
@@ -808,8 +842,43 @@ def _inertness(run: _Run) -> list[_Obligation]:
         else:
             kind = "non-zero lane and non-zero w2 column"
             why = "the lane's activation is non-zero and its w2 column does not decode to 0"
-        return f"pad lane {lv} adds to the output: {why}; {parts}", f"lane {lv}", kind
-    obs.append(_Obligation("intermediate pad lanes", w13.span, goal, explain, w13.name))
+        where = (f"on a rank whose slice is shorter than L (a block shard: tp_size * L > FULL), lane {lv} "
+                 "holds the fill" if tail else f"pad lane {lv}")
+        return f"{where} and adds to the output: {why}; {parts}", f"lane {lv}", kind
+    name = "short-rank tail lanes" if tail else "intermediate pad lanes"
+    return _Obligation(name, w13.span, goal, explain, w13.name)
+
+
+def _inertness(run: _Run) -> list[_Obligation]:
+    c = run.contract
+    ctx = run.ctx
+    w13 = c.weight("w13")
+    lane = z3.Int("lane", ctx)
+    obs: list[_Obligation] = []
+    # Every scale or zero-point pad that is written must decode to a finite value.
+    sv = _Values(run, lane, "scalepad")
+    for t in c.tensors:
+        if t.kind not in ("scale", "zero"):
+            continue
+        value, finite = sv.pad_value(t)
+        if z3.is_true(z3.simplify(finite)):
+            continue
+        # a short rank's tail holds the fill too, whether or not the tensor is padded
+        has_pad = z3.Or(sv.has_pad(t), short_ranks(run)) if any(
+            (t, a) in sharded_axes(c) for a in t.axes) else sv.has_pad(t)
+
+        def sexplain(model, t=t, value=value):  # type: ignore[no-untyped-def]
+            note = _format_note(t.decode, t.fill) if t.decode is not None else "uninitialised memory" \
+                if t.fill_kind == "uninit" else (f"stored as uint8 bytes without a declared format, and "
+                                                 f"{_byte_notes(t.fill)}; declare it, e.g. `decode = e8m0(code)`")
+            return (f"{t.name}'s pad holds code {t.fill if t.fill_kind != 'uninit' else '(uninit)'}, which decodes "
+                    f"to a non-finite value ({note}); every weight it scales in the pad is then NaN, and the "
+                    "kernel adds NaN * 0 = NaN to the output", t.name)
+        obs.append(_Obligation(f"{t.name} pad is finite", t.span, z3.And(run.admitted, has_pad, z3.Not(finite)),
+                               sexplain, t.name))
+    obs.append(_lane_obligation(run, tail=False))
+    if run.contract.shard is not None and run.contract.shard.blocks is not None:
+        obs.append(_lane_obligation(run, tail=True))
     try:
         hidden = w13.axis("k")
     except KeyError:

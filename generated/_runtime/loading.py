@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from .errors import LayoutContractError
-from .layout import Axis, check_rank, check_tensor, fills, padded_shape
+from .layout import Axis, check_rank, check_tensor, extent, padded_shape, rank_runs, segment_length
 
 #: Most elements one read materialises (64 MiB of bf16); fused tensors are read in expert chunks.
 CHUNK_ELEMENTS = 1 << 25
@@ -77,45 +77,37 @@ def allocate(who: str, what: str, axes: tuple[Axis, ...], dtype: torch.dtype, fi
         dst.zero_()
         return dst
     if fill is not None:
-        fill_pads(dst, axes, fill)
+        fill_pads(dst, [rank_runs(a, r, tp_size) for a in axes], fill)
     return dst
 
 
-def fill_pads(dst: torch.Tensor, axes: tuple[Axis, ...], fill: float) -> None:
-    """Write `fill` into every pad position of `dst` exactly once.
+def fill_pads(dst: torch.Tensor, plan: list[tuple[list[tuple[int, int, int]], list[tuple[int, int]]]],
+              fill: float) -> None:
+    """Write `fill` into every fill position of `dst` exactly once.
 
-    A position is a pad when any axis is in a pad run there; it is written by the
-    first such axis (earlier axes restricted to their live runs), so no position
+    plan: per axis, (copies, fills) from `rank_runs`. A position is a fill position when
+    any axis is in a fill run there (a pad, or past a short rank's slice); it is written
+    by the first such axis (earlier axes restricted to their live runs), so no position
     is written twice and no live position is touched.
     """
-    live = [[(d, n) for _, d, n in _live_runs(a)] for a in axes]
-    for d, axis in enumerate(axes):
-        for lo, hi in fills(axis):
+    live = [[(d, n) for _, d, n in c] for c, _ in plan]
+    for d, (_, axis_fills) in enumerate(plan):
+        for lo, hi in axis_fills:
             for covered in itertools.product(*live[:d]):
                 index = (*(slice(s, s + n) for s, n in covered), slice(lo, hi))
                 dst[index].fill_(fill)
-
-
-def _live_runs(axis: Axis) -> list[tuple[int, int, int]]:
-    """(0, destination start, length) of each live run of `axis` (interleave: one run of pairs)."""
-    if axis.logical == 0:
-        return []
-    if axis.layout == "interleave":
-        return [(0, 0, axis.segments * axis.logical)]
-    stride = axis.logical if axis.layout == "concat" else axis.padded
-    return [(0, k * stride, axis.logical) for k in range(axis.segments)]
 
 
 # A move along one axis: read source [lo, hi), then take `sub` of it, into destination `dst`.
 _Move = tuple[int, int, slice, slice | int]
 
 
-def _dst_segment(axis: Axis, k: int) -> slice:
-    """Destination positions of segment k's live entries."""
+def _dst_segment(axis: Axis, k: int, n: int) -> slice:
+    """Destination positions of segment k's n live entries."""
     if axis.layout == "interleave":
-        return slice(k, 2 * axis.logical, 2)
+        return slice(k, 2 * n, 2)
     stride = axis.logical if axis.layout == "concat" else axis.padded
-    return slice(k * stride, k * stride + axis.logical)
+    return slice(k * stride, k * stride + n)
 
 
 def _moves(axis: Axis, r: int, tp: int, segs: tuple[int, ...] | None,
@@ -123,32 +115,25 @@ def _moves(axis: Axis, r: int, tp: int, segs: tuple[int, ...] | None,
     """(source length, moves) of one destination axis for rank r.
 
     segs: for the segmented axis, the one segment the source holds (a role), or
-    None when it holds every segment in `source_layout`.
+    None when it holds every segment in `source_layout`. A rank whose slice is
+    empty (a block shard's last ranks) moves nothing.
     """
-    shards = tp if axis.sharded else 1
-    base = r * axis.logical if axis.sharded else 0
+    full = segment_length(axis, tp)
+    start, n = extent(axis, r, tp)
     every = slice(None)
-    if axis.segments == 1:
-        return axis.logical * shards, [(base, base + axis.logical, every, slice(0, axis.logical))]
-    if segs is not None:
-        return axis.logical * shards, [(base, base + axis.logical, every, _dst_segment(axis, segs[0]))]
-    return axis.logical * shards * axis.segments, _whole(axis, r, shards, source_layout)
-
-
-def _whole(axis: Axis, r: int, shards: int, source_layout: str) -> list[_Move]:
-    """Moves for a source holding every segment, laid out as `source_layout`."""
-    n, every = axis.logical, slice(None)
+    if axis.segments == 1 or segs is not None:
+        dst = slice(0, n) if axis.segments == 1 else _dst_segment(axis, segs[0] if segs else 0, n)
+        return full, ([(start, start + n, every, dst)] if n else [])
+    if not n:
+        return full * axis.segments, []
     if source_layout == "interleave":
-        lo = r * axis.segments * n if shards > 1 else 0
-        hi = lo + axis.segments * n
+        lo, hi = axis.segments * start, axis.segments * (start + n)
         if axis.layout == "interleave":
-            return [(lo, hi, every, slice(0, axis.segments * n))]
-        return [(lo, hi, slice(k, None, axis.segments), _dst_segment(axis, k)) for k in range(axis.segments)]
-    moves: list[_Move] = []
-    for k in range(axis.segments):
-        lo = k * n * shards + (r * n if shards > 1 else 0)
-        moves.append((lo, lo + n, every, _dst_segment(axis, k)))
-    return moves
+            return full * axis.segments, [(lo, hi, every, slice(0, axis.segments * n))]
+        return full * axis.segments, [(lo, hi, slice(k, None, axis.segments), _dst_segment(axis, k, n))
+                                      for k in range(axis.segments)]
+    return full * axis.segments, [(k * full + start, k * full + start + n, every, _dst_segment(axis, k, n))
+                                  for k in range(axis.segments)]
 
 
 def _source_shape(src: object) -> tuple[int, ...] | None:
@@ -180,8 +165,8 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
 
     dst: from `allocate` (padded shape, `dtype`, contiguous CPU).
     src: a torch tensor or a safetensors slice, in the checkpoint's dtype (cast on copy).
-    Its expected shape, at tp_size = 1 width (sharded axes tp_size times the per-rank
-    logical size), is the contract tensor's axes in order, with
+    Its expected shape, at full checkpoint width (sharded axes at their full length,
+    `layout.full_shape`), is the contract tensor's axes in order, with
     - the experts axis (axis 0) dropped when `expert` is an int (one expert's tensor);
     - the segmented axis (w13.n) holding one segment when `role` names one of `roles`
       (e.g. "gate" or "up"), or all of them in `source_layout` when `role` is None

@@ -13,8 +13,13 @@ placed in a run of `padded` positions:
 - `interleave`: segment k of entry i lives at 2 * i + k, pad pairs after the last pair.
 
 `sharded` axes are split across tensor-parallel ranks with the logical per-rank
-stride (vllm#43865): rank r reads entries [r * logical, (r + 1) * logical) of each
-segment of the full checkpoint (for `interleave`, a contiguous block of pairs).
+stride (vllm#43865): rank r reads entries [min(r * logical, full), min((r + 1) *
+logical, full)) of each segment of the full checkpoint (for `interleave`, a
+contiguous block of pairs), `full` being the segment's length there. An even split
+has full == tp_size * logical. A block shard (a contract's `shard ... in blocks of
+B`, e.g. gpt-oss MXFP4 in vLLM's `GptOssModel._load_weights_mxfp4`) may have
+full < tp_size * logical: the last ranks' slices are shorter or empty, and the rest
+of their logical run holds the tensor's fill, like a pad.
 
 Every function checks its inputs and raises `LayoutContractError` naming the
 tensor and the expected shape; nothing writes outside the tensor it returns.
@@ -41,6 +46,25 @@ class Axis:
     logical: int
     padded: int
     sharded: bool  # split across tensor-parallel ranks
+    # sharded axes: one segment's length in the full checkpoint (storage units); None:
+    # an even split, tp_size * logical
+    full: int | None = None
+
+
+def segment_length(axis: Axis, tp_size: int) -> int:
+    """One segment's length in the full checkpoint tensor (the rank's own for unsharded axes)."""
+    if not axis.sharded:
+        return axis.logical
+    return axis.logical * tp_size if axis.full is None else axis.full
+
+
+def extent(axis: Axis, rank: int, tp_size: int) -> tuple[int, int]:
+    """(start, length) of rank `rank`'s slice of one segment of the full checkpoint axis."""
+    if not axis.sharded:
+        return 0, axis.logical
+    full = segment_length(axis, tp_size)
+    start = min(rank * axis.logical, full)
+    return start, min(axis.logical, full - start)
 
 
 def logical_shape(axes: tuple[Axis, ...]) -> tuple[int, ...]:
@@ -54,37 +78,47 @@ def padded_shape(axes: tuple[Axis, ...]) -> tuple[int, ...]:
 
 
 def full_shape(axes: tuple[Axis, ...], tp_size: int) -> tuple[int, ...]:
-    """The full checkpoint shape at tp_size = 1: sharded axes are tp_size times longer."""
-    return tuple(a.segments * a.logical * (tp_size if a.sharded else 1) for a in axes)
+    """The full checkpoint shape that `shard` reads (sharded axes at their full length)."""
+    return tuple(a.segments * segment_length(a, tp_size) for a in axes)
+
+
+def runs(axis: Axis, start: int = 0, live: int | None = None,
+         stride: int | None = None) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+    """(copies, fills) of one axis whose source segments hold entries [start, start + live)
+    of `stride`-long segments (default: the whole logical run, segments `logical` apart).
+
+    copies: (source start, destination start, length) of each live run; fills: [lo, hi)
+    of each run holding the fill (the pad, and past a short rank's slice).
+    """
+    n = axis.logical if live is None else live
+    seg = axis.logical if stride is None else stride
+    if axis.layout == "interleave":
+        k = axis.segments
+        copied = [(k * start, 0, k * n)] if n else []
+        return copied, ([(k * n, k * axis.padded)] if n < axis.padded else [])
+    if axis.layout == "concat":
+        copied = [(j * seg + start, j * axis.logical, n) for j in range(axis.segments)] if n else []
+        tails = [(j * axis.logical + n, (j + 1) * axis.logical) for j in range(axis.segments) if n < axis.logical]
+        pad = [(axis.segments * axis.logical, axis.segments * axis.padded)] if axis.padded > axis.logical else []
+        return copied, tails + pad
+    copied = [(j * seg + start, j * axis.padded, n) for j in range(axis.segments)] if n else []
+    return copied, [(j * axis.padded + n, (j + 1) * axis.padded) for j in range(axis.segments) if n < axis.padded]
+
+
+def rank_runs(axis: Axis, rank: int, tp_size: int) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+    """(copies, fills) of rank `rank`'s slice of the full checkpoint axis (see `runs`)."""
+    start, live = extent(axis, rank, tp_size)
+    return runs(axis, start, live, segment_length(axis, tp_size))
 
 
 def copies(axis: Axis) -> list[tuple[int, int, int]]:
     """(source start, destination start, length) of each logical run of `axis`."""
-    if axis.logical == 0:
-        return []
-    if axis.layout == "interleave":
-        return [(0, 0, axis.segments * axis.logical)]
-    stride = axis.logical if axis.layout == "concat" else axis.padded
-    return [(k * axis.logical, k * stride, axis.logical) for k in range(axis.segments)]
+    return runs(axis)[0]
 
 
 def fills(axis: Axis) -> list[tuple[int, int]]:
     """[start, stop) of each pad run of `axis`."""
-    if axis.padded == axis.logical:
-        return []
-    if axis.layout in ("concat", "interleave"):
-        return [(axis.segments * axis.logical, axis.segments * axis.padded)]
-    return [(k * axis.padded + axis.logical, (k + 1) * axis.padded) for k in range(axis.segments)]
-
-
-def sources(axis: Axis, rank: int, tp_size: int) -> list[int]:
-    """Where each logical run of `axis` starts in the full (unsharded) checkpoint tensor."""
-    runs = copies(axis)
-    if not axis.sharded:
-        return [src for src, _, _ in runs]
-    if axis.layout == "interleave":
-        return [rank * axis.segments * axis.logical for _ in runs]
-    return [k * axis.logical * tp_size + rank * axis.logical for k in range(len(runs))]
+    return runs(axis)[1]
 
 
 def check_tensor(who: str, what: str, t: object, shape: tuple[int, ...], dtype: torch.dtype,
@@ -145,28 +179,25 @@ def check_rank(who: str, what: str, rank: object, tp_size: int) -> int:
     return int(value)
 
 
-def scatter(src: torch.Tensor, dst: torch.Tensor, axes: tuple[Axis, ...], starts: list[list[int]],
-            fill: float | None) -> None:
-    """Copy each logical run of `src` (starting at `starts`) into `dst` once, then fill each pad run once.
+def scatter(src: torch.Tensor, dst: torch.Tensor,
+            plan: list[tuple[list[tuple[int, int, int]], list[tuple[int, int]]]], fill: float | None) -> None:
+    """Copy each live run of `src` into `dst` once, then fill each fill run once.
 
-    `fill` None (a contract's `fill uninit`) leaves the pad as allocated; a zero fill
-    uses `zero_` (a memset per run) rather than `fill_`.
+    plan: per axis, (copies, fills) from `runs` / `rank_runs`. A position is filled by
+    the first axis that has it in a fill run (earlier axes restricted to their live
+    runs), so nothing is written twice. `fill` None (a contract's `fill uninit`) leaves
+    the pad as allocated; a zero fill uses `zero_` (a memset per run) rather than `fill_`.
     """
-    _scatter(src, dst, axes, starts, fill)
-
-
-def _scatter(src: torch.Tensor, dst: torch.Tensor, axes: tuple[Axis, ...], starts: list[list[int]],
-             fill: float | None) -> None:
-    runs = [copies(a) for a in axes]
-    for combo in itertools.product(*[list(zip(s, r, strict=True)) for s, r in zip(starts, runs, strict=True)]):
-        src_index = tuple(slice(s, s + n) for s, (_, _, n) in combo)
-        dst_index = tuple(slice(d, d + n) for _, (_, d, n) in combo)
+    live = [c for c, _ in plan]
+    for combo in itertools.product(*live):
+        src_index = tuple(slice(s, s + n) for s, _, n in combo)
+        dst_index = tuple(slice(d, d + n) for _, d, n in combo)
         dst[dst_index].copy_(src[src_index])
     if fill is None:
         return
-    for d, axis in enumerate(axes):
-        for lo, hi in fills(axis):
-            for covered in itertools.product(*runs[:d]):
+    for d, (_, axis_fills) in enumerate(plan):
+        for lo, hi in axis_fills:
+            for covered in itertools.product(*live[:d]):
                 index = (*(slice(dd, dd + n) for _, dd, n in covered), slice(lo, hi))
                 piece = dst[index]
                 if fill == 0:
@@ -186,7 +217,7 @@ def pad(who: str, what: str, t: object, axes: tuple[Axis, ...], dtype: torch.dty
         out = torch.empty(padded, dtype=dtype)
     else:
         out = check_out(who, what, out, src, padded, dtype)
-    scatter(src, out, axes, [[s for s, _, _ in copies(a)] for a in axes], fill)
+    scatter(src, out, [runs(a) for a in axes], fill)
     return out
 
 
@@ -202,7 +233,8 @@ def unpad(who: str, what: str, t: object, axes: tuple[Axis, ...], dtype: torch.d
 
 def shard(who: str, what: str, full: object, rank: object, tp_size: int, axes: tuple[Axis, ...],
           dtype: torch.dtype, fill: float | None, out: torch.Tensor | None, *, once: bool = False) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint tensor, read with the logical stride.
+    """Rank `rank`'s padded shard of the full checkpoint tensor (shape `full_shape`), read with
+    the logical stride; past a short rank's slice, its logical run holds `fill`.
 
     `once`: the tensor is added to the layer output after the all-reduce would sum
     the ranks (a row-parallel output bias), so rank 0 gets it and every other rank
@@ -215,5 +247,5 @@ def shard(who: str, what: str, full: object, rank: object, tp_size: int, axes: t
     if once and r != 0:
         out.zero_()
         return out
-    scatter(src, out, axes, [sources(a, r, tp_size) for a in axes], fill)
+    scatter(src, out, [rank_runs(a, r, tp_size) for a in axes], fill)
     return out

@@ -26,11 +26,10 @@ KNOWN: dict[str, tuple[str, str]] = {
     "marlin_fp8_h_not_128": ("vllm-bug", "Marlin FP8/MXFP8 with H % 128 != 0"),
     "aiter_w4a4_128": ("vllm-bug", "AITER W4A4 rounds I_pp to 128"),
     "mxfp4_ipp_not_32": ("vllm-bug", "MXFP4 with I_pp % 32 != 0"),
+    "gpt_oss_mxfp4_i_not_32": ("vllm-bug", "gpt-oss MXFP4 with I % 32 != 0"),
     "zentorch_float16": ("vllm-bug", "zentorch float16"),
     "zentorch_single_active_expert": ("vllm-bug", "zentorch with a single active expert"),
     # the language cannot state it yet
-    "block_fp8_tp_shard_padding": ("limitation", "Block-FP8 TP-shard padding"),
-    "gpt_oss_mxfp4_block_sharding": ("limitation", "gpt-oss MXFP4 block-granular sharding"),
     "tp_degrees_outside_domain": ("limitation", "TP degrees outside the contracts' domains"),
     "block_fp8_ragged_last_block": ("limitation", "Block FP8 at tp=1 with a ragged last block"),
     "aiter_mxfp4_silu_unpassed": ("limitation", "MXFP4 silu layers whose quant method does not pass the activation"),

@@ -84,6 +84,7 @@ def test_aiter_mxfp4_sizes_and_admission_match_vllm(gen, v) -> None:  # type: ig
                 where = f"{name} H={H} I={I} tp={tp} act={act}"
                 if admitted != (plan is not None):
                     key = ("mxfp4_ipp_not_32" if admitted and act != "swigluoai" and (I // tp) % 32 and I % tp == 0
+                           else "gpt_oss_mxfp4_i_not_32" if admitted and act == "swigluoai" and I % 32
                            else "unexplained")
                     tally.record(key, f"{where}: vllm={admitted} layoutc={plan is not None}")
                     continue
@@ -106,7 +107,8 @@ def test_aiter_mxfp4_sizes_and_admission_match_vllm(gen, v) -> None:  # type: ig
                         tally.record(key, f"{where} ({caller}): vllm {want} layoutc {got}")
     print("aiter mxfp4:", tally.summary())
     assert tally.decisions > 10_000 and tally.sizes > 5_000
-    assert set(tally.disagreements) == {"aiter_w4a4_128", "aiter_mxfp4_silu_unpassed", "mxfp4_ipp_not_32"}, tally.summary()
+    assert set(tally.disagreements) == {"aiter_w4a4_128", "aiter_mxfp4_silu_unpassed", "mxfp4_ipp_not_32",
+                                        "gpt_oss_mxfp4_i_not_32"}, tally.summary()
 
 
 def test_aiter_silu_at_the_issue_numbers(gen, v) -> None:
@@ -244,47 +246,85 @@ def test_aiter_mxfp4_generic_loader_shard_matches_vllm(gen, v, name, I, tp, H, a
         assert torch.equal(w2_p, module.shard_w2(w2, rank, plan))
 
 
-def _layoutc_w2_columns(module, plan, I: int, rank: int) -> list[int]:  # type: ignore[no-untyped-def]
-    """The checkpoint columns layoutc's shard_w2 gives `rank` (indices carried exactly in bf16
-    as two tensors, idx % 128 and idx // 128)."""
-    idx = torch.arange(I).view(1, 1, I).expand(1, 4, I)
+def _layoutc_w2_columns(module, plan, I: int, rank: int) -> list[int | None]:  # type: ignore[no-untyped-def]
+    """What layoutc's shard_w2 puts in each padded column of `rank`'s w2: the checkpoint column
+    index, or None where it holds the fill (indices + 1 carried exactly in bf16 as two tensors,
+    (idx + 1) % 128 and (idx + 1) // 128; the fill is 0)."""
+    idx = torch.arange(1, I + 1).view(1, 1, I).expand(1, 4, I)
     lo = module.shard_w2((idx % 128).bfloat16().contiguous(), rank, plan)[0, 0].long()
     hi = module.shard_w2((idx // 128).bfloat16().contiguous(), rank, plan)[0, 0].long()
-    return (hi * 128 + lo)[: plan.intermediate_size_per_partition].tolist()
+    return [v - 1 if v else None for v in (hi * 128 + lo).tolist()]
 
 
-def test_gpt_oss_mxfp4_block_sharding_is_a_pinned_limitation(gen) -> None:
+def _trtllm_w2_columns(module, plan, I: int, rank: int) -> list[int | None]:  # type: ignore[no-untyped-def]
+    """The same for the TRT-LLM MXFP4 contract, whose w2 is packed 2 values per byte along the
+    intermediate dim: the E8M0 scale table (one byte per 32 columns) carries the block index."""
+    H = plan.hidden_size
+    blocks = torch.arange(1, I // 32 + 1, dtype=torch.uint8).view(1, 1, I // 32).expand(1, H, I // 32).contiguous()
+    got = module.shard_w2_weight_scale(blocks, rank, plan)[0, 0].long().tolist()
+    return [32 * (b - 1) + j if b else None for b in got for j in range(32)]
+
+
+def _layoutc_w13_pairs(module, plan, I: int, rank: int) -> list[int | None]:  # type: ignore[no-untyped-def]
+    """The checkpoint (gate, up) pair index in each row of the gate half of `rank`'s padded
+    [gate | up] w13 (None: fill); the up half must hold the same pairs."""
+    idx = torch.arange(1, I + 1).view(1, I, 1).expand(1, I, 4)
+    full = torch.cat([idx, idx + I], 1)  # gate rows 1..I, up rows I+1..2I: the full [gate | up]
+    lo = module.shard_w13((full % 128).bfloat16().contiguous(), rank, plan)[0, :, 0].long()
+    hi = module.shard_w13((full // 128).bfloat16().contiguous(), rank, plan)[0, :, 0].long()
+    values = [v - 1 if v else None for v in (hi * 128 + lo).tolist()]
+    gate, up = values[: len(values) // 2], values[len(values) // 2:]
+    assert up == [v + I if v is not None else None for v in gate]
+    return gate
+
+
+@pytest.mark.parametrize("contract", ["aiter_fused_moe", "flashinfer_trtllm_mxfp4_moe"])
+def test_gpt_oss_mxfp4_block_sharding_matches_vllms_loader(gen, contract: str) -> None:
     """gpt-oss (I=2880 = 90 blocks of 32): vLLM's own GptOssModel._load_weights_mxfp4, run on a
-    stub model, against layoutc's shard_w2 (aiter_fused_moe) for every rank of every effective
-    TP degree. vLLM gives each rank cdiv(90, tp) whole blocks (tp=8: 384 rows, rank 1 [384, 768),
-    rank 7 [2688, 2880)) and the w2 bias to rank 0 only; layoutc shards at I / tp (rank 1 [360, 720)).
-    They agree exactly where I / tp is a whole number of blocks."""
-    module = gen["aiter_fused_moe"]
+    stub model, against layoutc's shard_w2 and shard_w13 for every rank of every effective TP
+    degree that divides I. vLLM gives each rank cdiv(90, tp) whole blocks (tp=8: 384 rows,
+    rank 1 [384, 768), rank 7 [2688, 2880) = 192 rows) in the prefix of its I / tp-sized
+    allocation, and the w2 bias to rank 0 only; so does the contract's `shard ... in blocks
+    of 32` (docs/kernels.md 8.3)."""
+    module = gen[contract]
     I = 2880
-    differ = []
+    checked = 0
     for tp in oracle.effective_tp_degrees():
         if I % tp:
             continue
-        plan = module.plan(num_experts=1, hidden_size=4, intermediate_size=I, tp_size=tp, activation="swigluoai")
-        same = True
-        for rank in sorted({0, 1, tp - 1} & set(range(tp))):
+        plan = module.plan(num_experts=1, hidden_size=4 if contract == "aiter_fused_moe" else 256,
+                           intermediate_size=I, tp_size=tp, activation="swigluoai")
+        padded = plan.intermediate_size_per_partition_padded
+        for rank in range(tp):
             vllm_rank = oracle.gpt_oss_mxfp4_rank_rows(I, tp, rank)
             assert vllm_rank["w2_bias_kept"] == (rank == 0)
-            assert vllm_rank["w13_rows"] == [2 * c + j for c in vllm_rank["w2_values"] for j in (0, 1)] or \
-                vllm_rank["w13_rows"] == list(range(2 * vllm_rank["w2_values"][0], 2 * vllm_rank["w2_values"][-1] + 2))
-            same &= vllm_rank["w2_values"] == _layoutc_w2_columns(module, plan, I, rank)
-        if not same:
-            differ.append(tp)
-    # pinned: I / tp is not a multiple of 32 at these degrees (docs/kernels.md 8.3)
-    assert differ == [4, 8, 12, 16, 24, 32, 48, 64], differ
-    tp8_rank1 = oracle.gpt_oss_mxfp4_rank_rows(I, 8, 1)["w2_values"]
-    assert (tp8_rank1[0], tp8_rank1[-1] + 1) == (384, 768)
-    plan8 = module.plan(num_experts=1, hidden_size=4, intermediate_size=I, tp_size=8, activation="swigluoai")
-    assert _layoutc_w2_columns(module, plan8, I, 1)[0] == 360
-    # the TRT-LLM MXFP4 contract refuses what it cannot shard like vLLM
-    with pytest.raises(gen["flashinfer_trtllm_mxfp4_moe"].LayoutContractError, match="whole number of blocks"):
-        gen["flashinfer_trtllm_mxfp4_moe"].plan(num_experts=128, hidden_size=2880, intermediate_size=2880, tp_size=8,
-                                                activation="swigluoai")
+            values = vllm_rank["w2_values"]
+            assert vllm_rank["w13_rows"] == [2 * c + j for c in values for j in (0, 1)]
+            expected = [*values, *[None] * (padded - len(values))]
+            if contract == "aiter_fused_moe":
+                assert _layoutc_w2_columns(module, plan, I, rank) == expected, (contract, tp, rank)
+                assert _layoutc_w13_pairs(module, plan, I, rank) == expected, (contract, tp, rank)
+            else:
+                assert _trtllm_w2_columns(module, plan, I, rank) == expected, (contract, tp, rank)
+            dtype = torch.bfloat16 if contract == "aiter_fused_moe" else torch.float32
+            bias = module.shard_w2_bias(torch.ones(module.w2_bias_full_shape(plan), dtype=dtype), rank, plan)
+            assert bool(bias.abs().sum() > 0) == vllm_rank["w2_bias_kept"]
+            checked += 1
+    assert checked >= 200, checked
+    tp8_rank7 = oracle.gpt_oss_mxfp4_rank_rows(I, 8, 7)["w2_values"]
+    assert (tp8_rank7[0], len(tp8_rank7)) == (2688, 192)
+
+
+def test_gpt_oss_mxfp4_loader_drops_rows_when_i_is_not_whole_blocks(gen) -> None:
+    """The vLLM bug behind `gpt_oss_mxfp4_i_not_32`: at I = 88 (2.75 blocks of 32), tp = 1, the
+    gpt-oss loader counts I // 32 = 2 blocks and gives the only rank columns [0, 64): checkpoint
+    columns 64..87 are never loaded (their parameter columns stay zero). Both MXFP4 contracts
+    refuse I % 32 != 0 for swigluoai."""
+    got = oracle.gpt_oss_mxfp4_rank_rows(88, 1, 0)["w2_values"]
+    assert got == list(range(64))
+    for name in ("aiter_fused_moe", "flashinfer_trtllm_mxfp4_moe"):
+        with pytest.raises(gen[name].LayoutContractError, match="multiple of 32"):
+            gen[name].plan(num_experts=1, hidden_size=256, intermediate_size=88, tp_size=1, activation="swigluoai")
 
 
 # ---- FlashInfer TRT-LLM NVFP4 -------------------------------------------------------------
@@ -384,8 +424,9 @@ def test_flashinfer_trtllm_mxfp4_sizes_and_admission_match_vllm(gen, v) -> None:
         if admitted != (plan is not None):
             # swigluoai is gpt-oss (GptOssMxfp4MoEMethod: block-granular loader); silu is
             # Mxfp4MoEMethod, whose generic loader cuts scales at (I / 32) // tp blocks.
-            key = ("unexplained" if not admitted or (I // tp) % 32 == 0
-                   else "gpt_oss_mxfp4_block_sharding" if act == "swigluoai" else "mxfp4_ipp_not_32")
+            key = ("gpt_oss_mxfp4_i_not_32" if admitted and act == "swigluoai" and I % 32
+                   else "unexplained" if not admitted or (I // tp) % 32 == 0 or act == "swigluoai"
+                   else "mxfp4_ipp_not_32")
             tally.record(key, f"{where}: vllm={admitted} layoutc={plan is not None}")
             continue
         if admitted:
@@ -396,4 +437,4 @@ def test_flashinfer_trtllm_mxfp4_sizes_and_admission_match_vllm(gen, v) -> None:
                 tally.record("unexplained", f"{where}: vllm {want} layoutc {got}")
     print("flashinfer_trtllm_mxfp4_moe:", tally.summary())
     assert tally.decisions > 4_000 and tally.sizes > 1_000
-    assert set(tally.disagreements) == {"gpt_oss_mxfp4_block_sharding", "mxfp4_ipp_not_32"}, tally.summary()
+    assert set(tally.disagreements) == {"mxfp4_ipp_not_32", "gpt_oss_mxfp4_i_not_32"}, tally.summary()

@@ -227,8 +227,6 @@ def _known_fp8(scheme: str, H: int, I: int, tp: int) -> str | None:
     i_pp = I // tp
     if H % 128:
         return "marlin_fp8_h_not_128"
-    if scheme == "fp8_block128" and i_pp % 128 and tp > 1:
-        return "block_fp8_tp_shard_padding"
     if scheme == "fp8_block128" and i_pp % 128 and tp == 1:
         return "block_fp8_ragged_last_block"
     if scheme == "mxfp8" and i_pp % 32:
@@ -259,32 +257,42 @@ def test_fp8_admission_and_padded_size_match_vllm(gen, fp8) -> None:  # type: ig
                                             f"({plan.intermediate_size_per_partition}, {plan.intermediate_size_per_partition_padded})")
     print("marlin_moe_fp8:", tally.summary())
     assert tally.decisions > 5_000 and tally.sizes > 500
-    assert set(tally.disagreements) == {"marlin_fp8_h_not_128", "block_fp8_tp_shard_padding",
-                                        "block_fp8_ragged_last_block", "mxfp8_ipp_not_32"}, tally.summary()
+    assert set(tally.disagreements) == {"marlin_fp8_h_not_128", "block_fp8_ragged_last_block",
+                                        "mxfp8_ipp_not_32"}, tally.summary()
 
 
-def test_block_fp8_tp_shard_padding_minimax_m2_tp8(gen, fp8) -> None:
-    """The pinned limitation at its public numbers: MiniMax-M2 (H=3072, I=1536), tp=8.
-    vLLM pads each rank's 192-wide shard to 256 and loads checkpoint rows [256 r, 256 r + 256)
-    clipped to 1536, so ranks 6 and 7 hold only zeros; layoutc refuses (192 % 128 != 0)."""
-    config = oracle.moe_config(hidden_size=3072, intermediate_size=1536, tp_size=8, moe_backend="marlin")
+@pytest.mark.parametrize("H, I, tp", [(3072, 1536, 8), (256, 640, 4), (256, 1152, 6), (256, 384, 2)])
+def test_block_fp8_tp_shard_padding_matches_vllms_loader(gen, fp8, H: int, I: int, tp: int) -> None:
+    """Block FP8 TP-shard padding at MiniMax-M2's numbers (H=3072, I=1536, tp=8) and three
+    more: vLLM's resolve_fp8_moe_weight_block_shape pads each rank's I / tp shard to whole
+    128-blocks (tp=8: 192 -> 256), and its grouped loader gives rank r the checkpoint columns
+    [256 r, 256 r + 256) clipped to I, zero-filling the rest (ranks 6 and 7 hold only zeros).
+    layoutc's `shard ... in blocks of block_k` gives every rank the same columns, with its
+    fill (0) in the same places."""
+    module = gen["marlin_moe_fp8"]
+    config = oracle.moe_config(hidden_size=H, intermediate_size=I, tp_size=tp, moe_backend="marlin")
     shape, refine = fp8.oracle.resolve_fp8_moe_weight_block_shape(config, [128, 128], fp8.act_key, True)
     assert (shape, refine) == ([128, 128], None)
-    assert config.tp_shard_with_padding and config.intermediate_size_per_partition == 256
-    # vLLM's grouped loader (the padded-TP branch of _load_model_weight_or_group_weight_scale)
-    # on a w2 whose values are 1 + their checkpoint column: what each rank holds.
-    w2 = (torch.arange(1536, dtype=torch.float32) + 1).view(1, 1536).expand(4, 1536).contiguous()
-    held = []
-    for rank in range(8):
-        param = torch.full((4, 256), -1.0)
-        oracle.load_w2_grouped(config, param, w2, rank)
-        live = param[0][param[0] > 0]
-        held.append((int(live[0]) - 1, int(live[-1])) if live.numel() else None)
-        assert (param[0][live.numel():] == 0).all()  # the rest of the 256 is zero-filled
-    assert held[0] == (0, 256) and held[5] == (1280, 1536) and held[6] is None and held[7] is None, held
-    with pytest.raises(gen["marlin_moe_fp8"].LayoutContractError, match="whole number of scale blocks"):
-        gen["marlin_moe_fp8"].plan(num_experts=256, hidden_size=3072, intermediate_size=1536, tp_size=8,
-                                   scheme="fp8_block128", scale_dtype="float32", activation="silu")
+    assert config.tp_shard_with_padding == ((I // tp) % 128 != 0)
+    plan = module.plan(num_experts=1, hidden_size=H, intermediate_size=I, tp_size=tp, scheme="fp8_block128",
+                       scale_dtype="float32", activation="silu")
+    assert plan.intermediate_size_per_partition == config.intermediate_size_per_partition
+    S = config.intermediate_size_per_partition
+    # w2 [E, H, I] whose values are 1 + their checkpoint column: for vLLM's loader in float32,
+    # for layoutc's shard_w2_weight in float8_e4m3fn as three base-16 digits (0..15 are exact)
+    idx = (torch.arange(I) + 1).view(1, 1, I).expand(1, H, I).contiguous()
+    digits = [(idx // 16 ** d % 16).to(torch.float8_e4m3fn) for d in range(3)]
+    for rank in range(tp):
+        param = torch.full((H, S), -1.0)
+        oracle.load_w2_grouped(config, param, idx[0].float(), rank)
+        vllm_cols = [int(v) - 1 if v > 0 else None for v in param[0].tolist()]
+        assert all(v is not None or param[0, j] == 0 for j, v in enumerate(vllm_cols))
+        ours = sum(module.shard_w2_weight(d, rank, plan)[0, 0].float().long() * 16 ** k for k, d in enumerate(digits))
+        layoutc_cols = [int(v) - 1 if v > 0 else None for v in ours.tolist()]
+        assert layoutc_cols[:S] == vllm_cols, (rank, layoutc_cols[:8], vllm_cols[:8])
+        assert all(v is None for v in layoutc_cols[S:])
+    if (H, I, tp) == (3072, 1536, 8):
+        assert S == 256 and vllm_cols == [None] * 256  # rank 7 holds nothing
 
 
 @pytest.mark.parametrize("scheme, H, i_pp", [("fp8_block128", 256, 128), ("mxfp8", 128, 96), ("mxfp8", 256, 160)])
