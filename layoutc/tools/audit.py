@@ -10,7 +10,11 @@ in plain Python (``evaluate.py``; no solver), and reports:
   the width the kernel gets, ``intermediate_size_per_partition_padded`` (P);
 * the cost of the padding: ``pad_fraction`` = (P - I_pp) / P, ``extra_flops_pct``
   = (P - I_pp) / I_pp * 100, and ``extra_bytes``, the zero padding added to every
-  declared tensor of one rank, summed over the model's MoE layers.
+  declared tensor of one rank, summed over the model's MoE layers. Under a block
+  shard (``shard ... in blocks of B``) the last ranks hold fewer live rows than
+  I_pp, so I_pp in these costs is the mean live width over the ranks, I / tp_size,
+  and the bytes are the mean over the ranks (e.g. MiniMax-M2 block FP8 at tp=8:
+  256-row shards, ranks 6 and 7 empty, pad fraction 25%).
 
 The mapping rules (which model field sets which parameter, which checkpoint format
 goes to which contract, what is enumerated) are in ``docs/audit.md``; the code
@@ -30,6 +34,7 @@ import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -475,24 +480,43 @@ def _extra_elements_bytes(contract: ir.Contract, env: Mapping[str, Value]) -> in
         width = DTYPE_BYTES.get(storage)
         if width is None:
             return None
-        logical = padded = 1
+        logical: Fraction = Fraction(1)
+        padded = 1
         for axis in tensor.axes:
-            lo = int(eval_expr(axis.logical, env))
+            lo: Fraction = Fraction(int(eval_expr(axis.logical, env)))
             pa = int(eval_expr(axis.padded, env))
+            mean = _mean_live(contract, tensor, axis, env)
+            if mean is not None:
+                lo = mean
             if axis.group_size is not None:
                 group = int(eval_expr(axis.group_size, env))
                 if group == -1:
-                    lo = pa = 1
+                    lo, pa = Fraction(1), 1
                 else:
-                    lo, pa = _cdiv(lo, group), _cdiv(pa, group)
+                    lo = Fraction(_cdiv(int(lo), group)) if mean is None else lo / group
+                    pa = _cdiv(pa, group)
             lo *= axis.segments
             pa *= axis.segments
             if axis.pack > 1:
-                lo, pa = _cdiv(lo, axis.pack), _cdiv(pa, axis.pack)
+                lo = Fraction(_cdiv(int(lo), axis.pack)) if mean is None else lo / axis.pack
+                pa = _cdiv(pa, axis.pack)
             logical *= lo
             padded *= pa
         total += (padded - logical) * width
-    return total
+    return round(total)
+
+
+def _mean_live(contract: ir.Contract, tensor: ir.Tensor, axis: ir.Axis, env: Mapping[str, Value]) -> Fraction | None:
+    """The mean live width of a block-sharded intermediate axis over the ranks, FULL / tp_size
+    (values; every full entry is on exactly one rank, the coverage property), or None."""
+    shard = contract.shard
+    if shard is None or shard.blocks is None or not ir.is_intermediate(tensor, axis):
+        return None
+    tp = env.get(shard.count)
+    full = eval_expr(shard.full, env)
+    if not isinstance(tp, int) or not isinstance(full, int) or tp <= 0:
+        return None
+    return Fraction(full, tp)
 
 
 def _rule_name(kind: str, span_line: int) -> str:
@@ -571,8 +595,11 @@ def _evaluate_row(prep: _Prepared, config: dict[str, Value], num_moe_layers: int
     if violations:
         return result
     if i_pp is not None and padded is not None:
-        result["pad_fraction"] = (padded - i_pp) / padded if padded > 0 else None
-        result["extra_flops_pct"] = (padded - i_pp) / i_pp * 100 if i_pp > 0 else None
+        live = _mean_live(contract, contract.weight("w2"), contract.weight("w2").axis("k"), env) \
+            if contract.shard is not None and contract.shard.blocks is not None else None
+        mean = float(live) if live is not None else i_pp
+        result["pad_fraction"] = (padded - mean) / padded if padded > 0 else None
+        result["extra_flops_pct"] = (padded - mean) / mean * 100 if mean > 0 else None
     try:
         per_layer = _extra_elements_bytes(contract, env)
     except EvalError:
@@ -819,9 +846,11 @@ def model_json(label: str, m: MoEModelConfig) -> dict[str, Any]:
 
 TEXT_LEGEND = """\
 legend:
-  I_pp      intermediate_size / tp: the logical per-rank width
+  I_pp      intermediate_size / tp: the logical per-rank width (a block shard's rank width,
+            whose live rows average intermediate_size / tp over the ranks)
   padded    the width the kernel gets (intermediate_size_per_partition_padded)
   pad       (padded - I_pp) / padded: share of the kernel's intermediate dim that is zeros
+            (block shards: with the mean live width, so empty and short ranks count)
   +mem/rank zero padding added to every declared tensor of one rank, all MoE layers (GiB = 2^30 B)
   +flops    (padded - I_pp) / I_pp: extra MoE GEMM arithmetic
   fast path yes = the contract admits it; NO = the first broken rule (line in the contract) and its message

@@ -1,0 +1,103 @@
+"""A block-sharded contract proved, compiled and run on the real vLLM CPU kernel, every rank.
+
+The shipped `vllm_cpu_grouped_gemm` with gpt-oss's MXFP4 shard rule instead of the even
+split: `shard intermediate_size over tp_size in blocks of 32`, each rank's logical size
+cdiv(I, 32 tp) * 32. At I = 2880 and tp = 8, ranks 0-6 hold 384 rows and rank 7 holds 192;
+at tp = 64, ranks 0-44 hold 64 rows and ranks 45-63 none. The oracle is an unsharded float64
+loop over experts; the sum of every rank's real-kernel output must match it, the short and
+empty ranks' fill rows included (they must add nothing).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from layoutc.cli import main
+from tests.conftest import ROOT, require_package
+from tests.loading import load_generated
+
+SHIPPED = ROOT / "contracts" / "vllm_cpu_grouped_gemm.moe"
+
+
+def block_sharded_text() -> str:
+    text = SHIPPED.read_text().replace("contract vllm_cpu_grouped_gemm", "contract vllm_cpu_block_sharded")
+    old_let = "let intermediate_size_per_partition = intermediate_size / tp_size\n"
+    assert old_let in text
+    text = text.replace(old_let, old_let + "shard intermediate_size over tp_size in blocks of 32\n"
+                        "let shard_size = cdiv(intermediate_size, 32 * tp_size) * 32\n")
+    text = text.replace("round_up(intermediate_size_per_partition, intermediate_alignment)",
+                        "round_up(shard_size, intermediate_alignment)")
+    assert text.count("intermediate_size_per_partition ->") == 3
+    return text.replace("intermediate_size_per_partition ->", "shard_size ->")
+
+
+@pytest.fixture(scope="module")
+def module(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    require_package("vllm", "pip install -e '.[kernels]'")
+    folder = tmp_path_factory.mktemp("block_sharded")
+    contract = folder / "vllm_cpu_block_sharded.moe"
+    contract.write_text(block_sharded_text())
+    out = folder / "out"
+    assert main(["compile", str(contract), "--out", str(out), "--no-cache"]) == 0  # verifies first
+    m = load_generated(out, "vllm_cpu_block_sharded")
+    m.load_kernel()
+    return m
+
+
+def _swigluoai(h: torch.Tensor) -> torch.Tensor:
+    gate, up = h[0::2].clamp(max=7.0), h[1::2].clamp(-7.0, 7.0)
+    return gate * torch.sigmoid(1.702 * gate) * (up + 1)
+
+
+def _silu(h: torch.Tensor) -> torch.Tensor:
+    n = h.shape[0] // 2
+    return torch.nn.functional.silu(h[:n]) * h[n:]
+
+
+@pytest.mark.parametrize("activation, tp", [("swigluoai", 8), ("swigluoai", 64), ("silu", 8), ("silu", 12)])
+def test_every_rank_on_the_real_kernel_sums_to_the_reference(module, activation: str, tp: int,  # type: ignore[no-untyped-def]
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    m = module
+    I, E, H, T = 2880, 4, 64, 6  # noqa: E741  (the field's names)
+    torch.manual_seed(tp)
+    full13 = torch.randn(E, 2 * I, H) / 8  # swigluoai: (gate, up) pairs; silu: [gate | up]
+    full2 = torch.randn(E, H, I) / 16
+    bias13, bias2 = torch.randn(E, 2 * I) / 4, torch.randn(E, H) / 4
+    x = torch.randn(T, H)
+    ids = torch.stack([torch.randperm(E)[:2] for _ in range(T)])
+    weights = torch.rand(T, 2)
+    constants = dict(swiglu_alpha_milli=1702, swiglu_limit_milli=7000) if activation == "swigluoai" else {}
+    plan = m.plan(num_experts=E, hidden_size=H, intermediate_size=I, tp_size=tp, isa="vec", activation=activation,
+                  dtype="float32", **constants)
+    L = -(-I // (32 * tp)) * 32
+    short = [r for r in range(tp) if (r + 1) * L > I]
+    assert short, "the case must have a short or empty rank"
+    total = torch.zeros(T, H)
+    for rank in range(tp):
+        w13, w2 = m.shard_w13(full13, rank, plan), m.shard_w2(full2, rank, plan)
+        packed = m.prepack_padded(w13, w2, plan)
+        total += m.fused_moe(x, *packed, weights, ids, plan, w13_bias=m.shard_w13_bias(bias13, rank, plan),
+                             w2_bias=m.shard_w2_bias(bias2, rank, plan)).float()
+    act = _swigluoai if activation == "swigluoai" else _silu
+    expected = torch.zeros(T, H, dtype=torch.float64)
+    for t in range(T):
+        for k in range(2):
+            e = int(ids[t, k])
+            h = full13[e].double() @ x[t].double() + bias13[e].double()
+            expected[t] += float(weights[t, k]) * (full2[e].double() @ act(h) + bias2[e].double())
+    assert float((total.double() - expected).norm() / expected.norm()) < 1e-4
+
+
+def test_an_even_split_of_the_same_contract_is_refused_where_it_would_drop_rows(tmp_path: Path,
+                                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The same variant with a per-rank size that rounds down: a coverage counterexample."""
+    text = block_sharded_text().replace("cdiv(intermediate_size, 32 * tp_size) * 32",
+                                        "intermediate_size / (32 * tp_size) * 32")
+    contract = tmp_path / "dropping.moe"
+    contract.write_text(text)
+    assert main(["verify", str(contract), "--no-cache"]) == 1
+    out = capsys.readouterr().out
+    assert "coverage          counterexample" in out and "are never read (dropped)" in out
