@@ -38,6 +38,9 @@ RESERVED = frozenset({
     "WORKAROUND_ENV", "code", "true", "false",
 })
 AXIS_NAMES = ("experts", "n", "k")
+# Names integrators give the TP degree; `shard_*` and coverage read `tp_size` only (LC414).
+TP_ALIASES = ("tp", "tp_degree", "tp_world_size", "tensor_parallel_size", "tensor_parallel", "world_size",
+              "num_ranks", "n_ranks", "ranks", "num_shards", "shards")
 _STORAGE_BITS = {"int32": 32, "int16": 16, "int8": 8, "uint8": 8}
 # float dtype -> (mantissa bits, largest finite value)
 _FLOATS = {"float32": (23, 3.4028234663852886e38), "bfloat16": (7, 3.3895313892515355e38),
@@ -555,6 +558,11 @@ class _Checker:
         """`shard FULL over tp_size`, or the default `shard intermediate_size over tp_size`."""
         if d is None:
             if "tp_size" not in self.params:
+                alias = next((p for p in TP_ALIASES if p in self.params), None)
+                if alias is not None:
+                    self.err("LC414", self.params[alias].span, f"parameter `{alias}` looks like the tensor-parallel "
+                             "degree, but only `tp_size` is sharded over: with it named otherwise, no `shard_*` is "
+                             "generated and no coverage is proved. Name it `tp_size`")
                 return None
             if "intermediate_size" not in self.params and "intermediate_size" not in self.lets:
                 self.err("LC414", span, "the contract shards over `tp_size` but has no `intermediate_size`: "

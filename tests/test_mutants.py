@@ -66,7 +66,7 @@ EXPECTED: dict[str, Any] = {
     "z_bias_plain": "check", "v_bias_halves_copy": "check", "v_bias_full_copy": "runs",
     "v_w2_bias_like": "runs", "z_no_biases": "runs", "v_rename_hidden": "runs",
     "v_rename_experts": "runs", "v_rename_dtype": "runs", "v_rename_padded": "runs",
-    "z_rename_activation": "check", "i4_rename_group": "runs", "g_rename_tp": "runs",
+    "z_rename_activation": "check", "i4_rename_group": "runs", "g_rename_tp": "check",
     "g_rename_intermediate": "check", "v_relu2": "check", "v_silu_no_mul": "check",
     "z_relu2": "check", "v_ungated": "check", "g_ungated": "check",
     "v_fixed_swigluoai": "check", "v_fixed_swigluoai_halves": "check", "z_fixed_silu": "check",
