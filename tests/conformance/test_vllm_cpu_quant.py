@@ -29,6 +29,7 @@ import itertools
 import logging
 import platform
 import types
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -74,7 +75,7 @@ def _arm():  # type: ignore[no-untyped-def]
 # ---- W4A8 int4 (cpu_int4_moe.py) ---------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kleidi_packs(K: int) -> bool:
     """Whether vLLM's pack_int4_weights_for_kleidi packs a [2, K] channelwise weight whole:
     it must not raise, and the nibble tensor it hands aten::_dyn_quant_pack_4bit_weight
@@ -258,7 +259,7 @@ def test_int8_shard_tensors_match_vllms_loader(gen, H, I, tp) -> None:  # type: 
     w2 = torch.randint(-128, 128, (E, H, I), dtype=torch.int8)
     s1, s3, s2 = torch.rand(E, I, 1), torch.rand(E, I, 1), torch.rand(E, H, 1)
     config = oracle.moe_config(num_experts=E, hidden_size=H, intermediate_size=I, tp_size=tp)
-    fake = types.SimpleNamespace(moe_config=config, _get_hidden_dim=RoutedExperts._get_hidden_dim,
+    fake: Any = types.SimpleNamespace(moe_config=config, _get_hidden_dim=RoutedExperts._get_hidden_dim,
                                  _narrow_expert_data_for_padding=RoutedExperts._narrow_expert_data_for_padding)
     fake._load_w13 = lambda **kw: RoutedExperts._load_w13(fake, **kw)
     for rank in range(tp):
@@ -286,8 +287,8 @@ def test_mxfp4_sizes_and_admission_match_vllm(gen, q, name, act) -> None:  # typ
     cls = q.cpu.CPUExpertsMxfp4
     backend = q.mxfp4.Mxfp4MoeBackend.CPU
     tally = oracle.Tally()
-    hidden = tuple(h for h in HIDDEN if h % 32 == 0) + (2816, 96, 160)  # an MXFP4 checkpoint has H % 32 == 0
-    for H, I, tp, dtype in itertools.product(hidden, INTERMEDIATE + (2048, 4 * 40320), oracle.effective_tp_degrees(),
+    hidden = (*(h for h in HIDDEN if h % 32 == 0), 2816, 96, 160)  # an MXFP4 checkpoint has H % 32 == 0
+    for H, I, tp, dtype in itertools.product(hidden, (*INTERMEDIATE, 2048, 4 * 40320), oracle.effective_tp_degrees(),
                                              ("bfloat16", "float16")):
         tally.decisions += 1
         ok, config = oracle.call_or_reject(oracle.moe_config, hidden_size=H, intermediate_size=I, tp_size=tp,
