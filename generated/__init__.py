@@ -19,5 +19,9 @@ __all__ = [
     "torch_int4pack_moe",
     "torch_int8pack_moe",
     "vllm_cpu_grouped_gemm",
+    "vllm_cpu_int8_moe",
+    "vllm_cpu_mxfp4_gpt_oss_moe",
+    "vllm_cpu_mxfp4_moe",
+    "vllm_cpu_w4a8_int4_moe",
     "zentorch_fused_moe",
 ]

@@ -27,6 +27,7 @@ KNOWN: dict[str, tuple[str, str]] = {
     "aiter_w4a4_128": ("vllm-bug", "AITER W4A4 rounds I_pp to 128"),
     "mxfp4_ipp_not_32": ("vllm-bug", "MXFP4 with I_pp % 32 != 0"),
     "gpt_oss_mxfp4_i_not_32": ("vllm-bug", "gpt-oss MXFP4 with I % 32 != 0"),
+    "w4a8_channelwise_odd_k": ("vllm-bug", "W4A8 int4 channelwise with an odd K"),
     "zentorch_float16": ("vllm-bug", "zentorch float16"),
     "zentorch_single_active_expert": ("vllm-bug", "zentorch with a single active expert"),
     # the language cannot state it yet

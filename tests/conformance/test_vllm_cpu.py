@@ -92,6 +92,10 @@ def _any_params(name: str) -> dict[str, object]:
         "flashinfer_trtllm_mxfp4_moe": dict(activation="swigluoai"),
         "marlin_moe_awq": dict(group_size=128, activation="silu", dtype="bfloat16"),
         "marlin_moe_gptq_int8": dict(group_size=128, activation="silu", dtype="bfloat16"),
+        "vllm_cpu_w4a8_int4_moe": dict(group_size=32, activation="silu", scale_dtype="bfloat16"),
+        "vllm_cpu_int8_moe": dict(isa="neon", activation="silu", dtype="bfloat16"),
+        "vllm_cpu_mxfp4_moe": dict(),
+        "vllm_cpu_mxfp4_gpt_oss_moe": dict(),
     }
     assert name in extra, f"add {name} to _any_params"
     return {**base, **extra[name]}
