@@ -146,6 +146,10 @@ CONTRACT_FORMATS: dict[str, tuple[str, ...]] = {
     "marlin_moe_wna16": ("gptq_int4",),
     "marlin_moe_fp8": ("fp8_block128", "mxfp8"),
     "flashinfer_nvfp4_moe": ("nvfp4",),
+    "flashinfer_trtllm_mxfp4_moe": ("mxfp4",),
+    # vLLM 0.32's CPU MXFP4 experts (AMX): the generic method (silu) and gpt-oss's (swigluoai)
+    "vllm_cpu_mxfp4_moe": ("mxfp4",),
+    "vllm_cpu_mxfp4_gpt_oss_moe": ("mxfp4",),
 }
 
 
