@@ -94,3 +94,16 @@ def test_an_empty_rank_reads_nothing_and_holds_only_the_fill() -> None:
     dst = loading.allocate("c", "w13", axes, torch.float32, 0.0, 63, 64)
     loading.load("c", "w13", dst, full, axes, torch.float32, 63, 64, roles=("gate", "up"))
     assert not dst.any()
+
+
+def test_explain_shows_each_ranks_slice(in_root, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    from layoutc.cli import main
+
+    args = ["explain", "contracts/aiter_fused_moe.moe", "--set", "num_experts=128", "--set", "hidden_size=2880",
+            "--set", "intermediate_size=2880", "--set", "activation=swigluoai"]
+    assert main([*args, "--set", "tp_size=8"]) == 0
+    out = capsys.readouterr().out
+    assert "shard: 2880 intermediate entries over tp_size=8 ranks in blocks of 32, 384 per rank" in out
+    assert "  ranks 0-6: 384 each, [0, 384) .. [2304, 2688)\n  rank 7: 192, [2688, 2880)\n" in out
+    assert main([*args, "--set", "tp_size=64"]) == 0
+    assert "  ranks 45-63: none (empty)\n" in capsys.readouterr().out

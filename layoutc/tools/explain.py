@@ -87,6 +87,10 @@ def explain(path: str, assignments: list[str], fmt: str = "text") -> int:
         for b in broken:
             print(f"  {b}")
         return 1
+    shard = shard_lines(contract, env)
+    if shard:
+        print()
+        print("\n".join(shard))
     for tensor in contract.tensors:
         lines = tensor_picture(contract, tensor, env)
         if lines:
@@ -101,3 +105,34 @@ def explain(path: str, assignments: list[str], fmt: str = "text") -> int:
             print(f"kernel argument {arg.name} = {value}: the kernel skips the last {trims} positions of each "
                   f"segment of {axes}")
     return 0
+
+
+def shard_lines(contract: ir.Contract, env: dict[str, Value]) -> list[str]:
+    """Which entries of the full intermediate axis each rank reads: rank r gets
+    [min(r * L, FULL), min((r + 1) * L, FULL)) (docs/language.md, `shard`), runs of equal
+    lengths collapsed. Empty for an unsharded contract."""
+    shard = contract.shard
+    if shard is None:
+        return []
+    w2 = contract.weight("w2")
+    L, full, tp = eval_expr(w2.axis("k").logical, env), eval_expr(shard.full, env), env.get(shard.count)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (L, full, tp)):
+        return []
+    assert isinstance(L, int) and isinstance(full, int) and isinstance(tp, int)
+    kind = "in blocks of " + str(eval_expr(shard.blocks, env)) if shard.blocks is not None else "evenly"
+    lines = [f"shard: {full} intermediate entries over tp_size={tp} ranks {kind}, {L} per rank"]
+    ranks = [(r, min(r * L, full), min((r + 1) * L, full)) for r in range(tp)]
+    runs: list[list[tuple[int, int, int]]] = []
+    for r in ranks:
+        if runs and runs[-1][-1][2] - runs[-1][-1][1] == r[2] - r[1]:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    for run in runs:
+        first, last = run[0], run[-1]
+        who = f"rank {first[0]}" if len(run) == 1 else f"ranks {first[0]}-{last[0]}"
+        n = first[2] - first[1]
+        where = "none (empty)" if n == 0 else f"{n} each, [{first[1]}, {first[2]}) .. [{last[1]}, {last[2]})" \
+            if len(run) > 1 else f"{n}, [{first[1]}, {first[2]})"
+        lines.append(f"  {who}: {where}")
+    return lines
