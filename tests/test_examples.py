@@ -1,0 +1,30 @@
+"""The examples run as a user runs them (a fresh process from the repository root).
+
+CI also runs examples/gemma4_cpu_moe.py on its own; running it here catches a broken
+example before CI does (a compile output imported the wrong way once broke it).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import ROOT, require_package
+
+
+def test_gemma4_example_verifies_compiles_and_runs_the_kernel() -> None:
+    require_package("vllm", "pip install -e '.[kernels]'")
+    done = subprocess.run([sys.executable, "examples/gemma4_cpu_moe.py", "--experts", "4", "--tokens", "8",
+                           "--tp", "1,4"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert "layoutc compile: a fresh vllm_cpu_grouped_gemm module" in done.stdout
+    rows = [line.split() for line in done.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert [(r[0], r[1], r[2]) for r in rows] == [("1", "704", "704"), ("4", "176", "192")], done.stdout
+    assert all(float(r[3]) < 2e-2 for r in rows), done.stdout  # relative error against float32
+
+
+def test_tp_example_runs_real_ranks() -> None:
+    require_package("vllm", "pip install -e '.[kernels]'")
+    done = subprocess.run([sys.executable, "examples/tp_moe.py", "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and "tp" in done.stdout, done.stderr[-2000:]
