@@ -10,8 +10,10 @@ docs/verification.md for each property's encoding.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
@@ -68,6 +70,8 @@ class _Run:
         self.admitted = z3.And([self.base, *self.requires, *[f for _, f in self.admits]])
         self.sizes = self._axis_sizes()
         self._cases: list[list[tuple[z3.ExprRef, z3.ExprRef]]] | None = None
+        self._shared: z3.Solver | None = None
+        self._held: list[list[z3.BoolRef]] = []
         self.deadline = time.perf_counter() + self.options.budget_s
 
     # ---- solving ----
@@ -83,16 +87,27 @@ class _Run:
 
     def solve(self, goal: z3.BoolRef, extra: list[z3.BoolRef] | None = None,
               quick_only: bool = False) -> tuple[str, z3.ModelRef | None]:
-        """One fresh solver per case; sat in any case is a counterexample (the first, in a
-        fixed order), unknown in any case (and sat in none) is inconclusive. `quick_only`:
-        the whole-domain attempts only (for informational queries)."""
+        """Decide `goal` (and `extra`) over the whole domain: ("sat", model), ("unsat", None),
+        or ("unknown (why)", None), which is never a pass.
+
+        The attempts, in turn, until one answers sat or unsat (each answer is z3's own, so
+        their order only decides the time taken and which model a sat query returns):
+        1. z3's SMT core alone (SimpleSolver: no preprocessing tactics, which these
+           div/mod-by-numeral formulas mostly defeat): first the run's shared incremental
+           solver, which holds the domain and the requires every query shares (a query
+           inside a push), then a fresh one;
+        2. the tactic solver on the whole domain under `quick_rlimit`;
+        3. unless `quick_only` (informational queries), one solver per case (every
+           combination of the finite parameters that feed a divisor), specialised to
+           numerals: sat in any case is a counterexample (the first, in a fixed order),
+           unknown in any case (and sat in none) is inconclusive.
+        """
         formula = z3.And(goal, *(extra or []))
         if self.remaining_ms() <= 0:
             return f"unknown (the contract's verification budget of {self.options.budget_s:g} s is spent)", None
-        # First z3's SMT core alone on the whole domain (no preprocessing tactics, which
-        # these div/mod-by-numeral formulas mostly defeat): it settles nearly every query in
-        # milliseconds. Only where it gives up, the attempts below, as before.
-        status, model = self._core(formula)
+        status, model = self._shared_core(formula)
+        if status == "unknown":
+            status, model = self._core(formula)
         if status != "unknown":
             return status, model
         # First the whole domain at once under a small, deterministic resource budget, with
@@ -156,20 +171,71 @@ class _Run:
             return unknown, None
         return "unsat", None
 
-    def _core(self, formula: z3.BoolRef) -> tuple[str, z3.ModelRef | None]:
-        """One fresh SimpleSolver (z3's SMT core, arith.solver CORE_ARITH) on the whole
-        domain, under min(rlimit, CORE_RLIMIT_FACTOR * quick_rlimit) and the query timeout."""
+    def _core_solver(self) -> z3.Solver:
         solver = z3.SimpleSolver(ctx=self.ctx)
         if CORE_ARITH is not None:
             solver.set("arith.solver", CORE_ARITH)
+        solver.set("random_seed", self.options.seed)
+        return solver
+
+    def _core_limits(self, solver: z3.Solver) -> None:
         solver.set("rlimit", min(self.options.rlimit, CORE_RLIMIT_FACTOR * self.options.quick_rlimit))
         solver.set("timeout", max(1, min(self.options.timeout_ms, self.remaining_ms())))
-        solver.set("random_seed", self.options.seed)
+
+    def _core(self, formula: z3.BoolRef) -> tuple[str, z3.ModelRef | None]:
+        """A fresh SimpleSolver (z3's SMT core, arith.solver CORE_ARITH) on the whole domain,
+        under min(rlimit, CORE_RLIMIT_FACTOR * quick_rlimit) and the query timeout."""
+        solver = self._core_solver()
+        self._core_limits(solver)
         solver.add(formula)
         self.queries += 1
         result = solver.check()
         if result == z3.sat:
             return "sat", solver.model()
+        if result == z3.unsat:
+            return "unsat", None
+        return "unknown", None
+
+    def _shared_solver(self) -> z3.Solver:
+        if self._shared is None:
+            self._shared = self._core_solver()
+            self._held = [[self.base, *self.requires]]
+            self._shared.add(*self._held[0])
+        return self._shared
+
+    @contextlib.contextmanager
+    def holding(self, *parts: z3.BoolRef) -> Iterator[None]:
+        """The shared solver holds `parts` too (in a scope) while the block runs: for a run of
+        queries that all entail them, so that they are internalised once."""
+        solver = self._shared_solver()
+        solver.push()
+        solver.add(*parts)
+        self._held.append(list(parts))
+        try:
+            yield
+        finally:
+            self._held.pop()
+            solver.pop()
+
+    def _shared_core(self, formula: z3.BoolRef) -> tuple[str, z3.ModelRef | None]:
+        """`formula` in the run's incremental SMT-core solver, inside a push, when it entails
+        everything that solver holds (the domain, the pins and the requires at its base, and
+        what `holding` adds: each a conjunct of the formula, so holding it changes nothing);
+        else "unknown"."""
+        if not _has_conjuncts(formula, [part for parts in self._held for part in parts]):
+            return "unknown", None
+        solver = self._shared_solver()
+        self._core_limits(solver)
+        solver.push()
+        try:
+            solver.add(formula)
+            self.queries += 1
+            result = solver.check()
+            model = solver.model() if result == z3.sat else None
+        finally:
+            solver.pop()
+        if result == z3.sat:
+            return "sat", model
         if result == z3.unsat:
             return "unsat", None
         return "unknown", None
@@ -255,6 +321,27 @@ class _Run:
 
     def val(self, model: z3.ModelRef, term: z3.ExprRef) -> int:
         return model.eval(term, model_completion=True).as_long()  # type: ignore[attr-defined]
+
+
+def _has_conjuncts(formula: z3.BoolRef, parts: list[z3.BoolRef]) -> bool:
+    """Whether `formula` entails every term of `parts` by its shape alone: each is a conjunct
+    of it (through nested `And`s), or of every disjunct of an `Or` in that position."""
+    want = frozenset(p.get_id() for p in parts)
+    memo: dict[int, frozenset[int]] = {}
+
+    def entailed(term: z3.BoolRef, depth: int) -> frozenset[int]:
+        key = term.get_id()
+        if key not in memo:
+            found = frozenset((key,)) & want
+            if depth < 64 and (z3.is_and(term) or z3.is_or(term)):
+                subs = [entailed(child, depth + 1) for child in term.children()]
+                if z3.is_and(term):
+                    found = found.union(*subs)
+                elif subs:
+                    found = found | frozenset.intersection(*subs)
+            memo[key] = found
+        return memo[key]
+    return entailed(formula, 0) == want
 
 
 def _layout_phys(layout: str, k: int, i: z3.ArithRef, logical: z3.ArithRef, padded: z3.ArithRef) -> z3.ArithRef:
@@ -934,21 +1021,22 @@ def _waste(run: _Run) -> Verdict:
     # uses the quick whole-domain attempt only: a witness raises the bound to its own
     # fraction, an unknown lowers the search like an unsat but is reported. The result is
     # always a lower bound with its witness.
-    while lo < hi:
-        mid = (lo + hi + 1) // 2 if best is not None else 1
-        status, model = run.solve(z3.And(run.admitted, padded > 0, (padded - logical) * 100 >= mid * padded),
-                                  quick_only=best is not None)
-        if status == "sat":
-            assert model is not None
-            pv, lv = run.val(model, padded), run.val(model, logical)
-            lo, best = max(mid, (pv - lv) * 100 // pv), model  # the witness may beat mid by far
-        elif status == "unsat":
-            hi = mid - 1
-        else:
-            gave_up = status
-            if best is None:
-                break
-            hi = mid - 1
+    with run.holding(run.admitted, padded > 0):
+        while lo < hi:
+            mid = (lo + hi + 1) // 2 if best is not None else 1
+            status, model = run.solve(z3.And(run.admitted, padded > 0, (padded - logical) * 100 >= mid * padded),
+                                      quick_only=best is not None)
+            if status == "sat":
+                assert model is not None
+                pv, lv = run.val(model, padded), run.val(model, logical)
+                lo, best = max(mid, (pv - lv) * 100 // pv), model  # the witness may beat mid by far
+            elif status == "unsat":
+                hi = mid - 1
+            else:
+                gave_up = status
+                if best is None:
+                    break
+                hi = mid - 1
     seconds = time.perf_counter() - start
     if best is None:
         detail = f"not determined: the solver gave up ({gave_up})" if gave_up else "no padding anywhere in the domain"
@@ -985,8 +1073,9 @@ def verify_case(contract: ir.Contract, options: Options | None = None,
     builders = {"alignment": _alignment, "placement": _placement, "roundtrip": _roundtrip,
                 "inertness": _inertness, "groups": _groups, "kernel-arguments": _kernel_arguments,
                 "coverage": _coverage}
-    for prop, build in builders.items():
-        verdicts[prop] = _decide(run, prop, build(run), contract.span)
+    with run.holding(run.admitted):  # every obligation's goal is admitted and more
+        for prop, build in builders.items():
+            verdicts[prop] = _decide(run, prop, build(run), contract.span)
     verdicts["admission"] = _admission(run, verdicts)
     verdicts["waste"] = _waste(run)
     return [verdicts[p] for p in PROPERTY_IDS]
