@@ -19,6 +19,7 @@ from fractions import Fraction
 from typing import Any
 
 import z3
+from z3 import z3core
 
 from . import ir
 from .diagnostics import Span
@@ -40,6 +41,8 @@ CASE_ARITH: tuple[int | None, ...] = (2, None)
 # The first attempt at every query: z3's SMT core alone (SimpleSolver), arith.solver 2.
 CORE_ARITH: int | None = 2
 CORE_RLIMIT_FACTOR = 10
+# How deep a query's And/Or structure is searched for the terms the shared solver holds.
+SHAPE_DEPTH = 5
 
 
 @dataclass
@@ -71,7 +74,7 @@ class _Run:
         self.sizes = self._axis_sizes()
         self._cases: list[list[tuple[z3.ExprRef, z3.ExprRef]]] | None = None
         self._shared: z3.Solver | None = None
-        self._held: list[list[z3.BoolRef]] = []
+        self._held = _Held()
         self.deadline = time.perf_counter() + self.options.budget_s
 
     # ---- solving ----
@@ -199,8 +202,8 @@ class _Run:
     def _shared_solver(self) -> z3.Solver:
         if self._shared is None:
             self._shared = self._core_solver()
-            self._held = [[self.base, *self.requires]]
-            self._shared.add(*self._held[0])
+            self._held.push([self.base, *self.requires])
+            self._shared.add(self.base, *self.requires)
         return self._shared
 
     @contextlib.contextmanager
@@ -210,7 +213,7 @@ class _Run:
         solver = self._shared_solver()
         solver.push()
         solver.add(*parts)
-        self._held.append(list(parts))
+        self._held.push(list(parts))
         try:
             yield
         finally:
@@ -222,7 +225,7 @@ class _Run:
         everything that solver holds (the domain, the pins and the requires at its base, and
         what `holding` adds: each a conjunct of the formula, so holding it changes nothing);
         else "unknown"."""
-        if not _has_conjuncts(formula, [part for parts in self._held for part in parts]):
+        if not self._held.entailed_by(formula):
             return "unknown", None
         solver = self._shared_solver()
         self._core_limits(solver)
@@ -323,25 +326,61 @@ class _Run:
         return model.eval(term, model_completion=True).as_long()  # type: ignore[attr-defined]
 
 
-def _has_conjuncts(formula: z3.BoolRef, parts: list[z3.BoolRef]) -> bool:
-    """Whether `formula` entails every term of `parts` by its shape alone: each is a conjunct
-    of it (through nested `And`s), or of every disjunct of an `Or` in that position."""
-    want = frozenset(p.get_id() for p in parts)
+class _Held:
+    """The terms the shared solver holds, scope by scope, and for each the held terms it
+    entails by its shape (so that a query need only show the outermost ones)."""
+
+    def __init__(self) -> None:
+        self.scopes: list[list[int]] = []
+        self.implied: dict[int, frozenset[int]] = {}
+
+    def push(self, parts: list[z3.BoolRef]) -> None:
+        ids = []
+        for p in parts:
+            key = p.get_id()
+            found = _shape_entails(p, self.implied, skip=key)
+            self.implied[key] = frozenset((key,)).union(*(self.implied[f] for f in found))
+            ids.append(key)
+        self.scopes.append(ids)
+
+    def pop(self) -> None:
+        for key in self.scopes.pop():
+            if not any(key in scope for scope in self.scopes):
+                self.implied.pop(key, None)
+
+    def entailed_by(self, formula: z3.BoolRef) -> bool:
+        """Whether `formula` entails every held term by its shape alone."""
+        found = _shape_entails(formula, self.implied)
+        closure = frozenset().union(*(self.implied[f] for f in found))
+        return all(key in closure for scope in self.scopes for key in scope)
+
+
+def _shape_entails(formula: z3.BoolRef, targets: dict[int, frozenset[int]], skip: int = -1) -> frozenset[int]:
+    """The keys (AST ids) of `targets` that are conjuncts of `formula` (through nested
+    `And`s), or of every disjunct of an `Or` in that position. The walk stops at a target
+    and looks at the top SHAPE_DEPTH levels only (the goals are And(admitted, ...) and Ors
+    of those), through z3's C API (no Python wrapper per node)."""
+    ctx = formula.ctx_ref()
     memo: dict[int, frozenset[int]] = {}
 
-    def entailed(term: z3.BoolRef, depth: int) -> frozenset[int]:
-        key = term.get_id()
+    def walk(ast: Any, depth: int) -> frozenset[int]:
+        key = z3core.Z3_get_ast_id(ctx, ast)
+        if key in targets and key != skip:
+            return frozenset((key,))
         if key not in memo:
-            found = frozenset((key,)) & want
-            if depth < 64 and (z3.is_and(term) or z3.is_or(term)):
-                subs = [entailed(child, depth + 1) for child in term.children()]
-                if z3.is_and(term):
-                    found = found.union(*subs)
-                elif subs:
-                    found = found | frozenset.intersection(*subs)
+            found: frozenset[int] = frozenset()
+            if depth < SHAPE_DEPTH and z3core.Z3_get_ast_kind(ctx, ast) == z3.Z3_APP_AST:
+                kind = z3core.Z3_get_decl_kind(ctx, z3core.Z3_get_app_decl(ctx, ast))
+                if kind in (z3.Z3_OP_AND, z3.Z3_OP_OR):
+                    subs = [walk(z3core.Z3_get_app_arg(ctx, ast, n), depth + 1)
+                            for n in range(z3core.Z3_get_app_num_args(ctx, ast))]
+                    if kind == z3.Z3_OP_AND:
+                        found = found.union(*subs)
+                    elif subs:
+                        found = frozenset.intersection(*subs)
             memo[key] = found
         return memo[key]
-    return entailed(formula, 0) == want
+    return walk(formula.as_ast(), 0)
 
 
 def _layout_phys(layout: str, k: int, i: z3.ArithRef, logical: z3.ArithRef, padded: z3.ArithRef) -> z3.ArithRef:
