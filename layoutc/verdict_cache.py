@@ -304,9 +304,9 @@ def _run_parallel(jobs: list[tuple[str, Options, bool, bool]]):  # type: ignore[
         ctx = multiprocessing.get_context("fork")
     except ValueError:
         return [_load_and_verify_one(j) for j in jobs]
-    # Build the parser and import the solver once, before forking, so that the workers
-    # share them instead of each paying for them.
-    from . import verify  # noqa: F401
+    # Build the parser and import the checker, the solver and the report once, before
+    # forking, so that the workers share them instead of each paying for them.
+    from . import check, verify, verify_report  # noqa: F401
     from .parse import parse
     parse("", "<warm-up>")
     order = sorted(range(len(jobs)), key=lambda i: -_size(jobs[i][0]))
