@@ -113,7 +113,9 @@ class _Run:
             status, model = self._core(formula)
         if status != "unknown":
             return status, model
-        # First the whole domain at once under a small, deterministic resource budget, with
+        if self.remaining_ms() <= 0:
+            return f"unknown (the contract's verification budget of {self.options.budget_s:g} s is spent)", None
+        # Then the whole domain at once under a small, deterministic resource budget, with
         # the solvers of QUICK_ARITH in turn (arith.solver=2 settles most size formulas with
         # div/mod by numerals fastest); only if that is not enough, case by case.
         for arith in QUICK_ARITH:
