@@ -1061,23 +1061,29 @@ def _waste(run: _Run) -> Verdict:
     # The first query (is there padding at all?) is decided in full; the bisection above it
     # uses the quick whole-domain attempt only: a witness raises the bound to its own
     # fraction, an unknown lowers the search like an unsat but is reported. The result is
-    # always a lower bound with its witness.
+    # always a lower bound with its witness. After each new witness, one probe just above
+    # it first (is it the worst case?): the witness is often already the maximum, and one
+    # refutation there settles what bisection would take several (harder) ones for.
+    probe = False
     with run.holding(run.admitted, padded > 0):
         while lo < hi:
-            mid = (lo + hi + 1) // 2 if best is not None else 1
+            mid = 1 if best is None else lo + 1 if probe else (lo + hi + 1) // 2
+            probing, probe = probe, False
             status, model = run.solve(z3.And(run.admitted, padded > 0, (padded - logical) * 100 >= mid * padded),
                                       quick_only=best is not None)
             if status == "sat":
                 assert model is not None
                 pv, lv = run.val(model, padded), run.val(model, logical)
                 lo, best = max(mid, (pv - lv) * 100 // pv), model  # the witness may beat mid by far
+                probe = not probing
             elif status == "unsat":
                 hi = mid - 1
             else:
                 gave_up = status
                 if best is None:
                     break
-                hi = mid - 1
+                if not probing:  # an unknown probe only hands over to the bisection
+                    hi = mid - 1
     seconds = time.perf_counter() - start
     if best is None:
         detail = f"not determined: the solver gave up ({gave_up})" if gave_up else "no padding anywhere in the domain"
