@@ -227,9 +227,9 @@ class _Run:
         everything that solver holds (the domain, the pins and the requires at its base, and
         what `holding` adds: each a conjunct of the formula, so holding it changes nothing);
         else "unknown"."""
+        solver = self._shared_solver()  # first: it holds the base from its creation on
         if not self._held.entailed_by(formula):
             return "unknown", None
-        solver = self._shared_solver()
         self._core_limits(solver)
         solver.push()
         try:
@@ -351,7 +351,8 @@ class _Held:
                 self.implied.pop(key, None)
 
     def entailed_by(self, formula: z3.BoolRef) -> bool:
-        """Whether `formula` entails every held term by its shape alone."""
+        """Whether `formula` entails every held term by its shape alone (the caller makes
+        sure the base scope is pushed before asking)."""
         found = _shape_entails(formula, self.implied)
         closure = frozenset().union(*(self.implied[f] for f in found))
         return all(key in closure for scope in self.scopes for key in scope)
