@@ -7,12 +7,19 @@ count) are checked here so later recursive passes stay shallow.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import os
 import re
+import sys
+import tempfile
 from importlib import resources
+from pathlib import Path
 
 import lark
 from lark import Token, Tree
+from lark import lexer as lark_lexer
 
 from . import syntax as A
 from .diagnostics import Diagnostic, Span, error
@@ -32,10 +39,52 @@ _EXPECTED_NAMES = {
 }
 
 
+_LARK_OPTIONS = {"parser": "lalr", "propagate_positions": True, "maybe_placeholders": True}
+
+
 @functools.cache
 def _parser() -> lark.Lark:
+    """The LALR parser of grammar.lark. Building it takes 0.2-0.4 s, so the built tables are
+    kept like bytecode: in layoutc/__pycache__, keyed by the grammar, lark's version, the
+    options and Python's version, written atomically; a missing, unreadable or damaged file
+    is rebuilt (it only ever saves time)."""
     grammar = resources.files("layoutc").joinpath("grammar.lark").read_text(encoding="utf-8")
-    return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+    key = hashlib.sha256(f"{lark.__version__}\0{sys.version_info[:2]}\0{sorted(_LARK_OPTIONS.items())}\0"
+                         f"{grammar}".encode()).hexdigest()[:24]
+    path = Path(__file__).resolve().parent / "__pycache__" / f"grammar.{key}.lark-tables"
+    try:
+        with open(path, "rb") as fh:
+            parser = lark.Lark.load(fh)
+        if isinstance(parser, lark.Lark):
+            return parser
+    except Exception:  # missing or damaged: rebuilt below
+        pass
+    # lark checks the terminals' regexes for collisions with interegular, when installed: a
+    # grammar-author's warning that costs half the build; the parser is the same without it.
+    saved = getattr(lark_lexer, "has_interegular", False)
+    lark_lexer.has_interegular = False
+    try:
+        parser = lark.Lark(grammar, **_LARK_OPTIONS)
+    finally:
+        lark_lexer.has_interegular = saved
+    _save_tables(parser, path)
+    return parser
+
+
+def _save_tables(parser: lark.Lark, path: Path) -> None:
+    try:
+        path.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".grammar-", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                parser.save(fh)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except Exception:  # a read-only install, a full disk: no cache
+        return
 
 
 def _expected(names: set[str] | frozenset[str]) -> str:

@@ -29,6 +29,8 @@ class Encoder:
         self.vars: dict[str, z3.ExprRef] = {}
         self.defs: list[z3.BoolRef] = []
         self._finite: dict[int, frozenset[Value] | None] = {}
+        self._memo: dict[int, tuple[ir.Expr, z3.ExprRef]] = {}
+        self._divisors: dict[tuple[int, bool], tuple[ir.Expr, list[int], list[z3.BoolRef]]] = {}
         # Finite parameters that feed a divisor or a table: the verifier splits on them.
         self.split_params: set[str] = set()
         for p in contract.params:
@@ -68,6 +70,16 @@ class Encoder:
         return self._finite[key]
 
     def expr(self, e: ir.Expr, axis_sizes: Mapping[tuple[str, str], z3.ArithRef] | None = None) -> z3.ExprRef:
+        """The z3 term of `e` (memoised per IR node outside kernel clauses: the IR is immutable,
+        and the node is kept alive with its term, so its id is never reused)."""
+        if axis_sizes is not None:
+            return self._expr(e, axis_sizes)
+        hit = self._memo.get(id(e))
+        if hit is None:
+            hit = self._memo[id(e)] = (e, self._expr(e, None))
+        return hit[1]
+
+    def _expr(self, e: ir.Expr, axis_sizes: Mapping[tuple[str, str], z3.ArithRef] | None) -> z3.ExprRef:
         if isinstance(e, ir.Const):
             if isinstance(e.value, bool):
                 return z3.BoolVal(e.value, self.ctx)
@@ -102,14 +114,21 @@ class Encoder:
         """Expand `build(numeral)` over the finite values of `divisor`."""
         if isinstance(divisor, ir.Const) and isinstance(divisor.value, int):
             return build(divisor.value)
-        self.split_params |= param_deps(divisor, self.lets)
-        values = sorted(int(v) for v in (self.finite(divisor) or ()))
-        if not values:
-            raise ValueError("divisor without a finite value set")
-        d = self.expr(divisor, axis_sizes)
+        key = (id(divisor), axis_sizes is None)
+        cached = self._divisors.get(key) if axis_sizes is None else None
+        if cached is None:
+            self.split_params |= param_deps(divisor, self.lets)
+            values = sorted(int(v) for v in (self.finite(divisor) or ()))
+            if not values:
+                raise ValueError("divisor without a finite value set")
+            d = self.expr(divisor, axis_sizes)
+            cached = (divisor, values, [d == v for v in values])
+            if axis_sizes is None:
+                self._divisors[key] = cached
+        _, values, tests = cached
         result = build(values[-1])
-        for v in reversed(values[:-1]):
-            result = z3.If(d == v, build(v), result)
+        for v, test in zip(reversed(values[:-1]), reversed(tests[:-1]), strict=True):
+            result = z3.If(test, build(v), result)
         return result
 
     def op(self, e: ir.Op, axis_sizes: Mapping[tuple[str, str], z3.ArithRef] | None) -> z3.ExprRef:

@@ -10,13 +10,16 @@ docs/verification.md for each property's encoding.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
 import z3
+from z3 import z3core
 
 from . import ir
 from .diagnostics import Span
@@ -35,6 +38,11 @@ MINIMIZE_QUERIES = 16
 # a case it gives up on is asked again with the default one.
 QUICK_ARITH: tuple[int | None, ...] = (2,)
 CASE_ARITH: tuple[int | None, ...] = (2, None)
+# The first attempt at every query: z3's SMT core alone (SimpleSolver), arith.solver 2.
+CORE_ARITH: int | None = 2
+CORE_RLIMIT_FACTOR = 10
+# How deep a query's And/Or structure is searched for the terms the shared solver holds.
+SHAPE_DEPTH = 5
 
 
 @dataclass
@@ -65,6 +73,8 @@ class _Run:
         self.admitted = z3.And([self.base, *self.requires, *[f for _, f in self.admits]])
         self.sizes = self._axis_sizes()
         self._cases: list[list[tuple[z3.ExprRef, z3.ExprRef]]] | None = None
+        self._shared: z3.Solver | None = None
+        self._held = _Held()
         self.deadline = time.perf_counter() + self.options.budget_s
 
     # ---- solving ----
@@ -80,13 +90,32 @@ class _Run:
 
     def solve(self, goal: z3.BoolRef, extra: list[z3.BoolRef] | None = None,
               quick_only: bool = False) -> tuple[str, z3.ModelRef | None]:
-        """One fresh solver per case; sat in any case is a counterexample (the first, in a
-        fixed order), unknown in any case (and sat in none) is inconclusive. `quick_only`:
-        the whole-domain attempts only (for informational queries)."""
+        """Decide `goal` (and `extra`) over the whole domain: ("sat", model), ("unsat", None),
+        or ("unknown (why)", None), which is never a pass.
+
+        The attempts, in turn, until one answers sat or unsat (each answer is z3's own, so
+        their order only decides the time taken and which model a sat query returns):
+        1. z3's SMT core alone (SimpleSolver: no preprocessing tactics, which these
+           div/mod-by-numeral formulas mostly defeat): first the run's shared incremental
+           solver, which holds the domain and the requires every query shares (a query
+           inside a push), then a fresh one;
+        2. the tactic solver on the whole domain under `quick_rlimit`;
+        3. unless `quick_only` (informational queries), one solver per case (every
+           combination of the finite parameters that feed a divisor), specialised to
+           numerals: sat in any case is a counterexample (the first, in a fixed order),
+           unknown in any case (and sat in none) is inconclusive.
+        """
         formula = z3.And(goal, *(extra or []))
         if self.remaining_ms() <= 0:
             return f"unknown (the contract's verification budget of {self.options.budget_s:g} s is spent)", None
-        # First the whole domain at once under a small, deterministic resource budget, with
+        status, model = self._shared_core(formula)
+        if status == "unknown":
+            status, model = self._core(formula)
+        if status != "unknown":
+            return status, model
+        if self.remaining_ms() <= 0:
+            return f"unknown (the contract's verification budget of {self.options.budget_s:g} s is spent)", None
+        # Then the whole domain at once under a small, deterministic resource budget, with
         # the solvers of QUICK_ARITH in turn (arith.solver=2 settles most size formulas with
         # div/mod by numerals fastest); only if that is not enough, case by case.
         for arith in QUICK_ARITH:
@@ -146,6 +175,75 @@ class _Run:
         if unknown is not None:
             return unknown, None
         return "unsat", None
+
+    def _core_solver(self) -> z3.Solver:
+        solver = z3.SimpleSolver(ctx=self.ctx)
+        if CORE_ARITH is not None:
+            solver.set("arith.solver", CORE_ARITH)
+        solver.set("random_seed", self.options.seed)
+        return solver
+
+    def _core_limits(self, solver: z3.Solver) -> None:
+        solver.set("rlimit", min(self.options.rlimit, CORE_RLIMIT_FACTOR * self.options.quick_rlimit))
+        solver.set("timeout", max(1, min(self.options.timeout_ms, self.remaining_ms())))
+
+    def _core(self, formula: z3.BoolRef) -> tuple[str, z3.ModelRef | None]:
+        """A fresh SimpleSolver (z3's SMT core, arith.solver CORE_ARITH) on the whole domain,
+        under min(rlimit, CORE_RLIMIT_FACTOR * quick_rlimit) and the query timeout."""
+        solver = self._core_solver()
+        self._core_limits(solver)
+        solver.add(formula)
+        self.queries += 1
+        result = solver.check()
+        if result == z3.sat:
+            return "sat", solver.model()
+        if result == z3.unsat:
+            return "unsat", None
+        return "unknown", None
+
+    def _shared_solver(self) -> z3.Solver:
+        if self._shared is None:
+            self._shared = self._core_solver()
+            self._held.push([self.base, *self.requires])
+            self._shared.add(self.base, *self.requires)
+        return self._shared
+
+    @contextlib.contextmanager
+    def holding(self, *parts: z3.BoolRef) -> Iterator[None]:
+        """The shared solver holds `parts` too (in a scope) while the block runs: for a run of
+        queries that all entail them, so that they are internalised once."""
+        solver = self._shared_solver()
+        solver.push()
+        solver.add(*parts)
+        self._held.push(list(parts))
+        try:
+            yield
+        finally:
+            self._held.pop()
+            solver.pop()
+
+    def _shared_core(self, formula: z3.BoolRef) -> tuple[str, z3.ModelRef | None]:
+        """`formula` in the run's incremental SMT-core solver, inside a push, when it entails
+        everything that solver holds (the domain, the pins and the requires at its base, and
+        what `holding` adds: each a conjunct of the formula, so holding it changes nothing);
+        else "unknown"."""
+        solver = self._shared_solver()  # first: it holds the base from its creation on
+        if not self._held.entailed_by(formula):
+            return "unknown", None
+        self._core_limits(solver)
+        solver.push()
+        try:
+            solver.add(formula)
+            self.queries += 1
+            result = solver.check()
+            model = solver.model() if result == z3.sat else None
+        finally:
+            solver.pop()
+        if result == z3.sat:
+            return "sat", model
+        if result == z3.unsat:
+            return "unsat", None
+        return "unknown", None
 
     def remaining_ms(self) -> int:
         return int((self.deadline - time.perf_counter()) * 1000)
@@ -228,6 +326,64 @@ class _Run:
 
     def val(self, model: z3.ModelRef, term: z3.ExprRef) -> int:
         return model.eval(term, model_completion=True).as_long()  # type: ignore[attr-defined]
+
+
+class _Held:
+    """The terms the shared solver holds, scope by scope, and for each the held terms it
+    entails by its shape (so that a query need only show the outermost ones)."""
+
+    def __init__(self) -> None:
+        self.scopes: list[list[int]] = []
+        self.implied: dict[int, frozenset[int]] = {}
+
+    def push(self, parts: list[z3.BoolRef]) -> None:
+        ids = []
+        for p in parts:
+            key = p.get_id()
+            found = _shape_entails(p, self.implied, skip=key)
+            self.implied[key] = frozenset((key,)).union(*(self.implied[f] for f in found))
+            ids.append(key)
+        self.scopes.append(ids)
+
+    def pop(self) -> None:
+        for key in self.scopes.pop():
+            if not any(key in scope for scope in self.scopes):
+                self.implied.pop(key, None)
+
+    def entailed_by(self, formula: z3.BoolRef) -> bool:
+        """Whether `formula` entails every held term by its shape alone (the caller makes
+        sure the base scope is pushed before asking)."""
+        found = _shape_entails(formula, self.implied)
+        closure = frozenset().union(*(self.implied[f] for f in found))
+        return all(key in closure for scope in self.scopes for key in scope)
+
+
+def _shape_entails(formula: z3.BoolRef, targets: dict[int, frozenset[int]], skip: int = -1) -> frozenset[int]:
+    """The keys (AST ids) of `targets` that are conjuncts of `formula` (through nested
+    `And`s), or of every disjunct of an `Or` in that position. The walk stops at a target
+    and looks at the top SHAPE_DEPTH levels only (the goals are And(admitted, ...) and Ors
+    of those), through z3's C API (no Python wrapper per node)."""
+    ctx = formula.ctx_ref()
+    memo: dict[int, frozenset[int]] = {}
+
+    def walk(ast: Any, depth: int) -> frozenset[int]:
+        key = z3core.Z3_get_ast_id(ctx, ast)
+        if key in targets and key != skip:
+            return frozenset((key,))
+        if key not in memo:
+            found: frozenset[int] = frozenset()
+            if depth < SHAPE_DEPTH and z3core.Z3_get_ast_kind(ctx, ast) == z3.Z3_APP_AST:
+                kind = z3core.Z3_get_decl_kind(ctx, z3core.Z3_get_app_decl(ctx, ast))
+                if kind in (z3.Z3_OP_AND, z3.Z3_OP_OR):
+                    subs = [walk(z3core.Z3_get_app_arg(ctx, ast, n), depth + 1)
+                            for n in range(z3core.Z3_get_app_num_args(ctx, ast))]
+                    if kind == z3.Z3_OP_AND:
+                        found = found.union(*subs)
+                    elif subs:
+                        found = frozenset.intersection(*subs)
+            memo[key] = found
+        return memo[key]
+    return walk(formula.as_ast(), 0)
 
 
 def _layout_phys(layout: str, k: int, i: z3.ArithRef, logical: z3.ArithRef, padded: z3.ArithRef) -> z3.ArithRef:
@@ -975,22 +1131,29 @@ def _waste(run: _Run) -> Verdict:
     # The first query (is there padding at all?) is decided in full; the bisection above it
     # uses the quick whole-domain attempt only: a witness raises the bound to its own
     # fraction, an unknown lowers the search like an unsat but is reported. The result is
-    # always a lower bound with its witness.
-    while lo < hi:
-        mid = (lo + hi + 1) // 2 if best is not None else 1
-        status, model = run.solve(z3.And(run.admitted, padded > 0, (padded - logical) * 100 >= mid * padded),
-                                  quick_only=best is not None)
-        if status == "sat":
-            assert model is not None
-            pv, lv = run.val(model, padded), run.val(model, logical)
-            lo, best = max(mid, (pv - lv) * 100 // pv), model  # the witness may beat mid by far
-        elif status == "unsat":
-            hi = mid - 1
-        else:
-            gave_up = status
-            if best is None:
-                break
-            hi = mid - 1
+    # always a lower bound with its witness. After each new witness, one probe just above
+    # it first (is it the worst case?): the witness is often already the maximum, and one
+    # refutation there settles what bisection would take several (harder) ones for.
+    probe = False
+    with run.holding(run.admitted, padded > 0):
+        while lo < hi:
+            mid = 1 if best is None else lo + 1 if probe else (lo + hi + 1) // 2
+            probing, probe = probe, False
+            status, model = run.solve(z3.And(run.admitted, padded > 0, (padded - logical) * 100 >= mid * padded),
+                                      quick_only=best is not None)
+            if status == "sat":
+                assert model is not None
+                pv, lv = run.val(model, padded), run.val(model, logical)
+                lo, best = max(mid, (pv - lv) * 100 // pv), model  # the witness may beat mid by far
+                probe = not probing
+            elif status == "unsat":
+                hi = mid - 1
+            else:
+                gave_up = status
+                if best is None:
+                    break
+                if not probing:  # an unknown probe only hands over to the bisection
+                    hi = mid - 1
     seconds = time.perf_counter() - start
     if best is None:
         detail = f"not determined: the solver gave up ({gave_up})" if gave_up else "no padding anywhere in the domain"
@@ -1027,8 +1190,9 @@ def verify_case(contract: ir.Contract, options: Options | None = None,
     builders = {"alignment": _alignment, "placement": _placement, "roundtrip": _roundtrip,
                 "inertness": _inertness, "groups": _groups, "kernel-arguments": _kernel_arguments,
                 "coverage": _coverage}
-    for prop, build in builders.items():
-        verdicts[prop] = _decide(run, prop, build(run), contract.span)
+    with run.holding(run.admitted):  # every obligation's goal is admitted and more
+        for prop, build in builders.items():
+            verdicts[prop] = _decide(run, prop, build(run), contract.span)
     verdicts["admission"] = _admission(run, verdicts)
     verdicts["waste"] = _waste(run)
     return [verdicts[p] for p in PROPERTY_IDS]
