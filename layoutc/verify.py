@@ -690,7 +690,9 @@ def _coverage(run: _Run) -> list[_Obligation]:
         if shard.blocks is None:
             wrong = tp * logical != full
         else:
-            misaligned = run.enc._by_values(shard.blocks, lambda v, n=logical: n % v != 0, None)
+            # rank 1 starts at L: misaligned only where rank 1 exists and holds data
+            misaligned = z3.And(tp >= 2, logical < full,
+                                run.enc._by_values(shard.blocks, lambda v, n=logical: n % v != 0, None))
             ragged: list[z3.BoolRef] = []
             if a.kind == "groups" and a.group_size is not None:
                 ragged.append(run.enc._by_values(
@@ -708,7 +710,7 @@ def _coverage(run: _Run) -> list[_Obligation]:
             if shard.blocks is None:
                 return f"{head}: ranks read up to entry {tv * lv - 1}, past the checkpoint's {fv}", label
             bv = run.val(model, run.enc.expr(shard.blocks))
-            if lv % bv:
+            if lv % bv and tv >= 2 and lv < fv:
                 return (f"{head}: rank 1 starts at entry {lv}, inside block {lv // bv} of {bv} entries "
                         "(a block shard gives each rank whole blocks)"), label
             unit = run.val(model, run.enc.expr(a.group_size)) if a.kind == "groups" and a.group_size is not None \
@@ -1154,17 +1156,38 @@ def _waste(run: _Run) -> Verdict:
                     break
                 if not probing:  # an unknown probe only hands over to the bisection
                     hi = mid - 1
+    tail = _short_rank_note(run)
     seconds = time.perf_counter() - start
     if best is None:
-        detail = f"not determined: the solver gave up ({gave_up})" if gave_up else "no padding anywhere in the domain"
-        return Verdict("waste", "info", detail, seconds, run.queries - q0, run.contract.span)
+        detail = f"not determined: the solver gave up ({gave_up})" if gave_up else \
+            "no padding anywhere in the domain" if not tail else "no pad past any rank's logical size"
+        return Verdict("waste", "info", detail + tail, seconds, run.queries - q0, run.contract.span)
     config, derived = run.concrete(best)
     lv, pv = run.val(best, logical), run.val(best, padded)
     where = ", ".join(f"{k}={v}" for k, v in config.items())
     unsettled = " (higher fractions not settled by the quick solver)" if gave_up else ""
     return Verdict("waste", "info", f"worst-case pad fraction >= {lo}% of the intermediate dim "
-                   f"({lv} -> {pv}) at {where}{unsettled}", seconds, run.queries - q0, run.contract.span,
+                   f"({lv} -> {pv}) at {where}{unsettled}{tail}", seconds, run.queries - q0, run.contract.span,
                    Counterexample(config, derived, "worst case", "w13.n"))
+
+
+def _short_rank_note(run: _Run) -> str:
+    """For a block shard: whether some admitted configuration leaves ranks empty (all fill),
+    with one such configuration (the pad fraction above counts one rank's pad only)."""
+    shard = run.contract.shard
+    if shard is None or shard.blocks is None:
+        return ""
+    logical, _, _ = run.sizes[(run.contract.weight("w13").name, "n")]
+    tp, full = run.enc.vars[shard.count], run.enc.expr(shard.full)
+    status, model = run.solve(z3.And(run.admitted, (tp - 1) * logical >= full, logical > 0), quick_only=True)
+    if status != "sat" or model is None:
+        return "; block shard: no admitted configuration leaves a rank empty" if status == "unsat" else ""
+    tv, lv, fv = run.val(model, tp), run.val(model, logical), run.val(model, full)
+    config, _ = run.concrete(model)
+    where = ", ".join(f"{k}={v}" for k, v in config.items())
+    empty = tv - -(-fv // lv)
+    return (f"; block shard: ranks can be empty, holding only fill ({empty} of {tv} ranks at {where}, "
+            f"{lv} rows each)")
 
 
 def verify_case(contract: ir.Contract, options: Options | None = None,

@@ -2,8 +2,9 @@
 
 Oracles: the real vLLM CPU kernel summed over every rank against an unsharded float64 loop
 (as tests/test_block_shards_kernel.py), and the documented slice rule
-[min(r * L, FULL), min((r + 1) * L, FULL)) written out by hand. The xfail(strict) tests
-pin defects found by the review; they fail today.
+[min(r * L, FULL), min((r + 1) * L, FULL)) written out by hand. The last five
+pin defects the review found (all fixed: a None plan, a waste note for empty ranks, a block
+counterexample at tp_size = 1, loader source dtypes, slice reads of the wrong shape).
 """
 
 from __future__ import annotations
@@ -145,9 +146,6 @@ def _runtime_error(m):  # type: ignore[no-untyped-def]
     return sys.modules[m.__name__.rsplit(".", 1)[0] + "._runtime.errors"].LayoutContractError
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/plans.py PlanChecker.require: `self.seen.get(id(plan)) is plan` is "
-                                       "True for plan=None (dict.get's default), so None passes the plan check and "
-                                       "every generated function raises a raw AttributeError")
 def test_plan_none_is_a_named_error(tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert main(["compile", str(ROOT / "contracts" / "vllm_cpu_mxfp4_gpt_oss_moe.moe"), "--out", str(out),
@@ -161,18 +159,12 @@ def test_plan_none_is_a_named_error(tmp_path: Path) -> None:
             call()
 
 
-@pytest.mark.xfail(strict=True, reason="verify.py _waste measures w13.n's pad only: a block shard whose empty "
-                                       "ranks hold nothing but fill (tp 64, I 2880: ranks 45-63) is reported as "
-                                       "'no padding anywhere in the domain'")
 def test_waste_does_not_call_a_domain_with_empty_ranks_pad_free(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rc, out = _verify(tmp_path, block_sharded_text(), capsys)
     assert rc == 0
     assert "no padding anywhere in the domain" not in out
 
 
-@pytest.mark.xfail(strict=True, reason="verify.py _coverage explain: at tp_size = 1 the block counterexample "
-                                       "says 'rank 1 starts at entry ...', a rank that does not exist (a single "
-                                       "rank reads [0, FULL) and splits no block)")
 def test_a_block_counterexample_names_only_ranks_that_exist(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = uneven_text().replace("param tp_size: int in {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}",
                                  "param tp_size: int in {1}").replace("in blocks of 32", "in blocks of 64")
@@ -188,10 +180,6 @@ def gpt_oss(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
     return load_generated(out, "vllm_cpu_mxfp4_gpt_oss_moe")
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/loading.py load: the source is cast on copy into any storage "
-                                       "dtype, so a float8_e4m3fn scale (2.0) lands in a uint8 E8M0 scale as code "
-                                       "2 (2^-125) and float32 300.7 in packed MXFP4 bytes as 44; shard_* refuses "
-                                       "the same sources by dtype")
 def test_load_refuses_a_source_dtype_that_shard_refuses(gpt_oss) -> None:  # type: ignore[no-untyped-def]
     m = gpt_oss
     error = _runtime_error(m)
@@ -203,8 +191,6 @@ def test_load_refuses_a_source_dtype_that_shard_refuses(gpt_oss) -> None:  # typ
         m.load_w2_weight_scale(m.alloc_w2_weight_scale(plan, 7), src, plan, 7)
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/loading.py _read checks that a slice read is a torch tensor but "
-                                       "not its shape: a read of the wrong shape is broadcast into the parameter")
 def test_a_slice_read_of_the_wrong_shape_is_refused(gpt_oss) -> None:  # type: ignore[no-untyped-def]
     m = gpt_oss
     plan = m.plan(num_experts=1, hidden_size=64, intermediate_size=2880, tp_size=8)

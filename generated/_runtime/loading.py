@@ -149,12 +149,53 @@ def _source_shape(src: object) -> tuple[int, ...] | None:
 
 
 def _read(src: Any, index: tuple[slice, ...]) -> torch.Tensor:
-    """Materialise `src[index]` (a safetensors slice reads only that region of the file)."""
+    """Materialise `src[index]` (a safetensors slice reads only that region of the file).
+
+    The read must be a torch tensor of exactly the requested region's shape (a foreign
+    slice object that returns anything else is refused, never broadcast)."""
     part = src[index]
     if not isinstance(part, torch.Tensor):
         raise LayoutContractError(f"reading a slice gave {type(part).__name__}, not a torch tensor "
                                   "(open the checkpoint with safe_open(..., framework='pt'))")
+    want = tuple(len(range(*s.indices(n))) for s, n in zip(index, _source_shape(src) or (), strict=False))
+    if tuple(part.shape) != want:
+        raise LayoutContractError(f"reading the slice {_show(index)} gave shape {tuple(part.shape)}, expected "
+                                  f"{want}: the source does not read what its get_shape() promises")
     return part
+
+
+def _show(index: tuple[slice, ...]) -> str:
+    return "[" + ", ".join(f"{s.start}:{s.stop}" for s in index) + "]"
+
+
+#: Source dtypes a floating-point parameter may be loaded from (cast on copy, as engines do).
+_CASTABLE = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+def _check_source_dtype(who: str, what: str, src: object, dtype: torch.dtype) -> None:
+    """A source of another dtype is cast on copy only between float32/bfloat16/float16/float64
+    (a bf16 checkpoint into a float32 parameter); codes, packed storage and float8 must come in
+    their own dtype (casting 2.0 into a uint8 E8M0 scale would store code 2, which is 2^-125)."""
+    src_dtype: object = src.dtype if isinstance(src, torch.Tensor) else None
+    get_dtype = getattr(src, "get_dtype", None)
+    if src_dtype is None and callable(get_dtype):  # a safetensors slice names it ("BF16", "U8", ...)
+        try:
+            src_dtype = _SAFETENSORS_DTYPES.get(str(get_dtype()))
+        except Exception:  # a foreign object whose get_dtype fails: its reads are checked instead
+            src_dtype = None
+    if not isinstance(src_dtype, torch.dtype) or src_dtype == dtype:
+        return
+    if dtype in _CASTABLE and src_dtype in _CASTABLE:
+        return
+    raise LayoutContractError(f"{who}: source for {what} has dtype {src_dtype}, expected {dtype} (only "
+                              "float32/bfloat16/float16 sources are cast; codes, packed and float8 storage are "
+                              "loaded as stored)")
+
+
+_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
+                       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+                       "U8": torch.uint8, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+                       "BOOL": torch.bool}
 
 
 def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], dtype: torch.dtype,
@@ -164,7 +205,8 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
     """Copy rank `rank`'s slice of one checkpoint tensor into the padded parameter `dst`.
 
     dst: from `allocate` (padded shape, `dtype`, contiguous CPU).
-    src: a torch tensor or a safetensors slice, in the checkpoint's dtype (cast on copy).
+    src: a torch tensor or a safetensors slice, in the checkpoint's dtype: cast on copy between
+    float32/bfloat16/float16 only; codes, packed storage and float8 come in `dtype` itself.
     Its expected shape, at full checkpoint width (sharded axes at their full length,
     `layout.full_shape`), is the contract tensor's axes in order, with
     - the experts axis (axis 0) dropped when `expert` is an int (one expert's tensor);
@@ -175,7 +217,8 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
     roles: the segment names of the segmented axis, in contract order (("gate", "up")).
     Only pad-free live positions of `dst` are written, each loaded position once.
     Raises LayoutContractError on a wrong shape (saying when the transposed shape would
-    match), role, expert index, source layout, rank or destination.
+    match), a source dtype that cannot be cast, a read of the wrong shape, role, expert
+    index, source layout, rank or destination.
     """
     r = check_rank(who, what, rank, tp_size)
     dst_t = check_tensor(who, f"destination for {what}", dst, padded_shape(axes), dtype)
@@ -209,6 +252,7 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
         if len(expected) < 2:
             raise LayoutContractError(f"{who}: {what} has fewer than two source dims; it cannot be transposed")
         expected[-1], expected[-2] = expected[-2], expected[-1]
+    _check_source_dtype(who, what, src, dtype)
     shape = _source_shape(src)
     if shape is None:
         raise LayoutContractError(f"{who}: the source for {what} must be a torch.Tensor or a safetensors "

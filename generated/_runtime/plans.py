@@ -39,7 +39,7 @@ class PlanChecker(Generic[P]):
 
     def require(self, plan: object) -> None:
         """Raise LayoutContractError unless `plan` is a genuine, supported plan of this module."""
-        if self.seen.get(id(plan)) is plan:
+        if plan is not None and self.seen.get(id(plan)) is plan:  # (None is the .get default)
             return
         if not isinstance(plan, self.plan_type):
             raise LayoutContractError(f"{self.who}: expected a Plan from {self.who}.plan(), "
