@@ -18,7 +18,7 @@ import torch
 from layoutc.cli import main
 from tests.conftest import ROOT, require_package
 from tests.loading import load_generated
-from tests.test_block_shards_kernel import _silu, _swigluoai, block_sharded_text
+from tests.test_block_shards_kernel import all_ranks_error, block_sharded_text
 
 SS = "let shard_size = cdiv(intermediate_size, 32 * tp_size) * 32\n"
 W2K = "axis k = pad(shard_size -> intermediate_size_per_partition_padded)"
@@ -101,19 +101,7 @@ def test_an_uneven_intermediate_size_runs_right_on_every_rank(uneven, activation
     constants = dict(swiglu_alpha_milli=1702, swiglu_limit_milli=7000) if activation == "swigluoai" else {}
     plan = m.plan(num_experts=E, hidden_size=H, intermediate_size=I, tp_size=tp, isa="vec", activation=activation,
                   dtype="float32", **constants)
-    total = torch.zeros(T, H)
-    for rank in range(tp):
-        packed = m.prepack_padded(m.shard_w13(full13, rank, plan), m.shard_w2(full2, rank, plan), plan)
-        total += m.fused_moe(x, *packed, weights, ids, plan, w13_bias=m.shard_w13_bias(bias13, rank, plan),
-                             w2_bias=m.shard_w2_bias(bias2, rank, plan)).float()
-    act = _swigluoai if activation == "swigluoai" else _silu
-    expected = torch.zeros(T, H, dtype=torch.float64)
-    for t in range(T):
-        for k in range(2):
-            e = int(ids[t, k])
-            h = full13[e].double() @ x[t].double() + bias13[e].double()
-            expected[t] += float(weights[t, k]) * (full2[e].double() @ act(h) + bias2[e].double())
-    assert float((total.double() - expected).norm() / expected.norm()) < 1e-4
+    assert all_ranks_error(m, plan, activation, full13, full2, bias13, bias2, x, ids, weights) < 1e-4
 
 
 def test_empty_ranks_load_safetensors_slices_by_the_slice_rule(uneven, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

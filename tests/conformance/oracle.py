@@ -226,3 +226,16 @@ class Tally:
 
 def lcm(a: int, b: int) -> int:
     return math.lcm(a, b)
+
+
+def mxfp4_admission_key(vllm_admits: bool, activation: str, intermediate_size: int, tp_size: int) -> str:
+    """The known-list key of an MXFP4 admission disagreement (vLLM admits, layoutc refuses):
+    swigluoai is gpt-oss, whose loader shards in whole 32-value blocks (as the contracts do)
+    but drops the rows past I's last whole block (`gpt_oss_mxfp4_i_not_32`); silu is
+    Mxfp4MoEMethod, whose generic loader mis-cuts w2's scales when I / tp is not whole
+    blocks (`mxfp4_ipp_not_32`). Anything else is "unexplained"."""
+    if vllm_admits and activation == "swigluoai" and intermediate_size % 32:
+        return "gpt_oss_mxfp4_i_not_32"
+    if vllm_admits and activation != "swigluoai" and (intermediate_size // tp_size) % 32:
+        return "mxfp4_ipp_not_32"
+    return "unexplained"

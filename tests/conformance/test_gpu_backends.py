@@ -83,9 +83,7 @@ def test_aiter_mxfp4_sizes_and_admission_match_vllm(gen, v) -> None:  # type: ig
                                            activation=act)
                 where = f"{name} H={H} I={I} tp={tp} act={act}"
                 if admitted != (plan is not None):
-                    key = ("mxfp4_ipp_not_32" if admitted and act != "swigluoai" and (I // tp) % 32 and I % tp == 0
-                           else "gpt_oss_mxfp4_i_not_32" if admitted and act == "swigluoai" and I % 32
-                           else "unexplained")
+                    key = oracle.mxfp4_admission_key(admitted, act, I, tp) if I % tp == 0 else "unexplained"
                     tally.record(key, f"{where}: vllm={admitted} layoutc={plan is not None}")
                     continue
                 if not admitted:
@@ -422,11 +420,7 @@ def test_flashinfer_trtllm_mxfp4_sizes_and_admission_match_vllm(gen, v) -> None:
         plan = oracle.plan_or_none(module, num_experts=8, hidden_size=H, intermediate_size=I, tp_size=tp, activation=act)
         where = f"H={H} I={I} tp={tp} act={act}"
         if admitted != (plan is not None):
-            # swigluoai is gpt-oss (GptOssMxfp4MoEMethod: block-granular loader); silu is
-            # Mxfp4MoEMethod, whose generic loader cuts scales at (I / 32) // tp blocks.
-            key = ("gpt_oss_mxfp4_i_not_32" if admitted and act == "swigluoai" and I % 32
-                   else "unexplained" if not admitted or (I // tp) % 32 == 0 or act == "swigluoai"
-                   else "mxfp4_ipp_not_32")
+            key = oracle.mxfp4_admission_key(admitted, act, I, tp)
             tally.record(key, f"{where}: vllm={admitted} layoutc={plan is not None}")
             continue
         if admitted:

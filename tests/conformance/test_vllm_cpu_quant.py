@@ -300,12 +300,7 @@ def test_mxfp4_sizes_and_admission_match_vllm(gen, q, name, act) -> None:  # typ
         plan = oracle.plan_or_none(module, num_experts=8, hidden_size=H, intermediate_size=I, tp_size=tp)
         where = f"H={H} I={I} tp={tp} act={act}"
         if admitted != (plan is not None):
-            # I / tp not a whole number of 32-value blocks: the generic loader (silu) mis-cuts
-            # w2's scales; gpt-oss's loader shards in whole blocks (the contract's block shard)
-            # but drops the rows past I's last whole block
-            key = ("gpt_oss_mxfp4_i_not_32" if admitted and act == "swigluoai" and I % 32
-                   else "unexplained" if not admitted or (I // tp) % 32 == 0 or act == "swigluoai"
-                   else "mxfp4_ipp_not_32")
+            key = oracle.mxfp4_admission_key(admitted, act, I, tp)
             tally.record(key, f"{where}: vllm={admitted} layoutc={plan is not None}")
             continue
         if admitted:
