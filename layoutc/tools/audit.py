@@ -692,7 +692,7 @@ def _audit_pair(label: str, model: MoEModelConfig, prep: _Prepared, determined: 
             refusal = (_rule_name("param", p.span.line),
                        f"the model's config states no {p.name}, and this contract's kernel needs one of "
                        f"{_domain_text(p)}")
-        if value is None and p.default is not None and model.activation != "swigluoai":
+        if value is None and p.default is not None and (p.name not in SWIGLU_PARAMS or model.activation != "swigluoai"):
             value = p.default  # the contract's own default (0: "this model states no such constant")
         if value is None and p.name in SWIGLU_PARAMS and model.activation != "swigluoai":
             # A SwiGLU constant means nothing to this model's activation: one value (the

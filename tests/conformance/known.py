@@ -33,7 +33,6 @@ KNOWN: dict[str, tuple[str, str]] = {
     # the language cannot state it yet
     "tp_degrees_outside_domain": ("limitation", "TP degrees outside the contracts' domains"),
     "block_fp8_ragged_last_block": ("limitation", "Block FP8 at tp=1 with a ragged last block"),
-    "aiter_mxfp4_silu_unpassed": ("limitation", "MXFP4 silu layers whose quant method does not pass the activation"),
     # layoutc serves a configuration vLLM refuses, proved and run on the real kernel
     "cpu_swigluoai_padded_pairs": ("layoutc-extends", "swigluoai padded by whole pairs on the CPU grouped GEMM"),
 }
