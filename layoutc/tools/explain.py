@@ -53,7 +53,8 @@ def explain(path: str, assignments: list[str], fmt: str = "text") -> int:
     """Print one configuration's lets, verdict and tensor pictures (stdout).
 
     Problems are diagnostics in ``fmt`` (text/json/github): the contract's own (exit
-    1; unreadable file exit 2), a bad or missing ``--set`` or an evaluation error
+    1; unreadable file exit 2), a bad or missing ``--set`` (parameters with a declared
+    default may be left out) or an evaluation error
     (LC703, exit 2). A configuration the contract does not admit exits 1.
     """
     from ..check import load
@@ -72,6 +73,9 @@ def explain(path: str, assignments: list[str], fmt: str = "text") -> int:
         config = dict(parse_assignment(contract, a) for a in assignments)
     except ValueError as exc:
         return fail(str(exc))
+    for p in contract.params:  # a parameter with a declared default (`= N`) may be left out
+        if p.name not in config and p.default is not None:
+            config[p.name] = p.default
     missing = [p.name for p in contract.params if p.name not in config]
     if missing:
         return fail(f"set every parameter; missing: {', '.join(missing)}")
