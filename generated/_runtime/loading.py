@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from .errors import LayoutContractError
-from .layout import Axis, check_rank, check_tensor, extent, padded_shape, rank_runs, segment_length
+from .layout import Axis, check_rank, check_tensor, extent, fill_runs, padded_shape, rank_runs, segment_length
 
 #: Most elements one read materialises (64 MiB of bf16); fused tensors are read in expert chunks.
 CHUNK_ELEMENTS = 1 << 25
@@ -77,25 +77,8 @@ def allocate(who: str, what: str, axes: tuple[Axis, ...], dtype: torch.dtype, fi
         dst.zero_()
         return dst
     if fill is not None:
-        fill_pads(dst, [rank_runs(a, r, tp_size) for a in axes], fill)
+        fill_runs(dst, [rank_runs(a, r, tp_size) for a in axes], fill)
     return dst
-
-
-def fill_pads(dst: torch.Tensor, plan: list[tuple[list[tuple[int, int, int]], list[tuple[int, int]]]],
-              fill: float) -> None:
-    """Write `fill` into every fill position of `dst` exactly once.
-
-    plan: per axis, (copies, fills) from `rank_runs`. A position is a fill position when
-    any axis is in a fill run there (a pad, or past a short rank's slice); it is written
-    by the first such axis (earlier axes restricted to their live runs), so no position
-    is written twice and no live position is touched.
-    """
-    live = [[(d, n) for _, d, n in c] for c, _ in plan]
-    for d, (_, axis_fills) in enumerate(plan):
-        for lo, hi in axis_fills:
-            for covered in itertools.product(*live[:d]):
-                index = (*(slice(s, s + n) for s, n in covered), slice(lo, hi))
-                dst[index].fill_(fill)
 
 
 # A move along one axis: read source [lo, hi), then take `sub` of it, into destination `dst`.

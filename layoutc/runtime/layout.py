@@ -82,8 +82,12 @@ def full_shape(axes: tuple[Axis, ...], tp_size: int) -> tuple[int, ...]:
     return tuple(a.segments * segment_length(a, tp_size) for a in axes)
 
 
-def runs(axis: Axis, start: int = 0, live: int | None = None,
-         stride: int | None = None) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+#: One axis's (copies, fills): (source start, destination start, length) of each live run,
+#: and [lo, hi) of each run holding the fill.
+Runs = tuple[list[tuple[int, int, int]], list[tuple[int, int]]]
+
+
+def runs(axis: Axis, start: int = 0, live: int | None = None, stride: int | None = None) -> Runs:
     """(copies, fills) of one axis whose source segments hold entries [start, start + live)
     of `stride`-long segments (default: the whole logical run, segments `logical` apart).
 
@@ -105,7 +109,7 @@ def runs(axis: Axis, start: int = 0, live: int | None = None,
     return copied, [(j * axis.padded + n, (j + 1) * axis.padded) for j in range(axis.segments) if n < axis.padded]
 
 
-def rank_runs(axis: Axis, rank: int, tp_size: int) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+def rank_runs(axis: Axis, rank: int, tp_size: int) -> Runs:
     """(copies, fills) of rank `rank`'s slice of the full checkpoint axis (see `runs`)."""
     start, live = extent(axis, rank, tp_size)
     return runs(axis, start, live, segment_length(axis, tp_size))
@@ -179,22 +183,29 @@ def check_rank(who: str, what: str, rank: object, tp_size: int) -> int:
     return int(value)
 
 
-def scatter(src: torch.Tensor, dst: torch.Tensor,
-            plan: list[tuple[list[tuple[int, int, int]], list[tuple[int, int]]]], fill: float | None) -> None:
-    """Copy each live run of `src` into `dst` once, then fill each fill run once.
+def scatter(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: float | None) -> None:
+    """Copy each live run of `src` into `dst` once, then fill each fill run once (`fill_runs`).
 
-    plan: per axis, (copies, fills) from `runs` / `rank_runs`. A position is filled by
-    the first axis that has it in a fill run (earlier axes restricted to their live
-    runs), so nothing is written twice. `fill` None (a contract's `fill uninit`) leaves
-    the pad as allocated; a zero fill uses `zero_` (a memset per run) rather than `fill_`.
+    plan: per axis, (copies, fills) from `runs` / `rank_runs`. `fill` None (a contract's
+    `fill uninit`) leaves the pad as allocated.
     """
-    live = [c for c, _ in plan]
-    for combo in itertools.product(*live):
+    for combo in itertools.product(*[c for c, _ in plan]):
         src_index = tuple(slice(s, s + n) for s, _, n in combo)
         dst_index = tuple(slice(d, d + n) for _, d, n in combo)
         dst[dst_index].copy_(src[src_index])
-    if fill is None:
-        return
+    if fill is not None:
+        fill_runs(dst, plan, fill)
+
+
+def fill_runs(dst: torch.Tensor, plan: list[Runs], fill: float) -> None:
+    """Write `fill` into every fill position of `dst` exactly once, touching no live one.
+
+    plan: per axis, (copies, fills) from `runs` / `rank_runs`. A position is a fill
+    position when any axis is in a fill run there (a pad, or past a short rank's slice);
+    it is written by the first such axis (earlier axes restricted to their live runs).
+    A zero fill uses `zero_` (a memset per run) rather than `fill_`.
+    """
+    live = [c for c, _ in plan]
     for d, (_, axis_fills) in enumerate(plan):
         for lo, hi in axis_fills:
             for covered in itertools.product(*live[:d]):
