@@ -297,13 +297,19 @@ def _split_args(text: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
+def _block_shard_doc(shard: ir.Shard | None) -> str | None:
+    """Where the contract declares its block shard, for the shard functions' docstrings."""
+    if shard is None or shard.blocks is None:
+        return None
+    return f"`shard ... in blocks of {_src(shard.blocks)}`, line {shard.span.line}"
+
+
 def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> dict[str, Any]:
     fill = "left uninitialised" if t.fill_kind == "uninit" else f"stored code {t.fill}" + (
         f" (decodes to {t.fill if t.fill_kind == 'value' else 'the declared value'})" if t.decode else "")
     return {
         "name": t.name, "kind": t.kind, "projection": t.projection, "optional": t.optional,
-        "table": _axis_table(t, has_tp, contract.shard.full if contract.shard is not None
-                             and contract.shard.blocks is not None else None),
+        "table": _axis_table(t, has_tp, contract.block_shard.full if contract.block_shard else None),
         "fill": "None" if t.fill_kind == "uninit" else _fill_word(t), "dtype": _dtype_expr(t),
         "logical_doc": _shape_doc(contract, t, "logical"), "padded_doc": _shape_doc(contract, t, "padded"),
         "storage_doc": t.storage.removeprefix("param:"), "fill_doc": fill, "line": t.span.line,
@@ -422,8 +428,7 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
         "admits": [_rule_view(r, rel_path) for r in contract.admits],
         "tensors": [_tensor_view(contract, t, has_tp) for t in contract.tensors],
         "kernel_args": kernel_args, "glue": glue, "has_tp": has_tp, "tp_param": "tp_size",
-        "block_shard": f"`shard ... in blocks of {_src(contract.shard.blocks)}`, line {contract.shard.span.line}"
-        if contract.shard is not None and contract.shard.blocks is not None else None,
+        "block_shard": _block_shard_doc(contract.block_shard),
         "uses_math": _uses(contract, ("lcm", "gcd")),
         "all_names": _exports(contract, glue, has_tp),
         "w13": contract.weight("w13").name, "w2": contract.weight("w2").name,

@@ -321,6 +321,11 @@ class Contract:
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
 
+    @property
+    def block_shard(self) -> Shard | None:
+        """The `shard ... in blocks of B` declaration, or None (no shard, or an even one)."""
+        return self.shard if self.shard is not None and self.shard.blocks is not None else None
+
     def tensor(self, name: str) -> Tensor:
         return next(t for t in self.tensors if t.name == name)
 

@@ -660,8 +660,8 @@ def _split_here(run: _Run, t: ir.Tensor, axis: ir.Axis) -> z3.BoolRef:
 def short_ranks(run: _Run) -> z3.BoolRef:
     """Whether some rank's slice is shorter than the per-rank logical size L (a block shard
     with tp_size * L > FULL): that rank holds the tensors' fill past its slice."""
-    shard = run.contract.shard
-    if shard is None or shard.blocks is None:
+    shard = run.contract.block_shard
+    if shard is None:
         return z3.BoolVal(False, run.ctx)
     w13 = run.contract.weight("w13")
     logical, _, _ = run.sizes[(w13.name, "n")]
@@ -1035,7 +1035,7 @@ def _inertness(run: _Run) -> list[_Obligation]:
         obs.append(_Obligation(f"{t.name} pad is finite", t.span, z3.And(run.admitted, has_pad, z3.Not(finite)),
                                sexplain, t.name))
     obs.append(_lane_obligation(run, tail=False))
-    if run.contract.shard is not None and run.contract.shard.blocks is not None:
+    if run.contract.block_shard is not None:
         obs.append(_lane_obligation(run, tail=True))
     try:
         hidden = w13.axis("k")
@@ -1174,8 +1174,8 @@ def _waste(run: _Run) -> Verdict:
 def _short_rank_note(run: _Run) -> str:
     """For a block shard: whether some admitted configuration leaves ranks empty (all fill),
     with one such configuration (the pad fraction above counts one rank's pad only)."""
-    shard = run.contract.shard
-    if shard is None or shard.blocks is None:
+    shard = run.contract.block_shard
+    if shard is None:
         return ""
     logical, _, _ = run.sizes[(run.contract.weight("w13").name, "n")]
     tp, full = run.enc.vars[shard.count], run.enc.expr(shard.full)

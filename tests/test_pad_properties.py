@@ -142,7 +142,7 @@ def test_pad_unpad_shard(name: str, data: st.DataObject) -> None:
                    if (tensor.projection, a.name) in (("w13", "n"), ("w2", "k"))
                    and not (a.group_size is not None and eval_expr(a.group_size, env) == -1)]
         full_shape = tuple(s * (tp if i in sharded else 1) for i, s in enumerate(logical_shape))
-        block = contract.shard is not None and contract.shard.blocks is not None
+        block = contract.block_shard is not None
         if block:  # a block shard: the declared full length, ranks may be short (docs/language.md)
             full_shape = getattr(module, f"{tensor.name}_full_shape")(plan)
         full = random_tensor(full_shape, dtype, gen)

@@ -513,8 +513,8 @@ def _extra_elements_bytes(contract: ir.Contract, env: Mapping[str, Value]) -> in
 def _mean_live(contract: ir.Contract, tensor: ir.Tensor, axis: ir.Axis, env: Mapping[str, Value]) -> Fraction | None:
     """The mean live width of a block-sharded intermediate axis over the ranks, FULL / tp_size
     (values; every full entry is on exactly one rank, the coverage property), or None."""
-    shard = contract.shard
-    if shard is None or shard.blocks is None or not ir.is_intermediate(tensor, axis):
+    shard = contract.block_shard
+    if shard is None or not ir.is_intermediate(tensor, axis):
         return None
     tp = env.get(shard.count)
     full = eval_expr(shard.full, env)
@@ -599,8 +599,7 @@ def _evaluate_row(prep: _Prepared, config: dict[str, Value], num_moe_layers: int
     if violations:
         return result
     if i_pp is not None and padded is not None:
-        live = _mean_live(contract, contract.weight("w2"), contract.weight("w2").axis("k"), env) \
-            if contract.shard is not None and contract.shard.blocks is not None else None
+        live = _mean_live(contract, contract.weight("w2"), contract.weight("w2").axis("k"), env)
         mean = float(live) if live is not None else i_pp
         result["pad_fraction"] = (padded - mean) / padded if padded > 0 else None
         result["extra_flops_pct"] = (padded - mean) / mean * 100 if mean > 0 else None
