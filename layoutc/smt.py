@@ -31,6 +31,10 @@ class Encoder:
         self._finite: dict[int, frozenset[Value] | None] = {}
         self._memo: dict[int, tuple[ir.Expr, z3.ExprRef]] = {}
         self._divisors: dict[tuple[int, bool], tuple[ir.Expr, list[int], list[z3.BoolRef]]] = {}
+        # Quotient and remainder variables of each division by a non-numeral divisor, by the
+        # z3 ids of numerator and divisor, and their defining constraints (`aux`).
+        self._divmods: dict[tuple[int, int], tuple[z3.ArithRef, z3.ArithRef]] = {}
+        self.aux: list[z3.BoolRef] = []
         # Finite parameters that feed a divisor or a table: the verifier splits on them.
         self.split_params: set[str] = set()
         for p in contract.params:
@@ -131,6 +135,34 @@ class Encoder:
             result = z3.If(test, build(v), result)
         return result
 
+    def _divided(self, op: str, a: z3.ArithRef, divisor: ir.Expr, axis_sizes):  # type: ignore[no-untyped-def]
+        values = sorted(int(v) for v in (self.finite(divisor) or ()))
+        if not values or values[0] <= 0:
+            return None
+        self.split_params |= param_deps(divisor, self.lets)
+        d = self.expr(divisor, axis_sizes)
+        if op in ("round_up", "cdiv"):
+            a = a + d - 1
+        q, r = self._divmod(a, d, values)
+        if op in ("/", "cdiv"):
+            return q
+        if op == "%":
+            return r
+        return a - r
+
+    def _divmod(self, a: z3.ArithRef, d: z3.ArithRef, values: list[int]):  # type: ignore[no-untyped-def]
+        key = (a.get_id(), d.get_id())
+        hit = self._divmods.get(key)
+        if hit is None:
+            n = len(self._divmods)
+            q, r = z3.Int(f"div.{n}.q", self.ctx), z3.Int(f"div.{n}.r", self.ctx)
+            qd = q * values[-1]
+            for v in reversed(values[:-1]):
+                qd = z3.If(d == v, q * v, qd)
+            self.aux.append(z3.And(a == qd + r, r >= 0, r < d))
+            hit = self._divmods[key] = (q, r)
+        return hit
+
     def op(self, e: ir.Op, axis_sizes: Mapping[tuple[str, str], z3.ArithRef] | None) -> z3.ExprRef:
         op = e.op
         if op == "not":
@@ -143,6 +175,11 @@ class Encoder:
                 raise ValueError(f"{op} of non-finite arguments")
             return self._tabulate(e, axis_sizes)
         a = self.expr(e.args[0], axis_sizes)
+        if op in ("/", "%", "round_up", "round_down", "cdiv") and not (
+                isinstance(e.args[1], ir.Const) and isinstance(e.args[1].value, int)):
+            divided = self._divided(op, a, e.args[1], axis_sizes)
+            if divided is not None:
+                return divided
         if op in ("/", "%", "round_up", "round_down", "cdiv"):
             def build(v: int):  # type: ignore[no-untyped-def]
                 if op == "/":

@@ -105,7 +105,7 @@ class _Run:
            numerals: sat in any case is a counterexample (the first, in a fixed order),
            unknown in any case (and sat in none) is inconclusive.
         """
-        formula = z3.And(goal, *(extra or []))
+        formula = z3.And(goal, *(extra or []), *self.enc.aux)
         if self.remaining_ms() <= 0:
             return f"unknown (the contract's verification budget of {self.options.budget_s:g} s is spent)", None
         status, model = self._shared_core(formula)
