@@ -2,9 +2,13 @@
 
 Only the verifier imports this module (and so z3). Sizes stay symbolic: an
 integer-range parameter is a bounded z3 Int. Division, modulo and rounding by
-a non-constant divisor are expanded over the divisor's finite value set (the
-checker guarantees one exists), so every size formula stays in linear integer
-arithmetic with `div`/`mod` by numerals, which z3 decides.
+a non-numeral divisor d (the checker guarantees it has a finite value set) are
+encoded with a quotient and a remainder variable per (numerator, divisor) pair,
+defined by `a == q * d + r, 0 <= r < d` (floor division, d > 0 on every value):
+those definitions are `Encoder.aux`, which every query must carry (they only
+name q and r, so adding all of them to a query changes no answer). A divisor
+whose value set holds 0 or a negative number is expanded over its values
+instead (an `If` per value, each dividing by a numeral).
 """
 
 from __future__ import annotations
@@ -32,8 +36,9 @@ class Encoder:
         self._memo: dict[int, tuple[ir.Expr, z3.ExprRef]] = {}
         self._divisors: dict[tuple[int, bool], tuple[ir.Expr, list[int], list[z3.BoolRef]]] = {}
         # Quotient and remainder variables of each division by a non-numeral divisor, by the
-        # z3 ids of numerator and divisor, and their defining constraints (`aux`).
-        self._divmods: dict[tuple[int, int], tuple[z3.ArithRef, z3.ArithRef]] = {}
+        # z3 ids of numerator and divisor (kept alive with them, so no id is reused), and
+        # their defining constraints (`aux`).
+        self._divmods: dict[tuple[int, int], tuple[z3.ArithRef, z3.ArithRef, z3.ArithRef, z3.ArithRef]] = {}
         self.aux: list[z3.BoolRef] = []
         # Finite parameters that feed a divisor or a table: the verifier splits on them.
         self.split_params: set[str] = set()
@@ -136,32 +141,33 @@ class Encoder:
         return result
 
     def _divided(self, op: str, a: z3.ArithRef, divisor: ir.Expr, axis_sizes):  # type: ignore[no-untyped-def]
-        values = sorted(int(v) for v in (self.finite(divisor) or ()))
-        if not values or values[0] <= 0:
+        """`op` (/, %, round_up, round_down, cdiv) of `a` by a non-numeral `divisor` through its
+        quotient q and remainder r: a / d = q, a % d = r, round_down = a - r, and with
+        a' = a + d - 1: cdiv = q', round_up = a' - r'. None where a divisor value is <= 0."""
+        values = self.finite(divisor)
+        if not values or min(int(v) for v in values) <= 0:
             return None
         self.split_params |= param_deps(divisor, self.lets)
         d = self.expr(divisor, axis_sizes)
         if op in ("round_up", "cdiv"):
             a = a + d - 1
-        q, r = self._divmod(a, d, values)
+        q, r = self._divmod(a, d)
         if op in ("/", "cdiv"):
             return q
         if op == "%":
             return r
         return a - r
 
-    def _divmod(self, a: z3.ArithRef, d: z3.ArithRef, values: list[int]):  # type: ignore[no-untyped-def]
+    def _divmod(self, a: z3.ArithRef, d: z3.ArithRef) -> tuple[z3.ArithRef, z3.ArithRef]:
+        """The quotient and remainder variables of a by d (d > 0), defined once in `aux`."""
         key = (a.get_id(), d.get_id())
         hit = self._divmods.get(key)
         if hit is None:
             n = len(self._divmods)
             q, r = z3.Int(f"div.{n}.q", self.ctx), z3.Int(f"div.{n}.r", self.ctx)
-            qd = q * values[-1]
-            for v in reversed(values[:-1]):
-                qd = z3.If(d == v, q * v, qd)
-            self.aux.append(z3.And(a == qd + r, r >= 0, r < d))
-            hit = self._divmods[key] = (q, r)
-        return hit
+            self.aux.append(z3.And(a == q * d + r, r >= 0, r < d))
+            hit = self._divmods[key] = (a, d, q, r)
+        return hit[2], hit[3]
 
     def op(self, e: ir.Op, axis_sizes: Mapping[tuple[str, str], z3.ArithRef] | None) -> z3.ExprRef:
         op = e.op

@@ -105,10 +105,12 @@ class _Run:
            numerals: sat in any case is a counterexample (the first, in a fixed order),
            unknown in any case (and sat in none) is inconclusive.
         """
-        formula = z3.And(goal, *(extra or []), *self.enc.aux)
+        formula = z3.And(goal, *(extra or []))
         if self.remaining_ms() <= 0:
             return f"unknown (the contract's verification budget of {self.options.budget_s:g} s is spent)", None
         status, model = self._shared_core(formula)
+        # every other solver gets the quotient/remainder definitions with the query
+        formula = z3.And(formula, *self.enc.aux)
         if status == "unknown":
             status, model = self._core(formula)
         if status != "unknown":
@@ -206,6 +208,9 @@ class _Run:
             self._shared = self._core_solver()
             self._held.push([self.base, *self.requires])
             self._shared.add(self.base, *self.requires)
+            self._aux_held = 0
+        self._shared.add(*self.enc.aux[self._aux_held:])
+        self._aux_held = len(self.enc.aux)
         return self._shared
 
     @contextlib.contextmanager
@@ -214,6 +219,7 @@ class _Run:
         queries that all entail them, so that they are internalised once."""
         solver = self._shared_solver()
         solver.push()
+        aux_held = self._aux_held
         solver.add(*parts)
         self._held.push(list(parts))
         try:
@@ -221,6 +227,7 @@ class _Run:
         finally:
             self._held.pop()
             solver.pop()
+            self._aux_held = aux_held
 
     def _shared_core(self, formula: z3.BoolRef) -> tuple[str, z3.ModelRef | None]:
         """`formula` in the run's incremental SMT-core solver, inside a push, when it entails
@@ -233,7 +240,7 @@ class _Run:
         self._core_limits(solver)
         solver.push()
         try:
-            solver.add(formula)
+            solver.add(formula, *self.enc.aux[self._aux_held:])
             self.queries += 1
             result = solver.check()
             model = solver.model() if result == z3.sat else None
