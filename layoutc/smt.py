@@ -200,13 +200,6 @@ class Encoder:
             return self._by_values(e.args[1], build, axis_sizes)
         b = self.expr(e.args[1], axis_sizes)
         if op == "*":
-            left, right = e.args
-            if not isinstance(left, ir.Const) and not isinstance(right, ir.Const):
-                finite_side = right if self.finite(right) is not None else (
-                    left if self.finite(left) is not None else None)
-                if finite_side is not None:
-                    other = a if finite_side is right else b
-                    return self._by_values(finite_side, lambda v: other * v, axis_sizes)
             return a * b
         table = {
             "+": lambda: a + b, "-": lambda: a - b,
