@@ -40,6 +40,7 @@ class Encoder:
         # their defining constraints (`aux`).
         self._divmods: dict[tuple[int, int], tuple[z3.ArithRef, z3.ArithRef, z3.ArithRef, z3.ArithRef]] = {}
         self.aux: list[z3.BoolRef] = []
+        self._completions: dict[int, tuple[z3.ModelRef, list[tuple[z3.ExprRef, z3.ExprRef]]]] = {}
         # Finite parameters that feed a divisor or a table: the verifier splits on them.
         self.split_params: set[str] = set()
         for p in contract.params:
@@ -243,6 +244,26 @@ class Encoder:
         if p.kind == "bool":
             return z3.BoolVal(bool(value), self.ctx)
         return self.int(int(value))
+
+    def evaluate(self, model: z3.ModelRef, term: z3.ExprRef) -> z3.ExprRef:
+        """The value of `term` in `model`, completed: every quotient and remainder variable is
+        recomputed from its definition (in creation order, so a numerator's own quotients come
+        first) instead of read from the model, which leaves unconstrained any variable whose
+        definition the query did not carry (a term built after the query)."""
+        subs = self._completion(model)
+        return model.eval(z3.substitute(term, *subs) if subs else term, model_completion=True)
+
+    def _completion(self, model: z3.ModelRef) -> list[tuple[z3.ExprRef, z3.ExprRef]]:
+        cached = self._completions.get(id(model))
+        if cached is None or cached[0] is not model:
+            cached = self._completions[id(model)] = (model, [])
+        subs = cached[1]
+        for a, d, q, r in list(self._divmods.values())[len(subs) // 2:]:
+            av, dv = (model.eval(z3.substitute(x, *subs) if subs else x, model_completion=True).as_long()  # type: ignore[attr-defined]
+                      for x in (a, d))
+            # a model outside the domain (never one of a query's) has no quotient to give
+            subs += [(q, self.int(av // dv if dv > 0 else 0)), (r, self.int(av % dv if dv > 0 else 0))]
+        return subs
 
     def decode_config(self, model: z3.ModelRef) -> dict[str, Value]:
         """Concrete parameter values of a z3 model, in the contract's order."""

@@ -332,7 +332,7 @@ class _Run:
         return Counterexample(config, derived, message, where, tuple(picture), rule)
 
     def val(self, model: z3.ModelRef, term: z3.ExprRef) -> int:
-        return model.eval(term, model_completion=True).as_long()  # type: ignore[attr-defined]
+        return self.enc.evaluate(model, term).as_long()  # type: ignore[attr-defined]
 
 
 class _Held:
@@ -986,21 +986,21 @@ def _lane_obligation(run: _Run, tail: bool) -> _Obligation:
         lv = run.val(model, lane)
 
         def show(term):  # type: ignore[no-untyped-def]
-            return _show_real(model.eval(term, model_completion=True))
+            return _show_real(run.enc.evaluate(model, term))
         parts = ", ".join(f"{name} = {show(term)}" for name, term in (
             ("gate row", w_gate), ("up row", w_up), ("gate bias", b_gate), ("up bias", b_up), ("w2 column", column)))
-        nonfinite = [what for fin, what in vals.notes if z3.is_false(model.eval(fin, model_completion=True))]
+        nonfinite = [what for fin, what in vals.notes if z3.is_false(run.enc.evaluate(model, fin))]
         if nonfinite:
             kind = "non-finite pad"
             why = f"{'; '.join(dict.fromkeys(nonfinite))}, and 0 * inf or 0 * NaN is not 0"
-        elif z3.is_false(model.eval(rows_zero, model_completion=True)):
+        elif z3.is_false(run.enc.evaluate(model, rows_zero)):
             kind = "non-zero pad row"
-            row, value = ("gate", w_gate) if z3.is_false(model.eval(w_gate == 0, model_completion=True)) \
+            row, value = ("gate", w_gate) if z3.is_false(run.enc.evaluate(model, w_gate == 0)) \
                 else ("up", w_up)
             why = (f"its {row} row decodes to {show(value)}, not exactly 0: over all finite hidden states x the "
                    f"pre-activation {show(value)} * x is unbounded, so act(gate) * up can overflow to inf (a "
                    f"float16 activation does past {COMPUTE_MAX}), and inf * 0 is NaN even where its w2 column is 0")
-        elif z3.is_true(model.eval(column == 0, model_completion=True)):
+        elif z3.is_true(run.enc.evaluate(model, column == 0)):
             kind = "activation not provably finite"
             why = (f"its activation act(gate bias) * (up bias + {show(offset)}) is not provably finite (bound "
                    f"{COMPUTE_MAX}, float16), and inf * 0 (its zero w2 column) is NaN")
@@ -1057,7 +1057,7 @@ def _inertness(run: _Run) -> list[_Obligation]:
 
         def hexplain(model):  # type: ignore[no-untyped-def]
             return (f"w13 hidden pad column {run.val(model, col)} decodes to "
-                    f"{model.eval(value, model_completion=True)} or may be non-finite", "w13.k")
+                    f"{run.enc.evaluate(model, value)} or may be non-finite", "w13.k")
         obs.append(_Obligation("hidden pad columns", hidden.span, hgoal, hexplain, w13.name))
     return obs
 

@@ -23,12 +23,13 @@ def _run(path: str) -> V._Run:
     return V._Run(layout_cases(contract)[0].contract, V.Options(budget_s=600))
 
 
-def _fresh(formula: z3.BoolRef) -> z3.CheckSatResult:
-    """A solver of its own on the bare formula (nothing held, no history)."""
+def _fresh(formula: z3.BoolRef, run: V._Run) -> z3.CheckSatResult:
+    """A solver of its own on the bare formula with the definitions of its quotient and
+    remainder variables (`Encoder.aux`; nothing held, no history)."""
     solver = z3.SimpleSolver(ctx=formula.ctx)
     solver.set("arith.solver", 2)
     solver.set("timeout", 20_000)
-    solver.add(formula)
+    solver.add(formula, *run.enc.aux)
     return solver.check()
 
 
@@ -83,6 +84,7 @@ def test_the_shared_solver_agrees_with_a_fresh_solver_on_real_obligations() -> N
             for ob in obligations:
                 status, model = run.solve(ob.goal)
                 assert status in ("sat", "unsat"), (path, ob.name, status)
-                assert status == str(_fresh(ob.goal)), (path, ob.name)
+                assert status == str(_fresh(ob.goal, run)), (path, ob.name)
                 if status == "sat":
                     assert z3.is_true(model.eval(ob.goal, model_completion=True)), (path, ob.name)
+                    assert z3.is_true(run.enc.evaluate(model, ob.goal)), (path, ob.name)
