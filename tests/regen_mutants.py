@@ -26,6 +26,7 @@ BASE = {
 }
 
 # Frequently edited lines of the baselines.
+TP_DOMAIN = "param tp_size: int in {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128}"
 V_INTERLEAVE = ("  axis n = interleave(gate | up, intermediate_size_per_partition -> "
                 "intermediate_size_per_partition_padded) when activation == swigluoai\n")
 HALVES = "  axis n = halves(gate | up, intermediate_size_per_partition -> intermediate_size_per_partition_padded)\n"
@@ -282,11 +283,10 @@ MUTANTS: list[Mutant] = [
        "  axis k = intermediate_size_per_partition\n")),
     m("v_w13_pad64", "v", "tile-alignment", "w13 halves padded to round_up(I_pp, 64), w2 to I_pp_padded",
       (HALVES, HALVES.replace("-> intermediate_size_per_partition_padded", "-> round_up(intermediate_size_per_partition, 64)"))),
-    m("v_tp_domain5", "v", "tp-domain", "tp_size 5 admitted", ("param tp_size: int in {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}",
-                                                           "param tp_size: int in {1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64}")),
-    m("g_tp_domain0", "g", "tp-domain", "tp_size 0 admitted", ("param tp_size: int in {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}",
+    m("v_tp_domain9", "v", "tp-domain", "tp_size 9 admitted", (TP_DOMAIN, TP_DOMAIN.replace("8, 10", "8, 9, 10"))),
+    m("g_tp_domain0", "g", "tp-domain", "tp_size 0 admitted", (TP_DOMAIN,
                                                            "param tp_size: int in {0, 1, 2, 4}")),
-    m("v_tp_range", "v", "tp-domain", "tp_size int in 1..16 (any degree)", ("param tp_size: int in {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}",
+    m("v_tp_range", "v", "tp-domain", "tp_size int in 1..16 (any degree)", (TP_DOMAIN,
                                                                         "param tp_size: int in 1..16")),
     # ---- dtypes ------------------------------------------------------------------------------
     m("z_dtype_f16", "z", "dtype", "float16 added to zentorch", ("param dtype: enum {bfloat16, float32}",

@@ -154,8 +154,8 @@ def test_waste_does_not_call_a_domain_with_empty_ranks_pad_free(tmp_path: Path, 
 
 
 def test_a_block_counterexample_names_only_ranks_that_exist(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    text = uneven_text().replace("param tp_size: int in {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64}",
-                                 "param tp_size: int in {1}").replace("in blocks of 32", "in blocks of 64")
+    text = re.sub(r"param tp_size: int in \{[^}]*\}", "param tp_size: int in {1}", uneven_text())
+    text = text.replace("in blocks of 32", "in blocks of 64")
     _, out = _verify(tmp_path, text, capsys)
     assert "rank 1 starts" not in out
 

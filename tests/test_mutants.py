@@ -75,7 +75,7 @@ EXPECTED: dict[str, Any] = {
     "v_no_pad": "verify", "v_no_pad_no_align": "refused", "i8_kmult1": "refused",
     "g_stride4": "refused", "i4_group16": "refused", "i4_group_arg64": "refused",
     "z_pad32": "runs", "v_w2_k_unpadded": "verify", "v_w13_pad64": "verify",
-    "v_tp_domain5": "runs", "g_tp_domain0": "check", "v_tp_range": "check",
+    "v_tp_domain9": "runs", "g_tp_domain0": "check", "v_tp_range": "check",
     "z_dtype_f16": "check", "v_dtype_f8": "check", "g_storage_bf16": "refused",
     "i8_storage_int8": "check", "v_isa_amx_only": "plan-refused", "v_rename_isa": "runs",
     "v_w2_n_double": "verify", "g_w2_n_double": "verify", "v_w2_sizes_swapped": "check",

@@ -50,19 +50,11 @@ def _flattened(tps: tuple[int, ...], dps: tuple[int, ...], pcps: tuple[int, ...]
     return tuple(sorted(sizes))
 
 
-def all_tp_degrees() -> tuple[int, ...]:
-    """Every MoE TP degree vLLM forms for tp in {1, 2, 4, 8}, dp in 1..8, pcp in {1, 2}:
-    `FusedMoEParallelConfig.flatten_tp_across_dp_and_pcp(tp, dp, 0, pcp, 0)` (rank probe patched to 0)."""
-    return _flattened((1, 2, 4, 8), tuple(range(1, 9)), (1, 2))
-
-
 def effective_tp_degrees() -> tuple[int, ...]:
-    """The degrees every contract's tp_size domain holds, and the sweeps use: vLLM's flattened
-    degree for tp in {1, 2, 4, 8}, dp in {1, 2, 3, 4, 6, 8}, pcp 1. The rest of
-    all_tp_degrees() (5- and 7-way DP, pcp 2) is a pinned limitation (docs/kernels.md 8.3:
-    every value of a tp_size domain costs verification time, and the verifier's per-contract
-    budget is 8 s of wall time)."""
-    return _flattened((1, 2, 4, 8), (1, 2, 3, 4, 6, 8), (1,))
+    """Every MoE TP degree vLLM forms for tp in {1, 2, 4, 8}, dp in 1..8, pcp in {1, 2}:
+    `FusedMoEParallelConfig.flatten_tp_across_dp_and_pcp(tp, dp, 0, pcp, 0)` (rank probe
+    patched to 0). Every contract's tp_size domain holds exactly these 24, and the sweeps use them."""
+    return _flattened((1, 2, 4, 8), tuple(range(1, 9)), (1, 2))
 
 
 def activation(name: str) -> MoEActivation:
