@@ -14,7 +14,7 @@ from . import syntax as A
 from .check_base import MAX_ENUM, MAX_PARAMS, TP_ALIASES
 from .check_kernel import KernelChecks
 from .diagnostics import Diagnostic, Related, Span, error, warning
-from .evaluate import MAX_MAGNITUDE, TooLarge, finite_values, int_bounds
+from .evaluate import MAX_MAGNITUDE, TooLarge, finite_values, int_bounds, param_deps
 
 
 class _Checker(KernelChecks):
@@ -124,6 +124,11 @@ class _Checker(KernelChecks):
             return None
         full = self.expr(A.Name(d.full, d.span))
         if full is None or not self.expect(full, ir.INT):
+            return None
+        if "tp_size" in param_deps(full, self.lets):
+            self.err("LC414", d.span, f"`shard {d.full} over tp_size`: FULL is the whole checkpoint's size of the "
+                     f"sharded axes, the same at every TP degree, but `{d.full}` depends on tp_size (a per-rank "
+                     "size?): name the unsharded size, e.g. `intermediate_size`")
             return None
         blocks = None
         if d.blocks is not None:

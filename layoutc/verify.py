@@ -75,6 +75,7 @@ class _Run:
         self._cases: list[list[tuple[z3.ExprRef, z3.ExprRef]]] | None = None
         self._shared: z3.Solver | None = None
         self._held = _Held()
+        self._aux_held = 0  # how many of enc.aux the shared solver holds in its current scopes
         self.deadline = time.perf_counter() + self.options.budget_s
 
     # ---- solving ----
@@ -104,6 +105,8 @@ class _Run:
            combination of the finite parameters that feed a divisor), specialised to
            numerals: sat in any case is a counterexample (the first, in a fixed order),
            unknown in any case (and sat in none) is inconclusive.
+        Every solver also gets the definitions of the encoder's quotient and remainder
+        variables (`Encoder.aux`): the shared one holds those made so far, the query the rest.
         """
         formula = z3.And(goal, *(extra or []))
         if self.remaining_ms() <= 0:
@@ -208,7 +211,6 @@ class _Run:
             self._shared = self._core_solver()
             self._held.push([self.base, *self.requires])
             self._shared.add(self.base, *self.requires)
-            self._aux_held = 0
         self._shared.add(*self.enc.aux[self._aux_held:])
         self._aux_held = len(self.enc.aux)
         return self._shared
