@@ -32,7 +32,6 @@ KNOWN: dict[str, tuple[str, str]] = {
     "zentorch_single_active_expert": ("vllm-bug", "zentorch with a single active expert"),
     # the language cannot state it yet
     "tp_degrees_outside_domain": ("limitation", "TP degrees outside the contracts' domains"),
-    "block_fp8_ragged_last_block": ("limitation", "Block FP8 at tp=1 with a ragged last block"),
     # layoutc serves a configuration vLLM refuses, proved and run on the real kernel
     "cpu_swigluoai_padded_pairs": ("layoutc-extends", "swigluoai padded by whole pairs on the CPU grouped GEMM"),
 }
