@@ -231,11 +231,12 @@ def _marlin_world(tp: int) -> Iterator[None]:
         yield
 
 
-def _vllm_block_fp8_layer(fp8, config, num_experts: int = 8):  # type: ignore[no-untyped-def]
-    """(layer, None) with the parameters vLLM's `Fp8MoEMethod` allocates for a serialized
-    block-FP8 [128, 128] checkpoint under --moe-backend marlin (meta tensors: shapes only),
-    or (None, the exception) when its `__init__` (block-shape resolution and backend
-    selection) or `create_weights` (`validate_fp8_block_shape_moe`) refuses the layer."""
+def _vllm_block_fp8_layer(fp8, config, num_experts: int = 8, marlin: bool = True):  # type: ignore[no-untyped-def]
+    """(layer, method) with the parameters vLLM's `Fp8MoEMethod` allocates for a serialized
+    block-FP8 [128, 128] checkpoint under the config's moe_backend (meta tensors: shapes
+    only), or (None, the exception) when its `__init__` (block-shape resolution and backend
+    selection) or `create_weights` (`validate_fp8_block_shape_moe`) refuses the layer.
+    With `marlin`, a layer it builds must have chosen the Marlin backend."""
     quant = fp8.method.Fp8Config(is_checkpoint_fp8_serialized=True, activation_scheme="dynamic",
                                  weight_block_size=[128, 128])
     layer = torch.nn.Module()
@@ -248,8 +249,8 @@ def _vllm_block_fp8_layer(fp8, config, num_experts: int = 8):  # type: ignore[no
                                         config.intermediate_size_per_partition, torch.bfloat16, weight_loader=None)
     if not ok:
         return None, exc
-    assert method.fp8_backend == fp8.oracle.Fp8MoeBackend.MARLIN
-    return layer, None
+    assert not marlin or method.fp8_backend == fp8.oracle.Fp8MoeBackend.MARLIN
+    return layer, method
 
 
 def _block_fp8_shapes(layer) -> dict[str, tuple[int, ...]]:  # type: ignore[no-untyped-def]
@@ -341,8 +342,8 @@ def test_block_fp8_ragged_last_block_is_refused_by_vllm_and_by_layoutc(gen, fp8,
     intermediate_size % 128 == 0 for block FP8)."""
     module = gen["marlin_moe_fp8"]
 
-    def config(i: int):  # type: ignore[no-untyped-def]
-        return oracle.moe_config(hidden_size=H, intermediate_size=i, tp_size=1, moe_backend="marlin")
+    def config(i: int, backend: str = "marlin"):  # type: ignore[no-untyped-def]
+        return oracle.moe_config(hidden_size=H, intermediate_size=i, tp_size=1, moe_backend=backend)
 
     shape, refine = fp8.oracle.resolve_fp8_moe_weight_block_shape(config(I), [128, 128], fp8.act_key, True)
     assert (shape, refine) == ((refined, (128 // refined[0], 128 // refined[1])) if refined else ([128, 128], None))
@@ -350,6 +351,11 @@ def test_block_fp8_ragged_last_block_is_refused_by_vllm_and_by_layoutc(gen, fp8,
     assert layer is None and isinstance(exc, ValueError)
     expected = "does not support the deployment configuration" if refined else "not divisible by weight quantization block_n"
     assert expected in str(exc), exc
+    # --moe-backend auto never picks Marlin for it either: the refined key is not Marlin's
+    # (here, with only Marlin's device probe true, the selection is Fp8MoeBackend.NONE), and
+    # the [128, 128] block fails create_weights the same way
+    auto_layer, auto = _vllm_block_fp8_layer(fp8, config(I, "auto"), marlin=False)
+    assert auto_layer is None or auto.fp8_backend != fp8.oracle.Fp8MoeBackend.MARLIN
     assert oracle.plan_or_none(module, num_experts=8, hidden_size=H, intermediate_size=I, tp_size=1,
                                scheme="fp8_block128", scale_dtype="float32", activation="silu") is None
     # the whole-block neighbour is served by both
