@@ -30,8 +30,6 @@ KNOWN: dict[str, tuple[str, str]] = {
     "w4a8_channelwise_odd_k": ("vllm-bug", "W4A8 int4 channelwise with an odd K"),
     "zentorch_float16": ("vllm-bug", "zentorch float16"),
     "zentorch_single_active_expert": ("vllm-bug", "zentorch with a single active expert"),
-    # the language cannot state it yet
-    "block_fp8_ragged_last_block": ("limitation", "Block FP8 at tp=1 with a ragged last block"),
     # layoutc serves a configuration vLLM refuses, proved and run on the real kernel
     "cpu_swigluoai_padded_pairs": ("layoutc-extends", "swigluoai padded by whole pairs on the CPU grouped GEMM"),
 }

@@ -8,18 +8,27 @@ vLLM side, called directly:
 - WNA16 tensors: `_process_weights_marlin` / `_process_awq_weights_marlin` themselves, with
   the CUDA repack ops and the scale/zero/bias permutations patched to the identity, so
   what comes back is vLLM's padded tensor before the kernel's own re-layout.
-- FP8 admission and the block-FP8 TP path: `oracle/fp8.py::resolve_fp8_moe_weight_block_shape`
-  (with moe_backend="marlin", which is where `pad_tp_shard_to_weight_blocks` runs);
-  FP8 tensors: `marlin_utils_fp8.py::_moe_pad_shard_rows` / `_moe_pad_last`, called with
-  the sizes `prepare_fp8_moe_layer_for_marlin` computes.
+- block-FP8 admission and allocation: vLLM's own `Fp8MoEMethod` (`quantization/fp8.py`) built
+  for the layer with moe_backend="marlin": its `__init__` runs
+  `oracle/fp8.py::resolve_fp8_moe_weight_block_shape` (`refine_fp8_moe_block_shape`,
+  `pad_tp_shard_to_weight_blocks`) and `select_fp8_moe_backend` on the resolved block shape,
+  and its `create_weights` runs `validate_fp8_block_shape_moe` and allocates the parameters
+  (on the meta device), whose shapes are compared with layoutc's logical shapes;
+- the block-FP8 TP path's loader: `RoutedExperts._load_model_weight_or_group_weight_scale`;
+- FP8 tensors: `marlin_utils_fp8.py::prepare_fp8_moe_layer_for_marlin` itself, with the CUDA
+  repack, the Marlin scale permutation and the exponent-bias rescale patched to the identity
+  (what comes back is vLLM's padded weight and its per-column scales before the kernel's own
+  re-layout), and `_moe_pad_shard_rows` / `_moe_pad_last` for MXFP8.
 """
 
 # ruff: noqa: E741  (H and I are the field's names for hidden_size and intermediate_size)
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import types
+from collections.abc import Iterator
 from unittest import mock
 
 import pytest
@@ -198,37 +207,84 @@ def test_awq_pad_tensors_match_process_awq_weights_marlin(gen, wna16, g, H, i_pp
 @pytest.fixture(scope="module")
 def fp8():  # type: ignore[no-untyped-def]
     from vllm.model_executor.layers.fused_moe.oracle import fp8 as fp8_oracle
+    from vllm.model_executor.layers.quantization import fp8 as fp8_method
     from vllm.model_executor.layers.quantization.utils import marlin_utils_fp8
     from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_moe_padded_intermediate
     from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8Dynamic128Sym
 
     return types.SimpleNamespace(oracle=fp8_oracle, utils=marlin_utils_fp8, padded=marlin_moe_padded_intermediate,
-                                 act_key=kFp8Dynamic128Sym)
+                                 act_key=kFp8Dynamic128Sym, method=fp8_method)
+
+
+@contextlib.contextmanager
+def _marlin_world(tp: int) -> Iterator[None]:
+    """Platform and world probes only: MarlinExperts._supports_current_device (CUDA with
+    capability 7.5) answers True on this CPU host, and the TP world size that
+    `Fp8MoEMethod.create_weights` and `validate_fp8_block_shape_moe` read is `tp`."""
+    import vllm.distributed as dist
+    from vllm.model_executor.layers.fused_moe.experts.marlin_moe import MarlinExperts
+    from vllm.model_executor.layers.quantization import fp8 as fp8_method
+
+    with mock.patch.object(MarlinExperts, "_supports_current_device", staticmethod(lambda: True)), \
+            mock.patch.object(dist, "get_tensor_model_parallel_world_size", return_value=tp), \
+            mock.patch.object(fp8_method, "get_tensor_model_parallel_world_size", return_value=tp):
+        yield
+
+
+def _vllm_block_fp8_layer(fp8, config, num_experts: int = 8, marlin: bool = True):  # type: ignore[no-untyped-def]
+    """(layer, method) with the parameters vLLM's `Fp8MoEMethod` allocates for a serialized
+    block-FP8 [128, 128] checkpoint under the config's moe_backend (meta tensors: shapes
+    only), or (None, the exception) when its `__init__` (block-shape resolution and backend
+    selection) or `create_weights` (`validate_fp8_block_shape_moe`) refuses the layer.
+    With `marlin`, a layer it builds must have chosen the Marlin backend."""
+    quant = fp8.method.Fp8Config(is_checkpoint_fp8_serialized=True, activation_scheme="dynamic",
+                                 weight_block_size=[128, 128])
+    layer = torch.nn.Module()
+    layer.moe_config = config
+    with _marlin_world(config.tp_size), torch.device("meta"):
+        ok, method = oracle.call_or_reject(fp8.method.Fp8MoEMethod, quant, layer)
+        if not ok:
+            return None, method
+        ok, exc = oracle.call_or_reject(method.create_weights, layer, num_experts, config.hidden_dim,
+                                        config.intermediate_size_per_partition, torch.bfloat16, weight_loader=None)
+    if not ok:
+        return None, exc
+    assert not marlin or method.fp8_backend == fp8.oracle.Fp8MoeBackend.MARLIN
+    return layer, method
+
+
+def _block_fp8_shapes(layer) -> dict[str, tuple[int, ...]]:  # type: ignore[no-untyped-def]
+    """vLLM's parameter shapes under layoutc's tensor names (block scales are `*_weight_scale_inv`)."""
+    return {"w13_weight": tuple(layer.w13_weight.shape), "w2_weight": tuple(layer.w2_weight.shape),
+            "w13_weight_scale": tuple(layer.w13_weight_scale_inv.shape),
+            "w2_weight_scale": tuple(layer.w2_weight_scale_inv.shape)}
 
 
 def _vllm_fp8_marlin(fp8, config, scheme):  # type: ignore[no-untyped-def]
-    """(admitted, allocated I_pp, padded I_pp) as vLLM 0.32 computes them for --moe-backend marlin.
+    """(admitted, allocated I_pp, padded I_pp, parameter shapes or None) as vLLM 0.32 computes
+    them for --moe-backend marlin.
 
-    Block FP8 goes through resolve_fp8_moe_weight_block_shape, which may pad the TP shard
-    to whole 128-blocks (pad_tp_shard_to_weight_blocks) or raise; MXFP8 ([1, 32]) is a
-    different dispatch (oracle/fp8.py: weight_block_size [1, 32] is MXFP8) with no block
-    refinement. MarlinExperts has no shape gate (_supports_shape is the base class's True).
+    Block FP8 is vLLM's `Fp8MoEMethod` itself (`_vllm_block_fp8_layer`): the TP shard may be
+    padded to whole 128-blocks (pad_tp_shard_to_weight_blocks) or refined to a finer block
+    that Marlin does not take, and create_weights refuses an I_pp that is not whole blocks.
+    MXFP8 ([1, 32]) is a different dispatch (oracle/fp8.py: weight_block_size [1, 32] is
+    MXFP8) with no block refinement. MarlinExperts has no shape gate (_supports_shape is the
+    base class's True).
     """
-    block = [128, 128] if scheme == "fp8_block128" else [1, 32]
     if scheme == "fp8_block128":
-        ok, _ = oracle.call_or_reject(fp8.oracle.resolve_fp8_moe_weight_block_shape, config, block, fp8.act_key, True)
-        if not ok:
-            return False, None, None
+        layer, _ = _vllm_block_fp8_layer(fp8, config)
+        if layer is None:
+            return False, None, None, None
+        i_pp = layer.w2_weight.shape[2]
+        return True, i_pp, fp8.padded(i_pp, 128), _block_fp8_shapes(layer)
     i_pp = config.intermediate_size_per_partition
-    return True, i_pp, fp8.padded(i_pp, block[1])
+    return True, i_pp, fp8.padded(i_pp, 32), None
 
 
 def _known_fp8(scheme: str, H: int, I: int, tp: int) -> str | None:
     i_pp = I // tp
     if H % 128:
         return "marlin_fp8_h_not_128"
-    if scheme == "fp8_block128" and i_pp % 128 and tp == 1:
-        return "block_fp8_ragged_last_block"
     if scheme == "mxfp8" and i_pp % 32:
         return "mxfp8_ipp_not_32"
     return None
@@ -242,7 +298,7 @@ def test_fp8_admission_and_padded_size_match_vllm(gen, fp8) -> None:  # type: ig
         tally.decisions += 1
         ok, config = oracle.call_or_reject(oracle.moe_config, hidden_size=H, intermediate_size=I, tp_size=tp,
                                            activation_name=act, moe_backend="marlin")
-        admitted, alloc, padded = _vllm_fp8_marlin(fp8, config, scheme) if ok else (False, None, None)
+        admitted, alloc, padded, shapes = _vllm_fp8_marlin(fp8, config, scheme) if ok else (False, None, None, None)
         plan = oracle.plan_or_none(module, num_experts=8, hidden_size=H, intermediate_size=I, tp_size=tp, scheme=scheme,
                                    scale_dtype="float32" if scheme == "fp8_block128" else "uint8", activation=act)
         where = f"{scheme} H={H} I={I} tp={tp}"
@@ -255,10 +311,138 @@ def test_fp8_admission_and_padded_size_match_vllm(gen, fp8) -> None:  # type: ig
             if (alloc, padded) != (plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded):
                 tally.record("unexplained", f"{where}: vllm ({alloc}, {padded}) layoutc "
                                             f"({plan.intermediate_size_per_partition}, {plan.intermediate_size_per_partition_padded})")
+            if shapes is not None:  # vLLM's allocated parameters against layoutc's logical (per-rank) shapes
+                tally.tensors += len(shapes)
+                ours = {t: getattr(module, f"{t}_shapes")(plan)[0] for t in shapes}
+                if ours != shapes:
+                    tally.record("unexplained", f"{where}: shapes vllm {shapes} layoutc {ours}")
     print("marlin_moe_fp8:", tally.summary())
-    assert tally.decisions > 5_000 and tally.sizes > 500
-    assert set(tally.disagreements) == {"marlin_fp8_h_not_128", "block_fp8_ragged_last_block",
-                                        "mxfp8_ipp_not_32"}, tally.summary()
+    assert tally.decisions > 5_000 and tally.sizes > 500 and tally.tensors > 4_000
+    assert set(tally.disagreements) == {"marlin_fp8_h_not_128", "mxfp8_ipp_not_32"}, tally.summary()
+
+
+# Block FP8 at tp=1 with I % 128 != 0, with the block refine_fp8_moe_block_shape offers
+# ([g, g], g = gcd(128, I, H) when it is >= 32, which Marlin does not take) or None (the block
+# stays [128, 128] and create_weights' validate_fp8_block_shape_moe refuses).
+RAGGED = [(256, 192, [64, 64]), (2048, 320, [64, 64]), (128, 1000, None), (2048, 1408 + 64, [64, 64]),
+          (256, 1440, [32, 32]), (7168, 1416, None)]
+
+
+@pytest.mark.parametrize("H, I, refined", RAGGED)
+def test_block_fp8_ragged_last_block_is_refused_by_vllm_and_by_layoutc(gen, fp8, H: int, I: int,
+                                                                       refined: list[int] | None) -> None:
+    """vLLM 0.32 never builds a block-FP8 Marlin MoE layer whose last 128-block is ragged.
+
+    At tp=1 with I % 128 != 0, `refine_fp8_moe_block_shape` offers a finer [g, g] block when
+    gcd(128, I, H) >= 32; `pad_tp_shard_to_weight_blocks` does nothing at tp=1, so
+    `Fp8MoEMethod.__init__` asks Marlin for the refined key, which MarlinExperts does not
+    support (ValueError from select_fp8_moe_backend). Otherwise the block stays [128, 128]
+    and `create_weights` raises in `validate_fp8_block_shape_moe` ("not divisible by weight
+    quantization block_n"). layoutc's contract refuses the same configurations (admit
+    intermediate_size % 128 == 0 for block FP8)."""
+    module = gen["marlin_moe_fp8"]
+
+    def config(i: int, backend: str = "marlin"):  # type: ignore[no-untyped-def]
+        return oracle.moe_config(hidden_size=H, intermediate_size=i, tp_size=1, moe_backend=backend)
+
+    shape, refine = fp8.oracle.resolve_fp8_moe_weight_block_shape(config(I), [128, 128], fp8.act_key, True)
+    assert (shape, refine) == ((refined, (128 // refined[0], 128 // refined[1])) if refined else ([128, 128], None))
+    layer, exc = _vllm_block_fp8_layer(fp8, config(I))
+    assert layer is None and isinstance(exc, ValueError)
+    expected = "does not support the deployment configuration" if refined else "not divisible by weight quantization block_n"
+    assert expected in str(exc), exc
+    # --moe-backend auto never picks Marlin for it either: the refined key is not Marlin's
+    # (here, with only Marlin's device probe true, the selection is Fp8MoeBackend.NONE), and
+    # the [128, 128] block fails create_weights the same way
+    auto_layer, auto = _vllm_block_fp8_layer(fp8, config(I, "auto"), marlin=False)
+    assert auto_layer is None or auto.fp8_backend != fp8.oracle.Fp8MoeBackend.MARLIN
+    assert oracle.plan_or_none(module, num_experts=8, hidden_size=H, intermediate_size=I, tp_size=1,
+                               scheme="fp8_block128", scale_dtype="float32", activation="silu") is None
+    # the whole-block neighbour is served by both
+    whole = I // 128 * 128 or 128
+    ok_layer, _ = _vllm_block_fp8_layer(fp8, config(whole))
+    assert ok_layer is not None
+    assert oracle.plan_or_none(module, num_experts=8, hidden_size=H, intermediate_size=whole, tp_size=1,
+                               scheme="fp8_block128", scale_dtype="float32", activation="silu") is not None
+
+
+def _prepare_for_marlin(fp8, layer, w13, w2, s13, s2):  # type: ignore[no-untyped-def]
+    """vLLM's `prepare_fp8_moe_layer_for_marlin` on CPU, the CUDA/kernel-format steps patched to
+    the identity: `ops.gptq_marlin_repack` (returns the packed [K/4, N] int32 it is given),
+    `marlin_permute_scales` (returns the [G, N] scales it is given) and
+    `fp8_fused_exponent_bias_into_scales` (a power-of-two rescale for the kernel's dequant).
+    What is left is vLLM's own padding, packing and block-to-column scale expansion."""
+    ident = lambda t, *a, **k: t  # noqa: E731
+    with mock.patch.object(fp8.utils.ops, "gptq_marlin_repack", lambda b_q_weight, **k: b_q_weight, create=True), \
+            mock.patch.object(fp8.utils, "marlin_permute_scales", lambda s, **k: s), \
+            mock.patch.object(fp8.utils, "fp8_fused_exponent_bias_into_scales", ident), \
+            mock.patch.object(fp8.utils, "get_marlin_input_dtype", lambda *a, **k: None):
+        return fp8.utils.prepare_fp8_moe_layer_for_marlin(layer, w13, w2, s13, s2)
+
+
+def _marlin_layer(E: int, H: int, i_pp: int):  # type: ignore[no-untyped-def]
+    """The attributes prepare_fp8_moe_layer_for_marlin reads (as Fp8MoEMethod.create_weights sets them)."""
+    return types.SimpleNamespace(num_experts=E, hidden_size=H, intermediate_size_per_partition=i_pp,
+                                 weight_block_size=[128, 128], orig_dtype=torch.float32)
+
+
+def _fp8_bytes(*shape: int) -> torch.Tensor:
+    """Random float8_e4m3fn codes that are finite (no 0x7F/0xFF NaN bytes)."""
+    b = torch.randint(0, 256, shape, dtype=torch.uint8)
+    b[(b & 0x7F) == 0x7F] = 0x3C
+    return b.view(torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("H, I, tp", [(256, 256, 1), (384, 1536, 1), (256, 384, 2), (3072, 1536, 8)])
+def test_block_fp8_tensors_match_prepare_fp8_moe_layer_for_marlin(gen, fp8, H: int, I: int, tp: int) -> None:
+    """What the kernel receives for block FP8, before Marlin's own repack: vLLM's
+    prepare_fp8_moe_layer_for_marlin packs each padded [N, K] weight to int32 ([K/4, N]) and
+    expands the [128, 128] block scales to one per output column ([K/128, N]). layoutc's
+    pad_w13_weight / pad_w2_weight give the same bytes, and its padded scales, read the way
+    the contract states them (`groups(w13_weight.n, 128)`: output row n uses scale row n // 128;
+    `groups(..k, 128)`: reduction column k uses scale column k // 128), the same per-column
+    scales. tp > 1 is one rank's padded TP shard (its allocation from vLLM's Fp8MoEMethod)."""
+    module = gen["marlin_moe_fp8"]
+    E = 2
+    config = oracle.moe_config(num_experts=E, hidden_size=H, intermediate_size=I, tp_size=tp, moe_backend="marlin")
+    layer, exc = _vllm_block_fp8_layer(fp8, config, num_experts=E)
+    assert layer is not None, exc
+    plan = module.plan(num_experts=E, hidden_size=H, intermediate_size=I, tp_size=tp, scheme="fp8_block128",
+                       scale_dtype="float32", activation="silu")
+    shapes = _block_fp8_shapes(layer)
+    assert shapes == {t: getattr(module, f"{t}_shapes")(plan)[0] for t in shapes}
+    torch.manual_seed(3)
+    w13, w2 = _fp8_bytes(*shapes["w13_weight"]), _fp8_bytes(*shapes["w2_weight"])
+    s13, s2 = torch.rand(shapes["w13_weight_scale"]) + 0.5, torch.rand(shapes["w2_weight_scale"]) + 0.5
+    i_pp = shapes["w2_weight"][2]
+    v13, v2, v13_s, v2_s = _prepare_for_marlin(fp8, _marlin_layer(E, H, i_pp), w13, w2, s13, s2)
+    for v, ours in ((v13, module.pad_w13_weight(w13, plan)), (v2, module.pad_w2_weight(w2, plan))):
+        packed = torch.stack([e.contiguous().view(torch.int32).T for e in ours])
+        assert torch.equal(v, packed)
+    for v_s, ours, (n, k) in ((v13_s, module.pad_w13_weight_scale(s13, plan), module.w13_weight_shapes(plan)[1][1:]),
+                              (v2_s, module.pad_w2_weight_scale(s2, plan), module.w2_weight_shapes(plan)[1][1:])):
+        per_column = ours[:, torch.arange(n) // 128][:, :, torch.arange(0, k, 128) // 128].transpose(1, 2)
+        assert v_s.shape == per_column.shape and torch.equal(v_s, per_column)
+
+
+@pytest.mark.parametrize("I", [192, 320, 1000, 1408 + 64])
+def test_prepare_fp8_moe_layer_for_marlin_would_misplace_a_ragged_up_half(fp8, I: int) -> None:
+    """Why layoutc does not state a ragged last block as vLLM's layout: vLLM never builds
+    such a layer (test above), and its Marlin conversion would not serve one. Given the
+    [E, 2 cdiv(I, 128), H/128] scales the cdiv formula in create_weights allocates,
+    prepare_fp8_moe_layer_for_marlin expands the concatenated gate|up block rows by 128 and
+    truncates to 2 I columns, so the up half's columns are shifted by 128 - I % 128: up row 0
+    gets the gate half's last block scale. (This function is called here on a layer vLLM's own
+    gates refuse; only its scale expansion is examined.)"""
+    E, H = 1, 256
+    G = -(-I // 128)
+    s13 = torch.arange(1, 2 * G * (H // 128) + 1, dtype=torch.float32).view(E, 2 * G, H // 128)
+    s2 = torch.ones(E, H // 128, G)
+    w13, w2 = _fp8_bytes(E, 2 * I, H), _fp8_bytes(E, H, I)
+    _, _, v13_s, _ = _prepare_for_marlin(fp8, _marlin_layer(E, H, I), w13, w2, s13, s2)
+    P = fp8.padded(I, 128)
+    up_row0 = v13_s[0, 0, P]  # column P of the padded [gate | up] output is up row 0
+    assert up_row0 == s13[0, G - 1, 0] != s13[0, G, 0]  # the gate half's last block, not up block 0
 
 
 @pytest.mark.parametrize("H, I, tp", [(3072, 1536, 8), (256, 640, 4), (256, 1152, 6), (256, 384, 2)])
