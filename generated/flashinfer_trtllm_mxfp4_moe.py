@@ -158,7 +158,8 @@ def plan(
         num_experts: int in 1..1024
         hidden_size: int in 1..65536
         intermediate_size: int in 1..262144
-        tp_size: one of 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128
+        tp_size: one of 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64,
+            80, 96, 112, 128
         activation: one of 'silu', 'swigluoai'
 
     Returns a frozen `Plan` with every derived size.

@@ -149,7 +149,8 @@ def plan(
         num_experts: int in 1..1024
         hidden_size: int in 1..65536
         intermediate_size: int in 1..262144
-        tp_size: one of 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128
+        tp_size: one of 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64,
+            80, 96, 112, 128
         isa: one of 'vec', 'amx', 'neon', 'vsx'
         activation: one of 'silu', 'gelu', 'gelu_tanh', 'swigluoai'
         dtype: one of 'bfloat16', 'float16', 'float32'

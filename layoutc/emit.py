@@ -449,10 +449,14 @@ def _uses(contract: ir.Contract, ops: tuple[str, ...]) -> bool:
 
 
 def _domain_doc(p: ir.Param) -> str:
+    """A parameter's domain for `plan`'s docstring, where it follows 8 spaces and the name:
+    wrapped under the name so that generated lines stay under 100 columns."""
     default = f" (default {p.default})" if p.default is not None else ""
     if p.kind == "range":
         return f"int in {p.low}..{p.high}{default}"
-    return "one of " + ", ".join(repr(v) for v in p.values) + default
+    text = "one of " + ", ".join(repr(v) for v in p.values) + default
+    return "\n".join(textwrap.wrap(text, width=96 - 10 - len(p.name), subsequent_indent=" " * 12,
+                                    break_long_words=False, break_on_hyphens=False))
 
 
 def _doc_safe(text: str) -> str:

@@ -224,7 +224,7 @@ def test_check_on_the_zentorch_route(cpu_moe, monkeypatch: pytest.MonkeyPatch) -
 @pytest.mark.parametrize("change, needle, where", [
     (dict(hidden=100), "hidden_size must be a multiple of the ISA's output alignment",
      CONTRACT_LINE["admit hidden_size % output_alignment"]),
-    (dict(tp=5, intermediate=705), "tp_size=5 is not one of", "(contracts/vllm_cpu_grouped_gemm.moe)"),
+    (dict(tp=9, intermediate=711), "tp_size=9 is not one of", "(contracts/vllm_cpu_grouped_gemm.moe)"),
 ])
 def test_a_configuration_the_contract_refuses_stops_the_engine(cpu_moe, monkeypatch: pytest.MonkeyPatch, mode: str,
                                                               change: dict, needle: str, where: str) -> None:  # type: ignore[no-untyped-def]
