@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -223,12 +224,25 @@ def splice(path: Path) -> list[str]:
     return done
 
 
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description="Render bench/results/*.json as the tables of docs/benchmarks.md.")
+    parser.add_argument("--splice", metavar="MD", type=Path,
+                        help="rewrite the <!-- bench:NAME:start/end --> blocks of this file in place")
+    parser.add_argument("sections", nargs="*", metavar="SECTION",
+                        help=f"print these sections (default: all): {', '.join(SECTIONS)}")
+    args = parser.parse_args(argv)
+    unknown = [name for name in args.sections if name not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown section {unknown[0]!r} (choose from {', '.join(SECTIONS)})")
+    if args.splice is not None:
+        print("refreshed:", ", ".join(splice(args.splice)))
+        return 0
+    for name in args.sections or list(SECTIONS):
+        print(f"<!-- {name} -->")
+        print(render(name))
+        print()
+    return 0
+
+
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if args[:1] == ["--splice"]:
-        print("refreshed:", ", ".join(splice(Path(args[1]))))
-    else:
-        for name in args or list(SECTIONS):
-            print(f"<!-- {name} -->")
-            print(render(name))
-            print()
+    sys.exit(main(sys.argv[1:]))
