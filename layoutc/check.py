@@ -153,6 +153,7 @@ def check(module: A.Module, text: str) -> tuple[ir.Contract | None, list[Diagnos
     c = _Checker(module, text)
     c.member_at = {}
     c.fill_spans = {}
+    c.tail_spans = {}
     contract: A.ContractDecl | None = None
     policy: A.PolicyDecl | None = None
     sources: list[str] = []
@@ -228,6 +229,7 @@ def check(module: A.Module, text: str) -> tuple[ir.Contract | None, list[Diagnos
     if policy is None and contract is not None:
         c.diags.append(warning("LC210", contract.span, "no `policy` declared; using `policy error`"))
     shard = c.shard(shard_decl, contract.span if contract else top)
+    c.check_tail_fills(shard)
     if any(d.severity == "error" for d in c.diags) or contract is None:
         return None, c.diags
     built = ir.Contract(

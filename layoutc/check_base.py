@@ -88,6 +88,7 @@ class CheckerState:
 
     member_at: dict[str, Span]  # enum member -> where it was declared (set by `check`)
     fill_spans: dict[str, Span]  # tensor -> its `fill` clause (set by `check`)
+    tail_spans: dict[str, Span]  # tensor -> its `tail fill` clause, where it has one (set by `check`)
     tensor_names: list[str]  # every tensor the contract declares, in order (set by `check`)
 
     def __init__(self, module: A.Module, text: str) -> None:

@@ -57,6 +57,14 @@ class TensorChecks(ExprChecks):
             span = d.fill[1].span if d.fill else d.span
             self.err("LC407", span, f"tensor `{d.name}` needs exactly one `fill` clause")
             ok = False
+        if len(d.tail_fill) > 1:
+            self.err("LC415", d.tail_fill[1].span, f"tensor `{d.name}` has more than one `tail fill` clause")
+            ok = False
+        elif d.tail_fill and d.tail_fill[0].kind == "uninit":
+            self.err("LC415", d.tail_fill[0].span, f"`tail fill uninit` on `{d.name}`: a short rank's tail is read "
+                     "by the kernel like live rows, so it must hold a value; write `tail fill N` or "
+                     "`tail fill decoded V` (or drop the clause: the tail then holds the `fill`)")
+            ok = False
         if len(d.storage) != 1:
             span = d.storage[1][1] if d.storage else d.span
             self.err("LC407", span, f"tensor `{d.name}` needs exactly one `storage` clause")
@@ -108,11 +116,15 @@ class TensorChecks(ExprChecks):
                 return
         fill = d.fill[0]
         kind = d.kind
+        tail = d.tail_fill[0] if d.tail_fill else None
         self.poisoned.discard(d.name)
         self.tensors[d.name] = ir.Tensor(d.name, kind, d.projection,  # type: ignore[arg-type]
                                          d.optional, tuple(axes), fill.kind, fill.value, storage,
-                                         code_range, decode, d.span, tuple(guarded))
+                                         code_range, decode, d.span, tuple(guarded),
+                                         tail.kind if tail else None, tail.value if tail else None)  # type: ignore[arg-type]
         self.fill_spans[d.name] = fill.span
+        if tail is not None:
+            self.tail_spans[d.name] = tail.span
 
     def guarded_axis(self, ax: A.AxisDecl) -> ir.GuardedAxis | None:
         """`axis NAME = LAYOUT when GUARD`: GUARD is a bool over finite parameters only."""
@@ -229,75 +241,102 @@ class TensorChecks(ExprChecks):
         return None
 
     def resolve_fills(self) -> None:
-        for name, t in list(self.tensors.items()):
-            if t.fill_kind != "decoded":
-                continue
-            if t.decode is None:
-                self.err("LC407", self.fill_spans[name], f"`fill decoded` on `{name}` needs a `decode = ...` "
-                         "clause and a `code lo..hi` range; for an unquantized tensor write `fill N`")
-                continue
-            if any(isinstance(n, ir.Ref) for n in ir.walk(t.decode)):
-                self.err("LC404", self.fill_spans[name], f"`fill decoded` on `{name}` needs a decode that does "
-                         "not depend on parameters; write the stored code with `fill N`")
-                continue
-            refs: dict[str, Fraction] = {}
-            bad = False
-            for node in ir.walk(t.decode):
-                if isinstance(node, ir.TensorValue):
-                    other = self.tensors.get(node.tensor)
-                    if other is None or other.fill_kind == "uninit" or other.decode is not None:
-                        self.err("LC404", self.fill_spans[name], f"cannot resolve `fill decoded` of "
-                                 f"`{name}`: `{node.tensor}` must be a declared tensor with a numeric fill")
-                        bad = True
-                        break
-                    refs[node.tensor] = Fraction(other.fill)
-            if bad:
-                continue
-            assert t.code_range is not None
-            lo, hi = t.code_range
-            self.fill_work += (hi - lo + 1) * sum(1 for _ in ir.walk(t.decode))
-            if self.fill_work > 200_000:
-                self.err("LC307", self.fill_spans[name], "too much work to resolve `fill decoded` codes; use "
-                         "smaller code ranges or simpler decode expressions, or write the code with `fill N`")
-                continue
-            chosen = None
-            try:
-                for c in range(lo, hi + 1):
-                    if eval_real(t.decode, {}, Fraction(c), refs) == t.fill:
-                        chosen = c
-                        break
-            except EvalError:
-                chosen = None
-            if chosen is None:
-                self.err("LC404", self.fill_spans[name], f"no code in {lo}..{hi} of `{name}` decodes to "
-                         f"{t.fill} when the tensors it reads hold their own pad values")
-                continue
-            self.tensors[name] = _replace_fill(t, chosen)
+        """Resolve every `fill decoded V` and `tail fill decoded V` to the stored code."""
+        for name in list(self.tensors):
+            t = self.tensors[name]
+            if t.fill_kind == "decoded":
+                code = self._resolve_decoded(name, t, t.fill, self.fill_spans[name], "fill decoded")
+                if code is not None:
+                    self.tensors[name] = t = _replace_fill(t, code)
+            if t.tail_fill_kind == "decoded" and t.tail_fill is not None:
+                code = self._resolve_decoded(name, t, t.tail_fill, self.tail_spans[name], "tail fill decoded")
+                if code is not None:
+                    self.tensors[name] = replace(t, tail_fill=code)
+
+    def _resolve_decoded(self, name: str, t: ir.Tensor, want: int, span: Span, clause: str) -> int | None:
+        """The first code of t's `code lo..hi` whose decode is `want` (the tensors it reads at
+        their own pad values), or None after a diagnostic."""
+        if t.decode is None:
+            self.err("LC407", span, f"`{clause}` on `{name}` needs a `decode = ...` clause and a `code lo..hi` "
+                     f"range; for an unquantized tensor write `{clause.removesuffix(' decoded')} N`")
+            return None
+        if any(isinstance(n, ir.Ref) for n in ir.walk(t.decode)):
+            self.err("LC404", span, f"`{clause}` on `{name}` needs a decode that does not depend on parameters; "
+                     f"write the stored code with `{clause.removesuffix(' decoded')} N`")
+            return None
+        refs: dict[str, Fraction] = {}
+        for node in ir.walk(t.decode):
+            if isinstance(node, ir.TensorValue):
+                other = self.tensors.get(node.tensor)
+                if other is None or other.fill_kind == "uninit" or other.decode is not None:
+                    self.err("LC404", span, f"cannot resolve `{clause}` of `{name}`: `{node.tensor}` must be a "
+                             "declared tensor with a numeric fill")
+                    return None
+                refs[node.tensor] = Fraction(other.fill)
+        if t.code_range is None:
+            self.err("LC407", span, f"`{clause}` on `{name}` needs a `code lo..hi` range")
+            return None
+        lo, hi = t.code_range
+        self.fill_work += (hi - lo + 1) * sum(1 for _ in ir.walk(t.decode))
+        if self.fill_work > 200_000:
+            self.err("LC307", span, f"too much work to resolve `{clause}` codes; use smaller code ranges or "
+                     f"simpler decode expressions, or write the code with `{clause.removesuffix(' decoded')} N`")
+            return None
+        try:
+            for c in range(lo, hi + 1):
+                if eval_real(t.decode, {}, Fraction(c), refs) == want:
+                    return c
+        except EvalError:
+            pass
+        self.err("LC404", span, f"no code in {lo}..{hi} of `{name}` decodes to {want} when the tensors it "
+                 "reads hold their own pad values")
+        return None
 
     def check_fill_ranges(self) -> None:
-        """A stored pad code must fit the storage type (per packed element when packed), and a
-        float storage must represent it exactly."""
+        """A stored pad code (and a `tail fill` code) must fit the storage type (per packed
+        element when packed), and a float storage must represent it exactly."""
         for name, t in self.tensors.items():
             if t.fill_kind != "uninit":
-                floats = [t.storage] if t.storage in _FLOATS else \
-                    [m for m in self.params[t.storage[6:]].values if isinstance(m, str) and m in _FLOATS] \
-                    if t.storage.startswith("param:") and t.storage[6:] in self.params else []
-                for dtype in floats:
-                    if not _float_exact(t.fill, *_FLOATS[dtype]):
-                        self.err("LC308", self.fill_spans[name], f"pad value {t.fill} of `{name}` is not exactly "
-                                 f"representable in {dtype}")
-                        break
-            bits = _STORAGE_BITS.get(t.storage)
-            if bits is None or t.fill_kind == "uninit":
+                self._check_code(name, t, t.fill, self.fill_spans[name], "pad")
+            if t.tail_fill is not None:
+                self._check_code(name, t, t.tail_fill, self.tail_spans[name], "tail")
+
+    def _check_code(self, name: str, t: ir.Tensor, code: int, span: Span, what: str) -> None:
+        floats = [t.storage] if t.storage in _FLOATS else \
+            [m for m in self.params[t.storage[6:]].values if isinstance(m, str) and m in _FLOATS] \
+            if t.storage.startswith("param:") and t.storage[6:] in self.params else []
+        for dtype in floats:
+            if not _float_exact(code, *_FLOATS[dtype]):
+                self.err("LC308", span, f"{what} value {code} of `{name}` is not exactly representable in {dtype}")
+                return
+        bits = _STORAGE_BITS.get(t.storage)
+        if bits is None:
+            return
+        pack = max((a.pack for a in t.axes), default=1)
+        width = bits // pack
+        low = -(1 << (width - 1)) if t.storage != "uint8" or pack > 1 else 0
+        high = (1 << width) - 1 if pack > 1 or t.storage == "uint8" else (1 << (width - 1)) - 1
+        if not low <= code <= high:
+            where = f"{width}-bit packed elements" if pack > 1 else t.storage
+            self.err("LC308", span, f"{what} code {code} of `{name}` does not fit {where} ({low}..{high})")
+
+    def check_tail_fills(self, shard: ir.Shard | None) -> None:
+        """A `tail fill` needs a block shard (`shard ... in blocks of B`, the only shard with
+        short ranks) and a tensor with an axis split over ranks (its intermediate axis)."""
+        for name, span in self.tail_spans.items():
+            t = self.tensors.get(name)
+            if t is None:
                 continue
-            pack = max((a.pack for a in t.axes), default=1)
-            width = bits // pack
-            low = -(1 << (width - 1)) if t.storage != "uint8" or pack > 1 else 0
-            high = (1 << width) - 1 if pack > 1 or t.storage == "uint8" else (1 << (width - 1)) - 1
-            if not low <= t.fill <= high:
-                where = f"{width}-bit packed elements" if pack > 1 else t.storage
-                self.err("LC308", self.fill_spans[name], f"pad code {t.fill} of `{name}` does not fit {where} "
-                         f"({low}..{high})")
+            if shard is None or shard.blocks is None:
+                self.err("LC415", span, f"`tail fill` on `{name}`: only a block shard (`shard FULL over tp_size in "
+                         "blocks of B`) has ranks shorter than L; this contract's ranks all hold whole slices, so "
+                         "there is no tail (remove the clause, or declare the block shard)")
+            elif not any(ir.is_intermediate(t, a) and not (
+                    a.group_size is not None and isinstance(a.group_size, ir.Const) and a.group_size.value == -1)
+                    for a in t.axes):
+                self.err("LC415", span, f"`tail fill` on `{name}`: it has no axis split over ranks (no intermediate "
+                         f"axis: {t.projection}.{'n' if t.projection == 'w13' else 'k'}), so every rank holds it whole "
+                         "and it has no tail")
 
     # ---- projection structure ----
     def structure(self, span: Span) -> None:

@@ -103,19 +103,20 @@ def _names(e: ir.Expr) -> list[str]:
 _BITS = {"int32": 32, "uint8": 8, "int8": 8, "int16": 16}
 
 
-def _fill_word(tensor: ir.Tensor) -> str:
-    """The stored fill value, replicated across packed sub-elements."""
+def _fill_word(tensor: ir.Tensor, code: int | None = None) -> str:
+    """The stored fill value (or `code`, e.g. the tail fill), replicated across packed sub-elements."""
+    value = tensor.fill if code is None else code
     pack = max(a.pack for a in tensor.axes) if tensor.axes else 1
     if pack == 1:
         if tensor.storage.startswith("param:") or tensor.storage.startswith("float") \
                 or tensor.storage == "bfloat16":
-            return repr(float(tensor.fill))
-        return repr(int(tensor.fill))
+            return repr(float(value))
+        return repr(int(value))
     bits = _BITS[tensor.storage] // pack
     mask = (1 << bits) - 1
     word = 0
     for j in range(pack):
-        word |= (tensor.fill & mask) << (bits * j)
+        word |= (value & mask) << (bits * j)
     width = _BITS[tensor.storage]
     if tensor.storage.startswith("int") and word >= 1 << (width - 1):
         word -= 1 << width
@@ -311,6 +312,10 @@ def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> dict[str,
         "name": t.name, "kind": t.kind, "projection": t.projection, "optional": t.optional,
         "table": _axis_table(t, has_tp, contract.block_shard.full if contract.block_shard else None),
         "fill": "None" if t.fill_kind == "uninit" else _fill_word(t), "dtype": _dtype_expr(t),
+        # `tail fill`: the value past a short rank's slice, passed only where declared
+        "tail_fill": None if t.tail_fill is None else _fill_word(t, t.tail_fill),
+        "tail_doc": None if t.tail_fill is None else f"stored code {t.tail_fill}" + (
+            " (resolved from `tail fill decoded`)" if t.tail_fill_kind == "decoded" else ""),
         "logical_doc": _shape_doc(contract, t, "logical"), "padded_doc": _shape_doc(contract, t, "padded"),
         "storage_doc": t.storage.removeprefix("param:"), "fill_doc": fill, "line": t.span.line,
         "once": repr(t.kind == "bias" and t.projection == "w2"),

@@ -8,7 +8,7 @@ lowered to conditionals, and every axis knows its logical and padded size.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, assert_never
 
 from .diagnostics import Span
@@ -231,6 +231,23 @@ class Tensor:
     decode: Expr | None
     span: Span
     guarded: tuple[GuardedAxis, ...] = ()  # parameter-dependent layouts; `axes` holds the defaults
+    # `tail fill V` (block shards only): the stored code past a short rank's slice, resolved
+    # like `fill`; None: the tail holds `fill` (the default). Never uninit.
+    tail_fill_kind: Literal["value", "decoded"] | None = None
+    tail_fill: int | None = None
+
+    @property
+    def tail_code(self) -> int | None:
+        """The stored code past a short rank's slice (None: `fill uninit` and no `tail fill`)."""
+        if self.tail_fill is not None:
+            return self.tail_fill
+        return None if self.fill_kind == "uninit" else self.fill
+
+    def at_tail(self) -> Tensor:
+        """This tensor as it is past a short rank's slice: its fill is the tail fill."""
+        if self.tail_fill is None or self.tail_fill_kind is None:
+            return self
+        return replace(self, fill_kind=self.tail_fill_kind, fill=self.tail_fill, tail_fill_kind=None, tail_fill=None)
 
     def axis(self, name: str) -> Axis:
         for ax in self.axes:

@@ -281,6 +281,7 @@ class _Builder:
         name, kind, projection, optional, *clauses = node.children
         axes: list[A.AxisDecl] = []
         fills: list[A.Fill] = []
+        tails: list[A.Fill] = []
         storage: list[tuple[str, Span]] = []
         code: list[tuple[int, int, Span]] = []
         decode: list[A.Expr] = []
@@ -292,6 +293,8 @@ class _Builder:
                                        self.expr(guard) if guard is not None else None))
             elif cl.data == "fill_clause":
                 fills.append(self.fill(cl.children[0]))
+            elif cl.data == "tail_fill_clause":
+                tails.append(self.fill(cl.children[0], span))
             elif cl.data == "storage_clause":
                 storage.append((str(cl.children[0]), span))
             elif cl.data == "code_clause":
@@ -301,10 +304,11 @@ class _Builder:
         kind_name = kind.data.removeprefix("kind_")
         return A.TensorDecl(str(name), kind_name, str(projection),  # type: ignore[arg-type]
                             optional is not None, tuple(axes), tuple(fills), tuple(storage),
-                            tuple(code), tuple(decode), self.sp(node))
+                            tuple(code), tuple(decode), self.sp(node), tuple(tails))
 
-    def fill(self, node: Tree) -> A.Fill:
-        span = self.sp(node)
+    def fill(self, node: Tree, span: Span | None = None) -> A.Fill:
+        """A `fill` value; `span`: where to point at it (the whole `tail fill` clause)."""
+        span = self.sp(node) if span is None else span
         if node.data == "fill_uninit":
             return A.Fill("uninit", 0, span)
         value = self.signed(node.children[0])

@@ -240,6 +240,8 @@ class TensorDecl:
     code: tuple[tuple[int, int, Span], ...]
     decode: tuple[Expr, ...]
     span: Span
+    # `tail fill V`: the value past a short rank's slice (a block shard); () when not given
+    tail_fill: tuple[Fill, ...] = ()
 
 
 # ---- kernel and glue ---------------------------------------------------------

@@ -756,7 +756,11 @@ class _Values:
         return z3.BoolVal(True, self.run.ctx)
 
     def pad_value(self, t: ir.Tensor, refs: dict[str, Pair] | None = None) -> Pair:
-        """t's decoded value where t holds its pad."""
+        """t's decoded value where t holds its pad (at a tail lane: its `tail fill`, which
+        defaults to the fill)."""
+        word = "pad code"
+        if self.tail and t.tail_fill is not None:
+            t, word = t.at_tail(), "tail fill code"
         if t.fill_kind == "uninit":
             self.count += 1
             finite = z3.Bool(f"{self.tag}.finite.{t.name}.{self.count}", self.run.ctx)
@@ -766,7 +770,7 @@ class _Values:
         if t.decode is not None and (t.kind in ("scale", "zero") or refs is not None):
             value, finite = self.decode(t.decode, t, refs or {})
             if not z3.is_true(z3.simplify(finite)):
-                self.notes.append((finite, f"{t.name}'s pad code {t.fill} decodes to a non-finite value "
+                self.notes.append((finite, f"{t.name}'s {word} {t.fill} decodes to a non-finite value "
                                            f"({_format_note(t.decode, t.fill)})"))
             return value, finite
         if t.kind == "scale" and t.decode is None:
@@ -1022,17 +1026,22 @@ def _inertness(run: _Run) -> list[_Obligation]:
     w13 = c.weight("w13")
     lane = z3.Int("lane", ctx)
     obs: list[_Obligation] = []
-    # Every scale or zero-point pad that is written must decode to a finite value.
+    # Every scale or zero-point pad that is written must decode to a finite value, and so
+    # must its `tail fill`, where short ranks can occur.
     sv = _Values(run, lane, "scalepad")
     for t in c.tensors:
         if t.kind not in ("scale", "zero"):
             continue
+        sharded = any((t, a) in sharded_axes(c) for a in t.axes)
+        if t.tail_fill is not None and sharded:
+            obs += _scale_tail_finite(run, t)
         value, finite = sv.pad_value(t)
         if z3.is_true(z3.simplify(finite)):
             continue
-        # a short rank's tail holds the fill too, whether or not the tensor is padded
-        has_pad = z3.Or(sv.has_pad(t), short_ranks(run)) if any(
-            (t, a) in sharded_axes(c) for a in t.axes) else sv.has_pad(t)
+        # a short rank's tail holds the fill too (unless it has its own `tail fill`),
+        # whether or not the tensor is padded
+        has_pad = z3.Or(sv.has_pad(t), short_ranks(run)) if sharded and t.tail_fill is None \
+            else sv.has_pad(t)
 
         def sexplain(model, t=t, value=value):  # type: ignore[no-untyped-def]
             note = _format_note(t.decode, t.fill) if t.decode is not None else "uninitialised memory" \
@@ -1062,6 +1071,27 @@ def _inertness(run: _Run) -> list[_Obligation]:
                     f"{run.enc.evaluate(model, value)} or may be non-finite", "w13.k")
         obs.append(_Obligation("hidden pad columns", hidden.span, hgoal, hexplain, w13.name))
     return obs
+
+
+def _scale_tail_finite(run: _Run, t: ir.Tensor) -> list[_Obligation]:
+    """A scale's or zero-point's `tail fill` decodes to a finite value wherever a short rank
+    holds it (a block shard with tp_size * L > FULL, on an axis split there)."""
+    tv = _Values(run, z3.Int("lane", run.ctx), "scaletail", tail=True)
+    _, finite = tv.pad_value(t)
+    if z3.is_true(z3.simplify(finite)):
+        return []
+    split = z3.Or([_split_here(run, t, a) for a in t.axes if (t, a) in sharded_axes(run.contract)])
+    tail = t.at_tail()
+
+    def explain(model):  # type: ignore[no-untyped-def]
+        note = _format_note(tail.decode, tail.fill) if tail.decode is not None else (
+            f"stored as uint8 bytes without a declared format, and {_byte_notes(tail.fill)}; declare it, "
+            "e.g. `decode = e8m0(code)`")
+        return (f"{t.name}'s `tail fill` holds code {tail.fill} past a short rank's slice (a block shard: "
+                f"tp_size * L > FULL), which decodes to a non-finite value ({note}); every weight it scales "
+                "there is then NaN, and the kernel adds NaN * 0 = NaN to the output", t.name)
+    goal = z3.And(run.admitted, short_ranks(run), split, z3.Not(finite))
+    return [_Obligation(f"{t.name} tail is finite", t.span, goal, explain, t.name)]
 
 
 def _up_offset(run: _Run) -> z3.ArithRef:

@@ -19,7 +19,9 @@ contiguous block of pairs), `full` being the segment's length there. An even spl
 has full == tp_size * logical. A block shard (a contract's `shard ... in blocks of
 B`, e.g. gpt-oss MXFP4 in vLLM's `GptOssModel._load_weights_mxfp4`) may have
 full < tp_size * logical: the last ranks' slices are shorter or empty, and the rest
-of their logical run holds the tensor's fill, like a pad.
+of their logical run (the tail) holds the tensor's tail fill (a contract's `tail fill`,
+by default its fill). A position in the pad on any axis holds the fill, as engines pad
+after loading.
 
 Every function checks its inputs and raises `LayoutContractError` naming the
 tensor and the expected shape; nothing writes outside the tensor it returns.
@@ -82,31 +84,33 @@ def full_shape(axes: tuple[Axis, ...], tp_size: int) -> tuple[int, ...]:
     return tuple(a.segments * segment_length(a, tp_size) for a in axes)
 
 
-#: One axis's (copies, fills): (source start, destination start, length) of each live run,
-#: and [lo, hi) of each run holding the fill.
-Runs = tuple[list[tuple[int, int, int]], list[tuple[int, int]]]
+#: One axis's (copies, pads, tails): (source start, destination start, length) of each live
+#: run; [lo, hi) of each pad run (past the logical run: the pad fill); [lo, hi) of each tail
+#: run (inside the logical run, past a short rank's slice: the tail fill).
+Runs = tuple[list[tuple[int, int, int]], list[tuple[int, int]], list[tuple[int, int]]]
 
 
 def runs(axis: Axis, start: int = 0, live: int | None = None, stride: int | None = None) -> Runs:
-    """(copies, fills) of one axis whose source segments hold entries [start, start + live)
+    """(copies, pads, tails) of one axis whose source segments hold entries [start, start + live)
     of `stride`-long segments (default: the whole logical run, segments `logical` apart).
 
-    copies: (source start, destination start, length) of each live run; fills: [lo, hi)
-    of each run holding the fill (the pad, and past a short rank's slice).
+    copies: (source start, destination start, length) of each live run; pads: [lo, hi) of
+    each run past a segment's logical run (the kernel's pad); tails: [lo, hi) of each run
+    inside a segment's logical run past the rank's slice (a short rank of a block shard).
     """
     n = axis.logical if live is None else live
     seg = axis.logical if stride is None else stride
+    lg, pd, k = axis.logical, axis.padded, axis.segments
     if axis.layout == "interleave":
-        k = axis.segments
         copied = [(k * start, 0, k * n)] if n else []
-        return copied, ([(k * n, k * axis.padded)] if n < axis.padded else [])
+        return copied, ([(k * lg, k * pd)] if lg < pd else []), ([(k * n, k * lg)] if n < lg else [])
     if axis.layout == "concat":
-        copied = [(j * seg + start, j * axis.logical, n) for j in range(axis.segments)] if n else []
-        tails = [(j * axis.logical + n, (j + 1) * axis.logical) for j in range(axis.segments) if n < axis.logical]
-        pad = [(axis.segments * axis.logical, axis.segments * axis.padded)] if axis.padded > axis.logical else []
-        return copied, tails + pad
-    copied = [(j * seg + start, j * axis.padded, n) for j in range(axis.segments)] if n else []
-    return copied, [(j * axis.padded + n, (j + 1) * axis.padded) for j in range(axis.segments) if n < axis.padded]
+        copied = [(j * seg + start, j * lg, n) for j in range(k)] if n else []
+        tails = [(j * lg + n, (j + 1) * lg) for j in range(k) if n < lg]
+        return copied, ([(k * lg, k * pd)] if pd > lg else []), tails
+    copied = [(j * seg + start, j * pd, n) for j in range(k)] if n else []
+    return (copied, [(j * pd + lg, (j + 1) * pd) for j in range(k) if lg < pd],
+            [(j * pd + n, j * pd + lg) for j in range(k) if n < lg])
 
 
 def rank_runs(axis: Axis, rank: int, tp_size: int) -> Runs:
@@ -183,38 +187,60 @@ def check_rank(who: str, what: str, rank: object, tp_size: int) -> int:
     return int(value)
 
 
-def scatter(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: float | None) -> None:
-    """Copy each live run of `src` into `dst` once, then fill each fill run once (`fill_runs`).
+def scatter(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: float | None,
+            tail_fill: float | None = None) -> None:
+    """Copy each live run of `src` into `dst` once, then fill the rest once (`fill_runs`).
 
-    plan: per axis, (copies, fills) from `runs` / `rank_runs`. `fill` None (a contract's
-    `fill uninit`) leaves the pad as allocated.
+    plan: per axis, (copies, pads, tails) from `runs` / `rank_runs`. `fill` None (a contract's
+    `fill uninit`) leaves the pad as allocated; `tail_fill` None: the tail holds `fill`.
     """
-    for combo in itertools.product(*[c for c, _ in plan]):
+    for combo in itertools.product(*[c for c, _, _ in plan]):
         src_index = tuple(slice(s, s + n) for s, _, n in combo)
         dst_index = tuple(slice(d, d + n) for _, d, n in combo)
         dst[dst_index].copy_(src[src_index])
-    if fill is not None:
-        fill_runs(dst, plan, fill)
+    fill_runs(dst, plan, fill, tail_fill)
 
 
-def fill_runs(dst: torch.Tensor, plan: list[Runs], fill: float) -> None:
-    """Write `fill` into every fill position of `dst` exactly once, touching no live one.
+def _write(piece: torch.Tensor, value: float) -> None:
+    if value == 0:
+        piece.zero_()  # a memset per run
+    else:
+        piece.fill_(value)
 
-    plan: per axis, (copies, fills) from `runs` / `rank_runs`. A position is a fill
-    position when any axis is in a fill run there (a pad, or past a short rank's slice);
-    it is written by the first such axis (earlier axes restricted to their live runs).
-    A zero fill uses `zero_` (a memset per run) rather than `fill_`.
+
+def fill_runs(dst: torch.Tensor, plan: list[Runs], fill: float | None, tail_fill: float | None = None) -> None:
+    """Write every non-live position of `dst` exactly once, touching no live one.
+
+    plan: per axis, (copies, pads, tails) from `runs` / `rank_runs`. A position in a pad run
+    on any axis holds `fill` (the kernel's pad, added after loading: it wins over a tail);
+    a position in a tail run on some axis and in no pad run holds `tail_fill` (past a short
+    rank's slice of a block shard, e.g. vLLM's unit scales there). `fill` None (`fill
+    uninit`) leaves the pad as allocated; `tail_fill` None: the tail holds `fill` too.
+    Each position is written by the first axis that puts it there (earlier axes restricted
+    to the runs that do not: live for a tail, live or tail for a pad).
     """
-    live = [c for c, _ in plan]
-    for d, (_, axis_fills) in enumerate(plan):
-        for lo, hi in axis_fills:
-            for covered in itertools.product(*live[:d]):
-                index = (*(slice(dd, dd + n) for _, dd, n in covered), slice(lo, hi))
-                piece = dst[index]
-                if fill == 0:
-                    piece.zero_()
-                else:
-                    piece.fill_(fill)
+    live = [[(d, d + n) for _, d, n in c] for c, _, _ in plan]
+    if tail_fill is None or tail_fill == fill:
+        if fill is None:
+            return
+        # one value everywhere: pad and tail runs are written alike (earlier axes live)
+        for d, (_, pads, tails) in enumerate(plan):
+            for lo, hi in tails + pads:
+                for covered in itertools.product(*live[:d]):
+                    _write(dst[(*(slice(a, b) for a, b in covered), slice(lo, hi))], fill)
+        return
+    kept = [lv + tails for lv, (_, _, tails) in zip(live, plan, strict=True)]  # not in a pad run
+    if fill is not None:
+        for d, (_, pads, _) in enumerate(plan):
+            for lo, hi in pads:
+                for covered in itertools.product(*kept[:d]):
+                    _write(dst[(*(slice(a, b) for a, b in covered), slice(lo, hi))], fill)
+    for d, (_, _, tails) in enumerate(plan):
+        for lo, hi in tails:
+            for before in itertools.product(*live[:d]):
+                for after in itertools.product(*kept[d + 1:]):
+                    index = (*(slice(a, b) for a, b in before), slice(lo, hi), *(slice(a, b) for a, b in after))
+                    _write(dst[index], tail_fill)
 
 
 def pad(who: str, what: str, t: object, axes: tuple[Axis, ...], dtype: torch.dtype, fill: float | None,
@@ -243,9 +269,11 @@ def unpad(who: str, what: str, t: object, axes: tuple[Axis, ...], dtype: torch.d
 
 
 def shard(who: str, what: str, full: object, rank: object, tp_size: int, axes: tuple[Axis, ...],
-          dtype: torch.dtype, fill: float | None, out: torch.Tensor | None, *, once: bool = False) -> torch.Tensor:
+          dtype: torch.dtype, fill: float | None, out: torch.Tensor | None, *, once: bool = False,
+          tail_fill: float | None = None) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint tensor (shape `full_shape`), read with
-    the logical stride; past a short rank's slice, its logical run holds `fill`.
+    the logical stride; past a short rank's slice, its logical run holds `tail_fill` (a
+    contract's `tail fill`; None: `fill`), and the pad on any axis holds `fill`.
 
     `once`: the tensor is added to the layer output after the all-reduce would sum
     the ranks (a row-parallel output bias), so rank 0 gets it and every other rank
@@ -258,5 +286,5 @@ def shard(who: str, what: str, full: object, rank: object, tp_size: int, axes: t
     if once and r != 0:
         out.zero_()
         return out
-    scatter(src, out, [rank_runs(a, r, tp_size) for a in axes], fill)
+    scatter(src, out, [rank_runs(a, r, tp_size) for a in axes], fill, tail_fill)
     return out

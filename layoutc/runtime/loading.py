@@ -57,11 +57,14 @@ def _segmented(axes: tuple[Axis, ...]) -> int | None:
 
 
 def allocate(who: str, what: str, axes: tuple[Axis, ...], dtype: torch.dtype, fill: float | None,
-             rank: object, tp_size: int, *, once: bool = False, out: object = None) -> torch.Tensor:
+             rank: object, tp_size: int, *, once: bool = False, out: object = None,
+             tail_fill: float | None = None) -> torch.Tensor:
     """A rank's padded parameter: shape `padded_shape(axes)`, `dtype`, CPU, contiguous.
 
     Every pad position is written with `fill` exactly once (None: a contract's
-    `fill uninit`, left as allocated); live positions are left for `load`. A `once`
+    `fill uninit`, left as allocated), every position past a short rank's slice (a block
+    shard's tail, in no pad) with `tail_fill` (None: `fill`); live positions are left for
+    `load` (`layout.fill_runs`). A `once`
     tensor on a rank other than 0 is all zeros (it is never loaded there).
     `out`: a preallocated tensor of that shape and dtype to use instead (its pads are
     written, its live positions left as they are).
@@ -74,8 +77,7 @@ def allocate(who: str, what: str, axes: tuple[Axis, ...], dtype: torch.dtype, fi
     if once and r != 0:
         dst.zero_()
         return dst
-    if fill is not None:
-        fill_runs(dst, [rank_runs(a, r, tp_size) for a in axes], fill)
+    fill_runs(dst, [rank_runs(a, r, tp_size) for a in axes], fill, tail_fill)
     return dst
 
 
