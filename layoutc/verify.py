@@ -1013,8 +1013,9 @@ def _lane_obligation(run: _Run, tail: bool) -> _Obligation:
         else:
             kind = "non-zero lane and non-zero w2 column"
             why = "the lane's activation is non-zero and its w2 column does not decode to 0"
+        held = "the `tail fill`" if any(t.tail_fill is not None for t in c.tensors) else "the fill"
         where = (f"on a rank whose slice is shorter than L (a block shard: tp_size * L > FULL), lane {lv} "
-                 "holds the fill" if tail else f"pad lane {lv}")
+                 f"holds {held}" if tail else f"pad lane {lv}")
         return f"{where} and adds to the output: {why}; {parts}", f"lane {lv}", kind
     name = "short-rank tail lanes" if tail else "intermediate pad lanes"
     return _Obligation(name, w13.span, goal, explain, w13.name)

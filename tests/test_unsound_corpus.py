@@ -45,6 +45,9 @@ EXPECTED_PROPERTY = {
     "block_shard_drops_rows": "coverage",
     "block_shard_ragged_scales": "coverage",
     "block_shard_uninit_tail": "inertness",
+    # `tail fill`: the value past a short rank's slice is held to the same rules as a pad
+    "block_shard_scale_tail_nan": "inertness",
+    "block_shard_weight_tail_1": "inertness",
     # a ragged last scale group (block FP8 at tp=1) whose pad rows share a live scale
     "block_fp8_ragged_pad_code": "inertness",
 }

@@ -127,6 +127,21 @@ def load_w2_grouped(config: FusedMoEConfig, expert_param: torch.Tensor, w2: torc
     return expert_param
 
 
+def load_w13_grouped(config: FusedMoEConfig, expert_param: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor,
+                     rank: int, is_scale: bool = False) -> torch.Tensor:
+    """vLLM's grouped loader RoutedExperts._load_model_weight_or_group_weight_scale for one
+    expert's w13 ([2 * I_param, ...], shard_dim 0): the gate (shard_id "w1") then the up
+    projection ("w3"), each into its half; honours `moe_config.tp_shard_with_padding`."""
+    fake = _loader_self(config)
+    fake._load_w2 = lambda **kw: RoutedExperts._load_w2(fake, **kw)
+    fake._load_w13 = lambda **kw: RoutedExperts._load_w13(fake, **kw)
+    for shard_id, w in (("w1", w1), ("w3", w3)):
+        RoutedExperts._load_model_weight_or_group_weight_scale(fake, shard_dim=0, expert_data=expert_param,
+                                                               shard_id=shard_id, loaded_weight=w, tp_rank=rank,
+                                                               is_scale=is_scale)
+    return expert_param
+
+
 def load_w2(config: FusedMoEConfig, param: torch.Tensor, w2: torch.Tensor, rank: int) -> torch.Tensor:
     """vLLM's loader for w2 [E, H, I] into `param` [E, H, I_param] (RoutedExperts._load_w2, shard_dim 1)."""
     fake = _loader_self(config)

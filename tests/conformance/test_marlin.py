@@ -452,7 +452,9 @@ def test_block_fp8_tp_shard_padding_matches_vllms_loader(gen, fp8, H: int, I: in
     128-blocks (tp=8: 192 -> 256), and its grouped loader gives rank r the checkpoint columns
     [256 r, 256 r + 256) clipped to I, zero-filling the rest (ranks 6 and 7 hold only zeros).
     layoutc's `shard ... in blocks of block_k` gives every rank the same columns, with its
-    fill (0) in the same places."""
+    fill (0) in the same places. The scales, loaded by the same function with is_scale=True
+    into a parameter pre-filled with a sentinel, are unit scales (1.0) past a short rank's
+    slice: layoutc's `tail fill 1` must give every rank's w2 and w13 scale shard bit for bit."""
     module = gen["marlin_moe_fp8"]
     config = oracle.moe_config(hidden_size=H, intermediate_size=I, tp_size=tp, moe_backend="marlin")
     shape, refine = fp8.oracle.resolve_fp8_moe_weight_block_shape(config, [128, 128], fp8.act_key, True)
@@ -477,6 +479,27 @@ def test_block_fp8_tp_shard_padding_matches_vllms_loader(gen, fp8, H: int, I: in
         assert all(v is None for v in layoutc_cols[S:])
     if (H, I, tp) == (3072, 1536, 8):
         assert S == 256 and vllm_cols == [None] * 256  # rank 7 holds nothing
+    # scales: w2 [E, H/128, I/128] and w13 [E, 2 I/128, H/128] (gate blocks, then up), float32
+    torch.manual_seed(I + tp)
+    s2 = torch.rand(1, H // 128, I // 128) + 0.5
+    s1, s3 = torch.rand(1, I // 128, H // 128) + 0.5, torch.rand(1, I // 128, H // 128) + 2.5
+    s13 = torch.cat([s1, s3], 1)
+    sentinel = -7.0
+    short = 0
+    for rank in range(tp):
+        param2 = torch.full((H // 128, S // 128), sentinel)
+        oracle.load_w2_grouped(config, param2, s2[0], rank, is_scale=True)
+        param13 = torch.full((2 * S // 128, H // 128), sentinel)
+        oracle.load_w13_grouped(config, param13, s1[0], s3[0], rank, is_scale=True)
+        assert not (param2 == sentinel).any() and not (param13 == sentinel).any()  # vLLM wrote every entry
+        ours2 = module.shard_w2_weight_scale(s2, rank, plan)
+        ours13 = module.shard_w13_weight_scale(s13, rank, plan)
+        assert ours2.shape == (1, *param2.shape) and ours13.shape == (1, *param13.shape)
+        assert torch.equal(ours2[0].view(torch.int32), param2.view(torch.int32)), (rank, ours2[0], param2)
+        assert torch.equal(ours13[0].view(torch.int32), param13.view(torch.int32)), (rank, ours13[0], param13)
+        short += int((param2 == 1.0).any())
+    if config.tp_shard_with_padding:
+        assert short, "the case must have a short rank whose scale tail vLLM fills with 1"
 
 
 @pytest.mark.parametrize("scheme, H, i_pp", [("fp8_block128", 256, 128), ("mxfp8", 128, 96), ("mxfp8", 256, 160)])
