@@ -195,7 +195,7 @@ def marlin(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
     return load_generated(out, "marlin_moe_fp8")
 
 
-def _block_fp8(module, H: int, I: int, tp: int):  # type: ignore[no-untyped-def]
+def _block_fp8(module, H: int, I: int, tp: int):  # type: ignore[no-untyped-def]  # noqa: E741
     return module.plan(num_experts=2, hidden_size=H, intermediate_size=I, tp_size=tp, scheme="fp8_block128",
                        scale_dtype="float32", activation="silu")
 

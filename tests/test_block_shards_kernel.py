@@ -98,6 +98,62 @@ def all_ranks_error(m, plan, activation: str, full13: torch.Tensor, full2: torch
     return float((total.double() - expected).norm() / expected.norm())
 
 
+def _with_bias_tail_fill(text: str) -> str:
+    """The block-sharded variant with `tail fill 1` on w13_bias: a short rank's tail lanes get
+    gate and up bias 1 over zero w13 rows and a zero w2 column (inert: the activation is a
+    finite constant times 0), while the bias's pad keeps `fill 0`."""
+    old = "tensor w13_bias: bias w13 optional {\n  axis experts = num_experts\n  axis n = like w13.n\n  storage dtype\n  fill 0\n"
+    assert old in text
+    return text.replace(old, old + "  tail fill 1\n").replace("contract vllm_cpu_block_sharded",
+                                                              "contract vllm_cpu_block_sharded_tail")
+
+
+@pytest.fixture(scope="module")
+def tail_module(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    require_package("vllm", "pip install -e '.[kernels]'")
+    folder = tmp_path_factory.mktemp("block_sharded_tail")
+    contract = folder / "vllm_cpu_block_sharded_tail.moe"
+    contract.write_text(_with_bias_tail_fill(block_sharded_text()))
+    out = folder / "out"
+    assert main(["compile", str(contract), "--out", str(out), "--no-cache"]) == 0  # verifies first
+    m = load_generated(out, "vllm_cpu_block_sharded_tail")
+    m.load_kernel()
+    return m
+
+
+@pytest.mark.parametrize("activation, tp", [("swigluoai", 8), ("silu", 12)])
+def test_a_bias_tail_fill_changes_nothing_on_the_real_kernel(tail_module, activation: str, tp: int) -> None:  # type: ignore[no-untyped-def]
+    """The generated shard_w13_bias writes 1 past the last rank's slice (exact tensor; the shard
+    size is whole 32-row tiles here, so there is no pad: tests/test_block_shards.py covers a tail
+    beside a pad), and the sum of every rank's real-kernel output still matches the reference."""
+    m = tail_module
+    I, E, H, T = 2880, 4, 64, 6  # noqa: E741  (the field's names)
+    torch.manual_seed(100 + tp)
+    full13 = torch.randn(E, 2 * I, H) / 8
+    full2 = torch.randn(E, H, I) / 16
+    bias13, bias2 = torch.randn(E, 2 * I) / 4, torch.randn(E, H) / 4
+    x = torch.randn(T, H)
+    ids = torch.stack([torch.randperm(E)[:2] for _ in range(T)])
+    weights = torch.rand(T, 2)
+    constants = dict(swiglu_alpha_milli=1702, swiglu_limit_milli=7000) if activation == "swigluoai" else {}
+    plan = m.plan(num_experts=E, hidden_size=H, intermediate_size=I, tp_size=tp, isa="vec", activation=activation,
+                  dtype="float32", **constants)
+    L = -(-I // (32 * tp)) * 32
+    P = plan.intermediate_size_per_partition_padded
+    last = tp - 1
+    live = max(0, min(L, I - last * L))
+    assert live < L <= P
+    got = m.shard_w13_bias(bias13, last, plan)[0]
+    if activation == "swigluoai":  # the full bias is (gate, up) pairs: live pairs, tail pairs, pad pairs
+        want = torch.cat([bias13[0, 2 * last * L:2 * (last * L + live)], torch.ones(2 * (L - live)),
+                          torch.zeros(2 * (P - L))])
+    else:  # [gate | up] halves, each: live, tail, pad
+        want = torch.cat([bias13[0, last * L:last * L + live], torch.ones(L - live), torch.zeros(P - L),
+                          bias13[0, I + last * L:I + last * L + live], torch.ones(L - live), torch.zeros(P - L)])
+    assert torch.equal(got, want)
+    assert all_ranks_error(m, plan, activation, full13, full2, bias13, bias2, x, ids, weights) < 1e-4
+
+
 def test_an_even_split_of_the_same_contract_is_refused_where_it_would_drop_rows(tmp_path: Path,
                                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """The same variant with a per-rank size that rounds down: a coverage counterexample."""
