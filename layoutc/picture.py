@@ -102,6 +102,8 @@ def tensor_picture(contract: ir.Contract, tensor: ir.Tensor, env: Env) -> list[s
         lines.append(head)
         fill = "uninitialised" if tensor.fill_kind == "uninit" else f"fill {tensor.fill}"
         lines.extend(f"  {run}" for run in layout_runs(axis, env, fill))
+        if tensor.tail_fill is not None and ir.is_intermediate(tensor, axis):
+            lines.append(f"  past a short rank's slice (block shard): tail fill {tensor.tail_fill}")
         view = find_view(contract, tensor, axis.name)
         if view is not None and view.view != "linear":
             lines.extend(f"  {run}" for run in view_runs(view, size))
