@@ -230,3 +230,24 @@ def test_generated_marlin_fp8_scales_hold_unit_scales_past_a_short_ranks_slice(m
     w2 = torch.ones(2, H, I).to(torch.float8_e4m3fn)
     assert not m.shard_w2_weight(w2, 3, plan).view(torch.uint8).any()
     assert m.shard_w2_weight(w2, 2, plan).float()[0, 0].tolist() == [1.0] * 128 + [0.0] * 128
+
+
+def test_tail_fill_decoded_resolves_like_fill_decoded_and_a_finite_scale_tail_proves(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`tail fill decoded 1` on an E8M0 scale resolves to the byte 127 (2^0) and the contract
+    still proves every property; `tail fill 255` (NaN) is the unsound case
+    block_shard_scale_tail_nan."""
+    from layoutc.check import load
+    from layoutc.verify import verify
+    from tests.conftest import ROOT
+
+    text = (ROOT / "tests" / "cases" / "unsound" / "block_shard_scale_tail_nan.moe").read_text()
+    assert "  tail fill 255\n" in text
+    path = tmp_path / "scale_tail_one.moe"
+    path.write_text(text.replace("  tail fill 255\n", "  code 0..254\n  tail fill decoded 1\n"))
+    contract, diags, _ = load(str(path))
+    assert contract is not None, diags
+    scale = contract.tensor("w2_weight_scale")
+    assert (scale.fill, scale.tail_fill_kind, scale.tail_fill, scale.tail_code) == (0, "decoded", 127, 127)
+    assert scale.at_tail().fill == 127 and scale.at_tail().tail_fill is None
+    bad = [(v.property, v.detail) for v in verify(contract) if v.status not in ("proved", "info")]
+    assert not bad, bad
