@@ -201,6 +201,11 @@ class Encoder:
             return self._by_values(e.args[1], build, axis_sizes)
         b = self.expr(e.args[1], axis_sizes)
         if op == "*":
+            # left to z3 as a product; a finite side is split on if the whole domain is not
+            # settled (the case split substitutes it, which leaves the product linear)
+            for side in e.args:
+                if not isinstance(side, ir.Const) and self.finite(side) is not None:
+                    self.split_params |= param_deps(side, self.lets)
             return a * b
         table = {
             "+": lambda: a + b, "-": lambda: a - b,
