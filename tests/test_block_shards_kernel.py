@@ -57,13 +57,14 @@ def _silu(h: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.silu(h[:n]) * h[n:]
 
 
-@pytest.mark.parametrize("activation, tp", [("swigluoai", 8), ("swigluoai", 64), ("silu", 8), ("silu", 12)])
-def test_every_rank_on_the_real_kernel_sums_to_the_reference(module, activation: str, tp: int,  # type: ignore[no-untyped-def]
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
-    m = module
+def _gpt_oss_layer(m, activation: str, tp: int, seed: int):  # type: ignore[no-untyped-def]
+    """A gpt-oss-shaped layer (I = 2880, 4 experts, H = 64, 6 tokens, top-2) with random float32
+    weights, biases and routing (seeded), and its plan at `tp`: (plan, (w13, w2, w13_bias,
+    w2_bias, hidden_states, topk_ids, topk_weights)). w13 is (gate, up) pairs for swigluoai,
+    [gate | up] for silu."""
     I, E, H, T = 2880, 4, 64, 6  # noqa: E741  (the field's names)
-    torch.manual_seed(tp)
-    full13 = torch.randn(E, 2 * I, H) / 8  # swigluoai: (gate, up) pairs; silu: [gate | up]
+    torch.manual_seed(seed)
+    full13 = torch.randn(E, 2 * I, H) / 8
     full2 = torch.randn(E, H, I) / 16
     bias13, bias2 = torch.randn(E, 2 * I) / 4, torch.randn(E, H) / 4
     x = torch.randn(T, H)
@@ -72,6 +73,15 @@ def test_every_rank_on_the_real_kernel_sums_to_the_reference(module, activation:
     constants = dict(swiglu_alpha_milli=1702, swiglu_limit_milli=7000) if activation == "swigluoai" else {}
     plan = m.plan(num_experts=E, hidden_size=H, intermediate_size=I, tp_size=tp, isa="vec", activation=activation,
                   dtype="float32", **constants)
+    return plan, (full13, full2, bias13, bias2, x, ids, weights)
+
+
+@pytest.mark.parametrize("activation, tp", [("swigluoai", 8), ("swigluoai", 64), ("silu", 8), ("silu", 12)])
+def test_every_rank_on_the_real_kernel_sums_to_the_reference(module, activation: str, tp: int,  # type: ignore[no-untyped-def]
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    m = module
+    I = 2880  # noqa: E741  (the field's names)
+    plan, (full13, full2, bias13, bias2, x, ids, weights) = _gpt_oss_layer(m, activation, tp, seed=tp)
     L = -(-I // (32 * tp)) * 32
     short = [r for r in range(tp) if (r + 1) * L > I]
     assert short, "the case must have a short or empty rank"
@@ -127,17 +137,8 @@ def test_a_bias_tail_fill_changes_nothing_on_the_real_kernel(tail_module, activa
     size is whole 32-row tiles here, so there is no pad: tests/test_block_shards.py covers a tail
     beside a pad), and the sum of every rank's real-kernel output still matches the reference."""
     m = tail_module
-    I, E, H, T = 2880, 4, 64, 6  # noqa: E741  (the field's names)
-    torch.manual_seed(100 + tp)
-    full13 = torch.randn(E, 2 * I, H) / 8
-    full2 = torch.randn(E, H, I) / 16
-    bias13, bias2 = torch.randn(E, 2 * I) / 4, torch.randn(E, H) / 4
-    x = torch.randn(T, H)
-    ids = torch.stack([torch.randperm(E)[:2] for _ in range(T)])
-    weights = torch.rand(T, 2)
-    constants = dict(swiglu_alpha_milli=1702, swiglu_limit_milli=7000) if activation == "swigluoai" else {}
-    plan = m.plan(num_experts=E, hidden_size=H, intermediate_size=I, tp_size=tp, isa="vec", activation=activation,
-                  dtype="float32", **constants)
+    I = 2880  # noqa: E741  (the field's names)
+    plan, (full13, full2, bias13, bias2, x, ids, weights) = _gpt_oss_layer(m, activation, tp, seed=100 + tp)
     L = -(-I // (32 * tp)) * 32
     P = plan.intermediate_size_per_partition_padded
     last = tp - 1
