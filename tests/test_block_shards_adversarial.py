@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from layoutc.cli import main
-from tests.conftest import ROOT, require_package
+from tests.conftest import ROOT
 from tests.loading import load_generated
-from tests.test_block_shards_kernel import all_ranks_error, block_sharded_text
+from tests.test_block_shards_kernel import all_ranks_error, block_sharded_text, compiled_on_the_kernel
 
 SS = "let shard_size = cdiv(intermediate_size, 32 * tp_size) * 32\n"
 W2K = "axis k = pad(shard_size -> intermediate_size_per_partition_padded)"
@@ -76,15 +76,7 @@ def test_odd_block_sizes_are_located_diagnostics(tmp_path: Path, capsys: pytest.
 
 @pytest.fixture(scope="module")
 def uneven(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    require_package("vllm", "pip install -e '.[kernels]'")
-    folder = tmp_path_factory.mktemp("uneven")
-    contract = folder / "vllm_cpu_block_sharded.moe"
-    contract.write_text(uneven_text())
-    out = folder / "out"
-    assert main(["compile", str(contract), "--out", str(out), "--no-cache"]) == 0
-    m = load_generated(out, "vllm_cpu_block_sharded")
-    m.load_kernel()
-    return m
+    return compiled_on_the_kernel(tmp_path_factory, "vllm_cpu_block_sharded", uneven_text())
 
 
 @pytest.mark.parametrize("activation, tp, I", [("silu", 6, 2881), ("swigluoai", 64, 96), ("swigluoai", 16, 100)])

@@ -36,13 +36,19 @@ def block_sharded_text() -> str:
 
 @pytest.fixture(scope="module")
 def module(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    return compiled_on_the_kernel(tmp_path_factory, "vllm_cpu_block_sharded", block_sharded_text())
+
+
+def compiled_on_the_kernel(tmp_path_factory: pytest.TempPathFactory, name: str, text: str):  # type: ignore[no-untyped-def]
+    """`text` (a contract named `name`) proved and compiled by `layoutc compile` (which verifies
+    first) into a fresh folder, imported, with its real kernel loaded."""
     require_package("vllm", "pip install -e '.[kernels]'")
-    folder = tmp_path_factory.mktemp("block_sharded")
-    contract = folder / "vllm_cpu_block_sharded.moe"
-    contract.write_text(block_sharded_text())
+    folder = tmp_path_factory.mktemp(name)
+    contract = folder / f"{name}.moe"
+    contract.write_text(text)
     out = folder / "out"
-    assert main(["compile", str(contract), "--out", str(out), "--no-cache"]) == 0  # verifies first
-    m = load_generated(out, "vllm_cpu_block_sharded")
+    assert main(["compile", str(contract), "--out", str(out), "--no-cache"]) == 0
+    m = load_generated(out, name)
     m.load_kernel()
     return m
 
@@ -120,15 +126,8 @@ def _with_bias_tail_fill(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def tail_module(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    require_package("vllm", "pip install -e '.[kernels]'")
-    folder = tmp_path_factory.mktemp("block_sharded_tail")
-    contract = folder / "vllm_cpu_block_sharded_tail.moe"
-    contract.write_text(_with_bias_tail_fill(block_sharded_text()))
-    out = folder / "out"
-    assert main(["compile", str(contract), "--out", str(out), "--no-cache"]) == 0  # verifies first
-    m = load_generated(out, "vllm_cpu_block_sharded_tail")
-    m.load_kernel()
-    return m
+    return compiled_on_the_kernel(tmp_path_factory, "vllm_cpu_block_sharded_tail",
+                                  _with_bias_tail_fill(block_sharded_text()))
 
 
 @pytest.mark.parametrize("activation, tp", [("swigluoai", 8), ("silu", 12)])
