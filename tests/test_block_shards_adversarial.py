@@ -18,7 +18,7 @@ import torch
 from layoutc.cli import main
 from tests.conftest import ROOT
 from tests.loading import load_generated
-from tests.test_block_shards_kernel import all_ranks_error, block_sharded_text, compiled_on_the_kernel
+from tests.test_block_shards_kernel import all_ranks_error, block_sharded_text, compiled_on_the_kernel, gpt_oss_layer
 
 SS = "let shard_size = cdiv(intermediate_size, 32 * tp_size) * 32\n"
 W2K = "axis k = pad(shard_size -> intermediate_size_per_partition_padded)"
@@ -82,18 +82,8 @@ def uneven(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
 @pytest.mark.parametrize("activation, tp, I", [("silu", 6, 2881), ("swigluoai", 64, 96), ("swigluoai", 16, 100)])
 def test_an_uneven_intermediate_size_runs_right_on_every_rank(uneven, activation: str, tp: int, I: int) -> None:  # type: ignore[no-untyped-def]  # noqa: E741
     """I not a multiple of tp_size (nor of 32): the last rank with data holds a partial block."""
-    m = uneven
-    E, H, T = 4, 64, 6
-    torch.manual_seed(I)
-    full13, full2 = torch.randn(E, 2 * I, H) / 8, torch.randn(E, H, I) / 16
-    bias13, bias2 = torch.randn(E, 2 * I) / 4, torch.randn(E, H) / 4
-    x = torch.randn(T, H)
-    ids = torch.stack([torch.randperm(E)[:2] for _ in range(T)])
-    weights = torch.rand(T, 2)
-    constants = dict(swiglu_alpha_milli=1702, swiglu_limit_milli=7000) if activation == "swigluoai" else {}
-    plan = m.plan(num_experts=E, hidden_size=H, intermediate_size=I, tp_size=tp, isa="vec", activation=activation,
-                  dtype="float32", **constants)
-    assert all_ranks_error(m, plan, activation, full13, full2, bias13, bias2, x, ids, weights) < 1e-4
+    plan, layer = gpt_oss_layer(uneven, activation, tp, seed=I, I=I)
+    assert all_ranks_error(uneven, plan, activation, *layer) < 1e-4
 
 
 def test_empty_ranks_load_safetensors_slices_by_the_slice_rule(uneven, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -63,12 +63,12 @@ def _silu(h: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.silu(h[:n]) * h[n:]
 
 
-def _gpt_oss_layer(m, activation: str, tp: int, seed: int):  # type: ignore[no-untyped-def]
-    """A gpt-oss-shaped layer (I = 2880, 4 experts, H = 64, 6 tokens, top-2) with random float32
-    weights, biases and routing (seeded), and its plan at `tp`: (plan, (w13, w2, w13_bias,
-    w2_bias, hidden_states, topk_ids, topk_weights)). w13 is (gate, up) pairs for swigluoai,
-    [gate | up] for silu."""
-    I, E, H, T = 2880, 4, 64, 6  # noqa: E741  (the field's names)
+def gpt_oss_layer(m, activation: str, tp: int, seed: int, I: int = 2880):  # type: ignore[no-untyped-def]  # noqa: E741
+    """A gpt-oss-shaped layer (intermediate size I, 4 experts, H = 64, 6 tokens, top-2) with
+    random float32 weights, biases and routing (seeded), and its plan at `tp`: (plan, (w13, w2,
+    w13_bias, w2_bias, hidden_states, topk_ids, topk_weights)). w13 is (gate, up) pairs for
+    swigluoai, [gate | up] for silu."""
+    E, H, T = 4, 64, 6
     torch.manual_seed(seed)
     full13 = torch.randn(E, 2 * I, H) / 8
     full2 = torch.randn(E, H, I) / 16
@@ -87,7 +87,7 @@ def test_every_rank_on_the_real_kernel_sums_to_the_reference(module, activation:
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     m = module
     I = 2880  # noqa: E741  (the field's names)
-    plan, (full13, full2, bias13, bias2, x, ids, weights) = _gpt_oss_layer(m, activation, tp, seed=tp)
+    plan, (full13, full2, bias13, bias2, x, ids, weights) = gpt_oss_layer(m, activation, tp, seed=tp)
     L = -(-I // (32 * tp)) * 32
     short = [r for r in range(tp) if (r + 1) * L > I]
     assert short, "the case must have a short or empty rank"
@@ -137,7 +137,7 @@ def test_a_bias_tail_fill_changes_nothing_on_the_real_kernel(tail_module, activa
     beside a pad), and the sum of every rank's real-kernel output still matches the reference."""
     m = tail_module
     I = 2880  # noqa: E741  (the field's names)
-    plan, (full13, full2, bias13, bias2, x, ids, weights) = _gpt_oss_layer(m, activation, tp, seed=100 + tp)
+    plan, (full13, full2, bias13, bias2, x, ids, weights) = gpt_oss_layer(m, activation, tp, seed=100 + tp)
     L = -(-I // (32 * tp)) * 32
     P = plan.intermediate_size_per_partition_padded
     last = tp - 1
