@@ -246,3 +246,22 @@ def mxfp4_admission_key(vllm_admits: bool, activation: str, intermediate_size: i
     if vllm_admits and activation != "swigluoai" and (intermediate_size // tp_size) % 32:
         return "mxfp4_ipp_not_32"
     return "unexplained"
+
+
+def compare_mxfp4_plan(tally: Tally, where: str, vllm_admits: bool, plan: Any, activation_name: str,
+                       hidden_size: int, intermediate_size: int, tp_size: int,
+                       round_up: Callable[..., tuple[int, int]], backend: Any) -> None:
+    """Tally one MXFP4 configuration: vLLM's admission against layoutc's `plan` (None: refused;
+    a disagreement keyed by `mxfp4_admission_key`), then, where both admit, vLLM's
+    `round_up(backend, H, I // tp, activation)` (its mxfp4_round_up_hidden_size_and_intermediate_size)
+    against the plan's (hidden_size_padded, intermediate_size_per_partition_padded)."""
+    if vllm_admits != (plan is not None):
+        key = mxfp4_admission_key(vllm_admits, activation_name, intermediate_size, tp_size)
+        tally.record(key, f"{where}: vllm={vllm_admits} layoutc={plan is not None}")
+        return
+    if vllm_admits:
+        tally.sizes += 1
+        want = round_up(backend, hidden_size, intermediate_size // tp_size, activation(activation_name))
+        got = (plan.hidden_size_padded, plan.intermediate_size_per_partition_padded)
+        if want != got:
+            tally.record("unexplained", f"{where}: vllm {want} layoutc {got}")

@@ -418,17 +418,8 @@ def test_flashinfer_trtllm_mxfp4_sizes_and_admission_match_vllm(gen, v) -> None:
                                            activation_name=act)
         admitted = ok and _supported(cls, config, v.qu.kMxfp4Static, None, v.std)
         plan = oracle.plan_or_none(module, num_experts=8, hidden_size=H, intermediate_size=I, tp_size=tp, activation=act)
-        where = f"H={H} I={I} tp={tp} act={act}"
-        if admitted != (plan is not None):
-            key = oracle.mxfp4_admission_key(admitted, act, I, tp)
-            tally.record(key, f"{where}: vllm={admitted} layoutc={plan is not None}")
-            continue
-        if admitted:
-            tally.sizes += 1
-            want = v.mxfp4.mxfp4_round_up_hidden_size_and_intermediate_size(be, H, I // tp, oracle.activation(act))
-            got = (plan.hidden_size_padded, plan.intermediate_size_per_partition_padded)
-            if want != got:
-                tally.record("unexplained", f"{where}: vllm {want} layoutc {got}")
+        oracle.compare_mxfp4_plan(tally, f"H={H} I={I} tp={tp} act={act}", admitted, plan, act, H, I, tp,
+                                  v.mxfp4.mxfp4_round_up_hidden_size_and_intermediate_size, be)
     print("flashinfer_trtllm_mxfp4_moe:", tally.summary())
     assert tally.decisions > 4_000 and tally.sizes > 1_000
     assert set(tally.disagreements) == {"mxfp4_ipp_not_32", "gpt_oss_mxfp4_i_not_32"}, tally.summary()

@@ -298,17 +298,8 @@ def test_mxfp4_sizes_and_admission_match_vllm(gen, q, name, act) -> None:  # typ
                                            activation_name=act, dtype=oracle.DTYPES[dtype])
         admitted = ok and cls.is_supported_config(cls, config, q.qu.kMxfp4Static, None, q.std)[0]
         plan = oracle.plan_or_none(module, num_experts=8, hidden_size=H, intermediate_size=I, tp_size=tp)
-        where = f"H={H} I={I} tp={tp} act={act}"
-        if admitted != (plan is not None):
-            key = oracle.mxfp4_admission_key(admitted, act, I, tp)
-            tally.record(key, f"{where}: vllm={admitted} layoutc={plan is not None}")
-            continue
-        if admitted:
-            tally.sizes += 1
-            want = q.mxfp4.mxfp4_round_up_hidden_size_and_intermediate_size(backend, H, I // tp, oracle.activation(act))
-            got = (plan.hidden_size_padded, plan.intermediate_size_per_partition_padded)
-            if want != got:
-                tally.record("unexplained", f"{where}: vllm {want} layoutc {got}")
+        oracle.compare_mxfp4_plan(tally, f"H={H} I={I} tp={tp} act={act}", admitted, plan, act, H, I, tp,
+                                  q.mxfp4.mxfp4_round_up_hidden_size_and_intermediate_size, backend)
     print(f"{name}:", tally.summary())
     assert tally.decisions > 2_000 and tally.sizes > 500
     expected = {"gpt_oss_mxfp4_i_not_32"} if act == "swigluoai" else {"mxfp4_ipp_not_32"}
