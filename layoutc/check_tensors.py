@@ -331,9 +331,7 @@ class TensorChecks(ExprChecks):
                 self.err("LC415", span, f"`tail fill` on `{name}`: only a block shard (`shard FULL over tp_size in "
                          "blocks of B`) has ranks shorter than L; this contract's ranks all hold whole slices, so "
                          "there is no tail (remove the clause, or declare the block shard)")
-            elif not any(ir.is_intermediate(t, a) and not (
-                    a.group_size is not None and isinstance(a.group_size, ir.Const) and a.group_size.value == -1)
-                    for a in t.axes):
+            elif not any(ir.is_split(t, a) for a in t.axes):
                 self.err("LC415", span, f"`tail fill` on `{name}`: it has no axis split over ranks (no intermediate "
                          f"axis: {t.projection}.{'n' if t.projection == 'w13' else 'k'}), so every rank holds it whole "
                          "and it has no tail")

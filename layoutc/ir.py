@@ -430,3 +430,10 @@ def is_intermediate(tensor: Tensor, axis: Axis) -> bool:
     """Whether `axis` is `tensor`'s intermediate axis (w13.n, w2.k, and the biases, scales and
     zero-points tied to them): the axis `shard_*` splits over ranks and `coverage` proves."""
     return (tensor.projection, axis.name) in (("w13", "n"), ("w2", "k"))
+
+
+def is_split(tensor: Tensor, axis: Axis) -> bool:
+    """Whether a sharded contract splits `axis` over ranks: `tensor`'s intermediate axis, except
+    a groups axis of one group (group size -1), which every rank holds whole."""
+    one_group = axis.group_size is not None and isinstance(axis.group_size, Const) and axis.group_size.value == -1
+    return is_intermediate(tensor, axis) and not one_group

@@ -645,15 +645,7 @@ def sharded_axes(contract: ir.Contract) -> list[tuple[ir.Tensor, ir.Axis]]:
     (group size -1), which every rank holds whole. The same rule as the emitter's axis tables."""
     if contract.shard is None:
         return []
-    out = []
-    for t in contract.tensors:
-        for a in t.axes:
-            if not ir.is_intermediate(t, a):
-                continue
-            if a.group_size is not None and isinstance(a.group_size, ir.Const) and a.group_size.value == -1:
-                continue
-            out.append((t, a))
-    return out
+    return [(t, a) for t in contract.tensors for a in t.axes if ir.is_split(t, a)]
 
 
 def _split_here(run: _Run, t: ir.Tensor, axis: ir.Axis) -> z3.BoolRef:
