@@ -182,12 +182,12 @@ class Encoder:
                 raise ValueError(f"{op} of non-finite arguments")
             return self._tabulate(e, axis_sizes)
         a = self.expr(e.args[0], axis_sizes)
-        if op in ("/", "%", "round_up", "round_down", "cdiv") and not (
-                isinstance(e.args[1], ir.Const) and isinstance(e.args[1].value, int)):
-            divided = self._divided(op, a, e.args[1], axis_sizes)
+        if op in ("/", "%", "round_up", "round_down", "cdiv"):
+            numeral = isinstance(e.args[1], ir.Const) and isinstance(e.args[1].value, int)
+            divided = None if numeral else self._divided(op, a, e.args[1], axis_sizes)
             if divided is not None:
                 return divided
-        if op in ("/", "%", "round_up", "round_down", "cdiv"):
+
             def build(v: int):  # type: ignore[no-untyped-def]
                 if op == "/":
                     return a / v
