@@ -697,7 +697,7 @@ def _config(plan: Plan) -> KernelConfig:
         activation = plan.activation
         return KernelConfig(
             contract=CONTRACT,
-            num_experts=w13_shapes(plan)[1][0],
+            num_experts=w13_shapes(plan)[0][0],
             hidden_size=w13_shapes(plan)[1][2],
             intermediate_padded=w13_shapes(plan)[1][1] // 2,
             dtype=_DTYPES[plan.dtype],

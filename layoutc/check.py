@@ -111,6 +111,8 @@ class _Checker(KernelChecks):
                     self.err("LC414", self.params[alias].span, f"parameter `{alias}` looks like the tensor-parallel "
                              "degree, but only `tp_size` is sharded over: with it named otherwise, no `shard_*` is "
                              "generated and no coverage is proved. Name it `tp_size`")
+                    return None
+                self.unsharded_per_rank()
                 return None
             if "intermediate_size" not in self.params and "intermediate_size" not in self.lets:
                 self.err("LC414", span, "the contract shards over `tp_size` but has no `intermediate_size`: "
@@ -146,6 +148,46 @@ class _Checker(KernelChecks):
                          f"ranges over finite parameters only{which}")
                 return None
         return ir.Shard(full, "tp_size", d.span, blocks=blocks)
+
+
+    def unsharded_per_rank(self) -> None:
+        """LC414 when a contract with no shard still sizes its intermediate axes per rank.
+
+        Without a shard, the generated module has no ranks: no `shard_*`, no coverage proof,
+        and the glue adds the whole w2 bias. A logical intermediate size that divides by a
+        parameter (`intermediate_size / tensor_model_parallel_size`) is one rank's slice,
+        whatever the parameter is called: each rank would pad its own slice and add the full
+        bias, which the rank sum counts tp times (issue 20: rel err 0.96-1.18 at tp 4).
+        """
+        for t in self.tensors.values():
+            for axis in (*t.axes, *(g.axis for g in t.guarded)):
+                if not ir.is_intermediate(t, axis) or axis.kind == "groups":
+                    continue  # a groups axis divides by its group size; its weight axis is checked
+                found = per_rank_divisors(axis.logical, self.lets)
+                if found:
+                    names = ", ".join(f"`{n}`" for n in sorted(found))
+                    self.err("LC414", axis.span, f"`{t.name}.{axis.name}` is sized per rank (its logical size "
+                             f"divides by {names}), but the contract states no shard: without one nothing is "
+                             "sharded or proved covered, and every rank would add the whole w2 bias",
+                             help="name the degree `tp_size` (the default `shard intermediate_size over "
+                             "tp_size`), or state `shard FULL over tp_size`")
+                    return
+
+
+def per_rank_divisors(expr: ir.Expr, lets: dict[str, ir.Let]) -> set[str]:
+    """The parameters that divide `expr` (`/` or `cdiv` by a parameter-dependent divisor),
+    looking through `let`s: a size that divides by a parameter is a share of something."""
+    found: set[str] = set()
+    seen: set[str] = set()
+    todo = [expr]
+    while todo:
+        for node in ir.walk(todo.pop()):
+            if isinstance(node, ir.Ref) and node.kind == "let" and node.name in lets and node.name not in seen:
+                seen.add(node.name)
+                todo.append(lets[node.name].value)
+            elif isinstance(node, ir.Op) and node.op in ("/", "cdiv"):
+                found |= param_deps(node.args[1], lets)
+    return found
 
 
 def check(module: A.Module, text: str) -> tuple[ir.Contract | None, list[Diagnostic]]:

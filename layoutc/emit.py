@@ -364,7 +364,7 @@ def _glue_view(contract: ir.Contract) -> dict[str, Any] | None:
         "module": entry.module, "summary": interface.summary, "views": views, "activation": activation,
         "ops": "{\n" + "".join(f'    "{k}": "{v}",\n' for k, v in interface.ops) + "}",
         "reexports": sorted((n for n in entry.public if n != "load_kernel"), key=_natural),
-        "num_experts": f"{w13.name}_shapes(plan)[1][0]",
+        "num_experts": f"{w13.name}_shapes(plan)[0][0]",  # logical: a padded expert is never routed
         "hidden_size": f"{w13.name}_shapes(plan)[1][2]",
         "intermediate_padded": f"{w13.name}_shapes(plan)[1][1] // 2",
         "dtype": _dtype_expr(w13),

@@ -351,6 +351,52 @@ MUTANTS: list[Mutant] = [
       (r"require intermediate_size % tp_size == 0 : [^\n]*\n", "", -1)),
     m("i8_no_admit_hidden", "i8", "removed-gate", "the bf16 hidden_size admit and w13.k align removed",
       (r"admit hidden_size % k_multiple[^\n]*\n", "", -1), (r"  align w13.k % k_multiple[^\n]*\n", "", -1)),
+    # ---- issue 20: the TP degree under another name (no `shard`, tensors still per rank) -------
+    m("v_rename_tp_megatron", "v", "tp-renamed", "tp_size -> tensor_model_parallel_size (Megatron's name)",
+      rename("tp_size", "tensor_model_parallel_size")),
+    m("g_rename_tp_megatron", "g", "tp-renamed", "tp_size -> tensor_model_parallel_size (Megatron's name)",
+      rename("tp_size", "tensor_model_parallel_size")),
+    m("z_rename_tp_mp", "z", "tp-renamed", "tp_size -> model_parallel (no known alias)",
+      rename("tp_size", "model_parallel")),
+    m("v_rename_tp_let", "v", "tp-renamed", "tp_size -> mp, and the split read through `let shards = mp`",
+      rename("tp_size", "mp"), ("let intermediate_size_per_partition = intermediate_size / mp",
+                                "let shards = mp\nlet intermediate_size_per_partition = intermediate_size / shards")),
+    # ---- issue 20: the kernel's activation bound through a `let` --------------------------------
+    m("v_activation_let_gelu", "v", "activation-let", "kernel and glue activation = a let mapping swigluoai to gelu",
+      ("let intermediate_alignment", "let kernel_activation = match activation { swigluoai => gelu, _ => activation }\n"
+       "let intermediate_alignment"),
+      ("  activation activation\n", "  activation kernel_activation\n"),
+      ("  arg activation = activation\n", "  arg activation = kernel_activation\n")),
+    m("z_activation_let_dtype", "z", "activation-let", "kernel and glue activation = silu for bfloat16, else the model's",
+      ("\ntensor w13:", "\nlet kernel_activation = if dtype == bfloat16 then silu else activation\n\ntensor w13:"),
+      ("  activation activation\n", "  activation kernel_activation\n"),
+      ("  arg activation = activation\n", "  arg activation = kernel_activation\n")),
+    m("v_activation_let_identity", "v", "activation-let", "kernel and glue activation = a let equal to `activation` everywhere",
+      ("let intermediate_alignment", "let kernel_activation = match activation { silu => silu, gelu => gelu, "
+       "gelu_tanh => gelu_tanh, swigluoai => swigluoai }\nlet intermediate_alignment"),
+      ("  activation activation\n", "  activation kernel_activation\n"),
+      ("  arg activation = activation\n", "  arg activation = kernel_activation\n")),
+    # ---- issue 20: padded experts (never routed) --------------------------------------------------
+    m("z_experts_pad", "z", "experts-padding", "every experts axis = pad(num_experts -> round_up(num_experts, 8))",
+      ("  axis experts = num_experts\n", "  axis experts = pad(num_experts -> round_up(num_experts, 8))\n", 4)),
+    m("g_experts_pad", "g", "experts-padding", "every experts axis = pad(num_experts -> num_experts + 3)",
+      ("  axis experts = num_experts\n", "  axis experts = pad(num_experts -> num_experts + 3)\n", 2)),
+    m("v_experts_pad_weights_only", "v", "experts-padding", "w13 and w2 experts padded to a multiple of 8, biases not",
+      ("  axis experts = num_experts\n", "  axis experts = pad(num_experts -> round_up(num_experts, 8))\n", 4),
+      ("optional {\n  axis experts = pad(num_experts -> round_up(num_experts, 8))\n", "optional {\n  axis experts = num_experts\n", 2)),
+    m("g_experts_pad_unlike", "g", "experts-padding", "w13 experts padded by 3, w2 experts by 5",
+      ("  axis experts = num_experts\n  axis n = halves", "  axis experts = pad(num_experts -> num_experts + 3)\n  axis n = halves", 1),
+      ("  axis experts = num_experts\n  axis n = hidden_size", "  axis experts = pad(num_experts -> num_experts + 5)\n  axis n = hidden_size", 1)),
+    # ---- issue 20: the bias tie spelled another way -------------------------------------------
+    m("v_bias_when_reordered", "v", "bias-spelling", "w13_bias.n spelled out: halves `when activation != swigluoai`, "
+      "interleave as the default", ("  axis n = like w13.n\n", HALVES.replace("\n", " when activation != swigluoai\n")
+                                     + V_INTERLEAVE.replace(" when activation == swigluoai", ""))),
+    m("v_bias_sizes_spelled", "v", "bias-spelling", "w13_bias.n spelled out with `intermediate_size / tp_size` for the let",
+      ("  axis n = like w13.n\n", (V_INTERLEAVE + HALVES).replace("(gate | up, intermediate_size_per_partition ->",
+                                                                   "(gate | up, intermediate_size / tp_size ->"))),
+    m("v_bias_when_wrong", "v", "bias-spelling", "w13_bias.n spelled out, but halves for swigluoai and interleave else",
+      ("  axis n = like w13.n\n", HALVES.replace("\n", " when activation == swigluoai\n")
+       + V_INTERLEAVE.replace(" when activation == swigluoai", ""))),
 ]
 
 

@@ -53,7 +53,7 @@ EXPECTED: dict[str, Any] = {
     "v_w13_experts_last": "check", "z_w2_ekn": "check", "g_w2_ekn": "check",
     "i4_w13_kn": "check", "i8_w2_experts_last": "check", "v_bias_ne": "check",
     "v_hidden_pad64": "check", "v_hidden_pad_w13_only": "check", "z_hidden_pad": "check",
-    "g_hidden_pad": "check", "v_experts_pad": "check", "v_experts8": "refused",
+    "g_hidden_pad": "check", "v_experts_pad": "runs", "v_experts8": "refused",
     "v_experts8_w13_only": "check", "z_experts8": "refused", "g_experts8": "refused",
     "i8_experts4": "refused", "g_swigluoai_view": "check", "g_swigluoai_noview": "check",
     "g_swigluoai_interleave": "check", "i8_swigluoai": "check", "i4_relu2": "check",
@@ -84,6 +84,11 @@ EXPECTED: dict[str, Any] = {
     "v_ipp_full": "verify", "g_bias_added": "check", "v_w2_bias_kind_swapped": "check",
     "v_hidden_identity_pad": "check", "v_w2_fill1_bias_fill1": "verify", "z_interleave_always": "verify",
     "i8_upgate_layout": "verify", "z_no_require_tp": "verify", "i8_no_admit_hidden": "refused",
+    # issue 20
+    "v_rename_tp_megatron": "check", "g_rename_tp_megatron": "check", "z_rename_tp_mp": "check",
+    "v_rename_tp_let": "check", "v_activation_let_gelu": "check", "z_activation_let_dtype": "check",
+    "v_activation_let_identity": "runs", "z_experts_pad": "runs", "g_experts_pad": "runs",
+    "v_bias_when_reordered": "runs", "v_experts_pad_weights_only": "verify", "g_experts_pad_unlike": "check", "v_bias_sizes_spelled": "runs", "v_bias_when_wrong": "check",
 }
 
 # Configurations per baseline, in canonical names (a mutant's renames are applied).
@@ -325,12 +330,19 @@ def _params() -> list[Any]:
     return out
 
 
+# The fault classes the soundness issues named, each covered by the corpus.
+ISSUE_11_CLASSES = {"fp16-fill", "axis-order", "hidden-padding", "experts-constant", "activation-unsupported",
+                    "view-order", "scale-unquantized", "bias-plain", "w2-bias-once", "renamed-params",
+                    "kernel-rejected-activation", "ungated-w13", "missing-activation-param", "removed-gate"}
+LATER_CLASSES = {"when-guard", "tp-domain", "tile-alignment", "dtype"}  # the held-back set's kinds
+ISSUE_20_CLASSES = {"tp-renamed", "activation-let", "experts-padding", "bias-spelling"}
+
+
 def test_corpus_covers_every_fault_class() -> None:
     faults = {mut.fault for mut in MUTANTS}
     assert len(MUTANTS) >= 60
-    assert {"fp16-fill", "axis-order", "hidden-padding", "experts-constant", "activation-unsupported",
-            "view-order", "scale-unquantized", "bias-plain", "w2-bias-once", "renamed-params",
-            "kernel-rejected-activation", "ungated-w13", "missing-activation-param", "removed-gate"} <= faults
+    assert faults >= ISSUE_11_CLASSES | LATER_CLASSES | ISSUE_20_CLASSES, \
+        sorted((ISSUE_11_CLASSES | LATER_CLASSES | ISSUE_20_CLASSES) - faults)
     assert set(EXPECTED) == {e[0] for e in _entries()}, "pin the expected outcome of every mutant"
 
 
@@ -417,3 +429,46 @@ def test_a_kernel_crash_is_detected_and_the_rest_still_runs(tmp_path: Path) -> N
     by_index = {r["i"]: r["status"] for r in results["boom"]}
     assert by_index == {0: "not-admitted", 1: "crash", 2: "not-admitted"}
     assert _outcome({"stage": "proved"}, results["boom"]) == "crash"
+
+
+def test_issue20_fault_classes_are_refused_or_admitted_fast() -> None:
+    """Issue 20's classes without kernels: the TP degree under another name (LC414, located at the
+    per-rank axis, for any name), an activation `let` that maps an admitted activation to another
+    (LC524, naming the configuration), a let equal to the activation everywhere (admitted), padded
+    experts (admitted; the two weights padded unlike: LC528) and the bias tie spelled otherwise
+    (admitted when it denotes the tie, LC522 naming the configuration when it does not)."""
+    from layoutc.check import load
+
+    def codes(name: str) -> list[tuple[str, int, str]]:
+        _, diags, _ = load(str(CORPUS / f"{name}.moe"))
+        return [(d.code, d.span.line, d.message) for d in diags if d.severity == "error"]
+
+    for name, divisor in (("v_rename_tp_megatron", "tensor_model_parallel_size"), ("z_rename_tp_mp", "model_parallel"),
+                          ("v_rename_tp_let", "mp")):
+        found = codes(name)
+        assert [c for c, _, _ in found] == ["LC414"] and f"divides by `{divisor}`" in found[0][2], (name, found)
+    found = codes("v_activation_let_gelu")
+    assert [c for c, _, _ in found] == ["LC524"] and "activation=swigluoai" in found[0][2] and "gelu" in found[0][2]
+    assert [c for c, _, _ in codes("z_activation_let_dtype")] == ["LC524"]
+    for name in ("v_activation_let_identity", "v_experts_pad", "z_experts_pad", "v_experts_pad_weights_only",  # (verify refutes the last)
+                 "v_bias_when_reordered", "v_bias_sizes_spelled"):
+        assert codes(name) == [], (name, codes(name))
+    assert [c for c, _, _ in codes("g_experts_pad_unlike")] == ["LC528"]
+    found = codes("v_bias_when_wrong")
+    assert [c for c, _, _ in found] == ["LC522"] and "activation=" in found[0][2], found
+
+
+def test_padded_experts_are_never_routed() -> None:
+    """A padded experts axis bounds expert ids by the logical experts: an id in the pad is refused
+    by name, not routed to a zero expert (KernelConfig.num_experts is the logical count)."""
+    import torch
+
+    from layoutc.runtime.errors import LayoutContractError
+    from layoutc.runtime.routing import check_routing
+
+    cfg = _cfg(num_experts=3, shapes=(("w13", (8, 64, 64)), ("w2", (8, 64, 32))))
+    assert (cfg.num_experts, cfg.experts_axis) == (3, 8)
+    ids = torch.tensor([[0], [2]], dtype=torch.int32)
+    check_routing("t", 2, torch.ones(2, 1), ids, cfg.num_experts)
+    with pytest.raises(LayoutContractError, match=r"\[0, 3\)"):
+        check_routing("t", 2, torch.ones(2, 1), torch.tensor([[0], [5]], dtype=torch.int32), cfg.num_experts)

@@ -23,7 +23,8 @@ from .interface import GlueInterface
 class KernelConfig:
     """One configuration as a glue sees it.
 
-    num_experts: w13's experts axis (the bound on expert ids).
+    num_experts: w13's logical experts axis, the model's experts (the bound on expert ids:
+        a padded expert holds the fill and is never routed).
     hidden_size: w13's k axis (never padded by glues with pads_hidden False).
     intermediate_padded: padded entries per gate/up segment of w13.n (= w2.k).
     dtype: the weights' storage dtype.
@@ -45,6 +46,12 @@ class KernelConfig:
     def shape(self, role: str) -> tuple[int, ...] | None:
         """Padded shape of `role` ("w13", "w2", "w13_bias", "w2_bias"), None if the contract has no such tensor."""
         return next((s for r, s in self.shapes if r == role), None)
+
+    @property
+    def experts_axis(self) -> int:
+        """The weights' experts axis, padding included (>= num_experts, the routed experts)."""
+        shape = self.shape("w13")
+        return self.num_experts if shape is None else shape[0]
 
     def arg(self, role: str) -> Any:
         """The value of glue argument `role`; KeyError if the contract binds none."""

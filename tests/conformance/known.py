@@ -11,6 +11,8 @@ Kinds:
   serve; layoutc refuses it. Reproduced in docs/kernels.md 8.2 with vLLM's functions.
 - "limitation": vLLM does something the contract language cannot state yet (the
   lead's language work); layoutc refuses or differs. Rule and numbers in 8.3.
+- "no-checkpoint": vLLM's gate admits a configuration that no checkpoint of the format
+  can have; layoutc refuses it with the format's reason (8.6).
 - "layoutc-extends": vLLM refuses (falls back on) a configuration that layoutc admits,
   proves and runs right on the real kernel (tests/test_vllm_cpu_e2e.py).
 """
@@ -30,6 +32,8 @@ KNOWN: dict[str, tuple[str, str]] = {
     "w4a8_channelwise_odd_k": ("vllm-bug", "W4A8 int4 channelwise with an odd K"),
     "zentorch_float16": ("vllm-bug", "zentorch float16"),
     "zentorch_single_active_expert": ("vllm-bug", "zentorch with a single active expert"),
+    # vLLM's gate admits a shape no checkpoint of the format has; layoutc refuses it
+    "mxfp4_hidden_not_32": ("no-checkpoint", "FlashInfer TRT-LLM MXFP4 with hidden_size % 32 != 0"),
     # layoutc serves a configuration vLLM refuses, proved and run on the real kernel
     "cpu_swigluoai_padded_pairs": ("layoutc-extends", "swigluoai padded by whole pairs on the CPU grouped GEMM"),
 }

@@ -235,12 +235,16 @@ def lcm(a: int, b: int) -> int:
     return math.lcm(a, b)
 
 
-def mxfp4_admission_key(vllm_admits: bool, activation: str, intermediate_size: int, tp_size: int) -> str:
+def mxfp4_admission_key(vllm_admits: bool, activation: str, intermediate_size: int, tp_size: int,
+                        hidden_size: int | None = None) -> str:
     """The known-list key of an MXFP4 admission disagreement (vLLM admits, layoutc refuses):
-    swigluoai is gpt-oss, whose loader shards in whole 32-value blocks (as the contracts do)
+    a hidden size that is not whole 32-value blocks is one no MXFP4 checkpoint has (w13's
+    scales cover K = hidden_size in blocks of 32: `mxfp4_hidden_not_32`); swigluoai is gpt-oss, whose loader shards in whole 32-value blocks (as the contracts do)
     but drops the rows past I's last whole block (`gpt_oss_mxfp4_i_not_32`); silu is
     Mxfp4MoEMethod, whose generic loader mis-cuts w2's scales when I / tp is not whole
     blocks (`mxfp4_ipp_not_32`). Anything else is "unexplained"."""
+    if vllm_admits and hidden_size is not None and hidden_size % 32:
+        return "mxfp4_hidden_not_32"
     if vllm_admits and activation == "swigluoai" and intermediate_size % 32:
         return "gpt_oss_mxfp4_i_not_32"
     if vllm_admits and activation != "swigluoai" and (intermediate_size // tp_size) % 32:
@@ -256,7 +260,7 @@ def compare_mxfp4_plan(tally: Tally, where: str, vllm_admits: bool, plan: Any, a
     `round_up(backend, H, I // tp, activation)` (its mxfp4_round_up_hidden_size_and_intermediate_size)
     against the plan's (hidden_size_padded, intermediate_size_per_partition_padded)."""
     if vllm_admits != (plan is not None):
-        key = mxfp4_admission_key(vllm_admits, activation_name, intermediate_size, tp_size)
+        key = mxfp4_admission_key(vllm_admits, activation_name, intermediate_size, tp_size, hidden_size)
         tally.record(key, f"{where}: vllm={vllm_admits} layoutc={plan is not None}")
         return
     if vllm_admits:

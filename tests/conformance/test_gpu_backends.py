@@ -411,8 +411,8 @@ def test_flashinfer_trtllm_mxfp4_sizes_and_admission_match_vllm(gen, v) -> None:
     cls = v.mx.TrtLlmMxfp4ExpertsMonolithic
     be = v.mxfp4.Mxfp4MoeBackend.FLASHINFER_TRTLLM_MXFP4_BF16
     tally = oracle.Tally()
-    for H, I, tp, act in itertools.product(tuple(h for h in HIDDEN if h % 32 == 0), INTERMEDIATE,
-                                           oracle.effective_tp_degrees(), ("silu", "swigluoai", "gelu")):
+    for H, I, tp, act in itertools.product(HIDDEN, INTERMEDIATE, oracle.effective_tp_degrees(),
+                                           ("silu", "swigluoai", "gelu")):
         tally.decisions += 1
         ok, config = oracle.call_or_reject(oracle.moe_config, hidden_size=H, intermediate_size=I, tp_size=tp,
                                            activation_name=act)
@@ -422,4 +422,6 @@ def test_flashinfer_trtllm_mxfp4_sizes_and_admission_match_vllm(gen, v) -> None:
                                   v.mxfp4.mxfp4_round_up_hidden_size_and_intermediate_size, be)
     print("flashinfer_trtllm_mxfp4_moe:", tally.summary())
     assert tally.decisions > 4_000 and tally.sizes > 1_000
-    assert set(tally.disagreements) == {"mxfp4_ipp_not_32", "gpt_oss_mxfp4_i_not_32"}, tally.summary()
+    # H = 100: vLLM's gate admits a hidden size no MXFP4 checkpoint has (known.py "no-checkpoint")
+    assert set(tally.disagreements) == {"mxfp4_ipp_not_32", "gpt_oss_mxfp4_i_not_32", "mxfp4_hidden_not_32"}, \
+        tally.summary()

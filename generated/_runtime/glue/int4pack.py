@@ -131,7 +131,7 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
         shape = cfg.shape(role)
         assert shape is not None
         n, k = shape[1:]
-        if not isinstance(packed, Int4Weights) or len(packed.packed) != cfg.num_experts:
+        if not isinstance(packed, Int4Weights) or len(packed.packed) != cfg.experts_axis:
             raise LayoutContractError(f"{who}: packed_{role} must come from prepack() for this plan")
         for table, weight in zip(packed.scales_and_zeros, packed.packed, strict=True):
             check_tensor(who, f"packed_{role} (scales and zeros)", table, (k // group_size, n, 2), cfg.dtype)

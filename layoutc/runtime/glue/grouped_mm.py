@@ -76,7 +76,7 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     flat = ids.reshape(-1).to(torch.int64)
     order = torch.argsort(flat, stable=True)
     rows = order // top_k
-    offs = torch.cumsum(torch.bincount(flat, minlength=cfg.num_experts), 0).to(torch.int32)
+    offs = torch.cumsum(torch.bincount(flat, minlength=cfg.experts_axis), 0).to(torch.int32)
     grouped_mm = op(FORWARD_OP)
     x = hidden_states.index_select(0, rows).contiguous()
     h = grouped_mm(x, w13.transpose(1, 2), offs=offs)

@@ -97,7 +97,7 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
         assert shape is not None
         n, k = shape[1:]
         check_k(who, f"packed_{role}", k, cfg.dtype)
-        if not isinstance(packed, Int8Weights) or len(packed.weights) != cfg.num_experts:
+        if not isinstance(packed, Int8Weights) or len(packed.weights) != cfg.experts_axis:
             raise LayoutContractError(f"{who}: packed_{role} must come from prepack() for this plan")
         for weight, scale in zip(packed.weights, packed.scales, strict=True):
             check_tensor(who, f"packed_{role} (int8 weight)", weight, (n, k), torch.int8)
