@@ -87,9 +87,9 @@ def _checksum(t: Any) -> int:
 def child_ours(folder: Path) -> tuple[Any, Any]:
     from layoutc_generated import vllm_cpu_grouped_gemm as mod
 
-    from layoutc.checkpoints.formats import describe
-    from layoutc.checkpoints.loader import load_layer_rank, load_layer_rank_packed
-    from layoutc.checkpoints.reader import Checkpoint
+    from layoutc.tools.checkpoints.formats import describe
+    from layoutc.tools.checkpoints.loader import load_layer_rank, load_layer_rank_packed
+    from layoutc.tools.checkpoints.reader import Checkpoint
 
     with Checkpoint(str(folder)) as ckpt:
         moe = describe(ckpt.config)
@@ -154,7 +154,7 @@ def child(which: str, folder: Path) -> None:
     if which.startswith("ours"):
         from layoutc_generated import vllm_cpu_grouped_gemm as mod
         mod.load_kernel()
-        import layoutc.checkpoints.loader  # noqa: F401 (imports before the baseline)
+        import layoutc.tools.checkpoints.loader  # noqa: F401 (imports before the baseline)
     else:
         import vllm._custom_ops
         import vllm.model_executor.layers.fused_moe.experts.cpu_moe  # noqa: F401

@@ -1,5 +1,5 @@
 """`python -m layoutc` runs the command-line interface."""
 
-from .cli import entry
+from layoutc.cli import entry
 
 entry()

@@ -4,7 +4,7 @@
 counterexample, a vacuous contract, drift), 2 an input that cannot be used (a
 missing or unreadable file, LC100; a bad config, LC704), a usage error (LC801),
 inconclusive verification (LC603) or an internal error (LC900, with a request to
-file it). Every problem is a :class:`~layoutc.diagnostics.Diagnostic`, printed by
+file it). Every problem is a :class:`~layoutc.compiler.diagnostics.Diagnostic`, printed by
 ``--format text|json|github``; nothing in the compiler imports this module.
 """
 
@@ -17,10 +17,10 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from . import __version__
-from .diagnostics import CODES, Diagnostic, emit, exit_code, has_errors, render_text
-from .safeio import UsageError
-from .safeio import contract_paths as _contract_paths
+from layoutc import __version__
+from layoutc.compiler.diagnostics import CODES, Diagnostic, emit, exit_code, has_errors, render_text
+from layoutc.compiler.safeio import UsageError
+from layoutc.compiler.safeio import contract_paths as _contract_paths
 
 
 class _Usage(Exception):
@@ -36,7 +36,7 @@ def contract_paths(paths: Sequence[str]) -> list[str]:
     """Expand directories into their `*.moe` files (sorted); keep files as given.
 
     A directory with no contracts is a usage error (a mistyped path must not pass CI).
-    (Kept here for callers; the implementation is :func:`layoutc.safeio.contract_paths`.)
+    (Kept here for callers; the implementation is :func:`layoutc.compiler.safeio.contract_paths`.)
     """
     try:
         return _contract_paths(list(paths))
@@ -74,7 +74,7 @@ def _bounded_int(low: int, high: int):  # type: ignore[no-untyped-def]
 
 
 def _load_all(paths: Sequence[str]):  # type: ignore[no-untyped-def]
-    from .check import load
+    from layoutc.compiler.check import load
     loaded = []
     all_diags: list[Diagnostic] = []
     sources: dict[str, str] = {}
@@ -104,9 +104,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .verdict_cache import load_and_verify
-    from .verdicts import Options
-    from .verify_report import findings, render_github, render_json, render_text_report, summarize
+    from layoutc.compiler.verify.cache import load_and_verify
+    from layoutc.compiler.verify.report import findings, render_github, render_json, render_text_report, summarize
+    from layoutc.compiler.verify.verdicts import Options
     options = Options(timeout_ms=args.timeout_ms, seed=args.seed, budget_s=args.budget_s)
     _loaded, diags, sources, results, failures = load_and_verify(contract_paths(args.paths), options,
                                                                  not args.no_cache)
@@ -135,7 +135,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from .compile import compile_contracts
+    from layoutc.compiler.emit.compile import compile_contracts
     loaded, diags, sources = _load_all(args.paths)
     if has_errors(diags):
         emit(diags, sources, args.format)
@@ -150,17 +150,17 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from .tools.explain import explain
+    from layoutc.tools.explain import explain
     return explain(args.contract, args.set or [], fmt=args.format)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from .tools.audit import run_audit
+    from layoutc.tools.audit import run_audit
     return run_audit(args)
 
 
 def cmd_rule(args: argparse.Namespace) -> int:
-    from .ruledoc import rule_text
+    from layoutc.compiler.ruledoc import rule_text
     text = rule_text(args.code)
     if text is None:
         raise _Usage(f"layoutc rule: error[LC801]: unknown code {args.code[:40]!r}; {len(CODES)} codes are "
@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the report's format; problems are printed as diagnostics in it (github: as text)")
     p.set_defaults(func=cmd_audit)
 
-    from .tools.run import add_parser as add_run  # torch is imported only when `run` runs
+    from layoutc.tools.run import add_parser as add_run
     add_run(sub)
 
     p = sub.add_parser("rule", help="print a diagnostic code's documentation (e.g. layoutc rule LC201)")

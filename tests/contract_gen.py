@@ -1,7 +1,7 @@
 """Random contract text for the robustness tests (not a test module).
 
 * ``generate(rng)``: a grammar-aware generator. It builds contracts from every
-  construct of ``layoutc/grammar.lark`` (params of each domain, lets with nested
+  construct of ``layoutc/compiler/grammar.lark`` (params of each domain, lets with nested
   expressions, tensors with every axis spec and clause, kernel and glue). With
   probability ``skeleton`` the output follows the shape of a real contract
   (contract, source, policy, the usual parameters, one w13 and one w2 weight,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import itertools
 import re
 
-from layoutc import ir
-from layoutc.cases import layout_cases
-from layoutc.evaluate import EvalError, axis_sizes, eval_expr, eval_lets
-from layoutc.picture import find_view
-from layoutc.verify import ROLE_ID, sharded_axes
+from layoutc.compiler import ir
+from layoutc.compiler.cases import layout_cases
+from layoutc.compiler.evaluate import EvalError, axis_sizes, eval_expr, eval_lets
+from layoutc.compiler.picture import find_view
+from layoutc.compiler.verify.properties import ROLE_ID, sharded_axes
 
 SIZE_PROPS = ("vacuity", "alignment", "placement", "roundtrip", "groups", "kernel-arguments", "coverage", "admission")
 

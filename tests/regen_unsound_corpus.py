@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from layoutc.check import load
-from layoutc.verify import verify
+from layoutc.compiler.check import load
+from layoutc.compiler.verify.properties import verify
 
 CORPUS = Path(__file__).resolve().parent / "cases" / "unsound"
 

@@ -231,8 +231,8 @@ def baseline_imports() -> set[str]:
     shipped contract): the yardstick for hostile ones. Must be torch plus the standard
     library only."""
     if not _BASELINE:
-        from layoutc.check import load
-        from layoutc.emit import render
+        from layoutc.compiler.check import load
+        from layoutc.compiler.emit.render import render
         contract, diags, _ = load(str(CONTRACTS[0]))
         assert contract is not None, diags
         names = module_imports(render(contract, f"contracts/{CONTRACTS[0].name}", ()))
@@ -267,8 +267,8 @@ def emit_oracle(contract: Any, execute: bool = True) -> None:
     """
     import types
 
-    from layoutc.emit import render
-    from layoutc.evaluate import EvalError, eval_lets
+    from layoutc.compiler.emit.render import render
+    from layoutc.compiler.evaluate import EvalError, eval_lets
 
     source = render(contract, "fuzz/fuzz.moe", ())
     code = compile(source, f"<generated {contract.name}>", "exec")

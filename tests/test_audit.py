@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from layoutc.check import load
 from layoutc.cli import main
+from layoutc.compiler.check import load
 from layoutc.tools.audit import (
     CONTRACT_FORMATS,
     AuditRow,

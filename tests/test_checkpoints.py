@@ -73,8 +73,8 @@ def _oracle(folder: Path, layer: int) -> Any:
 def _kernel(folder: Path, dtype: str, tp: int, fmt: Any = None, tokens: int = 16) -> tuple[Any, Any, Any, Any]:
     from layoutc_generated import vllm_cpu_grouped_gemm as mod
 
-    from layoutc.checkpoints.formats import describe
-    from layoutc.checkpoints.reader import Checkpoint
+    from layoutc.tools.checkpoints.formats import describe
+    from layoutc.tools.checkpoints.reader import Checkpoint
     from layoutc.tools.run import inputs, kernel_sum
 
     with Checkpoint(str(folder)) as ckpt:
@@ -129,8 +129,8 @@ def test_bfloat16_within_dtype_noise(ckpts: dict[tuple[str, str], Path], family:
 
 def test_shared_expert_is_not_routed(ckpts: dict[tuple[str, str], Path]) -> None:
     """Qwen2-MoE's shared expert has its own names and is never loaded as a routed expert."""
-    from layoutc.checkpoints.formats import FORMATS
-    from layoutc.checkpoints.reader import Checkpoint
+    from layoutc.tools.checkpoints.formats import FORMATS
+    from layoutc.tools.checkpoints.reader import Checkpoint
 
     fmt = FORMATS["qwen2_moe"]
     with Checkpoint(str(ckpts[("qwen2_moe", "float32")])) as ckpt:
@@ -158,7 +158,7 @@ def _cli(*argv: str) -> tuple[int, str]:
 def _format_file(tmp_path: Path, base: str, **changes: Any) -> str:
     from dataclasses import asdict
 
-    from layoutc.checkpoints.formats import FORMATS
+    from layoutc.tools.checkpoints.formats import FORMATS
 
     data = {**asdict(FORMATS[base]), **changes}
     path = tmp_path / "format.json"
@@ -176,7 +176,7 @@ def test_run_cli_matches(ckpts: dict[tuple[str, str], Path]) -> None:
 
 
 def test_gate_up_swapped_is_caught(ckpts: dict[tuple[str, str], Path], tmp_path: Path) -> None:
-    from layoutc.checkpoints.formats import FORMATS
+    from layoutc.tools.checkpoints.formats import FORMATS
     from layoutc.tools.run import rel_error
 
     folder = ckpts[("qwen3_moe", "float32")]
@@ -230,9 +230,9 @@ def test_bias_is_loaded_on_rank_zero_only(ckpts: dict[tuple[str, str], Path]) ->
     import torch
     from layoutc_generated import vllm_cpu_grouped_gemm as mod
 
-    from layoutc.checkpoints.formats import describe
-    from layoutc.checkpoints.loader import load_layer_rank
-    from layoutc.checkpoints.reader import Checkpoint
+    from layoutc.tools.checkpoints.formats import describe
+    from layoutc.tools.checkpoints.loader import load_layer_rank
+    from layoutc.tools.checkpoints.reader import Checkpoint
 
     with Checkpoint(str(ckpts[("gpt_oss", "float32")])) as ckpt:
         moe = describe(ckpt.config)
@@ -351,9 +351,9 @@ def test_chunked_prepack_equals_whole_layer(ckpts: dict[tuple[str, str], Path]) 
     import torch
     from layoutc_generated import vllm_cpu_grouped_gemm as mod
 
-    from layoutc.checkpoints.formats import describe
-    from layoutc.checkpoints.loader import load_layer_rank, load_layer_rank_packed
-    from layoutc.checkpoints.reader import Checkpoint
+    from layoutc.tools.checkpoints.formats import describe
+    from layoutc.tools.checkpoints.loader import load_layer_rank, load_layer_rank_packed
+    from layoutc.tools.checkpoints.reader import Checkpoint
 
     for family in ("gemma4", "qwen3_moe"):
         with Checkpoint(str(ckpts[(family, "bfloat16")])) as ckpt:

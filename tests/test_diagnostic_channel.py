@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from layoutc import verify as verify_module
 from layoutc.cli import main
-from layoutc.diagnostics import CODES
+from layoutc.compiler.diagnostics import CODES
+from layoutc.compiler.verify import properties as verify_module
 
 ROOT = Path(__file__).resolve().parent.parent
 UNSOUND = ROOT / "tests" / "cases" / "unsound" / "end_padded_w13.moe"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from layoutc.cli import main
-from layoutc.diagnostics import CODES
+from layoutc.compiler.diagnostics import CODES
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path("tests") / "cases" / "errors"

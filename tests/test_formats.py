@@ -1,4 +1,4 @@
-"""layoutc/formats.py against torch's own float8 dtypes (every byte)."""
+"""layoutc/compiler/numformats.py against torch's own float8 dtypes (every byte)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from layoutc.formats import decode_byte
+from layoutc.compiler.numformats import decode_byte
 
 torch = pytest.importorskip("torch")
 

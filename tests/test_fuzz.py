@@ -48,9 +48,9 @@ from contract_gen import CleanGen, Gen, byte_mutate, declarations, generate, tok
 from robust_helpers import CASES, CONTRACTS, REPO, crashed, emit_oracle, run_python
 
 from layoutc import cli
-from layoutc.check import check
-from layoutc.diagnostics import has_errors, render_text, to_json
-from layoutc.parse import parse
+from layoutc.compiler.check import check
+from layoutc.compiler.diagnostics import has_errors, render_text, to_json
+from layoutc.compiler.parse import parse
 
 BUDGET = int(os.environ.get("LAYOUTC_FUZZ_EXAMPLES", "20000"))
 SEED = int(os.environ.get("LAYOUTC_FUZZ_SEED", "8"))
@@ -341,7 +341,7 @@ def stage(name):
 
 try:
     stage("load (parse + check)")
-    from layoutc.check import load
+    from layoutc.compiler.check import load
     contract, diags, text = load(path)
     out["codes"] = sorted({d.code for d in diags})
     stage("cli check (renders the diagnostics)")

@@ -624,7 +624,7 @@ def test_json_limits(tmp_path: Path, text: str, needle: str) -> None:
 def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path: Path) -> None:
     from layoutc.tools.hfconfig import load_model_config as load
 
-    raw = json.loads((Path(__file__).resolve().parent.parent / "layoutc" / "models" / "mixtral-8x7b.json").read_text())
+    raw = json.loads((Path(__file__).resolve().parent.parent / "layoutc" / "tools" / "models" / "mixtral-8x7b.json").read_text())
     raw["note"] = "[" * 1000 + '\\"{' * 100
     path = tmp_path / "config.json"
     path.write_text(json.dumps(raw))

@@ -18,9 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from robust_helpers import REPO, run_python
 
-# Modules that are torch code by design (the multi-process TP harness); the runtime
-# package the lead is adding is torch code too.
-# Nothing at the compiler's top level imports torch; of the tools, run and tp do (checkpoints, kernels).
+# Nothing in the compiler imports torch; of the tools, run and tp do (checkpoints, kernels).
 TORCH_MODULES: set[str] = set()
 TORCH_TOOLS = {"run", "tp"}
 BLOCKED = ("torch", "numpy", "zentorch", "vllm", "transformers", "safetensors", "torchvision")
@@ -40,8 +38,8 @@ CHILD = textwrap.dedent(r'''
 
     sys.meta_path.insert(0, Refuse())
     skip = set(json.loads(sys.argv[2]))
-    import layoutc
-    names = ["layoutc"] + [f"layoutc.{m.name}" for m in pkgutil.iter_modules(layoutc.__path__)]
+    import layoutc, layoutc.compiler
+    names = ["layoutc", "layoutc.cli"] + [m.name for m in pkgutil.walk_packages(layoutc.compiler.__path__, "layoutc.compiler.")]
     # the torch-free tools (run and tp load checkpoints and kernels: they need torch)
     names += ["layoutc.tools.audit", "layoutc.tools.hfconfig", "layoutc.tools.explain"]
     imported = []
@@ -74,8 +72,8 @@ def test_compiler_runs_with_torch_blocked(tmp_path: Path, monkeypatch) -> None: 
     lines = [line for line in res.out.splitlines() if line.startswith("RESULT ")]
     assert res.rc == 0 and lines, res.describe()
     doc = json.loads(lines[-1].removeprefix("RESULT "))
-    for module in ("layoutc.cli", "layoutc.check", "layoutc.verify", "layoutc.emit", "layoutc.tools.audit",
-                   "layoutc.tools.hfconfig", "layoutc.tools.explain", "layoutc.compile", "layoutc.safeio"):
+    for module in ("layoutc.cli", "layoutc.compiler.check", "layoutc.compiler.verify.properties", "layoutc.compiler.emit.render", "layoutc.tools.audit",
+                   "layoutc.tools.hfconfig", "layoutc.tools.explain", "layoutc.compiler.emit.compile", "layoutc.compiler.safeio"):
         assert module in doc["imported"]
     assert doc["loaded"] == [], doc
     assert doc["attempts"] == [], f"the compiler tried to import {doc['attempts']}"
@@ -85,24 +83,26 @@ def test_compiler_runs_with_torch_blocked(tmp_path: Path, monkeypatch) -> None: 
 
 
 def test_every_compiler_module_is_checked() -> None:
-    """Every layoutc module is imported above, except the ones listed as torch code."""
-    names = {f"layoutc.{p.stem}" for p in (REPO / "layoutc").glob("*.py") if p.stem != "__init__"}
-    assert names >= TORCH_MODULES
-    torch_users = {n for n in names if "import torch" in (REPO / "layoutc" / f"{n.split('.')[1]}.py").read_text()}
-    assert torch_users <= TORCH_MODULES, f"compiler modules that import torch: {sorted(torch_users - TORCH_MODULES)}"
+    """No module of the compiler imports torch, and only the listed tools do."""
+    compiler = sorted((REPO / "layoutc" / "compiler").rglob("*.py"))
+    assert len(compiler) > 20
+    torch_users = {str(p.relative_to(REPO)) for p in compiler if "import torch" in p.read_text()}
+    assert not torch_users, f"compiler modules that import torch: {sorted(torch_users)}"
     tools = {p.stem for p in (REPO / "layoutc" / "tools").glob("*.py") if "import torch" in p.read_text()}
     assert tools <= TORCH_TOOLS, f"tools that import torch: {sorted(tools - TORCH_TOOLS)}"
 
 
 def test_nothing_in_the_compiler_imports_cli() -> None:
-    """audit used to import cli (issue 11 item 6): the CLI sits on top, nothing imports it."""
+    """audit used to import cli (issue 11 item 6): the CLI sits on top, nothing imports it; and
+    nothing in the compiler imports a tool (issue 21 item 6)."""
     offenders = []
-    for path in [*(REPO / "layoutc").glob("*.py"), *(REPO / "layoutc" / "tools").glob("*.py")]:
-        if path.name in ("cli.py", "__main__.py"):
-            continue
+    for path in [*(REPO / "layoutc" / "compiler").rglob("*.py"), *(REPO / "layoutc" / "tools").rglob("*.py"),
+                 *(REPO / "layoutc" / "runtime").rglob("*.py")]:
         text = path.read_text(encoding="utf-8")
         if "from .cli import" in text or "from layoutc.cli import" in text or "import layoutc.cli" in text:
-            offenders.append(path.name)
+            offenders.append(str(path.relative_to(REPO)))
+        if path.is_relative_to(REPO / "layoutc" / "compiler") and "layoutc.tools" in text:
+            offenders.append(f"{path.relative_to(REPO)} (imports a tool)")
     assert not offenders, offenders
 
 

@@ -20,10 +20,10 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from layoutc import ir
-from layoutc.cases import specialise_for
-from layoutc.check import load
-from layoutc.evaluate import eval_expr
+from layoutc.compiler import ir
+from layoutc.compiler.cases import specialise_for
+from layoutc.compiler.check import load
+from layoutc.compiler.evaluate import eval_expr
 from tests.conftest import ROOT
 
 CONTRACTS = sorted(p.stem for p in (ROOT / "contracts").glob("*.moe"))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from layoutc import glues
+from layoutc.compiler import glues
 from layoutc.runtime import activations, layout, packed, plans
 from layoutc.runtime.errors import LayoutContractError
 from tests.conftest import ROOT

@@ -89,8 +89,8 @@ WALL_BOUND_S = 30.0  # generous: each contract needs ~1 s at TIMEOUT_MS
 
 _API = r"""
 import json, sys, time
-from layoutc.check import load
-from layoutc.verify import Options, verify
+from layoutc.compiler.check import load
+from layoutc.compiler.verify.properties import Options, verify
 contract, diags, _ = load(sys.argv[1])
 assert contract is not None, diags
 start = time.monotonic()
@@ -188,8 +188,8 @@ def test_many_hard_obligations_are_bounded(tmp_path: Path) -> None:
 def test_shrinking_continues_past_unknown_answers() -> None:
     """`_Run.minimize` (issue 12, item 7): an `unknown` answer does not end the search; the
     other half is tried and the region shrinks, within MINIMIZE_QUERIES solver calls."""
-    from layoutc import verify as V
-    from layoutc.check import load
+    from layoutc.compiler.check import load
+    from layoutc.compiler.verify import properties as V
 
     contract, diags, _ = load(str(Path(__file__).resolve().parent / "cases" / "unsound" / "fused_tile_rule.moe"))
     assert contract is not None, diags

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from layoutc.check import load
-from layoutc.evaluate import eval_expr, eval_lets
-from layoutc.verify import PROPERTY_IDS, verify
+from layoutc.compiler.check import load
+from layoutc.compiler.evaluate import eval_expr, eval_lets
+from layoutc.compiler.verify.properties import PROPERTY_IDS, verify
 from tests.conftest import ROOT
 from tests.regen_unsound_corpus import first_counterexample, first_counterexample_verdict
 

@@ -20,9 +20,9 @@ import torch
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from layoutc.check import load
 from layoutc.cli import main
-from layoutc.verify import verify
+from layoutc.compiler.check import load
+from layoutc.compiler.verify.properties import verify
 from tests.conftest import ROOT, require_package
 from tests.loading import load_generated
 from tests.reference import moe_reference

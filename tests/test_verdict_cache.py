@@ -1,4 +1,4 @@
-"""The verdict cache (layoutc/verdict_cache.py): reuse, invalidation, corruption, --no-cache."""
+"""The verdict cache (layoutc/compiler/verify/cache.py): reuse, invalidation, corruption, --no-cache."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-import layoutc.parse
-import layoutc.verify
-from layoutc import verdict_cache as VC
-from layoutc.check import load
+import layoutc.compiler.parse
+import layoutc.compiler.verify.properties
 from layoutc.cli import main
-from layoutc.verdicts import Options
+from layoutc.compiler.check import load
+from layoutc.compiler.verify import cache as VC
+from layoutc.compiler.verify.verdicts import Options
 from tests.conftest import ROOT
 
 SMALL = ROOT / "contracts" / "torch_grouped_mm.moe"
@@ -48,7 +48,7 @@ def _timeless(doc: str) -> object:
 def _forbid_solving(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*args: object, **kwargs: object) -> None:
         raise AssertionError("verified again instead of reusing the cache")
-    monkeypatch.setattr(layoutc.verify, "verify", boom)
+    monkeypatch.setattr(layoutc.compiler.verify.properties, "verify", boom)
 
 
 def _copy(tmp_path: Path, src: Path) -> Path:
@@ -64,7 +64,7 @@ def test_a_rerun_reuses_every_verdict_without_parsing(cache: Path, tmp_path: Pat
     assert first[0] == 1  # the unsound case has a counterexample
     assert len(list(cache.glob("*.json"))) == 2 and not list(cache.glob(".tmp-*"))
     _forbid_solving(monkeypatch)
-    monkeypatch.setattr(layoutc.parse, "parse", lambda *a: (_ for _ in ()).throw(AssertionError("parsed")))
+    monkeypatch.setattr(layoutc.compiler.parse, "parse", lambda *a: (_ for _ in ()).throw(AssertionError("parsed")))
     assert _run("verify", "--format", "json", *paths) == first
     # the text report too, counterexample picture included
     code, text = _run("verify", *paths)
@@ -74,7 +74,7 @@ def test_a_rerun_reuses_every_verdict_without_parsing(cache: Path, tmp_path: Pat
 def test_verdicts_round_trip_exactly(cache: Path) -> None:
     contract, _, _ = load(str(UNSOUND))
     assert contract is not None
-    verdicts = layoutc.verify.verify(contract)
+    verdicts = layoutc.compiler.verify.properties.verify(contract)
     k = VC.key(contract.source_text, Options())
     VC.store(k, contract.name, [], verdicts)
     hit = VC.lookup(k, contract.file)
@@ -103,7 +103,7 @@ def test_a_corrupt_entry_is_ignored_and_rewritten(cache: Path, tmp_path: Path, d
         contract, _, _ = load(str(SMALL))
         assert contract is not None
         other = VC.key(contract.source_text, Options())
-        VC.store(other, contract.name, [], layoutc.verify.verify(contract))
+        VC.store(other, contract.name, [], layoutc.compiler.verify.properties.verify(contract))
         shutil.copy(cache / f"{other}.json", entry)
     elif damage == "deep":  # nesting deeper than the JSON parser's recursion limit
         entry.write_text("[" * 200_000 + "]" * 200_000)
@@ -179,4 +179,4 @@ def test_parallel_verification_matches_serial(cache: Path, monkeypatch: pytest.M
 
 
 def test_max_bytes_matches_the_parser() -> None:
-    assert VC.MAX_BYTES == layoutc.parse.MAX_BYTES
+    assert VC.MAX_BYTES == layoutc.compiler.parse.MAX_BYTES

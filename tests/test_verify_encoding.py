@@ -6,7 +6,7 @@ import itertools
 
 import z3
 
-from layoutc.verify import _injective_broken
+from layoutc.compiler.verify.properties import _injective_broken
 
 
 def test_roundtrip_closed_form_matches_the_index_formula() -> None:
@@ -35,7 +35,7 @@ let t_product = tp_size * hidden_size
 def _contract_with_division_lets():  # type: ignore[no-untyped-def]
     from pathlib import Path
 
-    from layoutc.check import load
+    from layoutc.compiler.check import load
     path = Path(__file__).resolve().parent.parent / "contracts" / "vllm_cpu_grouped_gemm.moe"
     contract, diags, _ = load(str(path), path.read_text() + DIVISION_LETS)
     assert contract is not None, diags
@@ -47,8 +47,8 @@ def test_division_by_a_parameter_is_floor_division_on_every_divisor_value() -> N
     `Encoder.aux`) force exactly the values layoutc's evaluator (Python floor division)
     computes, for every tp_size value and numerators around each multiple; and
     `Encoder.evaluate` recomputes them from a model whose query carried no definition."""
-    from layoutc.evaluate import eval_lets
-    from layoutc.smt import Encoder
+    from layoutc.compiler.evaluate import eval_lets
+    from layoutc.compiler.verify.smt import Encoder
 
     contract = _contract_with_division_lets()
     enc = Encoder(contract)

@@ -1,6 +1,6 @@
-"""The verifier's division encoding (quotient/remainder variables, layoutc/smt.py) against a
+"""The verifier's division encoding (quotient/remainder variables, layoutc/compiler/verify/smt.py) against a
 brute force: on small domains every configuration is evaluated in Python
-(layoutc/evaluate.py, floor division) and each size property decided there
+(layoutc/compiler/evaluate.py, floor division) and each size property decided there
 (tests/division_oracle.py); the verifier's status per property must be the same, its
 redundant-gate warnings the same gates, its waste bound at most the true worst case,
 and every counterexample's configuration admitted, breaking its property, with the
@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 import z3
 
-from layoutc import ir
-from layoutc.check import load
-from layoutc.verify import verify
+from layoutc.compiler import ir
+from layoutc.compiler.check import load
+from layoutc.compiler.verify.properties import verify
 from tests.division_gen import DivGen
 from tests.division_oracle import SIZE_PROPS, Skip, check_message, truth
 
@@ -106,7 +106,7 @@ def test_a_divisor_with_zero_or_negative_values_is_expanded_over_its_values() ->
     """The checker refuses such a divisor (LC303), so the IR is edited here: tp_size's
     domain becomes {-2, 0, 3}. The encoder then makes no quotient variable for I / tp_size
     and keeps the If over the values; at tp_size = 3 the let is floor division."""
-    from layoutc.smt import Encoder
+    from layoutc.compiler.verify.smt import Encoder
 
     path = ROOT / "tests" / "cases" / "division" / "product_divisor.moe"
     contract, _, _ = load(str(path))

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import z3
 
-from layoutc import verify as V
-from layoutc.cases import layout_cases
-from layoutc.check import load
+from layoutc.compiler.cases import layout_cases
+from layoutc.compiler.check import load
+from layoutc.compiler.verify import properties as V
 from tests.conftest import ROOT
 
 

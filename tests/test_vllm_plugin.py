@@ -37,7 +37,7 @@ def _require_vllm() -> None:
 
 
 def test_off_imports_neither_torch_nor_vllm() -> None:
-    code = ("import sys, layoutc.vllm_plugin as p; p.register(); "
+    code = ("import sys, layoutc.tools.vllm_plugin as p; p.register(); "
             "bad = [m for m in ('torch', 'vllm') if m in sys.modules]; print(bad); assert not bad")
     env = {k: v for k, v in os.environ.items() if k != "LAYOUTC_VLLM"}
     for value in (None, "", "off"):
@@ -48,8 +48,7 @@ def test_off_imports_neither_torch_nor_vllm() -> None:
 
 
 def test_a_bad_mode_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from layoutc import vllm_plugin
-
+    from layoutc.tools import vllm_plugin
     monkeypatch.setenv("LAYOUTC_VLLM", "chekc")
     with pytest.raises(vllm_plugin.LayoutcVllmError, match=r"layoutc: LAYOUTC_VLLM='chekc' is not one of"):
         vllm_plugin.register()
@@ -59,7 +58,7 @@ def test_entry_point_is_registered() -> None:
     from importlib.metadata import entry_points
 
     found = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
-    assert found.get("layoutc") == "layoutc.vllm_plugin:register", found
+    assert found.get("layoutc") == "layoutc.tools.vllm_plugin:register", found
 
 
 # ---- vLLM's own method on a hand-built layer ---------------------------------------
@@ -70,7 +69,7 @@ def cpu_moe(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     _require_vllm()
     from vllm.model_executor.layers.fused_moe.experts import cpu_moe as module
 
-    from layoutc.vllm_plugin import hook
+    from layoutc.tools.vllm_plugin import hook
 
     hook.uninstall()
     monkeypatch.setattr(module, "is_zentorch_moe_supported", lambda layer: False)
@@ -118,7 +117,7 @@ def _broken(kind: str):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("tp", [1, 2, 4])
 def test_check_passes_on_vllms_own_padding(cpu_moe, tp: int) -> None:  # type: ignore[no-untyped-def]
-    from layoutc.vllm_plugin import hook
+    from layoutc.tools.vllm_plugin import hook
 
     hook.install("check")
     ex, layer = _layer(cpu_moe, tp=tp, bias=True)
@@ -132,7 +131,7 @@ def test_replace_gives_vllms_own_weights_bit_for_bit(cpu_moe, activation: str,
                                                      intermediate: int) -> None:  # type: ignore[no-untyped-def]
     import torch
 
-    from layoutc.vllm_plugin import hook
+    from layoutc.tools.vllm_plugin import hook
 
     ex, theirs = _layer(cpu_moe, activation=activation, intermediate=intermediate, bias=True)
     ex.process_weights_after_loading(theirs)  # vLLM's own
@@ -160,7 +159,7 @@ def test_replace_gives_vllms_own_weights_bit_for_bit(cpu_moe, activation: str,
 ])
 def test_check_stops_vllms_padding_regressions(cpu_moe, monkeypatch: pytest.MonkeyPatch, kind: str,
                                                needles: list[str]) -> None:  # type: ignore[no-untyped-def]
-    from layoutc.vllm_plugin import LayoutcVllmError, hook
+    from layoutc.tools.vllm_plugin import LayoutcVllmError, hook
 
     monkeypatch.setattr(cpu_moe.CPUUnquantizedExperts, "_pad_moe_intermediate", _broken(kind))
     hook.install("check")
@@ -174,7 +173,7 @@ def test_check_stops_vllms_padding_regressions(cpu_moe, monkeypatch: pytest.Monk
 
 
 def test_check_names_a_misplaced_w2_column(cpu_moe, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    from layoutc.vllm_plugin import LayoutcVllmError, hook
+    from layoutc.tools.vllm_plugin import LayoutcVllmError, hook
 
     real = cpu_moe.CPUUnquantizedExperts._pad_moe_intermediate
 
@@ -195,7 +194,7 @@ def test_check_names_a_misplaced_w2_column(cpu_moe, monkeypatch: pytest.MonkeyPa
 
 
 def test_check_on_the_zentorch_route(cpu_moe, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    from layoutc.vllm_plugin import LayoutcVllmError, hook
+    from layoutc.tools.vllm_plugin import LayoutcVllmError, hook
 
     monkeypatch.setattr(cpu_moe, "is_zentorch_moe_supported", lambda layer: True)
     hook.install("check")
@@ -228,7 +227,7 @@ def test_check_on_the_zentorch_route(cpu_moe, monkeypatch: pytest.MonkeyPatch) -
 ])
 def test_a_configuration_the_contract_refuses_stops_the_engine(cpu_moe, monkeypatch: pytest.MonkeyPatch, mode: str,
                                                               change: dict, needle: str, where: str) -> None:  # type: ignore[no-untyped-def]
-    from layoutc.vllm_plugin import LayoutcVllmError, hook
+    from layoutc.tools.vllm_plugin import LayoutcVllmError, hook
 
     # vLLM's own method would pad these too (it has no admission of its own at this point).
     monkeypatch.setattr(cpu_moe.CPUUnquantizedExperts, "_pad_moe_intermediate", lambda self, layer: None)

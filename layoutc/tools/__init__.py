@@ -6,6 +6,6 @@
 - `run`: `layoutc run MODEL_DIR`, a real checkpoint per rank on the real kernel (torch).
 - `tp`: the tensor-parallel runner over torch.distributed (torch).
 
-The checkpoint formats and readers are `layoutc.checkpoints`; the vLLM plugin is
-`layoutc.vllm_plugin`.
+The checkpoint formats and readers are `layoutc.tools.checkpoints`; the vLLM plugin is
+`layoutc.tools.vllm_plugin`.
 """

@@ -38,9 +38,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from .. import ir
-from ..evaluate import EvalError, Value, axis_sizes, eval_expr, needed_lets, param_deps
-from .hfconfig import ModelConfigError, MoEModelConfig, load_model_config
+from layoutc.compiler import ir
+from layoutc.compiler.evaluate import EvalError, Value, axis_sizes, eval_expr, needed_lets, param_deps
+from layoutc.tools.hfconfig import ModelConfigError, MoEModelConfig, load_model_config
 
 __all__ = [
     "CONTRACT_FORMATS",
@@ -199,7 +199,7 @@ def checkpoint_format(model: MoEModelConfig) -> CheckpointFormat:
     return CheckpointFormat(method, f"{model.quant_method}{suffix}")
 
 
-# Glue kinds (layoutc.check.GLUE_KINDS) that quantize float weights when they load
+# Glue kinds (layoutc.compiler.check.GLUE_KINDS) that quantize float weights when they load
 # them: their contracts state float tensors, but the kernel computes a weight-only
 # quantized model, which no checkpoint is (docs/audit.md, "checkpoint format").
 QUANTIZING_GLUE: dict[str, str] = {
@@ -979,7 +979,7 @@ def load_contracts(paths: Sequence[str]) -> tuple[list[ir.Contract], str | None]
 
     See :func:`load_contracts_diags` for the diagnostics themselves."""
     contracts, diags, sources = load_contracts_diags(paths)
-    from ..diagnostics import render_text as render_diags
+    from layoutc.compiler.diagnostics import render_text as render_diags
     return contracts, (render_diags(diags, sources) if diags else None)
 
 
@@ -987,11 +987,11 @@ def load_contracts_diags(paths: Sequence[str]) -> tuple[list[ir.Contract], list[
     """Load contract files; returns (contracts, error diagnostics, sources by path).
 
     Raises:
-        layoutc.safeio.UsageError: a folder holds no ``*.moe`` file.
+        layoutc.compiler.safeio.UsageError: a folder holds no ``*.moe`` file.
     """
-    from ..check import load
-    from ..diagnostics import has_errors
-    from ..safeio import contract_paths
+    from layoutc.compiler.check import load
+    from layoutc.compiler.diagnostics import has_errors
+    from layoutc.compiler.safeio import contract_paths
 
     files = contract_paths(paths)
     contracts: list[ir.Contract] = []
@@ -1017,7 +1017,7 @@ def _config_span(exc: ModelConfigError) -> Any:
     """Where a config error is: ``file:line:col`` when the message starts with it."""
     import re
 
-    from ..diagnostics import file_span
+    from layoutc.compiler.diagnostics import file_span
     match = re.match(r"(.*?):(\d+):(\d+): ", str(exc))
     if match and match.group(1) == exc.source:
         return file_span(exc.source, int(match.group(2)), int(match.group(3)))
@@ -1029,8 +1029,8 @@ def run_audit(args: Any) -> int:
     (LC704), no contracts (LC705), a bad --tp (LC801) or an unreadable contract (LC100).
     Problems are diagnostics, printed in the report's format (json: a JSON list on
     stdout; text, markdown and github: ``--format`` of `layoutc check`)."""
-    from ..diagnostics import emit, error, exit_code, file_span
-    from ..safeio import UsageError
+    from layoutc.compiler.diagnostics import emit, error, exit_code, file_span
+    from layoutc.compiler.safeio import UsageError
     fmt = getattr(args, "format", "text")
     diag_fmt = {"json": "json", "github": "github"}.get(fmt, "text")
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from .. import ir
-from ..diagnostics import Diagnostic, emit, error, exit_code, file_span, has_errors
-from ..evaluate import EvalError, Value, eval_expr, eval_lets
-from ..picture import tensor_picture
+from layoutc.compiler import ir
+from layoutc.compiler.diagnostics import Diagnostic, emit, error, exit_code, file_span, has_errors
+from layoutc.compiler.evaluate import EvalError, Value, eval_expr, eval_lets
+from layoutc.compiler.picture import tensor_picture
 
 
 def parse_assignment(contract: ir.Contract, text: str) -> tuple[str, Value]:
@@ -57,7 +57,7 @@ def explain(path: str, assignments: list[str], fmt: str = "text") -> int:
     default may be left out) or an evaluation error
     (LC703, exit 2). A configuration the contract does not admit exits 1.
     """
-    from ..check import load
+    from layoutc.compiler.check import load
     contract, diags, text = load(path)
     sources = {path: text or ""}
     if contract is None or has_errors(diags):

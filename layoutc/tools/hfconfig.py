@@ -224,7 +224,7 @@ class MoEModelConfig:
 def _models_dir() -> Any:
     """The bundled ``models`` folder as an importlib.resources Traversable."""
     try:
-        return importlib.resources.files("layoutc").joinpath("models")
+        return importlib.resources.files("layoutc.tools").joinpath("models")
     except (ModuleNotFoundError, TypeError):
         # Imported as a loose file, outside the package.
         return Path(__file__).resolve().parent.parent / "models"
@@ -313,7 +313,7 @@ def load_model_config(path_or_name: str | os.PathLike[str]) -> MoEModelConfig:
     if stem is None:
         raise _unknown_name_error(text_arg, available)
     resource = _models_dir().joinpath(f"{stem}.json")
-    source = f"layoutc/models/{stem}.json"
+    source = f"layoutc/tools/models/{stem}.json"
     return parse_model_config(
         _parse_json(_read_text(resource, source), source),
         source=source,
@@ -324,7 +324,7 @@ def load_model_config(path_or_name: str | os.PathLike[str]) -> MoEModelConfig:
 def _read_text(path: Any, source: str) -> str:
     """The file as text, read through safeio.read_bounded (a Traversable is read as is:
     it is a bundled file)."""
-    from ..safeio import ReadError, read_bounded
+    from layoutc.compiler.safeio import ReadError, read_bounded
 
     try:
         raw = read_bounded(path, MAX_CONFIG_BYTES) if isinstance(path, Path) else path.read_bytes()

@@ -139,7 +139,7 @@ def kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, x: Any, weigh
     """
     import statistics
 
-    from ..checkpoints.loader import load_layer_rank
+    from layoutc.tools.checkpoints.loader import load_layer_rank
 
     plan = _plan(mod, moe, tp, dtype, isa)
     total = None
@@ -182,7 +182,7 @@ def inputs(ckpt: Any, moe: Any, layer: int, tokens: int, seed: int, dtype: str) 
     """(hidden states [T, H] in `dtype`, topk_weights, topk_ids) for one layer, seeded."""
     import torch
 
-    from ..checkpoints.reference import route
+    from layoutc.tools.checkpoints.reference import route
 
     gen = torch.Generator().manual_seed(seed + layer)
     x = torch.randn(tokens, moe.hidden_size, generator=gen).to(getattr(torch, dtype))
@@ -193,7 +193,7 @@ def inputs(ckpt: Any, moe: Any, layer: int, tokens: int, seed: int, dtype: str) 
 def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str, isa: str, tokens: int,
               seed: int, use_transformers: bool, oracle: Any = None) -> Row:
     """One layer at one TP degree: load + prepack + kernel per rank, sum, compare."""
-    from ..checkpoints.reference import reference
+    from layoutc.tools.checkpoints.reference import reference
 
     x, weights, ids = inputs(ckpt, moe, layer, tokens, seed, dtype)
     k = kernel_sum(ckpt, moe, mod, layer, tp, x, weights, ids, dtype=dtype, isa=isa)
@@ -235,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"layoutc run: error[{exc.code}]: {exc}\n")
         return 2
     except Exception as exc:
-        from ..checkpoints.formats import FormatError
+        from layoutc.tools.checkpoints.formats import FormatError
         if isinstance(exc, FormatError):
             sys.stderr.write(f"layoutc run: {exc}\n")
             return 2
@@ -261,8 +261,8 @@ def _run(args: argparse.Namespace) -> int:
         import torch
     except ImportError:
         raise RunError("LR130", "layoutc run needs torch (pip install 'layoutc[runtime,checkpoints]')") from None
-    from ..checkpoints.formats import describe, load_format_file
-    from ..checkpoints.reader import Checkpoint
+    from layoutc.tools.checkpoints.formats import describe, load_format_file
+    from layoutc.tools.checkpoints.reader import Checkpoint
 
     tps = _tp_list(args.tp)
     if not 1 <= args.tokens <= 65536 or args.layers < 0 or args.threads < 0:
@@ -288,7 +288,7 @@ def _run(args: argparse.Namespace) -> int:
                   "experts; it is not run here")
         oracle = None
         if not args.no_transformers and not args.no_from_pretrained:
-            from ..checkpoints.reference import transformers_oracle
+            from layoutc.tools.checkpoints.reference import transformers_oracle
             oracle = transformers_oracle(args.model_dir, layers)
         progress = _Progress(len(layers) * len(tps), sys.stderr.isatty())
         rows: list[Row] = []

@@ -29,9 +29,9 @@ of wall clock (`time.perf_counter`).
 
 `run_tp_checkpoint` does the same for one MoE layer of a real safetensors checkpoint:
 each rank reads only its own rows through the generated loaders
-(layoutc.checkpoints), and rank 0 compares with transformers' experts module.
+(layoutc.tools.checkpoints), and rank 0 compares with transformers' experts module.
 
-Only the standard library and torch are imported here (layoutc.checkpoints lazily);
+Only the standard library and torch are imported here (layoutc.tools.checkpoints lazily);
 the generated module is imported by name inside each rank.
 """
 
@@ -730,11 +730,11 @@ class CheckpointTPResult:
 def _ckpt_rank(rank: int, tp_size: int, port: int, module_name: str, cfg: dict[str, Any], results: Any) -> None:
     """One rank of `run_tp_checkpoint`: its own checkpoint reads, kernel, gloo all_reduce."""
     try:
-        from ..checkpoints.formats import describe
-        from ..checkpoints.loader import load_layer_rank
-        from ..checkpoints.reader import Checkpoint
-        from ..checkpoints.reference import reference
-        from .run import _plan, inputs, rel_error
+        from layoutc.tools.checkpoints.formats import describe
+        from layoutc.tools.checkpoints.loader import load_layer_rank
+        from layoutc.tools.checkpoints.reader import Checkpoint
+        from layoutc.tools.checkpoints.reference import reference
+        from layoutc.tools.run import _plan, inputs, rel_error
 
         _init_rank(rank, tp_size, port, cfg)
         try:
@@ -776,19 +776,19 @@ def run_tp_checkpoint(model_dir: str, *, tp_size: int, layer: int | None = None,
     """One MoE layer of a real safetensors checkpoint over `tp_size` gloo ranks.
 
     Every rank opens the checkpoint itself and loads only its rows through the
-    generated `alloc_*` / `load_*` (layoutc.checkpoints.loader, the declared format of
+    generated `alloc_*` / `load_*` (layoutc.tools.checkpoints.loader, the declared format of
     config.json's model_type), prepacks, runs the real kernel and all-reduces (SUM,
     model dtype); the w2 bias is loaded on rank 0 only. Rank 0 compares with
-    `layoutc.checkpoints.reference.reference` (transformers' experts module filled
+    `layoutc.tools.checkpoints.reference.reference` (transformers' experts module filled
     from the checkpoint when transformers is installed, else a float32 loop).
     layer: a MoE layer index (default: the first). dtype: default the checkpoint's.
     Raises ValueError on bad arguments, TPRankError naming the failing rank (e.g. the
     module's LayoutContractError for a refused configuration, FormatError for an
     unknown model_type), TimeoutError past `timeout_s`.
     """
-    from ..checkpoints.formats import describe
-    from ..checkpoints.reader import Checkpoint
-    from .run import _checkpoint_dtype
+    from layoutc.tools.checkpoints.formats import describe
+    from layoutc.tools.checkpoints.reader import Checkpoint
+    from layoutc.tools.run import _checkpoint_dtype
 
     if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
         raise ValueError(f"run_tp_checkpoint: tp_size must be an int >= 1, got {tp_size!r}")

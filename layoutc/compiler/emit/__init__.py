@@ -1,0 +1,1 @@
+"""The emitter: renders a checked, verified contract into a standalone Python module."""

@@ -1,0 +1,439 @@
+"""The typed contract IR that ``check.py`` produces from the AST.
+
+Everything downstream (``evaluate``, ``smt``, ``verify``, ``emit``, ``audit``)
+reads this IR only. Names are resolved, enum literals are typed, `match` is
+lowered to conditionals, and every axis knows its logical and padded size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Literal, assert_never
+
+from layoutc.compiler.diagnostics import Span
+
+# ---- types -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IntT:
+    def __str__(self) -> str:
+        return "int"
+
+
+@dataclass(frozen=True)
+class BoolT:
+    def __str__(self) -> str:
+        return "bool"
+
+
+@dataclass(frozen=True)
+class EnumT:
+    param: str
+    members: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"enum {self.param}"
+
+
+@dataclass(frozen=True)
+class RealT:
+    """The decoded value of a tensor element (only inside `decode`)."""
+
+    def __str__(self) -> str:
+        return "real"
+
+
+Type = IntT | BoolT | EnumT | RealT
+INT = IntT()
+BOOL = BoolT()
+REAL = RealT()
+
+# ---- expressions -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Const:
+    value: int | bool | str  # str: an enum member of `type`
+    type: Type
+    span: Span
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A parameter or a `let` value."""
+
+    name: str
+    kind: Literal["param", "let"]
+    type: Type
+    span: Span
+
+
+@dataclass(frozen=True)
+class AxisSize:
+    """Padded size of `tensor.axis` in values (before packing)."""
+
+    tensor: str
+    axis: str
+    span: Span
+    type: Type = INT
+
+
+@dataclass(frozen=True)
+class TensorValue:
+    """Inside `decode`: the value of another tensor at this element's group."""
+
+    tensor: str
+    span: Span
+    type: Type = REAL
+
+
+@dataclass(frozen=True)
+class Code:
+    """Inside `decode`: this tensor's stored code."""
+
+    span: Span
+    type: Type = REAL
+
+
+@dataclass(frozen=True)
+class Op:
+    """Operators and builtin functions; `op` is one of OPS."""
+
+    op: str
+    args: tuple[Expr, ...]
+    type: Type
+    span: Span
+
+
+@dataclass(frozen=True)
+class Cond:
+    cond: Expr
+    then: Expr
+    orelse: Expr
+    type: Type
+    span: Span
+
+
+@dataclass(frozen=True)
+class Select:
+    """`match subject { member => value, ..., _ => default }`."""
+
+    subject: Expr
+    cases: tuple[tuple[str, Expr], ...]
+    default: Expr | None
+    type: Type
+    span: Span
+
+
+Expr = Const | Ref | AxisSize | TensorValue | Code | Op | Cond | Select
+
+ARITH = ("+", "-", "*", "/", "%")
+COMPARE = ("==", "!=", "<", "<=", ">", ">=")
+LOGIC = ("and", "or", "not")
+# builtin -> arity
+FUNCTIONS: dict[str, int] = {
+    "round_up": 2, "round_down": 2, "cdiv": 2, "lcm": 2, "gcd": 2, "min": 2, "max": 2,
+}
+
+# ---- declarations ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: Literal["range", "set", "enum", "bool"]
+    type: Type
+    values: tuple[int | bool | str, ...]  # set, enum and bool domains
+    low: int
+    high: int
+    span: Span
+    default: int | None = None  # `param NAME: int ... = N`: plan() may omit it
+
+    @property
+    def finite(self) -> bool:
+        return self.kind != "range"
+
+
+@dataclass(frozen=True)
+class Let:
+    name: str
+    value: Expr
+    type: Type
+    span: Span
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: Literal["require", "admit"]
+    cond: Expr
+    message: str
+    span: Span
+
+
+AxisKind = Literal["plain", "padded", "groups"]
+Layout = Literal["none", "pad", "halves", "concat", "interleave"]
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One tensor axis.
+
+    `logical`/`padded` are per-segment sizes in values (groups for a `groups`
+    axis). A segmented axis (`halves`, `concat`, `interleave`) holds
+    `len(roles)` segments; `pad` holds one; `none` is never padded.
+    """
+
+    name: str
+    kind: AxisKind
+    layout: Layout
+    roles: tuple[str, ...]
+    logical: Expr
+    padded: Expr
+    pack: int
+    group_of: tuple[str, str] | None
+    group_size: Expr | None
+    span: Span
+
+    @property
+    def segments(self) -> int:
+        return max(1, len(self.roles))
+
+    @property
+    def is_padded(self) -> bool:
+        return self.layout != "none"
+
+
+@dataclass(frozen=True)
+class GuardedAxis:
+    """`axis NAME = ... when GUARD`: the layout of `axis.name` wherever `guard` holds.
+
+    Guards read only finite parameters. Alternatives are tried in declaration
+    order; where none holds, the tensor's unguarded axis of that name applies.
+    """
+
+    guard: Expr
+    axis: Axis
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    kind: Literal["weight", "scale", "zero", "bias"]
+    projection: Literal["w13", "w2"]
+    optional: bool
+    axes: tuple[Axis, ...]
+    fill_kind: Literal["value", "decoded", "uninit"]
+    fill: int  # the stored pad code (resolved from `decoded` by the checker)
+    storage: str  # torch dtype name of the stored tensor, or "param:<name>"
+    code_range: tuple[int, int] | None
+    decode: Expr | None
+    span: Span
+    guarded: tuple[GuardedAxis, ...] = ()  # parameter-dependent layouts; `axes` holds the defaults
+    # `tail fill V` (block shards only): the stored code past a short rank's slice, resolved
+    # like `fill`; None: the tail holds `fill` (the default). Never uninit.
+    tail_fill_kind: Literal["value", "decoded"] | None = None
+    tail_fill: int | None = None
+
+    @property
+    def tail_code(self) -> int | None:
+        """The stored code past a short rank's slice (None: `fill uninit` and no `tail fill`)."""
+        if self.tail_fill is not None:
+            return self.tail_fill
+        return None if self.fill_kind == "uninit" else self.fill
+
+    def at_tail(self) -> Tensor:
+        """This tensor as it is past a short rank's slice: its fill is the tail fill."""
+        if self.tail_fill is None or self.tail_fill_kind is None:
+            return self
+        return replace(self, fill_kind=self.tail_fill_kind, fill=self.tail_fill, tail_fill_kind=None, tail_fill=None)
+
+    def axis(self, name: str) -> Axis:
+        for ax in self.axes:
+            if ax.name == name:
+                return ax
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class View:
+    tensor: str
+    axis: str
+    view: Literal["halves", "interleave", "linear"]
+    roles: tuple[str, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class Align:
+    cond: Expr
+    message: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class KernelArg:
+    name: str
+    value: Expr
+    trims: tuple[tuple[str, str], ...]
+    trim_count: Expr
+    span: Span
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    views: tuple[View, ...]
+    aligns: tuple[Align, ...]
+    activation: Expr | None
+    args: tuple[KernelArg, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class Glue:
+    kind: str
+    package: str
+    ops: tuple[tuple[str, str], ...]
+    args: tuple[tuple[str, Expr], ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class Shard:
+    """How the intermediate axes split over ranks: rank r of `count` reads entries
+    [min(r * L, FULL), min((r + 1) * L, FULL)) of every segment of a full checkpoint axis of
+    `full` entries, L being the axis's logical size per segment; a rank whose slice is
+    shorter than L holds the tensor's fill in the rest. `blocks` None: an even split
+    (count * L == FULL); else the slices are whole blocks of `blocks` entries and the last
+    ranks may be shorter or empty (count * L >= FULL). `implicit`: no `shard` clause, the
+    default `shard intermediate_size over tp_size`."""
+
+    full: Expr
+    count: str
+    span: Span
+    implicit: bool = False
+    blocks: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Contract:
+    name: str
+    file: str
+    source_text: str
+    sources: tuple[str, ...]
+    policy: Literal["error", "fallback"]
+    fallback: str | None
+    params: tuple[Param, ...]
+    lets: tuple[Let, ...]
+    rules: tuple[Rule, ...]
+    tensors: tuple[Tensor, ...]
+    kernel: Kernel | None
+    glue: Glue | None
+    span: Span
+    enum_members: dict[str, EnumT] = field(default_factory=dict, compare=False, hash=False)
+    shard: Shard | None = None  # None: nothing is sharded (no tp_size parameter)
+
+    def param(self, name: str) -> Param:
+        return next(p for p in self.params if p.name == name)
+
+    @property
+    def block_shard(self) -> Shard | None:
+        """The `shard ... in blocks of B` declaration, or None (no shard, or an even one)."""
+        return self.shard if self.shard is not None and self.shard.blocks is not None else None
+
+    def tensor(self, name: str) -> Tensor:
+        return next(t for t in self.tensors if t.name == name)
+
+    def weight(self, projection: str) -> Tensor:
+        return next(t for t in self.tensors if t.kind == "weight" and t.projection == projection)
+
+    @property
+    def requires(self) -> tuple[Rule, ...]:
+        return tuple(r for r in self.rules if r.kind == "require")
+
+    @property
+    def admits(self) -> tuple[Rule, ...]:
+        return tuple(r for r in self.rules if r.kind == "admit")
+
+    @property
+    def gated(self) -> bool:
+        return self.weight("w13").axis("n").segments == 2
+
+
+# The known activations: gated ones compute F(gate) * H(up); F(0) == 0 for all.
+# H is the identity except for swigluoai, where it is (up + 1) (gpt-oss).
+ACTIVATIONS: dict[str, tuple[bool, int]] = {
+    # name: (gated, up offset)
+    "silu": (True, 0),
+    "gelu": (True, 0),
+    "gelu_tanh": (True, 0),
+    "swigluoai": (True, 1),
+    "relu2": (False, 0),
+    "silu_no_mul": (False, 0),
+    "gelu_no_mul": (False, 0),
+}
+
+
+def children(node: Expr) -> tuple[Expr, ...]:
+    """The direct sub-expressions of `node`, in source order."""
+    match node:
+        case Op():
+            return node.args
+        case Cond():
+            return (node.cond, node.then, node.orelse)
+        case Select():
+            rest = (node.default,) if node.default is not None else ()
+            return (node.subject, *(value for _, value in node.cases), *rest)
+        case Const() | Ref() | AxisSize() | TensorValue() | Code():
+            return ()
+        case _:
+            assert_never(node)
+
+
+def walk(expr: Expr) -> Iterator[Expr]:
+    """Yield every sub-expression (pre-order, iteratively)."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
+
+
+def shape(e: Expr) -> object:
+    """An expression's structure without spans: equal for two expressions that say the same
+    thing in the same way (operators, names, constants and match arms included)."""
+    match e:
+        case Const():
+            return ("const", e.value)
+        case Ref():
+            return ("ref", e.name)
+        case AxisSize():
+            return ("axis", e.tensor, e.axis)
+        case TensorValue():
+            return ("tensor", e.tensor)
+        case Code():
+            return ("code",)
+        case Op():
+            return ("op", e.op, *(shape(a) for a in e.args))
+        case Cond():
+            return ("if", shape(e.cond), shape(e.then), shape(e.orelse))
+        case Select():
+            return ("match", shape(e.subject), *((m, shape(v)) for m, v in e.cases),
+                    shape(e.default) if e.default is not None else None)
+        case _:
+            assert_never(e)
+
+
+def is_intermediate(tensor: Tensor, axis: Axis) -> bool:
+    """Whether `axis` is `tensor`'s intermediate axis (w13.n, w2.k, and the biases, scales and
+    zero-points tied to them): the axis `shard_*` splits over ranks and `coverage` proves."""
+    return (tensor.projection, axis.name) in (("w13", "n"), ("w2", "k"))
+
+
+def is_split(tensor: Tensor, axis: Axis) -> bool:
+    """Whether a sharded contract splits `axis` over ranks: `tensor`'s intermediate axis, except
+    a groups axis of one group (group size -1), which every rank holds whole."""
+    one_group = axis.group_size is not None and isinstance(axis.group_size, Const) and axis.group_size.value == -1
+    return is_intermediate(tensor, axis) and not one_group

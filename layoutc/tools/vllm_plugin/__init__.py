@@ -1,0 +1,57 @@
+"""layoutc inside vLLM: check, or replace, the engine's own CPU MoE padding.
+
+Registered on vLLM's `vllm.general_plugins` entry point (pyproject.toml), so vLLM
+calls `register()` in every process it starts (front end, engine core, workers).
+Off unless `LAYOUTC_VLLM` is set:
+
+- `LAYOUTC_VLLM=check`: after vLLM processes each unquantized CPU MoE layer's
+  weights, the layer is held to the contract of the route it took
+  (`vllm_cpu_grouped_gemm` for the grouped-GEMM kernel, `zentorch_fused_moe` for
+  zentorch). A mismatch raises `LayoutcVllmError` and the engine does not start.
+- `LAYOUTC_VLLM=replace`: the layer's weights are padded and prepacked by the
+  generated module instead of vLLM's `_pad_moe_intermediate`; the forward is still
+  vLLM's `_C::cpu_fused_moe` (or zentorch) on those weights.
+
+`register()` imports neither torch nor vllm when the plugin is off. See
+docs/vllm_plugin.md.
+"""
+
+from __future__ import annotations
+
+import os
+
+from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
+
+ENV = "LAYOUTC_VLLM"
+MODES = ("check", "replace")
+
+__all__ = ["ENV", "MODES", "LayoutcVllmError", "mode", "register"]
+
+
+def mode() -> str | None:
+    """The mode `LAYOUTC_VLLM` asks for: "check", "replace", or None when unset/empty/"off".
+
+    Raises LayoutcVllmError for any other value (so a typo stops the engine
+    instead of silently running unchecked).
+    """
+    value = os.environ.get(ENV, "").strip().lower()
+    if value in ("", "0", "off", "none"):
+        return None
+    if value not in MODES:
+        raise LayoutcVllmError(f"layoutc: {ENV}={os.environ.get(ENV)!r} is not one of check, replace (or off)")
+    return value
+
+
+def register() -> None:
+    """vLLM general-plugin entry point: install the hooks for `mode()`, once per process.
+
+    Does nothing when the plugin is off. Raises LayoutcVllmError on a bad mode.
+    Source: vllm 0.32.0 vllm/plugins/__init__.py (load_general_plugins runs this
+    in every process).
+    """
+    wanted = mode()
+    if wanted is None:
+        return
+    from layoutc.tools.vllm_plugin import hook
+
+    hook.install(wanted)

@@ -1,0 +1,295 @@
+"""Hold one vLLM MoE layer's processed weights to its layoutc contract (torch only, no vllm).
+
+The vLLM side (hook.py) hands over plain tensors: the logical weights as the
+loader left them (`Snapshot`, taken just before vLLM pads) and the tensors vLLM
+ended with. Everything the check expects comes from the generated module of the
+route's contract: `plan()` (admission, padded sizes), `<t>_shapes`, `pad_<t>`
+(where the live rows go and the pad code) and, for the grouped-GEMM route,
+`prepack` through the real `_C::prepack_moe_weight`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
+
+# The contract for each CPU route vLLM 0.32 can take for an unquantized MoE layer
+# (experts/cpu_moe.py CPUUnquantizedExperts.process_weights_after_loading).
+ROUTES = {"grouped_gemm": "vllm_cpu_grouped_gemm", "zentorch": "zentorch_fused_moe"}
+# The n axis of w13 and w13_bias holds these segments, in this order (the contracts' `gate | up`).
+_SEGMENTS = {"w13": ("gate", "up"), "w13_bias": ("gate", "up")}
+_MAX_RUNS = 6
+_MAX_ROWS = 512
+
+
+@dataclass(frozen=True)
+class LayerInfo:
+    """What the plan needs from one vLLM MoE layer, and its name for messages.
+
+    name: the layer's vLLM name (RoutedExperts.layer_name); num_experts: local
+    experts (w13's dim 0); hidden_size; intermediate_size: the full (unsharded)
+    intermediate size; tp_size; activation: MoEActivation value ("silu", ...);
+    dtype: the weights' torch dtype; isa: the experts class's `isa` ("vec", "amx", ...).
+    swiglu_alpha / swiglu_limit: the layer's FusedMoEConfig constants (None: unset, and vLLM's
+    swigluoai then runs with its defaults 1.702 and 7.0).
+    """
+
+    name: str
+    num_experts: int
+    hidden_size: int
+    intermediate_size: int
+    tp_size: int
+    activation: str
+    dtype: torch.dtype
+    isa: str
+    swiglu_alpha: float | None = None
+    swiglu_limit: float | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Copies of the logical tensors ([E, 2*I_pp, H], [E, H, I_pp], biases or None), taken before vLLM pads."""
+
+    w13: torch.Tensor
+    w2: torch.Tensor
+    w13_bias: torch.Tensor | None
+    w2_bias: torch.Tensor | None
+
+
+def module(route: str) -> ModuleType:
+    """The generated module (`layoutc_generated.<contract>`) of `route` ("grouped_gemm" | "zentorch")."""
+    return importlib.import_module(f"layoutc_generated.{ROUTES[route]}")
+
+
+def tensor_line(gen: ModuleType, tensor: str) -> str:
+    """`contracts/<c>.moe:<line>` of `tensor`'s declaration, read from the generated pad_<tensor> docstring."""
+    doc = getattr(gen, f"pad_{tensor}").__doc__ or ""
+    found = re.search(r"Source: (\S+) line (\d+)", doc)
+    return f"{found.group(1)}:{found.group(2)}" if found else f"{gen.SOURCE_FILE} (tensor {tensor})"
+
+
+def admit(gen: ModuleType, info: LayerInfo) -> Any:
+    """`gen.plan(...)` for the layer; LayoutcVllmError naming layoutc, the layer and the contract line if refused."""
+    params: dict[str, Any] = dict(num_experts=info.num_experts, hidden_size=info.hidden_size,
+                                  intermediate_size=info.intermediate_size, tp_size=info.tp_size,
+                                  activation=info.activation, dtype=info.dtype)
+    accepted = inspect.signature(gen.plan).parameters
+    if "isa" in accepted:  # the grouped GEMM's kernel variant
+        params["isa"] = info.isa
+    if info.activation == "swigluoai" and "swiglu_limit_milli" in accepted:
+        # the contract admits only the kernel's fixed constants, and refuses a model with others
+        params["swiglu_alpha_milli"] = round(1000 * (info.swiglu_alpha if info.swiglu_alpha is not None else 1.702))
+        params["swiglu_limit_milli"] = round(1000 * (info.swiglu_limit if info.swiglu_limit is not None else 7.0))
+    try:
+        return gen.plan(**params)
+    except gen.LayoutContractError as exc:
+        raise LayoutcVllmError(f"layoutc: layer {info.name}: contract {gen.CONTRACT} does not admit this "
+                               f"configuration: {exc}") from None
+
+
+def snapshot(w13: torch.Tensor, w2: torch.Tensor, w13_bias: torch.Tensor | None,
+             w2_bias: torch.Tensor | None) -> Snapshot:
+    """Detached copies of the logical tensors (costs one layer's MoE weights of memory, briefly)."""
+    def copy(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else t.detach().clone()
+
+    return Snapshot(copy(w13), copy(w2), copy(w13_bias), copy(w2_bias))  # type: ignore[arg-type]
+
+
+def check_layer(gen: ModuleType, plan: Any, info: LayerInfo, snap: Snapshot, w13: torch.Tensor, w2: torch.Tensor,
+                w13_bias: torch.Tensor | None, w2_bias: torch.Tensor | None, *, packed: bool) -> None:
+    """Check the tensors vLLM left on the layer against the contract's plan.
+
+    w13 / w2: the layer's weights after processing: prepacked by `_C::prepack_moe_weight`
+    when `packed` (grouped-GEMM route), plain otherwise (zentorch route). Each must have
+    the plan's padded shape, and equal what the contract makes of the snapshot
+    (`pad_<t>`, then `prepack` when packed): every live row where the contract puts
+    it, every pad position holding its pad code. Raises LayoutcVllmError naming
+    layoutc, the layer, the tensor, the rows and the contract line.
+    """
+    tensors = {"w13": w13, "w2": w2, "w13_bias": w13_bias, "w2_bias": w2_bias}
+    logical = {"w13": snap.w13, "w2": snap.w2, "w13_bias": snap.w13_bias, "w2_bias": snap.w2_bias}
+    for name, actual in tensors.items():
+        if actual is None or logical[name] is None:
+            continue
+        want = tuple(getattr(gen, f"{name}_shapes")(plan)[1])
+        if tuple(actual.shape) != want:
+            raise LayoutcVllmError(
+                f"layoutc: layer {info.name}: {name} has shape {tuple(actual.shape)}, but contract "
+                f"{gen.CONTRACT} pads it to {want} (intermediate_size_per_partition "
+                f"{plan.intermediate_size_per_partition} -> {plan.intermediate_size_per_partition_padded}); "
+                f"{tensor_line(gen, name)}")
+    expected = {name: getattr(gen, f"pad_{name}")(logical[name], plan) for name in tensors
+                if tensors[name] is not None and logical[name] is not None}
+    if packed:
+        p13, p2 = gen.prepack(snap.w13, snap.w2, plan)
+        for name, want_packed, actual in (("w13", p13.data, w13), ("w2", p2.data, w2)):
+            if not _same(want_packed, actual):
+                found = _unpack(gen, plan, name, actual)
+                raise LayoutcVllmError(_message(gen, plan, info, name, expected[name], found, logical[name],
+                                                packed=True))
+        names = ["w13_bias", "w2_bias"]
+    else:
+        names = list(expected)
+    for name in names:
+        if name in expected and not _same(expected[name], tensors[name]):  # type: ignore[arg-type]
+            raise LayoutcVllmError(_message(gen, plan, info, name, expected[name], tensors[name],
+                                            logical[name], packed=False))
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b) or _nan_equal(a, b))
+
+
+def _nan_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if not a.is_floating_point():
+        return False
+    return bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+def _unpack(gen: ModuleType, plan: Any, name: str, packed: torch.Tensor) -> torch.Tensor | None:
+    """Undo `_C::prepack_moe_weight` on `packed` (padded shape), or None if it is not a per-expert permutation.
+
+    The kernel's prepack only moves elements. Prepacking one expert's worth of
+    position codes (base-256 digits, exact in any float dtype) recovers where each
+    element went; the same map is applied to every expert.
+    """
+    experts, rows, cols = packed.shape
+    n = rows * cols
+    digits = max(1, (max(n - 1, 1).bit_length() + 7) // 8)
+    one = _plan_one_expert(gen, plan)
+    if one is None:
+        return None
+    src = torch.zeros(n, dtype=torch.int64)
+    index = torch.arange(n, dtype=torch.int64)
+    shape13, shape2 = gen.w13_shapes(one)[1], gen.w2_shapes(one)[1]
+    for d in range(digits):
+        code = ((index // 256**d) % 256).to(packed.dtype)
+        w13 = code.reshape(shape13) if name == "w13" else torch.zeros(shape13, dtype=packed.dtype)
+        w2 = code.reshape(shape2) if name == "w2" else torch.zeros(shape2, dtype=packed.dtype)
+        p13, p2 = gen.prepack_padded(w13.contiguous(), w2.contiguous(), one)
+        out = (p13 if name == "w13" else p2).data.reshape(-1)
+        src += out.to(torch.int64) * 256**d
+    if src.min() < 0 or src.max() >= n or not bool((torch.bincount(src, minlength=n) == 1).all()):
+        return None
+    flat = packed.reshape(experts, n)
+    unpacked = torch.empty_like(flat)
+    unpacked[:, src] = flat
+    return unpacked.reshape(experts, rows, cols)
+
+
+def _plan_one_expert(gen: ModuleType, plan: Any) -> Any:
+    params = {k: getattr(plan, k) for k in inspect.signature(gen.plan).parameters}
+    params["num_experts"] = 1
+    try:
+        return gen.plan(**params)
+    except gen.LayoutContractError:
+        return None
+
+
+def _padded_axis(gen: ModuleType, plan: Any, name: str) -> tuple[int, Any] | None:
+    axes = getattr(gen, f"_{name}_axes")(plan)
+    for i, axis in enumerate(axes):
+        if axis.layout != "none":
+            return i, axis
+    return None
+
+
+def _owner(name: str, axis: Any, padded_index: int) -> str:
+    """What the contract puts at `padded_index` of `axis`: a logical entry, or a pad position."""
+    from layoutc_generated._runtime.layout import copies, fills
+
+    for src, dst, length in copies(axis):
+        if dst <= padded_index < dst + length:
+            return _logical_name(name, axis, src + padded_index - dst)
+    for lo, hi in fills(axis):
+        if lo <= padded_index < hi:
+            if axis.layout == "halves":
+                segs = _SEGMENTS.get(name, ())
+                k = padded_index // axis.padded
+                return f"pad of {segs[k] if k < len(segs) else f'segment {k}'}"
+            return "pad"
+    return "outside the layout"
+
+
+def _logical_name(name: str, axis: Any, q: int) -> str:
+    segs = _SEGMENTS.get(name)
+    if not segs or axis.segments == 1:
+        return f"{axis.name}[{q}]"
+    if axis.layout == "interleave":
+        return f"{segs[q % axis.segments]}[{q // axis.segments}]"
+    return f"{segs[q // axis.logical]}[{q % axis.logical}]"
+
+
+def _message(gen: ModuleType, plan: Any, info: LayerInfo, name: str, expected: torch.Tensor,
+             actual: torch.Tensor | None, logical: torch.Tensor, *, packed: bool) -> str:
+    head = f"layoutc: layer {info.name}: {name} is not laid out as contract {gen.CONTRACT} says"
+    line = tensor_line(gen, name)
+    where = _padded_axis(gen, plan, name)
+    if actual is None or where is None:
+        what = "the prepacked weights differ from the contract's prepack of the loaded weights" if packed \
+            else "the values differ from the contract's padding of the loaded weights"
+        return f"{head}: {what}; {line}"
+    dim, axis = where
+    e, a, lg = (t.movedim(dim, 0).reshape(t.shape[dim], -1) for t in (expected, actual, logical))
+    differs = ~((e == a) | (e.isnan() & a.isnan())).all(dim=1)
+    rows = [int(p) for p in torch.nonzero(differs).flatten()]
+    runs: list[dict[str, Any]] = []
+    for p in rows[:_MAX_ROWS]:
+        should, holds = _owner(name, axis, p), _holds(name, axis, a[p], lg)
+        last = runs[-1] if runs else None
+        if last and last["hi"] == p - 1 and _next(last["should"][1], should) and _next(last["holds"][1], holds):
+            last["hi"], last["should"][1], last["holds"][1] = p, should, holds
+        else:
+            runs.append({"lo": p, "hi": p, "should": [should, should], "holds": [holds, holds]})
+    # w2's intermediate axis is its last (k): columns; w13's and the biases' n axis: rows.
+    unit = "columns" if expected.dim() == 3 and dim == 2 else "rows"
+    parts = []
+    for run in runs[:_MAX_RUNS]:
+        span = f"{unit[:-1]} {run['lo']} holds" if run["lo"] == run["hi"] else \
+            f"{unit} {run['lo']}..{run['hi']} hold"
+        parts.append(f"{span} {_span(*run['holds'])}, where the contract puts {_span(*run['should'])}")
+    more = f"; and more ({len(runs) - _MAX_RUNS} runs)" if len(runs) > _MAX_RUNS else ""
+    if len(rows) > _MAX_ROWS:
+        more += f"; {unit} after {rows[_MAX_ROWS - 1]} not described"
+    kind = "unpacked from _C::prepack_moe_weight, " if packed else ""
+    return (f"{head} ({kind}axis {axis.name}: {axis.layout}, {axis.segments} x {axis.logical} -> "
+            f"{axis.segments} x {axis.padded}; {len(rows)} of {e.shape[0]} {unit} wrong): " + "; ".join(parts)
+            + f"{more}; {line}")
+
+
+def _holds(name: str, axis: Any, row: torch.Tensor, logical: torch.Tensor) -> str:
+    """What a padded row of vLLM's tensor holds: the pad code, a loaded (logical) row, or neither."""
+    if not bool(row.any()):
+        return "the pad code 0"
+    matches = torch.nonzero((logical == row).all(dim=1)).flatten()
+    if matches.numel():
+        return _logical_name(name, axis, int(matches[0]))
+    return "values that are neither the pad code nor any loaded row"
+
+
+def _next(prev: str, cur: str) -> bool:
+    """Whether `cur` continues `prev` in a run: the same pad, or the next logical index of one segment."""
+    if prev == cur and not prev.endswith("]"):
+        return True
+    a, b = re.fullmatch(r"(.*)\[(\d+)\]", prev), re.fullmatch(r"(.*)\[(\d+)\]", cur)
+    if a and b:
+        return a.group(1) == b.group(1) and int(b.group(2)) == int(a.group(2)) + 1
+    return False
+
+
+def _span(first: str, last: str) -> str:
+    if first == last:
+        return first
+    a, b = re.fullmatch(r"(.*)\[(\d+)\]", first), re.fullmatch(r"(.*)\[(\d+)\]", last)
+    if a and b and a.group(1) == b.group(1):
+        return f"{a.group(1)}[{a.group(2)}..{b.group(2)}]"
+    return f"{first} .. {last}"

@@ -1,0 +1,192 @@
+"""The vLLM side of the plugin: one wrapped method, and the summary line.
+
+Hook: `CPUUnquantizedExperts.process_weights_after_loading(self, layer)` in
+vllm 0.32.0 vllm/model_executor/layers/fused_moe/experts/cpu_moe.py, the method
+vLLM calls once per unquantized MoE layer on CPU after the weights are loaded
+(from UnquantizedFusedMoEMethod._setup_kernel). Its subclasses (X86/Arm/Power)
+inherit it, so one assignment covers every ISA. vLLM's method picks the route
+(`is_zentorch_moe_supported(layer)`): zentorch (weights left as loaded) or the
+grouped GEMM (`_pad_moe_intermediate`, then `cpu_prepack_moe_weight` on both weights).
+
+- check: run vLLM's method unchanged, with a copy of the loaded weights taken
+  just before; then hold the result to the route's contract (check.check_layer).
+- replace: the route is still vLLM's decision (its own `is_zentorch_moe_supported`);
+  admission, padding and prepacking come from the generated module; the prepacked
+  weights are installed with vLLM's `replace_parameter`, the w13 bias through
+  `.data` (the quant config holds that very Parameter), so `apply()` runs vLLM's
+  `_C::cpu_fused_moe` (or zentorch) on them unchanged.
+
+The summary line is logged after vLLM's `process_weights_after_loading(model, ...)`
+(vllm/model_executor/model_loader/utils.py, called from base_loader.py) returns.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from layoutc.tools.vllm_plugin import check
+from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
+
+_STATE: dict[str, Any] = {"mode": None, "handled": Counter(), "seconds": 0.0}
+_MARK = "__layoutc_vllm__"
+
+
+def install(mode: str) -> None:
+    """Wrap vLLM's CPU MoE weight processing for `mode` ("check" | "replace"); idempotent per process.
+
+    Raises LayoutcVllmError when this vLLM lacks the hooked method (not vllm 0.32's layout).
+    """
+    if _STATE["mode"] is not None:
+        return
+    try:
+        from vllm.model_executor.layers.fused_moe.experts import cpu_moe
+        from vllm.model_executor.model_loader import base_loader
+    except ImportError as exc:
+        raise LayoutcVllmError(f"layoutc: LAYOUTC_VLLM={mode} but vLLM's CPU MoE module cannot be "
+                               f"imported ({exc}); the plugin is written against vllm 0.32") from exc
+    cls = cpu_moe.CPUUnquantizedExperts
+    original = cls.__dict__.get("process_weights_after_loading")
+    if original is None or not hasattr(base_loader, "process_weights_after_loading"):
+        raise LayoutcVllmError("layoutc: this vLLM has no CPUUnquantizedExperts.process_weights_after_loading "
+                               "to hook; the plugin is written against vllm 0.32")
+    _STATE["mode"] = mode
+    if getattr(original, _MARK, False):
+        return
+
+    def process_weights_after_loading(self: Any, layer: Any) -> None:
+        start = time.perf_counter()
+        try:
+            if mode == "check":
+                _check(self, layer, original, cpu_moe)
+            else:
+                _replace(self, layer, cpu_moe)
+        finally:
+            _STATE["seconds"] += time.perf_counter() - start
+
+    process_weights_after_loading.__doc__ = original.__doc__
+    process_weights_after_loading.__wrapped__ = original  # type: ignore[attr-defined]
+    setattr(process_weights_after_loading, _MARK, True)
+    cls.process_weights_after_loading = process_weights_after_loading
+
+    loader_step = base_loader.process_weights_after_loading
+
+    def after_loading(model: Any, model_config: Any, target_device: Any) -> None:
+        before, seconds = Counter(_STATE["handled"]), _STATE["seconds"]
+        loader_step(model, model_config, target_device)
+        _summary(_STATE["handled"] - before, _STATE["seconds"] - seconds)
+
+    after_loading.__wrapped__ = loader_step  # type: ignore[attr-defined]
+    setattr(after_loading, _MARK, True)
+    base_loader.process_weights_after_loading = after_loading
+
+
+def uninstall() -> None:
+    """Put vLLM's own methods back (tests; a process normally keeps the mode it started with)."""
+    if _STATE["mode"] is None:
+        return
+    from vllm.model_executor.layers.fused_moe.experts import cpu_moe
+    from vllm.model_executor.model_loader import base_loader
+
+    cls = cpu_moe.CPUUnquantizedExperts
+    wrapped = cls.__dict__["process_weights_after_loading"]
+    if getattr(wrapped, _MARK, False):
+        cls.process_weights_after_loading = wrapped.__wrapped__
+    step = base_loader.process_weights_after_loading
+    if getattr(step, _MARK, False):
+        base_loader.process_weights_after_loading = step.__wrapped__
+    _STATE["mode"] = None
+    _STATE["handled"] = Counter()
+    _STATE["seconds"] = 0.0
+
+
+def handled() -> dict[str, int]:
+    """Layers handled in this process so far, by contract."""
+    return dict(_STATE["handled"])
+
+
+def _summary(handled: Counter[str], seconds: float) -> None:
+    from vllm.logger import init_logger
+
+    contracts = ", ".join(f"{c} x{n}" for c, n in sorted(handled.items())) or "none"
+    what = "checked vLLM's padding against" if _STATE["mode"] == "check" else "padded and prepacked with"
+    # The time includes vLLM's own method in check mode (it runs inside the wrapper).
+    init_logger("vllm.layoutc").info(
+        "layoutc: mode=%s, contract=%s, layers=%d (%s the contract; %.1f ms in layoutc's hook)", _STATE["mode"],
+        contracts, sum(handled.values()), what, 1000 * seconds)
+
+
+def layer_info(experts: Any, layer: Any) -> check.LayerInfo:
+    """The plan parameters of `layer` as vLLM configured it (FusedMoEConfig of the experts)."""
+    moe = experts.moe_config
+    w13 = layer.w13_weight
+    activation = getattr(moe.activation, "value", moe.activation)
+    return check.LayerInfo(
+        name=str(getattr(layer, "layer_name", None) or type(layer).__name__),
+        num_experts=int(w13.shape[0]),
+        hidden_size=int(moe.hidden_dim),
+        intermediate_size=int(moe.intermediate_size),
+        tp_size=int(moe.tp_size),
+        activation=str(activation).lower(),
+        dtype=w13.dtype,
+        isa=str(type(experts).isa),
+        swiglu_alpha=getattr(moe, "swiglu_alpha", None),
+        swiglu_limit=getattr(moe, "swiglu_limit", None),
+    )
+
+
+def _bias(layer: Any, name: str) -> Any:
+    t = getattr(layer, name, None)
+    return None if t is None else t.data
+
+
+def _check(experts: Any, layer: Any, original: Any, cpu_moe: Any) -> None:
+    info = layer_info(experts, layer)
+    # The route vLLM's method is about to take (it asks the same function), so the
+    # contract admits the configuration before any kernel sees the weights.
+    route = "zentorch" if cpu_moe.is_zentorch_moe_supported(layer) else "grouped_gemm"
+    gen = check.module(route)
+    plan = check.admit(gen, info)
+    snap = check.snapshot(layer.w13_weight.data, layer.w2_weight.data, _bias(layer, "w13_bias"),
+                          _bias(layer, "w2_bias"))
+    original(experts, layer)
+    took = "zentorch" if getattr(experts, "_use_zentorch", False) else "grouped_gemm"
+    if took != route:
+        raise LayoutcVllmError(f"layoutc: layer {info.name}: vLLM took the {took} route, not {route} as "
+                               f"is_zentorch_moe_supported said; contract {gen.CONTRACT} does not apply")
+    check.check_layer(gen, plan, info, snap, layer.w13_weight.data, layer.w2_weight.data,
+                      _bias(layer, "w13_bias"), _bias(layer, "w2_bias"), packed=route == "grouped_gemm")
+    _STATE["handled"][gen.CONTRACT] += 1
+
+
+def _replace(experts: Any, layer: Any, cpu_moe: Any) -> None:
+    from vllm.model_executor.utils import replace_parameter
+
+    info = layer_info(experts, layer)
+    use_zentorch = bool(cpu_moe.is_zentorch_moe_supported(layer))
+    route = "zentorch" if use_zentorch else "grouped_gemm"
+    gen = check.module(route)
+    plan = check.admit(gen, info)
+    experts._use_zentorch = use_zentorch
+    try:
+        w13 = gen.pad_w13(layer.w13_weight.data, plan)
+        w2 = gen.pad_w2(layer.w2_weight.data, plan)
+        b13 = None if _bias(layer, "w13_bias") is None else gen.pad_w13_bias(_bias(layer, "w13_bias"), plan)
+        if not use_zentorch:
+            packed13, packed2 = gen.prepack_padded(w13.contiguous(), w2.contiguous(), plan)
+            w13, w2 = packed13.data, packed2.data
+    except (gen.LayoutContractError, gen.KernelUnavailableError) as exc:
+        raise LayoutcVllmError(f"layoutc: layer {info.name}: contract {gen.CONTRACT} cannot pad this "
+                               f"layer's weights: {exc}") from None
+    if w13 is not layer.w13_weight.data:
+        replace_parameter(layer, "w13_weight", w13)
+    if w2 is not layer.w2_weight.data:
+        replace_parameter(layer, "w2_weight", w2)
+    if b13 is not None and b13 is not layer.w13_bias.data:
+        # Through .data: the quant config built before this holds this Parameter (experts.w1_bias).
+        layer.w13_bias.data = b13
+    _STATE["handled"][gen.CONTRACT] += 1
+
+
+__all__ = ["LayoutcVllmError", "handled", "install", "layer_info", "uninstall"]
