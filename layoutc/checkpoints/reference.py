@@ -301,15 +301,20 @@ def transformers_oracle(folder: str, layers: list[int]) -> Oracle:
         text.num_hidden_layers = keep
         if isinstance(getattr(text, "layer_types", None), list):
             text.layer_types = text.layer_types[:keep]
-    bar = transformers.utils.logging.is_progress_bar_enabled()
-    transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # "Loading weights" on stderr
+    # quiet while loading: its "Loading weights" bar, and its load report, which lists the
+    # weights of the layers past `keep` as UNEXPECTED (they are: only `keep` layers are built)
+    log = transformers.utils.logging
+    bar, verbosity = log.is_progress_bar_enabled(), log.get_verbosity()
+    log.disable_progress_bar()  # type: ignore[no-untyped-call]
+    log.set_verbosity_error()  # type: ignore[no-untyped-call]
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=torch.float32)
     except (ValueError, KeyError, OSError, TypeError, RuntimeError) as exc:
         return Oracle(missing=f"transformers could not load the model ({_first_line(exc)})")
     finally:
+        log.set_verbosity(verbosity)
         if bar:
-            transformers.utils.logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+            log.enable_progress_bar()  # type: ignore[no-untyped-call]
     found = moe_modules(model, layers)
     absent = [n for n in layers if n not in found]
     missing = (f"transformers' {type(model).__name__} has no experts module in layer(s) "
