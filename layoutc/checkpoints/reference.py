@@ -434,7 +434,8 @@ def reference(ckpt: Checkpoint, moe: ModelMoE, layer: int, x: torch.Tensor, *, u
             routing = f"the block's own router ({router}), captured from its call to {type(entry.experts).__name__}"
         else:
             weights, ids = route(ckpt, moe, layer, x)
-            routing = (_declared_routing(moe) + f"; {type(entry.experts).__name__} takes no routing, so the "
+            why = "takes no routing" if not entry.routes_experts else "was not called once with a routing"
+            routing = (_declared_routing(moe) + f"; {type(entry.experts).__name__} {why}, so the "
                        f"block's own router and weighting check it")
         return Reference(routed, weights, ids, name, routing, True)
     weights, ids = route(ckpt, moe, layer, x)
