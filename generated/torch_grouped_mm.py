@@ -38,6 +38,7 @@ from ._runtime.plans import PlanChecker
 
 __all__ = [
     "CONTRACT",
+    "INTERFACE",
     "OPS",
     "KernelUnavailableError",
     "LayoutContractError",
@@ -421,6 +422,9 @@ _VIEWS = {"silu": "halves", "gelu": "halves", "gelu_tanh": "halves", "swigluoai"
 OPS: dict[str, str] = {
     "forward": "aten::_grouped_mm",
 }
+# The glue's declared interface (what the kernel computes: activations, dtypes, where it
+# can apply the routing weight); `layoutc run` holds a checkpoint's format to it.
+INTERFACE = _glue.INTERFACE
 
 
 def _config(plan: Plan) -> KernelConfig:

@@ -40,6 +40,7 @@ from ._runtime.plans import PlanChecker
 
 __all__ = [
     "CONTRACT",
+    "INTERFACE",
     "OPS",
     "Int4Weights",
     "KernelUnavailableError",
@@ -445,6 +446,9 @@ OPS: dict[str, str] = {
     "convert": "aten::_convert_weight_to_int4pack_for_cpu",
     "forward": "aten::_weight_int4pack_mm_for_cpu",
 }
+# The glue's declared interface (what the kernel computes: activations, dtypes, where it
+# can apply the routing weight); `layoutc run` holds a checkpoint's format to it.
+INTERFACE = _glue.INTERFACE
 
 
 def _config(plan: Plan) -> KernelConfig:

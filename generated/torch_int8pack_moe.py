@@ -39,6 +39,7 @@ from ._runtime.plans import PlanChecker
 
 __all__ = [
     "CONTRACT",
+    "INTERFACE",
     "OPS",
     "Int8Weights",
     "KernelUnavailableError",
@@ -424,6 +425,9 @@ _VIEWS = {"silu": "halves", "gelu": "halves", "gelu_tanh": "halves"}
 OPS: dict[str, str] = {
     "forward": "aten::_weight_int8pack_mm",
 }
+# The glue's declared interface (what the kernel computes: activations, dtypes, where it
+# can apply the routing weight); `layoutc run` holds a checkpoint's format to it.
+INTERFACE = _glue.INTERFACE
 
 
 def _config(plan: Plan) -> KernelConfig:

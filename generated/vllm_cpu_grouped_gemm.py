@@ -38,6 +38,7 @@ from ._runtime.plans import PlanChecker
 
 __all__ = [
     "CONTRACT",
+    "INTERFACE",
     "OPS",
     "KernelUnavailableError",
     "LayoutContractError",
@@ -690,6 +691,9 @@ OPS: dict[str, str] = {
     "prepack": "_C::prepack_moe_weight",
     "forward": "_C::cpu_fused_moe",
 }
+# The glue's declared interface (what the kernel computes: activations, dtypes, where it
+# can apply the routing weight); `layoutc run` holds a checkpoint's format to it.
+INTERFACE = _glue.INTERFACE
 
 
 def _config(plan: Plan) -> KernelConfig:

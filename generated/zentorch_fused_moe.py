@@ -41,6 +41,7 @@ from ._runtime.plans import PlanChecker
 
 __all__ = [
     "CONTRACT",
+    "INTERFACE",
     "OPS",
     "KernelUnavailableError",
     "LayoutContractError",
@@ -642,6 +643,9 @@ _VIEWS = {"silu": "halves", "gelu": "halves", "gelu_tanh": "halves", "swigluoai"
 OPS: dict[str, str] = {
     "forward": "zentorch::zentorch_fused_moe",
 }
+# The glue's declared interface (what the kernel computes: activations, dtypes, where it
+# can apply the routing weight); `layoutc run` holds a checkpoint's format to it.
+INTERFACE = _glue.INTERFACE
 
 
 def _config(plan: Plan) -> KernelConfig:

@@ -1,7 +1,8 @@
 """Hostile inputs to generated `fused_moe` that once escaped as raw kernel errors (found by the
 adversarial pass of tests/test_mutants.py): hand-built PackedWeight objects holding data the
 kernel cannot read, and `apply_router_weight_on_input` with top_k > 1 or a non-bool. Each must
-be a LayoutContractError raised before any kernel runs (so these tests cannot crash)."""
+be a LayoutContractError raised before any kernel runs (so these tests cannot crash). Also what
+`apply_router_weight_on_input=True` computes: the weight on the input."""
 
 from __future__ import annotations
 
@@ -61,3 +62,21 @@ def test_apply_router_weight_on_input_is_checked(name: str) -> None:
         mod.fused_moe(x, p13, p2, tw[:, :1], ids[:, :1], plan, apply_router_weight_on_input="yes")
     out = mod.fused_moe(x, p13, p2, tw[:, :1], ids[:, :1], plan, apply_router_weight_on_input=True)
     assert out.shape == (3, 64) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", ["vllm_cpu_grouped_gemm", "zentorch_fused_moe"])
+def test_apply_router_weight_on_input_weights_the_input(name: str) -> None:
+    """`out = expert(w * x)` (Llama-4's weighting), not `w * expert(x)` and not `expert(x)`: the
+    kernels' skip_weighted flag alone only drops the output weighting (measured on both), so the
+    glue scales the input. The caller's topk_weights are left as they were (vLLM's kernel sets
+    the ones it is given to 1)."""
+    mod, plan, p13, p2, x, ids, tw = _setup(name)
+    ids1, w1 = ids[:, :1].contiguous(), (tw[:, :1] + 0.25).contiguous()
+    before = w1.clone()
+    out = mod.fused_moe(x, p13, p2, w1, ids1, plan, apply_router_weight_on_input=True)
+    assert torch.equal(w1, before)
+    ones = torch.ones_like(w1)
+    scaled = mod.fused_moe((x * w1).contiguous(), p13, p2, ones, ids1, plan)
+    on_output = mod.fused_moe(x, p13, p2, w1, ids1, plan)
+    assert torch.allclose(out, scaled, atol=1e-6, rtol=1e-5)
+    assert not torch.allclose(out, on_output, atol=1e-3)

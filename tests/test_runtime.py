@@ -35,6 +35,16 @@ def test_static_interface_is_the_one_the_module_runs_with(kind: str) -> None:
             assert getattr(module, attr) == declared[slot]
 
 
+@pytest.mark.parametrize("kind", sorted(glues.registry()))
+def test_router_weight_is_declared_with_its_option(kind: str) -> None:
+    """A glue that says its kernel weights the input takes `apply_router_weight_on_input`, and only then."""
+    interface = glues.registry()[kind].interface
+    assert set(interface.router_weight) <= {"output", "input"} and "output" in interface.router_weight
+    takes = "apply_router_weight_on_input" in interface.forward_options
+    assert ("input" in interface.router_weight) == takes, interface.router_weight
+    assert interface.router_weight_input_top_k is None or takes
+
+
 def test_runtime_imports_only_torch_and_the_standard_library() -> None:
     for path in sorted(RUNTIME.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))

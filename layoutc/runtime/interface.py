@@ -5,8 +5,9 @@ literals only. The compiler reads that declaration from the module's source text
 without importing it (so it needs no torch), and the checker holds every contract
 that binds the glue to it: tensor axis orders and roles, the w13 view per
 activation, the activations computed, dtypes, hidden-dim padding and the
-output-bias rule. A test imports each glue and checks that the declaration read
-statically is the one the module runs with.
+output-bias rule. `layoutc run` holds a checkpoint's format to where the kernel
+can apply the routing weight (`router_weight`). A test imports each glue and
+checks that the declaration read statically is the one the module runs with.
 """
 
 from __future__ import annotations
@@ -68,6 +69,14 @@ class GlueInterface:
         holds it, the others zeros), never once per rank.
     source: the kernel file the facts come from.
     forward_options: extra bool keyword options of `fused_moe` (default False).
+    router_weight: where the kernel can apply the routing weight: "output"
+        (`out = sum_k w_k * expert_k(x)`) and, for a glue whose `fused_moe` takes
+        `apply_router_weight_on_input`, "input" (`out = sum_k expert_k(w_k * x)`, vLLM's
+        apply_router_weight_on_input: the glue scales the hidden states by the weight and
+        the kernel skips the output weighting). A checkpoint format's `router_weight`
+        (Llama-4: "input") must be one of these.
+    router_weight_input_top_k: the only top_k at which "input" is computed (vLLM's CPU
+        kernels: 1), or None for any.
     """
 
     kind: str
@@ -82,6 +91,8 @@ class GlueInterface:
     output_bias: str
     source: str
     forward_options: tuple[str, ...] = ()
+    router_weight: tuple[str, ...] = ("output",)
+    router_weight_input_top_k: int | None = None
 
     def activation(self, name: str) -> Activation | None:
         """The declared activation `name`, or None when the kernel does not compute it."""

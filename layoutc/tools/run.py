@@ -1,14 +1,25 @@
 """`layoutc run MODEL_DIR`: load each MoE layer of a real checkpoint per rank through
 the generated loaders, run the contract's real kernel per rank, sum the ranks as
-the all-reduce does, and compare with transformers' own experts module (or an
-independent float32 loop when transformers is absent).
+the all-reduce does, and compare with transformers' own sparse-MoE block of that layer
+(its routed output; layoutc/tools/checkpoints/reference.py, docs/verification.md "What a
+`layoutc run` "ok" means").
 
-Exit 0: every layer and TP degree matched. 1: a mismatch, or a configuration the
-contract refuses (its rule is printed). 2: a tool error, printed as
-`layoutc run: error[LRxxx]: ...` (no traceback): LR101 unknown model_type, LR102 a
-bad config value, LR103 a bad --format-file, LR110-LR112 the checkpoint folder,
-LR120 a contract without loaders, LR130 the kernel is unavailable, LR131 a contract
-parameter run cannot supply, LR199 an unexpected error.
+Before anything is loaded, where the family applies the routing weight (its format's
+`router_weight`: each expert's output, or its input as Llama-4 does) is held to what the
+contract's glue declares its kernel computes (`INTERFACE.router_weight`); a family that
+weights the input runs the kernel with `apply_router_weight_on_input=True`.
+
+Exit 0: every layer and TP degree matched an independent reference (transformers' block,
+or for a family without one its experts module, as `from_pretrained` loads them). 1: a
+mismatch, a configuration the contract refuses (its rule is printed), or a row without an
+independent reference ("unchecked": compared with a reference built from the declared
+format, under --no-transformers or --no-from-pretrained, or where transformers has no model
+for the checkpoint). 2: a tool error, printed as `layoutc run: error[LRxxx]: ...` (no
+traceback): LR101 unknown model_type, LR102 a bad config value, LR103 a bad --format-file,
+LR104 a bad option, LR110-LR112 the checkpoint folder, LR120 a contract without loaders,
+LR130 the kernel is unavailable, LR131 a contract parameter run cannot supply, LR140 the
+family weights the experts' input and the contract's glue cannot, LR141 input weighting at
+a top_k the contract's kernel does not compute it at, LR199 an unexpected error.
 
 Tolerance on the relative error ||out - ref|| / ||ref|| (Frobenius): 1e-5 for
 float32, 2e-2 for bfloat16 and 5e-3 for float16 weights (the kernel computes in the
@@ -40,6 +51,14 @@ class RunError(Exception):
 
 @dataclass
 class Row:
+    """One layer at one TP degree.
+
+    matched: rel_error <= tolerance. independent: the reference came from transformers'
+    from_pretrained, not from the declared format. ok: matched and independent.
+    result: "ok", "MISMATCH" or "unchecked: ..." in words. reference / routing: which
+    reference, and where the kernel's routing came from. router_weight: "output" or "input".
+    """
+
     layer: int
     tp_size: int
     intermediate_size_per_partition: int
@@ -51,6 +70,11 @@ class Row:
     load_ms: float
     peak_mib: float
     reference: str
+    routing: str = ""
+    independent: bool = True
+    matched: bool = True
+    router_weight: str = "output"
+    result: str = "ok"
 
 
 def _rss_peak_reset() -> bool:
@@ -131,10 +155,46 @@ class KernelRun:
     peak_mib: float
 
 
+def router_weight_on_input(moe: Any, mod: Any, contract: str) -> bool:
+    """Hold the family's `router_weight` to what the contract's glue computes, before any load.
+
+    moe: `describe()`'s ModelMoE; mod: the generated contract module (its `INTERFACE`, the
+    glue's declared interface, layoutc/runtime/interface.py GlueInterface). Returns True when
+    the kernel must be called with `apply_router_weight_on_input=True` (the family weights
+    the experts' input, as transformers' Llama4TextMoe does). Raises RunError LR140 when the
+    glue cannot apply the weight where the family does, LR141 when it computes input
+    weighting only at another top_k (vLLM's CPU kernels: top_k 1).
+    """
+    where = moe.format.router_weight
+    interface = getattr(mod, "INTERFACE", None)
+    kind = getattr(interface, "kind", None)
+    can = tuple(getattr(interface, "router_weight", ("output",)))
+    family = moe.format.model_type
+    if interface is None or where not in can:
+        glue = f"glue {kind}" if kind else "no glue"
+        computes = f"computes only {' and '.join(can)} weighting" if interface is not None else "runs no kernel"
+        raise RunError("LR140", f"model_type {family!r} applies the routing weight to each expert's {where} "
+                       f"(its format's router_weight), but contract {contract} has {glue}, which {computes}; "
+                       "use a contract whose glue declares router_weight 'input' "
+                       "(vllm_cpu_grouped_gemm, zentorch_fused_moe)")
+    if where != "input":
+        return False
+    only = getattr(interface, "router_weight_input_top_k", None)
+    if only is not None and moe.top_k != only:
+        raise RunError("LR141", f"model_type {family!r} weights each expert's input at top_k {moe.top_k}, but "
+                       f"contract {contract}'s glue {kind} computes input weighting only at top_k {only} "
+                       "(apply_router_weight_on_input)")
+    return True
+
+
 def kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, x: Any, weights: Any, ids: Any, *,
-               dtype: str, isa: str = "vec", iters: int = 3) -> KernelRun:
+               dtype: str, isa: str = "vec", iters: int = 3,
+               apply_router_weight_on_input: bool = False) -> KernelRun:
     """Load every rank of `layer` through the loaders, run the kernel per rank, sum the ranks.
 
+    x: [T, H] in `dtype`; weights / ids: [T, top_k] (float32 / int32).
+    apply_router_weight_on_input: the kernel weights each expert's input (passed to
+    `fused_moe` only when True, so contracts without the option run unchanged).
     Raises the module's LayoutContractError when the contract refuses the configuration.
     """
     import statistics
@@ -142,6 +202,7 @@ def kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, x: Any, weigh
     from layoutc.tools.checkpoints.loader import load_layer_rank
 
     plan = _plan(mod, moe, tp, dtype, isa)
+    options = {"apply_router_weight_on_input": True} if apply_router_weight_on_input else {}
     total = None
     load_s = kernel_s = peak = 0.0
     for rank in range(tp):
@@ -154,6 +215,7 @@ def kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, x: Any, weigh
         t1 = time.perf_counter()
         del rw.w13, rw.w2
         bias = {} if rw.w13_bias is None else {"w13_bias": rw.w13_bias, "w2_bias": rw.w2_bias}
+        bias.update(options)
         part = mod.fused_moe(x, packed13, packed2, weights, ids, plan, **bias)  # warm-up
         times = []
         for _ in range(iters):
@@ -178,33 +240,54 @@ def rel_error(out: Any, ref: Any) -> float:
     return float(diff.norm()) / norm if norm else float(diff.norm())
 
 
-def inputs(ckpt: Any, moe: Any, layer: int, tokens: int, seed: int, dtype: str) -> tuple[Any, Any, Any]:
-    """(hidden states [T, H] in `dtype`, topk_weights, topk_ids) for one layer, seeded."""
+def hidden_states(moe: Any, layer: int, tokens: int, seed: int, dtype: str) -> Any:
+    """Seeded hidden states of one layer: [tokens, hidden_size] ~ N(0, 1), in `dtype`."""
     import torch
 
+    gen = torch.Generator().manual_seed(seed + layer)
+    return torch.randn(tokens, moe.hidden_size, generator=gen).to(getattr(torch, dtype))
+
+
+def inputs(ckpt: Any, moe: Any, layer: int, tokens: int, seed: int, dtype: str) -> tuple[Any, Any, Any]:
+    """(hidden states [T, H] in `dtype`, topk_weights, topk_ids) for one layer, seeded; the
+    routing is the family's declared one (layoutc.tools.checkpoints.reference.route)."""
     from layoutc.tools.checkpoints.reference import route
 
-    gen = torch.Generator().manual_seed(seed + layer)
-    x = torch.randn(tokens, moe.hidden_size, generator=gen).to(getattr(torch, dtype))
+    x = hidden_states(moe, layer, tokens, seed, dtype)
     weights, ids = route(ckpt, moe, layer, x)
     return x, weights, ids
 
 
+def _result(matched: bool, independent: bool, reference: str, why_not: str) -> str:
+    if independent:
+        return "ok" if matched else "MISMATCH"
+    unchecked = f"unchecked: {why_not}, compared with {reference}"
+    return unchecked if matched else f"MISMATCH ({unchecked})"
+
+
 def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str, isa: str, tokens: int,
-              seed: int, use_transformers: bool, oracle: Any = None) -> Row:
-    """One layer at one TP degree: load + prepack + kernel per rank, sum, compare."""
+              seed: int, use_transformers: bool, oracle: Any = None, why_no_oracle: str = "",
+              on_input: bool = False, ref: Any = None) -> Row:
+    """One layer at one TP degree: reference (with the routing the kernel gets), then load +
+    prepack + kernel per rank, sum, compare. `ref`: a `reference()` of this layer to reuse
+    (the same for every TP degree). Raises as `kernel_sum`."""
     from layoutc.tools.checkpoints.reference import reference
 
-    x, weights, ids = inputs(ckpt, moe, layer, tokens, seed, dtype)
-    k = kernel_sum(ckpt, moe, mod, layer, tp, x, weights, ids, dtype=dtype, isa=isa)
-    ref, ref_name = reference(ckpt, moe, layer, x, weights, ids, use_transformers=use_transformers,
-                              oracle=oracle)
-    rel = rel_error(k.output, ref)
+    x = hidden_states(moe, layer, tokens, seed, dtype)
+    if ref is None:
+        ref = reference(ckpt, moe, layer, x, use_transformers=use_transformers, oracle=oracle,
+                        why_no_oracle=why_no_oracle)
+    k = kernel_sum(ckpt, moe, mod, layer, tp, x, ref.weights, ref.ids, dtype=dtype, isa=isa,
+                   apply_router_weight_on_input=on_input)
+    rel = rel_error(k.output, ref.output)
     tol = TOLERANCE[dtype]
     plan = k.plan
+    matched = rel <= tol
     return Row(layer, tp, plan.intermediate_size_per_partition,
                getattr(plan, "intermediate_size_per_partition_padded", plan.intermediate_size_per_partition),
-               rel, tol, rel <= tol, k.kernel_s * 1e3, k.load_s * 1e3, k.peak_mib, ref_name)
+               rel, tol, matched and ref.independent, k.kernel_s * 1e3, k.load_s * 1e3, k.peak_mib, ref.name,
+               ref.routing, ref.independent, matched, moe.format.router_weight,
+               _result(matched, ref.independent, ref.name, ref.why_not))
 
 
 def _checkpoint_dtype(ckpt: Any, moe: Any, layer: int) -> str:
@@ -220,10 +303,18 @@ def _table(rows: list[Row], model: str, contract: str) -> str:
     for r in rows:
         pad = f"{r.intermediate_size_per_partition} -> {r.intermediate_size_per_partition_padded}"
         lines.append(f"{r.layer:>5} {r.tp_size:>3} {pad:>15} {r.rel_error:>10.2e} {r.tolerance:>8.0e} "
-                     f"{r.kernel_ms:>10.2f} {r.load_ms:>9.1f} {r.peak_mib:>9.1f}  "
-                     f"{'ok' if r.ok else 'MISMATCH'}")
+                     f"{r.kernel_ms:>10.2f} {r.load_ms:>9.1f} {r.peak_mib:>9.1f}  {r.result}")
+    seen: dict[tuple[str, str], list[int]] = {}
+    for r in rows:
+        layers = seen.setdefault((r.reference, r.routing), [])
+        if r.layer not in layers:
+            layers.append(r.layer)
+    for (reference, routing), layers in seen.items():
+        which = "" if len(seen) == 1 else f" (layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))})"
+        lines.append(f"reference{which}: {reference}")
+        lines.append(f"routing{which}: {routing}")
     if rows:
-        lines.append(f"reference: {rows[0].reference}")
+        lines.append(f"router weight: on each expert's {rows[0].router_weight}")
     return "\n".join(lines) + "\n"
 
 
@@ -277,6 +368,7 @@ def _run(args: argparse.Namespace) -> int:
     torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
     with Checkpoint(args.model_dir) as ckpt:
         moe = describe(ckpt.config, fmt)
+        on_input = router_weight_on_input(moe, mod, args.contract)  # before anything is loaded
         layers = list(moe.moe_layers[: args.layers] if args.layers else moe.moe_layers)
         if not layers:
             raise RunError("LR102", f"config.json of {args.model_dir} declares no MoE layers")
@@ -285,38 +377,56 @@ def _run(args: argparse.Namespace) -> int:
             raise RunError("LR102", f"checkpoint dtype {dtype} is not bfloat16, float16 or float32; pass --dtype")
         if moe.format.shared_expert and args.format == "text":
             print(f"note: the shared expert ({moe.format.shared_expert}) is a dense MLP outside the routed "
-                  "experts; it is not run here")
+                  "experts: the kernel does not run it, and the reference's routed output leaves it out")
+        from layoutc.tools.checkpoints.reference import reference, transformers_oracle
+
         oracle = None
-        if not args.no_transformers and not args.no_from_pretrained:
-            from layoutc.tools.checkpoints.reference import transformers_oracle
+        why_no_oracle = "--no-transformers" if args.no_transformers else \
+            "--no-from-pretrained" if args.no_from_pretrained else ""
+        if not why_no_oracle:
             oracle = transformers_oracle(args.model_dir, layers)
         progress = _Progress(len(layers) * len(tps), sys.stderr.isatty())
         rows: list[Row] = []
         refused: list[str] = []
         for layer in layers:
+            x = hidden_states(moe, layer, args.tokens, args.seed, dtype)
+            ref = reference(ckpt, moe, layer, x, use_transformers=not args.no_transformers, oracle=oracle,
+                            why_no_oracle=why_no_oracle)
             for tp in tps:
                 try:
                     rows.append(run_layer(ckpt, moe, mod, layer, tp, dtype=dtype, isa=args.isa,
                                           tokens=args.tokens, seed=args.seed,
-                                          use_transformers=not args.no_transformers, oracle=oracle))
+                                          use_transformers=not args.no_transformers, on_input=on_input, ref=ref))
                 except contract_error as exc:  # plan() names the rule and the contract line
                     refused.append(f"layer {layer} tp={tp}: {exc}")
                 except kernel_error as exc:
                     raise RunError("LR130", str(exc)) from None
                 progress.step(f"layer {layer} tp={tp}")
     ok = all(r.ok for r in rows) and not refused
+    unchecked = [r for r in rows if not r.independent]
+    unchecked_line = ""
+    if unchecked:
+        which = ", ".join(f"layer {r.layer} tp={r.tp_size}" for r in unchecked)
+        unchecked_line = (f"unchecked: {len(unchecked)} of {len(rows)} runs had no independent reference ({which}): "
+                          "they were compared with a reference built from the declared format, which cannot "
+                          "catch a wrong declaration; exit 1")
     if args.format == "json":
         sys.stdout.write(json.dumps({"model": args.model_dir, "model_type": moe.format.model_type,
                                      "contract": args.contract, "dtype": dtype, "ok": ok,
-                                     "rows": [asdict(r) for r in rows], "refused": refused}, indent=2) + "\n")
+                                     "router_weight": moe.format.router_weight,
+                                     "rows": [asdict(r) for r in rows], "refused": refused,
+                                     "unchecked": [f"layer {r.layer} tp={r.tp_size}: {r.result}" for r in unchecked]},
+                                    indent=2) + "\n")
     else:
         sys.stdout.write(_table(rows, f"{args.model_dir} ({moe.format.model_type}, {dtype})", args.contract))
         for line in refused:
             print(f"refused: {line}")
-        bad = [r for r in rows if not r.ok]
+        bad = [r for r in rows if not r.matched]
         if bad:
             print(f"MISMATCH in {len(bad)} of {len(rows)} runs (check the format: gate/up order, orientation, "
-                  "fused row layout)")
+                  "fused row layout, routing, router_weight)")
+        if unchecked_line:
+            print(unchecked_line)
     return 0 if ok else 1
 
 
@@ -334,7 +444,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--isa", default="vec", help="the kernel ISA (default vec)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
-    p.add_argument("--no-transformers", action="store_true", help="use the float32 loop reference")
+    p.add_argument("--no-transformers", action="store_true",
+                   help="compare with a float32 loop built from the declared format (rows are 'unchecked', exit 1)")
     p.add_argument("--no-from-pretrained", action="store_true",
-                   help="do not load the reference with from_pretrained (it builds the first layers of the model)")
+                   help="do not load transformers' model with from_pretrained (it builds the first layers); "
+                   "compare with its experts module filled through the declared format ('unchecked', exit 1)")
     p.set_defaults(func=run)

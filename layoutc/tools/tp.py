@@ -29,10 +29,13 @@ of wall clock (`time.perf_counter`).
 
 `run_tp_checkpoint` does the same for one MoE layer of a real safetensors checkpoint:
 each rank reads only its own rows through the generated loaders
-(layoutc.tools.checkpoints), and rank 0 compares with transformers' experts module.
+(layoutc.tools.checkpoints), and rank 0 compares with transformers' own sparse-MoE block of
+the layer (its routed output; the launcher computes it once, with the routing the
+block's router chose, and hands both to the ranks).
 
 Only the standard library and torch are imported here (layoutc.tools.checkpoints lazily);
-the generated module is imported by name inside each rank.
+the generated module is imported by name inside each rank (and by `run_tp_checkpoint`'s
+launcher, to read its glue's INTERFACE before anything is loaded).
 """
 
 from __future__ import annotations
@@ -710,7 +713,11 @@ def run_tp_layer(module_name: str = "vllm_cpu_grouped_gemm", *, tp_size: int, nu
 class CheckpointTPResult:
     """The outcome of `run_tp_checkpoint` for one MoE layer.
 
-    rel_error: ||all_reduce(out) - ref||_F / ||ref||_F against `reference` (rank 0's).
+    rel_error: ||all_reduce(out) - ref||_F / ||ref||_F against `reference`.
+    reference / routing: the reference in words and where the kernel's routing came from
+    (layoutc.tools.checkpoints.reference.Reference); independent: the reference came from
+    transformers' from_pretrained (False: built from the declared format, which cannot
+    catch a wrong declaration). router_weight: "output" or "input" (the family's).
     load_seconds: slowest rank's load (only its rows, through the generated loaders) + prepack.
     seconds: slowest rank's fused_moe + all_reduce.
     """
@@ -725,31 +732,40 @@ class CheckpointTPResult:
     reference: str
     load_seconds: float
     seconds: float
+    routing: str = ""
+    independent: bool = True
+    router_weight: str = "output"
 
 
-def _ckpt_rank(rank: int, tp_size: int, port: int, module_name: str, cfg: dict[str, Any], results: Any) -> None:
-    """One rank of `run_tp_checkpoint`: its own checkpoint reads, kernel, gloo all_reduce."""
+def _ckpt_rank(rank: int, tp_size: int, port: int, module_name: str, cfg: dict[str, Any],
+               tensors: dict[str, torch.Tensor], results: Any) -> None:
+    """One rank of `run_tp_checkpoint`: its own checkpoint reads, kernel, gloo all_reduce.
+
+    tensors: x [T, H] (model dtype), topk_weights / topk_ids [T, top_k] and, on rank 0's
+    side, ref [T, H] float32, all computed once by the launcher."""
     try:
         from layoutc.tools.checkpoints.formats import describe
         from layoutc.tools.checkpoints.loader import load_layer_rank
         from layoutc.tools.checkpoints.reader import Checkpoint
-        from layoutc.tools.checkpoints.reference import reference
-        from layoutc.tools.run import _plan, inputs, rel_error
+        from layoutc.tools.run import _plan, rel_error
 
         _init_rank(rank, tp_size, port, cfg)
         try:
             mod = _import_generated(module_name)
             with Checkpoint(cfg["model_dir"]) as ckpt:
-                moe = describe(ckpt.config)
+                moe = describe(ckpt.config, cfg["format"])
                 layer = cfg["layer"]
                 plan = _plan(mod, moe, tp_size, cfg["dtype"], cfg["isa"])
-                x, weights, ids = inputs(ckpt, moe, layer, cfg["tokens"], cfg["seed"], cfg["dtype"])
                 t0 = time.perf_counter()
                 rw = load_layer_rank(ckpt, moe, layer, mod, plan, rank)  # this rank's rows only
                 p13, p2 = mod.prepack_padded(rw.w13, rw.w2, plan)
                 t1 = time.perf_counter()
-                bias = {} if rw.w13_bias is None else {"w13_bias": rw.w13_bias, "w2_bias": rw.w2_bias}
-                out = mod.fused_moe(x, p13, p2, weights, ids, plan, **bias)
+                options: dict[str, Any] = {} if rw.w13_bias is None else {"w13_bias": rw.w13_bias,
+                                                                           "w2_bias": rw.w2_bias}
+                if cfg["on_input"]:
+                    options["apply_router_weight_on_input"] = True
+                out = mod.fused_moe(tensors["x"], p13, p2, tensors["topk_weights"], tensors["topk_ids"], plan,
+                                    **options)
                 with _collective():
                     dist.all_reduce(out, op=dist.ReduceOp.SUM)
                 t2 = time.perf_counter()
@@ -757,8 +773,7 @@ def _ckpt_rank(rank: int, tp_size: int, port: int, module_name: str, cfg: dict[s
                                           "plan": (plan.intermediate_size_per_partition,
                                                    plan.intermediate_size_per_partition_padded)}
                 if rank == 0:
-                    ref, name = reference(ckpt, moe, layer, x, weights, ids)
-                    report.update(rel_error=rel_error(out, ref), reference=name)
+                    report.update(rel_error=rel_error(out, tensors["ref"]))
             results.put(("report", rank, report))
         finally:
             dist.destroy_process_group()
@@ -772,39 +787,55 @@ def _ckpt_rank(rank: int, tp_size: int, port: int, module_name: str, cfg: dict[s
 def run_tp_checkpoint(model_dir: str, *, tp_size: int, layer: int | None = None,
                       module_name: str = "vllm_cpu_grouped_gemm", dtype: str | None = None, tokens: int = 16,
                       seed: int = 0, isa: str = "vec", threads_per_rank: int = 1,
-                      timeout_s: float = 300.0) -> CheckpointTPResult:
+                      timeout_s: float = 300.0, use_transformers: bool = True,
+                      checkpoint_format: Any = None) -> CheckpointTPResult:
     """One MoE layer of a real safetensors checkpoint over `tp_size` gloo ranks.
 
-    Every rank opens the checkpoint itself and loads only its rows through the
-    generated `alloc_*` / `load_*` (layoutc.tools.checkpoints.loader, the declared format of
-    config.json's model_type), prepacks, runs the real kernel and all-reduces (SUM,
-    model dtype); the w2 bias is loaded on rank 0 only. Rank 0 compares with
-    `layoutc.tools.checkpoints.reference.reference` (transformers' experts module filled
-    from the checkpoint when transformers is installed, else a float32 loop).
+    Before anything is loaded, the family's `router_weight` is held to what the module's
+    glue computes (`layoutc.tools.run.router_weight_on_input`). Then this process builds
+    the reference once (`layoutc.tools.checkpoints.reference.reference`: transformers' own
+    sparse-MoE block of the layer as from_pretrained loads it, whose router also gives the
+    routing every rank gets; `use_transformers=False` builds it from the declared format,
+    `independent=False`). Every rank opens the checkpoint itself and loads only its rows
+    through the generated `alloc_*` / `load_*` (the declared format of config.json's
+    model_type, or `checkpoint_format`), prepacks, runs the real kernel (with
+    `apply_router_weight_on_input=True` for a family that weights the experts' input) and
+    all-reduces (SUM, model dtype); the w2 bias is loaded on rank 0 only. Rank 0 compares.
     layer: a MoE layer index (default: the first). dtype: default the checkpoint's.
-    Raises ValueError on bad arguments, TPRankError naming the failing rank (e.g. the
-    module's LayoutContractError for a refused configuration, FormatError for an
-    unknown model_type), TimeoutError past `timeout_s`.
+    Raises ValueError on bad arguments, layoutc.tools.run.RunError LR140 / LR141 when the
+    glue cannot weight where the family does, FormatError for an unknown model_type,
+    TPRankError naming the failing rank (e.g. the module's LayoutContractError for a refused
+    configuration), TimeoutError past `timeout_s`.
     """
     from layoutc.tools.checkpoints.formats import describe
     from layoutc.tools.checkpoints.reader import Checkpoint
-    from layoutc.tools.run import _checkpoint_dtype
+    from layoutc.tools.checkpoints.reference import reference, transformers_oracle
+    from layoutc.tools.run import _checkpoint_dtype, hidden_states, router_weight_on_input
 
     if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
         raise ValueError(f"run_tp_checkpoint: tp_size must be an int >= 1, got {tp_size!r}")
     with Checkpoint(model_dir) as ckpt:
-        moe = describe(ckpt.config)
+        moe = describe(ckpt.config, checkpoint_format)
+        on_input = router_weight_on_input(moe, _import_generated(module_name), module_name)
         if layer is None:
             layer = moe.moe_layers[0]
         if layer not in moe.moe_layers:
             raise ValueError(f"run_tp_checkpoint: layer {layer} is not a MoE layer ({list(moe.moe_layers)})")
         dtype = dtype or _checkpoint_dtype(ckpt, moe, layer)
-    cfg = {"model_dir": model_dir, "layer": layer, "dtype": dtype, "tokens": tokens, "seed": seed, "isa": isa,
-           "threads_per_rank": threads_per_rank, "timeout_s": timeout_s}
+        x = hidden_states(moe, layer, tokens, seed, dtype)
+        oracle = transformers_oracle(model_dir, [layer]) if use_transformers else None
+        ref = reference(ckpt, moe, layer, x, use_transformers=use_transformers, oracle=oracle,
+                        why_no_oracle="" if use_transformers else "use_transformers=False")
+        del oracle
+    tensors = {"x": x, "topk_weights": ref.weights, "topk_ids": ref.ids, "ref": ref.output}
+    for t in tensors.values():
+        t.share_memory_()
+    cfg = {"model_dir": model_dir, "layer": layer, "dtype": dtype, "isa": isa, "on_input": on_input,
+           "format": checkpoint_format, "threads_per_rank": threads_per_rank, "timeout_s": timeout_s}
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     messages: list[tuple[str, int, Any]] = []
-    procs = mp.start_processes(_ckpt_rank, args=(tp_size, _free_port(), module_name, cfg, results),
+    procs = mp.start_processes(_ckpt_rank, args=(tp_size, _free_port(), module_name, cfg, tensors, results),
                                nprocs=tp_size, join=False, start_method="spawn")
     assert procs is not None
     deadline = time.monotonic() + timeout_s
@@ -834,5 +865,6 @@ def run_tp_checkpoint(model_dir: str, *, tp_size: int, layer: int | None = None,
         raise RuntimeError(f"run_tp_checkpoint: ranks {sorted(set(range(tp_size)) - set(reports))} sent no report")
     i_pp, padded = reports[0]["plan"]
     return CheckpointTPResult(model_dir, layer, tp_size, dtype, i_pp, padded, reports[0]["rel_error"],
-                              reports[0]["reference"], max(r["load"] for r in reports.values()),
-                              max(r["step"] for r in reports.values()))
+                              ref.name, max(r["load"] for r in reports.values()),
+                              max(r["step"] for r in reports.values()), ref.routing, ref.independent,
+                              moe.format.router_weight)

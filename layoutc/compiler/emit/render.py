@@ -392,7 +392,7 @@ def _exports(contract: ir.Contract, glue: dict[str, Any] | None, has_tp: bool) -
             [f"{t.name}_full_shape", f"shard_{t.name}"] if has_tp else [])
         names += [f"alloc_{t.name}", f"load_{t.name}"]
     if glue is not None:
-        names += ["OPS", "PackedWeight", "fused_moe", "load_kernel", "prepack", "prepack_padded", *glue["reexports"]]
+        names += ["INTERFACE", "OPS", "PackedWeight", "fused_moe", "load_kernel", "prepack", "prepack_padded", *glue["reexports"]]
     return [f'"{n}",' for n in sorted(names, key=_natural)]
 
 

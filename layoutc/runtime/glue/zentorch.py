@@ -30,6 +30,8 @@ INTERFACE = GlueInterface(
     pads_hidden=False,
     output_bias="once",
     forward_options=("apply_router_weight_on_input",),
+    router_weight=("output", "input"),
+    router_weight_input_top_k=1,
     source="zentorch 2.13.0.1 zentorch_fused_moe; vllm 0.32 fused_moe/experts/cpu_moe.py",
 )
 # Names a generated module re-exports from this glue.
@@ -74,7 +76,10 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
     hidden_states: [num_tokens, hidden_size] of cfg.dtype, contiguous CPU;
     topk_weights / topk_ids: [num_tokens, top_k], ids in [0, cfg.num_experts); at
     least two distinct experts must receive tokens (the op refuses one);
-    apply_router_weight_on_input needs top_k == 1. Returns a new
+    apply_router_weight_on_input (needs top_k == 1): the weight multiplies the expert's
+    input, `out = expert(w * x)` (Llama-4): the hidden states are scaled here in cfg.dtype,
+    as vLLM's ZenCPU experts do (fused_moe/experts/cpu_moe.py: `hidden_states.mul(topk_weights)`),
+    and the op is told `skip_weighted`, which only drops the output weighting. Returns a new
     [num_tokens, hidden_size] tensor. Raises LayoutContractError on wrong input;
     KernelUnavailableError when zentorch is missing, or for bf16 on a CPU without
     avx512_bf16 unless ZENDNNL_MATMUL_ALGO=3.
@@ -98,7 +103,10 @@ def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: Packed
                                      "avx512_bf16; set ZENDNNL_MATMUL_ALGO=3 to opt in to the workaround, "
                                      "or use float32")
     load_kernel(who)
+    x = hidden_states
+    if apply_router_weight_on_input:  # skip_weighted alone gives expert(x) (measured, 2.13.0.1)
+        x = (hidden_states * weights.to(hidden_states.dtype)).contiguous()
     out = torch.empty_like(hidden_states)
-    op(FORWARD_OP)(out, hidden_states, w13, w2, b13, b2, weights, ids, bool(apply_router_weight_on_input),
+    op(FORWARD_OP)(out, x, w13, w2, b13, b2, weights, ids, bool(apply_router_weight_on_input),
                    cfg.activation)
     return out

@@ -13,6 +13,13 @@ Shared experts (Qwen2-MoE `shared_expert`, DeepSeek `shared_experts`, Llama-4
 `shared_expert`) are dense MLPs outside the routed experts: they are named here
 so a tool can say so, and are never loaded into the routed-expert kernel.
 
+Where the routing weight is applied is part of the format, `router_weight`:
+"output" (`out = sum_k w_k * expert_k(x)`: Qwen, Mixtral, gpt-oss, DeepSeek, Gemma-4)
+or "input" (`out = sum_k expert_k(w_k * x)`: Llama-4, whose `Llama4TextMoe.forward`
+multiplies the router score into the experts' input). A kernel computes one or the
+other: `layoutc run` holds the format's `router_weight` to what the contract's glue
+declares it can compute (`GlueInterface.router_weight`) before it loads anything.
+
 A user declares another format with a JSON file (`load_format_file`), whose keys
 are the fields of `CheckpointFormat`. This module imports only the standard library.
 """
@@ -22,6 +29,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields, replace
 from typing import Any
+
+#: Where a family applies the routing weight (CheckpointFormat.router_weight).
+ROUTER_WEIGHTS = ("output", "input")
 
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
                "gelu_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "swigluoai": "swigluoai"}
@@ -62,6 +72,8 @@ class CheckpointFormat:
     swiglu: (alpha key, limit key) for swigluoai, read from config.json.
     experts_class: transformers' module class holding the routed experts ("module:Class"),
     or None when its forward does not take (hidden, top_k_index, top_k_weights).
+    router_weight: where the routing weight multiplies: "output" (each expert's output,
+    the default) or "input" (each expert's input, Llama-4; vLLM's apply_router_weight_on_input).
     """
 
     model_type: str
@@ -92,6 +104,7 @@ class CheckpointFormat:
     shared_expert: str | None = None
     swiglu: tuple[str, str] | None = None
     experts_class: str | None = None
+    router_weight: str = "output"
 
     def names(self, layer: int, expert: int | None = None) -> dict[str, str]:
         """Full tensor names of layer `layer` by role: w13 parts ("gate", "up" or
@@ -165,10 +178,11 @@ FORMATS: dict[str, CheckpointFormat] = {f.model_type: f for f in (
         fused=True, gate=None, up=None, gate_up="gate_up_proj", down="down_proj", transposed=True,
         down_transposed=True, router="feed_forward.router.weight", num_experts=("num_local_experts",),
         intermediate_size=("intermediate_size",), moe_layers="moe_layers", routing="sigmoid_topk",
-        shared_expert="feed_forward.shared_expert.",
+        shared_expert="feed_forward.shared_expert.", router_weight="input",
         source=_TF + "llama4/modeling_llama4.py (Llama4TextExperts: gate_up_proj [E, H, 2I], bmm then "
-        "chunk gate|up; down_proj [E, I, H]; Llama4TextMoe: router, shared_expert; "
-        "Llama4TextDecoderLayer: layer_idx in config.moe_layers)"),
+        "chunk gate|up; down_proj [E, I, H]; Llama4TextMoe: router, shared_expert, routed_in = "
+        "hidden_states * router_scores (the weight on the experts' input); Llama4Router: sigmoid of the "
+        "top-k logits; Llama4TextDecoderLayer: layer_idx in config.moe_layers)"),
     CheckpointFormat(
         model_type="deepseek_v3", layer_prefix="model.layers.{layer}.", experts="mlp.experts.", **_PER_EXPERT,
         num_experts=("n_routed_experts",), moe_layers="first_k_dense_replace", shared_expert="mlp.shared_experts.",
@@ -319,6 +333,9 @@ def load_format_file(path: str) -> CheckpointFormat:
         raise FormatError("LR103", f"{path}: {exc}") from None
     if fmt.gate_up_layout not in ("halves", "interleave"):
         raise FormatError("LR103", f"{path}: gate_up_layout must be 'halves' or 'interleave'")
+    if fmt.router_weight not in ROUTER_WEIGHTS:
+        raise FormatError("LR103", f"{path}: router_weight must be 'output' (the weight multiplies each "
+                          f"expert's output) or 'input' (each expert's input, as Llama-4), got {fmt.router_weight!r}")
     if (fmt.fused and not fmt.gate_up) or (not fmt.fused and not (fmt.gate and fmt.up)):
         raise FormatError("LR103", f"{path}: a fused format names gate_up; a per-expert one gate and up")
     return fmt

@@ -1,15 +1,39 @@
-"""References for one MoE layer read from a checkpoint: transformers' own experts
-module when transformers is installed, else an independent float32 per-expert loop.
+"""References for one MoE layer read from a checkpoint.
 
-Both read the full (unsharded, unpadded) experts of the layer and run in float32.
-`route` computes the routing once from the checkpoint's router weight; the same
-ids and weights go to the reference and to the kernel, so what is compared is
-the experts computation (padding, sharding, orientation, gate/up order).
+The reference is transformers' own sparse-MoE block whenever transformers has one
+(`transformers_oracle`: the model that `from_pretrained` loads back from the folder,
+through transformers' own weight conversion, so it shares no code with layoutc's
+formats, loaders or kernels). The block is the module whose child is the experts
+module and which has a router child (`gate` or `router`): Qwen3MoeSparseMoeBlock,
+Qwen2MoeSparseMoeBlock, MixtralSparseMoeBlock, GptOssMLP, DeepseekV3MoE, Llama4TextMoe.
+Its *routed* output is `block(x) - block(x)` with the experts module's output replaced
+by zeros (a forward hook on the experts child), which removes a shared expert (Qwen2-MoE's
+gated one, DeepSeek's, Llama-4's) whatever the family. Where the experts module's forward
+takes (hidden, top_k_index, top_k_weights), the ids and weights the block's own router
+gave it are captured (a forward pre-hook) and are what the kernel gets; where it does not
+(Llama-4's bmm experts take the already weighted input), the kernel gets the family's
+declared routing (`route`), which the comparison with the block then checks, together
+with where the weight is applied (`CheckpointFormat.router_weight`).
+
+A family without a block (Gemma-4: router and experts sit in the decoder layer) is
+compared with its experts module as `from_pretrained` loaded it, under the declared
+routing given to both sides (the router is then not checked).
+
+Without such a model (transformers absent, a model_type it does not know, or
+`--no-transformers` / `--no-from-pretrained`), the references are built from the declared
+format, so they cannot catch a wrong declaration: transformers' experts module filled
+through it (`transformers_experts`) or a float32 loop (`loop_reference`). `reference`
+marks them `independent=False`, and `layoutc run` does not call such a row "ok".
+
+Everything here runs in float32 on the full (unsharded, unpadded) layer.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -17,9 +41,18 @@ import torch.nn.functional as F
 from layoutc.tools.checkpoints.formats import ModelMoE
 from layoutc.tools.checkpoints.reader import Checkpoint
 
+#: Child names of a sparse-MoE block's router in transformers 5.19 (`gate`: Qwen, Mixtral,
+#: DeepSeek; `router`: gpt-oss, Llama-4).
+ROUTER_CHILDREN = ("gate", "router")
+
 
 def route(ckpt: Checkpoint, moe: ModelMoE, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(topk_weights float32 [T, top_k], topk_ids int32 [T, top_k]) from the router of `layer`."""
+    """The family's declared routing (`CheckpointFormat.routing`) from the router weight of `layer`.
+
+    x: [T, H] hidden states (any float dtype; computed in float32).
+    Returns (topk_weights float32 [T, top_k], topk_ids int32 [T, top_k]). Raises FormatError
+    LR112 when the checkpoint lacks the router tensor.
+    """
     wname, bname = moe.format.router_names(layer)
     w = ckpt.tensor(wname).to(torch.float32)
     logits = x.to(torch.float32) @ w.T
@@ -63,8 +96,13 @@ def _full_w13_w2(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> dict[str, torch
 
 
 def transformers_experts(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> torch.nn.Module | None:
-    """transformers' experts module of this family with the layer's weights (float32), or None
-    when transformers is absent or the format names no experts class."""
+    """transformers' experts module of this family (`CheckpointFormat.experts_class`, e.g.
+    transformers/models/qwen3_moe/modeling_qwen3_moe.py Qwen3MoeExperts) with the layer's
+    weights read *through the declared format* (float32): not independent of the declaration.
+
+    None when transformers is absent, does not know the model_type, or the format names no
+    experts class. Raises ValueError when a parameter's shape differs from the checkpoint's.
+    """
     if moe.format.experts_class is None:
         return None
     try:
@@ -96,8 +134,24 @@ def transformers_experts(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> torch.n
 
 def transformers_forward(module: torch.nn.Module, x: torch.Tensor, weights: torch.Tensor,
                          ids: torch.Tensor) -> torch.Tensor:
+    """Call a transformers experts module the way its block does: `module(x, ids, weights)`.
+
+    x: [T, H]; weights: [T, top_k]; ids: [T, top_k]. Runs in float32 without grad and
+    returns its float32 [T, H] output (each expert's output weighted, as the module does).
+    """
     with torch.no_grad():
-        return module(x.to(torch.float32), ids.to(torch.int64), weights.to(torch.float32))  # type: ignore[no-any-return]
+        out = module(x.to(torch.float32), ids.to(torch.int64), weights.to(torch.float32))
+    return out.to(torch.float32)  # type: ignore[no-any-return]
+
+
+def _input_weighted(experts: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+                    x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """sum_k experts(w_k * x, ids[:, k], 1): the weight on each expert's input (router_weight "input")."""
+    out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32)
+    ones = torch.ones(x.shape[0], 1, dtype=torch.float32)
+    for k in range(ids.shape[1]):
+        out += experts(x.to(torch.float32) * weights[:, k:k + 1].to(torch.float32), ids[:, k:k + 1], ones)
+    return out
 
 
 def _act(gate: torch.Tensor, up: torch.Tensor, moe: ModelMoE) -> torch.Tensor:
@@ -114,15 +168,24 @@ def _act(gate: torch.Tensor, up: torch.Tensor, moe: ModelMoE) -> torch.Tensor:
 
 def loop_reference(ckpt: Checkpoint, moe: ModelMoE, layer: int, x: torch.Tensor, weights: torch.Tensor,
                    ids: torch.Tensor) -> torch.Tensor:
-    """An independent float32 per-expert loop (no transformers, no layoutc runtime). Returns [T, H]."""
+    """A float32 per-expert loop over the layer's weights read through the *declared* format
+    (no transformers, no layoutc runtime), weighting where the format's `router_weight` says.
+
+    x: [T, H]; weights: float [T, top_k]; ids: integer [T, top_k]. Returns float32 [T, H].
+    Not independent of the declaration: it shares the format with the kernel's loaders.
+    Raises FormatError LR112 when a tensor the format names is absent.
+    """
     p = _full_w13_w2(ckpt, moe, layer)
     fmt = moe.format
+    on_input = fmt.router_weight == "input"
     xf = x.to(torch.float32)
     out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32)
     for e in torch.unique(ids).tolist():
         tok, slot = (ids == e).nonzero(as_tuple=True)
+        scale = weights[tok, slot, None].to(torch.float32)
+        xin = xf[tok] * scale if on_input else xf[tok]
         w13 = p["gate_up_proj"][e]
-        h = xf[tok] @ w13 if fmt.transposed else xf[tok] @ w13.T
+        h = xin @ w13 if fmt.transposed else xin @ w13.T
         if "gate_up_proj_bias" in p:
             h = h + p["gate_up_proj_bias"][e]
         if fmt.gate_up_layout == "interleave":
@@ -134,64 +197,268 @@ def loop_reference(ckpt: Checkpoint, moe: ModelMoE, layer: int, x: torch.Tensor,
         y = a @ w2 if fmt.down_transposed else a @ w2.T
         if "down_proj_bias" in p:
             y = y + p["down_proj_bias"][e]
-        out.index_add_(0, tok, y * weights[tok, slot, None])
+        out.index_add_(0, tok, y if on_input else y * scale)
     return out
 
 
-def transformers_oracle(folder: str, layers: list[int]) -> dict[int, torch.nn.Module] | None:
-    """transformers' own experts modules of `layers`, loaded by `from_pretrained` through
-    transformers' weight conversion (independent of the declared formats), float32.
+# ---- transformers' own model: the sparse-MoE block of each layer --------------------------------
 
-    Only the first max(layers) + 1 decoder layers are built. None when transformers is
-    absent, does not know the model_type, or the experts module of a layer has no
-    (hidden, top_k_index, top_k_weights) forward (e.g. Llama-4's bmm experts).
+
+@dataclass
+class OracleLayer:
+    """transformers' own modules of one MoE layer, as `from_pretrained` loaded them (float32, eval).
+
+    module: the sparse-MoE block (router + experts child, e.g. Llama4TextMoe), or, where
+    the family has none (`block` False), the experts module itself.
+    experts: the experts child (e.g. Llama4TextExperts). path: `module`'s name in the model.
+    routes_experts: the experts forward takes (hidden, top_k_index, top_k_weights), so the
+    block's own routing can be captured from its call.
+    """
+
+    layer: int
+    module: torch.nn.Module
+    experts: torch.nn.Module
+    path: str
+    block: bool
+    routes_experts: bool
+
+
+@dataclass
+class Oracle:
+    """`transformers_oracle`'s result: the layers found, and why any asked for is missing ("" if none)."""
+
+    layers: dict[int, OracleLayer] = field(default_factory=dict)
+    missing: str = ""
+
+
+def _routing_params(experts: torch.nn.Module) -> list[str]:
+    """Names of the experts forward's positional parameters (self excluded), [] when unreadable."""
+    try:
+        sig = inspect.signature(experts.forward)
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in sig.parameters.values() if p.kind in kinds]
+
+
+def moe_modules(model: torch.nn.Module, layers: list[int]) -> dict[int, OracleLayer]:
+    """Per decoder layer in `layers`, transformers' sparse-MoE block of a loaded model.
+
+    A layer's experts module is its first submodule whose class name ends in "Experts"
+    (transformers 5.19: Qwen3MoeExperts, Llama4TextExperts, ...). Its parent is the block
+    when it lies below the decoder layer (`...layers.N.<block>.experts`) and has a router
+    child (`ROUTER_CHILDREN`); a parent that is the decoder layer itself (Gemma-4) is not a
+    block, and the experts module alone is kept. Layers without an experts module are absent.
+    """
+    named = dict(model.named_modules())
+    found: dict[int, OracleLayer] = {}
+    for name, module in named.items():
+        parts = name.split(".")
+        if not type(module).__name__.endswith("Experts") or "layers" not in parts:
+            continue
+        i = parts.index("layers")
+        if i + 1 >= len(parts) or not parts[i + 1].isdigit():
+            continue
+        layer = int(parts[i + 1])
+        if layer not in layers or layer in found:
+            continue
+        parent_path = ".".join(parts[:-1])
+        parent = named[parent_path]
+        children = dict(parent.named_children())
+        is_block = len(parts) - 1 > i + 2 and any(c in children for c in ROUTER_CHILDREN)
+        routes = len(_routing_params(module)) >= 3
+        found[layer] = OracleLayer(layer, parent.eval() if is_block else module.eval(), module.eval(),
+                                   parent_path if is_block else name, is_block, routes)
+    return found
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
+def transformers_oracle(folder: str, layers: list[int]) -> Oracle:
+    """transformers' own sparse-MoE blocks (or experts modules) of `layers`, loaded by
+    `AutoModelForCausalLM.from_pretrained(folder, dtype=float32)` through transformers' weight
+    conversion: independent of the declared formats.
+
+    Only the first max(layers) + 1 decoder layers are built. `Oracle.missing` says why a
+    layer has none: transformers absent, a model_type it does not know, a load failure, or
+    no experts module in the layer. Never raises for those.
     """
     try:
         import transformers
     except ImportError:
-        return None
+        return Oracle(missing="transformers is not installed")
     try:
         config = transformers.AutoConfig.from_pretrained(folder)
-    except (ValueError, KeyError, OSError):
-        return None
+    except (ValueError, KeyError, OSError) as exc:
+        return Oracle(missing=f"transformers {transformers.__version__} cannot read this config.json "
+                      f"({_first_line(exc)})")
     text = config.get_text_config()
     keep = max(layers) + 1
     if getattr(text, "num_hidden_layers", keep) > keep:
         text.num_hidden_layers = keep
         if isinstance(getattr(text, "layer_types", None), list):
             text.layer_types = text.layer_types[:keep]
+    # quiet while loading: its "Loading weights" bar, and its load report, which lists the
+    # weights of the layers past `keep` as UNEXPECTED (they are: only `keep` layers are built)
+    log = transformers.utils.logging
+    bar, verbosity = log.is_progress_bar_enabled(), log.get_verbosity()
+    log.disable_progress_bar()  # type: ignore[no-untyped-call]
+    log.set_verbosity_error()  # type: ignore[no-untyped-call]
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=torch.float32)
-    except (ValueError, KeyError, OSError):
-        return None
-    found: dict[int, torch.nn.Module] = {}
-    for name, module in model.named_modules():
-        parts = name.split(".")
-        if type(module).__name__.endswith("Experts") and "layers" in parts:
-            i = parts.index("layers")
-            if i + 1 < len(parts) and parts[i + 1].isdigit() and int(parts[i + 1]) in layers:
-                found.setdefault(int(parts[i + 1]), module.eval())
-    if sorted(found) != sorted(layers) or any("Llama4" in type(m).__name__ for m in found.values()):
-        return None
-    return found
+    except (ValueError, KeyError, OSError, TypeError, RuntimeError) as exc:
+        return Oracle(missing=f"transformers could not load the model ({_first_line(exc)})")
+    finally:
+        log.set_verbosity(verbosity)
+        if bar:
+            log.enable_progress_bar()  # type: ignore[no-untyped-call]
+    found = moe_modules(model, layers)
+    absent = [n for n in layers if n not in found]
+    missing = (f"transformers' {type(model).__name__} has no experts module in layer(s) "
+               f"{', '.join(map(str, absent))}") if absent else ""
+    return Oracle(found, missing)
 
 
-def reference(ckpt: Checkpoint, moe: ModelMoE, layer: int, x: torch.Tensor, weights: torch.Tensor,
-              ids: torch.Tensor, *, use_transformers: bool = True,
-              oracle: dict[int, torch.nn.Module] | None = None) -> tuple[torch.Tensor, str]:
-    """(float32 [T, H] output, the reference's name).
+def _first(out: object) -> torch.Tensor:
+    """A block's output: a tensor, or a tuple whose first item is the output (GptOssMLP, Llama4TextMoe)."""
+    value = out[0] if isinstance(out, tuple) else out
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"a sparse-MoE block returned {type(value).__name__}, not a tensor")
+    return value
 
-    oracle: from `transformers_oracle` (weights as transformers itself loads them: a wrong
-    declared format is caught). Without it, transformers' experts module is filled from
-    the checkpoint through the declared format (checks padding, sharding and the kernel,
-    not the declaration), or without transformers an independent float32 loop.
+
+def _zeros(module: torch.nn.Module, args: object, output: object) -> object:
+    if isinstance(output, tuple):
+        return tuple(torch.zeros_like(o) if isinstance(o, torch.Tensor) else o for o in output)
+    return torch.zeros_like(output) if isinstance(output, torch.Tensor) else output
+
+
+def block_routed(entry: OracleLayer, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+    """The routed part of transformers' block on `x`, and the routing its own router chose.
+
+    x: [T, H] (any float dtype; the block runs in float32 on [1, T, H]). The routed output
+    is `block(x) - block(x) with the experts child's output replaced by zeros` (a forward
+    hook), so any shared expert drops out exactly. Returns (float32 [T, H], (topk_weights
+    float32 [T, top_k], topk_ids int32 [T, top_k]) as the block passed them to its experts,
+    or None when the experts forward takes no routing (Llama4TextExperts)).
+    Raises TypeError when the block's output is not a tensor (or a tuple starting with one).
     """
-    if oracle is not None and layer in oracle:
-        loaded = oracle[layer]
-        return transformers_forward(loaded, x, weights, ids).to(torch.float32), \
-            f"transformers {type(loaded).__name__} (from_pretrained)"
+    hidden = x.shape[-1]
+    xf = x.to(torch.float32).reshape(1, -1, hidden)
+    captured: list[tuple[torch.Tensor, torch.Tensor]] = []
+    names = _routing_params(entry.experts)
+
+    def grab(module: torch.nn.Module, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+        bound = dict(zip(names, args, strict=False))
+        bound.update(kwargs)
+        if len(names) >= 3:
+            ids, weights = bound.get(names[1]), bound.get(names[2])
+            if isinstance(ids, torch.Tensor) and isinstance(weights, torch.Tensor):
+                captured.append((weights.detach().clone(), ids.detach().clone()))
+
+    with torch.no_grad():
+        handle = entry.experts.register_forward_pre_hook(grab, with_kwargs=True)
+        try:
+            full = _first(entry.module(xf))
+        finally:
+            handle.remove()
+        handle = entry.experts.register_forward_hook(_zeros)
+        try:
+            rest = _first(entry.module(xf))
+        finally:
+            handle.remove()
+    routed = (full.to(torch.float32) - rest.to(torch.float32)).reshape(-1, hidden)
+    if not entry.routes_experts or len(captured) != 1:
+        return routed, None
+    weights, ids = captured[0]
+    return routed, (weights.to(torch.float32).contiguous(), ids.to(torch.int32).contiguous())
+
+
+# ---- the reference of one layer --------------------------------------------------------------
+
+
+@dataclass
+class Reference:
+    """What one MoE layer is compared with, and the routing the kernel must be given.
+
+    output: float32 [T, H]. weights / ids: float32 / int32 [T, top_k], the routing the
+    kernel gets (the block's own, or the declared one). name: the reference in words;
+    routing: where the routing came from. independent: built by transformers'
+    from_pretrained (a wrong declared format is caught); False for a reference built from
+    the declared format, with `why_not` saying why there was no independent one.
+    """
+
+    output: torch.Tensor
+    weights: torch.Tensor
+    ids: torch.Tensor
+    name: str
+    routing: str
+    independent: bool
+    why_not: str = ""
+
+
+def _generic(entry: OracleLayer) -> str:
+    """The module path with its layer index as N ("model.layers.N.mlp"), the same for every layer."""
+    return entry.path.replace(f"layers.{entry.layer}.", "layers.N.", 1)
+
+
+def _declared_routing(moe: ModelMoE) -> str:
+    return (f"declared {moe.format.routing} (route(), the checkpoint's router weight), weight on the "
+            f"experts' {moe.format.router_weight}")
+
+
+def reference(ckpt: Checkpoint, moe: ModelMoE, layer: int, x: torch.Tensor, *, use_transformers: bool = True,
+              oracle: Oracle | None = None, why_no_oracle: str = "") -> Reference:
+    """The reference of `layer` on hidden states x [T, H] (any float dtype), float32.
+
+    With `oracle` (from `transformers_oracle`) holding the layer's block: the block's routed
+    output (`block_routed`), with the block's captured routing or, for an experts module
+    that takes none (Llama-4), the declared routing, which the comparison then checks.
+    With only an experts module (Gemma-4): that module under the declared routing. Else,
+    not independent: transformers' experts module filled through the declared format
+    (`use_transformers`), or the float32 loop; `why_no_oracle` (or the oracle's `missing`)
+    says why. Raises FormatError LR112 for a tensor the format names that is absent.
+    """
+    entry = oracle.layers.get(layer) if oracle is not None else None
+    if entry is not None and entry.block:
+        routed, captured = block_routed(entry, x)
+        block = type(entry.module).__name__
+        name = (f"transformers {block} (from_pretrained, {_generic(entry)}): its routed output, block(x) minus "
+                "block(x) with its experts' output zeroed")
+        if captured is not None:
+            weights, ids = captured
+            router = next(type(c).__name__ for n, c in entry.module.named_children() if n in ROUTER_CHILDREN)
+            routing = f"the block's own router ({router}), captured from its call to {type(entry.experts).__name__}"
+        else:
+            weights, ids = route(ckpt, moe, layer, x)
+            why = "takes no routing" if not entry.routes_experts else "was not called once with a routing"
+            routing = (_declared_routing(moe) + f"; {type(entry.experts).__name__} {why}, so the "
+                       f"block's own router and weighting check it")
+        return Reference(routed, weights, ids, name, routing, True)
+    weights, ids = route(ckpt, moe, layer, x)
+    if entry is not None and entry.routes_experts:
+        out = transformers_forward(entry.experts, x, weights, ids)
+        name = (f"transformers {type(entry.experts).__name__} (from_pretrained, {_generic(entry)}; no sparse-MoE "
+                f"block in transformers for {moe.format.model_type}: router and experts sit in the decoder layer)")
+        routing = _declared_routing(moe) + ", given to both sides: transformers' router is not checked"
+        return Reference(out, weights, ids, name, routing, True)
+    if entry is not None:
+        why = (f"transformers' {type(entry.experts).__name__} in layer {layer} is in no sparse-MoE block and "
+               "takes no routing")
+    else:
+        why = why_no_oracle or (oracle.missing if oracle is not None else "") or \
+            f"no transformers block for model_type {moe.format.model_type!r}"
     module = transformers_experts(ckpt, moe, layer) if use_transformers else None
     if module is not None:
-        return transformers_forward(module, x, weights, ids).to(torch.float32), \
-            f"transformers {type(module).__name__} (declared format)"
-    return loop_reference(ckpt, moe, layer, x, weights, ids), "float32 per-expert loop (declared format)"
+        if moe.format.router_weight == "input":
+            out = _input_weighted(lambda a, i, w: transformers_forward(module, a, w, i), x, weights, ids)
+        else:
+            out = transformers_forward(module, x, weights, ids)
+        name = f"transformers {type(module).__name__} filled through the declared format"
+    else:
+        out = loop_reference(ckpt, moe, layer, x, weights, ids)
+        name = "a float32 loop built from the declared format"
+    return Reference(out, weights, ids, name, _declared_routing(moe) + " (given to both sides)", False, why)
