@@ -1,4 +1,4 @@
-"""layoutc/compiler/numformats.py against torch's own float8 dtypes (every byte)."""
+"""layoutc/runtime/numformats.py against torch's own float8 dtypes (every byte)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from layoutc.compiler.numformats import decode_byte
+from layoutc.runtime.numformats import decode_byte
 
 torch = pytest.importorskip("torch")
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 
 from layoutc.compiler import ir
-from layoutc.compiler.numformats import FORMATS, NAN_NOTE
+from layoutc.runtime.numformats import FORMATS, NAN_NOTE
 
 Value = int | bool | str
 Env = Mapping[str, Value]
@@ -143,7 +143,7 @@ def eval_expr(expr: ir.Expr, env: Env, axis_sizes: Mapping[tuple[str, str], int]
 def eval_real(expr: ir.Expr, env: Env, code: Fraction, tensors: Mapping[str, Fraction]) -> Fraction:
     """Evaluate a `decode` expression exactly (rationals).
 
-    A byte format (`e8m0(code)`, layoutc/compiler/numformats.py) whose byte is NaN or inf raises EvalError.
+    A byte format (`e8m0(code)`, layoutc/runtime/numformats.py) whose byte is NaN or inf raises EvalError.
     """
     if isinstance(expr, ir.Code):
         return code

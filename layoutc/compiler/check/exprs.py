@@ -7,7 +7,7 @@ from layoutc.compiler import syntax as A
 from layoutc.compiler.check.base import CheckerState, _side, _suggest
 from layoutc.compiler.diagnostics import Related, Span
 from layoutc.compiler.evaluate import TooLarge, finite_values
-from layoutc.compiler.numformats import FORMATS
+from layoutc.runtime.numformats import FORMATS
 
 
 class ExprChecks(CheckerState):
@@ -170,7 +170,7 @@ class ExprChecks(CheckerState):
 
     def call(self, node: A.Call, kw: dict[str, object]) -> ir.Expr | None:
         if kw.get("decode") is not None and node.func in FORMATS:
-            # a byte-encoded number format (layoutc/compiler/numformats.py): `e8m0(code)`
+            # a byte-encoded number format (layoutc/runtime/numformats.py): `e8m0(code)`
             if len(node.args) != 1 or not (isinstance(node.args[0], A.Name) and node.args[0].name == "code"):
                 self.err("LC408", node.span, f"`{node.func}` decodes this tensor's stored byte: write `{node.func}(code)`")
                 return None

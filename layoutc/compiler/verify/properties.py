@@ -24,7 +24,7 @@ from z3 import z3core
 from layoutc.compiler import ir
 from layoutc.compiler.diagnostics import Span
 from layoutc.compiler.evaluate import EvalError, Value, eval_lets
-from layoutc.compiler.numformats import FORMATS, NAN_NOTE
+from layoutc.runtime.numformats import FORMATS, NAN_NOTE
 from layoutc.compiler.picture import find_view, tensor_picture
 from layoutc.compiler.verify.smt import Encoder
 from layoutc.compiler.verify.verdicts import PROPERTIES, PROPERTY_IDS, Counterexample, Options, Status, Verdict
