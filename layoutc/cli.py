@@ -104,12 +104,12 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from layoutc.compiler.verify.cache import load_and_verify
+    from layoutc.compiler.verify.driver import verify_files
     from layoutc.compiler.verify.report import findings, render_github, render_json, render_text_report, summarize
     from layoutc.compiler.verify.verdicts import Options
     options = Options(timeout_ms=args.timeout_ms, seed=args.seed, budget_s=args.budget_s)
-    _loaded, diags, sources, results, failures = load_and_verify(contract_paths(args.paths), options,
-                                                                 not args.no_cache)
+    outcome = verify_files(contract_paths(args.paths), options, use_cache=not args.no_cache)
+    diags, sources, results, failures = outcome.diagnostics, outcome.sources, outcome.results, outcome.failures
     if has_errors(diags):
         emit(diags, sources, args.format)
         return exit_code(diags)

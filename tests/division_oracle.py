@@ -9,7 +9,8 @@ from layoutc.compiler import ir
 from layoutc.compiler.cases import layout_cases
 from layoutc.compiler.evaluate import EvalError, axis_sizes, eval_expr, eval_lets
 from layoutc.compiler.picture import find_view
-from layoutc.compiler.verify.properties import ROLE_ID, sharded_axes
+from layoutc.compiler.verify.layout_words import ROLE_ID
+from layoutc.compiler.verify.properties.shards import sharded_axes
 
 SIZE_PROPS = ("vacuity", "alignment", "placement", "roundtrip", "groups", "kernel-arguments", "coverage", "admission")
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from layoutc.compiler.check import load
-from layoutc.compiler.verify.properties import verify
+from layoutc.compiler.verify.prove import verify
 
 CORPUS = Path(__file__).resolve().parent / "cases" / "unsound"
 

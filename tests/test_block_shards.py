@@ -237,7 +237,7 @@ def test_tail_fill_decoded_resolves_like_fill_decoded_and_a_finite_scale_tail_pr
     still proves every property; `tail fill 255` (NaN) is the unsound case
     block_shard_scale_tail_nan."""
     from layoutc.compiler.check import load
-    from layoutc.compiler.verify.properties import verify
+    from layoutc.compiler.verify.prove import verify
     from tests.conftest import ROOT
 
     text = (ROOT / "tests" / "cases" / "unsound" / "block_shard_scale_tail_nan.moe").read_text()

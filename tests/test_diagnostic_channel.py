@@ -17,7 +17,7 @@ import pytest
 
 from layoutc.cli import main
 from layoutc.compiler.diagnostics import CODES
-from layoutc.compiler.verify import properties as verify_module
+from layoutc.compiler.verify import prove as verify_module
 
 ROOT = Path(__file__).resolve().parent.parent
 UNSOUND = ROOT / "tests" / "cases" / "unsound" / "end_padded_w13.moe"

@@ -169,7 +169,7 @@ def _front(path: str) -> dict[str, Any]:
     """check and verify one contract (runs in a worker process: the compiler needs no torch)."""
     from layoutc.compiler.check import load
     from layoutc.compiler.diagnostics import CODES
-    from layoutc.compiler.verify.properties import verify
+    from layoutc.compiler.verify.prove import verify
 
     contract, diags, _ = load(path)
     errors = [d for d in diags if d.severity == "error"]

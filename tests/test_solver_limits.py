@@ -90,7 +90,8 @@ WALL_BOUND_S = 30.0  # generous: each contract needs ~1 s at TIMEOUT_MS
 _API = r"""
 import json, sys, time
 from layoutc.compiler.check import load
-from layoutc.compiler.verify.properties import Options, verify
+from layoutc.compiler.verify.prove import verify
+from layoutc.compiler.verify.verdicts import Options
 contract, diags, _ = load(sys.argv[1])
 assert contract is not None, diags
 start = time.monotonic()
@@ -186,18 +187,21 @@ def test_many_hard_obligations_are_bounded(tmp_path: Path) -> None:
 
 
 def test_shrinking_continues_past_unknown_answers() -> None:
-    """`_Run.minimize` (issue 12, item 7): an `unknown` answer does not end the search; the
+    """`obligations.minimize` (issue 12, item 7): an `unknown` answer does not end the search; the
     other half is tried and the region shrinks, within MINIMIZE_QUERIES solver calls."""
     from layoutc.compiler.check import load
-    from layoutc.compiler.verify import properties as V
+    from layoutc.compiler.verify import obligations
+    from layoutc.compiler.verify.properties import alignment
+    from layoutc.compiler.verify.run import Run
+    from layoutc.compiler.verify.verdicts import Options
 
     contract, diags, _ = load(str(Path(__file__).resolve().parent / "cases" / "unsound" / "fused_tile_rule.moe"))
     assert contract is not None, diags
     ranged = [p for p in contract.params if p.kind == "range"]
 
     def shrink(unknown_calls: set[int]) -> tuple[int, int]:
-        run = V._Run(contract, V.Options())
-        ob = next(o for o in V._alignment(run))
+        run = Run(contract, Options())
+        ob = next(o for o in alignment.obligations(run))
         # start from a large counterexample
         status, model = run.solve(ob.goal, [run.enc.vars["intermediate_size"] >= 5000])
         assert status == "sat" and model is not None
@@ -209,13 +213,13 @@ def test_shrinking_continues_past_unknown_answers() -> None:
                 return "unknown (injected)", None
             return real(goal, extra, quick_only)
         run.solve = solve  # type: ignore[method-assign]
-        best = run.minimize(ob.goal, model)
+        best = obligations.minimize(run, ob.goal, model)
         total = sum(run.val(best, run.enc.vars[p.name]) for p in ranged)
         return total, calls[0]
 
     clean, clean_calls = shrink(set())
-    assert clean_calls <= V.MINIMIZE_QUERIES
+    assert clean_calls <= obligations.MINIMIZE_QUERIES
     shrunk, calls = shrink({1, 2})  # the first probes below and above the midpoint give up
-    assert calls <= V.MINIMIZE_QUERIES + 1
+    assert calls <= obligations.MINIMIZE_QUERIES + 1
     assert shrunk < 5000 + sum(p.low for p in ranged if p.name != "intermediate_size")  # it went on shrinking
     assert clean <= shrunk

@@ -9,7 +9,8 @@ import pytest
 
 from layoutc.compiler.check import load
 from layoutc.compiler.evaluate import eval_expr, eval_lets
-from layoutc.compiler.verify.properties import PROPERTY_IDS, verify
+from layoutc.compiler.verify.prove import verify
+from layoutc.compiler.verify.registry import PROPERTY_IDS
 from tests.conftest import ROOT
 from tests.regen_unsound_corpus import first_counterexample, first_counterexample_verdict
 

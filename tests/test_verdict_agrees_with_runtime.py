@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from layoutc.cli import main
 from layoutc.compiler.check import load
-from layoutc.compiler.verify.properties import verify
+from layoutc.compiler.verify.prove import verify
 from tests.conftest import ROOT, require_package
 from tests.loading import load_generated
 from tests.reference import moe_reference

@@ -1,4 +1,5 @@
-"""The verdict cache (layoutc/compiler/verify/cache.py): reuse, invalidation, corruption, --no-cache."""
+"""The verdict cache (layoutc/compiler/verify/cache.py, keyed and encoded by driver.py and
+entries.py): reuse, invalidation, corruption, --no-cache."""
 
 from __future__ import annotations
 
@@ -11,11 +12,10 @@ from pathlib import Path
 import pytest
 
 import layoutc.compiler.parse
-import layoutc.compiler.verify.properties
 from layoutc.cli import main
 from layoutc.compiler.check import load
-from layoutc.compiler.verify import cache as VC
-from layoutc.compiler.verify.verdicts import Options
+from layoutc.compiler.verify import driver, entries, prove
+from layoutc.compiler.verify.verdicts import Options, Verdict
 from tests.conftest import ROOT
 
 SMALL = ROOT / "contracts" / "torch_grouped_mm.moe"
@@ -48,7 +48,15 @@ def _timeless(doc: str) -> object:
 def _forbid_solving(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*args: object, **kwargs: object) -> None:
         raise AssertionError("verified again instead of reusing the cache")
-    monkeypatch.setattr(layoutc.compiler.verify.properties, "verify", boom)
+    monkeypatch.setattr(prove, "verify", boom)
+
+
+def _store(k: str, name: str, verdicts: list[Verdict]) -> None:
+    driver.verdict_cache().put(k, entries.encode(name, [], verdicts))
+
+
+def _lookup(k: str, file: str) -> entries.Entry | None:
+    return entries.decode(driver.verdict_cache().get(k), file)
 
 
 def _copy(tmp_path: Path, src: Path) -> Path:
@@ -74,10 +82,10 @@ def test_a_rerun_reuses_every_verdict_without_parsing(cache: Path, tmp_path: Pat
 def test_verdicts_round_trip_exactly(cache: Path) -> None:
     contract, _, _ = load(str(UNSOUND))
     assert contract is not None
-    verdicts = layoutc.compiler.verify.properties.verify(contract)
-    k = VC.key(contract.source_text, Options())
-    VC.store(k, contract.name, [], verdicts)
-    hit = VC.lookup(k, contract.file)
+    verdicts = prove.verify(contract)
+    k = entries.key(contract.source_text, Options())
+    _store(k, contract.name, verdicts)
+    hit = _lookup(k, contract.file)
     assert hit is not None and hit.name == contract.name and hit.verdicts == verdicts
 
 
@@ -102,8 +110,8 @@ def test_a_corrupt_entry_is_ignored_and_rewritten(cache: Path, tmp_path: Path, d
     elif damage == "other_key":  # a valid entry of another contract under this key
         contract, _, _ = load(str(SMALL))
         assert contract is not None
-        other = VC.key(contract.source_text, Options())
-        VC.store(other, contract.name, [], layoutc.compiler.verify.properties.verify(contract))
+        other = entries.key(contract.source_text, Options())
+        _store(other, contract.name, prove.verify(contract))
         shutil.copy(cache / f"{other}.json", entry)
     elif damage == "deep":  # nesting deeper than the JSON parser's recursion limit
         entry.write_text("[" * 200_000 + "]" * 200_000)
@@ -112,26 +120,26 @@ def test_a_corrupt_entry_is_ignored_and_rewritten(cache: Path, tmp_path: Path, d
         entry.mkdir()
     else:
         entry.write_text("")
-    assert VC.lookup(entry.stem, path) is None
+    assert _lookup(entry.stem, path) is None
     if damage == "directory":  # cannot be rewritten: verification still works, uncached
         again = _run("verify", "--format", "json", path)
         assert again[0] == first[0] and _timeless(again[1]) == _timeless(first[1])
         return
     again = _run("verify", "--format", "json", path)  # recomputed, same answer
     assert again[0] == first[0] and _timeless(again[1]) == _timeless(first[1])
-    assert VC.lookup(entry.stem, path) is not None  # and stored again
+    assert _lookup(entry.stem, path) is not None  # and stored again
 
 
 def test_the_key_follows_text_options_and_code(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = SMALL.read_text()
-    base = VC.key(text, Options())
-    assert VC.key(text, Options()) == base
-    assert VC.key(text + "\n# a comment\n", Options()) != base
-    assert VC.key(text, Options(seed=1)) != base
-    assert VC.key(text, Options(timeout_ms=1000)) != base
-    assert VC.key(text, Options(), {"tp_size": 2}) != base
-    monkeypatch.setattr(VC, "_code_digest", "another layoutc")
-    assert VC.key(text, Options()) != base
+    base = entries.key(text, Options())
+    assert entries.key(text, Options()) == base
+    assert entries.key(text + "\n# a comment\n", Options()) != base
+    assert entries.key(text, Options(seed=1)) != base
+    assert entries.key(text, Options(timeout_ms=1000)) != base
+    assert entries.key(text, Options(), {"tp_size": 2}) != base
+    monkeypatch.setattr(entries, "_code_digest", "another layoutc")
+    assert entries.key(text, Options()) != base
 
 
 def test_an_edited_contract_is_verified_again(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,7 +155,7 @@ def test_inconclusive_runs_are_not_stored(cache: Path) -> None:
     hard = ROOT / "tests" / "cases" / "unsound" / "group_straddle.moe"
     contract, _, _ = load(str(hard))
     assert contract is not None
-    verdicts = VC.verify_cached(contract, Options(budget_s=1e-9))
+    verdicts = driver.verify_contract(contract, Options(budget_s=1e-9))
     assert any(v.status == "inconclusive" for v in verdicts)
     assert not list(cache.glob("*.json")) if cache.exists() else True
 
@@ -179,4 +187,4 @@ def test_parallel_verification_matches_serial(cache: Path, monkeypatch: pytest.M
 
 
 def test_max_bytes_matches_the_parser() -> None:
-    assert VC.MAX_BYTES == layoutc.compiler.parse.MAX_BYTES
+    assert driver.MAX_BYTES == layoutc.compiler.parse.MAX_BYTES

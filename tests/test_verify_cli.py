@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from layoutc.cli import main
-from layoutc.compiler.verify.properties import PROPERTY_IDS
+from layoutc.compiler.verify.registry import PROPERTY_IDS
 from tests.conftest import ROOT
 
 UNSOUND = ROOT / "tests" / "cases" / "unsound"

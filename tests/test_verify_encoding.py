@@ -6,7 +6,7 @@ import itertools
 
 import z3
 
-from layoutc.compiler.verify.properties import _injective_broken
+from layoutc.compiler.verify.properties.roundtrip import injective_broken
 
 
 def test_roundtrip_closed_form_matches_the_index_formula() -> None:
@@ -17,7 +17,7 @@ def test_roundtrip_closed_form_matches_the_index_formula() -> None:
     layouts = [("pad", 1, 1), ("halves", 2, 2), ("concat", 2, 2), ("interleave", 2, 2)]
     for (layout, roles, segs), lg, pg in itertools.product(layouts, range(-3, 7), range(-3, 7)):
         s = z3.Solver(ctx=ctx)
-        s.add(_injective_broken(layout, roles, z3.IntVal(lg, ctx), z3.IntVal(pg, ctx), segs, i1, i2))
+        s.add(injective_broken(layout, roles, z3.IntVal(lg, ctx), z3.IntVal(pg, ctx), segs, i1, i2))
         assert (s.check() == z3.sat) == (lg > 0 and lg > pg), (layout, lg, pg)
 
 

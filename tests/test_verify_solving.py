@@ -1,4 +1,4 @@
-"""The verifier's solving machinery (`_Run.solve`) answers like a fresh solver on the bare query.
+"""The verifier's solving machinery (`Run.solve`) answers like a fresh solver on the bare query.
 
 `solve` first asks a shared incremental solver that already holds the domain, the
 requires (and, around the obligations, the admits). That is sound only for queries
@@ -13,17 +13,28 @@ import z3
 
 from layoutc.compiler.cases import layout_cases
 from layoutc.compiler.check import load
-from layoutc.compiler.verify import properties as V
+from layoutc.compiler.verify.held import shape_entails
+from layoutc.compiler.verify.properties import (
+    alignment,
+    coverage,
+    groups,
+    inertness,
+    kernel_arguments,
+    placement,
+    roundtrip,
+)
+from layoutc.compiler.verify.run import Run
+from layoutc.compiler.verify.verdicts import Options
 from tests.conftest import ROOT
 
 
-def _run(path: str) -> V._Run:
+def _run(path: str) -> Run:
     contract, diags, _ = load(str(ROOT / path))
     assert contract is not None, diags
-    return V._Run(layout_cases(contract)[0].contract, V.Options(budget_s=600))
+    return Run(layout_cases(contract)[0].contract, Options(budget_s=600))
 
 
-def _fresh(formula: z3.BoolRef, run: V._Run) -> z3.CheckSatResult:
+def _fresh(formula: z3.BoolRef, run: Run) -> z3.CheckSatResult:
     """A solver of its own on the bare formula with the definitions of its quotient and
     remainder variables (`Encoder.aux`; nothing held, no history)."""
     solver = z3.SimpleSolver(ctx=formula.ctx)
@@ -37,7 +48,7 @@ def test_shape_entailment_is_conjuncts_and_common_conjuncts_of_disjuncts() -> No
     ctx = z3.Context()
     a, b, x, y = (z3.Bool(n, ctx) for n in "abxy")
     targets = {a.get_id(): frozenset((a.get_id(),)), b.get_id(): frozenset((b.get_id(),))}
-    entails = lambda f: V._shape_entails(f, targets)  # noqa: E731
+    entails = lambda f: shape_entails(f, targets)  # noqa: E731
     assert entails(z3.And(a, x)) == {a.get_id()}
     assert entails(z3.And(z3.And(x, a), z3.And(b, y))) == {a.get_id(), b.get_id()}
     assert entails(z3.Or(z3.And(a, x), z3.And(y, a, b))) == {a.get_id()}
@@ -78,8 +89,8 @@ def test_the_shared_solver_agrees_with_a_fresh_solver_on_real_obligations() -> N
                  "tests/cases/unsound/group_straddle.moe"):
         run = _run(path)
         with run.holding(run.admitted):
-            obligations = [ob for build in (V._alignment, V._placement, V._roundtrip, V._groups,
-                                            V._kernel_arguments, V._coverage, V._inertness) for ob in build(run)]
+            obligations = [ob for prop in (alignment, placement, roundtrip, groups, kernel_arguments, coverage,
+                                           inertness) for ob in prop.obligations(run)]
             assert obligations
             for ob in obligations:
                 status, model = run.solve(ob.goal)

@@ -40,7 +40,8 @@ def render_all(contracts: list[tuple[str, ir.Contract]], verify_first: bool, use
     inconclusive (exit 2, when every finding is inconclusive); a verifier failure LC900.
     Verdicts come from the verdict cache where `layoutc verify` already proved the same text.
     """
-    from layoutc.compiler.verify.report import findings, verify_guarded
+    from layoutc.compiler.verify.driver import verify_contracts
+    from layoutc.compiler.verify.report import findings
     files: dict[str, str] = {}
     names: dict[str, str] = {}
     for path, contract in contracts:
@@ -50,7 +51,7 @@ def render_all(contracts: list[tuple[str, ir.Contract]], verify_first: bool, use
         names[contract.name] = path
         proved: tuple[str, ...] = ()
         if verify_first:
-            results, failures = verify_guarded([(path, contract)], use_cache=use_cache)
+            results, failures = verify_contracts([(path, contract)], use_cache=use_cache)
             if failures:
                 return None, 2, failures
             verdicts = results[0][2]

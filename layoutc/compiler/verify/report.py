@@ -3,48 +3,26 @@
 The JSON schema is documented in docs/verification.md and tested. Every finding is
 also a :class:`~layoutc.compiler.diagnostics.Diagnostic` (:func:`findings`): LC601
 counterexample, LC602 vacuous, LC603 inconclusive (the solver gave up), LC604 a
-warning; a verifier that fails inside layoutc is LC900 (:func:`verify_guarded`), and
-the JSON tells the two inconclusive causes apart (``cause``: ``solver`` or ``tool``).
+warning; a verifier that fails inside layoutc is LC900 (made by the driver,
+layoutc/compiler/verify/driver.py, and passed in as `failures`), and the JSON tells the
+two inconclusive causes apart (``cause``: ``solver`` or ``tool``). Rendering only: this
+module imports neither the driver nor the cache nor the solver.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import traceback
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from layoutc.compiler.diagnostics import Diagnostic, Span, error, file_span, span_dict, warning
-from layoutc.compiler.verify.verdicts import Options, Verdict
+from layoutc.compiler.verify.verdicts import STATUSES, Result, Verdict
 
-if TYPE_CHECKING:
-    from layoutc.compiler import ir
+__all__ = ["FINDING_CODES", "STATUSES", "Result", "findings", "render_github", "render_json",
+           "render_text_report", "summarize", "verdict_dict"]
 
-Result = tuple[str, "ir.Contract", list[Verdict]]  # a verdict-cache hit carries a CachedContract (name, file)
-STATUSES = ("proved", "counterexample", "inconclusive", "vacuous", "info")
 FINDING_CODES = {"counterexample": "LC601", "vacuous": "LC602", "inconclusive": "LC603"}
-
-
-def verify_guarded(contracts: Sequence[tuple[str, ir.Contract]], options: Options | None = None,
-                   use_cache: bool = True) -> tuple[list[Result], list[Diagnostic]]:
-    """Verify each contract (through the verdict cache); an exception inside the verifier
-    becomes an LC900 diagnostic (the contract's result is then missing: an inconclusive
-    verdict caused by the tool)."""
-    from layoutc.compiler.verify.cache import verify_cached
-
-    results: list[Result] = []
-    failures: list[Diagnostic] = []
-    for path, contract in contracts:
-        try:
-            results.append((path, contract, verify_cached(contract, options, use_cache=use_cache)))
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as exc:  # a bug in layoutc, not a verdict about the contract
-            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()[:500]
-            failures.append(error("LC900", file_span(path), f"verification of `{contract.name}` failed inside "
-                                  f"layoutc: {detail}", help="this is a bug in layoutc; please report it"))
-    return results, failures
 
 
 def _span(path: str, v: Verdict) -> Span:
@@ -75,7 +53,7 @@ def findings(results: Sequence[Result]) -> list[Diagnostic]:
 
 
 def summarize(results: list[Result]) -> dict[str, int]:
-    counts = {s: 0 for s in STATUSES}
+    counts: dict[str, int] = {s: 0 for s in STATUSES}
     for _, _, verdicts in results:
         for v in verdicts:
             counts[v.status] += 1

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
+from typing import assert_never
 
-import z3
+import z3  # type: ignore[import-untyped]
 
 from layoutc.compiler import ir
 from layoutc.compiler.evaluate import Value, finite_values, param_deps
@@ -55,15 +56,21 @@ class Encoder:
 
     # ---- domains ----
     def domain(self) -> z3.BoolRef:
+        """The parameters' domains and the `let` definitions, as one conjunction."""
         parts: list[z3.BoolRef] = []
         for p in self.contract.params:
             v = self.vars[p.name]
-            if p.kind == "range":
-                parts += [v >= p.low, v <= p.high]
-            elif p.kind == "set":
-                parts.append(z3.Or([v == x for x in p.values]))
-            elif p.kind == "enum":
-                parts += [v >= 0, v < len(p.values)]
+            match p.kind:
+                case "range":
+                    parts += [v >= p.low, v <= p.high]
+                case "set":
+                    parts.append(z3.Or([v == x for x in p.values]))
+                case "enum":
+                    parts += [v >= 0, v < len(p.values)]
+                case "bool":
+                    pass
+                case _:
+                    assert_never(p.kind)
         return z3.And(parts + self.defs) if parts or self.defs else z3.BoolVal(True, self.ctx)
 
     def rules(self, kind: str) -> list[tuple[ir.Rule, z3.BoolRef]]:
@@ -90,37 +97,51 @@ class Encoder:
         return hit[1]
 
     def _expr(self, e: ir.Expr, axis_sizes: Mapping[tuple[str, str], z3.ArithRef] | None) -> z3.ExprRef:
-        if isinstance(e, ir.Const):
-            if isinstance(e.value, bool):
-                return z3.BoolVal(e.value, self.ctx)
-            if isinstance(e.value, str):
-                assert isinstance(e.type, ir.EnumT)
-                return self.int(e.type.members.index(e.value))
-            return self.int(e.value)
-        if isinstance(e, ir.Ref):
-            return self.vars[e.name]
-        if isinstance(e, ir.AxisSize):
-            if axis_sizes is None:
-                raise ValueError("axis size outside a kernel clause")
-            return axis_sizes[(e.tensor, e.axis)]
-        if isinstance(e, ir.Cond):
-            return z3.If(self.expr(e.cond, axis_sizes), self.expr(e.then, axis_sizes),
-                         self.expr(e.orelse, axis_sizes))
-        if isinstance(e, ir.Select):
-            subject = self.expr(e.subject, axis_sizes)
-            assert isinstance(e.subject.type, ir.EnumT)
-            members = e.subject.type.members
-            result = self.expr(e.default, axis_sizes) if e.default is not None \
-                else self.expr(e.cases[-1][1], axis_sizes)
-            cases = e.cases if e.default is not None else e.cases[:-1]
-            for member, value in reversed(cases):
-                result = z3.If(subject == members.index(member), self.expr(value, axis_sizes), result)
-            return result
-        if isinstance(e, ir.Op):
-            return self.op(e, axis_sizes)
-        raise ValueError(f"cannot encode {type(e).__name__}")
+        match e:
+            case ir.Const():
+                return self._const(e)
+            case ir.Ref(name=name):
+                return self.vars[name]
+            case ir.AxisSize(tensor=tensor, axis=axis):
+                if axis_sizes is None:
+                    raise ValueError("axis size outside a kernel clause")
+                return axis_sizes[(tensor, axis)]
+            case ir.Cond():
+                return z3.If(self.expr(e.cond, axis_sizes), self.expr(e.then, axis_sizes),
+                             self.expr(e.orelse, axis_sizes))
+            case ir.Select():
+                return self._select(e, axis_sizes)
+            case ir.Op():
+                return self.op(e, axis_sizes)
+            case ir.TensorValue() | ir.Code():  # decode-only terms (properties/pad_values.py decodes them)
+                raise ValueError(f"cannot encode {type(e).__name__}")
+            case _:
+                assert_never(e)
 
-    def _by_values(self, divisor: ir.Expr, build, axis_sizes):  # type: ignore[no-untyped-def]
+    def _const(self, e: ir.Const) -> z3.ExprRef:
+        match e.value:
+            case bool(flag):
+                return z3.BoolVal(flag, self.ctx)
+            case str(member):
+                assert isinstance(e.type, ir.EnumT)
+                return self.int(e.type.members.index(member))
+            case int(number):
+                return self.int(number)
+            case _:
+                assert_never(e.value)
+
+    def _select(self, e: ir.Select, axis_sizes: Mapping[tuple[str, str], z3.ArithRef] | None) -> z3.ExprRef:
+        subject = self.expr(e.subject, axis_sizes)
+        assert isinstance(e.subject.type, ir.EnumT)
+        members = e.subject.type.members
+        result = self.expr(e.default, axis_sizes) if e.default is not None \
+            else self.expr(e.cases[-1][1], axis_sizes)
+        cases = e.cases if e.default is not None else e.cases[:-1]
+        for member, value in reversed(cases):
+            result = z3.If(subject == members.index(member), self.expr(value, axis_sizes), result)
+        return result
+
+    def by_values(self, divisor: ir.Expr, build, axis_sizes):  # type: ignore[no-untyped-def]
         """Expand `build(numeral)` over the finite values of `divisor`."""
         if isinstance(divisor, ir.Const) and isinstance(divisor.value, int):
             return build(divisor.value)
@@ -171,50 +192,80 @@ class Encoder:
         return hit[2], hit[3]
 
     def op(self, e: ir.Op, axis_sizes: Mapping[tuple[str, str], z3.ArithRef] | None) -> z3.ExprRef:
-        op = e.op
-        if op == "not":
-            return z3.Not(self.expr(e.args[0], axis_sizes))
-        if op == "neg":
-            return -self.expr(e.args[0], axis_sizes)
-        if op in ("lcm", "gcd"):
-            values = self.finite(e)
-            if values is None:
-                raise ValueError(f"{op} of non-finite arguments")
-            return self._tabulate(e, axis_sizes)
-        a = self.expr(e.args[0], axis_sizes)
-        if op in ("/", "%", "round_up", "round_down", "cdiv"):
-            numeral = isinstance(e.args[1], ir.Const) and isinstance(e.args[1].value, int)
-            divided = None if numeral else self._divided(op, a, e.args[1], axis_sizes)
-            if divided is not None:
-                return divided
+        """The z3 term of an operator or builtin function (`ir.OPS`)."""
+        match e.op:
+            case "not":
+                return z3.Not(self.expr(e.args[0], axis_sizes))
+            case "neg":
+                return -self.expr(e.args[0], axis_sizes)
+            case "lcm" | "gcd":
+                if self.finite(e) is None:
+                    raise ValueError(f"{e.op} of non-finite arguments")
+                return self._tabulate(e, axis_sizes)
+            case "/" | "%" | "round_up" | "round_down" | "cdiv":
+                return self._division(e, axis_sizes)
+            case "*":
+                # left to z3 as a product; a finite side is split on if the whole domain is not
+                # settled (the case split substitutes it, which leaves the product linear)
+                a, b = self.expr(e.args[0], axis_sizes), self.expr(e.args[1], axis_sizes)
+                for side in e.args:
+                    if not isinstance(side, ir.Const) and self.finite(side) is not None:
+                        self.split_params |= param_deps(side, self.lets)
+                return a * b
+        return self._binary(e.op, self.expr(e.args[0], axis_sizes), self.expr(e.args[1], axis_sizes))
 
-            def build(v: int):  # type: ignore[no-untyped-def]
-                if op == "/":
+    def _binary(self, op: str, a: z3.ExprRef, b: z3.ExprRef) -> z3.ExprRef:
+        match op:
+            case "+":
+                return a + b
+            case "-":
+                return a - b
+            case "==":
+                return a == b
+            case "!=":
+                return a != b
+            case "<":
+                return a < b
+            case "<=":
+                return a <= b
+            case ">":
+                return a > b
+            case ">=":
+                return a >= b
+            case "and":
+                return z3.And(a, b)
+            case "or":
+                return z3.Or(a, b)
+            case "min":
+                return z3.If(a <= b, a, b)
+            case "max":
+                return z3.If(a >= b, a, b)
+            case _:
+                raise ValueError(f"cannot encode operator {op!r}")
+
+    def _division(self, e: ir.Op, axis_sizes: Mapping[tuple[str, str], z3.ArithRef] | None) -> z3.ExprRef:
+        """/, %, round_up, round_down or cdiv (floor semantics): through quotient and remainder
+        variables for a non-numeral divisor whose values are all positive, else expanded over
+        the divisor's values, each a division by a numeral."""
+        op = e.op
+        a = self.expr(e.args[0], axis_sizes)
+        numeral = isinstance(e.args[1], ir.Const) and isinstance(e.args[1].value, int)
+        divided = None if numeral else self._divided(op, a, e.args[1], axis_sizes)
+        if divided is not None:
+            return divided
+
+        def build(v: int) -> z3.ArithRef:
+            match op:
+                case "/":
                     return a / v
-                if op == "%":
+                case "%":
                     return a % v
-                if op == "round_up":
+                case "round_up":
                     return ((a + (v - 1)) / v) * v
-                if op == "round_down":
+                case "round_down":
                     return (a / v) * v
-                return (a + (v - 1)) / v
-            return self._by_values(e.args[1], build, axis_sizes)
-        b = self.expr(e.args[1], axis_sizes)
-        if op == "*":
-            # left to z3 as a product; a finite side is split on if the whole domain is not
-            # settled (the case split substitutes it, which leaves the product linear)
-            for side in e.args:
-                if not isinstance(side, ir.Const) and self.finite(side) is not None:
-                    self.split_params |= param_deps(side, self.lets)
-            return a * b
-        table = {
-            "+": lambda: a + b, "-": lambda: a - b,
-            "==": lambda: a == b, "!=": lambda: a != b,
-            "<": lambda: a < b, "<=": lambda: a <= b, ">": lambda: a > b, ">=": lambda: a >= b,
-            "and": lambda: z3.And(a, b), "or": lambda: z3.Or(a, b),
-            "min": lambda: z3.If(a <= b, a, b), "max": lambda: z3.If(a >= b, a, b),
-        }
-        return table[op]()
+            return (a + (v - 1)) / v  # cdiv
+        return self.by_values(e.args[1], build, axis_sizes)
 
     def _tabulate(self, e: ir.Expr, axis_sizes):  # type: ignore[no-untyped-def]
         """Encode a finite-valued expression as a table over its parameters."""

@@ -1,14 +1,15 @@
 """Verdicts of `layoutc verify` and the solver options they depend on (no z3 here).
 
-`layoutc/compiler/verify/properties.py` computes them; `layoutc/compiler/verify/cache.py` stores and reloads
-them; `layoutc/compiler/verify/report.py` renders them. Keeping these types free of z3
-lets a fully cached run skip importing the solver. Schema: docs/verification.md.
+The properties (layoutc/compiler/verify/properties/) compute them; the driver
+(layoutc/compiler/verify/driver.py, through entries.py) stores and reloads them;
+layoutc/compiler/verify/report.py renders them. Keeping these types free of z3 lets a
+fully cached run skip importing the solver. Schema: docs/verification.md.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from layoutc.compiler.diagnostics import Span
 
@@ -17,19 +18,7 @@ if TYPE_CHECKING:
 
 Status = Literal["proved", "counterexample", "inconclusive", "vacuous", "info"]
 
-PROPERTIES: tuple[tuple[str, str], ...] = (
-    ("vacuity", "the contract admits at least one configuration"),
-    ("alignment", "every kernel divisibility rule holds on the padded sizes"),
-    ("placement", "the kernel finds every logical element at its own role and index"),
-    ("roundtrip", "pad is injective into the padded tensor and unpad inverts it"),
-    ("inertness", "every padded lane adds exactly 0 to the layer output"),
-    ("groups", "groups and packed elements stay whole and never straddle the pad boundary"),
-    ("kernel-arguments", "pad counts passed to the kernel describe padding that really exists"),
-    ("coverage", "over all ranks, every element of the full checkpoint is read by exactly one rank"),
-    ("admission", "no admitted configuration breaks a kernel rule or a layout assumption"),
-    ("waste", "worst-case pad fraction over the domain (informational)"),
-)
-PROPERTY_IDS = tuple(p for p, _ in PROPERTIES)
+STATUSES: tuple[Status, ...] = ("proved", "counterexample", "inconclusive", "vacuous", "info")
 
 
 @dataclass(frozen=True)
@@ -67,3 +56,14 @@ class Verdict:
     span: Span
     counterexample: Counterexample | None = None
     warnings: tuple[str, ...] = ()
+
+
+class Named(Protocol):
+    """What a report needs of a contract: its name (an `ir.Contract`, or the driver's
+    `CachedContract` when the verdicts came from the cache and nothing was parsed)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+Result = tuple[str, Named, list[Verdict]]  # (path, contract, one verdict per property id)

@@ -1,0 +1,146 @@
+"""Verification entries of the verdict cache: their keys and their JSON form.
+
+A verdict is a function of the contract's text, the compiler's own code (every module
+and the grammar under layoutc/compiler, hashed, so an edited checkout never reuses a
+stale verdict), the solver (z3's Python modules and library file), the Python version,
+the solver options and the pinned parameters (`fixed`). :func:`key` hashes all of them.
+An entry holds the contract's name, its checker diagnostics (None where the caller had
+none to give: `layoutc compile` verifies contracts it checked itself) and its verdicts;
+spans are stored without their file and re-attached to the path being verified. A
+cached verdict keeps the `seconds` and `queries` of the run that produced it.
+
+No z3, no parser: a fully cached `layoutc verify` imports neither.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from layoutc import __version__
+from layoutc.compiler.diagnostics import Diagnostic, Related, Span
+from layoutc.compiler.verify.registry import PROPERTY_IDS
+from layoutc.compiler.verify.verdicts import STATUSES, Counterexample, Options, Verdict
+
+FORMAT = 2
+COMPILER = Path(__file__).resolve().parent.parent  # layoutc/compiler
+_code_digest: str | None = None
+
+
+def code_digest() -> str:
+    """SHA-256 (hex) over the compiler's modules and grammar, z3's files and the Python version."""
+    global _code_digest
+    if _code_digest is None:
+        h = hashlib.sha256(f"layoutc {__version__} python {sys.version_info[:2]}".encode())
+        for rel in _sources(str(COMPILER), ""):
+            with open(os.path.join(COMPILER, rel), "rb") as fh:
+                h.update(rel.encode() + b"\0" + fh.read() + b"\0")
+        spec = importlib.util.find_spec("z3")
+        if spec is not None and spec.origin:
+            z3dir = Path(spec.origin).parent
+            for name in ("z3core.py", "z3.py"):
+                if (z3dir / name).is_file():
+                    h.update((z3dir / name).read_bytes())
+            for lib in sorted((z3dir / "lib").glob("libz3*")):
+                st = lib.stat()
+                h.update(f"{lib.name} {st.st_size} {st.st_mtime_ns}".encode())
+        _code_digest = h.hexdigest()
+    return _code_digest
+
+
+def _sources(root: str, rel: str) -> list[str]:
+    """The .py and .lark files under root/rel, as sorted paths relative to root (no __pycache__)."""
+    out: list[str] = []
+    with os.scandir(os.path.join(root, rel)) as found:
+        for entry in found:
+            name = os.path.join(rel, entry.name) if rel else entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != "__pycache__":
+                    out += _sources(root, name)
+            elif entry.name.endswith((".py", ".lark")):
+                out.append(name)
+    return sorted(out)
+
+
+def key(text: str, options: Options, fixed: dict[str, Any] | None = None) -> str:
+    """The cache key (SHA-256, hex) of verifying `text` under `options` with `fixed` pinned."""
+    h = hashlib.sha256(f"layoutc-verdicts {FORMAT}\0{code_digest()}\0".encode())
+    h.update(json.dumps(asdict(options), sort_keys=True).encode() + b"\0")
+    h.update(json.dumps(sorted((fixed or {}).items()), default=str).encode() + b"\0")
+    h.update(text.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    diagnostics: tuple[Diagnostic, ...] | None  # None: not known to the caller that stored it
+    verdicts: list[Verdict]
+
+
+def encode(name: str, diags: Sequence[Diagnostic] | None, verdicts: Sequence[Verdict]) -> dict[str, Any]:
+    """The JSON-able value of an entry."""
+    return {"name": name, "diagnostics": None if diags is None else [_diag_doc(d) for d in diags],
+            "verdicts": [_verdict_doc(v) for v in verdicts]}
+
+
+def decode(value: Any, file: str) -> Entry | None:
+    """The entry of a stored value (spans re-attached to `file`), or None where it is not
+    one this module wrote: a wrong shape, an unknown status, the properties out of order,
+    or an inconclusive verdict (never stored: it depends on time and load)."""
+    try:
+        verdicts = [_verdict(v, file) for v in value["verdicts"]]
+        if [v.property for v in verdicts] != list(PROPERTY_IDS) or any(v.status == "inconclusive" for v in verdicts):
+            return None
+        diags = value["diagnostics"]
+        return Entry(str(value["name"]), None if diags is None else tuple(_diag(d, file) for d in diags), verdicts)
+    except Exception:  # any damage at all (wrong types, missing fields): not trusted
+        return None
+
+
+def _span(s: Span) -> list[int]:
+    return [s.line, s.column, s.end_line, s.end_column]
+
+
+def _unspan(v: Any, file: str) -> Span:
+    line, column, end_line, end_column = (int(x) for x in v)
+    return Span(file, line, column, end_line, end_column)
+
+
+def _verdict_doc(v: Verdict) -> dict[str, Any]:
+    cex = v.counterexample
+    return {"property": v.property, "status": v.status, "detail": v.detail, "seconds": v.seconds,
+            "queries": v.queries, "span": _span(v.span), "warnings": list(v.warnings),
+            "counterexample": None if cex is None else {
+                "config": cex.config, "derived": cex.derived, "message": cex.message, "where": cex.where,
+                "picture": list(cex.picture), "rule": cex.rule}}
+
+
+def _verdict(d: dict[str, Any], file: str) -> Verdict:
+    c = d["counterexample"]
+    cex = None if c is None else Counterexample(dict(c["config"]), dict(c["derived"]), str(c["message"]),
+                                                str(c["where"]), tuple(str(x) for x in c["picture"]), str(c["rule"]))
+    if d["status"] not in STATUSES:
+        raise ValueError("bad status")
+    return Verdict(str(d["property"]), d["status"], str(d["detail"]), float(d["seconds"]), int(d["queries"]),
+                   _unspan(d["span"], file), cex, tuple(str(w) for w in d["warnings"]))
+
+
+def _diag_doc(d: Diagnostic) -> dict[str, Any]:
+    return {"code": d.code, "severity": d.severity, "span": _span(d.span), "message": d.message,
+            "related": [[_span(r.span), r.message] for r in d.related], "help": d.help}
+
+
+def _diag(d: dict[str, Any], file: str) -> Diagnostic:
+    if d["severity"] not in ("error", "warning", "note"):
+        raise ValueError("bad severity")
+    return Diagnostic(str(d["code"]), d["severity"], _unspan(d["span"], file), str(d["message"]),
+                      tuple(Related(_unspan(s, file), str(m)) for s, m in d["related"]),
+                      None if d["help"] is None else str(d["help"]))
