@@ -52,7 +52,9 @@ def snapshot_file(path: Path) -> dict[str, Any]:
     entry: dict[str, Any] = {"diagnostics": checked}
     if not any(d.get("severity") == "error" for d in checked):
         verified = _cli_json(["verify", "--format", "json", "--no-cache", rel]) or {}
-        entry["verify_diagnostics"] = verified.get("diagnostics", [])
+        # LC603 (inconclusive) repeats the load-dependent detail: keep its code and span only
+        entry["verify_diagnostics"] = [{k: v for k, v in d.items() if d.get("code") != "LC603" or k != "message"}
+                                       for d in verified.get("diagnostics", [])]
         entry["properties"] = [_prop(p) for c in verified.get("contracts", []) for p in c.get("properties", [])]
         entry["tool_failures"] = verified.get("tool_failures", [])
     return entry
