@@ -33,3 +33,20 @@ def test_the_nan_codes_named_in_the_issue() -> None:
     assert decode_byte("e4m3fn", 0x7E) == 448 and decode_byte("e4m3fn", 0) == 0
     with pytest.raises(ValueError):
         decode_byte("e8m0", 256)
+
+
+def test_e2m1_is_the_ocp_table_the_tools_decode_with() -> None:
+    """numformats.e2m1 (OCP MX v1.0 5.3.3: bias 1, exponent 0 subnormal) against the
+    tables transformers 5.19 (integrations/mxfp4.py FP4_VALUES) and compressed-tensors 0.17
+    (nvfp4/helpers.py FLOAT_TO_E2M1, the magnitudes) decode MXFP4 nibbles with."""
+    from layoutc.runtime.numformats import NIBBLE_FORMATS, e2m1
+
+    ocp = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+    assert [float(e2m1(n)) for n in range(16)] == ocp + [-v for v in ocp]
+    assert NIBBLE_FORMATS["e2m1"] is e2m1
+    with pytest.raises(ValueError):
+        e2m1(16)
+    mxfp4 = pytest.importorskip("transformers.integrations.mxfp4")
+    assert [float(e2m1(n)) for n in range(16)] == mxfp4.FP4_VALUES
+    helpers = pytest.importorskip("compressed_tensors.compressors.nvfp4.helpers")
+    assert [float(e2m1(n)) for n in range(8)] == helpers.FLOAT_TO_E2M1

@@ -9,6 +9,13 @@ bits, bias 127, 0xFF is NaN, no zero, no sign) and section 5.3 / OCP 8-bit
 floating point v1.0 (E4M3FN: bias 7, no infinities, 0x7F and 0xFF are NaN;
 E5M2: bias 15, IEEE-like, exponent 31 is inf or NaN). These match torch's
 `float8_e8m0fnu`, `float8_e4m3fn` and `float8_e5m2`.
+
+E2M1 (FP4, the MXFP4 element format: OCP MX v1.0 section 5.3.3) is a 4-bit code, not a
+byte: 1 sign bit, 2 exponent bits (bias 1), 1 mantissa bit, no infinities and no NaN, so
+every nibble is finite (0..6 in magnitude). It is in NIBBLE_FORMATS, not FORMATS: FORMATS
+holds the byte formats a contract's `decode` may name on a stored byte. The quantized
+checkpoint dequantizer (layoutc/tools/checkpoints/quant) builds its lookup tables from
+these functions, so the loaders and the verifier share one definition.
 """
 
 from __future__ import annotations
@@ -48,12 +55,27 @@ def e5m2(byte: int) -> Fraction | None:
     return sign * (1 + Fraction(mant, 4)) * Fraction(2) ** (exp - 15)
 
 
+def e2m1(nibble: int) -> Fraction:
+    """FP4 E2M1 nibble (MXFP4 elements, two a byte, low nibble first): bias 1, exponent 0
+    is subnormal (m / 2); every code is finite. 0x8 is -0, returned as 0 (a Fraction has
+    no sign of zero). Raises ValueError for a value outside 0..15."""
+    if not 0 <= nibble <= 0xF:
+        raise ValueError(f"{nibble} is not a nibble (0..15)")
+    sign = -1 if nibble & 0x8 else 1
+    exp, mant = (nibble >> 1) & 0x3, nibble & 0x1
+    if exp == 0:
+        return sign * Fraction(mant, 2)
+    return sign * (1 + Fraction(mant, 2)) * Fraction(2) ** (exp - 1)
+
+
 def _byte(byte: int) -> None:
     if not 0 <= byte <= 0xFF:
         raise ValueError(f"{byte} is not a byte (0..255)")
 
 
 FORMATS = {"e8m0": e8m0, "e4m3fn": e4m3fn, "e5m2": e5m2}
+#: 4-bit codes (not bytes, so not something a contract's `decode` names yet).
+NIBBLE_FORMATS = {"e2m1": e2m1}
 NAN_NOTE = {"e8m0": "E8M0 0xFF is NaN", "e4m3fn": "float8_e4m3fn 0x7F/0xFF are NaN",
             "e5m2": "float8_e5m2 exponent 31 is inf or NaN"}
 

@@ -1,0 +1,37 @@
+"""Quantized routed-expert checkpoints: formats declared as data (`scheme`), read from
+config.json's `quantization_config` (`config.read_quantization`, standard library only),
+held to the safetensors headers (`validate.validate`) and dequantized independently
+(`dequant.dequantize`, torch).
+
+Declared: GPTQ int4 / int8 (sym or asym, desc_act on or off, checkpoint_format gptq or
+gptq_v2), AWQ int4 GEMM, FP8 E4M3 per block (DeepSeek-V3 / MiniMax-M2 `weight_scale_inv`),
+per channel and per tensor (compressed-tensors `weight_scale`; "fp8" without blocks), and
+gpt-oss MXFP4 (`*_blocks` / `*_scales`).
+
+Error codes (FormatError): LR150 an undeclared method, bit width, version or scheme (named,
+read from the config before any tensor); LR151 a malformed quantization_config value;
+LR152 a skip list or per-module override that reaches the routed experts; LR153 a scale,
+zero-point or g_idx whose shape does not match its weight; LR154 a packed tensor with the
+wrong byte count; LR155 a g_idx out of range (or not k // group_size without act-order);
+LR156 an E8M0 scale byte 255 (NaN); LR157 the config disagrees with the tensors (dtype,
+bit width, unquantized tensors); LR158 a scheme whose layout the family's format cannot hold.
+"""
+
+from layoutc.tools.checkpoints.quant.config import find_quantization_config, read_quantization
+from layoutc.tools.checkpoints.quant.scheme import (
+    AWQ_ORDER,
+    Dim,
+    Packing,
+    QuantScheme,
+    TensorSpec,
+    awq,
+    fp8,
+    gptq,
+    mxfp4,
+    projection_extents,
+    tensor_names,
+)
+from layoutc.tools.checkpoints.quant.validate import validate
+
+__all__ = ["AWQ_ORDER", "Dim", "Packing", "QuantScheme", "TensorSpec", "awq", "find_quantization_config", "fp8",
+           "gptq", "mxfp4", "projection_extents", "read_quantization", "tensor_names", "validate"]

@@ -1,0 +1,169 @@
+"""`validate`: hold one MoE layer's quantized tensors to the declared scheme before any
+kernel runs, from the safetensors headers (names, dtypes, shapes); only g_idx and E8M0
+scales are read, since their values are what can be wrong.
+
+Errors (FormatError, each naming the tensor): LR112 a required tensor is absent; LR153 a
+scale, zero-point or g_idx whose shape does not match its weight; LR154 a packed tensor
+with the wrong byte count; LR155 a g_idx value outside its groups (or a g_idx other than
+k // group_size where the config says no act-order, which vLLM would read as k // group_size);
+LR156 an E8M0 scale byte 255 (NaN); LR157 the quantization_config disagrees with the
+tensors (a dtype the scheme does not store, a weight sized for another bit width, bf16
+weights where quantized ones are declared).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from layoutc.tools.checkpoints.formats import FormatError, ModelMoE, describe
+from layoutc.tools.checkpoints.quant import scheme as S
+from layoutc.tools.checkpoints.reader import Checkpoint
+
+#: safetensors dtype codes -> torch dtype names (safetensors 0.8 `get_dtype()`).
+SAFETENSORS_DTYPES = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32",
+    "I16": "int16", "I8": "int8", "U8": "uint8", "U16": "uint16", "U32": "uint32", "U64": "uint64",
+    "BOOL": "bool", "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu",
+}
+
+
+def check_stored(scheme: S.QuantScheme, spec: S.TensorSpec, name: str, dtype: str, shape: tuple[int, ...],
+                 extents: dict[str, int], experts: int | None = None) -> None:
+    """One stored tensor's dtype and shape against `spec` for logical `extents`.
+
+    experts: the leading experts dim of a fused tensor (None: per-expert).
+    Raises FormatError LR157 (dtype; a weight sized for another bit width), LR154 (a packed
+    weight of the wrong size), LR153 (a scale / zero / g_idx of the wrong shape).
+    """
+    if dtype not in spec.dtypes():
+        raise FormatError("LR157", f"{name}: stored {dtype}, but quantization_config ({scheme.method}, "
+                          f"{scheme.name}) stores its {spec.role} as {' or '.join(spec.dtypes())}")
+    lead = () if experts is None else (experts,)
+    want = lead + spec.shape(extents, name)
+    if spec.scalar and shape in (lead, (*lead, 1)):
+        return
+    if shape == want:
+        return
+    if spec.role == "weight":
+        other = _other_bits(scheme, spec, extents)
+        if other is not None and shape == lead + other[1]:
+            raise FormatError("LR157", f"{name}: shape {list(shape)} is sized for {other[0]}-bit values, but "
+                              f"quantization_config says {scheme.bits}-bit ({scheme.name}: {list(want)})")
+        if spec.packing is not None:
+            raise FormatError("LR154", f"{name}: shape {list(shape)}, but {spec.packing.per_element} values per "
+                              f"{spec.dtypes()[0]} make it {list(want)} for [out, in] = "
+                              f"[{extents['out']}, {extents['in']}]")
+    raise FormatError("LR153", f"{name}: shape {list(shape)} does not match its weight: {scheme.name} needs "
+                      f"{list(want)} for [out, in] = [{extents['out']}, {extents['in']}]")
+
+
+def _other_bits(scheme: S.QuantScheme, spec: S.TensorSpec, extents: dict[str, int]) -> tuple[int, tuple[int, ...]] \
+        | None:
+    """(bits, shape) of the same weight at the other declared GPTQ bit width."""
+    if scheme.method != "gptq":
+        return None
+    other = S.gptq({4: 8, 8: 4}[scheme.bits], scheme.group_size or -1, sym=True, act_order=False)
+    try:
+        return other.bits, other.weight().shape(extents)
+    except FormatError:
+        return None
+
+
+def weight_extents(scheme: S.QuantScheme, shape: tuple[int, ...], name: str = "weight") -> dict[str, int]:
+    """Logical {"out", "in"} from a stored weight's shape (per expert). Raises FormatError
+    LR154 when a split packed dim has the wrong inner size, LR153 on a wrong rank."""
+    spec = scheme.weight()
+    sizes = [2 if d.split else 1 for d in spec.dims]
+    if len(shape) != sum(sizes):
+        raise FormatError("LR153", f"{name}: rank {len(shape)}, {scheme.name} stores its weight with "
+                          f"{sum(sizes)} dims")
+    extents: dict[str, int] = {}
+    i = 0
+    for d, n in zip(spec.dims, sizes, strict=True):
+        if d.axis is not None:
+            if d.split:
+                if shape[i + 1] != d.split // d.pack:
+                    raise FormatError("LR154", f"{name}: {shape[i + 1]} bytes a block, {scheme.name} stores "
+                                      f"{d.split // d.pack} ({d.split} values, {d.pack} a byte)")
+                extents[d.axis] = shape[i] * d.split
+            else:
+                extents[d.axis] = shape[i] * d.pack
+        i += n
+    return extents
+
+
+def validate(scheme: S.QuantScheme, ckpt: Checkpoint, layer: int, moe: ModelMoE | None = None) -> None:
+    """Every quantized expert tensor of `layer` against `scheme`, for the model's extents.
+
+    moe: the config's routed-expert settings (None: `describe(ckpt.config)`).
+    Raises FormatError (see the module docstring): LR112, LR153-LR157, LR158.
+    """
+    moe = moe or describe(ckpt.config)
+    fmt = moe.format
+    fused = fmt.fused
+    for e in [None] if fused else range(moe.num_experts):
+        for proj, roles in S.tensor_names(scheme, fmt, layer, e).items():
+            extents = S.projection_extents(proj, moe.hidden_size, moe.intermediate_size)
+            for spec in scheme.tensors:
+                name = roles[spec.role]
+                if not ckpt.has(name):
+                    if spec.required:
+                        _missing(scheme, ckpt, name, roles)
+                    continue
+                sl = ckpt.slice(name)
+                dtype = SAFETENSORS_DTYPES.get(sl.get_dtype(), sl.get_dtype())
+                shape = tuple(int(s) for s in sl.get_shape())
+                check_stored(scheme, spec, name, dtype, shape, extents, moe.num_experts if fused else None)
+                if spec.role == "g_idx":
+                    check_g_idx(scheme, name, ckpt.tensor(name), extents)
+                if spec.role == "scale" and "e8m0" in (spec.element(dtype),):
+                    check_e8m0(name, ckpt.tensor(name))
+
+
+def _missing(scheme: S.QuantScheme, ckpt: Checkpoint, name: str, roles: dict[str, str]) -> None:
+    weight = roles["weight"]
+    base = weight[: -len(scheme.weight().suffix)]
+    for plain in (base + ".weight", base):
+        if ckpt.has(plain) and plain != weight:
+            dtype = SAFETENSORS_DTYPES.get(ckpt.slice(plain).get_dtype(), "?")
+            raise FormatError("LR157", f"{name}: absent, but quantization_config says {scheme.method} "
+                              f"({scheme.name}); the checkpoint holds {plain} as {dtype} instead (its tensors "
+                              "are not quantized, or in another format)")
+    ckpt.slice(name)  # raises LR112 naming the tensor and the closest names
+
+
+def check_g_idx(scheme: S.QuantScheme, name: str, g_idx: Any, extents: dict[str, int]) -> None:
+    """GPTQ g_idx [in]: every value a group of the scales (0 .. groups - 1); without
+    act-order it must be k // group_size, the grouping vLLM assumes (it drops g_idx).
+    Raises FormatError LR155 naming the tensor and the first bad index."""
+    import torch
+
+    spec = scheme.spec("scale")
+    assert spec is not None
+    groups = spec.shape(extents, name)[0]
+    g = g_idx.to(torch.int64).reshape(-1)
+    bad = ((g < 0) | (g >= groups)).nonzero()
+    if bad.numel():
+        k = int(bad[0, 0])
+        raise FormatError("LR155", f"{name}[{k}] = {int(g[k])} is outside the {groups} groups of its scales "
+                          f"(0..{groups - 1})")
+    if not scheme.act_order and scheme.group_size and scheme.group_size > 0:
+        want = torch.arange(g.numel()) // scheme.group_size
+        off = (g != want).nonzero()
+        if off.numel():
+            k = int(off[0, 0])
+            raise FormatError("LR155", f"{name}[{k}] = {int(g[k])}, but desc_act is false: input channel {k} is "
+                              f"in group {int(want[k])} (k // {scheme.group_size}), which is how vLLM reads it")
+
+
+def check_e8m0(name: str, scales: Any) -> None:
+    """E8M0 scale bytes: 255 is NaN (OCP MX v1.0 5.4). Raises FormatError LR156 naming the
+    tensor, the first such byte's index and how many there are."""
+    import torch
+
+    raw = scales.view(torch.uint8) if scales.dtype != torch.uint8 else scales
+    nan = (raw == 0xFF).nonzero()
+    if nan.numel():
+        where = ", ".join(str(int(i)) for i in nan[0])
+        raise FormatError("LR156", f"{name}[{where}] is the E8M0 byte 255, which decodes to NaN "
+                          f"({nan.shape[0]} of its bytes are 255)")
