@@ -74,7 +74,7 @@ def _bounded_int(low: int, high: int):  # type: ignore[no-untyped-def]
 
 
 def _load_all(paths: Sequence[str]):  # type: ignore[no-untyped-def]
-    from layoutc.compiler.check import load
+    from layoutc.compiler.source import load
     loaded = []
     all_diags: list[Diagnostic] = []
     sources: dict[str, str] = {}

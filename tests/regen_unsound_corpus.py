@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from layoutc.compiler.check import load
+from layoutc.compiler.source import load
 from layoutc.compiler.verify.prove import verify
 
 CORPUS = Path(__file__).resolve().parent / "cases" / "unsound"

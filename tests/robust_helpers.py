@@ -231,8 +231,8 @@ def baseline_imports() -> set[str]:
     shipped contract): the yardstick for hostile ones. Must be torch plus the standard
     library only."""
     if not _BASELINE:
-        from layoutc.compiler.check import load
         from layoutc.compiler.emit.render import render
+        from layoutc.compiler.source import load
         contract, diags, _ = load(str(CONTRACTS[0]))
         assert contract is not None, diags
         names = module_imports(render(contract, f"contracts/{CONTRACTS[0].name}", ()))

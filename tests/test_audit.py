@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from layoutc.cli import main
-from layoutc.compiler.check import load
+from layoutc.compiler.source import load
 from layoutc.tools.audit import (
     CONTRACT_FORMATS,
     AuditRow,

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from layoutc.compiler.check import load
 from layoutc.compiler.evaluate import eval_expr, eval_lets
+from layoutc.compiler.source import load
 from layoutc.tools.audit import audit, audit_report, load_contracts
 from layoutc.tools.hfconfig import bundled_model_names, load_model_config, parse_model_config
 

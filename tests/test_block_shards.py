@@ -236,7 +236,7 @@ def test_tail_fill_decoded_resolves_like_fill_decoded_and_a_finite_scale_tail_pr
     """`tail fill decoded 1` on an E8M0 scale resolves to the byte 127 (2^0) and the contract
     still proves every property; `tail fill 255` (NaN) is the unsound case
     block_shard_scale_tail_nan."""
-    from layoutc.compiler.check import load
+    from layoutc.compiler.source import load
     from layoutc.compiler.verify.prove import verify
     from tests.conftest import ROOT
 

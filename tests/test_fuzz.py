@@ -341,7 +341,7 @@ def stage(name):
 
 try:
     stage("load (parse + check)")
-    from layoutc.compiler.check import load
+    from layoutc.compiler.source import load
     contract, diags, text = load(path)
     out["codes"] = sorted({d.code for d in diags})
     stage("cli check (renders the diagnostics)")
@@ -392,4 +392,4 @@ def test_fuzz_regressions(path: Path, regression_results: dict[str, Any]) -> Non
 
 def test_fuzz_case_corpus_exists() -> None:
     assert (CASES / "fuzz").is_dir()
-    assert REPO.joinpath("layoutc", "grammar.lark").exists()
+    assert REPO.joinpath("layoutc", "compiler", "grammar.lark").exists()

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from robust_helpers import CASES, audit_import, baseline_imports, configs_for, crashed, run_layoutc, unexpected_events
 
 from layoutc import cli
-from layoutc.compiler.check import load
+from layoutc.compiler.source import load
 
 HOSTILE_DIR = CASES / "hostile"
 

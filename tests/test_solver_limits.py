@@ -89,7 +89,7 @@ WALL_BOUND_S = 30.0  # generous: each contract needs ~1 s at TIMEOUT_MS
 
 _API = r"""
 import json, sys, time
-from layoutc.compiler.check import load
+from layoutc.compiler.source import load
 from layoutc.compiler.verify.prove import verify
 from layoutc.compiler.verify.verdicts import Options
 contract, diags, _ = load(sys.argv[1])
@@ -189,7 +189,7 @@ def test_many_hard_obligations_are_bounded(tmp_path: Path) -> None:
 def test_shrinking_continues_past_unknown_answers() -> None:
     """`obligations.minimize` (issue 12, item 7): an `unknown` answer does not end the search; the
     other half is tried and the region shrinks, within MINIMIZE_QUERIES solver calls."""
-    from layoutc.compiler.check import load
+    from layoutc.compiler.source import load
     from layoutc.compiler.verify import obligations
     from layoutc.compiler.verify.properties import alignment
     from layoutc.compiler.verify.run import Run

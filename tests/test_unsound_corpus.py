@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from layoutc.compiler.check import load
 from layoutc.compiler.evaluate import eval_expr, eval_lets
+from layoutc.compiler.source import load
 from layoutc.compiler.verify.prove import verify
 from layoutc.compiler.verify.registry import PROPERTY_IDS
 from tests.conftest import ROOT

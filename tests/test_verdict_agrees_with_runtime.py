@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from layoutc.cli import main
-from layoutc.compiler.check import load
+from layoutc.compiler.source import load
 from layoutc.compiler.verify.prove import verify
 from tests.conftest import ROOT, require_package
 from tests.loading import load_generated

@@ -13,7 +13,7 @@ import pytest
 
 import layoutc.compiler.parse
 from layoutc.cli import main
-from layoutc.compiler.check import load
+from layoutc.compiler.source import load
 from layoutc.compiler.verify import driver, entries, prove
 from layoutc.compiler.verify.verdicts import Options, Verdict
 from tests.conftest import ROOT

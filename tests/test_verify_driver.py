@@ -123,7 +123,7 @@ def test_a_verifier_exception_is_a_tool_failure(cache: Path, monkeypatch: pytest
 
 
 def _load(path: Path):  # type: ignore[no-untyped-def]
-    from layoutc.compiler.check import load
+    from layoutc.compiler.source import load
     contract, diags, _ = load(str(path))
     assert contract is not None, diags
     return contract

@@ -35,7 +35,7 @@ let t_product = tp_size * hidden_size
 def _contract_with_division_lets():  # type: ignore[no-untyped-def]
     from pathlib import Path
 
-    from layoutc.compiler.check import load
+    from layoutc.compiler.source import load
     path = Path(__file__).resolve().parent.parent / "contracts" / "vllm_cpu_grouped_gemm.moe"
     contract, diags, _ = load(str(path), path.read_text() + DIVISION_LETS)
     assert contract is not None, diags

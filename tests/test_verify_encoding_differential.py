@@ -26,7 +26,7 @@ import pytest
 import z3
 
 from layoutc.compiler import ir
-from layoutc.compiler.check import load
+from layoutc.compiler.source import load
 from layoutc.compiler.verify.prove import verify
 from tests.division_gen import DivGen
 from tests.division_oracle import SIZE_PROPS, Skip, check_message, truth

@@ -12,7 +12,7 @@ from __future__ import annotations
 import z3
 
 from layoutc.compiler.cases import layout_cases
-from layoutc.compiler.check import load
+from layoutc.compiler.source import load
 from layoutc.compiler.verify.held import shape_entails
 from layoutc.compiler.verify.properties import (
     alignment,

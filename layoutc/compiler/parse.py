@@ -14,8 +14,11 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Literal, TypeVar, assert_never, get_args
 
 import lark
 from lark import Token, Tree
@@ -87,7 +90,7 @@ def _save_tables(parser: lark.Lark, path: Path) -> None:
         return
 
 
-def _expected(names: set[str] | frozenset[str]) -> str:
+def _expected(names: Iterable[str]) -> str:
     shown = sorted({_EXPECTED_NAMES.get(n, _literal(n)) for n in names})
     if len(shown) > 8:
         shown = [*shown[:8], "..."]
@@ -104,8 +107,8 @@ def _literal(terminal: str) -> str:
     return terminal.lower()
 
 
-def _depth_ok(tree: Tree) -> bool:
-    stack: list[tuple[Tree, int]] = [(tree, 0)]
+def _depth_ok(tree: Node) -> bool:
+    stack: list[tuple[Node, int]] = [(tree, 0)]
     while stack:
         node, depth = stack.pop()
         if depth > MAX_DEPTH:
@@ -116,9 +119,9 @@ def _depth_ok(tree: Tree) -> bool:
     return True
 
 
-def _deepest(tree: Tree) -> Tree:
+def _deepest(tree: Node) -> Node:
     best, best_depth = tree, 0
-    stack: list[tuple[Tree, int]] = [(tree, 0)]
+    stack: list[tuple[Node, int]] = [(tree, 0)]
     while stack:
         node, depth = stack.pop()
         if depth > best_depth:
@@ -142,7 +145,8 @@ def parse(text: str, file: str) -> tuple[A.Module | None, list[Diagnostic]]:
         tree = _parser().parse(text)
     except lark.UnexpectedCharacters as exc:
         span = Span(file, exc.line, exc.column, exc.line, exc.column + 1)
-        char = text[exc.pos_in_stream] if 0 <= exc.pos_in_stream < len(text) else "?"
+        pos = exc.pos_in_stream
+        char = text[pos] if pos is not None and 0 <= pos < len(text) else "?"
         hint = None
         if not char.isascii():
             hint = "names are ASCII only: [A-Za-z_][A-Za-z0-9_]*"
@@ -181,7 +185,69 @@ def parse(text: str, file: str) -> tuple[A.Module | None, list[Diagnostic]]:
     return A.Module(file, decls), []
 
 
-def _span(file: str, node: Tree | Token) -> Span:
+# ---- building the AST --------------------------------------------------------------
+#
+# Each dispatcher names the rules it handles as a Literal type: mypy checks that its
+# `match` covers every one (`assert_never`), and `_rule` checks at run time that the node
+# is one of them. A rule of grammar.lark that no dispatcher knows is a GrammarError (a bug
+# in layoutc, never bad input), not a silent default.
+
+Node = Tree[Token]
+RuleT = TypeVar("RuleT", bound=str)
+
+DeclRule = Literal["contract_decl", "source_decl", "shard_decl", "policy_error", "policy_fallback", "param_decl",
+                   "let_decl", "require_decl", "admit_decl", "tensor_decl", "kernel_decl", "glue_decl"]
+DomainRule = Literal["range_domain", "set_domain", "enum_domain", "bool_domain"]
+KindRule = Literal["kind_weight", "kind_scale", "kind_zero", "kind_bias"]
+TensorClauseRule = Literal["axis_clause", "fill_clause", "tail_fill_clause", "storage_clause", "code_clause",
+                           "decode_clause"]
+FillRule = Literal["fill_number", "fill_decoded", "fill_uninit"]
+AxisSpecRule = Literal["plain_axis", "pad_axis", "segmented_axis", "groups_axis", "like_axis"]
+LayoutRule = Literal["layout_halves", "layout_concat", "layout_interleave"]
+KernelClauseRule = Literal["view_clause", "align_clause", "activation_clause", "arg_clause"]
+ViewRule = Literal["view_halves", "view_interleave", "view_linear"]
+GlueClauseRule = Literal["package_clause", "op_clause", "glue_arg_clause"]
+ExprRule = Literal["int_lit", "true_lit", "false_lit", "name", "axis_size", "call", "neg", "not_op", "binary",
+                   "compare", "and_op", "or_op", "if_expr", "match_expr"]
+
+# The rules each dispatcher handles, and the ones read in place by their parent.
+DISPATCHED: dict[str, frozenset[str]] = {
+    "declaration": frozenset(get_args(DeclRule)), "domain": frozenset(get_args(DomainRule)),
+    "tensor kind": frozenset(get_args(KindRule)), "tensor clause": frozenset(get_args(TensorClauseRule)),
+    "fill value": frozenset(get_args(FillRule)), "axis spec": frozenset(get_args(AxisSpecRule)),
+    "layout": frozenset(get_args(LayoutRule)), "kernel clause": frozenset(get_args(KernelClauseRule)),
+    "view": frozenset(get_args(ViewRule)), "glue clause": frozenset(get_args(GlueClauseRule)),
+    "expression": frozenset(get_args(ExprRule)),
+}
+STRUCTURAL = frozenset({"start", "signed", "shard_blocks", "optional", "pack", "axis_refs", "axis_ref", "arm"})
+
+
+class GrammarError(AssertionError):
+    """The lark tree holds a rule or child the AST builder does not know: grammar.lark and
+    parse.py disagree. A bug in layoutc, never a property of the input."""
+
+
+def _rule(node: Node, what: str, rules: Mapping[str, RuleT]) -> RuleT:
+    """`node`'s rule name, one of `rules` (the `what` dispatcher's), else GrammarError."""
+    rule = rules.get(node.data)
+    if rule is None:
+        raise GrammarError(f"unknown {what} rule `{node.data}` (grammar.lark and parse.py disagree)")
+    return rule
+
+
+def _tree(child: object) -> Node:
+    if not isinstance(child, Tree):
+        raise GrammarError(f"expected a subtree, found {child!r}")
+    return child
+
+
+def _token(child: object) -> Token:
+    if not isinstance(child, Token):
+        raise GrammarError(f"expected a token, found {child!r}")
+    return child
+
+
+def _span(file: str, node: Node | Token) -> Span:
     if isinstance(node, Token):
         line = node.line or 1
         col = node.column or 1
@@ -192,6 +258,19 @@ def _span(file: str, node: Tree | Token) -> Span:
     return Span(file, meta.line, meta.column, meta.end_line, meta.end_column)
 
 
+_DECL_RULES: dict[str, DeclRule] = {r: r for r in get_args(DeclRule)}
+_DOMAIN_RULES: dict[str, DomainRule] = {r: r for r in get_args(DomainRule)}
+_KIND_RULES: dict[str, KindRule] = {r: r for r in get_args(KindRule)}
+_TENSOR_CLAUSE_RULES: dict[str, TensorClauseRule] = {r: r for r in get_args(TensorClauseRule)}
+_FILL_RULES: dict[str, FillRule] = {r: r for r in get_args(FillRule)}
+_AXIS_SPEC_RULES: dict[str, AxisSpecRule] = {r: r for r in get_args(AxisSpecRule)}
+_LAYOUT_RULES: dict[str, LayoutRule] = {r: r for r in get_args(LayoutRule)}
+_KERNEL_CLAUSE_RULES: dict[str, KernelClauseRule] = {r: r for r in get_args(KernelClauseRule)}
+_VIEW_RULES: dict[str, ViewRule] = {r: r for r in get_args(ViewRule)}
+_GLUE_CLAUSE_RULES: dict[str, GlueClauseRule] = {r: r for r in get_args(GlueClauseRule)}
+_EXPR_RULES: dict[str, ExprRule] = {r: r for r in get_args(ExprRule)}
+
+
 class _Builder:
     """Turns the lark tree into AST nodes (depth is bounded by MAX_DEPTH)."""
 
@@ -199,10 +278,11 @@ class _Builder:
         self.file = file
         self.diags: list[Diagnostic] = []
 
-    def sp(self, node: Tree | Token) -> Span:
+    def sp(self, node: Node | Token) -> Span:
         return _span(self.file, node)
 
-    def int_token(self, tok: Token) -> int:
+    def int_token(self, child: object) -> int:
+        tok = _token(child)
         text = str(tok)
         value = int(text) if len(text) <= 30 else MAX_INT + 1  # never convert huge digit strings
         if value > MAX_INT:
@@ -210,12 +290,13 @@ class _Builder:
             return 0
         return value
 
-    def signed(self, node: Tree) -> int:
-        sign, num = node.children
+    def signed(self, child: object) -> int:
+        sign, num = _tree(child).children
         value = self.int_token(num)
         return -value if sign is not None else value
 
-    def string(self, tok: Token) -> str:
+    def string(self, child: object) -> str:
+        tok = _token(child)
         raw = str(tok)[1:-1]
         out: list[str] = []
         i = 0
@@ -235,170 +316,254 @@ class _Builder:
         return text
 
     # ---- declarations ----
-    def decl(self, node: Tree) -> A.Decl:
-        kind = node.data
+    def decl(self, child: object) -> A.Decl:
+        node = _tree(child)
         c = node.children
         span = self.sp(node)
-        if kind == "contract_decl":
-            return A.ContractDecl(str(c[0]), span)
-        if kind == "source_decl":
-            return A.SourceDecl(self.string(c[0]), span)
-        if kind == "shard_decl":
-            blocks = self.expr(c[2].children[0]) if len(c) > 2 and c[2] is not None else None
-            return A.ShardDecl(str(c[0]), str(c[1]), span, blocks)
-        if kind == "policy_error":
-            return A.PolicyDecl("error", None, span)
-        if kind == "policy_fallback":
-            return A.PolicyDecl("fallback", str(c[0]), span)
-        if kind == "param_decl":
-            default = self.signed(c[2]) if len(c) > 2 and c[2] is not None else None
-            return A.ParamDecl(str(c[0]), self.domain(c[1]), span, default)
-        if kind == "let_decl":
-            return A.LetDecl(str(c[0]), self.expr(c[1]), span)
-        if kind in ("require_decl", "admit_decl"):
-            rule_kind = "require" if kind == "require_decl" else "admit"
-            return A.RuleDecl(rule_kind, self.expr(c[0]), self.string(c[1]), span)
-        if kind == "tensor_decl":
-            return self.tensor(node)
-        if kind == "kernel_decl":
-            return A.KernelDecl(str(c[0]), tuple(self.kernel_clause(k) for k in c[1:]), span)
-        if kind == "glue_decl":
-            return self.glue(node)
-        raise AssertionError(f"unknown declaration {kind}")
+        rule = _rule(node, "declaration", _DECL_RULES)
+        match rule:
+            case "contract_decl":
+                return A.ContractDecl(str(c[0]), span)
+            case "source_decl":
+                return A.SourceDecl(self.string(c[0]), span)
+            case "shard_decl":
+                blocks = self.expr(_tree(c[2]).children[0]) if len(c) > 2 and c[2] is not None else None
+                return A.ShardDecl(str(c[0]), str(c[1]), span, blocks)
+            case "policy_error":
+                return A.PolicyDecl("error", None, span)
+            case "policy_fallback":
+                return A.PolicyDecl("fallback", str(c[0]), span)
+            case "param_decl":
+                default = self.signed(c[2]) if len(c) > 2 and c[2] is not None else None
+                return A.ParamDecl(str(c[0]), self.domain(c[1]), span, default)
+            case "let_decl":
+                return A.LetDecl(str(c[0]), self.expr(c[1]), span)
+            case "require_decl":
+                return A.RuleDecl("require", self.expr(c[0]), self.string(c[1]), span)
+            case "admit_decl":
+                return A.RuleDecl("admit", self.expr(c[0]), self.string(c[1]), span)
+            case "tensor_decl":
+                return self.tensor(node)
+            case "kernel_decl":
+                return A.KernelDecl(str(c[0]), tuple(self.kernel_clause(k) for k in c[1:]), span)
+            case "glue_decl":
+                return self.glue(node)
+            case _:
+                assert_never(rule)
 
-    def domain(self, node: Tree) -> A.Domain:
+    def domain(self, child: object) -> A.Domain:
+        node = _tree(child)
         span = self.sp(node)
-        if node.data == "range_domain":
-            return A.RangeDomain(self.signed(node.children[0]), self.signed(node.children[1]), span)
-        if node.data == "set_domain":
-            return A.SetDomain(tuple(self.signed(v) for v in node.children), span)
-        if node.data == "enum_domain":
-            return A.EnumDomain(tuple(str(t) for t in node.children),
-                                tuple(self.sp(t) for t in node.children), span)
-        return A.BoolDomain(span)
+        rule = _rule(node, "domain", _DOMAIN_RULES)
+        match rule:
+            case "range_domain":
+                return A.RangeDomain(self.signed(node.children[0]), self.signed(node.children[1]), span)
+            case "set_domain":
+                return A.SetDomain(tuple(self.signed(v) for v in node.children), span)
+            case "enum_domain":
+                members = [_token(t) for t in node.children]
+                return A.EnumDomain(tuple(str(t) for t in members), tuple(self.sp(t) for t in members), span)
+            case "bool_domain":
+                return A.BoolDomain(span)
+            case _:
+                assert_never(rule)
 
-    def tensor(self, node: Tree) -> A.TensorDecl:
+    def tensor(self, node: Node) -> A.TensorDecl:
         name, kind, projection, optional, *clauses = node.children
-        axes: list[A.AxisDecl] = []
-        fills: list[A.Fill] = []
-        tails: list[A.Fill] = []
-        storage: list[tuple[str, Span]] = []
-        code: list[tuple[int, int, Span]] = []
-        decode: list[A.Expr] = []
+        parts = _TensorParts()
         for cl in clauses:
-            span = self.sp(cl)
-            if cl.data == "axis_clause":
-                guard = cl.children[2] if len(cl.children) > 2 else None
-                axes.append(A.AxisDecl(str(cl.children[0]), self.axis_spec(cl.children[1]), span,
-                                       self.expr(guard) if guard is not None else None))
-            elif cl.data == "fill_clause":
-                fills.append(self.fill(cl.children[0]))
-            elif cl.data == "tail_fill_clause":
-                tails.append(self.fill(cl.children[0], span))
-            elif cl.data == "storage_clause":
-                storage.append((str(cl.children[0]), span))
-            elif cl.data == "code_clause":
-                code.append((self.signed(cl.children[0]), self.signed(cl.children[1]), span))
-            elif cl.data == "decode_clause":
-                decode.append(self.expr(cl.children[0]))
-        kind_name = kind.data.removeprefix("kind_")
-        return A.TensorDecl(str(name), kind_name, str(projection),  # type: ignore[arg-type]
-                            optional is not None, tuple(axes), tuple(fills), tuple(storage),
-                            tuple(code), tuple(decode), self.sp(node), tuple(tails))
+            self.tensor_clause(_tree(cl), parts)
+        return A.TensorDecl(str(name), self.tensor_kind(kind), str(projection),
+                            optional is not None, tuple(parts.axes), tuple(parts.fills), tuple(parts.storage),
+                            tuple(parts.code), tuple(parts.decode), self.sp(node), tuple(parts.tails))
 
-    def fill(self, node: Tree, span: Span | None = None) -> A.Fill:
+    def tensor_kind(self, child: object) -> Literal["weight", "scale", "zero", "bias"]:
+        rule = _rule(_tree(child), "tensor kind", _KIND_RULES)
+        match rule:
+            case "kind_weight":
+                return "weight"
+            case "kind_scale":
+                return "scale"
+            case "kind_zero":
+                return "zero"
+            case "kind_bias":
+                return "bias"
+            case _:
+                assert_never(rule)
+
+    def tensor_clause(self, cl: Node, parts: _TensorParts) -> None:
+        span = self.sp(cl)
+        c = cl.children
+        rule = _rule(cl, "tensor clause", _TENSOR_CLAUSE_RULES)
+        match rule:
+            case "axis_clause":
+                guard = c[2] if len(c) > 2 else None
+                parts.axes.append(A.AxisDecl(str(c[0]), self.axis_spec(c[1]), span,
+                                             self.expr(guard) if guard is not None else None))
+            case "fill_clause":
+                parts.fills.append(self.fill(c[0]))
+            case "tail_fill_clause":
+                parts.tails.append(self.fill(c[0], span))
+            case "storage_clause":
+                parts.storage.append((str(c[0]), span))
+            case "code_clause":
+                parts.code.append((self.signed(c[0]), self.signed(c[1]), span))
+            case "decode_clause":
+                parts.decode.append(self.expr(c[0]))
+            case _:
+                assert_never(rule)
+
+    def fill(self, child: object, span: Span | None = None) -> A.Fill:
         """A `fill` value; `span`: where to point at it (the whole `tail fill` clause)."""
+        node = _tree(child)
         span = self.sp(node) if span is None else span
-        if node.data == "fill_uninit":
-            return A.Fill("uninit", 0, span)
-        value = self.signed(node.children[0])
-        return A.Fill("decoded" if node.data == "fill_decoded" else "value", value, span)
+        rule = _rule(node, "fill value", _FILL_RULES)
+        match rule:
+            case "fill_uninit":
+                return A.Fill("uninit", 0, span)
+            case "fill_decoded":
+                return A.Fill("decoded", self.signed(node.children[0]), span)
+            case "fill_number":
+                return A.Fill("value", self.signed(node.children[0]), span)
+            case _:
+                assert_never(rule)
 
-    def axis_spec(self, node: Tree) -> A.AxisSpec:
+    def axis_spec(self, child: object) -> A.AxisSpec:
+        node = _tree(child)
         span = self.sp(node)
         c = node.children
-        if node.data == "plain_axis":
-            return A.PlainAxis(self.expr(c[0]), span)
-        if node.data == "pad_axis":
-            return A.PaddedAxis("pad", (), self.expr(c[0]), self.expr(c[1]), self.pack(c[2]), span)
-        if node.data == "segmented_axis":
-            layout = c[0].data.removeprefix("layout_")
-            return A.PaddedAxis(layout, (str(c[1]), str(c[2])),  # type: ignore[arg-type]
-                                self.expr(c[3]), self.expr(c[4]), self.pack(c[5]), span)
-        if node.data == "groups_axis":
-            return A.GroupsAxis(str(c[0]), str(c[1]), self.expr(c[2]), span)
-        return A.LikeAxis(str(c[0]), str(c[1]), span)
+        rule = _rule(node, "axis spec", _AXIS_SPEC_RULES)
+        match rule:
+            case "plain_axis":
+                return A.PlainAxis(self.expr(c[0]), span)
+            case "pad_axis":
+                return A.PaddedAxis("pad", (), self.expr(c[0]), self.expr(c[1]), self.pack(c[2]), span)
+            case "segmented_axis":
+                return A.PaddedAxis(self.layout(c[0]), (str(c[1]), str(c[2])),
+                                    self.expr(c[3]), self.expr(c[4]), self.pack(c[5]), span)
+            case "groups_axis":
+                return A.GroupsAxis(str(c[0]), str(c[1]), self.expr(c[2]), span)
+            case "like_axis":
+                return A.LikeAxis(str(c[0]), str(c[1]), span)
+            case _:
+                assert_never(rule)
 
-    def pack(self, node: Tree | None) -> int:
-        if node is None:
+    def layout(self, child: object) -> Literal["halves", "concat", "interleave"]:
+        rule = _rule(_tree(child), "layout", _LAYOUT_RULES)
+        match rule:
+            case "layout_halves":
+                return "halves"
+            case "layout_concat":
+                return "concat"
+            case "layout_interleave":
+                return "interleave"
+            case _:
+                assert_never(rule)
+
+    def pack(self, child: object) -> int:
+        if child is None:
             return 1
-        return self.int_token(node.children[0])
+        return self.int_token(_tree(child).children[0])
 
-    def kernel_clause(self, node: Tree) -> A.KernelClause:
+    def kernel_clause(self, child: object) -> A.KernelClause:
+        node = _tree(child)
         span = self.sp(node)
         c = node.children
-        if node.data == "view_clause":
-            view = c[2].data.removeprefix("view_")
-            roles = tuple(str(r) for r in c[2].children)
-            return A.ViewClause(str(c[0]), str(c[1]), view, roles, span)  # type: ignore[arg-type]
-        if node.data == "align_clause":
-            return A.AlignClause(self.expr(c[0]), self.string(c[1]), span)
-        if node.data == "activation_clause":
-            return A.ActivationClause(self.expr(c[0]), span)
-        refs = tuple(A.AxisRef(str(r.children[0]), str(r.children[1]), self.sp(r))
-                     for r in c[2].children)
-        return A.ArgClause(str(c[0]), self.expr(c[1]), refs, self.expr(c[3]), span)
+        rule = _rule(node, "kernel clause", _KERNEL_CLAUSE_RULES)
+        match rule:
+            case "view_clause":
+                view = _tree(c[2])
+                return A.ViewClause(str(c[0]), str(c[1]), self.view(view), tuple(str(r) for r in view.children), span)
+            case "align_clause":
+                return A.AlignClause(self.expr(c[0]), self.string(c[1]), span)
+            case "activation_clause":
+                return A.ActivationClause(self.expr(c[0]), span)
+            case "arg_clause":
+                refs = tuple(A.AxisRef(str(r.children[0]), str(r.children[1]), self.sp(r))
+                             for r in map(_tree, _tree(c[2]).children))
+                return A.ArgClause(str(c[0]), self.expr(c[1]), refs, self.expr(c[3]), span)
+            case _:
+                assert_never(rule)
 
-    def glue(self, node: Tree) -> A.GlueDecl:
+    def view(self, node: Node) -> Literal["halves", "interleave", "linear"]:
+        rule = _rule(node, "view", _VIEW_RULES)
+        match rule:
+            case "view_halves":
+                return "halves"
+            case "view_interleave":
+                return "interleave"
+            case "view_linear":
+                return "linear"
+            case _:
+                assert_never(rule)
+
+    def glue(self, node: Node) -> A.GlueDecl:
         kind, *clauses = node.children
         package: list[tuple[str, Span]] = []
         ops: list[tuple[str, str, Span]] = []
         args: list[tuple[str, A.Expr, Span]] = []
-        for cl in clauses:
+        for cl in map(_tree, clauses):
             span = self.sp(cl)
-            if cl.data == "package_clause":
-                package.append((self.string(cl.children[0]), span))
-            elif cl.data == "op_clause":
-                ops.append((str(cl.children[0]), self.string(cl.children[1]), span))
-            else:
-                args.append((str(cl.children[0]), self.expr(cl.children[1]), span))
+            c = cl.children
+            rule = _rule(cl, "glue clause", _GLUE_CLAUSE_RULES)
+            match rule:
+                case "package_clause":
+                    package.append((self.string(c[0]), span))
+                case "op_clause":
+                    ops.append((str(c[0]), self.string(c[1]), span))
+                case "glue_arg_clause":
+                    args.append((str(c[0]), self.expr(c[1]), span))
+                case _:
+                    assert_never(rule)
         return A.GlueDecl(str(kind), tuple(package), tuple(ops), tuple(args), self.sp(node))
 
     # ---- expressions ----
-    def expr(self, node: Tree | Token) -> A.Expr:
+    def expr(self, child: object) -> A.Expr:
+        node = _tree(child)  # every atom is aliased: a bare token here is a grammar bug
         span = self.sp(node)
-        if isinstance(node, Token):  # pragma: no cover - every atom is aliased
-            raise AssertionError(f"bare token {node!r}")
         c = node.children
-        data = node.data
-        if data == "int_lit":
-            return A.IntLit(self.int_token(c[0]), span)
-        if data == "true_lit":
-            return A.BoolLit(True, span)
-        if data == "false_lit":
-            return A.BoolLit(False, span)
-        if data == "name":
-            return A.Name(str(c[0]), span)
-        if data == "axis_size":
-            return A.AxisSize(str(c[0]), str(c[1]), span)
-        if data == "call":
-            args = tuple(self.expr(a) for a in c[1:] if a is not None)
-            return A.Call(str(c[0]), args, span)
-        if data == "neg":
-            return A.Unary("-", self.expr(c[1]), span)
-        if data == "not_op":
-            return A.Unary("not", self.expr(c[0]), span)
-        if data in ("binary", "compare"):
-            return A.Binary(str(c[1]), self.expr(c[0]), self.expr(c[2]), span)
-        if data == "and_op":
-            return A.Binary("and", self.expr(c[0]), self.expr(c[1]), span)
-        if data == "or_op":
-            return A.Binary("or", self.expr(c[0]), self.expr(c[1]), span)
-        if data == "if_expr":
-            return A.If(self.expr(c[0]), self.expr(c[1]), self.expr(c[2]), span)
-        if data == "match_expr":
-            subject = A.Name(str(c[0]), self.sp(c[0]))
-            arms = tuple(A.MatchArm(str(a.children[0]), self.expr(a.children[1]), self.sp(a))
-                         for a in c[1:])
-            return A.Match(subject, arms, span)
-        raise AssertionError(f"unknown expression node {data}")
+        rule = _rule(node, "expression", _EXPR_RULES)
+        match rule:
+            case "int_lit":
+                return A.IntLit(self.int_token(c[0]), span)
+            case "true_lit":
+                return A.BoolLit(True, span)
+            case "false_lit":
+                return A.BoolLit(False, span)
+            case "name":
+                return A.Name(str(c[0]), span)
+            case "axis_size":
+                return A.AxisSize(str(c[0]), str(c[1]), span)
+            case "call":
+                return A.Call(str(c[0]), tuple(self.expr(a) for a in c[1:] if a is not None), span)
+            case "neg":
+                return A.Unary("-", self.expr(c[1]), span)
+            case "not_op":
+                return A.Unary("not", self.expr(c[0]), span)
+            case "binary" | "compare":
+                return A.Binary(str(c[1]), self.expr(c[0]), self.expr(c[2]), span)
+            case "and_op":
+                return A.Binary("and", self.expr(c[0]), self.expr(c[1]), span)
+            case "or_op":
+                return A.Binary("or", self.expr(c[0]), self.expr(c[1]), span)
+            case "if_expr":
+                return A.If(self.expr(c[0]), self.expr(c[1]), self.expr(c[2]), span)
+            case "match_expr":
+                subject = _token(c[0])
+                arms = tuple(A.MatchArm(str(a.children[0]), self.expr(a.children[1]), self.sp(a))
+                             for a in map(_tree, c[1:]))
+                return A.Match(A.Name(str(subject), self.sp(subject)), arms, span)
+            case _:
+                assert_never(rule)
+
+
+@dataclass
+class _TensorParts:
+    """A tensor declaration's clauses, sorted by kind as they are read (in source order)."""
+
+    axes: list[A.AxisDecl] = field(default_factory=list)
+    fills: list[A.Fill] = field(default_factory=list)
+    tails: list[A.Fill] = field(default_factory=list)
+    storage: list[tuple[str, Span]] = field(default_factory=list)
+    code: list[tuple[int, int, Span]] = field(default_factory=list)
+    decode: list[A.Expr] = field(default_factory=list)

@@ -989,9 +989,9 @@ def load_contracts_diags(paths: Sequence[str]) -> tuple[list[ir.Contract], list[
     Raises:
         layoutc.compiler.safeio.UsageError: a folder holds no ``*.moe`` file.
     """
-    from layoutc.compiler.check import load
     from layoutc.compiler.diagnostics import has_errors
     from layoutc.compiler.safeio import contract_paths
+    from layoutc.compiler.source import load
 
     files = contract_paths(paths)
     contracts: list[ir.Contract] = []

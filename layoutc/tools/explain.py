@@ -57,7 +57,7 @@ def explain(path: str, assignments: list[str], fmt: str = "text") -> int:
     default may be left out) or an evaluation error
     (LC703, exit 2). A configuration the contract does not admit exits 1.
     """
-    from layoutc.compiler.check import load
+    from layoutc.compiler.source import load
     contract, diags, text = load(path)
     sources = {path: text or ""}
     if contract is None or has_errors(diags):

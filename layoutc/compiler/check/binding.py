@@ -358,7 +358,7 @@ def _admitted_constants(contract: ir.Contract, activation: str,
             continue
         wrong = next((n for n, v in constants if env[n] != v), None)
         if runs == activation and wrong is not None:
-            return wrong, {n: int(env[n]) for n, _ in constants}  # type: ignore[call-overload]
+            return wrong, {n: int(env[n]) for n, _ in constants}
     return None
 
 

@@ -156,7 +156,7 @@ def _store(cache: Cache, k: str, name: str, diags: Sequence[Diagnostic] | None, 
 def _verify_file(job: Job) -> FileOutcome:
     """Parse and check one file from its text (`check.load` reads it only where the driver
     could not), and prove it where it has no errors, unless the job carries its entry."""
-    from layoutc.compiler.check import load
+    from layoutc.compiler.source import load
 
     path, text, options, hit = job
     contract, diags, text = load(path, text)
@@ -247,7 +247,7 @@ def _run_parallel(jobs: list[Job]) -> list[FileOutcome]:
         return [_verify_file(j) for j in jobs]
     # Build the parser and import the checker and the solver once, before forking, so
     # that the workers share them instead of each paying for them.
-    from layoutc.compiler.check import load
+    from layoutc.compiler.source import load
     load("<warm-up>", "")
     from layoutc.compiler.verify import prove  # noqa: F401  (imports z3 and every property)
     order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][1] or ""))

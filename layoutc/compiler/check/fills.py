@@ -1,0 +1,119 @@
+"""The pad-value passes: resolve `fill decoded V` to a stored code, check that every code fits
+its storage, and that a `tail fill` has a tail to fill."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+
+from layoutc.compiler import ir
+from layoutc.compiler.check.dtypes import FLOATS, STORAGE_BITS, float_exact
+from layoutc.compiler.check.scope import Scope, Sink
+from layoutc.compiler.diagnostics import Span
+from layoutc.compiler.evaluate import EvalError, eval_real
+
+MAX_FILL_WORK = 200_000  # decode evaluations spent resolving one contract's `fill decoded` codes
+
+
+def resolve_fills(scope: Scope, sink: Sink) -> None:
+    """Pass: replace every `fill decoded V` and `tail fill decoded V` by the stored code that decodes to V."""
+    for name in list(scope.tensors):
+        t = scope.tensors[name]
+        if t.fill_kind == "decoded":
+            code = _resolve_decoded(scope, sink, name, t, t.fill, scope.fill_spans[name], "fill decoded")
+            if code is not None:
+                scope.tensors[name] = t = replace(t, fill=code)
+        if t.tail_fill_kind == "decoded" and t.tail_fill is not None:
+            code = _resolve_decoded(scope, sink, name, t, t.tail_fill, scope.tail_spans[name], "tail fill decoded")
+            if code is not None:
+                scope.tensors[name] = replace(t, tail_fill=code)
+
+
+def _resolve_decoded(scope: Scope, sink: Sink, name: str, t: ir.Tensor, want: int, span: Span,
+                     clause: str) -> int | None:
+    """The first code of t's `code lo..hi` whose decode is `want` (the tensors it reads at
+    their own pad values), or None after a diagnostic."""
+    plain = clause.removesuffix(" decoded")
+    if t.decode is None:
+        sink.error("LC407", span, f"`{clause}` on `{name}` needs a `decode = ...` clause and a `code lo..hi` "
+                   f"range; for an unquantized tensor write `{plain} N`")
+        return None
+    if any(isinstance(n, ir.Ref) for n in ir.walk(t.decode)):
+        sink.error("LC404", span, f"`{clause}` on `{name}` needs a decode that does not depend on parameters; "
+                   f"write the stored code with `{plain} N`")
+        return None
+    refs: dict[str, Fraction] = {}
+    for node in ir.walk(t.decode):
+        if isinstance(node, ir.TensorValue):
+            other = scope.tensors.get(node.tensor)
+            if other is None or other.fill_kind == "uninit" or other.decode is not None:
+                sink.error("LC404", span, f"cannot resolve `{clause}` of `{name}`: `{node.tensor}` must be a "
+                           "declared tensor with a numeric fill")
+                return None
+            refs[node.tensor] = Fraction(other.fill)
+    if t.code_range is None:
+        sink.error("LC407", span, f"`{clause}` on `{name}` needs a `code lo..hi` range")
+        return None
+    lo, hi = t.code_range
+    scope.fill_work += (hi - lo + 1) * sum(1 for _ in ir.walk(t.decode))
+    if scope.fill_work > MAX_FILL_WORK:
+        sink.error("LC307", span, f"too much work to resolve `{clause}` codes; use smaller code ranges or "
+                   f"simpler decode expressions, or write the code with `{plain} N`")
+        return None
+    try:
+        for c in range(lo, hi + 1):
+            if eval_real(t.decode, {}, Fraction(c), refs) == want:
+                return c
+    except EvalError:
+        pass
+    sink.error("LC404", span, f"no code in {lo}..{hi} of `{name}` decodes to {want} when the tensors it "
+               "reads hold their own pad values")
+    return None
+
+
+def check_fill_ranges(scope: Scope, sink: Sink) -> None:
+    """Pass: a stored pad code (and a `tail fill` code) must fit the storage type (per packed
+    element when packed), and a float storage must represent it exactly (LC308)."""
+    for name, t in scope.tensors.items():
+        if t.fill_kind != "uninit":
+            _check_code(scope, sink, name, t, t.fill, scope.fill_spans[name], "pad")
+        if t.tail_fill is not None:
+            _check_code(scope, sink, name, t, t.tail_fill, scope.tail_spans[name], "tail")
+
+
+def _check_code(scope: Scope, sink: Sink, name: str, t: ir.Tensor, code: int, span: Span, what: str) -> None:
+    floats = [t.storage] if t.storage in FLOATS else \
+        [m for m in scope.params[t.storage[6:]].values if isinstance(m, str) and m in FLOATS] \
+        if t.storage.startswith("param:") and t.storage[6:] in scope.params else []
+    for dtype in floats:
+        if not float_exact(code, *FLOATS[dtype]):
+            sink.error("LC308", span, f"{what} value {code} of `{name}` is not exactly representable in {dtype}")
+            return
+    bits = STORAGE_BITS.get(t.storage)
+    if bits is None:
+        return
+    pack = max((a.pack for a in t.axes), default=1)
+    width = bits // pack
+    low = -(1 << (width - 1)) if t.storage != "uint8" or pack > 1 else 0
+    high = (1 << width) - 1 if pack > 1 or t.storage == "uint8" else (1 << (width - 1)) - 1
+    if not low <= code <= high:
+        where = f"{width}-bit packed elements" if pack > 1 else t.storage
+        sink.error("LC308", span, f"{what} code {code} of `{name}` does not fit {where} ({low}..{high})")
+
+
+def check_tail_fills(scope: Scope, sink: Sink) -> None:
+    """Pass (after the shard): a `tail fill` needs a block shard (`shard ... in blocks of B`, the
+    only shard with short ranks) and a tensor with an axis split over ranks (LC415)."""
+    shard = scope.shard
+    for name, span in scope.tail_spans.items():
+        t = scope.tensors.get(name)
+        if t is None:
+            continue
+        if shard is None or shard.blocks is None:
+            sink.error("LC415", span, f"`tail fill` on `{name}`: only a block shard (`shard FULL over tp_size in "
+                       "blocks of B`) has ranks shorter than L; this contract's ranks all hold whole slices, so "
+                       "there is no tail (remove the clause, or declare the block shard)")
+        elif not any(ir.is_split(t, a) for a in t.axes):
+            sink.error("LC415", span, f"`tail fill` on `{name}`: it has no axis split over ranks (no intermediate "
+                       f"axis: {t.projection}.{'n' if t.projection == 'w13' else 'k'}), so every rank holds it whole "
+                       "and it has no tail")
