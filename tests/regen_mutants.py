@@ -400,6 +400,184 @@ MUTANTS: list[Mutant] = [
 ]
 
 
+# ---- red team, issue 20 round 3 -------------------------------------------------------------
+LET_IPP = "let intermediate_size_per_partition = intermediate_size / tp_size"
+REQ_TP = 'require intermediate_size % tp_size == 0 : "intermediate_size must split evenly over tp_size"'
+KACT = ("  activation activation\n", "  activation kernel_activation\n")
+GACT = ("  arg activation = activation\n", "  arg activation = kernel_activation\n")
+BIAS_LIKE = "  axis n = like w13.n\n"
+IL = "interleave(gate | up, intermediate_size_per_partition -> intermediate_size_per_partition_padded)"
+HV = "halves(gate | up, intermediate_size_per_partition -> intermediate_size_per_partition_padded)"
+E_LINE = "  axis experts = num_experts\n"
+W13_HEAD = "tensor w13: weight w13 {\n  axis experts = num_experts\n"
+W2_HEAD = "tensor w2: weight w2 {\n  axis experts = num_experts\n"
+B13_HEAD = "tensor w13_bias: bias w13 optional {\n  axis experts = num_experts\n"
+B2_HEAD = "tensor w2_bias: bias w2 optional {\n  axis experts = num_experts\n"
+
+
+def v_act(name: str, let: str, edit: str, base: str = "v") -> Mutant:
+    anchor = "let intermediate_alignment" if base == "v" else "let intermediate_size_per_partition_padded"
+    subs = [(anchor, f"let kernel_activation = {let}\n{anchor}"), KACT]
+    if base in ("v", "z"):
+        subs.append(GACT)
+    return m(name, base, "activation-let", edit, *subs)
+
+
+def bias_n(name: str, lines: str, edit: str, base: str = "v") -> Mutant:
+    return m(name, base, "bias-spelling", edit, (BIAS_LIKE, lines))
+
+
+RT_MUTANTS: list[Mutant] = [
+    # TP degree under another name
+    m("v_rt_tp_if_numerals", "v", "tp-renamed", "tp_size -> mp in {1, 2, 4}; the split written `if mp == 2 then I / 2 ...` (numeral divisors)",
+      (TP_DOMAIN, "param tp_size: int in {1, 2, 4}"),
+      (LET_IPP, "let intermediate_size_per_partition = if tp_size == 1 then intermediate_size else if tp_size == 2 "
+                "then intermediate_size / 2 else intermediate_size / 4"), rename("tp_size", "mp")),
+    m("g_rt_tp_if_numerals", "g", "tp-renamed", "tp_size -> tp_rank_count in {1, 2}; split `if tp_rank_count == 2 then I / 2 else I`",
+      (TP_DOMAIN, "param tp_size: int in {1, 2}"),
+      (LET_IPP, "let intermediate_size_per_partition = if tp_size == 2 then intermediate_size / 2 else intermediate_size"),
+      rename("tp_size", "tp_rank_count")),
+    m("v_rt_tp_param_ipp", "v", "tp-renamed", "vLLM's own spelling: `param intermediate_size_per_partition`, "
+      "`require intermediate_size == intermediate_size_per_partition * tensor_model_parallel_size` (no division)",
+      (LET_IPP + "\n", ""),
+      (REQ_TP, 'param intermediate_size_per_partition: int in 1..262144\n'
+               'require intermediate_size == intermediate_size_per_partition * tp_size : "the shard of one rank"'),
+      rename("tp_size", "tensor_model_parallel_size")),
+    m("z_rt_tp_param_ipp", "z", "tp-renamed", "zentorch: `param intermediate_size_per_partition`, "
+      "`require intermediate_size == intermediate_size_per_partition * mp_size` (no division)",
+      (LET_IPP + "\n", ""),
+      (REQ_TP, 'param intermediate_size_per_partition: int in 1..262144\n'
+               'require intermediate_size == intermediate_size_per_partition * tp_size : "the shard of one rank"'),
+      rename("tp_size", "mp_size")),
+    m("v_rt_tp_deepspeed", "v", "tp-renamed", "tp_size -> mp_size (DeepSpeed's name)", rename("tp_size", "mp_size")),
+    m("v_rt_tp_nested_lets", "v", "tp-renamed", "tp_size -> moe_tp_size (SGLang), divisor through `let a = moe_tp_size; let b = a * 1`",
+      (LET_IPP, "let a = tp_size\nlet b = a * 1\nlet intermediate_size_per_partition = intermediate_size / b"),
+      rename("tp_size", "moe_tp_size")),
+    m("v_rt_tp_cdiv", "v", "tp-renamed", "tp_size -> tp_world, split `cdiv(intermediate_size, tp_world)`",
+      (LET_IPP, "let intermediate_size_per_partition = cdiv(intermediate_size, tp_size)"), rename("tp_size", "tp_world")),
+    m("g_rt_tp_roundup", "g", "tp-renamed", "tp_size -> ep_tp, split `round_up(intermediate_size / ep_tp, 1)`",
+      (LET_IPP, "let intermediate_size_per_partition = round_up(intermediate_size / tp_size, 1)"), rename("tp_size", "ep_tp")),
+    m("v_rt_tp_divisor_if", "v", "tp-renamed", "tp_log2 in {0, 1, 2}; `let shards_n = if tp_log2 == 0 then 1 else ...`; I / shards_n",
+      (TP_DOMAIN, "param tp_log2: int in {0, 1, 2}"),
+      (LET_IPP, "let intermediate_size_per_partition = intermediate_size / shards_n"),
+      (REQ_TP, 'let shards_n = if tp_log2 == 0 then 1 else if tp_log2 == 1 then 2 else 4\n'
+               'require intermediate_size % shards_n == 0 : "even split"')),
+    m("v_rt_tp_both", "v", "tp-renamed", "tp_size kept as {1}, the split by a second degree tensor_model_parallel_size in {1, 2, 4}",
+      (TP_DOMAIN, "param tp_size: int in {1}\nparam tensor_model_parallel_size: int in {1, 2, 4}"),
+      (LET_IPP, "let intermediate_size_per_partition = intermediate_size / tensor_model_parallel_size"),
+      (REQ_TP, 'require intermediate_size % tensor_model_parallel_size == 0 : "even split"')),
+    # activation through a let
+    v_act("v_rt_act_if_swap", "if activation == gelu then gelu_tanh else activation", "kernel/glue activation: gelu -> gelu_tanh via `if`"),
+    v_act("v_rt_act_nested_match", "match dtype { bfloat16 => match activation { gelu => silu, _ => activation }, _ => activation }",
+          "nested match: bf16 gelu -> silu"),
+    v_act("v_rt_act_swap2", "match activation { silu => gelu, gelu => silu, _ => activation }", "silu and gelu swapped"),
+    v_act("v_rt_act_two_params", "if isa == neon then (if activation == gelu_tanh then gelu else activation) else activation",
+          "a let over isa and activation: neon gelu_tanh -> gelu (neon + bf16 admitted)"),
+    v_act("v_rt_act_identity_admitted", "if isa == amx and dtype == float32 then silu else activation",
+          "differs only on amx + float32, which `admit isa == vec or dtype == bfloat16` refuses"),
+    v_act("v_rt_act_identity_alpha", "if activation == swigluoai and swiglu_alpha_milli == 0 then silu else activation",
+          "differs only on swigluoai with alpha 0, which the constants admit refuses"),
+    v_act("v_rt_act_identity_consts", "if activation == swigluoai and (swiglu_alpha_milli != 1702 or swiglu_limit_milli != 7000) "
+          "then silu else activation", "differs only on swigluoai with other constants (refused by the admit)"),
+    m("v_rt_act_bool_flag", "v", "activation-let", "`param approximate_gelu: int in {0, 1} = 0`; gelu -> gelu_tanh when set",
+      ("let intermediate_alignment", "param approximate_gelu: int in {0, 1} = 0\nlet kernel_activation = if approximate_gelu == 1 "
+       "and activation == gelu then gelu_tanh else activation\nlet intermediate_alignment"), KACT, GACT),
+    v_act("v_rt_act_hidden", "if hidden_size > 70000 then gelu else activation",
+          "differs only for hidden_size > 70000 (outside its domain 1..65536)"),
+    v_act("g_rt_act_kernel_only", "match activation { gelu => gelu_tanh, _ => activation }",
+          "grouped_mm (no glue arg): kernel clause gelu -> gelu_tanh", base="g"),
+    v_act("z_rt_act_identity_if", "if activation == swigluoai then swigluoai else activation", "identity written with `if`", base="z"),
+    m("g_rt_act_second_param", "g", "activation-let", "a second activation parameter act_fn bound by the kernel clause",
+      ("param activation: enum {silu, gelu, gelu_tanh}", "param activation: enum {silu, gelu, gelu_tanh}\n"
+       "param act_fn: enum {silu, gelu, gelu_tanh}"), ("  activation activation\n", "  activation act_fn\n")),
+    m("v_rt_act_glue_only_let", "v", "activation-let", "glue binds an identity let, kernel clause the parameter",
+      ("let intermediate_alignment", "let kernel_activation = match activation { silu => silu, gelu => gelu, "
+       "gelu_tanh => gelu_tanh, swigluoai => swigluoai }\nlet intermediate_alignment"), GACT),
+    # padded experts
+    m("v_rt_experts_pad_let", "v", "experts-padding", "every experts axis padded to round_up(E, 8): w13 through "
+      "`let num_experts_padded`, w2 and the biases spelled out",
+      ("let intermediate_alignment", "let num_experts_padded = round_up(num_experts, 8)\nlet intermediate_alignment"),
+      (W13_HEAD, W13_HEAD.replace("= num_experts\n", "= pad(num_experts -> num_experts_padded)\n")),
+      (E_LINE, "  axis experts = pad(num_experts -> round_up(num_experts, 8))\n", 3)),
+    m("g_rt_experts_pad_commuted", "g", "experts-padding", "w13 experts pad(E -> E + 3), w2 pad(E -> 3 + E)",
+      (W13_HEAD, W13_HEAD.replace("= num_experts\n", "= pad(num_experts -> num_experts + 3)\n")),
+      (W2_HEAD, W2_HEAD.replace("= num_experts\n", "= pad(num_experts -> 3 + num_experts)\n"))),
+    m("v_rt_experts_pad_biases_only", "v", "experts-padding", "bias experts padded to round_up(E, 8), weights not",
+      (B13_HEAD, B13_HEAD.replace("= num_experts\n", "= pad(num_experts -> round_up(num_experts, 8))\n")),
+      (B2_HEAD, B2_HEAD.replace("= num_experts\n", "= pad(num_experts -> round_up(num_experts, 8))\n"))),
+    m("v_rt_experts_pad_bias_more", "v", "experts-padding", "weights padded E + 3, biases E + 5",
+      (W13_HEAD, W13_HEAD.replace("= num_experts\n", "= pad(num_experts -> num_experts + 3)\n")),
+      (W2_HEAD, W2_HEAD.replace("= num_experts\n", "= pad(num_experts -> num_experts + 3)\n")),
+      (B13_HEAD, B13_HEAD.replace("= num_experts\n", "= pad(num_experts -> num_experts + 5)\n")),
+      (B2_HEAD, B2_HEAD.replace("= num_experts\n", "= pad(num_experts -> num_experts + 5)\n"))),
+    m("z_rt_experts_pad_w13_guarded", "z", "experts-padding", "w13 experts padded to round_up(E, 8) `when dtype == bfloat16` only; w2 never",
+      (W13_HEAD, "tensor w13: weight w13 {\n  axis experts = pad(num_experts -> round_up(num_experts, 8)) when dtype == bfloat16\n"
+       "  axis experts = num_experts\n")),
+    m("z_rt_experts_pad_both_guarded", "z", "experts-padding", "every experts axis padded `when dtype == bfloat16` (alike)",
+      (E_LINE, "  axis experts = pad(num_experts -> round_up(num_experts, 8)) when dtype == bfloat16\n"
+       "  axis experts = num_experts\n", 4)),
+    m("g_rt_experts_pad_w13_guarded", "g", "experts-padding", "grouped_mm: w13 experts padded `when dtype == bfloat16` only; w2 never",
+      (W13_HEAD, "tensor w13: weight w13 {\n  axis experts = pad(num_experts -> round_up(num_experts, 8)) when dtype == bfloat16\n"
+       "  axis experts = num_experts\n")),
+    m("g_rt_experts_pad_both_guarded", "g", "experts-padding", "grouped_mm: w13 and w2 experts padded `when dtype == bfloat16` (alike)",
+      (E_LINE, "  axis experts = pad(num_experts -> round_up(num_experts, 8)) when dtype == bfloat16\n"
+       "  axis experts = num_experts\n", 2)),
+    m("v_rt_experts_pad_guarded_no_w2", "v", "experts-padding", "w13 and both biases padded `when dtype == bfloat16`, w2 never",
+      (W13_HEAD, "tensor w13: weight w13 {\n  axis experts = pad(num_experts -> round_up(num_experts, 8)) when dtype == bfloat16\n"
+       "  axis experts = num_experts\n"),
+      (B13_HEAD, "tensor w13_bias: bias w13 optional {\n  axis experts = pad(num_experts -> round_up(num_experts, 8)) when dtype == bfloat16\n"
+       "  axis experts = num_experts\n"),
+      (B2_HEAD, "tensor w2_bias: bias w2 optional {\n  axis experts = pad(num_experts -> round_up(num_experts, 8)) when dtype == bfloat16\n"
+       "  axis experts = num_experts\n")),
+    m("i8_rt_experts_pad", "i8", "experts-padding", "int8pack: every experts axis padded to round_up(E, 8)",
+      (E_LINE, "  axis experts = pad(num_experts -> round_up(num_experts, 8))\n", 2)),
+    m("i4_rt_experts_pad", "i4", "experts-padding", "int4pack: every experts axis padded to E + 3",
+      (E_LINE, "  axis experts = pad(num_experts -> num_experts + 3)\n", 2)),
+    m("v_rt_experts_pad_w2_only", "v", "experts-padding", "only w2's experts padded (round_up(E, 8))",
+      (W2_HEAD, W2_HEAD.replace("= num_experts\n", "= pad(num_experts -> round_up(num_experts, 8))\n"))),
+    m("v_rt_experts_pad_logical_minus1", "v", "experts-padding", "every experts axis pad(E - 1 -> E)",
+      (E_LINE, "  axis experts = pad(num_experts - 1 -> num_experts)\n", 4)),
+    m("g_rt_experts_pad_max", "g", "experts-padding", "every experts axis pad(E -> max(E, 8))",
+      (E_LINE, "  axis experts = pad(num_experts -> max(num_experts, 8))\n", 2)),
+    m("v_rt_experts_pad_bias_unlike", "v", "experts-padding", "weights plain; w13_bias experts E + 3, w2_bias E + 5",
+      (B13_HEAD, B13_HEAD.replace("= num_experts\n", "= pad(num_experts -> num_experts + 3)\n")),
+      (B2_HEAD, B2_HEAD.replace("= num_experts\n", "= pad(num_experts -> num_experts + 5)\n"))),
+    # bias tie spellings
+    bias_n("v_rt_bias_not_guard", f"  axis n = {HV} when not (activation == swigluoai)\n  axis n = {IL}\n",
+           "halves `when not (activation == swigluoai)`, interleave default"),
+    bias_n("v_rt_bias_guard_partial", f"  axis n = {IL} when activation == swigluoai and dtype == float32\n  axis n = {HV}\n",
+           "interleave only for float32 swigluoai (bf16 swigluoai bias halves): wrong"),
+    bias_n("v_rt_bias_roles_swapped", f"  axis n = {IL.replace('gate | up', 'up | gate')} when activation == swigluoai\n  axis n = {HV}\n",
+           "interleave(up | gate) for swigluoai: wrong"),
+    bias_n("v_rt_bias_pad_output_alignment", f"  axis n = {IL.replace('-> intermediate_size_per_partition_padded', '-> round_up(intermediate_size_per_partition, output_alignment)')} "
+           f"when activation == swigluoai\n  axis n = {HV.replace('-> intermediate_size_per_partition_padded', '-> round_up(intermediate_size_per_partition, output_alignment)')}\n",
+           "padded size round_up(I_pp, output_alignment) (equal to the lcm on every isa)"),
+    bias_n("v_rt_bias_pad_32", f"  axis n = {IL.replace('-> intermediate_size_per_partition_padded', '-> round_up(intermediate_size_per_partition, 32)')} "
+           f"when activation == swigluoai\n  axis n = {HV.replace('-> intermediate_size_per_partition_padded', '-> round_up(intermediate_size_per_partition, 32)')}\n",
+           "padded size round_up(I_pp, 32): wrong for vsx (16)"),
+    bias_n("v_rt_bias_cdiv", (f"  axis n = {IL} when activation == swigluoai\n  axis n = {HV}\n").replace(
+        "(gate | up, intermediate_size_per_partition ->", "(gate | up, cdiv(intermediate_size, tp_size) ->"),
+           "logical size spelled cdiv(intermediate_size, tp_size) (equal under the require)"),
+    bias_n("v_rt_bias_roundup_spelled", (f"  axis n = {IL} when activation == swigluoai\n  axis n = {HV}\n").replace(
+        "-> intermediate_size_per_partition_padded)", "-> cdiv(intermediate_size_per_partition, intermediate_alignment) * intermediate_alignment)"),
+           "padded size spelled cdiv(I_pp, align) * align"),
+    bias_n("v_rt_bias_hidden_guard", f"  axis n = {IL} when activation == swigluoai and hidden_size % 128 == 0\n  axis n = {HV}\n",
+           "interleave only when hidden_size % 128 == 0 (an integer-range parameter in the guard): wrong at H=64"),
+    bias_n("v_rt_bias_hidden_guard_true", f"  axis n = {IL} when activation == swigluoai and hidden_size > 0\n  axis n = {HV}\n",
+           "interleave when swigluoai and hidden_size > 0 (always)"),
+    bias_n("v_rt_bias_intermediate_guard", f"  axis n = {IL} when activation == swigluoai and intermediate_size % 192 == 0\n  axis n = {HV}\n",
+           "interleave only when intermediate_size % 192 == 0: wrong at I=96"),
+    bias_n("v_rt_bias_alpha_guard", f"  axis n = {IL} when swiglu_alpha_milli == 1702\n  axis n = {HV}\n",
+           "interleave when swiglu_alpha_milli == 1702 (silu with alpha 1702 admitted): wrong"),
+    bias_n("v_rt_bias_guard_or_dup", f"  axis n = {IL} when activation == swigluoai or activation == swigluoai\n  axis n = {HV}\n",
+           "guard written `a or a`"),
+    bias_n("z_rt_bias_spelled", f"  axis n = {IL} when activation == swigluoai\n  axis n = {HV}\n", "zentorch bias spelled out", base="z"),
+    bias_n("v_rt_bias_guard_dtype_only", f"  axis n = {IL} when dtype == float32\n  axis n = {HV}\n",
+           "interleave when dtype == float32 (wrong guard, similar shape)"),
+]
+MUTANTS += RT_MUTANTS
+
+
 def render(mut: Mutant) -> str:
     base = (ROOT / "contracts" / f"{BASE[mut.base]}.moe").read_text(encoding="utf-8")
     text = base
