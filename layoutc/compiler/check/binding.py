@@ -9,100 +9,13 @@ something else is never produced.
 
 from __future__ import annotations
 
-import itertools
-import math
-from collections.abc import Iterator
-
 from layoutc.compiler import glues, ir
 from layoutc.compiler.cases import MAX_ASSIGNMENTS, glue_activation
+from layoutc.compiler.check.admitted import admitted
+from layoutc.compiler.check.ties import Side, alternatives, disagreement
 from layoutc.compiler.diagnostics import Diagnostic, Related, Span, error
-from layoutc.compiler.evaluate import EvalError, TooLarge, Value, eval_expr, finite_values, needed_lets, param_deps
+from layoutc.compiler.evaluate import EvalError, TooLarge, eval_expr, finite_values, param_deps
 from layoutc.runtime.interface import GlueInterface
-
-
-def _same_axis(a: ir.Axis, b: ir.Axis) -> bool:
-    return (a.layout, a.roles, a.pack, ir.shape(a.logical), ir.shape(a.padded)) == \
-        (b.layout, b.roles, b.pack, ir.shape(b.logical), ir.shape(b.padded))
-
-
-def _alternatives(t: ir.Tensor, name: str) -> list[ir.Axis]:
-    return [a for a in t.axes if a.name == name] + [g.axis for g in t.guarded if g.axis.name == name]
-
-
-def _chosen(t: ir.Tensor, name: str, env: dict[str, Value]) -> ir.Axis:
-    """The alternative of `t.name` that applies under `env` (the first `when` that holds, else the default)."""
-    for g in t.guarded:
-        if g.axis.name == name and eval_expr(g.guard, env) is True:
-            return g.axis
-    return t.axis(name)
-
-
-def _normal(e: ir.Expr, env: dict[str, Value], lets: dict[str, ir.Let]) -> object:
-    """`e`'s structure with the finite parameters of `env` substituted, lets inlined and every
-    fully known part evaluated: equal for two spellings of one size under that assignment."""
-    if param_deps(e, lets) <= env.keys():
-        try:
-            return ("const", eval_expr(e, env))
-        except EvalError:
-            pass
-    match e:
-        case ir.Ref() if e.kind == "let" and e.name in lets:
-            return _normal(lets[e.name].value, env, lets)
-        case ir.Op():
-            return ("op", e.op, *(_normal(a, env, lets) for a in e.args))
-        case ir.Cond():
-            cond = _normal(e.cond, env, lets)
-            if cond in (("const", True), ("const", False)):
-                return _normal(e.then if cond == ("const", True) else e.orelse, env, lets)
-            return ("if", cond, _normal(e.then, env, lets), _normal(e.orelse, env, lets))
-        case ir.Select():
-            subject = _normal(e.subject, env, lets)
-            if isinstance(subject, tuple) and subject[0] == "const":
-                arm = next((v for m, v in e.cases if m == subject[1]), e.default)
-                if arm is not None:
-                    return _normal(arm, env, lets)
-            return ("match", subject, *((m, _normal(v, env, lets)) for m, v in e.cases),
-                    None if e.default is None else _normal(e.default, env, lets))
-        case _:
-            return ir.shape(e)
-
-
-def _show_axis(a: ir.Axis) -> str:
-    if a.layout == "none":
-        return "a plain axis"
-    roles = " | ".join(a.roles)
-    return f"{a.layout}({roles + ', ' if roles else ''}...)"
-
-
-def _tie_broken(contract: ir.Contract, t: ir.Tensor, name: str, weight: ir.Tensor, wname: str) -> str | None:
-    """Why `t.name` does not follow `weight.wname` row for row, or None when it does.
-
-    The tie is judged by what it denotes, not its spelling (issue 20): for every admitted
-    assignment of the finite parameters the guards and sizes read, the alternative that
-    applies on each side has the same layout, roles and packing, and sizes that agree once
-    those parameters are substituted and lets inlined. Returns a clause for the message.
-    """
-    lets = {let.name: let for let in contract.lets}
-    mine, theirs = _alternatives(t, name), _alternatives(weight, wname)
-    guards = [g.guard for g in (*t.guarded, *weight.guarded) if g.axis.name in (name, wname)]
-    sizes = [e for a in (*mine, *theirs) for e in (a.logical, a.padded)]
-    finite = {n for e in (*guards, *sizes) for n in param_deps(e, lets) if contract.param(n).finite}
-    envs = _admitted(contract, finite, (*guards, *sizes))
-    if envs is None:  # too many combinations: the tie must be spelled alike
-        same = len(mine) == len(theirs) and all(_same_axis(a, b) for a, b in zip(mine, theirs, strict=False))
-        return None if same else ""
-    for env in envs:
-        try:
-            a, b = _chosen(t, name, env), _chosen(weight, wname, env)
-        except EvalError:
-            continue
-        if (a.layout, a.roles, a.pack) != (b.layout, b.roles, b.pack) or \
-                _normal(a.logical, env, lets) != _normal(b.logical, env, lets) or \
-                _normal(a.padded, env, lets) != _normal(b.padded, env, lets):
-            shown = ", ".join(f"{k}={env[k]}" for k in sorted(finite)) or "every configuration"
-            return f": with {shown}, `{t.name}.{name}` is {_show_axis(a)} and `{weight.name}.{wname}` is {_show_axis(b)}" \
-                + ("" if (a.layout, a.roles) != (b.layout, b.roles) else ", with other sizes")
-    return None
 
 
 def activations(contract: ir.Contract) -> frozenset[str] | None:
@@ -181,7 +94,7 @@ class _Binding:
             _kind, ref = target.split(" ")
             tname, aname = ref.split(".")
             weight = self.c.weight(tname)
-            broken = _tie_broken(self.c, t, axis_name, weight, aname)
+            broken = disagreement(self.c, Side(t, axis_name), Side(weight, aname))
             if broken is not None:
                 self.err("LC522", t.axis(axis_name).span, f"`{t.name}.{axis_name}` must follow "
                          f"`{weight.name}.{aname}` row for row (the kernel adds it to w13's output lanes)"
@@ -190,7 +103,7 @@ class _Binding:
         # (KernelConfig.num_experts), so a padded expert is never routed (issue 20).
         hidden = {"w13": "k", "w2": "n"}[t.projection] if t.kind == "weight" else ""
         if not self.i.pads_hidden and hidden in names:
-            for axis in _alternatives(t, hidden):
+            for axis in alternatives(t, hidden):
                 if axis.is_padded:
                     self.err("LC523", axis.span, f"`{t.name}.{hidden}` pads the hidden dim, but glue "
                              f"`{self.i.kind}` neither pads hidden states nor unpads the output: the kernel "
@@ -231,20 +144,26 @@ class _Binding:
                      help=f"remove {', '.join(bad)} from `{param.name}`")
 
     def experts(self) -> None:
+        """Every experts axis has w13's logical size (expert ids are bounded by it), and w2 is
+        padded like w13 (the kernel batches both weights over one experts axis), in every
+        admitted configuration (LC528; see check/ties.py for how sizes are compared)."""
         w13 = self.c.weight("w13")
-        ref = w13.axis("experts") if "experts" in {a.name for a in w13.axes} else None
-        if ref is None:
+        if "experts" not in {a.name for a in w13.axes}:
             return
         w2 = self.c.weight("w2")
         for t in self.c.tensors:
-            for axis in _alternatives(t, "experts"):
-                if t is not w13 and ir.shape(axis.logical) != ir.shape(ref.logical):
-                    self.err("LC528", axis.span, f"`{t.name}.experts` and `{w13.name}.experts` must be the same "
-                             "size: expert ids are bounded by the weights' experts axis")
-                elif t is w2 and ir.shape(axis.padded) != ir.shape(ref.padded):
-                    # the two weights are batched over the same experts (offsets, a batch dim)
-                    self.err("LC528", axis.span, f"`{w2.name}.experts` and `{w13.name}.experts` must be padded "
-                             "alike: the kernel batches both weights over one experts axis")
+            if t is w13 or "experts" not in {a.name for a in t.axes}:
+                continue
+            broken = disagreement(self.c, Side(t, "experts"), Side(w13, "experts"), structure=False, padded=False)
+            if broken is not None:
+                self.err("LC528", t.axis("experts").span, f"`{t.name}.experts` and `{w13.name}.experts` must be "
+                         f"the same size: expert ids are bounded by the weights' experts axis{broken}")
+            elif t is w2:
+                broken = disagreement(self.c, Side(w2, "experts"), Side(w13, "experts"), structure=False,
+                                      logical=False)
+                if broken is not None:
+                    self.err("LC528", w2.axis("experts").span, f"`{w2.name}.experts` and `{w13.name}.experts` must "
+                             f"be padded alike: the kernel batches both weights over one experts axis{broken}")
 
     def acts(self) -> None:
         values = activations(self.c)
@@ -273,7 +192,7 @@ class _Binding:
             self.err("LC524", self.glue.span, f"glue `{self.i.kind}` does not compute {', '.join(unknown)}; "
                      f"it computes {names}", help="remove them from the activation parameter")
         w13 = self.c.weight("w13")
-        for axis in _alternatives(w13, "n"):
+        for axis in alternatives(w13, "n"):
             if axis.segments != 2:
                 self.err("LC525", axis.span, f"`{w13.name}.n` is not segmented into gate and up, but every "
                          f"activation of glue `{self.i.kind}` is gated (act(gate) * up)",
@@ -298,49 +217,6 @@ class _Binding:
                     return
 
 
-def _finite_rules(contract: ir.Contract, names: set[str]) -> list[ir.Rule]:
-    """The requires and admits that read only the parameters `names` (through lets)."""
-    lets = {let.name: let for let in contract.lets}
-    return [r for r in contract.rules if param_deps(r.cond, lets) <= names]
-
-
-def _admitted(contract: ir.Contract, names: set[str], exprs: tuple[ir.Expr, ...]) -> Iterator[dict[str, Value]] | None:
-    """Every assignment of the finite parameters `names` that the rules reading only those
-    parameters admit, with the lets `exprs` need evaluated. Rules that read other parameters
-    are taken as satisfiable (so a caller looking for a bad assignment errs towards finding
-    one). None when a parameter ranges over an interval or the product exceeds MAX_ASSIGNMENTS."""
-    lets = {let.name: let for let in contract.lets}
-    order = sorted(names)
-    params = [contract.param(n) for n in order]
-    if any(not p.finite for p in params) or math.prod(len(p.values) for p in params) > MAX_ASSIGNMENTS:
-        return None
-    rules = _finite_rules(contract, names)
-    # the lets `exprs` read that these parameters decide (the others stay symbolic)
-    known = {let.name: let for expr in exprs for let in needed_lets(expr, lets) if param_deps(let.value, lets) <= names}
-    computable = [let for let in contract.lets if let.name in known]
-
-    def generate() -> Iterator[dict[str, Value]]:
-        for combo in itertools.product(*(p.values for p in params)):
-            env: dict[str, Value] = dict(zip(order, combo, strict=True))
-            try:
-                for let in computable:
-                    env[let.name] = eval_expr(let.value, env)
-                admitted = True
-                for rule in rules:
-                    scope = dict(env)
-                    for let in needed_lets(rule.cond, lets):
-                        scope[let.name] = eval_expr(let.value, scope)
-                    if eval_expr(rule.cond, scope) is not True:
-                        admitted = False
-                        break
-            except EvalError:
-                continue
-            if admitted:
-                yield env
-
-    return generate()
-
-
 def _admitted_constants(contract: ir.Contract, activation: str,
                         constants: tuple[tuple[str, int], ...]) -> tuple[str, dict[str, int]] | None:
     """A combination the rules admit where `activation` runs with a constant other than the
@@ -348,7 +224,7 @@ def _admitted_constants(contract: ir.Contract, activation: str,
     lets = {let.name: let for let in contract.lets}
     act = glue_activation(contract)
     assert act is not None
-    envs = _admitted(contract, param_deps(act, lets) | {n for n, _ in constants}, (act,))
+    envs = admitted(contract, param_deps(act, lets) | {n for n, _ in constants}, (act,))
     if envs is None:
         return None  # a range-typed constant: reported as not pinned by the caller
     for env in envs:
@@ -381,7 +257,7 @@ def _model_activation(contract: ir.Contract, act: ir.Expr) -> tuple[str, str | N
                 f"(this expression reads {', '.join(sorted(deps))}, and no single enum parameter of "
                 "activations it could equal)", "write `arg activation = activation` and `activation activation`")
     model = candidates[0]
-    envs = _admitted(contract, deps, (act,))
+    envs = admitted(contract, deps, (act,))
     if envs is None:
         return (f"the glue's activation is an expression over `{', '.join(sorted(deps))}`, too many "
                 f"combinations to show that it always equals `{model}`",

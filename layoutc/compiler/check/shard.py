@@ -81,30 +81,33 @@ def unsharded_per_rank(scope: Scope, sink: Sink) -> None:
     """LC414 when a contract with no shard still sizes its intermediate axes per rank.
 
     Without a shard, the generated module has no ranks: no `shard_*`, no coverage proof,
-    and the glue adds the whole w2 bias. A logical intermediate size that divides by a
-    parameter (`intermediate_size / tensor_model_parallel_size`) is one rank's slice,
-    whatever the parameter is called: each rank would pad its own slice and add the full
-    bias, which the rank sum counts tp times (issue 20: rel err 0.96-1.18 at tp 4).
+    and the glue adds the whole w2 bias. Each rank would pad its own slice and add the full
+    bias, which the rank sum counts tp times (issue 20: rel err 0.96-1.18 at tp 4). So a
+    per-rank spelling of the intermediate size is refused whatever its parameters are called:
+    a logical size that divides (`/`, `cdiv`, through lets: `intermediate_size /
+    tensor_model_parallel_size`, or `if mp == 2 then intermediate_size / 2 else ...`), or one
+    that a rule ties to the product of another parameter (vLLM's own spelling: `require
+    intermediate_size == intermediate_size_per_partition * tensor_model_parallel_size`).
     """
     for t in scope.tensors.values():
         for axis in (*t.axes, *(g.axis for g in t.guarded)):
             if not ir.is_intermediate(t, axis) or axis.kind == "groups":
                 continue  # a groups axis divides by its group size; its weight axis is checked
-            found = per_rank_divisors(axis.logical, scope.lets)
-            if found:
-                names = ", ".join(f"`{n}`" for n in sorted(found))
-                sink.error("LC414", axis.span, f"`{t.name}.{axis.name}` is sized per rank (its logical size "
-                           f"divides by {names}), but the contract states no shard: without one nothing is "
-                           "sharded or proved covered, and every rank would add the whole w2 bias",
+            why = per_rank_sign(axis.logical, scope.lets, scope.rules)
+            if why:
+                sink.error("LC414", axis.span, f"`{t.name}.{axis.name}` is sized per rank ({why}), but the contract "
+                           "states no shard: without one nothing is sharded or proved covered, and every rank "
+                           "would add the whole w2 bias",
                            help="name the degree `tp_size` (the default `shard intermediate_size over "
                            "tp_size`), or state `shard FULL over tp_size`")
                 return
 
 
-def per_rank_divisors(size: ir.Expr, lets: dict[str, ir.Let]) -> set[str]:
-    """The parameters that divide `size` (`/` or `cdiv` by a parameter-dependent divisor),
-    looking through `let`s: a size that divides by a parameter is a share of something."""
-    found: set[str] = set()
+def per_rank_sign(size: ir.Expr, lets: dict[str, ir.Let], rules: list[ir.Rule]) -> str:
+    """Why `size` reads as one rank's share, or "": it divides (through lets), or a rule
+    multiplies one of its parameters by another parameter."""
+    divisors: set[str] = set()
+    divides = False
     seen: set[str] = set()
     todo = [size]
     while todo:
@@ -113,5 +116,23 @@ def per_rank_divisors(size: ir.Expr, lets: dict[str, ir.Let]) -> set[str]:
                 seen.add(node.name)
                 todo.append(lets[node.name].value)
             elif isinstance(node, ir.Op) and node.op in ("/", "cdiv"):
-                found |= param_deps(node.args[1], lets)
-    return found
+                divides = True
+                divisors |= param_deps(node.args[1], lets)
+    if divisors:
+        return f"its logical size divides by {', '.join(f'`{n}`' for n in sorted(divisors))}"
+    if divides:
+        return "its logical size divides the full one by a constant chosen per configuration"
+    own = param_deps(size, lets)
+    for rule in rules:
+        for node in ir.walk(rule.cond):
+            if not (isinstance(node, ir.Op) and node.op == "=="):
+                continue
+            for full, product in (node.args, node.args[::-1]):
+                if not (isinstance(product, ir.Op) and product.op == "*"):
+                    continue
+                factors = param_deps(product, lets)
+                whole = param_deps(full, lets)
+                if own & factors and factors - own and whole and not whole & factors:
+                    return (f"line {rule.span.line} states {', '.join(sorted(whole))} as it times "
+                            f"`{sorted(factors - own)[0]}`: a per-rank size and a degree")
+    return ""
