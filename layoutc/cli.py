@@ -15,9 +15,11 @@ import math
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from layoutc import __version__
+from layoutc.compiler import ir
 from layoutc.compiler.diagnostics import CODES, Diagnostic, emit, exit_code, has_errors, render_text
 from layoutc.compiler.safeio import UsageError
 from layoutc.compiler.safeio import contract_paths as _contract_paths
@@ -28,7 +30,7 @@ class _Usage(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise _Usage(f"{self.prog}: error[LC801]: {message}")
 
 
@@ -59,7 +61,7 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _bounded_int(low: int, high: int):  # type: ignore[no-untyped-def]
+def _bounded_int(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text) if len(text) <= 20 else None
@@ -73,9 +75,12 @@ def _bounded_int(low: int, high: int):  # type: ignore[no-untyped-def]
     return parse
 
 
-def _load_all(paths: Sequence[str]):  # type: ignore[no-untyped-def]
+Loaded = list[tuple[str, ir.Contract | None, list[Diagnostic]]]  # (path, contract, its diagnostics)
+
+
+def _load_all(paths: Sequence[str]) -> tuple[Loaded, list[Diagnostic], dict[str, str]]:
     from layoutc.compiler.check import load
-    loaded = []
+    loaded: Loaded = []
     all_diags: list[Diagnostic] = []
     sources: dict[str, str] = {}
     for path in contract_paths(paths):
@@ -87,6 +92,17 @@ def _load_all(paths: Sequence[str]):  # type: ignore[no-untyped-def]
     return loaded, all_diags, sources
 
 
+def _contracts(loaded: Loaded) -> list[tuple[str, ir.Contract]]:
+    """(path, contract) of every loaded file, once the diagnostics hold no error (then each
+    path has its contract; one without is a bug in check.load, reported as LC900 by main)."""
+    out: list[tuple[str, ir.Contract]] = []
+    for path, contract, _ in loaded:
+        if contract is None:
+            raise AssertionError(f"{path}: check.load gave no contract and no error")
+        out.append((path, contract))
+    return out
+
+
 # ---- check -----------------------------------------------------------------------
 
 
@@ -95,7 +111,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     emit(diags, sources, args.format)
     code = exit_code(diags)
     if code == 0 and args.format == "text":
-        for path, contract, _ in loaded:
+        for path, contract in _contracts(loaded):
             print(f"{path}: ok ({contract.name})")
     return code
 
@@ -140,7 +156,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if has_errors(diags):
         emit(diags, sources, args.format)
         return exit_code(diags)
-    code, found = compile_contracts([(p, c) for p, c, _ in loaded], args.out, check=args.check,
+    code, found = compile_contracts(_contracts(loaded), args.out, check=args.check,
                                     verify_first=not args.no_verify, fmt=args.format, use_cache=not args.no_cache)
     emit(found, sources, args.format)
     return code
