@@ -107,6 +107,7 @@ def _contracts(loaded: Loaded) -> list[tuple[str, ir.Contract]]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """`layoutc check PATH...`: parse and check (no solver); prints `PATH: ok (NAME)` per contract."""
     loaded, diags, sources = _load_all(args.paths)
     emit(diags, sources, args.format)
     code = exit_code(diags)
@@ -120,6 +121,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """`layoutc verify PATH...`: 0 all proved, 1 a counterexample or a vacuous contract, 2 inconclusive."""
     from layoutc.compiler.verify.cache import load_and_verify
     from layoutc.compiler.verify.report import findings, render_github, render_json, render_text_report, summarize
     from layoutc.compiler.verify.verdicts import Options
@@ -151,6 +153,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    """`layoutc compile PATH... --out DIR [--check]`: one module per contract (or the drift, exit 1)."""
     from layoutc.compiler.emit.compile import compile_contracts
     loaded, diags, sources = _load_all(args.paths)
     if has_errors(diags):
@@ -166,16 +169,19 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    """`layoutc explain CONTRACT --set NAME=VALUE...` (layoutc.tools.explain)."""
     from layoutc.tools.explain import explain
     return explain(args.contract, args.set or [], fmt=args.format)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
+    """`layoutc audit CONFIG... --tp ...` (layoutc.tools.audit.run_audit)."""
     from layoutc.tools.audit import run_audit
     return run_audit(args)
 
 
 def cmd_rule(args: argparse.Namespace) -> int:
+    """`layoutc rule CODE`: the code's documentation (docs/language.md); LC801 for an unknown code."""
     from layoutc.compiler.ruledoc import rule_text
     text = rule_text(args.code)
     if text is None:
@@ -189,6 +195,7 @@ FORMATS = ("text", "json", "github")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `layoutc` argument parser; a usage error raises `_Usage` (LC801) instead of exiting."""
     parser = _Parser(prog="layoutc", description="MoE weight-layout contracts: check, verify, compile.")
     parser.add_argument("--version", action="version", version=f"layoutc {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -266,5 +273,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
+    """The `layoutc` console script: `main()` with the process's arguments, as the exit status."""
     sys.exit(main())
 

@@ -47,6 +47,8 @@ TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 5e-3}
 
 
 class RunError(Exception):
+    """A tool error of `layoutc run`, printed as `layoutc run: error[<code>]: <message>` (exit 2)."""
+
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
