@@ -15,9 +15,11 @@ import math
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from layoutc import __version__
+from layoutc.compiler import ir
 from layoutc.compiler.diagnostics import CODES, Diagnostic, emit, exit_code, has_errors, render_text
 from layoutc.compiler.safeio import UsageError
 from layoutc.compiler.safeio import contract_paths as _contract_paths
@@ -28,7 +30,7 @@ class _Usage(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise _Usage(f"{self.prog}: error[LC801]: {message}")
 
 
@@ -59,7 +61,7 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _bounded_int(low: int, high: int):  # type: ignore[no-untyped-def]
+def _bounded_int(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text) if len(text) <= 20 else None
@@ -73,9 +75,12 @@ def _bounded_int(low: int, high: int):  # type: ignore[no-untyped-def]
     return parse
 
 
-def _load_all(paths: Sequence[str]):  # type: ignore[no-untyped-def]
+Loaded = list[tuple[str, ir.Contract | None, list[Diagnostic]]]  # (path, contract, its diagnostics)
+
+
+def _load_all(paths: Sequence[str]) -> tuple[Loaded, list[Diagnostic], dict[str, str]]:
     from layoutc.compiler.source import load
-    loaded = []
+    loaded: Loaded = []
     all_diags: list[Diagnostic] = []
     sources: dict[str, str] = {}
     for path in contract_paths(paths):
@@ -87,15 +92,27 @@ def _load_all(paths: Sequence[str]):  # type: ignore[no-untyped-def]
     return loaded, all_diags, sources
 
 
+def _contracts(loaded: Loaded) -> list[tuple[str, ir.Contract]]:
+    """(path, contract) of every loaded file, once the diagnostics hold no error (then each
+    path has its contract; one without is a bug in source.load, reported as LC900 by main)."""
+    out: list[tuple[str, ir.Contract]] = []
+    for path, contract, _ in loaded:
+        if contract is None:
+            raise AssertionError(f"{path}: source.load gave no contract and no error")
+        out.append((path, contract))
+    return out
+
+
 # ---- check -----------------------------------------------------------------------
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """`layoutc check PATH...`: parse and check (no solver); prints `PATH: ok (NAME)` per contract."""
     loaded, diags, sources = _load_all(args.paths)
     emit(diags, sources, args.format)
     code = exit_code(diags)
     if code == 0 and args.format == "text":
-        for path, contract, _ in loaded:
+        for path, contract in _contracts(loaded):
             print(f"{path}: ok ({contract.name})")
     return code
 
@@ -104,6 +121,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """`layoutc verify PATH...`: 0 all proved, 1 a counterexample or a vacuous contract, 2 inconclusive."""
     from layoutc.compiler.verify.driver import verify_files
     from layoutc.compiler.verify.report import findings, render_github, render_json, render_text_report, summarize
     from layoutc.compiler.verify.verdicts import Options
@@ -135,12 +153,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    """`layoutc compile PATH... --out DIR [--check]`: one module per contract (or the drift, exit 1)."""
     from layoutc.compiler.emit.compile import compile_contracts
     loaded, diags, sources = _load_all(args.paths)
     if has_errors(diags):
         emit(diags, sources, args.format)
         return exit_code(diags)
-    code, found = compile_contracts([(p, c) for p, c, _ in loaded], args.out, check=args.check,
+    code, found = compile_contracts(_contracts(loaded), args.out, check=args.check,
                                     verify_first=not args.no_verify, fmt=args.format, use_cache=not args.no_cache)
     emit(found, sources, args.format)
     return code
@@ -150,16 +169,19 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
+    """`layoutc explain CONTRACT --set NAME=VALUE...` (layoutc.tools.explain)."""
     from layoutc.tools.explain import explain
     return explain(args.contract, args.set or [], fmt=args.format)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
+    """`layoutc audit CONFIG... --tp ...` (layoutc.tools.audit.run_audit)."""
     from layoutc.tools.audit import run_audit
     return run_audit(args)
 
 
 def cmd_rule(args: argparse.Namespace) -> int:
+    """`layoutc rule CODE`: the code's documentation (docs/language.md); LC801 for an unknown code."""
     from layoutc.compiler.ruledoc import rule_text
     text = rule_text(args.code)
     if text is None:
@@ -173,6 +195,7 @@ FORMATS = ("text", "json", "github")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `layoutc` argument parser; a usage error raises `_Usage` (LC801) instead of exiting."""
     parser = _Parser(prog="layoutc", description="MoE weight-layout contracts: check, verify, compile.")
     parser.add_argument("--version", action="version", version=f"layoutc {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -250,5 +273,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
+    """The `layoutc` console script: `main()` with the process's arguments, as the exit status."""
     sys.exit(main())
 

@@ -38,12 +38,17 @@ import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass
+from types import ModuleType
 from typing import Any
+
+from layoutc.tools.contract_module import GENERATED_PACKAGE
 
 TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 5e-3}
 
 
 class RunError(Exception):
+    """A tool error of `layoutc run`, printed as `layoutc run: error[<code>]: <message>` (exit 2)."""
+
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
@@ -110,7 +115,11 @@ class _Progress:
             sys.stderr.flush()
 
 
-def _plan(mod: Any, moe: Any, tp: int, dtype: str, isa: str) -> Any:
+def checkpoint_plan(mod: ModuleType, moe: Any, tp: int, dtype: str, isa: str) -> Any:
+    """`mod.plan(...)` for a checkpoint's layer at TP degree `tp`: the sizes and activation from
+    `describe()`'s ModelMoE, its swigluoai constants in the contract's thousandths. Raises
+    RunError LR131 for a contract parameter a config.json does not give, and the module's
+    LayoutContractError when the contract refuses the configuration."""
     values: dict[str, Any] = {"num_experts": moe.num_experts, "hidden_size": moe.hidden_size,
                               "intermediate_size": moe.intermediate_size, "tp_size": tp, "isa": isa,
                               "activation": moe.activation, "dtype": dtype}
@@ -201,7 +210,7 @@ def kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, x: Any, weigh
 
     from layoutc.tools.checkpoints.loader import load_layer_rank
 
-    plan = _plan(mod, moe, tp, dtype, isa)
+    plan = checkpoint_plan(mod, moe, tp, dtype, isa)
     options = {"apply_router_weight_on_input": True} if apply_router_weight_on_input else {}
     total = None
     load_s = kernel_s = peak = 0.0
@@ -290,7 +299,8 @@ def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str,
                _result(matched, ref.independent, ref.name, ref.why_not))
 
 
-def _checkpoint_dtype(ckpt: Any, moe: Any, layer: int) -> str:
+def checkpoint_dtype(ckpt: Any, moe: Any, layer: int) -> str:
+    """The dtype name (``bfloat16``, ...) the checkpoint stores `layer`'s down projection in."""
     n = moe.format.names(layer, 0 if not moe.format.fused else None)
     return str(ckpt.slice(n["down"]).get_dtype()).lower().replace("bf16", "bfloat16").replace(
         "f32", "float32").replace("f16", "float16")
@@ -360,11 +370,9 @@ def _run(args: argparse.Namespace) -> int:
         raise RunError("LR104", "--tokens must be in 1..65536, --layers and --threads >= 0")
     fmt = load_format_file(args.format_file) if args.format_file else None
     try:
-        mod = importlib.import_module(f"layoutc_generated.{args.contract}")
+        mod = importlib.import_module(f"{GENERATED_PACKAGE}.{args.contract}")
     except ImportError as exc:
         raise RunError("LR120", f"no generated contract module {args.contract!r} ({exc})") from None
-    contract_error: type[Exception] = mod.LayoutContractError  # the generated package's own classes
-    kernel_error: type[Exception] = mod.KernelUnavailableError
     torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
     with Checkpoint(args.model_dir) as ckpt:
         moe = describe(ckpt.config, fmt)
@@ -372,36 +380,50 @@ def _run(args: argparse.Namespace) -> int:
         layers = list(moe.moe_layers[: args.layers] if args.layers else moe.moe_layers)
         if not layers:
             raise RunError("LR102", f"config.json of {args.model_dir} declares no MoE layers")
-        dtype = args.dtype or _checkpoint_dtype(ckpt, moe, layers[0])
+        dtype = args.dtype or checkpoint_dtype(ckpt, moe, layers[0])
         if dtype not in TOLERANCE:
             raise RunError("LR102", f"checkpoint dtype {dtype} is not bfloat16, float16 or float32; pass --dtype")
         if moe.format.shared_expert and args.format == "text":
             print(f"note: the shared expert ({moe.format.shared_expert}) is a dense MLP outside the routed "
                   "experts: the kernel does not run it, and the reference's routed output leaves it out")
-        from layoutc.tools.checkpoints.reference import reference, transformers_oracle
+        rows, refused = _run_layers(args, ckpt, moe, mod, layers, tps, dtype, on_input)
+    return _print_report(args, moe, dtype, rows, refused)
 
-        oracle = None
-        why_no_oracle = "--no-transformers" if args.no_transformers else \
-            "--no-from-pretrained" if args.no_from_pretrained else ""
-        if not why_no_oracle:
-            oracle = transformers_oracle(args.model_dir, layers)
-        progress = _Progress(len(layers) * len(tps), sys.stderr.isatty())
-        rows: list[Row] = []
-        refused: list[str] = []
-        for layer in layers:
-            x = hidden_states(moe, layer, args.tokens, args.seed, dtype)
-            ref = reference(ckpt, moe, layer, x, use_transformers=not args.no_transformers, oracle=oracle,
-                            why_no_oracle=why_no_oracle)
-            for tp in tps:
-                try:
-                    rows.append(run_layer(ckpt, moe, mod, layer, tp, dtype=dtype, isa=args.isa,
-                                          tokens=args.tokens, seed=args.seed,
-                                          use_transformers=not args.no_transformers, on_input=on_input, ref=ref))
-                except contract_error as exc:  # plan() names the rule and the contract line
-                    refused.append(f"layer {layer} tp={tp}: {exc}")
-                except kernel_error as exc:
-                    raise RunError("LR130", str(exc)) from None
-                progress.step(f"layer {layer} tp={tp}")
+
+def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, layers: list[int], tps: list[int],
+                dtype: str, on_input: bool) -> tuple[list[Row], list[str]]:
+    """Every layer at every TP degree: the rows, and the configurations the contract refused."""
+    from layoutc.tools.checkpoints.reference import reference, transformers_oracle
+
+    contract_error: type[Exception] = mod.LayoutContractError  # the generated package's own classes
+    kernel_error: type[Exception] = mod.KernelUnavailableError
+    oracle = None
+    why_no_oracle = "--no-transformers" if args.no_transformers else \
+        "--no-from-pretrained" if args.no_from_pretrained else ""
+    if not why_no_oracle:
+        oracle = transformers_oracle(args.model_dir, layers)
+    progress = _Progress(len(layers) * len(tps), sys.stderr.isatty())
+    rows: list[Row] = []
+    refused: list[str] = []
+    for layer in layers:
+        x = hidden_states(moe, layer, args.tokens, args.seed, dtype)
+        ref = reference(ckpt, moe, layer, x, use_transformers=not args.no_transformers, oracle=oracle,
+                        why_no_oracle=why_no_oracle)
+        for tp in tps:
+            try:
+                rows.append(run_layer(ckpt, moe, mod, layer, tp, dtype=dtype, isa=args.isa,
+                                      tokens=args.tokens, seed=args.seed,
+                                      use_transformers=not args.no_transformers, on_input=on_input, ref=ref))
+            except contract_error as exc:  # plan() names the rule and the contract line
+                refused.append(f"layer {layer} tp={tp}: {exc}")
+            except kernel_error as exc:
+                raise RunError("LR130", str(exc)) from None
+            progress.step(f"layer {layer} tp={tp}")
+    return rows, refused
+
+
+def _print_report(args: argparse.Namespace, moe: Any, dtype: str, rows: list[Row], refused: list[str]) -> int:
+    """Print the rows as a table (or JSON); 0 when every row is ok and nothing was refused, else 1."""
     ok = all(r.ok for r in rows) and not refused
     unchecked = [r for r in rows if not r.independent]
     unchecked_line = ""

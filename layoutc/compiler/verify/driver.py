@@ -130,7 +130,7 @@ def verify_contract(contract: ir.Contract, options: Options | None = None, fixed
 
 
 def _read(path: str) -> str | None:
-    """The contract's text (a leading byte-order mark dropped), or None: then `check.load`
+    """The contract's text (a leading byte-order mark dropped), or None: then `source.load`
     reads the file itself and says why it cannot be used. Bounded and non-blocking
     (safeio): a FIFO, a device or /proc file is never waited on."""
     from layoutc.compiler.safeio import ReadError, read_bounded
@@ -154,7 +154,7 @@ def _store(cache: Cache, k: str, name: str, diags: Sequence[Diagnostic] | None, 
 
 
 def _verify_file(job: Job) -> FileOutcome:
-    """Parse and check one file from its text (`check.load` reads it only where the driver
+    """Parse and check one file from its text (`source.load` reads it only where the driver
     could not), and prove it where it has no errors, unless the job carries its entry."""
     from layoutc.compiler.source import load
 

@@ -126,6 +126,7 @@ class CheckpointFormat:
         return out
 
     def router_names(self, layer: int) -> tuple[str, str | None]:
+        """`layer`'s router weight name and its bias name (None when the format declares none)."""
         base = self.layer_prefix.format(layer=layer)
         return base + self.router, (base + self.router_bias) if self.router_bias else None
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from layoutc.tools.checkpoints.formats import FormatError, ModelMoE
 from layoutc.tools.checkpoints.reader import Checkpoint
+from layoutc.tools.contract_module import MissingFunctionError, TensorFunction, kernel_config, tensor_function
 
 
 @dataclass
@@ -27,12 +28,12 @@ class RankWeights:
     w2_bias: Any = None
 
 
-def _need(mod: ModuleType, name: str) -> Any:
-    fn = getattr(mod, name, None)
-    if fn is None:
-        raise FormatError("LR120", f"contract module {mod.__name__} has no {name}(); compile it with a "
-                          "layoutc that emits loaders")
-    return fn
+def _need(mod: ModuleType, kind: TensorFunction, tensor: str) -> Any:
+    """The module's `alloc_<tensor>` / `load_<tensor>`; FormatError LR120 when it has none."""
+    try:
+        return tensor_function(mod, kind, tensor)
+    except MissingFunctionError as exc:
+        raise FormatError("LR120", f"{exc}; compile it with a layoutc that emits loaders") from None
 
 
 def load_layer_rank(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType, plan: Any,
@@ -43,23 +44,21 @@ def load_layer_rank(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType
     module's LayoutContractError on a tensor whose shape the contract does not expect.
     """
     fmt = moe.format
-    w13 = _need(mod, "alloc_w13")(plan, rank)
-    w2 = _need(mod, "alloc_w2")(plan, rank)
-    load13, load2 = _need(mod, "load_w13"), _need(mod, "load_w2")
+    w13 = _need(mod, "alloc", "w13")(plan, rank)
+    w2 = _need(mod, "alloc", "w2")(plan, rank)
+    load13, load2 = _need(mod, "load", "w13"), _need(mod, "load", "w2")
     out = RankWeights(w13, w2)
     has_bias = fmt.gate_up_bias is not None
     if has_bias:
-        out.w13_bias = _need(mod, "alloc_w13_bias")(plan, rank)
-        out.w2_bias = _need(mod, "alloc_w2_bias")(plan, rank)
+        out.w13_bias = _need(mod, "alloc", "w13_bias")(plan, rank)
+        out.w2_bias = _need(mod, "alloc", "w2_bias")(plan, rank)
     if fmt.fused:
         n = fmt.names(layer)
         load13(w13, ckpt.slice(n["gate_up"]), plan, rank, role="gate_up", transposed=fmt.transposed,
                source_layout=fmt.gate_up_layout)
         load2(w2, ckpt.slice(n["down"]), plan, rank, role="down", transposed=fmt.down_transposed)
         if has_bias:
-            mod.load_w13_bias(out.w13_bias, ckpt.slice(n["gate_up_bias"]), plan, rank, role="gate_up",
-                              source_layout=fmt.gate_up_layout)
-            mod.load_w2_bias(out.w2_bias, ckpt.slice(n["down_bias"]), plan, rank)
+            _load_biases(ckpt, moe, layer, mod, plan, rank, out)
         return out
     for e in range(moe.num_experts):
         n = fmt.names(layer, e)
@@ -97,47 +96,57 @@ def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: Mod
     import torch
 
     fmt = moe.format
-    full13 = full2 = None
+    load13, load2 = _need(mod, "load", "w13"), _need(mod, "load", "w2")
+    full13: torch.Tensor | None = None
+    full2: torch.Tensor | None = None
     packed_type = None
     for lo in range(0, moe.num_experts, chunk_experts):
         hi = min(moe.num_experts, lo + chunk_experts)
         cplan = _chunk_plan(mod, plan, hi - lo)
-        s13, s2 = mod.alloc_w13(cplan, rank), mod.alloc_w2(cplan, rank)
+        s13, s2 = _need(mod, "alloc", "w13")(cplan, rank), _need(mod, "alloc", "w2")(cplan, rank)
         if fmt.fused:
             n = fmt.names(layer)
-            _load_experts(mod.load_w13, s13, ckpt.slice(n["gate_up"]), cplan, rank, lo, hi, "gate_up",
+            _load_experts(load13, s13, ckpt.slice(n["gate_up"]), cplan, rank, lo, hi, "gate_up",
                           fmt.transposed, fmt.gate_up_layout)
-            _load_experts(mod.load_w2, s2, ckpt.slice(n["down"]), cplan, rank, lo, hi, "down",
+            _load_experts(load2, s2, ckpt.slice(n["down"]), cplan, rank, lo, hi, "down",
                           fmt.down_transposed, "halves")
         else:
             for e in range(lo, hi):
                 n = fmt.names(layer, e)
-                mod.load_w13(s13, ckpt.slice(n["gate"]), cplan, rank, expert=e - lo, role="gate",
-                             transposed=fmt.transposed)
-                mod.load_w13(s13, ckpt.slice(n["up"]), cplan, rank, expert=e - lo, role="up",
-                             transposed=fmt.transposed)
-                mod.load_w2(s2, ckpt.slice(n["down"]), cplan, rank, expert=e - lo, role="down",
-                            transposed=fmt.down_transposed)
+                load13(s13, ckpt.slice(n["gate"]), cplan, rank, expert=e - lo, role="gate",
+                       transposed=fmt.transposed)
+                load13(s13, ckpt.slice(n["up"]), cplan, rank, expert=e - lo, role="up",
+                       transposed=fmt.transposed)
+                load2(s2, ckpt.slice(n["down"]), cplan, rank, expert=e - lo, role="down",
+                      transposed=fmt.down_transposed)
         p13, p2 = mod.prepack_padded(s13, s2, cplan)
         del s13, s2
-        if full13 is None:
+        if full13 is None or full2 is None:
             packed_type = type(p13)
             full13 = torch.empty((moe.num_experts, *p13.data.shape[1:]), dtype=p13.data.dtype)
             full2 = torch.empty((moe.num_experts, *p2.data.shape[1:]), dtype=p2.data.dtype)
         full13[lo:hi].copy_(p13.data)
-        full2[lo:hi].copy_(p2.data)  # type: ignore[index]
+        full2[lo:hi].copy_(p2.data)
         del p13, p2
     assert packed_type is not None
-    config = mod._config(plan)  # the whole layer's configuration, as prepack_padded would record it
+    config = kernel_config(mod, plan)  # the whole layer's configuration, as prepack_padded would record it
     biases = RankWeights(None, None)
     if fmt.gate_up_bias is not None:
-        n = fmt.names(layer)
-        biases.w13_bias = mod.alloc_w13_bias(plan, rank)
-        biases.w2_bias = mod.alloc_w2_bias(plan, rank)
-        mod.load_w13_bias(biases.w13_bias, ckpt.slice(n["gate_up_bias"]), plan, rank, role="gate_up",
-                          source_layout=fmt.gate_up_layout)
-        mod.load_w2_bias(biases.w2_bias, ckpt.slice(n["down_bias"]), plan, rank)
+        biases.w13_bias = _need(mod, "alloc", "w13_bias")(plan, rank)
+        biases.w2_bias = _need(mod, "alloc", "w2_bias")(plan, rank)
+        _load_biases(ckpt, moe, layer, mod, plan, rank, biases)
     return packed_type("w13", config, full13), packed_type("w2", config, full2), biases
+
+
+def _load_biases(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType, plan: Any, rank: int,
+                 out: RankWeights) -> None:
+    """Fill `out`'s allocated biases from a fused format's gate_up / down biases (the module's
+    `load_w2_bias` gives the row-parallel bias to rank 0 only)."""
+    fmt = moe.format
+    n = fmt.names(layer)
+    _need(mod, "load", "w13_bias")(out.w13_bias, ckpt.slice(n["gate_up_bias"]), plan, rank, role="gate_up",
+                                   source_layout=fmt.gate_up_layout)
+    _need(mod, "load", "w2_bias")(out.w2_bias, ckpt.slice(n["down_bias"]), plan, rank)
 
 
 class _ExpertRange:

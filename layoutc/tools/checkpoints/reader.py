@@ -76,10 +76,12 @@ class Checkpoint:
         self.close()
 
     def close(self) -> None:
+        """Close every safetensors file this checkpoint opened."""
         self._stack.close()
         self._open.clear()
 
     def has(self, name: str) -> bool:
+        """Whether the checkpoint's weight map names tensor `name`."""
         return name in self.weight_map
 
     def _handle(self, name: str) -> Any:
@@ -109,4 +111,5 @@ class Checkpoint:
         return self._handle(name).get_tensor(name)
 
     def shape(self, name: str) -> tuple[int, ...]:
+        """`name`'s stored shape (read from the header; nothing is loaded)."""
         return tuple(int(s) for s in self.slice(name).get_shape())

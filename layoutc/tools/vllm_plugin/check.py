@@ -10,7 +10,6 @@ route's contract: `plan()` (admission, padded sizes), `<t>_shapes`, `pad_<t>`
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import re
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 
 import torch
 
+from layoutc.tools.contract_module import import_contract_module, layout_runtime, tensor_function
 from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
 
 # The contract for each CPU route vLLM 0.32 can take for an unquantized MoE layer
@@ -66,12 +66,12 @@ class Snapshot:
 
 def module(route: str) -> ModuleType:
     """The generated module (`layoutc_generated.<contract>`) of `route` ("grouped_gemm" | "zentorch")."""
-    return importlib.import_module(f"layoutc_generated.{ROUTES[route]}")
+    return import_contract_module(ROUTES[route])
 
 
 def tensor_line(gen: ModuleType, tensor: str) -> str:
     """`contracts/<c>.moe:<line>` of `tensor`'s declaration, read from the generated pad_<tensor> docstring."""
-    doc = getattr(gen, f"pad_{tensor}").__doc__ or ""
+    doc = tensor_function(gen, "pad", tensor).__doc__ or ""
     found = re.search(r"Source: (\S+) line (\d+)", doc)
     return f"{found.group(1)}:{found.group(2)}" if found else f"{gen.SOURCE_FILE} (tensor {tensor})"
 
@@ -101,7 +101,7 @@ def snapshot(w13: torch.Tensor, w2: torch.Tensor, w13_bias: torch.Tensor | None,
     def copy(t: torch.Tensor | None) -> torch.Tensor | None:
         return None if t is None else t.detach().clone()
 
-    return Snapshot(copy(w13), copy(w2), copy(w13_bias), copy(w2_bias))  # type: ignore[arg-type]
+    return Snapshot(w13.detach().clone(), w2.detach().clone(), copy(w13_bias), copy(w2_bias))
 
 
 def check_layer(gen: ModuleType, plan: Any, info: LayerInfo, snap: Snapshot, w13: torch.Tensor, w2: torch.Tensor,
@@ -115,34 +115,40 @@ def check_layer(gen: ModuleType, plan: Any, info: LayerInfo, snap: Snapshot, w13
     it, every pad position holding its pad code. Raises LayoutcVllmError naming
     layoutc, the layer, the tensor, the rows and the contract line.
     """
-    tensors = {"w13": w13, "w2": w2, "w13_bias": w13_bias, "w2_bias": w2_bias}
-    logical = {"w13": snap.w13, "w2": snap.w2, "w13_bias": snap.w13_bias, "w2_bias": snap.w2_bias}
-    for name, actual in tensors.items():
-        if actual is None or logical[name] is None:
-            continue
-        want = tuple(getattr(gen, f"{name}_shapes")(plan)[1])
+    pairs = _pairs({"w13": (w13, snap.w13), "w2": (w2, snap.w2), "w13_bias": (w13_bias, snap.w13_bias),
+                    "w2_bias": (w2_bias, snap.w2_bias)})
+    for name, (actual, _) in pairs.items():
+        want = tuple(tensor_function(gen, "shapes", name)(plan)[1])
         if tuple(actual.shape) != want:
             raise LayoutcVllmError(
                 f"layoutc: layer {info.name}: {name} has shape {tuple(actual.shape)}, but contract "
                 f"{gen.CONTRACT} pads it to {want} (intermediate_size_per_partition "
                 f"{plan.intermediate_size_per_partition} -> {plan.intermediate_size_per_partition_padded}); "
                 f"{tensor_line(gen, name)}")
-    expected = {name: getattr(gen, f"pad_{name}")(logical[name], plan) for name in tensors
-                if tensors[name] is not None and logical[name] is not None}
+    expected = {name: tensor_function(gen, "pad", name)(logical, plan) for name, (_, logical) in pairs.items()}
     if packed:
         p13, p2 = gen.prepack(snap.w13, snap.w2, plan)
-        for name, want_packed, actual in (("w13", p13.data, w13), ("w2", p2.data, w2)):
+        for name, want_packed, actual, logical in (("w13", p13.data, w13, snap.w13), ("w2", p2.data, w2, snap.w2)):
             if not _same(want_packed, actual):
                 found = _unpack(gen, plan, name, actual)
-                raise LayoutcVllmError(_message(gen, plan, info, name, expected[name], found, logical[name],
-                                                packed=True))
+                raise LayoutcVllmError(_message(gen, plan, info, name, expected[name], found, logical, packed=True))
         names = ["w13_bias", "w2_bias"]
     else:
         names = list(expected)
     for name in names:
-        if name in expected and not _same(expected[name], tensors[name]):  # type: ignore[arg-type]
-            raise LayoutcVllmError(_message(gen, plan, info, name, expected[name], tensors[name],
-                                            logical[name], packed=False))
+        if name in expected and not _same(expected[name], pairs[name][0]):
+            raise LayoutcVllmError(_message(gen, plan, info, name, expected[name], pairs[name][0], pairs[name][1],
+                                            packed=False))
+
+
+def _pairs(tensors: dict[str, tuple[torch.Tensor | None, torch.Tensor | None]]
+           ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """(vLLM's tensor, the loaded logical tensor) of each name where the layer has both."""
+    out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for name, (actual, logical) in tensors.items():
+        if actual is not None and logical is not None:
+            out[name] = (actual, logical)
+    return out
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -170,7 +176,7 @@ def _unpack(gen: ModuleType, plan: Any, name: str, packed: torch.Tensor) -> torc
         return None
     src = torch.zeros(n, dtype=torch.int64)
     index = torch.arange(n, dtype=torch.int64)
-    shape13, shape2 = gen.w13_shapes(one)[1], gen.w2_shapes(one)[1]
+    shape13, shape2 = tensor_function(gen, "shapes", "w13")(one)[1], tensor_function(gen, "shapes", "w2")(one)[1]
     for d in range(digits):
         code = ((index // 256**d) % 256).to(packed.dtype)
         w13 = code.reshape(shape13) if name == "w13" else torch.zeros(shape13, dtype=packed.dtype)
@@ -196,21 +202,20 @@ def _plan_one_expert(gen: ModuleType, plan: Any) -> Any:
 
 
 def _padded_axis(gen: ModuleType, plan: Any, name: str) -> tuple[int, Any] | None:
-    axes = getattr(gen, f"_{name}_axes")(plan)
+    axes = tensor_function(gen, "axes", name)(plan)
     for i, axis in enumerate(axes):
         if axis.layout != "none":
             return i, axis
     return None
 
 
-def _owner(name: str, axis: Any, padded_index: int) -> str:
+def _owner(gen: ModuleType, name: str, axis: Any, padded_index: int) -> str:
     """What the contract puts at `padded_index` of `axis`: a logical entry, or a pad position."""
-    from layoutc_generated._runtime.layout import copies, fills
-
-    for src, dst, length in copies(axis):
+    layout = layout_runtime(gen)  # the runtime `axis` comes from
+    for src, dst, length in layout.copies(axis):
         if dst <= padded_index < dst + length:
             return _logical_name(name, axis, src + padded_index - dst)
-    for lo, hi in fills(axis):
+    for lo, hi in layout.fills(axis):
         if lo <= padded_index < hi:
             if axis.layout == "halves":
                 segs = _SEGMENTS.get(name, ())
@@ -244,7 +249,7 @@ def _message(gen: ModuleType, plan: Any, info: LayerInfo, name: str, expected: t
     rows = [int(p) for p in torch.nonzero(differs).flatten()]
     runs: list[dict[str, Any]] = []
     for p in rows[:_MAX_ROWS]:
-        should, holds = _owner(name, axis, p), _holds(name, axis, a[p], lg)
+        should, holds = _owner(gen, name, axis, p), _holds(name, axis, a[p], lg)
         last = runs[-1] if runs else None
         if last and last["hi"] == p - 1 and _next(last["should"][1], should) and _next(last["holds"][1], holds):
             last["hi"], last["should"][1], last["holds"][1] = p, should, holds

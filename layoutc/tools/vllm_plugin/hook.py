@@ -22,15 +22,19 @@ The summary line is logged after vLLM's `process_weights_after_loading(model, ..
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
-from layoutc.tools.vllm_plugin import check
+import layoutc.tools.vllm_plugin.check as check
 from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
 
 _STATE: dict[str, Any] = {"mode": None, "handled": Counter(), "seconds": 0.0}
 _MARK = "__layoutc_vllm__"
+# The method wrapped on the experts class (a name: it is replaced on the class at run time).
+_HOOKED = "process_weights_after_loading"
 
 
 def install(mode: str) -> None:
@@ -47,7 +51,7 @@ def install(mode: str) -> None:
         raise LayoutcVllmError(f"layoutc: LAYOUTC_VLLM={mode} but vLLM's CPU MoE module cannot be "
                                f"imported ({exc}); the plugin is written against vllm 0.32") from exc
     cls = cpu_moe.CPUUnquantizedExperts
-    original = cls.__dict__.get("process_weights_after_loading")
+    original = cls.__dict__.get(_HOOKED)
     if original is None or not hasattr(base_loader, "process_weights_after_loading"):
         raise LayoutcVllmError("layoutc: this vLLM has no CPUUnquantizedExperts.process_weights_after_loading "
                                "to hook; the plugin is written against vllm 0.32")
@@ -55,6 +59,7 @@ def install(mode: str) -> None:
     if getattr(original, _MARK, False):
         return
 
+    @functools.wraps(original)
     def process_weights_after_loading(self: Any, layer: Any) -> None:
         start = time.perf_counter()
         try:
@@ -65,19 +70,17 @@ def install(mode: str) -> None:
         finally:
             _STATE["seconds"] += time.perf_counter() - start
 
-    process_weights_after_loading.__doc__ = original.__doc__
-    process_weights_after_loading.__wrapped__ = original  # type: ignore[attr-defined]
     setattr(process_weights_after_loading, _MARK, True)
-    cls.process_weights_after_loading = process_weights_after_loading
+    setattr(cls, _HOOKED, process_weights_after_loading)
 
     loader_step = base_loader.process_weights_after_loading
 
+    @functools.wraps(loader_step)
     def after_loading(model: Any, model_config: Any, target_device: Any) -> None:
         before, seconds = Counter(_STATE["handled"]), _STATE["seconds"]
         loader_step(model, model_config, target_device)
         _summary(_STATE["handled"] - before, _STATE["seconds"] - seconds)
 
-    after_loading.__wrapped__ = loader_step  # type: ignore[attr-defined]
     setattr(after_loading, _MARK, True)
     base_loader.process_weights_after_loading = after_loading
 
@@ -90,15 +93,24 @@ def uninstall() -> None:
     from vllm.model_executor.model_loader import base_loader
 
     cls = cpu_moe.CPUUnquantizedExperts
-    wrapped = cls.__dict__["process_weights_after_loading"]
+    wrapped = cls.__dict__[_HOOKED]
     if getattr(wrapped, _MARK, False):
-        cls.process_weights_after_loading = wrapped.__wrapped__
+        setattr(cls, _HOOKED, _unwrap_once(wrapped))
     step = base_loader.process_weights_after_loading
     if getattr(step, _MARK, False):
-        base_loader.process_weights_after_loading = step.__wrapped__
+        base_loader.process_weights_after_loading = _unwrap_once(step)
     _STATE["mode"] = None
     _STATE["handled"] = Counter()
     _STATE["seconds"] = 0.0
+
+
+def _unwrap_once(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function `fn` wraps (`__wrapped__`, set by functools.wraps in `install`); one level
+    only, unlike inspect.unwrap, so a wrapper vLLM itself put under ours stays."""
+    inner = getattr(fn, "__wrapped__", None)
+    if not callable(inner):
+        raise LayoutcVllmError(f"layoutc: {fn!r} is marked as layoutc's hook but wraps nothing")
+    return inner
 
 
 def handled() -> dict[str, int]:

@@ -1,0 +1,162 @@
+"""The audit report as text (aligned tables, one per model), JSON and Markdown."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from layoutc.tools.audit.formats import checkpoint_format
+from layoutc.tools.audit.rows import AuditReport, AuditRow
+from layoutc.tools.hfconfig import MoEModelConfig
+
+
+def _human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    if n == 0:
+        return "0 B"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError
+
+
+def _pct(x: float | None, scale: float = 1.0, sign: str = "") -> str:
+    return "-" if x is None else f"{sign}{x * scale:.1f}%"
+
+
+def _size(x: int | None) -> str:
+    return "-" if x is None else str(x)
+
+
+def _verdict(row: AuditRow) -> str:
+    return "yes" if row.admitted else f"NO  {row.rule}: {row.reason}"
+
+
+def _model_line(label: str, m: MoEModelConfig) -> str:
+    fmt = checkpoint_format(m)
+    name = f"{label} ({m.name})" if m.name != label else label
+    swiglu = "".join(f" {k}={v:g}" for k, v in (("swiglu_limit", m.swiglu_limit), ("swiglu_alpha", m.swiglu_alpha))
+                     if v is not None)
+    return (f"{name}: E={m.num_experts} H={m.hidden_size} I={m.intermediate_size} top-{m.num_experts_per_tok} "
+            f"{m.activation}{swiglu} {m.dtype or 'dtype unstated'} {fmt.label}, {m.num_moe_layers} MoE layers")
+
+
+_SOURCE_LABELS = (("E", "num_experts"), ("H", "hidden_size"), ("I", "intermediate_size"),
+                  ("top-k", "num_experts_per_tok"), ("activation", "hidden_act"), ("dtype", "dtype"),
+                  ("swiglu_limit", "swiglu_limit"), ("swiglu_alpha", "swiglu_alpha"),
+                  ("MoE layers", "num_moe_layers"))
+
+
+def _sources_line(m: MoEModelConfig) -> str:
+    where = dict(m.sources)
+    if "activation" in where:
+        where["hidden_act"] = where["activation"]
+    parts = [f"{short} <- {where[fld]}" for short, fld in _SOURCE_LABELS if fld in where]
+    return "  from: " + "; ".join(parts)
+
+
+def model_json(label: str, m: MoEModelConfig) -> dict[str, Any]:
+    """One model's numbers and the config key each came from (``sources``)."""
+    return {"model": label, "model_name": m.name, "num_experts": m.num_experts, "hidden_size": m.hidden_size,
+            "intermediate_size": m.intermediate_size, "num_experts_per_tok": m.num_experts_per_tok,
+            "num_hidden_layers": m.num_hidden_layers, "num_moe_layers": m.num_moe_layers,
+            "activation": m.activation, "hidden_act": m.hidden_act, "dtype": m.dtype,
+            "swiglu_limit": m.swiglu_limit, "swiglu_alpha": m.swiglu_alpha,
+            "checkpoint_format": checkpoint_format(m).key, "sources": dict(m.sources)}
+
+
+TEXT_LEGEND = """\
+legend:
+  I_pp      intermediate_size / tp: the logical per-rank width (a block shard's rank width,
+            whose live rows average intermediate_size / tp over the ranks)
+  padded    the width the kernel gets (intermediate_size_per_partition_padded)
+  pad       (padded - I_pp) / padded: share of the kernel's intermediate dim that is zeros
+            (block shards: with the mean live width, so empty and short ranks count)
+  +mem/rank zero padding added to every declared tensor of one rank, all MoE layers (GiB = 2^30 B)
+  +flops    (padded - I_pp) / I_pp: extra MoE GEMM arithmetic
+  fast path yes = the contract admits it; NO = the first broken rule (line in the contract) and its message
+  -         not applicable (not admitted, or the contract does not say)"""
+
+
+def render_text(report: AuditReport) -> str:
+    """An aligned table per model, its skipped contracts, and a legend."""
+    headers = ("contract", "variant", "tp", "I_pp", "padded", "pad", "+mem/rank", "+flops", "fast path")
+    cells: list[tuple[str, ...]] = [
+        (r.contract, r.variant_text(), str(r.tp_size), _size(r.intermediate_size_per_partition),
+         _size(r.intermediate_size_per_partition_padded), _pct(r.pad_fraction, 100),
+         _human_bytes(r.extra_bytes), _pct(r.extra_flops_pct, 1, "+"), _verdict(r))
+        for r in report.rows
+    ]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers[:-1])]
+    right = {2, 3, 4, 5, 6, 7}
+
+    def line(values: Sequence[str]) -> str:
+        parts = [v.rjust(w) if i in right else v.ljust(w) for i, (v, w) in enumerate(zip(values[:-1], widths, strict=True))]
+        return "  " + "  ".join(parts) + "  " + values[-1]
+
+    out: list[str] = []
+    by_model: dict[str, list[int]] = {}
+    for i, r in enumerate(report.rows):
+        by_model.setdefault(r.model, []).append(i)
+    labels = [label for label, _ in report.models] or list(by_model)
+    configs = dict(report.models)
+    for label in labels:
+        if label in configs:
+            out.append(_model_line(label, configs[label]))
+            out.append(_sources_line(configs[label]))
+        else:
+            out.append(label)
+        indices = by_model.get(label, [])
+        if indices:
+            out.append(line(headers).rstrip())
+            out.extend(line(cells[i]).rstrip() for i in indices)
+        reasons: dict[str, list[str]] = {}
+        for s in report.skipped:
+            if s.model == label:
+                reasons.setdefault(s.reason.split("; ")[0], []).append(s.contract)
+        for why, names in reasons.items():
+            out.append(f"  skipped: {', '.join(names)} ({why})")
+        if not indices and not reasons:
+            out.append("  (no contracts)")
+        out.append("")
+    out.append(TEXT_LEGEND)
+    return "\n".join(out) + "\n"
+
+
+def render_json(report: AuditReport) -> str:
+    """``{"models": [...], "rows": [...], "skipped": [...]}``; the fields are documented in docs/audit.md."""
+    doc = {"models": [model_json(label, m) for label, m in report.models],
+           "rows": [r.to_json() for r in report.rows], "skipped": [s.to_json() for s in report.skipped]}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report: AuditReport) -> str:
+    """A GitHub-flavoured table (one row per audit row) and a list of skipped pairs."""
+    out = ["| model | contract | variant | TP | I_pp | padded | pad | extra mem / rank | extra FLOPs | fast path |",
+           "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in report.rows:
+        verdict = "yes" if r.admitted else f"**no**: {r.rule}: {r.reason}"
+        out.append("| " + " | ".join(_md(c) for c in (
+            r.model, f"`{r.contract}`", r.variant_text(), str(r.tp_size),
+            _size(r.intermediate_size_per_partition), _size(r.intermediate_size_per_partition_padded),
+            _pct(r.pad_fraction, 100), _human_bytes(r.extra_bytes), _pct(r.extra_flops_pct, 1, "+"),
+            verdict)) + " |")
+    if report.models:
+        out.append("")
+        out.append("Where the numbers come from (config keys):")
+        out.append("")
+        out.extend(f"- {_md(label)}: {_md(_sources_line(m).removeprefix('  from: '))}" for label, m in report.models)
+    if report.skipped:
+        out.append("")
+        out.append("Skipped (model, contract) pairs:")
+        out.append("")
+        out.extend(f"- {_md(s.model)} / `{s.contract}`: {_md(s.reason)}" for s in report.skipped)
+    return "\n".join(out) + "\n"

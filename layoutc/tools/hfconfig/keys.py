@@ -1,0 +1,175 @@
+"""The keys each model family spells a quantity with, and the scopes they are looked up in.
+
+Sub-configs are searched before the top level (``ffn_config`` of DBRX, ``text_config``
+of Gemma-4 and other multimodal wrappers, ``llm_config``, ``language_config``); within
+one scope the aliases are tried in order, and a JSON ``null`` counts as absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from layoutc.tools.hfconfig.model import ModelConfigError
+
+# Sub-configs searched before the top level, innermost first.
+SUBCONFIG_KEYS: tuple[str, ...] = (
+    "ffn_config",
+    "text_config",
+    "llm_config",
+    "language_config",
+)
+
+HIDDEN_SIZE_ALIASES: tuple[str, ...] = ("hidden_size", "d_model")
+INTERMEDIATE_SIZE_ALIASES: tuple[str, ...] = (
+    "moe_intermediate_size",
+    "intermediate_size",
+    "ffn_hidden_size",
+)
+NUM_EXPERTS_ALIASES: tuple[str, ...] = (
+    "num_experts",
+    "n_routed_experts",
+    "num_local_experts",
+    "moe_num_experts",
+)
+NUM_EXPERTS_PER_TOK_ALIASES: tuple[str, ...] = (
+    "num_experts_per_tok",
+    "moe_top_k",
+    "top_k_experts",
+    "num_experts_per_token",
+    "experts_per_token",
+)
+NUM_HIDDEN_LAYERS_ALIASES: tuple[str, ...] = (
+    "num_hidden_layers",
+    "n_layers",
+    "num_layers",
+)
+# mlp_hidden_act first: Nemotron-H also has mamba_hidden_act, and where a
+# config names the MLP's activation separately that is the one experts use.
+HIDDEN_ACT_ALIASES: tuple[str, ...] = (
+    "mlp_hidden_act",
+    "hidden_act",
+    "hidden_activation",
+    "ffn_act_fn",
+)
+DTYPE_ALIASES: tuple[str, ...] = ("torch_dtype", "dtype")
+
+
+
+# gpt-oss's SwiGLU constants: transformers GptOssExperts hard-codes alpha = 1.702 and
+# reads limit = config.swiglu_limit (7.0 in the released configs).
+GPT_OSS_SWIGLU_ALPHA = 1.702
+
+# Checkpoint activation name -> layoutc contract activation name.
+ACTIVATIONS: dict[str, str] = {
+    "silu": "silu",
+    "swish": "silu",
+    "swiglu": "silu",
+    "gelu": "gelu",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_tanh": "gelu_tanh",
+    "gelu_new": "gelu_tanh",
+    "relu2": "relu2",
+    "swigluoai": "swigluoai",
+}
+# Activations whose expert MLP has a single (up) half: out = act(up).
+NON_GATED: frozenset[str] = frozenset({"relu2"})
+
+
+class Scopes:
+    """The dicts a field is looked up in, innermost first, with their names."""
+
+    def __init__(self, raw: Mapping[str, Any], source: str) -> None:
+        self.source = source
+        self.entries: list[tuple[str, Mapping[str, Any]]] = [
+            (key, raw[key])
+            for key in SUBCONFIG_KEYS
+            if isinstance(raw.get(key), Mapping)
+        ]
+        self.entries.append(("top level", raw))
+        self.used: dict[str, str] = {}  # field -> the key it was read from
+
+    def find(self, aliases: Sequence[str], field: str | None = None) -> tuple[str, Any] | None:
+        """The first (alias, value) with a non-null value, scope by scope.
+
+        With ``field``, records where it was found (``text_config.num_experts``)."""
+        for name, scope in self.entries:
+            for alias in aliases:
+                value = scope.get(alias)
+                if value is not None:
+                    if field is not None:
+                        self.used[field] = alias if name == "top level" else f"{name}.{alias}"
+                    return alias, value
+        return None
+
+    def where(self) -> str:
+        """The scopes searched, innermost first, for messages (``text_config, top level``)."""
+        return ", ".join(name for name, _ in self.entries)
+
+    def require_int(
+        self, field: str, aliases: tuple[str, ...], *, minimum: int = 1
+    ) -> int:
+        """The first of ``aliases`` found, as an int >= ``minimum``; ModelConfigError when it is
+        missing (naming every alias tried and every scope) or is not such an int."""
+        found = self.find(aliases, field)
+        if found is None:
+            raise ModelConfigError(
+                f"{self.source}: missing {field}: tried {', '.join(aliases)} "
+                f"(looked in: {self.where()})",
+                source=self.source,
+                field=field,
+                aliases=aliases,
+            )
+        alias, value = found
+        return check_int(
+            value,
+            minimum=minimum,
+            source=self.source,
+            field=field,
+            alias=alias,
+            aliases=aliases,
+        )
+
+
+def check_int(
+    value: Any,
+    *,
+    minimum: int,
+    source: str,
+    field: str,
+    alias: str,
+    aliases: tuple[str, ...] = (),
+) -> int:
+    """``value`` as an int >= ``minimum``; ModelConfigError naming ``alias`` and ``field`` otherwise."""
+    # bool is an int subclass; `true` is never a size.
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ModelConfigError(
+            f"{source}: {alias} = {value!r} is not an integer >= {minimum} "
+            f"(reading {field})",
+            source=source,
+            field=field,
+            aliases=aliases or (alias,),
+        )
+    return value
+
+
+
+
+def model_type(scopes: Scopes) -> str | None:
+    """The innermost ``model_type`` string, or None."""
+    for _, scope in scopes.entries:
+        value = scope.get("model_type")
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def is_gpt_oss(scopes: Scopes) -> bool:
+    """Whether any scope says gpt-oss (``model_type: gpt_oss`` or ``GptOssForCausalLM``)."""
+    for _, scope in scopes.entries:
+        if scope.get("model_type") == "gpt_oss":
+            return True
+        architectures = scope.get("architectures")
+        if isinstance(architectures, list) and "GptOssForCausalLM" in architectures:
+            return True
+    return False

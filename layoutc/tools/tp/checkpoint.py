@@ -1,0 +1,155 @@
+"""`run_tp_checkpoint`: one MoE layer of a real safetensors checkpoint over `tp_size` gloo ranks.
+
+Each rank reads only its own rows through the generated loaders
+(layoutc.tools.checkpoints), and rank 0 compares with transformers' own sparse-MoE block
+of the layer (its routed output; the launcher computes it once, with the routing the
+block's router chose, and hands both to the ranks). layoutc.tools.checkpoints and
+layoutc.tools.run are imported when a run starts (they need safetensors).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from layoutc.tools.contract_module import import_contract_module
+from layoutc.tools.tp.launcher import launch_ranks
+from layoutc.tools.tp.rank import collective, init_rank, report_error
+from layoutc.tools.tp.results import CheckpointTPResult
+
+
+def checkpoint_rank(rank: int, tp_size: int, port: int, module_name: str, cfg: dict[str, Any],
+                    tensors: dict[str, torch.Tensor], results: Any) -> None:
+    """One rank of `run_tp_checkpoint`: its own checkpoint reads, kernel, gloo all_reduce.
+
+    tensors: x [T, H] (model dtype), topk_weights / topk_ids [T, top_k] and, on rank 0's
+    side, ref [T, H] float32, all computed once by the launcher."""
+    try:
+        init_rank(rank, tp_size, port, cfg)
+        try:
+            report = _checkpoint_layer(rank, tp_size, module_name, cfg, tensors)
+            results.put(("report", rank, report))
+        finally:
+            dist.destroy_process_group()
+    except BaseException as exc:
+        report_error(results, rank, exc)
+        raise
+
+
+def _checkpoint_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, Any],
+                      tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Load this rank's rows, prepack, run the kernel, all-reduce; the timings (and rank 0's error)."""
+    from layoutc.tools.checkpoints.formats import describe
+    from layoutc.tools.checkpoints.loader import load_layer_rank
+    from layoutc.tools.checkpoints.reader import Checkpoint
+    from layoutc.tools.run import checkpoint_plan, rel_error
+
+    mod = import_contract_module(module_name)
+    with Checkpoint(cfg["model_dir"]) as ckpt:
+        moe = describe(ckpt.config, cfg["format"])
+        plan = checkpoint_plan(mod, moe, tp_size, cfg["dtype"], cfg["isa"])
+        t0 = time.perf_counter()
+        rw = load_layer_rank(ckpt, moe, cfg["layer"], mod, plan, rank)  # this rank's rows only
+        p13, p2 = mod.prepack_padded(rw.w13, rw.w2, plan)
+        t1 = time.perf_counter()
+        options: dict[str, Any] = {} if rw.w13_bias is None else {"w13_bias": rw.w13_bias,
+                                                                   "w2_bias": rw.w2_bias}
+        if cfg["on_input"]:
+            options["apply_router_weight_on_input"] = True
+        out = mod.fused_moe(tensors["x"], p13, p2, tensors["topk_weights"], tensors["topk_ids"], plan, **options)
+        with collective():
+            dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        t2 = time.perf_counter()
+        report: dict[str, Any] = {"load": t1 - t0, "step": t2 - t1,
+                                  "plan": (plan.intermediate_size_per_partition,
+                                           plan.intermediate_size_per_partition_padded)}
+        if rank == 0:
+            report.update(rel_error=rel_error(out, tensors["ref"]))
+    return report
+
+
+def run_tp_checkpoint(model_dir: str, *, tp_size: int, layer: int | None = None,
+                      module_name: str = "vllm_cpu_grouped_gemm", dtype: str | None = None, tokens: int = 16,
+                      seed: int = 0, isa: str = "vec", threads_per_rank: int = 1,
+                      timeout_s: float = 300.0, use_transformers: bool = True,
+                      checkpoint_format: Any = None) -> CheckpointTPResult:
+    """One MoE layer of a real safetensors checkpoint over `tp_size` gloo ranks.
+
+    Before anything is loaded, the family's `router_weight` is held to what the module's
+    glue computes (`layoutc.tools.run.router_weight_on_input`). Then this process builds
+    the reference once (`layoutc.tools.checkpoints.reference.reference`: transformers' own
+    sparse-MoE block of the layer as from_pretrained loads it, whose router also gives the
+    routing every rank gets; `use_transformers=False` builds it from the declared format,
+    `independent=False`). Every rank opens the checkpoint itself and loads only its rows
+    through the generated `alloc_*` / `load_*` (the declared format of config.json's
+    model_type, or `checkpoint_format`), prepacks, runs the real kernel (with
+    `apply_router_weight_on_input=True` for a family that weights the experts' input) and
+    all-reduces (SUM, model dtype); the w2 bias is loaded on rank 0 only. Rank 0 compares.
+    layer: a MoE layer index (default: the first). dtype: default the checkpoint's.
+    Raises ValueError on bad arguments, layoutc.tools.run.RunError LR140 / LR141 when the
+    glue cannot weight where the family does, FormatError for an unknown model_type,
+    TPRankError naming the failing rank (e.g. the module's LayoutContractError for a refused
+    configuration), TimeoutError past `timeout_s`.
+    """
+    if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
+        raise ValueError(f"run_tp_checkpoint: tp_size must be an int >= 1, got {tp_size!r}")
+    inputs = _checkpoint_inputs(model_dir, module_name, layer, dtype, tokens, seed, use_transformers,
+                                checkpoint_format)
+    cfg = {"model_dir": model_dir, "layer": inputs.layer, "dtype": inputs.dtype, "isa": isa,
+           "on_input": inputs.on_input, "format": checkpoint_format, "threads_per_rank": threads_per_rank,
+           "timeout_s": timeout_s}
+    messages = launch_ranks("run_tp_checkpoint", checkpoint_rank, tp_size, (module_name, cfg, inputs.tensors),
+                            start_method="spawn", timeout_s=timeout_s)
+    reports = {m[1]: m[2] for m in messages if m[0] == "report"}
+    if sorted(reports) != list(range(tp_size)):
+        raise RuntimeError(f"run_tp_checkpoint: ranks {sorted(set(range(tp_size)) - set(reports))} sent no report")
+    i_pp, padded = reports[0]["plan"]
+    ref = inputs.reference
+    return CheckpointTPResult(model_dir, inputs.layer, tp_size, inputs.dtype, i_pp, padded, reports[0]["rel_error"],
+                              ref.name, max(r["load"] for r in reports.values()),
+                              max(r["step"] for r in reports.values()), ref.routing, ref.independent,
+                              inputs.router_weight)
+
+
+@dataclass(frozen=True)
+class _CheckpointInputs:
+    """What the launcher prepares once: the layer, its dtype, where the routing weight goes, the
+    shared tensors (x, topk_weights, topk_ids, ref) and the reference (a checkpoints Reference)."""
+
+    layer: int
+    dtype: str
+    on_input: bool
+    router_weight: str
+    tensors: dict[str, torch.Tensor]
+    reference: Any
+
+
+def _checkpoint_inputs(model_dir: str, module_name: str, layer: int | None, dtype: str | None, tokens: int,
+                       seed: int, use_transformers: bool, checkpoint_format: Any) -> _CheckpointInputs:
+    """Hold the family's router weight to the glue, pick the layer and dtype, build the reference."""
+    from layoutc.tools.checkpoints.formats import describe
+    from layoutc.tools.checkpoints.reader import Checkpoint
+    from layoutc.tools.checkpoints.reference import reference, transformers_oracle
+    from layoutc.tools.run import checkpoint_dtype, hidden_states, router_weight_on_input
+
+    with Checkpoint(model_dir) as ckpt:
+        moe = describe(ckpt.config, checkpoint_format)
+        on_input = router_weight_on_input(moe, import_contract_module(module_name), module_name)
+        if layer is None:
+            layer = moe.moe_layers[0]
+        if layer not in moe.moe_layers:
+            raise ValueError(f"run_tp_checkpoint: layer {layer} is not a MoE layer ({list(moe.moe_layers)})")
+        dtype = dtype or checkpoint_dtype(ckpt, moe, layer)
+        x = hidden_states(moe, layer, tokens, seed, dtype)
+        oracle = transformers_oracle(model_dir, [layer]) if use_transformers else None
+        ref = reference(ckpt, moe, layer, x, use_transformers=use_transformers, oracle=oracle,
+                        why_no_oracle="" if use_transformers else "use_transformers=False")
+        del oracle
+    tensors = {"x": x, "topk_weights": ref.weights, "topk_ids": ref.ids, "ref": ref.output}
+    for t in tensors.values():
+        t.share_memory_()
+    return _CheckpointInputs(layer, dtype, on_input, moe.format.router_weight, tensors, ref)
