@@ -89,31 +89,27 @@ EXPECTED: dict[str, Any] = {
     "v_rename_tp_let": "check", "v_activation_let_gelu": "check", "z_activation_let_dtype": "check",
     "v_activation_let_identity": "runs", "z_experts_pad": "runs", "g_experts_pad": "runs",
     "v_bias_when_reordered": "runs", "v_experts_pad_weights_only": "verify", "g_experts_pad_unlike": "check", "v_bias_sizes_spelled": "runs", "v_bias_when_wrong": "check",
-    # red team, issue 20 round 3 (tests/cases/mutants/REDTEAM_ROUND3.md). Pins marked FINDING hold the
-    # present, wrong behaviour so that a fix flips them: the TP degree spelled without a division
-    # by a parameter evades LC414 (runs at tp 1; per rank the w2 bias counts tp times, rel err
-    # 0.153 at tp 2, 0.458 at tp 4); the false alarms should run.
-    "v_rt_tp_if_numerals": "runs", "g_rt_tp_if_numerals": "runs",  # FINDING: should be check (LC414)
-    "v_rt_tp_param_ipp": "runs", "z_rt_tp_param_ipp": "runs",  # FINDING: should be check (LC414)
+    # red team, issue 20 round 3 (tests/cases/mutants/REDTEAM_ROUND3.md): findings F1-F3, fixed
+    "v_rt_tp_if_numerals": "check", "g_rt_tp_if_numerals": "check",  # F1: LC414 (a division by a constant)
+    "v_rt_tp_param_ipp": "check", "z_rt_tp_param_ipp": "check",  # F1: LC414 (a rule states I = I_pp * degree)
     "v_rt_tp_deepspeed": "check", "v_rt_tp_nested_lets": "check", "v_rt_tp_cdiv": "check", "g_rt_tp_roundup": "check",
     "v_rt_tp_divisor_if": "check", "v_rt_tp_both": "verify",
     "v_rt_act_if_swap": "check", "v_rt_act_nested_match": "check", "v_rt_act_swap2": "check", "v_rt_act_two_params": "check",
     "v_rt_act_identity_admitted": "runs",
-    "v_rt_act_identity_alpha": "check",  # FINDING (false alarm): LC524 names an unadmitted configuration
+    "v_rt_act_identity_alpha": "runs",  # F3: the constants admit is read with the activation (closure)
     "v_rt_act_identity_consts": "runs", "v_rt_act_bool_flag": "check", "v_rt_act_hidden": "check",
     "g_rt_act_kernel_only": "check", "z_rt_act_identity_if": "runs", "g_rt_act_second_param": "check",
     "v_rt_act_glue_only_let": "check",
-    "v_rt_experts_pad_let": "check", "g_rt_experts_pad_commuted": "check",  # FINDING (false alarm): LC528 by spelling
-    "g_rt_experts_pad_both_guarded": "check", "z_rt_experts_pad_both_guarded": "check",  # FINDING (false alarm): LC528
-    "g_rt_experts_pad_w13_guarded": ("check", "LC528 compares only w13's default experts axis: a `when` alternative "
-                                     "padded on w13 alone is proved, then raw at bfloat16 (matrix batch sizes have to match)"),
-    "z_rt_experts_pad_w13_guarded": "verify", "v_rt_experts_pad_guarded_no_w2": "verify",
+    "v_rt_experts_pad_let": "runs", "g_rt_experts_pad_commuted": "runs",  # F3: sizes compared as they denote
+    "g_rt_experts_pad_both_guarded": "runs", "z_rt_experts_pad_both_guarded": "runs",  # F2: per configuration
+    "g_rt_experts_pad_w13_guarded": "check",  # F2: LC528 with the configuration where they differ
+    "z_rt_experts_pad_w13_guarded": "check", "v_rt_experts_pad_guarded_no_w2": "check",
     "v_rt_experts_pad_biases_only": "verify", "v_rt_experts_pad_bias_more": "verify", "v_rt_experts_pad_bias_unlike": "verify",
     "i8_rt_experts_pad": "runs", "i4_rt_experts_pad": "runs", "v_rt_experts_pad_w2_only": "check",
     "v_rt_experts_pad_logical_minus1": "refused", "g_rt_experts_pad_max": "runs",
     "v_rt_bias_not_guard": "runs", "v_rt_bias_guard_partial": "check", "v_rt_bias_roles_swapped": "check",
     "v_rt_bias_pad_output_alignment": "runs", "v_rt_bias_pad_32": "check",
-    "v_rt_bias_cdiv": "check", "v_rt_bias_roundup_spelled": "check",  # FINDING (false alarm): LC522 by spelling
+    "v_rt_bias_cdiv": "runs", "v_rt_bias_roundup_spelled": "runs",  # F3: the verifier proves the sizes agree
     "v_rt_bias_hidden_guard": "check", "v_rt_bias_hidden_guard_true": "check", "v_rt_bias_intermediate_guard": "check",
     "v_rt_bias_alpha_guard": "check", "v_rt_bias_guard_or_dup": "runs", "z_rt_bias_spelled": "runs",
     "v_rt_bias_guard_dtype_only": "check",

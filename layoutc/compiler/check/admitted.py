@@ -104,7 +104,7 @@ def samples(contract: ir.Contract) -> list[dict[str, Value]]:
                 env[p.name] = rng.choice(p.values)
             else:
                 pool = [v for v in (*_SIZES, p.low, p.high) if p.low <= v <= p.high]
-                env[p.name] = rng.choice(pool) if pool and rng.random() < 0.85 else rng.randint(p.low, p.high)
+                env[p.name] = rng.choice(pool) if pool and rng.random() < 0.97 else rng.randint(p.low, p.high)
         try:
             for let in contract.lets:
                 env[let.name] = eval_expr(let.value, env)
