@@ -35,6 +35,8 @@ from robust_helpers import CASES, CONTRACTS, REPO, child_env, crashed, limit_chi
 
 from layoutc import cli
 
+pytestmark = pytest.mark.slow
+
 ITERATIONS = int(os.environ.get("LAYOUTC_KILL_ITERATIONS", "20"))
 SEED = int(os.environ.get("LAYOUTC_FUZZ_SEED", "8"))
 

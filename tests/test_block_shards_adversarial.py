@@ -79,6 +79,7 @@ def uneven(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
     return compiled_on_the_kernel(tmp_path_factory, "vllm_cpu_block_sharded", uneven_text())
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("activation, tp, I", [("silu", 6, 2881), ("swigluoai", 64, 96), ("swigluoai", 16, 100)])
 def test_an_uneven_intermediate_size_runs_right_on_every_rank(uneven, activation: str, tp: int, I: int) -> None:  # type: ignore[no-untyped-def]  # noqa: E741
     """I not a multiple of tp_size (nor of 32): the last rank with data holds a partial block."""
@@ -86,6 +87,7 @@ def test_an_uneven_intermediate_size_runs_right_on_every_rank(uneven, activation
     assert all_ranks_error(uneven, plan, activation, *layer) < 1e-4
 
 
+@pytest.mark.kernel
 def test_empty_ranks_load_safetensors_slices_by_the_slice_rule(uneven, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """tp 64, I 96: ranks 3-63 are empty. Every rank's loaded w2 (per expert, from a
     memory-mapped slice) is the hand-written slice rule; a source at the old tp * L width is refused."""

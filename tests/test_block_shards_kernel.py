@@ -82,6 +82,7 @@ def gpt_oss_layer(m, activation: str, tp: int, seed: int, I: int = 2880):  # typ
     return plan, (full13, full2, bias13, bias2, x, ids, weights)
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("activation, tp", [("swigluoai", 8), ("swigluoai", 64), ("silu", 8), ("silu", 12)])
 def test_every_rank_on_the_real_kernel_sums_to_the_reference(module, activation: str, tp: int,  # type: ignore[no-untyped-def]
                                                              capsys: pytest.CaptureFixture[str]) -> None:
@@ -130,6 +131,7 @@ def tail_module(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-un
                                   _with_bias_tail_fill(block_sharded_text()))
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("activation, tp", [("swigluoai", 8), ("silu", 12)])
 def test_a_bias_tail_fill_changes_nothing_on_the_real_kernel(tail_module, activation: str, tp: int) -> None:  # type: ignore[no-untyped-def]
     """The generated shard_w13_bias writes 1 past the last rank's slice (exact tensor; the shard

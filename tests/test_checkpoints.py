@@ -36,6 +36,8 @@ import pytest
 
 from tests.conftest import ROOT, require_package
 
+pytestmark = [pytest.mark.kernel, pytest.mark.transformers, pytest.mark.slow]
+
 FAMILIES = ("qwen3_moe", "qwen2_moe", "mixtral", "gpt_oss", "gemma4", "llama4")
 # transformers 5.19's sparse-MoE block of each family that has one (Gemma-4 has none)
 BLOCKS = {"qwen3_moe": "Qwen3MoeSparseMoeBlock", "qwen2_moe": "Qwen2MoeSparseMoeBlock",

@@ -9,7 +9,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT, require_package
+
+pytestmark = [pytest.mark.kernel, pytest.mark.slow]
 
 
 def test_gemma4_example_verifies_compiles_and_runs_the_kernel() -> None:

@@ -35,6 +35,7 @@ def test_the_nan_codes_named_in_the_issue() -> None:
         decode_byte("e8m0", 256)
 
 
+@pytest.mark.slow
 def test_e2m1_is_the_ocp_table_the_tools_decode_with() -> None:
     """numformats.e2m1 (OCP MX v1.0 5.3.3: bias 1, exponent 0 subnormal) against the
     tables transformers 5.19 (integrations/mxfp4.py FP4_VALUES) and compressed-tensors 0.17

@@ -186,11 +186,13 @@ def test_shipped_contracts_are_clean() -> None:
         assert contract is not None, more
 
 
+@pytest.mark.slow
 def test_generated_contracts() -> None:
     """(a) grammar-aware random contracts: params, lets with nested exprs, tensors, kernel, glue."""
     _loop("generated", _share(0.20), lambda rng: generate(rng, skeleton=0.1), emit=True)
 
 
+@pytest.mark.slow
 def test_generated_valid_contracts_emit() -> None:
     """Skeleton contracts (half of them well-typed, from CleanGen: nearly all pass check) are
     rendered, compiled, executed: plan() agrees with evaluate, pad/unpad round-trip."""
@@ -201,6 +203,7 @@ def test_generated_valid_contracts_emit() -> None:
     _loop("generated-skeleton", _share(0.01), make, emit=True)
 
 
+@pytest.mark.slow
 def test_token_mutations_of_windows() -> None:
     """(c) token edits of short windows of the shipped contracts."""
     corpus = [(t, declarations(t)) for t in SHIPPED]
@@ -211,6 +214,7 @@ def test_token_mutations_of_windows() -> None:
     _loop("token-windows", _share(0.36), make, emit=True)
 
 
+@pytest.mark.slow
 def test_byte_mutations_of_windows() -> None:
     """(b) byte edits of short windows of the shipped contracts."""
     corpus = [(t, declarations(t)) for t in SHIPPED]
@@ -222,6 +226,7 @@ def test_byte_mutations_of_windows() -> None:
     _loop("byte-windows", _share(0.37), make)
 
 
+@pytest.mark.slow
 def test_whole_file_mutations() -> None:
     """(b)+(c) token and byte edits of whole shipped contracts (slower: ~2 ms each)."""
     toks = [tokens(t) for t in SHIPPED]
@@ -288,6 +293,7 @@ _CONTRACT = st.lists(_DECL, max_size=8).map(
 _HYPOTHESIS_FUZZER = Fuzzer()
 
 
+@pytest.mark.slow
 @settings(max_examples=HYPOTHESIS_EXAMPLES, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
 @given(_CONTRACT)
@@ -305,6 +311,7 @@ def test_hypothesis_contracts(text: str) -> None:
 CLI_EDITS = int(os.environ.get("LAYOUTC_FUZZ_CLI_EDITS", str(max(60, BUDGET // 300))))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", CONTRACTS, ids=[p.name for p in CONTRACTS])
 def test_cli_single_token_edits(path: Path, tmp_path: Path) -> None:
     """Random single-token edits never produce a traceback through cli.main(["check", path])."""
@@ -377,6 +384,7 @@ def regression_results() -> dict[str, Any]:
         return {name: f.result() for name, f in futures.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", FUZZ_CASES, ids=[p.name for p in FUZZ_CASES])
 def test_fuzz_regressions(path: Path, regression_results: dict[str, Any]) -> None:
     """Every saved reproducer ends in diagnostics or success, in time, with valid generated code."""

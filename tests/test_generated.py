@@ -50,6 +50,7 @@ def test_check_does_not_depend_on_the_current_directory(tmp_path: Path, monkeypa
     assert main(["compile", str(ROOT / "contracts"), "--out", str(ROOT / "generated"), "--check"]) == 0
 
 
+@pytest.mark.slow
 def test_output_is_byte_identical_across_runs_and_hash_seeds(tmp_path: Path) -> None:
     outs = []
     for seed in ("0", "12345"):
@@ -79,6 +80,7 @@ print('ok')
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MODULES)
 def test_generated_modules_need_only_torch(name: str, tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-c", BLOCKER.format(root=str(ROOT), name=name)],
@@ -86,6 +88,7 @@ def test_generated_modules_need_only_torch(name: str, tmp_path: Path) -> None:
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tool", [["ruff", "check", "generated", "layoutc", "tests", "examples", "bench"],
                                   ["mypy", "--strict", "generated", "layoutc/runtime"]])
 def test_generated_code_is_lint_and_type_clean(tool: list[str]) -> None:

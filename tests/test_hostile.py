@@ -23,6 +23,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from robust_helpers import CASES, audit_import, baseline_imports, configs_for, crashed, run_layoutc, unexpected_events
@@ -301,6 +303,7 @@ def test_curated_files_are_current() -> None:
     assert on_disk == curated_cases(), "run `python tests/test_hostile.py --write`"
 
 
+@pytest.mark.slow
 def test_curated_hostile_files(tmp_path: Path) -> None:
     """The curated files: refused with a diagnostic, or compiled to a module that runs no extra code."""
     cases = {p.stem: p.read_text(encoding="utf-8") for p in sorted(HOSTILE_DIR.glob("*.moe"))}
@@ -311,6 +314,7 @@ def test_curated_hostile_files(tmp_path: Path) -> None:
     assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(problems)
 
 
+@pytest.mark.slow
 def test_cross_product(tmp_path: Path) -> None:
     """Every payload in every position (960 contracts; the curated ones are run above)."""
     curated = curated_cases()
@@ -321,6 +325,7 @@ def test_cross_product(tmp_path: Path) -> None:
     assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(problems)
 
 
+@pytest.mark.slow
 def test_cli_subprocess_on_hostile_directory() -> None:
     """The real CLI over the whole directory: exit 1 with diagnostics, never a traceback."""
     res = run_layoutc(["check", str(HOSTILE_DIR)], timeout=120)
@@ -333,6 +338,7 @@ HOSTILE_FILE_NAMES = ['a"b', "a'b", "x\nimport os\n", '"""', "'''", "{{ 7 * 7 }}
                       "\u0430", "back\\slash", "tab\there", "$(id)", "n" * 200]
 
 
+@pytest.mark.slow
 def test_hostile_file_names(tmp_path: Path) -> None:
     """The contract's *file name* lands in headers and SOURCE_FILE: it must stay inert."""
     base = make_case("comment", "os")
@@ -359,6 +365,7 @@ GENERATED_MODULE_NAMES = ("gen_reason", "gen_supported", "gen_check_int", "gen_l
                           "gen_dataclass", "gen_any", "gen_itertools")
 
 
+@pytest.mark.slow
 def test_names_of_the_generated_module(tmp_path: Path) -> None:
     """A name the generated module uses itself (Plan fields `reason`/`supported`, helpers
     `_check_int`, `_broken`, `_LOG`, imports) is refused, or the module still imports and

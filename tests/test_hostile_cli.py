@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from robust_helpers import REPO, crashed, run_layoutc
 
+pytestmark = pytest.mark.slow
+
 BOUND_S = 30.0
 CONTRACT = str(REPO / "contracts" / "torch_grouped_mm.moe")
 SET = ["--set", "num_experts=8", "--set", "hidden_size=64", "--set", "intermediate_size=64",

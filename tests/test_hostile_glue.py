@@ -15,6 +15,8 @@ import torch
 from tests.conftest import ROOT, require_package
 from tests.loading import load_generated
 
+pytestmark = pytest.mark.kernel
+
 CONFIGS: dict[str, dict[str, Any]] = {
     "vllm_cpu_grouped_gemm": dict(num_experts=4, hidden_size=64, intermediate_size=96, tp_size=2, isa="vec",
                                   activation="silu", dtype="float32"),

@@ -20,6 +20,10 @@ import textwrap
 import venv
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 CHILD = textwrap.dedent(r'''

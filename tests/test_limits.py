@@ -27,6 +27,8 @@ from robust_helpers import crashed, run_layoutc, run_python
 from layoutc.compiler.diagnostics import has_errors, render_text
 from layoutc.compiler.source import load
 
+pytestmark = pytest.mark.slow
+
 HEAD = """\
 contract limits
 source "tests/test_limits.py"

@@ -78,6 +78,7 @@ def test_desc_act_with_a_group_size_is_refused(wna16) -> None:  # type: ignore[n
         wna16.plan(**BASE, intermediate_size=1408, tp_size=8, group_size=128, act_order=True)
 
 
+@pytest.mark.conformance
 def test_plan_agrees_with_vllm(wna16, vllm) -> None:  # type: ignore[no-untyped-def]
     normalize, padded = vllm
     for inter, tp, group, act_order in itertools.product((704, 1408, 1536, 2048, 2880), (1, 2, 4, 8),

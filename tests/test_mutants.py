@@ -381,6 +381,8 @@ def test_corpus_covers_every_fault_class() -> None:
     assert set(EXPECTED) == {e[0] for e in _entries()}, "pin the expected outcome of every mutant"
 
 
+@pytest.mark.kernel
+@pytest.mark.slow
 @pytest.mark.parametrize("name", _params())
 def test_mutant(name: str, corpus: dict[str, dict[str, Any]]) -> None:
     entry = corpus[name]
@@ -447,6 +449,7 @@ def test_glue_size_checks_raise_named_errors() -> None:
         int4pack.check_shapes(_cfg(args=(("group_size", 64),)))
 
 
+@pytest.mark.slow
 def test_a_kernel_crash_is_detected_and_the_rest_still_runs(tmp_path: Path) -> None:
     """The child-process runner: a run that kills its process (as a segfault in a kernel does)
     is recorded as "crash", and the runs after it still run in a fresh process."""

@@ -14,6 +14,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from robust_helpers import REPO, run_python
@@ -67,6 +69,7 @@ CHILD = textwrap.dedent(r'''
 ''')
 
 
+@pytest.mark.slow
 def test_compiler_runs_with_torch_blocked(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("OUT_DIR", str(tmp_path / "out"))
     res = run_python(CHILD, [json.dumps(BLOCKED), json.dumps(sorted(TORCH_MODULES))], timeout=300)

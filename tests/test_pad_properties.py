@@ -26,6 +26,8 @@ from layoutc.compiler.evaluate import eval_expr
 from layoutc.compiler.source import load
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.slow
+
 CONTRACTS = sorted(p.stem for p in (ROOT / "contracts").glob("*.moe"))
 BITS = {"int32": 32, "uint8": 8, "int8": 8, "int16": 16}
 

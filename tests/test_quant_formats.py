@@ -85,6 +85,8 @@ GPTQ_CASES = [(bits, g, sym, ao) for bits in (4, 8) for g in GROUPS for sym in (
               for ao in (False, True) if not (ao and g == -1)]
 
 
+@pytest.mark.conformance
+@pytest.mark.slow
 @pytest.mark.parametrize(("bits", "group", "sym", "act_order"), GPTQ_CASES)
 @pytest.mark.parametrize("shape", [(I, H), (H, I)], ids=["gate", "down"])
 def test_gptq_against_vllm_unpack(bits: int, group: int, sym: bool, act_order: bool, shape: tuple[int, int]) -> None:
@@ -105,6 +107,7 @@ def test_gptq_against_vllm_unpack(bits: int, group: int, sym: bool, act_order: b
     assert _rel(got, w) < (0.16 if bits == 4 else 0.01)
 
 
+@pytest.mark.conformance
 @pytest.mark.parametrize(("group", "act_order"), [(32, False), (64, True), (128, True), (-1, False)])
 def test_gptq_against_compressed_tensors_dequantize(group: int, act_order: bool) -> None:
     """Oracle: compressed-tensors 0.17 quantization.dequantize (GROUP strategy with g_idx,
@@ -127,6 +130,8 @@ def test_gptq_against_compressed_tensors_dequantize(group: int, act_order: bool)
     assert torch.equal(got, want)
 
 
+@pytest.mark.conformance
+@pytest.mark.slow
 def test_gptq_int4_zero_offset_is_vllms() -> None:
     """Oracle: vLLM's own convert_gptq_int4_qzeros (moe_wna16.py: the stored nibble + 1),
     against the zeros the dequantizer subtracts (read back from a weight of all-zero codes)."""
@@ -151,6 +156,7 @@ def _awq_tensors(w: Any, group: int) -> dict[str, Any]:
     return {"weight": t[".qweight"], "zero": t[".qzeros"], "scale": t[".scales"]}
 
 
+@pytest.mark.conformance
 @pytest.mark.parametrize(("group", "shape"), AWQ_CASES)
 def test_awq_against_compressed_tensors_converter(group: int, shape: tuple[int, int]) -> None:
     """Oracle: compressed-tensors 0.17 AutoAWQConverter._convert_gemm_module (unpack_awq,
@@ -173,6 +179,7 @@ def test_awq_against_compressed_tensors_converter(group: int, shape: tuple[int, 
     assert _rel(got, w) < 0.16
 
 
+@pytest.mark.conformance
 @pytest.mark.parametrize("group", [32, 128])
 def test_awq_against_vllm_converter_and_packer(group: int) -> None:
     """Oracle: vLLM's MoE WNA16 convert_awq_tensor (its reverse AWQ order, repacked two
@@ -193,6 +200,7 @@ def test_awq_against_vllm_converter_and_packer(group: int) -> None:
 
 # --------------------------------------------------------------------------- FP8
 
+@pytest.mark.conformance
 @pytest.mark.parametrize("shape", [(I, H), (H, I), (768, H)], ids=["ragged-rows", "ragged-cols", "aligned"])
 def test_fp8_block_against_compressed_tensors(shape: tuple[int, int]) -> None:
     """Oracle: compressed-tensors 0.17 FP8BlockDequantizer._create_dequantized_weight (pads
@@ -208,6 +216,7 @@ def test_fp8_block_against_compressed_tensors(shape: tuple[int, int]) -> None:
     assert _rel(got, w) < 0.04
 
 
+@pytest.mark.conformance
 def test_fp8_block_aligned_against_transformers_and_vllm() -> None:
     """Oracles: transformers 5.19 finegrained_fp8.Fp8Dequantize._dequantize_one (whole blocks
     only: it derives the block from the scale grid) and vLLM's quant_utils.scaled_dequantize."""
@@ -220,6 +229,7 @@ def test_fp8_block_aligned_against_transformers_and_vllm() -> None:
     assert torch.equal(got, qu.scaled_dequantize(q, s, qu.GroupShape(128, 128), out_dtype=torch.float32))
 
 
+@pytest.mark.conformance
 @pytest.mark.parametrize("strategy", ["channel", "tensor"])
 def test_fp8_channel_tensor_against_vllm_and_compressed_tensors(strategy: str) -> None:
     """Oracles: vLLM's scaled_dequantize (group broadcast of the [N, 1] / scalar scale) and
@@ -237,6 +247,7 @@ def test_fp8_channel_tensor_against_vllm_and_compressed_tensors(strategy: str) -
 
 # --------------------------------------------------------------------------- MXFP4
 
+@pytest.mark.conformance
 def test_mxfp4_against_transformers_and_vllm() -> None:
     """Oracles: transformers 5.19 integrations/mxfp4.convert_moe_packed_tensors (float32;
     it returns [E, in, out]) and vLLM's CPU-callable flashinfer_moe_ep._dequant_mxfp4_ue8m0_gran32
@@ -258,6 +269,7 @@ def test_mxfp4_against_transformers_and_vllm() -> None:
     assert torch.equal(pack_fp4_to_uint8(grid), flat[1])
 
 
+@pytest.mark.conformance
 def test_a_wrong_nibble_order_is_caught() -> None:
     """The oracles above see the bit order: a scheme that reads AWQ nibbles sequentially,
     GPTQ's in AWQ's order, or MXFP4's high nibble first, disagrees with the same oracles."""
@@ -327,6 +339,7 @@ def test_written_configs_read_back(quant: str) -> None:
         assert scheme.block == (128, 128) and scheme.tensors[1].suffix == ".weight_scale_inv"
 
 
+@pytest.mark.conformance
 @pytest.mark.parametrize("quant", sorted(WRITTEN))
 def test_written_configs_parse_in_vllm_and_transformers(quant: str) -> None:
     """vLLM 0.32's and transformers 5.19's own config classes read make_checkpoint's
@@ -500,6 +513,8 @@ CKPT_CASES = [("gptq4", {"group_size": 32}), ("gptq4", {"group_size": 64, "act_o
               ("fp8_block", {}), ("fp8_channel", {}), ("fp8_tensor", {})]
 
 
+@pytest.mark.transformers
+@pytest.mark.slow
 @pytest.mark.parametrize(("quant", "opts"), CKPT_CASES, ids=[f"{q}-{o}" for q, o in CKPT_CASES])
 def test_written_checkpoint_validates_and_dequantizes(written: Any, quant: str, opts: dict[str, Any]) -> None:
     """A per-expert checkpoint in the real on-disk names: read_quantization, validate (headers),
@@ -524,6 +539,7 @@ def test_written_checkpoint_validates_and_dequantizes(written: Any, quant: str, 
             assert _rel(got, want) < (0.16 if bits == 4 else 0.04), (proj, _rel(got, want))
 
 
+@pytest.mark.transformers
 def test_gpt_oss_mxfp4_against_transformers_from_pretrained(written: Any) -> None:
     """Oracle: transformers 5.19 from_pretrained of the MXFP4 gpt-oss checkpoint with
     Mxfp4Config(dequantize=True) (its own dequantization, on CPU, without accelerate or
@@ -547,6 +563,7 @@ def test_gpt_oss_mxfp4_against_transformers_from_pretrained(written: Any) -> Non
     assert torch.equal(down.transpose(1, 2), experts.down_proj.float())
 
 
+@pytest.mark.transformers
 def test_mxfp4_from_pretrained_without_dequantize_needs_accelerate(written: Any) -> None:
     """What issue 22 reports: without accelerate, transformers 5.19 refuses a pre-quantized
     MXFP4 checkpoint unless it is asked to dequantize (quantizer_mxfp4.validate_environment)."""
@@ -641,6 +658,8 @@ BAD = [
 ]
 
 
+@pytest.mark.transformers
+@pytest.mark.slow
 @pytest.mark.parametrize(("case", "quant", "opts", "edit", "config", "code", "named"), BAD, ids=[b[0] for b in BAD])
 def test_bad_input_is_named(written: Any, tmp_path: Path, case: str, quant: str | None, opts: dict[str, Any],
                             edit: Any, config: Any, code: str, named: str) -> None:
@@ -650,6 +669,7 @@ def test_bad_input_is_named(written: Any, tmp_path: Path, case: str, quant: str 
     assert err.code == code and named in str(err), str(err)
 
 
+@pytest.mark.transformers
 def test_mxfp4_config_over_bf16_tensors(written: Any, tmp_path: Path) -> None:
     """Issue 22's report: a config claiming MXFP4 over bf16 tensors is LR157 naming the
     bf16 tensor, before anything is dequantized (transformers says "requires Accelerate")."""

@@ -20,6 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from robust_helpers import crashed, run_layoutc, run_python
 
+pytestmark = pytest.mark.slow
+
 # inter, hidden and the Fermat triple range over huge intervals (2**40, 2**60, 2**20: as
 # large as the checker's 2**62 magnitude rule allows for a^3 + b^3); `extra` is 1 exactly
 # when a^3 + b^3 == c^3, i.e. never, so w2.k = round_up(inter, 4) + extra is always a

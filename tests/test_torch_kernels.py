@@ -12,6 +12,8 @@ import torch
 from tests.conftest import ROOT, require_package
 from tests.reference import moe_reference
 
+pytestmark = pytest.mark.kernel
+
 
 def layer(experts: int, hidden: int, intermediate: int, dtype: torch.dtype, tokens: int = 12, top_k: int = 2,
           seed: int = 0):  # type: ignore[no-untyped-def]
@@ -151,6 +153,7 @@ for e in errors:
 """
 
 
+@pytest.mark.slow
 def test_int8pack_segfault_is_unreachable_through_generated_code() -> None:
     """The raw bf16 op crashes the process on K % 16 != 0; the generated glue refuses first."""
     raw = subprocess.run([sys.executable, "-c", SEGFAULT_PROBE.format(k=68)], capture_output=True, text=True,

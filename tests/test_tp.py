@@ -60,6 +60,8 @@ def check_real_tp(r: TPResult, tp: int) -> None:
     assert r.seconds > 0 and r.setup_seconds > 0 and r.wall_seconds >= r.seconds
 
 
+@pytest.mark.kernel
+@pytest.mark.slow
 @needs_kernel
 @pytest.mark.parametrize(("tp", "i_pp", "padded_to"), [(1, 704, 704), (2, 352, 352), (4, 176, 192)])
 def test_gemma4_tp_matches_reference(tp: int, i_pp: int, padded_to: int) -> None:
@@ -70,6 +72,8 @@ def test_gemma4_tp_matches_reference(tp: int, i_pp: int, padded_to: int) -> None
     assert r.padded == (i_pp != padded_to)
 
 
+@pytest.mark.kernel
+@pytest.mark.slow
 @needs_kernel
 def test_tp3_on_a_size_it_divides() -> None:
     r = run_tp_layer(tp_size=3, start_method="forkserver", **QWEN3)
@@ -77,6 +81,8 @@ def test_tp3_on_a_size_it_divides() -> None:
     assert (r.intermediate_size_per_partition, r.intermediate_size_per_partition_padded) == (256, 256)
 
 
+@pytest.mark.kernel
+@pytest.mark.slow
 @needs_kernel
 def test_bias_on_padded_shards() -> None:
     # tp=4 pads 176 -> 192 per half; w13_bias is sharded and padded per half, and
@@ -86,12 +92,15 @@ def test_bias_on_padded_shards() -> None:
     assert r.padded and r.bias
 
 
+@pytest.mark.kernel
+@pytest.mark.slow
 @needs_kernel
 def test_default_spawn_start_method() -> None:
     r = run_tp_layer(tp_size=2, **GEMMA)
     check_real_tp(r, 2)
 
 
+@pytest.mark.kernel
 @needs_kernel
 def test_bad_config_error_names_the_rank() -> None:
     # 704 % 3 != 0: every rank's plan() refuses; the lowest rank is reported.
@@ -102,6 +111,7 @@ def test_bad_config_error_names_the_rank() -> None:
     assert "traceback from rank 0" in str(info.value)
 
 
+@pytest.mark.kernel
 @needs_kernel
 def test_one_failing_rank_is_named_not_its_peers() -> None:
     # Rank 2 raises while its peers wait in a barrier: the peers then fail inside gloo
@@ -114,6 +124,8 @@ def test_one_failing_rank_is_named_not_its_peers() -> None:
     assert time.monotonic() - start < 60
 
 
+@pytest.mark.kernel
+@pytest.mark.slow
 def test_another_generated_module_torch_grouped_mm() -> None:
     # torch only (aten::_grouped_mm), so this runs wherever torch does. Its plan() takes
     # no isa; like every glue it has prepack_padded, so the padded shard is used as it is.

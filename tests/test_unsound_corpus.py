@@ -58,6 +58,7 @@ def test_the_corpus_is_complete() -> None:
     assert {p.stem for p in CORPUS} == set(EXPECTED_PROPERTY)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.stem)
 def test_pinned_counterexample(path: Path) -> None:
     """Pinned by property and rule; the configuration is re-checked by plain evaluation."""

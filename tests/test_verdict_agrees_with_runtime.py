@@ -74,6 +74,7 @@ def predicted_failure(contract, config) -> str | None:  # type: ignore[no-untype
     return None
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("name", CASES)
 @settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.filter_too_much, HealthCheck.too_slow])

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 import z3
 
 from layoutc.compiler.verify.properties.roundtrip import injective_broken
+
+pytestmark = pytest.mark.slow
 
 
 def test_roundtrip_closed_form_matches_the_index_formula() -> None:

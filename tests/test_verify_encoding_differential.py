@@ -62,6 +62,7 @@ def _agree(contract: ir.Contract, name: str) -> list[str]:
     return problems
 
 
+@pytest.mark.slow
 def test_generated_division_contracts_agree_with_brute_force() -> None:
     problems: list[str] = []
     checked = 0
@@ -81,6 +82,7 @@ def test_generated_division_contracts_agree_with_brute_force() -> None:
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
 def test_division_case(path: Path) -> None:
     contract, diags, _ = load(str(path))

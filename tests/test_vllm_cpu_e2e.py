@@ -107,6 +107,7 @@ def test_pad_rejects_wrong_tensors(m) -> None:  # type: ignore[no-untyped-def]
         m.pad_w2(torch.zeros(2, 64, 44), plan, out=torch.zeros(2, 64, 128).transpose(1, 2).contiguous().transpose(1, 2)[:, :, :64])
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
 def test_real_kernel_matches_unpadded_reference(kernel, tp: int) -> None:  # type: ignore[no-untyped-def]
     m = kernel
@@ -128,6 +129,7 @@ def test_real_kernel_matches_unpadded_reference(kernel, tp: int) -> None:  # typ
     assert rel < 2e-2, (tp, plan.intermediate_size_per_partition_padded, rel)
 
 
+@pytest.mark.kernel
 def test_end_padding_on_the_real_kernel_is_wrong(kernel) -> None:  # type: ignore[no-untyped-def]
     """The layout the verifier rejects really breaks the kernel (domain.md: rel. error ~1.4)."""
     m = kernel
@@ -147,6 +149,7 @@ def test_end_padding_on_the_real_kernel_is_wrong(kernel) -> None:  # type: ignor
     assert float((out.float() - expected).norm() / expected.norm()) > 0.5
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("bad_id", [-1, 8, 1000])
 def test_expert_ids_out_of_range_are_refused_before_the_kernel(kernel, bad_id: int) -> None:  # type: ignore[no-untyped-def]
     m = kernel
@@ -161,6 +164,7 @@ def test_expert_ids_out_of_range_are_refused_before_the_kernel(kernel, bad_id: i
         m.fused_moe(torch.zeros(4, 64, dtype=torch.bfloat16), packed_w13, packed_w2, torch.ones(4, 2), ids, plan)
 
 
+@pytest.mark.kernel
 def test_topk_dtypes_are_converted(kernel) -> None:  # type: ignore[no-untyped-def]
     m = kernel
     plan = m.plan(num_experts=4, hidden_size=64, intermediate_size=64, tp_size=1, isa="vec",
@@ -226,6 +230,7 @@ def test_rank_accepts_integer_like_values_only(m) -> None:  # type: ignore[no-un
             m.shard_w13(full, bad, plan)
 
 
+@pytest.mark.kernel
 def test_top_k_zero_and_zero_tokens(kernel) -> None:  # type: ignore[no-untyped-def]
     """top_k == 0 crashed the kernel with SIGFPE; zero tokens returns an empty output."""
     m = kernel
@@ -241,6 +246,7 @@ def test_top_k_zero_and_zero_tokens(kernel) -> None:  # type: ignore[no-untyped-
     assert out.shape == (0, 64)
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("tp, intermediate", [(1, 256), (2, 256), (4, 256), (4, 704), (8, 2880)])
 def test_swigluoai_runs_interleaved_and_padded_on_the_real_kernel(kernel, tp: int,  # type: ignore[no-untyped-def]
                                                                    intermediate: int) -> None:
@@ -292,6 +298,7 @@ def test_swigluoai_with_other_constants_is_refused(m, alpha: int, limit: int) ->
         m.plan(**base, swiglu_alpha_milli=1702, swiglu_limit_milli=3000)
 
 
+@pytest.mark.kernel
 def test_halves_weights_under_swigluoai_give_wrong_numbers(kernel) -> None:  # type: ignore[no-untyped-def]
     """Why the contract says interleave for swigluoai: the same kernel fed [gate | up] halves is wrong."""
     m = kernel

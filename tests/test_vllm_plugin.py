@@ -115,6 +115,8 @@ def _broken(kind: str):  # type: ignore[no-untyped-def]
     return site._broken_pad(kind)
 
 
+@pytest.mark.kernel
+@pytest.mark.conformance
 @pytest.mark.parametrize("tp", [1, 2, 4])
 def test_check_passes_on_vllms_own_padding(cpu_moe, tp: int) -> None:  # type: ignore[no-untyped-def]
     from layoutc.tools.vllm_plugin import hook
@@ -126,6 +128,8 @@ def test_check_passes_on_vllms_own_padding(cpu_moe, tp: int) -> None:  # type: i
     assert layer.w13_weight.shape[1] == 2 * (-(-704 // tp // 32) * 32)
 
 
+@pytest.mark.kernel
+@pytest.mark.conformance
 @pytest.mark.parametrize("activation, intermediate", [("silu", 704), ("gelu", 704), ("swigluoai", 512)])
 def test_replace_gives_vllms_own_weights_bit_for_bit(cpu_moe, activation: str,
                                                      intermediate: int) -> None:  # type: ignore[no-untyped-def]
@@ -146,6 +150,8 @@ def test_replace_gives_vllms_own_weights_bit_for_bit(cpu_moe, activation: str,
     assert hook.handled() == {"vllm_cpu_grouped_gemm": 1}
 
 
+@pytest.mark.kernel
+@pytest.mark.conformance
 @pytest.mark.parametrize("kind, needles", [
     ("end_pad", ["w13 is not laid out as contract vllm_cpu_grouped_gemm says",
                  "rows 176..191 hold up[0..15], where the contract puts pad of gate",
@@ -172,6 +178,8 @@ def test_check_stops_vllms_padding_regressions(cpu_moe, monkeypatch: pytest.Monk
         assert needle in message, (needle, message)
 
 
+@pytest.mark.kernel
+@pytest.mark.conformance
 def test_check_names_a_misplaced_w2_column(cpu_moe, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     from layoutc.tools.vllm_plugin import LayoutcVllmError, hook
 
@@ -193,6 +201,8 @@ def test_check_names_a_misplaced_w2_column(cpu_moe, monkeypatch: pytest.MonkeyPa
             "column 176 holds k[175], where the contract puts pad; " + CONTRACT_LINE["tensor w2:"]) in message
 
 
+@pytest.mark.kernel
+@pytest.mark.conformance
 def test_check_on_the_zentorch_route(cpu_moe, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     from layoutc.tools.vllm_plugin import LayoutcVllmError, hook
 
@@ -219,6 +229,8 @@ def test_check_on_the_zentorch_route(cpu_moe, monkeypatch: pytest.MonkeyPatch) -
         ex.process_weights_after_loading(layer)
 
 
+@pytest.mark.kernel
+@pytest.mark.conformance
 @pytest.mark.parametrize("mode", ["check", "replace"])
 @pytest.mark.parametrize("change, needle, where", [
     (dict(hidden=100), "hidden_size must be a multiple of the ISA's output alignment",

@@ -27,6 +27,8 @@ import pytest
 
 from tests.conftest import contract_line
 
+pytestmark = [pytest.mark.engine, pytest.mark.kernel, pytest.mark.transformers, pytest.mark.slow]
+
 CONTRACT_LINE = {k: contract_line("vllm_cpu_grouped_gemm", k)
                  for k in ("tensor w13:", "tensor w2:", "admit hidden_size % output_alignment")}
 

@@ -30,6 +30,8 @@ import torch
 
 from tests.conformance import oracle
 
+pytestmark = pytest.mark.conformance
+
 HIDDEN = (64, 100, 128, 256, 2048, 2816, 2880, 3072, 4096, 7168)
 INTERMEDIATE = (64, 88, 176, 192, 256, 360, 704, 768, 1408, 1536, 2048, 2880, 3072, 14336, 4 * 40320)
 
@@ -65,6 +67,7 @@ def _supported(cls, config, wkey, akey, std) -> bool:  # type: ignore[no-untyped
 AITER_ACTS = ("silu", "gelu", "swigluoai", "gelu_tanh")
 
 
+@pytest.mark.slow
 def test_aiter_mxfp4_sizes_and_admission_match_vllm(gen, v) -> None:  # type: ignore[no-untyped-def]
     """aiter_fused_moe (AITER_MXFP4_BF16) and aiter_mxfp4_w4a4_moe (AITER_MXFP4_MXFP4)."""
     backend = v.mxfp4.Mxfp4MoeBackend
@@ -276,6 +279,7 @@ def _layoutc_w13_pairs(module, plan, I: int, rank: int) -> list[int | None]:  # 
     return gate
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("contract", ["aiter_fused_moe", "flashinfer_trtllm_mxfp4_moe"])
 def test_gpt_oss_mxfp4_block_sharding_matches_vllms_loader(gen, contract: str) -> None:
     """gpt-oss (I=2880 = 90 blocks of 32): vLLM's own GptOssModel._load_weights_mxfp4, run on a

@@ -36,6 +36,8 @@ import torch
 
 from tests.conformance import oracle
 
+pytestmark = pytest.mark.conformance
+
 HIDDEN = (64, 100, 128, 256, 2048, 2880, 3072, 4096, 7168)
 INTERMEDIATE = (88, 128, 172, 176, 180, 192, 256, 704, 768, 1408, 1536, 2048, 2880, 3072, 14336, 4 * 40320)
 ACTS = ("silu", "gelu", "gelu_tanh")
@@ -81,6 +83,7 @@ def _known_wna16(name: str, g: int, i_pp: int) -> str | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_wna16_admission_and_padded_size_match_vllm(gen, wna16, name) -> None:  # type: ignore[no-untyped-def]
     make_quant, groups, extra, zp = CASES[name]
@@ -290,6 +293,7 @@ def _known_fp8(scheme: str, H: int, I: int, tp: int) -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_fp8_admission_and_padded_size_match_vllm(gen, fp8) -> None:  # type: ignore[no-untyped-def]
     module = gen["marlin_moe_fp8"]
     tally = oracle.Tally()
@@ -328,6 +332,7 @@ RAGGED = [(256, 192, [64, 64]), (2048, 320, [64, 64]), (128, 1000, None), (2048,
           (256, 1440, [32, 32]), (7168, 1416, None)]
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("H, I, refined", RAGGED)
 def test_block_fp8_ragged_last_block_is_refused_by_vllm_and_by_layoutc(gen, fp8, H: int, I: int,
                                                                        refined: list[int] | None) -> None:

