@@ -43,9 +43,9 @@ class _Normal:
     fully known part evaluated and the operands of commutative operators in a fixed order:
     equal for two spellings of one size under that assignment."""
 
-    def __init__(self, env: dict[str, Value], lets: dict[str, ir.Let]) -> None:
+    def __init__(self, env: dict[str, Value], lets: dict[str, ir.Let], deps: dict[int, set[str]]) -> None:
         self.env, self.lets = env, lets
-        self.deps: dict[int, set[str]] = {}
+        self.deps = deps  # id(expr) -> its parameters, shared over the assignments of one comparison
 
     def known(self, e: ir.Expr) -> bool:
         key = id(e)
@@ -107,7 +107,12 @@ def disagreement(contract: ir.Contract, a: Side, b: Side, *, structure: bool = T
     only the verifier can tell (see the module docstring)."""
     lets = {let.name: let for let in contract.lets}
     mine, theirs = alternatives(a.tensor, a.axis), alternatives(b.tensor, b.axis)
-    guards = [g.guard for t, n in ((a.tensor, a.axis), (b.tensor, b.axis)) for g in t.guarded if g.axis.name == n]
+    guards_a = [g.guard for g in a.tensor.guarded if g.axis.name == a.axis]
+    guards_b = [g.guard for g in b.tensor.guarded if g.axis.name == b.axis]
+    if len(mine) == len(theirs) and all(_spelled_alike(x, y) for x, y in zip(mine, theirs, strict=True)) \
+            and [ir.shape(g) for g in guards_a] == [ir.shape(g) for g in guards_b]:
+        return None  # spelled alike, alternative for alternative (`like w13.n`)
+    guards = guards_a + guards_b
     sizes = [e for ax in (*mine, *theirs) for e in (ax.logical, ax.padded)]
     finite = {n for e in (*guards, *sizes) for n in param_deps(e, lets) if contract.param(n).finite}
     envs = admitted(contract, finite, (*guards, *sizes))
@@ -115,6 +120,7 @@ def disagreement(contract: ir.Contract, a: Side, b: Side, *, structure: bool = T
         same = len(mine) == len(theirs) and all(_spelled_alike(x, y) for x, y in zip(mine, theirs, strict=False))
         return None if same else ""
     unsure = False
+    deps: dict[int, set[str]] = {}
     for env in envs:
         try:
             x, y = chosen(a.tensor, a.axis, env), chosen(b.tensor, b.axis, env)
@@ -124,7 +130,7 @@ def disagreement(contract: ir.Contract, a: Side, b: Side, *, structure: bool = T
             shown = ", ".join(f"{k}={env[k]}" for k in sorted(finite)) or "every configuration"
             return (f": with {shown}, `{a.tensor.name}.{a.axis}` is {show_axis(x)} and "
                     f"`{b.tensor.name}.{b.axis}` is {show_axis(y)}")
-        normal = _Normal(env, lets)
+        normal = _Normal(env, lets, deps)
         unsure |= (logical and normal(x.logical) != normal(y.logical)) or \
             (padded and normal(x.padded) != normal(y.padded))
     return _refuted(contract, a, b, logical, padded) if unsure else None
