@@ -36,4 +36,6 @@ KNOWN: dict[str, tuple[str, str]] = {
     "mxfp4_hidden_not_32": ("no-checkpoint", "FlashInfer TRT-LLM MXFP4 with hidden_size % 32 != 0"),
     # layoutc serves a configuration vLLM refuses, proved and run on the real kernel
     "cpu_swigluoai_padded_pairs": ("layoutc-extends", "swigluoai padded by whole pairs on the CPU grouped GEMM"),
+    # vLLM gives the ranks above the expert count no experts; layoutc refuses the degree (EP01)
+    "ep_exceeds_experts": ("limitation", "Expert parallelism with more ranks than experts"),
 }
