@@ -80,3 +80,67 @@ def test_parallel_config_flattens() -> None:
     off = X.parallel_config(2, 2, 2, False, tp_rank=1, dp_rank=1, pcp_rank=1)
     assert (off.tp_size, off.tp_rank, off.ep_size, off.use_ep) == (8, 7, 1, False)
     assert not X.parallel_config(1, 1, 1, True).use_ep  # one device: EP is never used
+
+
+# ---- the language: `experts NUM over EP placement ...` ------------------------------------
+
+_CONTRACT = """contract t
+source "test"
+policy error
+param num_experts: int in 1..64
+param ep_size: int in {1, 2, 4} = 1
+param hidden_size: int in 1..64
+param intermediate_size: int in 1..64
+param tp_size: int in {1}
+DECL
+let local = cdiv(num_experts, ep_size)
+tensor w13: weight w13 {
+  axis experts = local
+  axis n = halves(gate | up, intermediate_size -> intermediate_size)
+  axis k = hidden_size
+  storage bfloat16
+  fill 0
+}
+tensor w2: weight w2 {
+  axis experts = local
+  axis n = hidden_size
+  axis k = intermediate_size
+  storage bfloat16
+  fill 0
+}
+"""
+
+
+def _load(decl: str):  # type: ignore[no-untyped-def]
+    from layoutc.compiler.source import load
+
+    contract, diags, _ = load("t.moe", _CONTRACT.replace("DECL", decl))
+    return contract, [(d.code, d.message) for d in diags if d.severity == "error"]
+
+
+def test_ep_declaration_reaches_the_ir() -> None:
+    contract, errors = _load("experts num_experts over ep_size placement linear, round_robin "
+                             "load stride num_experts / ep_size foreign raw intermediate unpadded")
+    assert errors == [] and contract is not None and contract.ep is not None
+    ep = contract.ep
+    assert (ep.experts, ep.count, ep.placement, ep.placement_param) == ("num_experts", "ep_size",
+                                                                        ("linear", "round_robin"), False)
+    assert ep.stride is not None and ep.foreign == "raw" and ep.unpadded and ep.redundant is None
+
+
+@pytest.mark.parametrize(("decl", "message"), [
+    ("experts num_experts over ep_size placement striped", "`striped` is a placement vLLM 0.32 does not know"),
+    ("experts num_experts over ep_size placement linear, linear", "a placement is repeated"),
+    ("experts num_experts over hidden_size placement linear", "must range over a finite set"),
+    ("experts local over ep_size placement linear", "the expert count `local` must be an int parameter"),
+    ("experts num_experts over ep_size placement linear redundant nope", "`nope` must be an int parameter"),
+])
+def test_a_malformed_ep_declaration_is_lc440(decl: str, message: str) -> None:
+    contract, errors = _load(decl)
+    assert contract is None and [c for c, _ in errors] == ["LC440"] and message in errors[0][1], errors
+
+
+def test_a_second_ep_declaration_is_lc206() -> None:
+    _, errors = _load("experts num_experts over ep_size placement linear\n"
+                      "experts num_experts over ep_size placement round_robin")
+    assert [c for c, _ in errors] == ["LC206"]
