@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from ._runtime import expert_map as _expert_map
+from ._runtime import experts as _ep
 from ._runtime import layout as _layout
 from ._runtime import loading as _loading
 from ._runtime import params as _p
@@ -50,6 +52,7 @@ __all__ = [
     "load_kernel",
     "load_w2",
     "load_w13",
+    "local_experts",
     "pad_w2",
     "pad_w13",
     "plan",
@@ -109,6 +112,7 @@ class Plan:
     dtype: str
     ep_size: int
     num_redundant_experts: int
+    expert_placement: str
     local_num_experts: int
     stride_elements: int
     intermediate_size_per_partition: int
@@ -127,6 +131,7 @@ def plan(
     dtype: str | torch.dtype,
     ep_size: int = 1,
     num_redundant_experts: int = 0,
+    expert_placement: str = 'linear',
 ) -> Plan:
     """Plan one configuration of `torch_grouped_mm`.
 
@@ -140,6 +145,7 @@ def plan(
         dtype: one of 'bfloat16', 'float16', 'float32'
         ep_size: one of 1, 2, 4, 8 (default 1)
         num_redundant_experts: int in 0..256 (default 0)
+        expert_placement: one of 'linear' (default 'linear')
 
     Returns a frozen `Plan` with every derived size.
     Raises `LayoutContractError` (a `ValueError`) naming the rule, the values and
@@ -155,6 +161,7 @@ def plan(
         dtype,
         ep_size,
         num_redundant_experts,
+        expert_placement,
         warn=True,
     )
 
@@ -168,6 +175,7 @@ def _plan(
     dtype: Any,
     ep_size: Any,
     num_redundant_experts: Any,
+    expert_placement: Any,
     warn: bool,
 ) -> Plan:
     num_experts = _p.check_int(CONTRACT, 'num_experts', num_experts, 1, 1024, SOURCE_FILE)
@@ -210,6 +218,8 @@ def _plan(
         256,
         SOURCE_FILE,
     )
+    expert_placement = _ep.check_served(CONTRACT, expert_placement, ('linear',))
+    _ep.check_ep(num_experts, ep_size, expert_placement, num_redundant_experts)
     local_num_experts = _p.cdiv((num_experts + num_redundant_experts), ep_size)
     stride_elements = {'bfloat16': 8, 'float16': 8, 'float32': 4}[dtype]
     intermediate_size_per_partition = (intermediate_size // tp_size)
@@ -269,6 +279,7 @@ def _plan(
         dtype=dtype,
         ep_size=ep_size,
         num_redundant_experts=num_redundant_experts,
+        expert_placement=expert_placement,
         local_num_experts=local_num_experts,
         stride_elements=stride_elements,
         intermediate_size_per_partition=intermediate_size_per_partition,
@@ -288,11 +299,26 @@ def _rederive(p: Plan) -> Plan:
         p.dtype,
         p.ep_size,
         p.num_redundant_experts,
+        p.expert_placement,
         warn=False,
     )
 
 
 _PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
+
+
+def local_experts(rank: int, plan: Plan) -> tuple[int, torch.Tensor | None]:
+    """`(local_num_experts, expert_map)` of EP rank `rank` (0..ep_size-1) under `plan`.
+
+    expert_map: int32 [num_experts + redundant], the local id of each expert the rank
+    holds and -1 elsewhere; None at ep_size 1. Equal to vLLM 0.32's
+    `determine_expert_map` (tests/conformance/test_expert_parallel.py).
+    Raises LayoutContractError for a plan not made by `plan()`, ExpertParallelError (a
+    LayoutContractError) EP06 for a rank outside the degree.
+    """
+    _PLANS.require(plan)
+    return _expert_map.local_experts(rank, _ep.EpPlan(
+        plan.num_experts, plan.ep_size, plan.expert_placement, plan.num_redundant_experts))
 
 # ---- axis tables: (name, layout, segments, logical, padded, sharded) -------------
 

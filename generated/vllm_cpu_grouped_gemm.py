@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from ._runtime import expert_map as _expert_map
+from ._runtime import experts as _ep
 from ._runtime import layout as _layout
 from ._runtime import loading as _loading
 from ._runtime import params as _p
@@ -54,6 +56,7 @@ __all__ = [
     "load_w2_bias",
     "load_w13",
     "load_w13_bias",
+    "local_experts",
     "pad_w2",
     "pad_w2_bias",
     "pad_w13",
@@ -125,6 +128,7 @@ class Plan:
     swiglu_alpha_milli: int
     swiglu_limit_milli: int
     ep_size: int
+    expert_placement: str
     local_num_experts: int
     output_alignment: int
     reduction_alignment: int
@@ -147,6 +151,7 @@ def plan(
     swiglu_alpha_milli: int = 0,
     swiglu_limit_milli: int = 0,
     ep_size: int = 1,
+    expert_placement: str = 'linear',
 ) -> Plan:
     """Plan one configuration of `vllm_cpu_grouped_gemm`.
 
@@ -162,6 +167,7 @@ def plan(
         swiglu_alpha_milli: one of 0, 1702 (default 0)
         swiglu_limit_milli: one of 0, 7000 (default 0)
         ep_size: one of 1, 2, 3, 4, 8, 16 (default 1)
+        expert_placement: one of 'linear', 'round_robin' (default 'linear')
 
     Returns a frozen `Plan` with every derived size.
     Raises `LayoutContractError` (a `ValueError`) naming the rule, the values and
@@ -179,6 +185,7 @@ def plan(
         swiglu_alpha_milli,
         swiglu_limit_milli,
         ep_size,
+        expert_placement,
         warn=True,
     )
 
@@ -194,6 +201,7 @@ def _plan(
     swiglu_alpha_milli: Any,
     swiglu_limit_milli: Any,
     ep_size: Any,
+    expert_placement: Any,
     warn: bool,
 ) -> Plan:
     num_experts = _p.check_int(CONTRACT, 'num_experts', num_experts, 1, 1024, SOURCE_FILE)
@@ -243,6 +251,8 @@ def _plan(
         SOURCE_FILE,
     )
     ep_size = _p.check_choice(CONTRACT, 'ep_size', ep_size, (1, 2, 3, 4, 8, 16), SOURCE_FILE)
+    expert_placement = _ep.check_served(CONTRACT, expert_placement, ('linear', 'round_robin'))
+    _ep.check_ep(num_experts, ep_size, expert_placement, 0)
     local_num_experts = _p.cdiv(num_experts, ep_size)
     output_alignment = {'vec': 32, 'amx': 32, 'neon': 32, 'vsx': 16}[isa]
     reduction_alignment = {'vec': 1, 'amx': 32, 'neon': 4, 'vsx': 2}[isa]
@@ -323,6 +333,7 @@ def _plan(
         swiglu_alpha_milli=swiglu_alpha_milli,
         swiglu_limit_milli=swiglu_limit_milli,
         ep_size=ep_size,
+        expert_placement=expert_placement,
         local_num_experts=local_num_experts,
         output_alignment=output_alignment,
         reduction_alignment=reduction_alignment,
@@ -346,11 +357,26 @@ def _rederive(p: Plan) -> Plan:
         p.swiglu_alpha_milli,
         p.swiglu_limit_milli,
         p.ep_size,
+        p.expert_placement,
         warn=False,
     )
 
 
 _PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
+
+
+def local_experts(rank: int, plan: Plan) -> tuple[int, torch.Tensor | None]:
+    """`(local_num_experts, expert_map)` of EP rank `rank` (0..ep_size-1) under `plan`.
+
+    expert_map: int32 [num_experts + redundant], the local id of each expert the rank
+    holds and -1 elsewhere; None at ep_size 1. Equal to vLLM 0.32's
+    `determine_expert_map` (tests/conformance/test_expert_parallel.py).
+    Raises LayoutContractError for a plan not made by `plan()`, ExpertParallelError (a
+    LayoutContractError) EP06 for a rank outside the degree.
+    """
+    _PLANS.require(plan)
+    return _expert_map.local_experts(rank, _ep.EpPlan(
+        plan.num_experts, plan.ep_size, plan.expert_placement, 0))
 
 # ---- axis tables: (name, layout, segments, logical, padded, sharded) -------------
 

@@ -69,6 +69,27 @@ def check_placement(placement: object) -> str:
     return placement
 
 
+def check_served(who: str, placement: object, served: tuple[str, ...]) -> str:
+    """plan()'s `expert_placement=`: EP03 for a name vLLM does not know, and for one the
+    contract's kernel does not serve (`experts ... placement A, B`)."""
+    name = check_placement(placement)
+    if name not in served:
+        raise ExpertParallelError("EP03", f"{who}: expert placement {name!r} is not one this contract serves "
+                                  f"({', '.join(served)})")
+    return name
+
+
+@dataclass(frozen=True)
+class EpPlan:
+    """The four numbers `expert_map.local_experts` reads from a plan (generated modules map
+    their own parameter names onto these)."""
+
+    num_experts: int
+    ep_size: int
+    expert_placement: str
+    num_redundant_experts: int = 0
+
+
 def check_ep(num_experts: int, ep_size: int, placement: object, num_redundant: int = 0) -> str:
     """Validate an EP degree over `num_experts` logical (+ `num_redundant`) experts.
 

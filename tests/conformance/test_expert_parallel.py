@@ -108,3 +108,33 @@ def test_parallel_config_equals_fused_moe_parallel_config_make() -> None:
                     mine.ep_size, mine.ep_rank, mine.use_ep) == theirs, (tp, dp, pcp, ep, tp_rank, dp_rank, pcp_rank)
             compared += 1
     assert compared == 2 * sum(t * d * p for t in (1, 2, 3, 4, 8) for d in (1, 2, 4) for p in (1, 2))
+
+
+def test_generated_local_experts_equal_determine_expert_map(gen) -> None:  # type: ignore[no-untyped-def]
+    """The generated modules' `local_experts` and plan()'s EP checks, against vLLM."""
+    from vllm.model_executor.layers.fused_moe.expert_map_manager import determine_expert_map
+
+    cpu, grouped = gen["vllm_cpu_grouped_gemm"], gen["torch_grouped_mm"]
+    compared = refused = 0
+    for experts, ep, placement in itertools.product(EXPERTS, EP_DEGREES, PLACEMENTS):
+        try:
+            plan = cpu.plan(num_experts=experts, hidden_size=64, intermediate_size=64, tp_size=1, isa="vec",
+                            activation="silu", dtype="bfloat16", ep_size=ep, expert_placement=placement)
+        except ValueError as exc:  # the generated package's own copy of ExpertParallelError
+            assert getattr(exc, "code", None) == "EP01" and ep > experts, exc
+            refused += 1
+            continue
+        for rank in range(ep):
+            count, vmap, _ = determine_expert_map(ep, rank, experts, placement)
+            mine, lmap = cpu.local_experts(rank, plan)
+            assert mine == count and lmap is not None and torch.equal(lmap, vmap)
+            assert mine <= plan.local_num_experts  # every local id is below the kernel's experts axis
+            compared += 1
+    assert refused == 2 and compared == sum(ep for e, ep in itertools.product(EXPERTS, EP_DEGREES) if ep <= e) * 2
+    for experts, redundant, ep in ((8, 8, 4), (60, 4, 8)):
+        plan = grouped.plan(num_experts=experts, hidden_size=64, intermediate_size=64, tp_size=1, activation="silu",
+                            dtype="bfloat16", ep_size=ep, num_redundant_experts=redundant)
+        for rank in range(ep):
+            count, vmap, _ = determine_expert_map(ep, rank, experts + redundant, "linear")
+            mine, lmap = grouped.local_experts(rank, plan)
+            assert mine == count and lmap is not None and torch.equal(lmap, vmap)
