@@ -358,3 +358,31 @@ def run_until_gpu_op(fn: Callable[[], Any], owner: Any, op: str) -> StoppedAtGpu
         except StoppedAtGpuOp as stopped:
             return stopped
     raise AssertionError(f"{fn} returned without calling {op}")
+
+
+def gpt_oss_load_mxfp4(layer: torch.nn.Module, weights: dict[str, torch.Tensor], intermediate_size: int,
+                       tp_size: int, rank: int) -> None:
+    """vLLM's gpt-oss MXFP4 loader, `GptOssModel._load_weights_mxfp4`, run on a stub model whose
+    only parameters are `layer`'s (created by the quant method's create_weights, so each
+    carries its real `weight_loader`), for TP rank `rank` of a pure-TP world of `tp_size`
+    ranks (the distributed probes patched, as in gpt_oss_mxfp4_rank_rows). `weights` maps
+    `w13_weight`, `w13_weight_scale`, `w13_bias`, `w2_*` to the checkpoint's tensors as the
+    model's name mapping hands them over; each is cloned (the loader zeroes a w2 bias in place
+    on ranks > 0)."""
+    from vllm.model_executor.models import gpt_oss
+
+    prefix = "layers.0.mlp.experts."
+    num_experts = next(iter(weights.values())).shape[0]
+    fake = types.SimpleNamespace(
+        named_parameters=lambda: [(prefix + n, p) for n, p in layer.named_parameters()],
+        parallel_config=types.SimpleNamespace(enable_expert_parallel=False),
+        config=types.SimpleNamespace(num_local_experts=num_experts, intermediate_size=intermediate_size),
+        _try_load_streamed_expert=lambda *a, **k: False)
+    world = types.SimpleNamespace(world_size=1, rank_in_group=0)
+    with mock.patch.object(gpt_oss, "get_tensor_model_parallel_world_size", return_value=tp_size), \
+            mock.patch.object(gpt_oss, "get_dp_group", return_value=world), \
+            mock.patch.object(gpt_oss, "get_pcp_group", return_value=world), \
+            mock.patch.object(gpt_oss, "is_pp_missing_parameter", return_value=False), \
+            mock.patch.object(moe_config_module, "get_tensor_model_parallel_rank", return_value=rank):
+        gpt_oss.GptOssModel._load_weights_mxfp4(fake, 0, 0, 0, 0, [(prefix + n, w.clone()) for n, w in weights.items()],
+                                                [])

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import types
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
@@ -348,3 +349,102 @@ def test_block_fp8_rank_tensors_match_vllm_loading_stop_at_gptq_marlin_repack(ge
             count.tensors += _compare(where, vllm, *_fp8_layoutc_rank(module, plan, rank, checkpoint))
     print(f"block_fp8 tp={tp}: {count}")
     assert count.compared >= 1
+
+
+# ---- gpt-oss MXFP4 (`*_blocks` e2m1 nibbles, `*_scales` E8M0, interleaved gate/up, biases) ----
+
+MX_H = 256
+MX_I = (704, 2880)  # 704: 22 blocks of 32, so tp 4 / 8 have a short last rank; 2880: gpt-oss itself
+
+
+def _mxfp4_checkpoint(I: int, seed: int) -> dict[str, torch.Tensor]:
+    """gpt-oss's expert tensors as the model's name mapping hands them to _load_weights_mxfp4:
+    w13_weight [E, 2I, H / 32, 16] uint8 (gate_up_proj_blocks, rows interleaved gate, up),
+    w13_weight_scale [E, 2I, H / 32] E8M0 bytes (no 255: NaN), w13_bias [E, 2I] bfloat16,
+    w2_weight [E, H, I / 32, 16], w2_weight_scale [E, H, I / 32], w2_bias [E, H]."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def u8(*shape: int, high: int = 256) -> torch.Tensor:
+        return torch.randint(0, high, shape, dtype=torch.uint8, generator=gen)
+
+    return {"w13_weight": u8(E, 2 * I, MX_H // 32, 16), "w13_weight_scale": u8(E, 2 * I, MX_H // 32, high=255),
+            "w13_bias": _rand(E, 2 * I, dtype=torch.bfloat16, gen=gen),
+            "w2_weight": u8(E, MX_H, I // 32, 16), "w2_weight_scale": u8(E, MX_H, I // 32, high=255),
+            "w2_bias": _rand(E, MX_H, dtype=torch.bfloat16, gen=gen)}
+
+
+@contextlib.contextmanager
+def _cpu_mxfp4_device() -> Iterator[None]:
+    """The device probe CPUExpertsMxfp4._supports_current_device (an AMX CPU) answers True, and
+    the engine config select_mxfp4_moe_backend reads for a user activation override
+    (get_current_vllm_config().model_config.quantization_config) is "none given": there is
+    no engine here."""
+    from vllm.model_executor.layers.fused_moe.experts import cpu_moe
+    from vllm.model_executor.layers.fused_moe.oracle import mxfp4 as mxfp4_oracle
+
+    engine = types.SimpleNamespace(model_config=types.SimpleNamespace(quantization_config=None))
+    with mock.patch.object(cpu_moe.CPUExpertsMxfp4, "_supports_current_device", staticmethod(lambda: True)), \
+            mock.patch.object(mxfp4_oracle, "get_current_vllm_config", return_value=engine):
+        yield
+
+
+def _vllm_gpt_oss_rank(I: int, tp: int, rank: int, checkpoint: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """vLLM's gpt-oss MXFP4 tensors for one rank on the CPU backend: GptOssMxfp4MoEMethod's
+    maybe_roundup_sizes and create_weights, _load_weights_mxfp4 through RoutedExperts.weight_loader
+    (its gpt_oss_mxfp4 branch), then process_weights_after_loading up to
+    torch.ops._C.convert_weight_packed in cpu_moe.prepare_mxfp4_moe_layer_for_cpu (the AMX VNNI
+    prepack: the first op that needs the kernel's ISA; the CPU backend has no GPU op)."""
+    from vllm.model_executor.layers.fused_moe.oracle import mxfp4 as mxfp4_oracle
+    from vllm.model_executor.layers.quantization.mxfp4 import GptOssMxfp4Config, GptOssMxfp4MoEMethod
+
+    config = oracle.rank_config(oracle.moe_config(num_experts=E, hidden_size=MX_H, intermediate_size=I, tp_size=tp,
+                                                  activation_name="swigluoai", has_bias=True), rank)
+    with _cpu_mxfp4_device():
+        method = GptOssMxfp4MoEMethod(config)
+    assert method.mxfp4_backend == mxfp4_oracle.Mxfp4MoeBackend.CPU
+    hidden, i_pp = method.maybe_roundup_sizes(MX_H, config.intermediate_size_per_partition, torch.bfloat16,
+                                              config.moe_parallel_config)
+    quant = GptOssMxfp4Config()
+    layer = oracle.routed_experts_stub(config, quant, method)
+    method.create_weights(layer, E, hidden, i_pp, torch.bfloat16, weight_loader=layer.weight_loader)
+    oracle.gpt_oss_load_mxfp4(layer, checkpoint, I, tp, rank)
+    stop = oracle.run_until_gpu_op(lambda: method.process_weights_after_loading(layer), torch.ops._C,
+                                   "convert_weight_packed")
+    prepare, convert = stop.caller, stop.outer[0]  # prepare_mxfp4_moe_layer_for_cpu, its caller
+    # the biases: vLLM casts them to float32 right after the stop (the contract's storage); bf16 -> fp32 is exact
+    return {"w13_weight": prepare["w13"], "w2_weight": prepare["w2"], "w13_weight_scale": prepare["w13_scale"],
+            "w2_weight_scale": prepare["w2_scale"], "w13_bias": convert["w13_bias"].data.to(torch.float32),
+            "w2_bias": convert["w2_bias"].data.to(torch.float32)}
+
+
+def _mxfp4_layoutc_rank(module: Any, plan: Any, rank: int,
+                        checkpoint: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], ...]:
+    """layoutc's tensors from the checkpoint's bytes (blocks flattened to [E, N, K / 2], as
+    the safetensors reader views them), the biases as float32 (the contract's storage):
+    alloc_* + load_* (the fused interleaved source, every expert at once) and shard_*."""
+    flat = {n: (t.flatten(2) if t.ndim == 4 else t) for n, t in checkpoint.items()}
+    flat = {n: (t.to(torch.float32) if "bias" in n else t).contiguous() for n, t in flat.items()}
+    loaded, sharded = {}, {}
+    for name, src in flat.items():
+        dst = getattr(module, f"alloc_{name}")(plan, rank)
+        kwargs = {"source_layout": "interleave"} if name.startswith("w13") else {}
+        getattr(module, f"load_{name}")(dst, src, plan, rank, **kwargs)
+        loaded[name] = dst
+        sharded[name] = getattr(module, f"shard_{name}")(src, rank, plan)
+    return loaded, sharded
+
+
+@pytest.mark.parametrize("tp", TP)
+def test_gpt_oss_mxfp4_rank_tensors_match_vllm_loading_stop_at_convert_weight_packed(gen, tp: int) -> None:  # type: ignore[no-untyped-def]
+    module = gen["vllm_cpu_mxfp4_gpt_oss_moe"]
+    count = Count()
+    for I in MX_I:
+        plan = module.plan(num_experts=E, hidden_size=MX_H, intermediate_size=I, tp_size=tp)
+        checkpoint = _mxfp4_checkpoint(I, seed=I + tp)
+        for rank in range(tp):
+            vllm = _vllm_gpt_oss_rank(I, tp, rank, checkpoint)
+            count.tensors += _compare(f"gpt_oss_mxfp4 I={I} tp={tp} rank={rank}", vllm,
+                                      *_mxfp4_layoutc_rank(module, plan, rank, checkpoint))
+        count.compared += 1
+    print(f"gpt_oss_mxfp4 tp={tp}: {count}")
+    assert count.tensors == len(MX_I) * tp * 6 * 2
