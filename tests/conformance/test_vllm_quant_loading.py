@@ -448,3 +448,130 @@ def test_gpt_oss_mxfp4_rank_tensors_match_vllm_loading_stop_at_convert_weight_pa
         count.compared += 1
     print(f"gpt_oss_mxfp4 tp={tp}: {count}")
     assert count.tensors == len(MX_I) * tp * 6 * 2
+
+
+# ---- the contracts' decode of the stored codes, against vLLM's (pinned where the contract is wrong) ----
+#
+# Loading is bytes: the tests above hold whatever the codes mean. What a code means is the
+# contract's `code` range and `decode` (layoutc/compiler/evaluate.py eval_real is the
+# verifier's own evaluation of it), and for three contracts it is not what vLLM decodes. These
+# are strict xfails: the contract is wrong (the IR work that fixes it is separate), and a fixed
+# contract turns them into XPASS, which fails until the pin is removed.
+
+
+def _contract(name: str) -> Any:
+    from layoutc.compiler.source import load
+    from tests.conformance.conftest import ROOT
+
+    contract, diags, _ = load(str(ROOT / "contracts" / f"{name}.moe"))
+    assert contract is not None, diags
+    return contract
+
+
+def _contract_tensor(name: str, tensor: str) -> Any:
+    return next(t for t in _contract(name).tensors if t.name == tensor)
+
+
+def _contract_decodes(name: str, tensor: str, code: int, env: dict[str, Any] | None = None) -> Any:
+    """The contract's value of stored code `code` of `tensor`, every tensor its decode reads (the
+    scale) at 1, or None where the code is outside its declared `code` range."""
+    from fractions import Fraction
+
+    from layoutc.compiler.evaluate import eval_real
+
+    contract = _contract(name)
+    t = next(t for t in contract.tensors if t.name == tensor)
+    lo, hi = t.code_range
+    if not lo <= code <= hi:
+        return None
+    return eval_real(t.decode, env or {}, Fraction(code), {other.name: Fraction(1) for other in contract.tensors})
+
+
+def _vllm_e2m1(nibble: int) -> float:
+    """vLLM's value of an MXFP4 element nibble at scale 2^0 (E8M0 byte 127), by its CPU-callable
+    dequantizer flashinfer_moe_ep._dequant_mxfp4_ue8m0_gran32 (low nibble first)."""
+    from vllm.model_executor.layers.fused_moe.flashinfer_moe_ep import _dequant_mxfp4_ue8m0_gran32
+
+    packed = torch.full((1, 16), nibble, dtype=torch.uint8)  # 32 elements, the even ones `nibble`
+    return float(_dequant_mxfp4_ue8m0_gran32(packed, torch.full((1, 1), 127, dtype=torch.uint8))[0, 0])
+
+
+@pytest.mark.xfail(strict=True, reason="contracts' MXFP4 decode: `code -6..6` and `decode = code * scale` read a "
+                                       "stored nibble as an integer value, not as its E2M1 value (nibble 3 is 1.5, "
+                                       "nibble 9 is -0.5 in vLLM); the IR has e2m1() (runtime/numformats.py)")
+@pytest.mark.parametrize("name", ["vllm_cpu_mxfp4_gpt_oss_moe", "flashinfer_trtllm_mxfp4_moe"])
+def test_contract_decode_mxfp4_nibbles_match_vllm(name: str) -> None:
+    got = {n: _contract_decodes(name, "w13_weight", n) for n in range(16)}
+    want = {n: _vllm_e2m1(n) for n in range(16)}
+    assert want[3] == 1.5 and want[9] == -0.5  # the oracle reads E2M1 (not the contract's integers)
+    assert got == want
+
+
+@pytest.mark.xfail(strict=True, reason="marlin_moe_fp8: `code -448..448` with `decode = code * scale` takes the "
+                                       "FP8 value as an integer code; 0x30 (0.125) or any fraction has no code")
+def test_contract_decode_fp8_bytes_match_vllm() -> None:
+    finite = torch.tensor([b for b in range(256) if b & 0x7F != 0x7F], dtype=torch.uint8)
+    vllm = finite.view(torch.float8_e4m3fn).float()  # what vLLM's Marlin FP8 dequantizes a byte to at unit scale
+    t = _contract_tensor("marlin_moe_fp8", "w13_weight")
+    lo, hi = t.code_range
+    statable = {float(_contract_decodes("marlin_moe_fp8", "w13_weight", c, {"scale_dtype": "float32"}))
+                for c in range(lo, hi + 1)}
+    missing = [float(v) for v in vllm if float(v) not in statable]
+    assert len(missing) < 256  # integer-valued bytes (e.g. 0x38 = 1.0) are statable
+    assert not missing, f"{len(missing)} of {len(vllm)} finite FP8 bytes have no code, e.g. {missing[:4]}"
+
+
+def _vllm_awq_element_of_slot() -> tuple[int, ...]:
+    """Which of 8 consecutive output channels each 4-bit slot of an AWQ int32 word holds, as
+    vLLM reads it (moe_wna16 MoeWNA16Method.get_weight_loader's convert_awq_tensor): a word
+    whose slot i holds the value i, unpacked to one code per channel."""
+    from tests.test_quant_formats import _wna16_helper
+
+    word = sum(i << (4 * i) for i in range(8))
+    qweight = torch.tensor([[word], [word]], dtype=torch.int64).to(torch.int32)  # [K = 2, N / 8 = 1]
+    out = _wna16_helper("convert_awq_tensor")(qweight, "qweight")  # [N = 8, K / 2 = 1] uint8
+    slot_of_channel = [int(v) & 0xF for v in out[:, 0]]
+    return tuple(slot_of_channel.index(i) for i in range(8))
+
+
+@pytest.mark.xfail(strict=True, reason="marlin_moe_awq: `pack 8` cannot state AWQ's nibble order (slot i holds "
+                                       "channel (0, 2, 4, 6, 1, 3, 5, 7)[i]); the language's pack has one order")
+def test_contract_awq_pack_order_matches_vllm() -> None:
+    axis = _contract_tensor("marlin_moe_awq", "w13_qweight").axis("n")
+    assert axis.pack == 8
+    # the order a `pack` axis states: the IR's, where it will have one; today slot i holds element i
+    stated = tuple(getattr(axis, "pack_order", None) or range(axis.pack))
+    vllm = _vllm_awq_element_of_slot()
+    assert sorted(vllm) == list(range(8)) and vllm != tuple(range(8))  # the oracle sees an interleave
+    assert stated == vllm
+
+
+# ---- AWQ channelwise (group -1): admitted by vLLM, not statable by any contract ----
+
+
+@pytest.mark.slow
+def test_awq_channelwise_is_a_known_limitation(gen) -> None:  # type: ignore[no-untyped-def]
+    """vLLM's Marlin gate admits AWQ with group_size -1 (one scale per output channel), which
+    no contract can state: marlin_moe_awq's group_size domain is {32, 64, 128} (its scales
+    are `groups(k, group_size)`), and `plan` refuses -1 as outside the domain. Counted over
+    the Marlin admission sweep's grid (tests/conformance/test_marlin.py)."""
+    from vllm.model_executor.layers.fused_moe.oracle import int_wna16
+    from vllm.model_executor.layers.quantization.auto_awq import AutoAWQConfig
+
+    from tests.conformance.test_marlin import ACTS, HIDDEN, INTERMEDIATE
+
+    quant = AutoAWQConfig(weight_bits=4, group_size=-1, zero_point=True, lm_head_quantized=False)
+    admitted = refused_by_layoutc = 0
+    for H, I, tp, act in itertools.product(HIDDEN, INTERMEDIATE, oracle.effective_tp_degrees(), ACTS):
+        ok, config = oracle.call_or_reject(oracle.moe_config, hidden_size=H, intermediate_size=I, tp_size=tp,
+                                           activation_name=act, dtype=torch.float16)
+        if not ok or int_wna16._backend_incompatibility_reason(int_wna16.WNA16MoEBackend.MARLIN, config, quant,
+                                                               True, True, True) is not None:
+            continue
+        admitted += 1
+        with pytest.raises(gen["marlin_moe_awq"].LayoutContractError, match="group_size"):
+            gen["marlin_moe_awq"].plan(num_experts=8, hidden_size=H, intermediate_size=I, tp_size=tp, group_size=-1,
+                                       activation=act, dtype="float16")
+        refused_by_layoutc += 1
+    print(f"awq channelwise: {admitted} configurations vLLM's Marlin gate admits, all refused by marlin_moe_awq")
+    assert admitted == refused_by_layoutc and admitted > 1000
