@@ -17,12 +17,27 @@ is loaded for every rank of tp 1, 2, 4 and 8 twice:
 The three must be equal bit for bit (`torch.equal` on the stored dtype, FP8 and E8M0 compared as
 bytes).
 
-Patches: only device probes (`MarlinExperts._supports_current_device`, i.e. current_platform's
-CUDA capability 7.5, so that vLLM selects its Marlin backend on this CPU host) and the GPU op the
-run stops at (never executed). Nothing else in vLLM is replaced.
+What is patched, and nothing else in vLLM:
+- device probes: `MarlinExperts._supports_current_device` (current_platform is CUDA with
+  capability 7.5), `CPUExpertsMxfp4._supports_current_device` (an AMX CPU) and
+  `TrtLlmMxfp4ExpertsMonolithic._supports_current_device` (Blackwell), so that the backend named
+  by `moe_backend` ("marlin", "cpu", "flashinfer_trtllm", as --moe-backend gives it) is selected;
+- the op each run stops at (replaced by the stop, never executed); `flashinfer`, a CUDA library
+  not installable here, is a stub package whose functions are those stops;
+- what a single process has no answer for: the TP world size Fp8MoEMethod reads, gpt-oss's
+  distributed groups (as oracle.gpt_oss_mxfp4_rank_rows patches them), and the engine config
+  select_mxfp4_moe_backend reads for a user activation override (none given).
+The layer is `oracle.routed_experts_stub`: RoutedExperts' own loading methods on a bare module
+(RoutedExperts.__init__ needs an engine).
 
-Pinned (strict xfail, the contract is wrong and waits for the IR work): the contracts' decode
-of the stored codes, where it disagrees with vLLM's (see `test_contract_decode_*`).
+Pinned:
+- vLLM wrong, compared with the corrected rule: GPTQ's expert w2 bias on every rank
+  (known.py `gptq_w2_bias_every_rank`).
+- the contract wrong (strict xfail, waiting for the IR work): the contracts' decode of the
+  stored codes (MXFP4 nibbles, FP8 bytes) and AWQ's nibble order (`test_contract_*`).
+- layoutc's loader wrong (strict xfail): a fused interleaved (gate, up) source into an
+  (up, gate) contract (`test_gpt_oss_fused_interleaved_source_loads_into_an_up_gate_contract`).
+- not statable: AWQ channelwise (`test_awq_channelwise_is_a_known_limitation`).
 """
 
 # ruff: noqa: E741  (H and I are the field's names for hidden_size and intermediate_size)
