@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import types
 from collections.abc import Iterator
@@ -553,7 +554,9 @@ def test_gpt_oss_fused_interleaved_source_loads_into_an_up_gate_contract(gen) ->
 # contract turns them into XPASS, which fails until the pin is removed.
 
 
+@functools.cache
 def _contract(name: str) -> Any:
+    """The checked IR of contracts/<name>.moe (parsed once: the FP8 test decodes 897 codes)."""
     from layoutc.compiler.source import load
     from tests.conformance.conftest import ROOT
 
