@@ -569,6 +569,8 @@ def fused_moe(
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
     plan: Plan,
+    *,
+    expert_map: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Run the real kernel:
     torch._grouped_mm.
@@ -577,12 +579,20 @@ def fused_moe(
     packed_w13 / packed_w2: from `prepack` or `prepack_padded` with this plan.
     topk_weights / topk_ids: [num_tokens, top_k]; ids in [0, num_experts) of the
     weights' experts axis.
+    expert_map: this EP rank's map from `local_experts` when topk_ids are the router's
+    global ids: they are remapped to local ids and a foreign expert gets weight 0, so it
+    adds 0 on this rank (vLLM's -1). Without it, under ep_size > 1 the ids must
+    already be local: one at or above the rank's experts axis is refused (EP05).
     Returns a new [num_tokens, hidden_size] tensor: this rank's partial sum (under
     TP, all-reduce over the ranks).
     Raises LayoutContractError on any wrong input, KernelUnavailableError when
     the kernel cannot run here.
     """
     _PLANS.require(plan)
+    if expert_map is not None:
+        topk_weights, topk_ids = _expert_map.to_local(CONTRACT, topk_weights, topk_ids, expert_map)
+    elif isinstance(topk_ids, torch.Tensor):
+        _expert_map.refuse_global(CONTRACT, topk_ids, plan.local_num_experts, plan.ep_size)
     return _glue.fused_moe(
         _config(plan), hidden_states, packed_w13, packed_w2, topk_weights, topk_ids,
     )

@@ -34,8 +34,13 @@ def ep_view(contract: ir.Contract) -> dict[str, Any] | None:
     ep = contract.ep
     if ep is None:
         return None
+    from layoutc.compiler.emit.render import render_expr
+
+    axis = next(a for a in contract.weight("w13").axes if a.name == "experts") \
+        if any(a.name == "experts" for a in contract.weight("w13").axes) else None
     redundant = ep.redundant or "0"
     placement = placement_name(ep)
     return {"experts": ep.experts, "count": ep.count, "placement": placement, "redundant": redundant,
             "check_line": f"    _ep.check_ep({ep.experts}, {ep.count}, {placement}, {redundant})",
-            "redundant_field": f"plan.{ep.redundant}" if ep.redundant else "0"}
+            "redundant_field": f"plan.{ep.redundant}" if ep.redundant else "0",
+            "axis": render_expr(axis.padded, "plan.") if axis is not None else f"plan.{ep.experts}"}
