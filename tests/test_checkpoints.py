@@ -576,6 +576,16 @@ def test_tp_runner_on_a_checkpoint(ckpts: dict[tuple[str, str], Path]) -> None:
     assert res.routing.startswith("the block's own router (GptOssTopKRouter)"), res
 
 
+def test_tp_runner_expert_parallel(ckpts: dict[tuple[str, str], Path]) -> None:
+    """TP 2 x EP 2 over 4 gloo ranks (Mixtral): each rank keeps its EP rank's experts and runs
+    the kernel with its expert map; the all-reduce equals transformers' block (issue 23)."""
+    from layoutc.tools.tp import run_tp_checkpoint
+
+    res = run_tp_checkpoint(str(ckpts[("mixtral", "float32")]), tp_size=2, ep_size=2, timeout_s=240)
+    assert res.intermediate_size_per_partition == 352 and res.rel_error < 1e-5, res
+    assert res.independent and res.reference.startswith("transformers MixtralSparseMoeBlock (from_pretrained"), res
+
+
 def test_tp_runner_on_llama4(ckpts: dict[tuple[str, str], Path]) -> None:
     """Llama-4 over 2 gloo ranks: the kernel weights the input, and matches Llama4TextMoe; a glue
     that cannot weight the input is refused before any rank starts."""

@@ -31,6 +31,30 @@ def _local(full: Any, held: list[int], axis: int) -> Any:
     return out
 
 
+def load_ep_rank(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, ep_rank: int, tp_rank: int, *,
+                 dtype: str, isa: str) -> tuple[Any, Any, Any, dict[str, Any], Any]:
+    """One rank's (plan, packed_w13, packed_w2, biases, expert_map) of `layer` at `ep x tp`.
+
+    The rank's TP shard is read through the loaders at EP 1 and its EP rank's experts kept,
+    in local-id order, in the plan's local experts axis. Raises as `ep_kernel_sum`.
+    """
+    from layoutc.tools.checkpoints.loader import load_layer_rank
+    from layoutc.tools.run import checkpoint_plan
+
+    whole = checkpoint_plan(mod, moe, tp, dtype, isa)  # EP 1: the loaders' shapes
+    plan = mod.plan(**{**_fields(mod, whole), "ep_size": ep})
+    axis = int(plan.local_num_experts)
+    count, emap = mod.local_experts(ep_rank, plan)
+    held = list(range(moe.num_experts)) if emap is None else \
+        sorted((e for e in range(moe.num_experts) if int(emap[e]) >= 0), key=lambda e: int(emap[e]))
+    assert len(held) == count
+    rw = load_layer_rank(ckpt, moe, layer, mod, whole, tp_rank)
+    packed13, packed2 = mod.prepack_padded(_local(rw.w13, held, axis), _local(rw.w2, held, axis), plan)
+    bias = {} if rw.w13_bias is None else {"w13_bias": _local(rw.w13_bias, held, axis),
+                                           "w2_bias": _local(rw.w2_bias, held, axis)}
+    return plan, packed13, packed2, bias, emap
+
+
 def ep_kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, x: Any, weights: Any, ids: Any, *,
                   dtype: str, isa: str, options: dict[str, Any]) -> Any:
     """The summed output of `layer` over `ep * tp` ranks; returns run.KernelRun.
@@ -39,25 +63,14 @@ def ep_kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, x
     LayoutContractError (ExpertParallelError EP01/EP03 from plan(), EP02 from world_ranks)
     when the configuration is refused.
     """
-    from layoutc.tools.checkpoints.loader import load_layer_rank
-    from layoutc.tools.run import KernelRun, checkpoint_plan
+    from layoutc.tools.run import KernelRun
 
-    whole = checkpoint_plan(mod, moe, tp, dtype, isa)  # EP 1: the loaders' shapes
-    plan = mod.plan(**{**_fields(mod, whole), "ep_size": ep})
-    axis = int(plan.local_num_experts)
-    total = None
+    total = plan = None
     load_s = kernel_s = 0.0
     for ep_rank, tp_rank in world_ranks(ep * tp, ep, tp):
         t0 = time.perf_counter()
-        count, emap = mod.local_experts(ep_rank, plan)
-        held = list(range(moe.num_experts)) if emap is None else \
-            sorted((e for e in range(moe.num_experts) if int(emap[e]) >= 0), key=lambda e: int(emap[e]))
-        assert len(held) == count
-        rw = load_layer_rank(ckpt, moe, layer, mod, whole, tp_rank)
-        w13, w2 = _local(rw.w13, held, axis), _local(rw.w2, held, axis)
-        packed13, packed2 = mod.prepack_padded(w13, w2, plan)
-        bias = {} if rw.w13_bias is None else {"w13_bias": _local(rw.w13_bias, held, axis),
-                                               "w2_bias": _local(rw.w2_bias, held, axis)}
+        plan, packed13, packed2, bias, emap = load_ep_rank(ckpt, moe, mod, layer, tp, ep, ep_rank, tp_rank,
+                                                           dtype=dtype, isa=isa)
         t1 = time.perf_counter()
         part = mod.fused_moe(x, packed13, packed2, weights, ids, plan, expert_map=emap, **bias, **options)
         kernel_s = max(kernel_s, time.perf_counter() - t1)
