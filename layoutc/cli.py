@@ -235,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("configs", nargs="+", metavar="CONFIG")
     p.add_argument("--tp", default="1,2,4,8,16", help="comma-separated TP degrees (default 1,2,4,8,16)")
     p.add_argument("--contracts", nargs="+", metavar="PATH", default=None)
+    p.add_argument("--engine", default="vllm", metavar="ENGINES",
+                   help="engines whose bundled contracts to audit, comma-separated: vllm, sglang (default vllm); "
+                        "two or more add a side-by-side table of each engine's CPU layout")
     p.add_argument("--format", choices=("text", "json", "markdown", "github"), default="text",
                    help="the report's format; problems are printed as diagnostics in it (github: as text)")
     p.set_defaults(func=cmd_audit)
