@@ -52,16 +52,34 @@ def parse_engines(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+# Each checkpoint format's CPU contract (and the variant's fixed values) per engine, the table
+# above; vLLM's MXFP4 contract depends on the activation (gpt-oss's swigluoai or not).
+FORMAT_CONTRACTS: dict[str, dict[str, tuple[str, dict[str, Value]]]] = {
+    "unquantized": {"vllm": ("vllm_cpu_grouped_gemm", {"isa": "amx"}), "sglang": ("sglang_cpu_moe", {})},
+    "mxfp4": {"vllm": ("vllm_cpu_mxfp4_gpt_oss_moe", {}), "sglang": ("sglang_cpu_mxfp4_moe", {})},
+    "fp8_block128": {"vllm": ("marlin_moe_fp8", {"scheme": "fp8_block128", "scale_dtype": "float32"}),
+                     "sglang": ("sglang_cpu_fp8_moe", {"block": 128})},
+}
+_OTHER_NAMES = {"vllm_cpu_mxfp4_moe": "mxfp4"}
+
+
 def engine_contract(engine: str, model: MoEModelConfig) -> tuple[str, dict[str, Value]] | None:
     """The contract (and the variant's fixed values) of ``engine``'s CPU path for the model's format."""
     key = checkpoint_format(model).key
-    if engine == "vllm":
-        if key == "mxfp4":
-            return ("vllm_cpu_mxfp4_gpt_oss_moe" if model.activation == "swigluoai" else "vllm_cpu_mxfp4_moe", {})
-        return {"unquantized": ("vllm_cpu_grouped_gemm", {"isa": "amx"}),
-                "fp8_block128": ("marlin_moe_fp8", {})}.get(key)
-    return {"unquantized": ("sglang_cpu_moe", {}), "mxfp4": ("sglang_cpu_mxfp4_moe", {}),
-            "fp8_block128": ("sglang_cpu_fp8_moe", {"block": 128})}.get(key)
+    if engine == "vllm" and key == "mxfp4" and model.activation != "swigluoai":
+        return ("vllm_cpu_mxfp4_moe", {})
+    return FORMAT_CONTRACTS.get(key, {}).get(engine)
+
+
+def counterpart(contract_name: str, engine: str) -> tuple[str, dict[str, Value]] | None:
+    """``engine``'s CPU contract for the checkpoint format that ``contract_name`` serves, from
+    FORMAT_CONTRACTS (``sglang_cpu_moe`` -> ``vllm_cpu_grouped_gemm`` with isa=amx); None for a
+    contract of no listed format."""
+    for key, by_engine in FORMAT_CONTRACTS.items():
+        names = {name for name, _ in by_engine.values()}
+        if contract_name in names or _OTHER_NAMES.get(contract_name) == key:
+            return by_engine.get(engine)
+    return None
 
 
 @dataclass(frozen=True)
@@ -169,12 +187,16 @@ def _engine_row(label: str, engine: str, contract: ir.Contract, row: AuditRow) -
     config["tp_size"] = row.tp_size
     try:
         env = _lets(contract, config)
-        live = live_rows(contract, env)
-        memory = rank_bytes(contract, env)
+        # a configuration the contract's own rules refuse has no layout (a floor division's
+        # sizes would read as one); one the audit refuses for the kernel (an activation it does
+        # not compute) keeps its layout
+        if any(not eval_expr(rule.cond, env) for rule in contract.rules):
+            env = {}
+        live = live_rows(contract, env) if env else ()
+        memory = rank_bytes(contract, env) if env else None
     except (EvalError, KeyError, TypeError, ValueError, AssertionError):
         env, live, memory = {}, (), None
-    # the layout even where the kernel refuses the model (an activation it does not compute)
-    padded = row.intermediate_size_per_partition_padded
+    padded = row.intermediate_size_per_partition_padded if env else None
     if padded is None and live:
         value = env.get("intermediate_size_per_partition_padded")
         padded = value if isinstance(value, int) and not isinstance(value, bool) else None
