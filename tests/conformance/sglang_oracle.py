@@ -310,10 +310,40 @@ def fp8_create_weights(intermediate_size_per_partition: int, hidden_size: int, t
     return None
 
 
+def configuration(intermediate_size: int, tp_size: int, scheme: str, block: int, hidden_sizes: list[int],
+                  rows: bool) -> dict[str, Any]:
+    """Everything SGLang decides for one (I, tp, scheme, block), in one call so that one child
+    process answers the whole sweep: the padded I (or its error); per hidden size, whether AMX
+    packs the layer and (block FP8) create_fp8_moe_weight_'s error; and with ``rows`` each
+    rank's row maps (weights, and block scales for FP8) at SGLang's own padded size."""
+    padded = padded_intermediate(intermediate_size, tp_size, scheme, block)
+    out: dict[str, Any] = {"padded": padded}
+    if "error" in padded:
+        return out
+    P = padded["padded"]
+    L = P // tp_size
+    out["amx"], out["fp8_create"] = {}, {}
+    for H in hidden_sizes:
+        if scheme == "mxfp4":
+            shapes, dtype = [[1, 2 * L, H // 2], [1, H, L // 2]], "uint8"
+        else:
+            shapes, dtype = [[1, 2 * L, H], [1, H, L]], "float8_e4m3fn" if scheme == "fp8" else "bfloat16"
+        out["amx"][str(H)] = amx_packs(shapes, dtype)
+        if scheme == "fp8":
+            out["fp8_create"][str(H)] = fp8_create_weights(L, H, tp_size, block)
+    if rows and scheme == "mxfp4":
+        out["rows"] = gpt_oss_mxfp4_rows(intermediate_size, tp_size, P)
+    elif rows:
+        out["rows"] = loaded_rows(intermediate_size, tp_size, P, 1)
+        if scheme == "fp8":
+            out["scale_rows"] = loaded_rows(intermediate_size, tp_size, P, block)
+    return out
+
+
 def answer(case: dict[str, Any]) -> Any:
     kind = case.pop("kind")
     return {"padded": padded_intermediate, "rows": loaded_rows, "mxfp4_rows": gpt_oss_mxfp4_rows,
-            "amx": amx_packs, "fp8_create": fp8_create_weights}[kind](**case)
+            "amx": amx_packs, "fp8_create": fp8_create_weights, "config": configuration}[kind](**case)
 
 
 def main(argv: list[str]) -> int:
