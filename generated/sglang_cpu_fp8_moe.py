@@ -436,7 +436,8 @@ def pad_w13_weight_scale_inv(
 
 
 def unpad_w13_weight_scale_inv(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13_weight_scale_inv`: padded -> logical `w13_weight_scale_inv`, as a new tensor.
+    """Inverse of `pad_w13_weight_scale_inv`: padded -> logical `w13_weight_scale_inv`,
+    as a new tensor.
 
     Raises LayoutContractError on a wrong shape, dtype, device or layout.
     """
@@ -578,7 +579,8 @@ def pad_w2_weight_scale_inv(
 
 
 def unpad_w2_weight_scale_inv(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2_weight_scale_inv`: padded -> logical `w2_weight_scale_inv`, as a new tensor.
+    """Inverse of `pad_w2_weight_scale_inv`: padded -> logical `w2_weight_scale_inv`,
+    as a new tensor.
 
     Raises LayoutContractError on a wrong shape, dtype, device or layout.
     """

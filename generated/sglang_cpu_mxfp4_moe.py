@@ -478,7 +478,8 @@ def pad_w13_weight_scale(
         [num_experts, 2 * intermediate_size_per_partition, hidden_size / 32]
     Output (padded, same dtype):
         [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / 32]
-    Pad positions hold the stored code 127 (decodes to 127). Every logical element is written once, only
+    Pad positions hold the stored code 127 (decodes to 127).
+    Every logical element is written once, only
     pad positions are filled. When nothing is padded and `out` is None, returns
     `t` itself (no copy); with `out`, writes into it and returns it.
     Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
@@ -691,7 +692,8 @@ def pad_w2_weight_scale(
         [num_experts, hidden_size, intermediate_size_per_partition / 32]
     Output (padded, same dtype):
         [num_experts, hidden_size, intermediate_size_per_partition_padded / 32]
-    Pad positions hold the stored code 127 (decodes to 127). Every logical element is written once, only
+    Pad positions hold the stored code 127 (decodes to 127).
+    Every logical element is written once, only
     pad positions are filled. When nothing is padded and `out` is None, returns
     `t` itself (no copy); with `out`, writes into it and returns it.
     Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
