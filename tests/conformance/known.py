@@ -33,6 +33,7 @@ KNOWN: dict[str, tuple[str, str]] = {
     "mxfp4_ipp_not_32": ("vllm-bug", "MXFP4 with I_pp % 32 != 0"),
     "gpt_oss_mxfp4_i_not_32": ("vllm-bug", "gpt-oss MXFP4 with I % 32 != 0"),
     "w4a8_channelwise_odd_k": ("vllm-bug", "W4A8 int4 channelwise with an odd K"),
+    "gptq_w2_bias_every_rank": ("vllm-bug", "GPTQ expert w2 bias loaded on every rank"),
     "zentorch_float16": ("vllm-bug", "zentorch float16"),
     "zentorch_single_active_expert": ("vllm-bug", "zentorch with a single active expert"),
     # vLLM's gate admits a shape no checkpoint of the format has; layoutc refuses it
