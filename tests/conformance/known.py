@@ -6,6 +6,9 @@ finds a disagreement not in this list fails; a listed disagreement that a sweep 
 longer finds fails too (the list is pinned, so a vLLM fix or a contract change must
 update it and the docs together).
 
+The SGLang entries (docs/kernels.md section 10, "Conformance with SGLang 0.5.23") use the
+same kinds, with SGLang in vLLM's place ("sglang-bug" would be SGLang's own; none is pinned).
+
 Kinds:
 - "vllm-bug": vLLM admits (or pads) a configuration its own kernel or loader cannot
   serve; layoutc refuses it. Reproduced in docs/kernels.md 8.2 with vLLM's functions.
@@ -39,4 +42,7 @@ KNOWN: dict[str, tuple[str, str]] = {
     "cpu_swigluoai_padded_pairs": ("layoutc-extends", "swigluoai padded by whole pairs on the CPU grouped GEMM"),
     # vLLM gives the ranks above the expert count no experts; layoutc refuses the degree (EP01)
     "ep_exceeds_experts": ("limitation", "Expert parallelism with more ranks than experts"),
+    # SGLang 0.5.23 (tests/conformance/test_sglang.py; docs/kernels.md 10): SGLang serves it, layoutc refuses
+    "sglang_fp8_ragged_last_block": ("limitation", "SGLang block FP8 with intermediate_size % block != 0"),
+    "sglang_fp8_hidden_not_block": ("limitation", "SGLang block FP8 with hidden_size % block != 0"),
 }
