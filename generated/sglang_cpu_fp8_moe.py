@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: f6dbdd03326349ff01cbaab401bdf8b6bae12fa7b60337ed16c00f2ad2f4549a
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `sglang_cpu_fp8_moe`: plan, pad/unpad, shard.
 
 Sources:
@@ -102,6 +102,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 485e4b5382a0d754ff8ce1f3cd6e045c32c63f8340d2edfda3d1eb88182945da
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `sglang_cpu_moe`: plan, pad/unpad, shard.
 
 Sources:
@@ -101,6 +101,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

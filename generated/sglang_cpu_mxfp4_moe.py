@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 926e4ccdb77867ff90cbee2c42457642a709e6321bd80202ed14c4fdf5268f7e
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `sglang_cpu_mxfp4_moe`: plan, pad/unpad, shard.
 
 Sources:
@@ -118,6 +118,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

@@ -40,6 +40,8 @@ KNOWN: dict[str, tuple[str, str]] = {
     "mxfp4_hidden_not_32": ("no-checkpoint", "FlashInfer TRT-LLM MXFP4 with hidden_size % 32 != 0"),
     # layoutc serves a configuration vLLM refuses, proved and run on the real kernel
     "cpu_swigluoai_padded_pairs": ("layoutc-extends", "swigluoai padded by whole pairs on the CPU grouped GEMM"),
+    # vLLM gives the ranks above the expert count no experts; layoutc refuses the degree (EP01)
+    "ep_exceeds_experts": ("limitation", "Expert parallelism with more ranks than experts"),
     # SGLang 0.5.23 (tests/conformance/test_sglang.py; docs/kernels.md 10): SGLang serves it, layoutc refuses
     "sglang_fp8_ragged_last_block": ("limitation", "SGLang block FP8 with intermediate_size % block != 0"),
     "sglang_fp8_hidden_not_block": ("limitation", "SGLang block FP8 with hidden_size % block != 0"),
