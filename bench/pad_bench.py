@@ -144,8 +144,9 @@ def vllm_cpu_qwen_note() -> dict[str, Any]:
 
 def bench_tensor(case: str, tensor: str, repeats: int, quick: bool) -> dict[str, Any]:
     mod, plan, kwargs = load_case(case, quick)
-    logical, padded = getattr(mod, f"{tensor}_shapes")(plan)
-    pad = getattr(mod, f"pad_{tensor}")
+    weight = mod.LAYOUT.weight(tensor)  # by role: the weight of projection `tensor`
+    logical, padded = weight.shapes(plan)
+    pad = weight.pad
     i, p = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
     torch.manual_seed(0)
     src = torch.empty(logical, dtype=BF16).normal_()
@@ -211,7 +212,8 @@ def bench_tensor(case: str, tensor: str, repeats: int, quick: bool) -> dict[str,
 def shard_child(case: str, tensor: str, method: str, repeats: int, quick: bool) -> dict[str, Any]:
     torch.set_num_threads(THREADS)
     mod, plan, _kwargs = load_case(case, quick)
-    shapes = getattr(mod, f"{tensor}_shapes")(plan)
+    weight = mod.LAYOUT.weight(tensor)  # by role: the weight of projection `tensor`
+    shapes = weight.shapes(plan)
     padded = shapes[1]
     tp = plan.tp_size
     i = plan.intermediate_size_per_partition
@@ -220,8 +222,7 @@ def shard_child(case: str, tensor: str, method: str, repeats: int, quick: bool) 
     else:
         full_shape = (plan.num_experts, shapes[0][1], i * tp)
     full = torch.empty(full_shape, dtype=BF16).normal_()  # in place: no temporary raises the peak
-    shard = getattr(mod, f"shard_{tensor}")
-    pad = getattr(mod, f"pad_{tensor}")
+    shard, pad = weight.shard, weight.pad
     out = torch.empty(padded, dtype=BF16).fill_(1.0) if method == "shard_out" else None
 
     def naive() -> torch.Tensor:  # what a loader without shard_* writes: slice, cat, then pad

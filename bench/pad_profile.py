@@ -105,8 +105,9 @@ def profile_tensor(case: str, tensor: str, repeats: int, fresh_only: bool) -> di
     module, kwargs = CASES[case]
     mod = importlib.import_module(f"layoutc_generated.{module}")
     plan = mod.plan(**kwargs)
-    logical, padded = getattr(mod, f"{tensor}_shapes")(plan)
-    pad = getattr(mod, f"pad_{tensor}")
+    weight = mod.LAYOUT.weight(tensor)  # by role: the weight of projection `tensor`
+    logical, padded = weight.shapes(plan)
+    pad = weight.pad
     i, p = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
     e = plan.num_experts
     src = torch.empty(logical, dtype=BF16).normal_()

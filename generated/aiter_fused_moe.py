@@ -46,11 +46,13 @@ from ._runtime import layout as _layout
 from ._runtime import loading as _loading
 from ._runtime import params as _p
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
+from ._runtime.interface import LAYOUT_VERSION, ModuleLayout, PlanParam, TensorEntry
 from ._runtime.layout import Axis
 from ._runtime.plans import PlanChecker
 
 __all__ = [
     "CONTRACT",
+    "LAYOUT",
     "KernelUnavailableError",
     "LayoutContractError",
     "Plan",
@@ -833,3 +835,67 @@ def load_w2_bias(
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=True,
     )
+
+# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
+# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+
+LAYOUT = ModuleLayout(
+    version=LAYOUT_VERSION,
+    contract=CONTRACT,
+    source_file=SOURCE_FILE,
+    plan=plan,
+    plan_type=Plan,
+    plan_params=(
+        PlanParam("num_experts", "range", low=1, high=1024),
+        PlanParam("hidden_size", "range", low=1, high=65536),
+        PlanParam("intermediate_size", "range", low=1, high=262144),
+        PlanParam(
+            "tp_size", "set",
+            values=(
+                1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96,
+                112, 128,
+            ),
+        ),
+        PlanParam("activation", "enum", values=("silu", "gelu", "swigluoai")),
+        PlanParam("activation_passed", "set", values=(0, 1), default=1),
+    ),
+    shard_count="tp_size",
+    tensors=(
+        TensorEntry(
+            "w13", "weight", "w13",
+            optional=False, axes=("experts", "n", "k"),
+            contract_line=60, declaration="tensor w13: weight w13",
+            shapes=w13_shapes, axis_table=_w13_axes,
+            pad=pad_w13, unpad=unpad_w13,
+            alloc=alloc_w13, load=load_w13,
+            full_shape=w13_full_shape, shard=shard_w13,
+        ),
+        TensorEntry(
+            "w2", "weight", "w2",
+            optional=False, axes=("experts", "n", "k"),
+            contract_line=68, declaration="tensor w2: weight w2",
+            shapes=w2_shapes, axis_table=_w2_axes,
+            pad=pad_w2, unpad=unpad_w2,
+            alloc=alloc_w2, load=load_w2,
+            full_shape=w2_full_shape, shard=shard_w2,
+        ),
+        TensorEntry(
+            "w13_bias", "bias", "w13",
+            optional=True, axes=("experts", "n"),
+            contract_line=77, declaration="tensor w13_bias: bias w13 optional",
+            shapes=w13_bias_shapes, axis_table=_w13_bias_axes,
+            pad=pad_w13_bias, unpad=unpad_w13_bias,
+            alloc=alloc_w13_bias, load=load_w13_bias,
+            full_shape=w13_bias_full_shape, shard=shard_w13_bias,
+        ),
+        TensorEntry(
+            "w2_bias", "bias", "w2",
+            optional=True, axes=("experts", "n"),
+            contract_line=84, declaration="tensor w2_bias: bias w2 optional",
+            shapes=w2_bias_shapes, axis_table=_w2_bias_axes,
+            pad=pad_w2_bias, unpad=unpad_w2_bias,
+            alloc=alloc_w2_bias, load=load_w2_bias,
+            full_shape=w2_bias_full_shape, shard=shard_w2_bias,
+        ),
+    ),
+)

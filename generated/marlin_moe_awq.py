@@ -37,11 +37,13 @@ from ._runtime import layout as _layout
 from ._runtime import loading as _loading
 from ._runtime import params as _p
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
+from ._runtime.interface import LAYOUT_VERSION, ModuleLayout, PlanParam, TensorEntry
 from ._runtime.layout import Axis
 from ._runtime.plans import PlanChecker
 
 __all__ = [
     "CONTRACT",
+    "LAYOUT",
     "KernelUnavailableError",
     "LayoutContractError",
     "Plan",
@@ -1073,3 +1075,86 @@ def load_w2_qzeros(
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
+
+# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
+# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+
+LAYOUT = ModuleLayout(
+    version=LAYOUT_VERSION,
+    contract=CONTRACT,
+    source_file=SOURCE_FILE,
+    plan=plan,
+    plan_type=Plan,
+    plan_params=(
+        PlanParam("num_experts", "range", low=1, high=1024),
+        PlanParam("hidden_size", "range", low=1, high=65536),
+        PlanParam("intermediate_size", "range", low=1, high=262144),
+        PlanParam(
+            "tp_size", "set",
+            values=(
+                1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96,
+                112, 128,
+            ),
+        ),
+        PlanParam("group_size", "set", values=(32, 64, 128)),
+        PlanParam("activation", "enum", values=("silu", "gelu", "gelu_tanh")),
+        PlanParam("dtype", "enum", values=("float16", "bfloat16")),
+    ),
+    shard_count="tp_size",
+    tensors=(
+        TensorEntry(
+            "w13_qweight", "weight", "w13",
+            optional=False, axes=("experts", "k", "n"),
+            contract_line=39, declaration="tensor w13_qweight: weight w13",
+            shapes=w13_qweight_shapes, axis_table=_w13_qweight_axes,
+            pad=pad_w13_qweight, unpad=unpad_w13_qweight,
+            alloc=alloc_w13_qweight, load=load_w13_qweight,
+            full_shape=w13_qweight_full_shape, shard=shard_w13_qweight,
+        ),
+        TensorEntry(
+            "w13_scales", "scale", "w13",
+            optional=False, axes=("experts", "k", "n"),
+            contract_line=51, declaration="tensor w13_scales: scale w13",
+            shapes=w13_scales_shapes, axis_table=_w13_scales_axes,
+            pad=pad_w13_scales, unpad=unpad_w13_scales,
+            alloc=alloc_w13_scales, load=load_w13_scales,
+            full_shape=w13_scales_full_shape, shard=shard_w13_scales,
+        ),
+        TensorEntry(
+            "w13_qzeros", "zero", "w13",
+            optional=False, axes=("experts", "k", "n"),
+            contract_line=60, declaration="tensor w13_qzeros: zero w13",
+            shapes=w13_qzeros_shapes, axis_table=_w13_qzeros_axes,
+            pad=pad_w13_qzeros, unpad=unpad_w13_qzeros,
+            alloc=alloc_w13_qzeros, load=load_w13_qzeros,
+            full_shape=w13_qzeros_full_shape, shard=shard_w13_qzeros,
+        ),
+        TensorEntry(
+            "w2_qweight", "weight", "w2",
+            optional=False, axes=("experts", "k", "n"),
+            contract_line=70, declaration="tensor w2_qweight: weight w2",
+            shapes=w2_qweight_shapes, axis_table=_w2_qweight_axes,
+            pad=pad_w2_qweight, unpad=unpad_w2_qweight,
+            alloc=alloc_w2_qweight, load=load_w2_qweight,
+            full_shape=w2_qweight_full_shape, shard=shard_w2_qweight,
+        ),
+        TensorEntry(
+            "w2_scales", "scale", "w2",
+            optional=False, axes=("experts", "k", "n"),
+            contract_line=81, declaration="tensor w2_scales: scale w2",
+            shapes=w2_scales_shapes, axis_table=_w2_scales_axes,
+            pad=pad_w2_scales, unpad=unpad_w2_scales,
+            alloc=alloc_w2_scales, load=load_w2_scales,
+            full_shape=w2_scales_full_shape, shard=shard_w2_scales,
+        ),
+        TensorEntry(
+            "w2_qzeros", "zero", "w2",
+            optional=False, axes=("experts", "k", "n"),
+            contract_line=89, declaration="tensor w2_qzeros: zero w2",
+            shapes=w2_qzeros_shapes, axis_table=_w2_qzeros_axes,
+            pad=pad_w2_qzeros, unpad=unpad_w2_qzeros,
+            alloc=alloc_w2_qzeros, load=load_w2_qzeros,
+            full_shape=w2_qzeros_full_shape, shard=shard_w2_qzeros,
+        ),
+    ),
+)

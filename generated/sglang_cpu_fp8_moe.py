@@ -45,11 +45,13 @@ from ._runtime import layout as _layout
 from ._runtime import loading as _loading
 from ._runtime import params as _p
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
+from ._runtime.interface import LAYOUT_VERSION, ModuleLayout, PlanParam, TensorEntry
 from ._runtime.layout import Axis
 from ._runtime.plans import PlanChecker
 
 __all__ = [
     "CONTRACT",
+    "LAYOUT",
     "KernelUnavailableError",
     "LayoutContractError",
     "Plan",
@@ -789,3 +791,66 @@ def load_w2_weight_scale_inv(
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
+
+# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
+# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+
+LAYOUT = ModuleLayout(
+    version=LAYOUT_VERSION,
+    contract=CONTRACT,
+    source_file=SOURCE_FILE,
+    plan=plan,
+    plan_type=Plan,
+    plan_params=(
+        PlanParam("num_experts", "range", low=1, high=1024),
+        PlanParam("hidden_size", "range", low=1, high=65536),
+        PlanParam("intermediate_size", "range", low=1, high=262144),
+        PlanParam(
+            "tp_size", "set",
+            values=(
+                1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+            ),
+        ),
+        PlanParam("block", "set", values=(64, 128)),
+        PlanParam("dtype", "enum", values=("bfloat16", "float16")),
+    ),
+    shard_count="tp_size",
+    tensors=(
+        TensorEntry(
+            "w13_weight", "weight", "w13",
+            optional=False, axes=("experts", "n", "k"),
+            contract_line=33, declaration="tensor w13_weight: weight w13",
+            shapes=w13_weight_shapes, axis_table=_w13_weight_axes,
+            pad=pad_w13_weight, unpad=unpad_w13_weight,
+            alloc=alloc_w13_weight, load=load_w13_weight,
+            full_shape=w13_weight_full_shape, shard=shard_w13_weight,
+        ),
+        TensorEntry(
+            "w13_weight_scale_inv", "scale", "w13",
+            optional=False, axes=("experts", "n", "k"),
+            contract_line=45, declaration="tensor w13_weight_scale_inv: scale w13",
+            shapes=w13_weight_scale_inv_shapes, axis_table=_w13_weight_scale_inv_axes,
+            pad=pad_w13_weight_scale_inv, unpad=unpad_w13_weight_scale_inv,
+            alloc=alloc_w13_weight_scale_inv, load=load_w13_weight_scale_inv,
+            full_shape=w13_weight_scale_inv_full_shape, shard=shard_w13_weight_scale_inv,
+        ),
+        TensorEntry(
+            "w2_weight", "weight", "w2",
+            optional=False, axes=("experts", "n", "k"),
+            contract_line=53, declaration="tensor w2_weight: weight w2",
+            shapes=w2_weight_shapes, axis_table=_w2_weight_axes,
+            pad=pad_w2_weight, unpad=unpad_w2_weight,
+            alloc=alloc_w2_weight, load=load_w2_weight,
+            full_shape=w2_weight_full_shape, shard=shard_w2_weight,
+        ),
+        TensorEntry(
+            "w2_weight_scale_inv", "scale", "w2",
+            optional=False, axes=("experts", "n", "k"),
+            contract_line=63, declaration="tensor w2_weight_scale_inv: scale w2",
+            shapes=w2_weight_scale_inv_shapes, axis_table=_w2_weight_scale_inv_axes,
+            pad=pad_w2_weight_scale_inv, unpad=unpad_w2_weight_scale_inv,
+            alloc=alloc_w2_weight_scale_inv, load=load_w2_weight_scale_inv,
+            full_shape=w2_weight_scale_inv_full_shape, shard=shard_w2_weight_scale_inv,
+        ),
+    ),
+)

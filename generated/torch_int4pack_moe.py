@@ -34,6 +34,7 @@ from ._runtime import params as _p
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
 from ._runtime.glue import int4pack as _glue
 from ._runtime.glue.int4pack import Int4Weights, quantize_int4
+from ._runtime.interface import LAYOUT_VERSION, KernelEntry, ModuleLayout, PlanParam, TensorEntry
 from ._runtime.layout import Axis
 from ._runtime.packed import KernelConfig, PackedWeight
 from ._runtime.plans import PlanChecker
@@ -41,6 +42,7 @@ from ._runtime.plans import PlanChecker
 __all__ = [
     "CONTRACT",
     "INTERFACE",
+    "LAYOUT",
     "OPS",
     "Int4Weights",
     "KernelUnavailableError",
@@ -624,3 +626,54 @@ def load_w2(
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
+
+# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
+# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+
+LAYOUT = ModuleLayout(
+    version=LAYOUT_VERSION,
+    contract=CONTRACT,
+    source_file=SOURCE_FILE,
+    plan=plan,
+    plan_type=Plan,
+    plan_params=(
+        PlanParam("num_experts", "range", low=1, high=1024),
+        PlanParam("hidden_size", "range", low=16, high=65536),
+        PlanParam("intermediate_size", "range", low=1, high=262144),
+        PlanParam(
+            "tp_size", "set",
+            values=(
+                1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96,
+                112, 128,
+            ),
+        ),
+        PlanParam("group_size", "set", values=(32, 64, 128, 256)),
+        PlanParam("activation", "enum", values=("silu", "gelu", "gelu_tanh")),
+        PlanParam("dtype", "enum", values=("bfloat16", "float16", "float32")),
+    ),
+    shard_count="tp_size",
+    tensors=(
+        TensorEntry(
+            "w13", "weight", "w13",
+            optional=False, axes=("experts", "n", "k"),
+            contract_line=36, declaration="tensor w13: weight w13",
+            shapes=w13_shapes, axis_table=_w13_axes,
+            pad=pad_w13, unpad=unpad_w13,
+            alloc=alloc_w13, load=load_w13,
+            full_shape=w13_full_shape, shard=shard_w13,
+        ),
+        TensorEntry(
+            "w2", "weight", "w2",
+            optional=False, axes=("experts", "n", "k"),
+            contract_line=44, declaration="tensor w2: weight w2",
+            shapes=w2_shapes, axis_table=_w2_axes,
+            pad=pad_w2, unpad=unpad_w2,
+            alloc=alloc_w2, load=load_w2,
+            full_shape=w2_full_shape, shard=shard_w2,
+        ),
+    ),
+    kernel=KernelEntry(
+        glue=INTERFACE, config=_config, load_kernel=load_kernel,
+        prepack=prepack, prepack_padded=prepack_padded, fused_moe=fused_moe,
+    ),
+)

@@ -39,11 +39,13 @@ from ._runtime import layout as _layout
 from ._runtime import loading as _loading
 from ._runtime import params as _p
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
+from ._runtime.interface import LAYOUT_VERSION, ModuleLayout, PlanParam, TensorEntry
 from ._runtime.layout import Axis
 from ._runtime.plans import PlanChecker
 
 __all__ = [
     "CONTRACT",
+    "LAYOUT",
     "KernelUnavailableError",
     "LayoutContractError",
     "Plan",
@@ -1035,3 +1037,83 @@ def load_w2_bias(
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=True,
     )
+
+# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
+# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+
+LAYOUT = ModuleLayout(
+    version=LAYOUT_VERSION,
+    contract=CONTRACT,
+    source_file=SOURCE_FILE,
+    plan=plan,
+    plan_type=Plan,
+    plan_params=(
+        PlanParam("num_experts", "range", low=1, high=1024),
+        PlanParam("hidden_size", "range", low=1, high=65536),
+        PlanParam("intermediate_size", "range", low=1, high=262144),
+        PlanParam(
+            "tp_size", "set",
+            values=(
+                1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96,
+                112, 128,
+            ),
+        ),
+    ),
+    shard_count="tp_size",
+    tensors=(
+        TensorEntry(
+            "w13_weight", "weight", "w13",
+            optional=False, axes=("experts", "n", "k"),
+            contract_line=36, declaration="tensor w13_weight: weight w13",
+            shapes=w13_weight_shapes, axis_table=_w13_weight_axes,
+            pad=pad_w13_weight, unpad=unpad_w13_weight,
+            alloc=alloc_w13_weight, load=load_w13_weight,
+            full_shape=w13_weight_full_shape, shard=shard_w13_weight,
+        ),
+        TensorEntry(
+            "w13_weight_scale", "scale", "w13",
+            optional=False, axes=("experts", "n", "k"),
+            contract_line=46, declaration="tensor w13_weight_scale: scale w13",
+            shapes=w13_weight_scale_shapes, axis_table=_w13_weight_scale_axes,
+            pad=pad_w13_weight_scale, unpad=unpad_w13_weight_scale,
+            alloc=alloc_w13_weight_scale, load=load_w13_weight_scale,
+            full_shape=w13_weight_scale_full_shape, shard=shard_w13_weight_scale,
+        ),
+        TensorEntry(
+            "w13_bias", "bias", "w13",
+            optional=True, axes=("experts", "n"),
+            contract_line=54, declaration="tensor w13_bias: bias w13 optional",
+            shapes=w13_bias_shapes, axis_table=_w13_bias_axes,
+            pad=pad_w13_bias, unpad=unpad_w13_bias,
+            alloc=alloc_w13_bias, load=load_w13_bias,
+            full_shape=w13_bias_full_shape, shard=shard_w13_bias,
+        ),
+        TensorEntry(
+            "w2_weight", "weight", "w2",
+            optional=False, axes=("experts", "n", "k"),
+            contract_line=61, declaration="tensor w2_weight: weight w2",
+            shapes=w2_weight_shapes, axis_table=_w2_weight_axes,
+            pad=pad_w2_weight, unpad=unpad_w2_weight,
+            alloc=alloc_w2_weight, load=load_w2_weight,
+            full_shape=w2_weight_full_shape, shard=shard_w2_weight,
+        ),
+        TensorEntry(
+            "w2_weight_scale", "scale", "w2",
+            optional=False, axes=("experts", "n", "k"),
+            contract_line=71, declaration="tensor w2_weight_scale: scale w2",
+            shapes=w2_weight_scale_shapes, axis_table=_w2_weight_scale_axes,
+            pad=pad_w2_weight_scale, unpad=unpad_w2_weight_scale,
+            alloc=alloc_w2_weight_scale, load=load_w2_weight_scale,
+            full_shape=w2_weight_scale_full_shape, shard=shard_w2_weight_scale,
+        ),
+        TensorEntry(
+            "w2_bias", "bias", "w2",
+            optional=True, axes=("experts", "n"),
+            contract_line=79, declaration="tensor w2_bias: bias w2 optional",
+            shapes=w2_bias_shapes, axis_table=_w2_bias_axes,
+            pad=pad_w2_bias, unpad=unpad_w2_bias,
+            alloc=alloc_w2_bias, load=load_w2_bias,
+            full_shape=w2_bias_full_shape, shard=shard_w2_bias,
+        ),
+    ),
+)

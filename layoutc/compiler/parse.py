@@ -14,7 +14,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -523,7 +523,7 @@ class _Builder:
                     assert_never(rule)
         return A.GlueDecl(str(kind), tuple(package), tuple(ops), tuple(args), self.sp(node))
 
-    def ep(self, experts: str, count: str, placement: tuple[str, ...], span: Span, clauses: list[object]) -> A.EpDecl:
+    def ep(self, experts: str, count: str, placement: tuple[str, ...], span: Span, clauses: Sequence[object]) -> A.EpDecl:
         """`experts NUM over EP placement P` and its clauses (the first of a repeated one counts)."""
         redundant: str | None = None
         stride: A.Expr | None = None

@@ -1,4 +1,5 @@
-"""The declared interface of a kernel glue (standard library only).
+"""The declared interface of a kernel glue, and the typed interface of a generated module
+(standard library only).
 
 Each module in `glue/` starts with `INTERFACE = GlueInterface(...)`, written with
 literals only. The compiler reads that declaration from the module's source text
@@ -8,11 +9,21 @@ activation, the activations computed, dtypes, hidden-dim padding and the
 output-bias rule. `layoutc run` holds a checkpoint's format to where the kernel
 can apply the routing weight (`router_weight`). A test imports each glue and
 checks that the declaration read statically is the one the module runs with.
+
+Each generated contract module exports `LAYOUT = ModuleLayout(...)` (at its end): its
+tensors by role (`weight w13`, `bias w2`, ...) with their functions, its `Plan` type and
+`plan()` parameters, the parameter that counts shards, and its kernel functions where a
+glue is bound. The tools look tensors up by role there (`LAYOUT.weight("w13").pad`),
+never by a name built from the contract's tensor name, so a contract whose tensors are
+named otherwise (`tensor gate_up: weight w13`) runs through them unchanged.
+`GeneratedModule` / `GluedModule` are the Protocols a tool types a generated module with.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 
 @dataclass(frozen=True)
@@ -126,3 +137,266 @@ GATED_HALVES = (
 SWIGLUOAI_PAIRS = Activation("swigluoai", "interleave", ("gate", "up"),
                              "(clamp(up, -7, 7) + 1) * g * sigmoid(1.702 * g), g = min(gate, 7)",
                              SWIGLUOAI_CONSTANTS)
+
+
+# ---- the typed interface of a generated module ---------------------------------------
+
+#: The version of `ModuleLayout` a generated module's `LAYOUT` follows; a tool refuses a
+#: module whose LAYOUT has another (it was compiled by another layoutc).
+LAYOUT_VERSION = 1
+
+TensorKind = Literal["weight", "scale", "zero", "bias"]
+Projection = Literal["w13", "w2"]
+ParamKind = Literal["range", "set", "enum", "bool"]
+
+
+class ShapesFn(Protocol):
+    """`<t>_shapes(plan)`: (logical shape, padded shape)."""
+
+    def __call__(self, plan: Any, /) -> tuple[tuple[int, ...], tuple[int, ...]]: ...
+
+
+class AxisTableFn(Protocol):
+    """The tensor's axis table under `plan`: one `_runtime.layout.Axis` per dimension."""
+
+    def __call__(self, plan: Any, /) -> tuple[Any, ...]: ...
+
+
+class PadFn(Protocol):
+    """`pad_<t>(t, plan, *, out=None)`: logical -> padded tensor."""
+
+    def __call__(self, t: Any, plan: Any, /, *, out: Any = None) -> Any: ...
+
+
+class UnpadFn(Protocol):
+    """`unpad_<t>(t, plan)`: padded -> logical tensor."""
+
+    def __call__(self, t: Any, plan: Any, /) -> Any: ...
+
+
+class FullShapeFn(Protocol):
+    """`<t>_full_shape(plan)`: the full checkpoint shape the shard reads."""
+
+    def __call__(self, plan: Any, /) -> tuple[int, ...]: ...
+
+
+class ShardFn(Protocol):
+    """`shard_<t>(full, rank, plan, *, out=None)`: rank `rank`'s padded shard."""
+
+    def __call__(self, full: Any, rank: int, plan: Any, /, *, out: Any = None) -> Any: ...
+
+
+class AllocFn(Protocol):
+    """`alloc_<t>(plan, rank=0, *, out=None)`: a rank's padded tensor, pads written."""
+
+    def __call__(self, plan: Any, rank: int = 0, /, *, out: Any = None) -> Any: ...
+
+
+class LoadFn(Protocol):
+    """`load_<t>(dst, src, plan, rank=0, *, expert, role, transposed, source_layout)`: one
+    checkpoint tensor into the allocated `dst`."""
+
+    def __call__(self, dst: Any, src: Any, plan: Any, rank: int = 0, /, *, expert: int | None = None,
+                 role: str | None = None, transposed: bool = False, source_layout: str = "halves") -> None: ...
+
+
+class PrepackFn(Protocol):
+    """`prepack` / `prepack_padded`: (w13, w2, plan) -> (packed w13, packed w2)."""
+
+    def __call__(self, w13: Any, w2: Any, plan: Any, /) -> tuple[Any, Any]: ...
+
+
+class ConfigFn(Protocol):
+    """The kernel configuration (`_runtime.packed.KernelConfig`) of a plan."""
+
+    def __call__(self, plan: Any, /) -> Any: ...
+
+
+@dataclass(frozen=True)
+class PlanParam:
+    """One parameter of a generated module's `plan()`, as the contract declares it.
+
+    kind: "range" (an int in low..high), "set" (an int in `values`), "enum" (a member of
+    `values`; a storage dtype parameter also takes the torch dtype) or "bool".
+    default: what `plan()` uses when the caller omits it; None: the caller must pass it.
+    """
+
+    name: str
+    kind: ParamKind
+    values: tuple[int | bool | str, ...] = ()
+    low: int | None = None
+    high: int | None = None
+    default: int | None = None
+
+    @property
+    def required(self) -> bool:
+        """Whether `plan()` needs this parameter (it has no default)."""
+        return self.default is None
+
+    @property
+    def domain(self) -> str:
+        """The domain as the contract writes it: `1..1024`, `{1, 2, 4}`, `{vec, amx}`, `bool`."""
+        if self.kind == "range":
+            return f"{self.low}..{self.high}"
+        if self.kind == "bool":
+            return "bool"
+        return "{" + ", ".join(str(v) for v in self.values) + "}"
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor a contract declares, by role, with the generated functions that handle it.
+
+    kind / projection: the role (`weight w13`, `bias w2`, `scale w13`, ...); name: the name the
+    contract gives it (any identifier: nothing looks it up). axes: its axis names in order.
+    contract_line: the line of its declaration in the contract file; declaration: that
+    declaration's head (`tensor w13: weight w13`). full_shape / shard: None when the contract
+    shards nothing (no shard count parameter).
+    """
+
+    name: str
+    kind: TensorKind
+    projection: Projection
+    optional: bool
+    axes: tuple[str, ...]
+    contract_line: int
+    declaration: str
+    shapes: ShapesFn
+    axis_table: AxisTableFn
+    pad: PadFn
+    unpad: UnpadFn
+    alloc: AllocFn
+    load: LoadFn
+    full_shape: FullShapeFn | None = None
+    shard: ShardFn | None = None
+
+    @property
+    def role(self) -> str:
+        """`kind projection`, as a contract writes it (`weight w13`)."""
+        return f"{self.kind} {self.projection}"
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    """The kernel functions of a module whose contract binds a glue.
+
+    glue: the glue's declared interface (the module's `INTERFACE`). config: the kernel
+    configuration of a plan, as `prepack_padded` records it in each `PackedWeight` (what a
+    packed weight assembled elsewhere must carry). prepack / prepack_padded: (w13, w2, plan)
+    -> the two PackedWeight; fused_moe: the module's `fused_moe`; load_kernel: its
+    `load_kernel` (raises KernelUnavailableError naming the package to install).
+    """
+
+    glue: GlueInterface
+    config: ConfigFn
+    load_kernel: Callable[[], None]
+    prepack: PrepackFn
+    prepack_padded: PrepackFn
+    fused_moe: Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class ModuleLayout:
+    """What a generated contract module exports as `LAYOUT`.
+
+    version: LAYOUT_VERSION of the layoutc that compiled it. contract / source_file: the
+    contract's name and file. plan / plan_type: the module's `plan()` and `Plan`;
+    plan_params: every parameter `plan()` takes, in order. shard_count: the parameter the
+    shard functions split over (`tp_size`), or None when nothing is sharded. tensors: every
+    declared tensor, in declaration order. kernel: the glue's functions, or None (no glue).
+    local_experts: `local_experts(rank, plan)` -> (local_num_experts, expert_map) where the
+    contract partitions its experts over EP ranks, else None.
+    """
+
+    version: int
+    contract: str
+    source_file: str
+    plan: Callable[..., Any]
+    plan_type: type[Any]
+    plan_params: tuple[PlanParam, ...]
+    shard_count: str | None
+    tensors: tuple[TensorEntry, ...]
+    kernel: KernelEntry | None = None
+    local_experts: Callable[[int, Any], tuple[int, Any]] | None = None
+
+    def tensors_of(self, kind: str, projection: str) -> tuple[TensorEntry, ...]:
+        """Every tensor of role `kind projection`, in declaration order (a two-level scaled
+        format declares two `scale w13`)."""
+        return tuple(t for t in self.tensors if t.kind == kind and t.projection == projection)
+
+    def tensor(self, kind: str, projection: str) -> TensorEntry | None:
+        """The tensor of role `kind projection`, or None when the contract declares none.
+        Raises LookupError when it declares several (use `tensors_of`); a checked contract
+        has exactly one weight per projection."""
+        found = self.tensors_of(kind, projection)
+        if len(found) > 1:
+            names = ", ".join(t.name for t in found)
+            raise LookupError(f"contract {self.contract} declares {len(found)} `{kind} {projection}` tensors "
+                              f"({names}): look them up with tensors_of")
+        return found[0] if found else None
+
+    def weight(self, projection: str) -> TensorEntry:
+        """The weight of `projection` ("w13" | "w2"); every checked contract declares both.
+        Raises LookupError for another projection."""
+        found = self.tensor("weight", projection)
+        if found is None:
+            raise LookupError(f"contract {self.contract} declares no `weight {projection}` tensor")
+        return found
+
+    def param(self, name: str) -> PlanParam | None:
+        """The `plan()` parameter `name`, or None when the contract has no such parameter."""
+        return next((p for p in self.plan_params if p.name == name), None)
+
+    def where(self, tensor: TensorEntry) -> str:
+        """`contracts/<c>.moe:<line>` of `tensor`'s declaration."""
+        return f"{self.source_file}:{tensor.contract_line}"
+
+    def plan_arguments(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The entries of `values` that `plan()` takes (the rest are dropped)."""
+        return {p.name: values[p.name] for p in self.plan_params if p.name in values}
+
+    def missing_params(self, values: Mapping[str, Any]) -> list[str]:
+        """The required `plan()` parameters that `values` lacks, in order."""
+        return [p.name for p in self.plan_params if p.required and p.name not in values]
+
+    def replan(self, plan: Any, **changes: Any) -> Any:
+        """`plan()` with `plan`'s parameters, `changes` replacing some (e.g. num_experts=1).
+        Raises what `plan()` raises (the module's LayoutContractError)."""
+        values = {p.name: getattr(plan, p.name) for p in self.plan_params}
+        values.update(changes)
+        return self.plan(**values)
+
+
+class GeneratedModule(Protocol):
+    """What every generated contract module exposes to a tool (types a module imported by
+    name: `cast(GeneratedModule, importlib.import_module(...))` once its LAYOUT is checked)."""
+
+    @property
+    def LAYOUT(self) -> ModuleLayout: ...
+    @property
+    def CONTRACT(self) -> str: ...
+    @property
+    def Plan(self) -> type[Any]: ...
+    @property
+    def LayoutContractError(self) -> type[ValueError]: ...
+    @property
+    def KernelUnavailableError(self) -> type[RuntimeError]: ...
+    @property
+    def plan(self) -> Callable[..., Any]: ...
+
+
+class GluedModule(GeneratedModule, Protocol):
+    """A generated module whose contract binds a glue: its kernel functions as well."""
+
+    @property
+    def INTERFACE(self) -> GlueInterface: ...
+    @property
+    def OPS(self) -> dict[str, str]: ...
+    @property
+    def load_kernel(self) -> Callable[[], None]: ...
+    @property
+    def prepack(self) -> PrepackFn: ...
+    @property
+    def prepack_padded(self) -> PrepackFn: ...
+    @property
+    def fused_moe(self) -> Callable[..., Any]: ...

@@ -7,6 +7,7 @@
 - `tp`: the tensor-parallel runner over torch.distributed (torch).
 
 The checkpoint formats and readers are `layoutc.tools.checkpoints`; the vLLM plugin is
-`layoutc.tools.vllm_plugin`. `contract_module` is the one place the tools look a generated
-module's per-tensor functions (`pad_w13`, `alloc_w2`, `_w13_axes`, ...) up by name.
+`layoutc.tools.vllm_plugin`. `contract_module` imports a generated module and checks its
+`LAYOUT` (layoutc/runtime/interface.py ModuleLayout), where the tools look its tensors up by
+role (`weight w13`, `bias w2`, ...), never by name.
 """

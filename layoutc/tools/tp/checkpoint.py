@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from layoutc.tools.contract_module import import_contract_module
+from layoutc.tools.contract_module import import_contract_module, kernel_of, layout_of
 from layoutc.tools.tp.launcher import launch_ranks
 from layoutc.tools.tp.rank import collective, init_rank, report_error
 from layoutc.tools.tp.results import CheckpointTPResult
@@ -50,6 +50,7 @@ def _checkpoint_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, 
 
     mod = import_contract_module(module_name)
     ep = cfg.get("ep_size", 1)
+    kernel = kernel_of(layout_of(mod))
     with Checkpoint(cfg["model_dir"]) as ckpt:
         moe = describe(ckpt.config, cfg["format"])
         t0 = time.perf_counter()
@@ -64,12 +65,12 @@ def _checkpoint_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, 
         else:
             plan = checkpoint_plan(mod, moe, tp_size, cfg["dtype"], cfg["isa"])
             rw = load_layer_rank(ckpt, moe, cfg["layer"], mod, plan, rank)  # this rank's rows only
-            p13, p2 = mod.prepack_padded(rw.w13, rw.w2, plan)
+            p13, p2 = kernel.prepack_padded(rw.w13, rw.w2, plan)
             options = {} if rw.w13_bias is None else {"w13_bias": rw.w13_bias, "w2_bias": rw.w2_bias}
         t1 = time.perf_counter()
         if cfg["on_input"]:
             options["apply_router_weight_on_input"] = True
-        out = mod.fused_moe(tensors["x"], p13, p2, tensors["topk_weights"], tensors["topk_ids"], plan, **options)
+        out = kernel.fused_moe(tensors["x"], p13, p2, tensors["topk_weights"], tensors["topk_ids"], plan, **options)
         with collective():
             dist.all_reduce(out, op=dist.ReduceOp.SUM)
         t2 = time.perf_counter()

@@ -29,11 +29,11 @@ def run_tp_layer(module_name: str = "vllm_cpu_grouped_gemm", *, tp_size: int, nu
     """Run one MoE layer over `tp_size` real ranks (gloo, spawned processes) and check it.
 
     module_name: a generated module, "vllm_cpu_grouped_gemm" or
-    "layoutc_generated.vllm_cpu_grouped_gemm" (a dotted name is imported as given). It
-    must provide `plan`, `shard_w13`, `shard_w2`, `prepack_padded` or `prepack` with
-    `unpad_w13` / `unpad_w2`, and `fused_moe`; with bias=True also `shard_w13_bias` and
-    a `fused_moe` taking `w13_bias=` / `w2_bias=`. `isa` is passed to `plan` only if it
-    takes one (e.g. "torch_grouped_mm" and "zentorch_fused_moe" do not).
+    "layoutc_generated.vllm_cpu_grouped_gemm" (a dotted name is imported as given). Its
+    LAYOUT must have a shard count and a glue (`prepack_padded`, `fused_moe`); its tensors
+    are looked up by role (`weight w13`, `weight w2`; with bias=True also `bias w13`,
+    `bias w2`, and a `fused_moe` taking `w13_bias=` / `w2_bias=`). `isa` is passed to
+    `plan` only if it takes one (e.g. "torch_grouped_mm" and "zentorch_fused_moe" do not).
     tp_size: number of ranks (processes); num_experts (E), hidden_size (H),
     intermediate_size (I, the whole model's per-expert width), top_k: the layer.
     activation: one of `ACTIVATIONS`. dtype: "bfloat16" (default), "float16" or
@@ -55,8 +55,8 @@ def run_tp_layer(module_name: str = "vllm_cpu_grouped_gemm", *, tp_size: int, nu
     fail_on_rank: fault injection for tests: that rank raises after prepacking, while
     the others wait in the collective, to show a failure is reported, not hung on.
 
-    Each rank's path (the generated `shard_*`, then `prepack_padded`, or `unpad_*` and
-    `prepack`) is in layoutc.tools.tp.rank; `RankReport.prepack_path` says which one ran.
+    Each rank's path (the generated shards, then `prepack_padded`) is in
+    layoutc.tools.tp.rank.
 
     Returns a `TPResult` (errors against `reference_moe`, timings, per-rank kernel ops).
     Raises ValueError on bad arguments here, `TPRankError` naming the rank when a rank

@@ -1,11 +1,12 @@
 """One rank of `run_tp_layer` (runs in a spawned process): plan, shard, prepack, kernel, all_reduce.
 
 Every rank calls the generated module's `plan(...)` with its `tp_size`, takes its shard
-of the full logical layer with `shard_w13` / `shard_w2` (/ `shard_w13_bias`), prepacks it
-with the module's `prepack_padded` (or `prepack` on the unpadded shard) and runs
-`fused_moe`; the partial outputs are summed with `dist.all_reduce(SUM)` in the model
-dtype. `w2_bias` comes from `shard_w2_bias`, which gives it to rank 0 and zeros to the
-other ranks, so it is added once. Rank 0 compares the sum with `reference_moe`.
+of the full logical layer with the `shard` function of the module's `weight w13` /
+`weight w2` (/ `bias w13`) tensors, looked up by role in its LAYOUT, prepacks it with the
+module's `prepack_padded` and runs `fused_moe`; the partial outputs are summed with
+`dist.all_reduce(SUM)` in the model dtype. The `bias w2` shard gives the bias to rank 0
+and zeros to the other ranks, so it is added once. Rank 0 compares the sum with
+`reference_moe`.
 
 What a rank reports goes to the launcher's queue as `(kind, rank, payload)`: "report"
 (its `RankReport` fields), "errors" (rank 0's error against the reference) or "error"
@@ -15,7 +16,6 @@ What a rank reports goes to the launcher's queue as `(kind, rank, payload)`: "re
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
 import statistics
 import sys
@@ -24,13 +24,13 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from datetime import timedelta
-from types import ModuleType
 from typing import Any, Self
 
 import torch
 import torch.distributed as dist
 
-from layoutc.tools.contract_module import find_tensor_function, import_contract_module, tensor_function
+from layoutc.runtime.interface import ModuleLayout, ShardFn, TensorEntry
+from layoutc.tools.contract_module import import_contract_module, kernel_of, layout_of
 from layoutc.tools.tp.reference import reference_moe
 
 # Ops that are plumbing, not kernels, when recording what a rank dispatched.
@@ -100,9 +100,9 @@ class _OpRecorder:
             self.ops = list(dict.fromkeys(str(event.name) for event in self._prof.function_events))
 
 
-def _kernel_ops(ops: list[str], mod: ModuleType) -> list[str]:
-    """The kernels among recorded ops: any op outside aten/prim, plus the module's declared ops."""
-    declared = set(getattr(mod, "OPS", {}).values())
+def _kernel_ops(ops: list[str], layout: ModuleLayout) -> list[str]:
+    """The kernels among recorded ops: any op outside aten/prim, plus the glue's declared ops."""
+    declared = {op for _, op in layout.kernel.glue.ops} if layout.kernel is not None else set()
     return [op for op in ops if op in declared or op.split("::")[0] not in _PLUMBING_NAMESPACES]
 
 
@@ -174,24 +174,22 @@ def _errors_against_reference(output: torch.Tensor, tensors: LayerTensors, activ
             "max_abs_error": float(diff.abs().max()) if diff.numel() else 0.0}
 
 
-def _has_padding(mod: ModuleType, tensor: str, plan: Any) -> bool:
-    """Whether `tensor`'s padded shape differs from its logical one (True when unknown)."""
-    shapes = find_tensor_function(mod, "shapes", tensor)
-    if shapes is None:
-        return True
-    logical, padded = shapes(plan)
-    return bool(logical != padded)
+def _shard(layout: ModuleLayout, tensor: TensorEntry) -> ShardFn:
+    """`tensor`'s shard function; ValueError when the contract shards nothing (no shard count)."""
+    if tensor.shard is None:
+        raise ValueError(f"contract {layout.contract} shards nothing (it has no tp_size parameter): "
+                         "it cannot run over ranks")
+    return tensor.shard
 
 
-def _layer_plan(mod: ModuleType, cfg: dict[str, Any], tp_size: int) -> Any:
-    """`mod.plan(...)` with the parameters it takes (e.g. no `isa` for torch_grouped_mm)."""
+def _layer_plan(layout: ModuleLayout, cfg: dict[str, Any], tp_size: int) -> Any:
+    """`plan(...)` with the parameters the contract takes (e.g. no `isa` for torch_grouped_mm)."""
     plan_args = {"num_experts": cfg["num_experts"], "hidden_size": cfg["hidden_size"],
                  "intermediate_size": cfg["intermediate_size"], "tp_size": tp_size, "isa": cfg["isa"],
                  "activation": cfg["activation"], "dtype": cfg["dtype"]}
     if cfg["activation"] == "swigluoai":  # gpt-oss's constants, the ones its reference computes with
         plan_args.update(swiglu_alpha_milli=1702, swiglu_limit_milli=7000)
-    accepted = inspect.signature(mod.plan).parameters
-    return mod.plan(**{k: v for k, v in plan_args.items() if k in accepted})
+    return layout.plan(**layout.plan_arguments(plan_args))
 
 
 @dataclass
@@ -208,43 +206,30 @@ class _Prepacked:
     prepack_seconds: float
 
 
-def _shard_and_prepack(mod: ModuleType, plan: Any, rank: int, tensors: LayerTensors) -> _Prepacked:
-    """The rank's shard of the full layer, prepacked for the kernel (see RankReport.prepack_path)."""
+def _shard_and_prepack(layout: ModuleLayout, plan: Any, rank: int, tensors: LayerTensors) -> _Prepacked:
+    """The rank's shard of the full layer, prepacked for the kernel as it is (`prepack_padded`)."""
+    kernel = kernel_of(layout)
+    e13, e2 = layout.weight("w13"), layout.weight("w2")
+    eb13, eb2 = layout.tensor("bias", "w13"), layout.tensor("bias", "w2")
     t0 = time.perf_counter()
-    w13 = tensor_function(mod, "shard", "w13")(tensors.w13, rank, plan)
-    w2 = tensor_function(mod, "shard", "w2")(tensors.w2, rank, plan)
-    w13_bias = None if tensors.w13_bias is None else tensor_function(mod, "shard", "w13_bias")(
-        tensors.w13_bias, rank, plan)
+    w13 = _shard(layout, e13)(tensors.w13, rank, plan)
+    w2 = _shard(layout, e2)(tensors.w2, rank, plan)
+    w13_bias = None if tensors.w13_bias is None or eb13 is None else \
+        _shard(layout, eb13)(tensors.w13_bias, rank, plan)
     t1 = time.perf_counter()
-    unpad_seconds = 0.0
-    prepack_padded = getattr(mod, "prepack_padded", None)
-    if prepack_padded is None:
-        # No prepack for an already-padded shard: `prepack` pads its input itself, so
-        # hand it the logical shard back (one extra copy, then a second pad inside).
-        # (Skipped where a tensor has no padding: the shard is then already logical.)
-        if _has_padding(mod, "w13", plan):
-            w13 = tensor_function(mod, "unpad", "w13")(w13, plan)
-        if _has_padding(mod, "w2", plan):
-            w2 = tensor_function(mod, "unpad", "w2")(w2, plan)
-        unpad_seconds = time.perf_counter() - t1
-    t2 = time.perf_counter()
     with _OpRecorder() as prepack_rec:
-        if prepack_padded is None:
-            packed_w13, packed_w2 = mod.prepack(w13, w2, plan)
-        else:
-            packed_w13, packed_w2 = prepack_padded(w13.contiguous(), w2.contiguous(), plan)
-    t3 = time.perf_counter()
+        packed_w13, packed_w2 = kernel.prepack_padded(w13.contiguous(), w2.contiguous(), plan)
+    t2 = time.perf_counter()
     del w13, w2
     # row-parallel output bias: the generated shard gives it to rank 0 and zeros to the others
-    w2_bias = None if tensors.w2_bias is None else tensor_function(mod, "shard", "w2_bias")(
-        tensors.w2_bias, rank, plan)
+    w2_bias = None if tensors.w2_bias is None or eb2 is None else \
+        _shard(layout, eb2)(tensors.w2_bias, rank, plan)
     bias_args = {} if tensors.w13_bias is None else {"w13_bias": w13_bias, "w2_bias": w2_bias}
-    return _Prepacked(packed_w13, packed_w2, bias_args, _kernel_ops(prepack_rec.ops, mod),
-                      "prepack_padded" if prepack_padded is not None else "unpad+prepack",
-                      t1 - t0, unpad_seconds, t3 - t2)
+    return _Prepacked(packed_w13, packed_w2, bias_args, _kernel_ops(prepack_rec.ops, layout), "prepack_padded",
+                      t1 - t0, 0.0, t2 - t1)
 
 
-def _timed_forward(mod: ModuleType, plan: Any, tensors: LayerTensors, packed: _Prepacked,
+def _timed_forward(layout: ModuleLayout, plan: Any, tensors: LayerTensors, packed: _Prepacked,
                    cfg: dict[str, Any]) -> tuple[torch.Tensor, list[str], list[float], list[float]]:
     """`warmup` + `iters` steps of barrier, `fused_moe`, all_reduce. Returns the last reduced
     output, the kernel ops of the first step, and the timed steps' kernel and step seconds."""
@@ -252,6 +237,7 @@ def _timed_forward(mod: ModuleType, plan: Any, tensors: LayerTensors, packed: _P
     step_times: list[float] = []
     forward_ops: list[str] = []
     output = torch.empty(0)
+    fused_moe = kernel_of(layout).fused_moe
     args = (tensors.x, packed.w13, packed.w2, tensors.topk_weights, tensors.topk_ids, plan)
     for i in range(cfg["warmup"] + cfg["iters"]):
         with collective():
@@ -259,10 +245,10 @@ def _timed_forward(mod: ModuleType, plan: Any, tensors: LayerTensors, packed: _P
         s0 = time.perf_counter()
         if i == 0:
             with _OpRecorder() as rec:
-                output = mod.fused_moe(*args, **packed.bias_args)
-            forward_ops = _kernel_ops(rec.ops, mod)
+                output = fused_moe(*args, **packed.bias_args)
+            forward_ops = _kernel_ops(rec.ops, layout)
         else:
-            output = mod.fused_moe(*args, **packed.bias_args)
+            output = fused_moe(*args, **packed.bias_args)
         s1 = time.perf_counter()
         with collective():
             dist.all_reduce(output, op=dist.ReduceOp.SUM)
@@ -276,17 +262,18 @@ def _timed_forward(mod: ModuleType, plan: Any, tensors: LayerTensors, packed: _P
 def _rank_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, Any],
                 tensors: LayerTensors) -> tuple[dict[str, Any], torch.Tensor]:
     """This rank's part of the layer: (its RankReport fields plus "plan", its all-reduced output)."""
-    mod = import_contract_module(module_name)
-    plan = _layer_plan(mod, cfg, tp_size)
-    if tensors.w13_bias is not None and find_tensor_function(mod, "shard", "w13_bias") is None:
-        raise ValueError(f"{mod.__name__} takes no expert bias (it has no shard_w13_bias); run with bias=False")
-    packed = _shard_and_prepack(mod, plan, rank, tensors)
+    layout = layout_of(import_contract_module(module_name))
+    plan = _layer_plan(layout, cfg, tp_size)
+    if tensors.w13_bias is not None and (layout.tensor("bias", "w13") is None or layout.tensor("bias", "w2") is None):
+        raise ValueError(f"contract {layout.contract} takes no expert bias (it declares no `bias w13` and "
+                         "`bias w2` tensors); run with bias=False")
+    packed = _shard_and_prepack(layout, plan, rank, tensors)
 
     if cfg.get("fail_on_rank") == rank:
         raise RuntimeError(f"injected failure on rank {rank} (fail_on_rank={rank})")
 
-    output, forward_ops, kernel_times, step_times = _timed_forward(mod, plan, tensors, packed, cfg)
-    declared_forward = getattr(mod, "OPS", {}).get("forward")
+    output, forward_ops, kernel_times, step_times = _timed_forward(layout, plan, tensors, packed, cfg)
+    declared_forward = dict(kernel_of(layout).glue.ops).get("forward")
     forward_op = (declared_forward if declared_forward in forward_ops
                   else forward_ops[-1] if forward_ops else "")
     report = {

@@ -37,15 +37,13 @@ class RankReport:
     Recorded from the dispatcher (RecordFunction), so it names the op that really ran.
     forward_op: the op `fused_moe` dispatched: the module's `OPS["forward"]` if it ran
     (`"_C::cpu_fused_moe"` for the vLLM CPU kernel), else the last kernel op, else "".
-    prepack_path: "prepack_padded" (the module re-blocks the padded shard as it is) or
-    "unpad+prepack" (a module without `prepack_padded`: the shard is unpadded and
-    `prepack` pads it again).
+    prepack_path: "prepack_padded" (the module re-blocks the padded shard as it is; every
+    generated module with a glue has it).
     kernel_library: path of the loaded `vllm/_C*.abi3.so` (from /proc/self/maps), or None.
     num_threads: `torch.get_num_threads()` inside the rank.
-    shard_seconds: `shard_w13` + `shard_w2` (+ `shard_w13_bias`).
-    unpad_seconds: `unpad_w13` + `unpad_w2` on the "unpad+prepack" path (each skipped
-    when that tensor has no padding), else 0.
-    prepack_seconds: `prepack_padded` or `prepack` (both weights).
+    shard_seconds: the `shard` of `weight w13` + `weight w2` (+ `bias w13`).
+    unpad_seconds: 0 (the padded shard is prepacked as it is; kept for the report's shape).
+    prepack_seconds: `prepack_padded` (both weights).
     forward_seconds: median over the timed iterations of `fused_moe` + `all_reduce`.
     kernel_seconds: median of `fused_moe` alone.
     """

@@ -2,15 +2,15 @@
 
 The vLLM side (hook.py) hands over plain tensors: the logical weights as the
 loader left them (`Snapshot`, taken just before vLLM pads) and the tensors vLLM
-ended with. Everything the check expects comes from the generated module of the
-route's contract: `plan()` (admission, padded sizes), `<t>_shapes`, `pad_<t>`
-(where the live rows go and the pad code) and, for the grouped-GEMM route,
-`prepack` through the real `_C::prepack_moe_weight`.
+ended with. Everything the check expects comes from the LAYOUT of the route's generated
+module, its tensors looked up by role (`weight w13`, `weight w2`, `bias w13`, `bias w2`):
+`plan()` (admission, padded sizes), each tensor's `shapes` and `pad` (where the live rows
+go and the pad code) and, for the grouped-GEMM route, `prepack` through the real
+`_C::prepack_moe_weight`.
 """
 
 from __future__ import annotations
 
-import inspect
 import re
 from dataclasses import dataclass
 from types import ModuleType
@@ -18,14 +18,23 @@ from typing import Any
 
 import torch
 
-from layoutc.tools.contract_module import import_contract_module, layout_runtime, tensor_function
+from layoutc.runtime.interface import KernelEntry, ModuleLayout, TensorEntry
+from layoutc.tools.contract_module import (
+    NoKernelError,
+    StaleModuleError,
+    import_contract_module,
+    kernel_of,
+    layout_of,
+    layout_runtime,
+)
 from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
 
 # The contract for each CPU route vLLM 0.32 can take for an unquantized MoE layer
 # (experts/cpu_moe.py CPUUnquantizedExperts.process_weights_after_loading).
 ROUTES = {"grouped_gemm": "vllm_cpu_grouped_gemm", "zentorch": "zentorch_fused_moe"}
-# The n axis of w13 and w13_bias holds these segments, in this order (the contracts' `gate | up`).
-_SEGMENTS = {"w13": ("gate", "up"), "w13_bias": ("gate", "up")}
+# The n axis of the w13 weight and bias holds these segments, in this order (the contracts'
+# `gate | up`); keyed by the tensor's role (TensorEntry.role).
+_SEGMENTS = {"weight w13": ("gate", "up"), "bias w13": ("gate", "up")}
 _MAX_RUNS = 6
 _MAX_ROWS = 512
 
@@ -65,31 +74,50 @@ class Snapshot:
 
 
 def module(route: str) -> ModuleType:
-    """The generated module (`layoutc_generated.<contract>`) of `route` ("grouped_gemm" | "zentorch")."""
-    return import_contract_module(ROUTES[route])
+    """The generated module (`layoutc_generated.<contract>`) of `route` ("grouped_gemm" | "zentorch").
+
+    Raises LayoutcVllmError when the module has no LAYOUT this layoutc reads (compiled by an
+    older layoutc)."""
+    gen = import_contract_module(ROUTES[route])
+    layout(gen)
+    return gen
 
 
-def tensor_line(gen: ModuleType, tensor: str) -> str:
-    """`contracts/<c>.moe:<line>` of `tensor`'s declaration, read from the generated pad_<tensor> docstring."""
-    doc = tensor_function(gen, "pad", tensor).__doc__ or ""
-    found = re.search(r"Source: (\S+) line (\d+)", doc)
-    return f"{found.group(1)}:{found.group(2)}" if found else f"{gen.SOURCE_FILE} (tensor {tensor})"
+def layout(gen: ModuleType) -> ModuleLayout:
+    """The module's LAYOUT; LayoutcVllmError naming layoutc when it has none this layoutc reads."""
+    try:
+        return layout_of(gen)
+    except StaleModuleError as exc:
+        raise LayoutcVllmError(f"layoutc: {exc}") from None
+
+
+def kernel(gen: ModuleType) -> KernelEntry:
+    """The module's kernel functions; LayoutcVllmError when its contract binds no glue."""
+    try:
+        return kernel_of(layout(gen))
+    except NoKernelError as exc:
+        raise LayoutcVllmError(f"layoutc: {exc}") from None
+
+
+def tensor_line(gen: ModuleType, tensor: TensorEntry) -> str:
+    """`contracts/<c>.moe:<line>` of `tensor`'s declaration (its LAYOUT entry's contract line)."""
+    return layout(gen).where(tensor)
 
 
 def admit(gen: ModuleType, info: LayerInfo) -> Any:
-    """`gen.plan(...)` for the layer; LayoutcVllmError naming layoutc, the layer and the contract line if refused."""
+    """`plan(...)` for the layer; LayoutcVllmError naming layoutc, the layer and the contract line if refused."""
     params: dict[str, Any] = dict(num_experts=info.num_experts, hidden_size=info.hidden_size,
                                   intermediate_size=info.intermediate_size, tp_size=info.tp_size,
                                   activation=info.activation, dtype=info.dtype)
-    accepted = inspect.signature(gen.plan).parameters
-    if "isa" in accepted:  # the grouped GEMM's kernel variant
+    lay = layout(gen)
+    if lay.param("isa") is not None:  # the grouped GEMM's kernel variant
         params["isa"] = info.isa
-    if info.activation == "swigluoai" and "swiglu_limit_milli" in accepted:
+    if info.activation == "swigluoai" and lay.param("swiglu_limit_milli") is not None:
         # the contract admits only the kernel's fixed constants, and refuses a model with others
         params["swiglu_alpha_milli"] = round(1000 * (info.swiglu_alpha if info.swiglu_alpha is not None else 1.702))
         params["swiglu_limit_milli"] = round(1000 * (info.swiglu_limit if info.swiglu_limit is not None else 7.0))
     try:
-        return gen.plan(**params)
+        return lay.plan(**params)
     except gen.LayoutContractError as exc:
         raise LayoutcVllmError(f"layoutc: layer {info.name}: contract {gen.CONTRACT} does not admit this "
                                f"configuration: {exc}") from None
@@ -111,43 +139,52 @@ def check_layer(gen: ModuleType, plan: Any, info: LayerInfo, snap: Snapshot, w13
     w13 / w2: the layer's weights after processing: prepacked by `_C::prepack_moe_weight`
     when `packed` (grouped-GEMM route), plain otherwise (zentorch route). Each must have
     the plan's padded shape, and equal what the contract makes of the snapshot
-    (`pad_<t>`, then `prepack` when packed): every live row where the contract puts
+    (each tensor's `pad`, then `prepack` when packed): every live row where the contract puts
     it, every pad position holding its pad code. Raises LayoutcVllmError naming
     layoutc, the layer, the tensor, the rows and the contract line.
     """
-    pairs = _pairs({"w13": (w13, snap.w13), "w2": (w2, snap.w2), "w13_bias": (w13_bias, snap.w13_bias),
-                    "w2_bias": (w2_bias, snap.w2_bias)})
-    for name, (actual, _) in pairs.items():
-        want = tuple(tensor_function(gen, "shapes", name)(plan)[1])
+    lay = layout(gen)
+    pairs = _pairs(lay, {("weight", "w13"): (w13, snap.w13), ("weight", "w2"): (w2, snap.w2),
+                         ("bias", "w13"): (w13_bias, snap.w13_bias), ("bias", "w2"): (w2_bias, snap.w2_bias)})
+    for entry, actual, _ in pairs:
+        want = tuple(entry.shapes(plan)[1])
         if tuple(actual.shape) != want:
             raise LayoutcVllmError(
-                f"layoutc: layer {info.name}: {name} has shape {tuple(actual.shape)}, but contract "
+                f"layoutc: layer {info.name}: {entry.name} has shape {tuple(actual.shape)}, but contract "
                 f"{gen.CONTRACT} pads it to {want} (intermediate_size_per_partition "
                 f"{plan.intermediate_size_per_partition} -> {plan.intermediate_size_per_partition_padded}); "
-                f"{tensor_line(gen, name)}")
-    expected = {name: tensor_function(gen, "pad", name)(logical, plan) for name, (_, logical) in pairs.items()}
+                f"{tensor_line(gen, entry)}")
+    expected = {entry.role: entry.pad(logical, plan) for entry, _, logical in pairs}
+    rest = pairs
     if packed:
-        p13, p2 = gen.prepack(snap.w13, snap.w2, plan)
-        for name, want_packed, actual, logical in (("w13", p13.data, w13, snap.w13), ("w2", p2.data, w2, snap.w2)):
+        p13, p2 = kernel(gen).prepack(snap.w13, snap.w2, plan)
+        for projection, want_packed, actual, logical in (("w13", p13.data, w13, snap.w13),
+                                                          ("w2", p2.data, w2, snap.w2)):
             if not _same(want_packed, actual):
-                found = _unpack(gen, plan, name, actual)
-                raise LayoutcVllmError(_message(gen, plan, info, name, expected[name], found, logical, packed=True))
-        names = ["w13_bias", "w2_bias"]
-    else:
-        names = list(expected)
-    for name in names:
-        if name in expected and not _same(expected[name], pairs[name][0]):
-            raise LayoutcVllmError(_message(gen, plan, info, name, expected[name], pairs[name][0], pairs[name][1],
+                entry = lay.weight(projection)
+                found = _unpack(gen, plan, projection, actual)
+                raise LayoutcVllmError(_message(gen, plan, info, entry, expected[entry.role], found, logical,
+                                                packed=True))
+        rest = [pair for pair in pairs if pair[0].kind == "bias"]
+    for entry, actual, logical in rest:
+        if not _same(expected[entry.role], actual):
+            raise LayoutcVllmError(_message(gen, plan, info, entry, expected[entry.role], actual, logical,
                                             packed=False))
 
 
-def _pairs(tensors: dict[str, tuple[torch.Tensor | None, torch.Tensor | None]]
-           ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """(vLLM's tensor, the loaded logical tensor) of each name where the layer has both."""
-    out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-    for name, (actual, logical) in tensors.items():
-        if actual is not None and logical is not None:
-            out[name] = (actual, logical)
+def _pairs(lay: ModuleLayout, tensors: dict[tuple[str, str], tuple[torch.Tensor | None, torch.Tensor | None]]
+           ) -> list[tuple[TensorEntry, torch.Tensor, torch.Tensor]]:
+    """(the contract's tensor, vLLM's tensor, the loaded logical tensor) of each role (kind,
+    projection) where the layer has both; LayoutcVllmError when the contract declares none."""
+    out: list[tuple[TensorEntry, torch.Tensor, torch.Tensor]] = []
+    for (kind, projection), (actual, logical) in tensors.items():
+        if actual is None or logical is None:
+            continue
+        entry = lay.tensor(kind, projection)
+        if entry is None:
+            raise LayoutcVllmError(f"layoutc: the layer has a {kind} of {projection}, but contract "
+                                   f"{lay.contract} declares no `{kind} {projection}` tensor")
+        out.append((entry, actual, logical))
     return out
 
 
@@ -161,7 +198,7 @@ def _nan_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
-def _unpack(gen: ModuleType, plan: Any, name: str, packed: torch.Tensor) -> torch.Tensor | None:
+def _unpack(gen: ModuleType, plan: Any, projection: str, packed: torch.Tensor) -> torch.Tensor | None:
     """Undo `_C::prepack_moe_weight` on `packed` (padded shape), or None if it is not a per-expert permutation.
 
     The kernel's prepack only moves elements. Prepacking one expert's worth of
@@ -176,13 +213,15 @@ def _unpack(gen: ModuleType, plan: Any, name: str, packed: torch.Tensor) -> torc
         return None
     src = torch.zeros(n, dtype=torch.int64)
     index = torch.arange(n, dtype=torch.int64)
-    shape13, shape2 = tensor_function(gen, "shapes", "w13")(one)[1], tensor_function(gen, "shapes", "w2")(one)[1]
+    lay = layout(gen)
+    shape13, shape2 = lay.weight("w13").shapes(one)[1], lay.weight("w2").shapes(one)[1]
+    prepack_padded = kernel(gen).prepack_padded
     for d in range(digits):
         code = ((index // 256**d) % 256).to(packed.dtype)
-        w13 = code.reshape(shape13) if name == "w13" else torch.zeros(shape13, dtype=packed.dtype)
-        w2 = code.reshape(shape2) if name == "w2" else torch.zeros(shape2, dtype=packed.dtype)
-        p13, p2 = gen.prepack_padded(w13.contiguous(), w2.contiguous(), one)
-        out = (p13 if name == "w13" else p2).data.reshape(-1)
+        w13 = code.reshape(shape13) if projection == "w13" else torch.zeros(shape13, dtype=packed.dtype)
+        w2 = code.reshape(shape2) if projection == "w2" else torch.zeros(shape2, dtype=packed.dtype)
+        p13, p2 = prepack_padded(w13.contiguous(), w2.contiguous(), one)
+        out = (p13 if projection == "w13" else p2).data.reshape(-1)
         src += out.to(torch.int64) * 256**d
     if src.min() < 0 or src.max() >= n or not bool((torch.bincount(src, minlength=n) == 1).all()):
         return None
@@ -193,16 +232,14 @@ def _unpack(gen: ModuleType, plan: Any, name: str, packed: torch.Tensor) -> torc
 
 
 def _plan_one_expert(gen: ModuleType, plan: Any) -> Any:
-    params = {k: getattr(plan, k) for k in inspect.signature(gen.plan).parameters}
-    params["num_experts"] = 1
     try:
-        return gen.plan(**params)
+        return layout(gen).replan(plan, num_experts=1)
     except gen.LayoutContractError:
         return None
 
 
-def _padded_axis(gen: ModuleType, plan: Any, name: str) -> tuple[int, Any] | None:
-    axes = tensor_function(gen, "axes", name)(plan)
+def _padded_axis(tensor: TensorEntry, plan: Any) -> tuple[int, Any] | None:
+    axes = tensor.axis_table(plan)
     for i, axis in enumerate(axes):
         if axis.layout != "none":
             return i, axis
@@ -234,11 +271,12 @@ def _logical_name(name: str, axis: Any, q: int) -> str:
     return f"{segs[q // axis.logical]}[{q % axis.logical}]"
 
 
-def _message(gen: ModuleType, plan: Any, info: LayerInfo, name: str, expected: torch.Tensor,
+def _message(gen: ModuleType, plan: Any, info: LayerInfo, tensor: TensorEntry, expected: torch.Tensor,
              actual: torch.Tensor | None, logical: torch.Tensor, *, packed: bool) -> str:
-    head = f"layoutc: layer {info.name}: {name} is not laid out as contract {gen.CONTRACT} says"
-    line = tensor_line(gen, name)
-    where = _padded_axis(gen, plan, name)
+    head = f"layoutc: layer {info.name}: {tensor.name} is not laid out as contract {gen.CONTRACT} says"
+    line = tensor_line(gen, tensor)
+    where = _padded_axis(tensor, plan)
+    name = tensor.role  # what _SEGMENTS is keyed by
     if actual is None or where is None:
         what = "the prepacked weights differ from the contract's prepack of the loaded weights" if packed \
             else "the values differ from the contract's padding of the loaded weights"

@@ -181,12 +181,18 @@ def _replace(experts: Any, layer: Any, cpu_moe: Any) -> None:
     gen = check.module(route)
     plan = check.admit(gen, info)
     experts._use_zentorch = use_zentorch
+    layout = check.layout(gen)
+    bias13 = layout.tensor("bias", "w13")
+    if _bias(layer, "w13_bias") is not None and bias13 is None:
+        raise LayoutcVllmError(f"layoutc: layer {info.name}: the layer has a w13 bias, but contract "
+                               f"{gen.CONTRACT} declares no `bias w13` tensor")
     try:
-        w13 = gen.pad_w13(layer.w13_weight.data, plan)
-        w2 = gen.pad_w2(layer.w2_weight.data, plan)
-        b13 = None if _bias(layer, "w13_bias") is None else gen.pad_w13_bias(_bias(layer, "w13_bias"), plan)
+        w13 = layout.weight("w13").pad(layer.w13_weight.data, plan)
+        w2 = layout.weight("w2").pad(layer.w2_weight.data, plan)
+        b13 = None if _bias(layer, "w13_bias") is None or bias13 is None else \
+            bias13.pad(_bias(layer, "w13_bias"), plan)
         if not use_zentorch:
-            packed13, packed2 = gen.prepack_padded(w13.contiguous(), w2.contiguous(), plan)
+            packed13, packed2 = check.kernel(gen).prepack_padded(w13.contiguous(), w2.contiguous(), plan)
             w13, w2 = packed13.data, packed2.data
     except (gen.LayoutContractError, gen.KernelUnavailableError) as exc:
         raise LayoutcVllmError(f"layoutc: layer {info.name}: contract {gen.CONTRACT} cannot pad this "
