@@ -67,7 +67,12 @@ def test_layout_says_what_the_contract_declares(name: str) -> None:
             assert callable(wired) and wired is getattr(mod, NAMES[fn].format(entry.name)), (entry.name, fn)
     signature = inspect.signature(mod.plan).parameters
     assert [p.name for p in layout.plan_params] == list(signature)
-    for p, ir_param in zip(layout.plan_params, contract.params, strict=True):
+    declared, synthetic = layout.plan_params[:len(contract.params)], layout.plan_params[len(contract.params):]
+    # under EP, plan() also takes `expert_placement` (a literal placement list, no parameter)
+    assert [(p.name, p.kind, p.values, p.default) for p in synthetic] == \
+        ([] if contract.ep is None or contract.ep.placement_param else
+         [("expert_placement", "enum", tuple(contract.ep.placement), contract.ep.placement[0])])
+    for p, ir_param in zip(declared, contract.params, strict=True):
         assert (p.kind, p.default, p.required) == (ir_param.kind, ir_param.default, ir_param.default is None)
         assert p.required == (signature[p.name].default is inspect.Parameter.empty)
         assert p.values == (() if ir_param.kind == "range" else ir_param.values)

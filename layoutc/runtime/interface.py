@@ -226,7 +226,7 @@ class PlanParam:
     values: tuple[int | bool | str, ...] = ()
     low: int | None = None
     high: int | None = None
-    default: int | None = None
+    default: int | str | None = None
 
     @property
     def required(self) -> bool:
