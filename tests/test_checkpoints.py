@@ -540,13 +540,15 @@ def test_sharded_checkpoint_with_index(tmp_path: Path) -> None:
     assert code == 0, out
 
 
-def test_refused_configuration_exits_1(tmp_path: Path) -> None:
-    """hidden 48 is not a multiple of the kernel's 32-wide tile: the rule is printed, exit 1."""
+def test_refused_configuration_is_found_before_any_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """hidden 48 is not a multiple of the kernel's 32-wide tile: plan() runs first, so the
+    rule is printed as LR132 (exit 2) before transformers builds anything."""
     _require()
     folder = _maker().make(str(tmp_path / "odd"), "qwen3_moe", dtype="float32", hidden=48,
                            intermediate=64, experts=2, layers=1)
-    code, out = _cli(folder, "--tp", "1")
-    assert code == 1 and "refused" in out and "output alignment" in out, out
+    code, _ = _cli(folder, "--tp", "1")
+    err = capsys.readouterr().err
+    assert code == 2 and "error[LR132]" in err and "output alignment" in err, err
 
 
 def test_tp_runner_on_a_checkpoint(ckpts: dict[tuple[str, str], Path]) -> None:

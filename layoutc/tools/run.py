@@ -15,11 +15,20 @@ mismatch, a configuration the contract refuses (its rule is printed), or a row w
 independent reference ("unchecked": compared with a reference built from the declared
 format, under --no-transformers or --no-from-pretrained, or where transformers has no model
 for the checkpoint). 2: a tool error, printed as `layoutc run: error[LRxxx]: ...` (no
-traceback): LR101 unknown model_type, LR102 a bad config value, LR103 a bad --format-file,
-LR104 a bad option, LR110-LR112 the checkpoint folder, LR120 a contract without loaders,
-LR130 the kernel is unavailable, LR131 a contract parameter run cannot supply, LR140 the
-family weights the experts' input and the contract's glue cannot, LR141 input weighting at
-a top_k the contract's kernel does not compute it at, LR199 an unexpected error.
+traceback; `layoutc rule LRxxx` explains each): LR101 unknown model_type, LR102 a bad
+config value, LR103 a bad --format-file, LR104 a bad option, LR110-LR112 the checkpoint
+folder, LR113 mixed expert dtypes, LR114 a non-finite weight, LR115 a truncated or corrupt
+safetensors file, LR116 an expert tensor of the wrong shape, LR120 a contract without
+loaders, LR130 the kernel is unavailable, LR131 a contract parameter run cannot supply,
+LR132 the contract admits none of the requested TP degrees, LR140 the family weights the
+experts' input and the contract's glue cannot, LR141 input weighting at a top_k the
+contract's kernel does not compute it at, LR199 an unexpected error.
+
+Fail fast: the options are checked before torch is imported; config.json, the index and
+`--format-file` are read within bounds; every safetensors header is checked against its
+file, and every expert tensor's shape and dtype against the format and config.json, before
+any weight is read (layoutc.tools.checkpoints.preflight); the contract's `plan()` runs at
+every TP degree, and the weights are checked finite, before transformers builds a model.
 
 Tolerance on the relative error ||out - ref|| / ||ref|| (Frobenius): 1e-5 for
 float32, 2e-2 for bfloat16 and 5e-3 for float16 weights (the kernel computes in the
@@ -349,7 +358,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _tp_list(text: str) -> list[int]:
     try:
-        values = [int(t) for t in text.split(",") if t.strip()]
+        values = [int(t) for t in text.split(",") if t.strip()] if len(text) <= 400 else []
     except ValueError:
         values = []
     if not values or any(v < 1 or v > 64 for v in values):
@@ -357,37 +366,83 @@ def _tp_list(text: str) -> list[int]:
     return values
 
 
+def _check_options(args: argparse.Namespace) -> list[int]:
+    """The TP degrees; RunError LR104 naming the first bad option (before torch is imported)."""
+    tps = _tp_list(args.tp)
+    for option, value, low, high in (("--tokens", args.tokens, 1, 65536), ("--layers", args.layers, 0, 100_000),
+                                     ("--threads", args.threads, 0, 4096)):
+        if not low <= value <= high:
+            raise RunError("LR104", f"{option} {value}: expected an integer in {low}..{high}")
+    return tps
+
+
+def _select_layers(args: argparse.Namespace, moe: Any) -> list[int]:
+    """The MoE layers to run: all, or the first --layers of them (LR104 when the model has fewer)."""
+    if not moe.moe_layers:
+        raise RunError("LR102", f"config.json of {args.model_dir} declares no MoE layers")
+    if args.layers > len(moe.moe_layers):
+        raise RunError("LR104", f"--layers {args.layers}: {args.model_dir} has {len(moe.moe_layers)} MoE "
+                       f"layer{'s' if len(moe.moe_layers) != 1 else ''} ({_span(moe.moe_layers)}); pass at most "
+                       f"{len(moe.moe_layers)}, or 0 for all")
+    return list(moe.moe_layers[: args.layers] if args.layers else moe.moe_layers)
+
+
+def _span(layers: tuple[int, ...]) -> str:
+    return ", ".join(map(str, layers)) if len(layers) <= 8 else f"{layers[0]}, {layers[1]}, ..., {layers[-1]}"
+
+
+def _plans_first(mod: ModuleType, moe: Any, tps: list[int], dtype: str, isa: str) -> tuple[list[int], list[str]]:
+    """`plan()` at every TP degree before any model is built: the admitted degrees and the
+    refusals (the contract's rule). RunError LR132 when the contract admits none of them."""
+    contract_error: type[Exception] = mod.LayoutContractError
+    admitted: list[int] = []
+    refused: list[str] = []
+    for tp in tps:
+        try:
+            checkpoint_plan(mod, moe, tp, dtype, isa)
+            admitted.append(tp)
+        except contract_error as exc:
+            refused.append(f"tp={tp}: {exc}")
+    if not admitted:
+        raise RunError("LR132", f"contract {mod.CONTRACT} admits none of the requested configurations, so "
+                       "nothing was loaded: " + "; ".join(refused))
+    return admitted, refused
+
+
 def _run(args: argparse.Namespace) -> int:
-    try:
-        import torch
-    except ImportError:
-        raise RunError("LR130", "layoutc run needs torch (pip install 'layoutc[runtime,checkpoints]')") from None
     from layoutc.tools.checkpoints.formats import describe, load_format_file
+    from layoutc.tools.checkpoints.preflight import check_experts, run_dtype
     from layoutc.tools.checkpoints.reader import Checkpoint
 
-    tps = _tp_list(args.tp)
-    if not 1 <= args.tokens <= 65536 or args.layers < 0 or args.threads < 0:
-        raise RunError("LR104", "--tokens must be in 1..65536, --layers and --threads >= 0")
+    tps = _check_options(args)  # no torch before the options, the files and the headers are checked
     fmt = load_format_file(args.format_file) if args.format_file else None
-    try:
-        mod = importlib.import_module(f"{GENERATED_PACKAGE}.{args.contract}")
-    except ImportError as exc:
-        raise RunError("LR120", f"no generated contract module {args.contract!r} ({exc})") from None
-    torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
     with Checkpoint(args.model_dir) as ckpt:
         moe = describe(ckpt.config, fmt)
-        on_input = router_weight_on_input(moe, mod, args.contract)  # before anything is loaded
-        layers = list(moe.moe_layers[: args.layers] if args.layers else moe.moe_layers)
-        if not layers:
-            raise RunError("LR102", f"config.json of {args.model_dir} declares no MoE layers")
-        dtype = args.dtype or checkpoint_dtype(ckpt, moe, layers[0])
+        layers = _select_layers(args, moe)
+        dtype, warning = run_dtype(ckpt, check_experts(ckpt, moe, layers), args.dtype)
+        if warning:
+            sys.stderr.write(f"layoutc run: {warning}\n")
         if dtype not in TOLERANCE:
             raise RunError("LR102", f"checkpoint dtype {dtype} is not bfloat16, float16 or float32; pass --dtype")
+        try:
+            import torch
+        except ImportError:
+            raise RunError("LR130", "layoutc run needs torch (pip install 'layoutc[runtime,checkpoints]')") from None
+        try:
+            mod = importlib.import_module(f"{GENERATED_PACKAGE}.{args.contract}")
+        except ImportError as exc:
+            raise RunError("LR120", f"no generated contract module {args.contract!r} ({exc})") from None
+        torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
+        on_input = router_weight_on_input(moe, mod, args.contract)  # before anything is loaded
+        tps, refused_first = _plans_first(mod, moe, tps, dtype, args.isa)
+        from layoutc.tools.checkpoints.preflight import check_finite
+        for layer in layers:
+            check_finite(ckpt, moe, layer)
         if moe.format.shared_expert and args.format == "text":
             print(f"note: the shared expert ({moe.format.shared_expert}) is a dense MLP outside the routed "
                   "experts: the kernel does not run it, and the reference's routed output leaves it out")
         rows, refused = _run_layers(args, ckpt, moe, mod, layers, tps, dtype, on_input)
-    return _print_report(args, moe, dtype, rows, refused)
+    return _print_report(args, moe, dtype, rows, refused_first + refused)
 
 
 def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, layers: list[int], tps: list[int],

@@ -26,12 +26,14 @@ are the fields of `CheckpointFormat`. This module imports only the standard libr
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 #: Where a family applies the routing weight (CheckpointFormat.router_weight).
 ROUTER_WEIGHTS = ("output", "input")
+
+#: the most decoder layers a config may declare (layoutc.tools.hfconfig.parse.MAX_LAYERS)
+MAX_LAYERS = 100_000
 
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
                "gelu_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "swigluoai": "swigluoai"}
@@ -255,6 +257,9 @@ def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None) -> Mod
         raise FormatError("LR102", f"config.json of model_type {model_type!r} has no text_config object")
     mt = fmt.model_type
     layers = _int(_get(cfg, ("num_hidden_layers",), "number of layers", mt), "num_hidden_layers")
+    if layers > MAX_LAYERS:
+        raise FormatError("LR102", f"config.json: num_hidden_layers is {layers} (at most {MAX_LAYERS}, "
+                          "as layoutc audit)")
     experts = _int(_get(cfg, fmt.num_experts, "number of routed experts", mt), "num_experts")
     if fmt.fixed_activation is not None:
         activation = fmt.fixed_activation
@@ -281,25 +286,42 @@ def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None) -> Mod
     )
 
 
+def _config_int(cfg: dict[str, Any], key: str, default: int) -> int:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise FormatError("LR102", f"config.json: {key} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _layer_list(cfg: dict[str, Any], key: str, layers: int) -> list[int]:
+    listed = cfg.get(key) or []
+    if not isinstance(listed, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers
+                                               for i in listed):
+        raise FormatError("LR102", f"config.json: {key} must be a list of layer indices in 0..{layers - 1}")
+    return listed
+
+
 def _moe_layers(fmt: CheckpointFormat, cfg: dict[str, Any], layers: int) -> tuple[int, ...]:
     rule = fmt.moe_layers
     if rule == "all":
         return tuple(range(layers))
     if rule == "decoder_sparse_step":
-        step = int(cfg.get("decoder_sparse_step") or 1)
-        dense = set(cfg.get("mlp_only_layers") or [])
+        step = max(1, _config_int(cfg, "decoder_sparse_step", 1))
+        dense = set(_layer_list(cfg, "mlp_only_layers", layers))
         return tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
     if rule == "first_k_dense_replace":
-        first, freq = int(cfg.get("first_k_dense_replace") or 0), int(cfg.get("moe_layer_freq") or 1)
+        first = _config_int(cfg, "first_k_dense_replace", 0)
+        freq = max(1, _config_int(cfg, "moe_layer_freq", 1))
         return tuple(i for i in range(layers) if i >= first and i % freq == 0)
     if rule == "enable_moe_block":
         return tuple(range(layers)) if cfg.get("enable_moe_block") else ()
     if rule == "moe_layers":
-        listed = cfg.get("moe_layers")
-        if listed is None:
-            step = int(cfg.get("interleave_moe_layer_step") or 1)
-            listed = list(range(step - 1, layers, step))
-        return tuple(int(i) for i in listed)
+        if cfg.get("moe_layers") is not None:
+            return tuple(sorted(set(_layer_list(cfg, "moe_layers", layers))))
+        step = max(1, _config_int(cfg, "interleave_moe_layer_step", 1))
+        return tuple(range(step - 1, layers, step))
     raise FormatError("LR103", f"format {fmt.model_type!r}: unknown moe_layers rule {rule!r}")
 
 
@@ -309,15 +331,13 @@ _TUPLES = {"num_experts", "intermediate_size", "top_k", "activation", "swiglu"}
 def load_format_file(path: str) -> CheckpointFormat:
     """A user-declared format from a JSON object whose keys are CheckpointFormat's fields.
 
-    Raises FormatError LR103 on unreadable JSON, unknown or missing keys, or bad values.
+    The file is read within bounds (a regular file of at most 16 MiB, JSON nested at most
+    64 levels: layoutc.tools.checkpoints.header.read_json_object). Raises FormatError LR103
+    on an unreadable file or JSON, unknown or missing keys, or bad values.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise FormatError("LR103", f"{path}: cannot read a JSON format: {exc}") from None
-    if not isinstance(data, dict):
-        raise FormatError("LR103", f"{path}: a format is a JSON object")
+    from layoutc.tools.checkpoints.header import read_json_object
+
+    data = read_json_object(path, "LR103", "a JSON format")
     known = {f.name for f in fields(CheckpointFormat)}
     unknown = sorted(set(data) - known)
     if unknown:
