@@ -602,9 +602,11 @@ def test_chunked_prepack_equals_whole_layer(ckpts: dict[tuple[str, str], Path]) 
         assert torch.equal(mod.fused_moe(x, c13, c2, w, ids, p), mod.fused_moe(x, w13, w2, w, ids, p))
 
 
-def test_a_gpt_oss_checkpoint_with_another_clamp_is_refused_by_the_contract(tmp_path: Path) -> None:
+def test_a_gpt_oss_checkpoint_with_another_clamp_is_refused_by_the_contract(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """swiglu_limit 3.0 in config.json: the contract's rule refuses it (the kernel clamps at 7.0),
-    instead of running silently wrong (measured before: relative error 0.93, no error)."""
+    instead of running silently wrong (measured before: relative error 0.93, no error); plan()
+    runs first, so it is LR132 before anything is loaded."""
     import json
 
     _require()
@@ -614,5 +616,6 @@ def test_a_gpt_oss_checkpoint_with_another_clamp_is_refused_by_the_contract(tmp_
     assert config.get("swiglu_limit") == 7.0
     config["swiglu_limit"] = 3.0
     (Path(folder) / "config.json").write_text(json.dumps(config))
-    code, out = _cli(folder, "--tp", "1")
-    assert code == 1 and "refused" in out and "swiglu_limit_milli=3000" in out, out
+    code, _ = _cli(folder, "--tp", "1")
+    err = capsys.readouterr().err
+    assert code == 2 and "error[LR132]" in err and "swiglu_limit_milli=3000" in err, err
