@@ -417,7 +417,7 @@ def _run(args: argparse.Namespace) -> int:
     tps = _check_options(args)  # no torch before the options, the files and the headers are checked
     fmt = load_format_file(args.format_file) if args.format_file else None
     with Checkpoint(args.model_dir) as ckpt:
-        moe = describe(ckpt.config, fmt)
+        moe = describe(ckpt.config, fmt, ckpt.weight_map)
         layers = _select_layers(args, moe)
         dtype, warning = run_dtype(ckpt, check_experts(ckpt, moe, layers), args.dtype)
         if warning:

@@ -8,8 +8,9 @@ time and names the first tensor holding a NaN or an infinity (LR114).
 
 Shapes, relative to the contract's `[out, in]` order (layoutc.tools.checkpoints.formats):
 per expert gate / up `[I, H]` and down `[H, I]`; fused gate_up `[E, 2I, H]` and down
-`[E, H, I]`; a `transposed` source swaps the last two axes; fused biases are `[E, 2I]` and
-`[E, H]`. Source: each family's transformers module (the `source` of its format).
+`[E, H, I]` (separate fused gate and up `[E, I, H]` each); a `transposed` source swaps the
+last two axes; `experts_flattened` stacks the experts along the rows (`[E * rows, cols]`);
+fused biases are `[E, 2I]` and `[E, H]`. Source: each family's transformers module (the `source` of its format).
 """
 
 from __future__ import annotations
@@ -30,8 +31,15 @@ def expected_shapes(moe: ModelMoE, layer: int) -> dict[str, tuple[int, ...]]:
     want: dict[str, tuple[int, ...]] = {}
     if fmt.fused:
         n = fmt.names(layer)
-        want[n["gate_up"]] = (e, *oriented(2 * i, h, fmt.transposed))
-        want[n["down"]] = (e, *oriented(h, i, fmt.down_transposed))
+
+        def stacked(rows: int, cols: int) -> tuple[int, ...]:
+            return (e * rows, cols) if fmt.experts_flattened else (e, rows, cols)
+
+        if "gate_up" in n:
+            want[n["gate_up"]] = stacked(*oriented(2 * i, h, fmt.transposed))
+        else:  # separate fused gate and up (DBRX's w1, v1)
+            want[n["gate"]] = want[n["up"]] = stacked(*oriented(i, h, fmt.transposed))
+        want[n["down"]] = stacked(*oriented(h, i, fmt.down_transposed))
         if "gate_up_bias" in n:
             want[n["gate_up_bias"]] = (e, 2 * i)
         if "down_bias" in n:
@@ -116,7 +124,7 @@ def check_finite(ckpt: Any, moe: ModelMoE, layer: int) -> None:
     for name in names:
         src = ckpt.slice(name)
         shape = list(src.get_shape())
-        parts = range(shape[0]) if len(shape) == 3 else [None]
+        parts = range(shape[0]) if len(shape) == 3 else [None]  # a 2-D tensor is read whole
         for part in parts:
             t = src[part:part + 1][0] if part is not None else src[:]
             bad = ~torch.isfinite(t)

@@ -110,6 +110,19 @@ class Checkpoint:
         """The memory-mapped slice object of `name` (index it to read a region)."""
         return self._handle(name).get_slice(name)
 
+    def experts_slice(self, name: str, experts: int, flattened: bool) -> Any:
+        """A fused tensor's slice with a leading experts axis: as stored, or, for a tensor that
+        stacks the experts along its rows (`[E * rows, cols]`, DBRX), a view `[E, rows, cols]`
+        that reads only the rows asked for. FormatError LR116 when the rows do not split."""
+        src = self.slice(name)
+        if not flattened:
+            return src
+        shape = list(src.get_shape())
+        if len(shape) != 2 or shape[0] % experts:
+            raise FormatError("LR116", f"{self.folder}: tensor {name!r} has shape {shape}, which does not stack "
+                              f"{experts} experts along its rows (experts_flattened)")
+        return _Unflattened(src, experts, shape[0] // experts, shape[1])
+
     def tensor(self, name: str) -> Any:
         """`name` as a torch tensor (for small tensors: routers, biases)."""
         return self._handle(name).get_tensor(name)
@@ -123,3 +136,29 @@ class Checkpoint:
         """`name`'s stored safetensors dtype ("BF16", "F32", ...), from the header."""
         self._check(name)
         return self.tensors[name].dtype
+
+
+class _Unflattened:
+    """`[E * rows, cols]` seen as `[E, rows, cols]`: indexed with three slices (or one int
+    expert), it reads the experts' row blocks only (get_slice semantics: nothing else)."""
+
+    def __init__(self, src: Any, experts: int, rows: int, cols: int) -> None:
+        self.src, self.experts, self.rows, self.cols = src, experts, rows, cols
+
+    def get_shape(self) -> list[int]:
+        return [self.experts, self.rows, self.cols]
+
+    def get_dtype(self) -> Any:
+        return self.src.get_dtype()
+
+    def __getitem__(self, index: Any) -> Any:
+        if not isinstance(index, tuple):
+            index = (index,)
+        index = (*index, *([slice(None)] * (3 - len(index))))
+        first, rows, cols = index
+        if isinstance(first, int):
+            block = self.src[first * self.rows:(first + 1) * self.rows, cols]
+            return block[rows]
+        lo, hi, _ = first.indices(self.experts)
+        block = self.src[lo * self.rows:hi * self.rows, cols]
+        return block.reshape(hi - lo, self.rows, -1)[:, rows]

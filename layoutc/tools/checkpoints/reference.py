@@ -44,6 +44,9 @@ from layoutc.tools.checkpoints.reader import Checkpoint
 #: Child names of a sparse-MoE block's router in transformers 5.19 (`gate`: Qwen, Mixtral,
 #: DeepSeek; `router`: gpt-oss, Llama-4).
 ROUTER_CHILDREN = ("gate", "router")
+#: Names of the decoder-layer list in a model's module path (`model.layers.N`; DBRX's
+#: `transformer.blocks.N`).
+DECODER_STACKS = ("layers", "blocks")
 
 
 def route(ckpt: Checkpoint, moe: ModelMoE, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -79,8 +82,14 @@ def _full_w13_w2(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> dict[str, torch
     fmt = moe.format
     if fmt.fused:
         n = fmt.names(layer)
-        out = {"gate_up_proj": ckpt.tensor(n["gate_up"]).to(torch.float32),
-               "down_proj": ckpt.tensor(n["down"]).to(torch.float32)}
+
+        def whole(role: str) -> torch.Tensor:
+            return ckpt.experts_slice(n[role], moe.num_experts, fmt.experts_flattened)[:].to(torch.float32)
+
+        # separate fused gate and up (DBRX's w1, v1): stacked [gate | up] along the out axis
+        gate_up = whole("gate_up") if "gate_up" in n else torch.cat([whole("gate"), whole("up")],
+                                                                    dim=2 if fmt.transposed else 1)
+        out = {"gate_up_proj": gate_up, "down_proj": whole("down")}
         if fmt.gate_up_bias is not None:
             out["gate_up_proj_bias"] = ckpt.tensor(n["gate_up_bias"]).to(torch.float32)
             out["down_proj_bias"] = ckpt.tensor(n["down_bias"]).to(torch.float32)
@@ -246,7 +255,7 @@ def moe_modules(model: torch.nn.Module, layers: list[int]) -> dict[int, OracleLa
 
     A layer's experts module is its first submodule whose class name ends in "Experts"
     (transformers 5.19: Qwen3MoeExperts, Llama4TextExperts, ...). Its parent is the block
-    when it lies below the decoder layer (`...layers.N.<block>.experts`) and has a router
+    when it lies below the decoder layer (`...layers.N.<block>.experts`, or `blocks.N`) and has a router
     child (`ROUTER_CHILDREN`); a parent that is the decoder layer itself (Gemma-4) is not a
     block, and the experts module alone is kept. Layers without an experts module are absent.
     """
@@ -254,11 +263,10 @@ def moe_modules(model: torch.nn.Module, layers: list[int]) -> dict[int, OracleLa
     found: dict[int, OracleLayer] = {}
     for name, module in named.items():
         parts = name.split(".")
-        if not type(module).__name__.endswith("Experts") or "layers" not in parts:
+        stacks = [j for j, p in enumerate(parts[:-1]) if p in DECODER_STACKS and parts[j + 1].isdigit()]
+        if not type(module).__name__.endswith("Experts") or not stacks:
             continue
-        i = parts.index("layers")
-        if i + 1 >= len(parts) or not parts[i + 1].isdigit():
-            continue
+        i = stacks[0]
         layer = int(parts[i + 1])
         if layer not in layers or layer in found:
             continue

@@ -50,7 +50,7 @@ def _checkpoint_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, 
 
     mod = import_contract_module(module_name)
     with Checkpoint(cfg["model_dir"]) as ckpt:
-        moe = describe(ckpt.config, cfg["format"])
+        moe = describe(ckpt.config, cfg["format"], ckpt.weight_map)
         plan = checkpoint_plan(mod, moe, tp_size, cfg["dtype"], cfg["isa"])
         t0 = time.perf_counter()
         rw = load_layer_rank(ckpt, moe, cfg["layer"], mod, plan, rank)  # this rank's rows only
@@ -137,7 +137,7 @@ def _checkpoint_inputs(model_dir: str, module_name: str, layer: int | None, dtyp
     from layoutc.tools.run import checkpoint_dtype, hidden_states, router_weight_on_input
 
     with Checkpoint(model_dir) as ckpt:
-        moe = describe(ckpt.config, checkpoint_format)
+        moe = describe(ckpt.config, checkpoint_format, ckpt.weight_map)
         on_input = router_weight_on_input(moe, import_contract_module(module_name), module_name)
         if layer is None:
             layer = moe.moe_layers[0]
