@@ -409,6 +409,66 @@ def _plans_first(mod: ModuleType, moe: Any, tps: list[int], dtype: str, isa: str
     return admitted, refused
 
 
+def _candidates(ckpt: Any, fmt: Any) -> list[Any]:
+    """Proposed formats for a model_type without a declared one (none when `fmt` is given or
+    the family is built in); RunError LR101 saying what was tried when nothing fits."""
+    from layoutc.tools.checkpoints.formats import FORMATS
+    from layoutc.tools.checkpoints.propose import propose
+
+    model_type = str(ckpt.config.get("model_type"))
+    if fmt is not None or model_type in FORMATS:
+        return []
+    found, why = propose(ckpt.config, {n: t.shape for n, t in ckpt.tensors.items()})
+    if not found:
+        raise RunError("LR101", f"no checkpoint format is declared for model_type {model_type!r} and none can be "
+                       f"proposed from {ckpt.folder}'s tensors: {why}. Write one by hand (docs/formats.md; "
+                       "`layoutc formats qwen3_moe` prints a built-in one to start from) and pass --format-file")
+    return found
+
+
+def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: int, oracle: Any) -> Any:
+    """The first proposed format whose float32 loop over layer `layer` matches transformers'
+    own sparse-MoE block (with the block's routing) to 1e-4; it is printed (stderr). RunError
+    LR117 when transformers has no block to prove it with, or no candidate matches."""
+    from layoutc.tools.checkpoints.formats import describe
+    from layoutc.tools.checkpoints.reference import loop_reference, reference
+
+    model_type = candidates[0].model_type
+    tried = []
+    for fmt in candidates:
+        moe = describe(ckpt.config, fmt, ckpt.weight_map)
+        x = hidden_states(moe, layer, args.tokens, args.seed, "float32")
+        ref = reference(ckpt, moe, layer, x, oracle=oracle, use_transformers=oracle is not None,
+                        why_no_oracle="" if oracle is not None else "--no-transformers or --no-from-pretrained")
+        if not ref.independent:
+            raise RunError("LR117", f"model_type {model_type!r} has no declared format, and the one proposed from "
+                           f"the tensor names cannot be proved: {ref.why_not}. Review it with --write-format "
+                           "FILE --no-transformers, then pass it as --format-file (docs/formats.md)")
+        rel = rel_error(loop_reference(ckpt, moe, layer, x, ref.weights, ref.ids), ref.output)
+        summary = (f"{'fused' if fmt.fused else 'per-expert'} {fmt.layer_prefix}{fmt.experts}"
+                   f"{fmt.gate_up or fmt.gate}, {fmt.gate_up_layout}, transposed={fmt.transposed}")
+        if rel <= 1e-4:
+            sys.stderr.write(f"layoutc run: model_type {model_type!r} has no declared format; proposed from the "
+                             f"tensors: {summary}; proved on layer {layer} against {ref.name} (rel error "
+                             f"{rel:.1e}); --write-format FILE saves it\n")
+            return moe
+        tried.append(f"{summary}: rel error {rel:.2e}")
+    raise RunError("LR117", f"no proposed format for model_type {model_type!r} agrees with transformers' block "
+                   f"on layer {layer}; tried: {'; '.join(tried)}. Write the format by hand (docs/formats.md) "
+                   "and pass --format-file")
+
+
+def _write_format(path: str, fmt: Any) -> None:
+    """Save `fmt` as a --format-file (RunError LR104 when `path` cannot be written)."""
+    from layoutc.tools.checkpoints.formats import format_json
+
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(json.dumps(format_json(fmt), indent=2) + "\n")
+    except OSError as exc:
+        raise RunError("LR104", f"--write-format {path}: cannot write: {exc.strerror or exc}") from None
+
+
 def _run(args: argparse.Namespace) -> int:
     from layoutc.tools.checkpoints.formats import describe, load_format_file
     from layoutc.tools.checkpoints.preflight import check_experts, run_dtype
@@ -417,7 +477,8 @@ def _run(args: argparse.Namespace) -> int:
     tps = _check_options(args)  # no torch before the options, the files and the headers are checked
     fmt = load_format_file(args.format_file) if args.format_file else None
     with Checkpoint(args.model_dir) as ckpt:
-        moe = describe(ckpt.config, fmt, ckpt.weight_map)
+        candidates = _candidates(ckpt, fmt)
+        moe = describe(ckpt.config, candidates[0] if candidates else fmt, ckpt.weight_map)
         layers = _select_layers(args, moe)
         dtype, warning = run_dtype(ckpt, check_experts(ckpt, moe, layers), args.dtype)
         if warning:
@@ -438,25 +499,31 @@ def _run(args: argparse.Namespace) -> int:
         from layoutc.tools.checkpoints.preflight import check_finite
         for layer in layers:
             check_finite(ckpt, moe, layer)
+        oracle = None
+        if not (args.no_transformers or args.no_from_pretrained):
+            from layoutc.tools.checkpoints.reference import transformers_oracle
+            oracle = transformers_oracle(args.model_dir, layers)
+        if candidates:
+            moe = _prove(args, ckpt, candidates, layers[0], oracle)
+        if args.write_format:
+            _write_format(args.write_format, moe.format)
         if moe.format.shared_expert and args.format == "text":
             print(f"note: the shared expert ({moe.format.shared_expert}) is a dense MLP outside the routed "
                   "experts: the kernel does not run it, and the reference's routed output leaves it out")
-        rows, refused = _run_layers(args, ckpt, moe, mod, layers, tps, dtype, on_input)
+        rows, refused = _run_layers(args, ckpt, moe, mod, layers, tps, dtype, on_input, oracle)
     return _print_report(args, moe, dtype, rows, refused_first + refused)
 
 
 def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, layers: list[int], tps: list[int],
-                dtype: str, on_input: bool) -> tuple[list[Row], list[str]]:
-    """Every layer at every TP degree: the rows, and the configurations the contract refused."""
-    from layoutc.tools.checkpoints.reference import reference, transformers_oracle
+                dtype: str, on_input: bool, oracle: Any) -> tuple[list[Row], list[str]]:
+    """Every layer at every TP degree: the rows, and the configurations the contract refused.
+    oracle: transformers' model of the layers (`transformers_oracle`), None without one."""
+    from layoutc.tools.checkpoints.reference import reference
 
     contract_error: type[Exception] = mod.LayoutContractError  # the generated package's own classes
     kernel_error: type[Exception] = mod.KernelUnavailableError
-    oracle = None
     why_no_oracle = "--no-transformers" if args.no_transformers else \
         "--no-from-pretrained" if args.no_from_pretrained else ""
-    if not why_no_oracle:
-        oracle = transformers_oracle(args.model_dir, layers)
     progress = _Progress(len(layers) * len(tps), sys.stderr.isatty())
     rows: list[Row] = []
     refused: list[str] = []
@@ -516,7 +583,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--layers", type=int, default=0, help="only the first N MoE layers (default all)")
     p.add_argument("--tokens", type=int, default=16, help="tokens per forward (default 16)")
     p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("--format-file", default=None, help="a user-declared checkpoint format (JSON)")
+    p.add_argument("--format-file", default=None, metavar="FILE",
+                   help="a user-declared checkpoint format (JSON; docs/formats.md, `layoutc formats NAME`)")
+    p.add_argument("--write-format", default=None, metavar="FILE",
+                   help="save the format used (declared, or proposed and proved) as a --format-file")
     p.add_argument("--dtype", choices=tuple(TOLERANCE), default=None, help="default: the checkpoint's")
     p.add_argument("--isa", default="vec", help="the kernel ISA (default vec)")
     p.add_argument("--seed", type=int, default=0)

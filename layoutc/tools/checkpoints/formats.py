@@ -449,3 +449,29 @@ def load_format_file(path: str) -> CheckpointFormat:
         raise FormatError("LR103", f"{path}: moe_layers {fmt.moe_layers!r} is none of {', '.join(MOE_LAYER_RULES)}, "
                           "nor a list of layer indices")
     return fmt
+
+
+def format_json(fmt: CheckpointFormat) -> dict[str, Any]:
+    """`fmt` as the JSON object a `--format-file` holds (tuples as lists; `load_format_file`
+    reads it back to an equal format)."""
+    out: dict[str, Any] = {}
+    for f in fields(CheckpointFormat):
+        value = getattr(fmt, f.name)
+        out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def describe_formats() -> str:
+    """The built-in families, one line each: model_type, layout, where the experts are, which
+    layers are MoE, and the transformers source it was read from (`layoutc formats`)."""
+    lines = [f"{len(FORMATS)} built-in checkpoint formats (docs/formats.md; `layoutc formats NAME` prints one "
+             "as a --format-file):"]
+    for name in sorted(FORMATS):
+        f = FORMATS[name]
+        layout = ("fused " + ("gate_up" if f.gate_up else "gate + up") if f.fused else "per-expert") + \
+            (", [in, out]" if f.transposed else "") + (", interleaved" if f.gate_up_layout == "interleave" else "")
+        layers = f.moe_layers if isinstance(f.moe_layers, str) else list(f.moe_layers)
+        lines.append(f"  {name:<13} {layout:<37} moe layers: {layers!s:<22} experts: {f.layer_prefix}{f.experts}"
+                     + (f"; shared expert {f.shared_expert}" if f.shared_expert else "")
+                     + ("; weight on the input" if f.router_weight == "input" else ""))
+    return "\n".join(lines) + "\n"
