@@ -110,18 +110,23 @@ def _status_kib(key: str) -> int:
 
 
 class _Progress:
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.done, self.enabled = total, 0, enabled and total > 1
+    """Progress on stderr: a bar redrawn in place on a terminal, else one line per layer and
+    TP degree (so a log or a CI job shows where a long run is)."""
+
+    def __init__(self, total: int, tty: bool) -> None:
+        self.total, self.done, self.tty = total, 0, tty
 
     def step(self, label: str) -> None:
         self.done += 1
-        if self.enabled:
+        if not self.tty:
+            sys.stderr.write(f"layoutc run: [{self.done}/{self.total}] {label} done\n")
+        elif self.total > 1:
             width = 30
             filled = width * self.done // self.total
             sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {label:<24}")
             if self.done == self.total:
                 sys.stderr.write("\n")
-            sys.stderr.flush()
+        sys.stderr.flush()
 
 
 def checkpoint_plan(mod: ModuleType, moe: Any, tp: int, dtype: str, isa: str) -> Any:

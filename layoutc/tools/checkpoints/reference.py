@@ -34,6 +34,7 @@ import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -298,6 +299,22 @@ def transformers_oracle(folder: str, layers: list[int]) -> Oracle:
         import transformers
     except ImportError:
         return Oracle(missing="transformers is not installed")
+    # quiet while reading and loading: the config's warnings, the "Loading weights" bar, and
+    # the load report, which lists the weights of the layers past `keep` as UNEXPECTED (they
+    # are: only `keep` layers are built); the run's own lines say what was compared
+    log = transformers.utils.logging
+    bar, verbosity = log.is_progress_bar_enabled(), log.get_verbosity()
+    log.disable_progress_bar()  # type: ignore[no-untyped-call]
+    log.set_verbosity_error()  # type: ignore[no-untyped-call]
+    try:
+        return _load_oracle(transformers, folder, layers)
+    finally:
+        log.set_verbosity(verbosity)
+        if bar:
+            log.enable_progress_bar()  # type: ignore[no-untyped-call]
+
+
+def _load_oracle(transformers: Any, folder: str, layers: list[int]) -> Oracle:
     try:
         config = transformers.AutoConfig.from_pretrained(folder)
     except (ValueError, KeyError, OSError) as exc:
@@ -309,20 +326,10 @@ def transformers_oracle(folder: str, layers: list[int]) -> Oracle:
         text.num_hidden_layers = keep
         if isinstance(getattr(text, "layer_types", None), list):
             text.layer_types = text.layer_types[:keep]
-    # quiet while loading: its "Loading weights" bar, and its load report, which lists the
-    # weights of the layers past `keep` as UNEXPECTED (they are: only `keep` layers are built)
-    log = transformers.utils.logging
-    bar, verbosity = log.is_progress_bar_enabled(), log.get_verbosity()
-    log.disable_progress_bar()  # type: ignore[no-untyped-call]
-    log.set_verbosity_error()  # type: ignore[no-untyped-call]
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=torch.float32)
     except (ValueError, KeyError, OSError, TypeError, RuntimeError) as exc:
         return Oracle(missing=f"transformers could not load the model ({_first_line(exc)})")
-    finally:
-        log.set_verbosity(verbosity)
-        if bar:
-            log.enable_progress_bar()  # type: ignore[no-untyped-call]
     found = moe_modules(model, layers)
     absent = [n for n in layers if n not in found]
     missing = (f"transformers' {type(model).__name__} has no experts module in layer(s) "
