@@ -579,22 +579,44 @@ def _print_report(args: argparse.Namespace, moe: Any, dtype: str, rows: list[Row
     return 0 if ok else 1
 
 
+RUN_HELP = """Load each MoE layer of a checkpoint per TP rank through the contract's generated loaders,
+run the contract's kernel per rank, sum the ranks, and compare with transformers' own sparse-MoE
+block of that layer. The checkpoint's family is built in (`layoutc formats`), or its format is
+proposed from the safetensors headers and proved against transformers, or given as a file
+(--format-file; docs/formats.md)."""
+
+RUN_EPILOG = """examples:
+  layoutc run /tmp/qwen3-moe-tiny --tp 1,2,4
+  layoutc run ./olmoe --tp 2 --layers 1 --write-format olmoe.json
+  layoutc run ./my-moe --format-file my_format.json --dtype bfloat16 --format json
+
+exit codes:
+  0  every layer and TP degree matched transformers' block (an independent reference)
+  1  a mismatch, a TP degree the contract refuses (its rule is printed), or a row without an
+     independent reference ("unchecked")
+  2  a tool error, printed as `layoutc run: error[LRxxx]: ...`; `layoutc rule LRxxx` explains it"""
+
+
 def add_parser(sub: Any) -> None:
     """Register `run` on the CLI's subparsers."""
-    p = sub.add_parser("run", help="load a real checkpoint per rank, run the kernel, compare with transformers")
-    p.add_argument("model_dir", metavar="MODEL_DIR")
+    p = sub.add_parser("run", help="load a real checkpoint per rank, run the kernel, compare with transformers",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, description=RUN_HELP, epilog=RUN_EPILOG)
+    p.add_argument("model_dir", metavar="MODEL_DIR",
+                   help="a Hugging Face checkpoint folder: config.json and model.safetensors (or shards and "
+                   "model.safetensors.index.json)")
     p.add_argument("--tp", default="1,2,4", help="comma-separated TP degrees (default 1,2,4)")
-    p.add_argument("--contract", default="vllm_cpu_grouped_gemm", help="generated contract module")
+    p.add_argument("--contract", default="vllm_cpu_grouped_gemm",
+                   help="generated contract module in generated/ (default vllm_cpu_grouped_gemm)")
     p.add_argument("--layers", type=int, default=0, help="only the first N MoE layers (default all)")
     p.add_argument("--tokens", type=int, default=16, help="tokens per forward (default 16)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="the report: text (default) or json")
     p.add_argument("--format-file", default=None, metavar="FILE",
                    help="a user-declared checkpoint format (JSON; docs/formats.md, `layoutc formats NAME`)")
     p.add_argument("--write-format", default=None, metavar="FILE",
                    help="save the format used (declared, or proposed and proved) as a --format-file")
     p.add_argument("--dtype", choices=tuple(TOLERANCE), default=None, help="default: the checkpoint's")
-    p.add_argument("--isa", default="vec", help="the kernel ISA (default vec)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--isa", default="vec", help="the kernel ISA the contract admits (default vec)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the hidden states (default 0)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     p.add_argument("--no-transformers", action="store_true",
                    help="compare with a float32 loop built from the declared format (rows are 'unchecked', exit 1)")
