@@ -137,3 +137,21 @@ def test_formats_command_lists_every_built_in() -> None:
     with contextlib.redirect_stderr(io.StringIO()) as err:
         assert main(["formats", "nope"]) == 2
     assert "LC801" in err.getvalue()
+
+
+@pytest.mark.parametrize(("config", "want"), [
+    ({"model_type": "ernie4_5_moe", "moe_layer_interval": 2, "moe_layer_start_index": 1}, 3),
+    ({"model_type": "qwen2_moe", "decoder_sparse_step": 2, "mlp_only_layers": [1]}, 2),
+    ({"model_type": "deepseek_v3", "first_k_dense_replace": 3, "n_routed_experts": E}, 3),
+])
+def test_audit_counts_moe_layers_by_the_family_table(tmp_path: Path, config: dict[str, object], want: int) -> None:
+    """audit (layoutc.tools.hfconfig) and run (formats.describe) read one rule per family."""
+    from layoutc.tools.hfconfig import load_model_config
+
+    full = {"num_hidden_layers": 6, "hidden_size": H, "moe_intermediate_size": INTER, "num_experts": E,
+            "moe_num_experts": E, "num_experts_per_tok": 2, "moe_k": 2, "hidden_act": "silu", **config}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(full), encoding="utf-8")
+    audited = load_model_config(str(path))
+    assert audited.num_moe_layers == len(describe(full).moe_layers) == want
+    assert "family's rule" in dict(audited.sources)["num_moe_layers"]
