@@ -271,3 +271,19 @@ def test_non_finite_weight_names_the_tensor(tmp_path: Path) -> None:
     folder = make_qwen3(tmp_path / "m", fills={name: float("nan")})
     code, _, err, seconds = run_cli(str(folder), "--tp", "1")
     _coded(code, err, "LR114", seconds, name)
+
+
+def test_a_large_audit_config_is_refused_within_bounded_memory(tmp_path: Path) -> None:
+    """7.8 MB of empty objects (2.6 million values): refused from a linear scan, before
+    json.loads builds them (measured before: 955 MiB peak for a 7.5 MiB config)."""
+    base = json.loads((ROOT / "layoutc" / "tools" / "models" / "qwen3-30b-a3b.json").read_text())
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(base)[:-1] + ', "junk": [' + ",".join(["{}"] * 2_600_000) + "]}", encoding="utf-8")
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)); "
+            "from layoutc.cli import main; rc = main(['audit', sys.argv[1], '--tp', '1']); "
+            "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM'))); sys.exit(rc)")
+    # VmHWM, not ru_maxrss: the latter keeps the forked parent's peak across exec
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=30,
+                          check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and "error[LC704]" in proc.stderr and "values" in proc.stderr, proc.stderr
+    assert int(proc.stdout.split()[-1]) < 8 * path.stat().st_size // 1024, proc.stdout  # KiB: a few times the input
