@@ -155,3 +155,11 @@ def test_audit_counts_moe_layers_by_the_family_table(tmp_path: Path, config: dic
     audited = load_model_config(str(path))
     assert audited.num_moe_layers == len(describe(full).moe_layers) == want
     assert "family's rule" in dict(audited.sources)["num_moe_layers"]
+
+
+def test_a_missing_config_key_is_named() -> None:
+    shapes = _per_expert("model.layers.", "mlp.", ("gate_proj", "up_proj", "down_proj"), [0])
+    config = {k: v for k, v in CONFIG.items() if k != "num_experts_per_tok"}
+    assert not propose(config, shapes)[0]
+    assert "top_k" in propose(config, shapes)[1]
+    assert propose({**config, "moe_topk": 2}, shapes)[0][0].top_k == ("moe_topk",)  # Hunyuan's spelling

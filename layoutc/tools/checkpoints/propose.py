@@ -29,6 +29,8 @@ from layoutc.tools.hfconfig.keys import (
     NUM_HIDDEN_LAYERS_ALIASES,
 )
 
+#: audit's aliases of the experts per token, and the spellings of Hunyuan (moe_topk) and ERNIE (moe_k)
+TOP_K_ALIASES = (*NUM_EXPERTS_PER_TOK_ALIASES, "moe_topk", "moe_k")
 _PER_EXPERT = re.compile(r"^(?P<pre>.*?\.)(?P<layer>\d+)\.(?P<path>(?:\w+\.)*?)experts\.(?P<e>\d+)\."
                          r"(?P<proj>\w+)\.weight$")
 _ROLES = ({"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}, {"gate": "w1", "up": "w3", "down": "w2"})
@@ -56,29 +58,35 @@ def propose(config: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> tuple
     halves or interleaved rows of a fused gate/up tensor).
     """
     model_type = str(config.get("model_type"))
+    missing: list[str] = []  # sizes config.json names no key for, for the message
     for name in sorted(shapes):
         m = _PER_EXPERT.match(name)
         if m and m["e"] == "0":
-            found = _per_expert(config, shapes, m, model_type)
+            found = _per_expert(config, shapes, m, model_type, missing)
             if found:
                 return found, ""
-    fused = _fused(config, shapes, model_type)
+    fused = _fused(config, shapes, model_type, missing)
     if fused:
         return fused, ""
+    if missing:
+        return [], (f"the expert tensors were found, but config.json names no key for "
+                    f"{', '.join(sorted(set(missing)))}")
     return [], ("no tensor is named like a per-expert projection (<layer>.<path>experts.<e>.gate_proj/up_proj/"
                 "down_proj or w1/w3/w2 .weight), and no layer holds two 3-D tensors whose first axis is the "
                 "number of experts")
 
 
-def _sizes(config: dict[str, Any], model_type: str, h: int, i: int, e: int,
-           layer_names: list[str]) -> dict[str, Any] | None:
+def _sizes(config: dict[str, Any], h: int, i: int, e: int, layer_names: list[str],
+           missing: list[str]) -> dict[str, Any] | None:
     """The config keys of one proposal, each the key whose value equals the measured size."""
     keys = {"hidden_size": _key(config, HIDDEN_SIZE_ALIASES, h),
             "intermediate_size": _key(config, INTERMEDIATE_SIZE_ALIASES, i),
             "num_experts": _key(config, NUM_EXPERTS_ALIASES, e),
-            "top_k": _key(config, NUM_EXPERTS_PER_TOK_ALIASES),
+            "top_k": _key(config, TOP_K_ALIASES),
             "num_hidden_layers": _key(config, NUM_HIDDEN_LAYERS_ALIASES)}
     if any(v is None for v in keys.values()):
+        missing.extend(f"{k} (no config key equals the measured {dict(hidden_size=h, intermediate_size=i, num_experts=e).get(k, 'value')})"
+                        for k, v in keys.items() if v is None)
         return None
     act = _key(config, HIDDEN_ACT_ALIASES)
     out: dict[str, Any] = {k: (v,) for k, v in keys.items()}
@@ -99,7 +107,7 @@ def _layer_tensors(shapes: dict[str, tuple[int, ...]], pre: str, layer: str) -> 
 
 
 def _per_expert(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], m: re.Match[str],
-                model_type: str) -> list[CheckpointFormat]:
+                model_type: str, missing: list[str]) -> list[CheckpointFormat]:
     base = f"{m['pre']}{m['layer']}.{m['path']}experts.0."
     for roles in _ROLES:
         names = {r: f"{base}{p}.weight" for r, p in roles.items()}
@@ -115,7 +123,7 @@ def _per_expert(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], m: r
         e = len({n for n in shapes if n.startswith(base[: -len("0.")]) and n.endswith(f".{roles['down']}.weight")})
         here = _layer_tensors(shapes, m["pre"], m["layer"])
         routers = [n for n, s in here.items() if s == (e, h) and "experts." not in n]
-        sizes = _sizes(config, model_type, h, i, e, routers)
+        sizes = _sizes(config, h, i, e, routers, missing)
         if sizes is None:
             continue
         first = CheckpointFormat(
@@ -129,7 +137,8 @@ def _per_expert(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], m: r
     return []
 
 
-def _fused(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], model_type: str) -> list[CheckpointFormat]:
+def _fused(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], model_type: str,
+           missing: list[str]) -> list[CheckpointFormat]:
     for name in sorted(shapes):
         m = _LAYER.match(name)
         if m is None or len(shapes[name]) != 3:
@@ -147,7 +156,7 @@ def _fused(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], model_typ
                     i = two_i // 2
                     down_t = ds[1:] == (i, h) and h != i
                     routers = [n for n, s in here.items() if s == (e, h)]
-                    sizes = _sizes(config, model_type, h, i, e, routers)
+                    sizes = _sizes(config, h, i, e, routers, missing)
                     if sizes is None:
                         continue
                     common = up_name.rfind("experts.")
