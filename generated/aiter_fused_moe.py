@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: a41cfd777f4a51ad076fea4ad8cc246f7d5f902837e087eaeb4e27c64e3ca0f0
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `aiter_fused_moe`: plan, pad/unpad, shard.
 
 Sources:
@@ -108,6 +108,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: b2db3364f1c7e2728ab1066076e1e60adde7af6c618c7c1e246db77fb968c38c
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `aiter_mxfp4_w4a4_moe`: plan, pad/unpad, shard.
 
 Sources:
@@ -100,6 +100,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

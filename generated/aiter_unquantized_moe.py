@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 20d6a73a0364dba8fb282ca55d74562077151fe80d8f388f9426e7b3950f9e07
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `aiter_unquantized_moe`: plan, pad/unpad, shard.
 
 Sources:
@@ -99,6 +99,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 4afef090eab13f1a8798cbfb8b882ee68ab1891f5eabec1a53dd834f3186c80f
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `flashinfer_nvfp4_moe`: plan, pad/unpad, shard.
 
 Sources:
@@ -110,6 +110,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 283f2bf9da8aa0d4fca06d0e8f03fcefe0d6e23e4765de28d1e59a37f97e7baa
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `flashinfer_trtllm_mxfp4_moe`: plan, pad/unpad, shard.
 
 Sources:
@@ -112,6 +112,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 8c77b5bfbfd2134b3a2f33bda7fa54008e9dbd58f302862471f58eab2e7c29e8
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `marlin_moe_awq`: plan, pad/unpad, shard.
 
 Sources:
@@ -107,6 +107,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

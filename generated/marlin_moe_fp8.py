@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: f8d7198a42e1ae71edf32d65d2fb8db435421ad5505ddfed4a753048a1af6f45
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `marlin_moe_fp8`: plan, pad/unpad, shard.
 
 Sources:
@@ -105,6 +105,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 60bc376427c84ce127bea2d84888291f0d059538cbb06a9890d0216842af9aa9
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `marlin_moe_gptq_int8`: plan, pad/unpad, shard.
 
 Sources:
@@ -125,6 +125,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

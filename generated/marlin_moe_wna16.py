@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 276e22b18b2dd9dc764caf1924864cf217b75fa7381c5161f0b56700e02e0f7d
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `marlin_moe_wna16`: plan, pad/unpad, shard.
 
 Sources:
@@ -126,6 +126,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: e11a17d3a2c92c0800520be1e346924b00a4c56b11b94d83743961b6cc766874
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `torch_int4pack_moe`: plan, pad/unpad, shard and kernel glue.
 
 Sources:
@@ -85,6 +85,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 4d3e58cd9ab8457cc9d207767f3acd4b32549bfc2180cb80caeb70a788ed4018
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `torch_int8pack_moe`: plan, pad/unpad, shard and kernel glue.
 
 Sources:
@@ -84,6 +84,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

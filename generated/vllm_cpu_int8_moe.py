@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: f784165cbc9fd8085376783348cf7731396f9af54b370f9e798a53d528fcdd61
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `vllm_cpu_int8_moe`: plan, pad/unpad, shard.
 
 Sources:
@@ -110,6 +110,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

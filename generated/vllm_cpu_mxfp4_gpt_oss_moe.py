@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: c58eb7f1e005c06a6749c095187617b3fa6894aca0f8086966c7e4340cb514a0
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `vllm_cpu_mxfp4_gpt_oss_moe`: plan, pad/unpad, shard.
 
 Sources:
@@ -110,6 +110,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

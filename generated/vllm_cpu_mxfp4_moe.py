@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: d25838bebe022a6787867a083867738b6f7f533185aa213948bf6fb9f78b0204
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `vllm_cpu_mxfp4_moe`: plan, pad/unpad, shard.
 
 Sources:
@@ -107,6 +107,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

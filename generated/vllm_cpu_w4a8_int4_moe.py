@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 98a21e6d1d8391e6b21071e265d5196b35ce4fb87b469d3d3451e73274662c70
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `vllm_cpu_w4a8_int4_moe`: plan, pad/unpad, shard.
 
 Sources:
@@ -117,6 +117,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

@@ -3,7 +3,7 @@
 # layoutc-version: 0.1.0
 # source-sha256: 969d1285a4f9de4af5227b9490d591c3c95e5156b230171aae1778f125293236
 # properties proved: vacuity, alignment, placement, roundtrip, inertness, groups,
-#   kernel-arguments, coverage, admission
+#   kernel-arguments, coverage, expert-coverage, admission
 """Layout contract `zentorch_fused_moe`: plan, pad/unpad, shard and kernel glue.
 
 Sources:
@@ -100,6 +100,7 @@ PROVED: tuple[str, ...] = (
     "groups",
     "kernel-arguments",
     "coverage",
+    "expert-coverage",
     "admission",
 )
 POLICY = "error"

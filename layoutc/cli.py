@@ -171,7 +171,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     """`layoutc explain CONTRACT --set NAME=VALUE...` (layoutc.tools.explain)."""
     from layoutc.tools.explain import explain
-    return explain(args.contract, args.set or [], fmt=args.format)
+    return explain(args.contract, args.set or [], fmt=args.format, engines=args.engine)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -245,12 +245,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("contract", metavar="CONTRACT")
     p.add_argument("--set", action="append", metavar="NAME=VALUE", help="a parameter value (repeatable)")
     p.add_argument("--format", choices=FORMATS, default="text", help="how to print problems (default text)")
+    p.add_argument("--engine", default=None, metavar="ENGINES",
+                   help="engines whose rule to draw each rank's slice under, comma-separated: vllm, sglang "
+                        "(as in audit); another engine's rule is its CPU contract for the same format")
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("audit", help="for model configs and TP degrees, which kernels take the fast path")
     p.add_argument("configs", nargs="+", metavar="CONFIG")
     p.add_argument("--tp", default="1,2,4,8,16", help="comma-separated TP degrees (default 1,2,4,8,16)")
     p.add_argument("--contracts", nargs="+", metavar="PATH", default=None)
+    p.add_argument("--engine", default="vllm", metavar="ENGINES",
+                   help="engines whose bundled contracts to audit, comma-separated: vllm, sglang (default vllm); "
+                        "two or more add a side-by-side table of each engine's CPU layout")
     p.add_argument("--format", choices=("text", "json", "markdown", "github"), default="text",
                    help="the report's format; problems are printed as diagnostics in it (github: as text)")
     p.set_defaults(func=cmd_audit)

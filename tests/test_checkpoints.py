@@ -286,6 +286,22 @@ def test_run_cli_against_the_block(ckpts: dict[tuple[str, str], Path], family: s
             assert r["routing"].startswith("the block's own router"), r
 
 
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral"])
+def test_run_cli_expert_parallel(ckpts: dict[tuple[str, str], Path], family: str) -> None:
+    """`layoutc run --tp 1,2 --ep 2,4`: each of ep x tp ranks on the real kernel with its own
+    experts and its expert map, summed, against transformers' own block (issue 23)."""
+    code, out = _cli(str(ckpts[(family, "float32")]), "--tp", "1,2", "--ep", "2,4", "--layers", "1",
+                     "--format", "json")
+    data = json.loads(out)
+    assert code == 0 and data["ok"] and not data["refused"], out
+    assert [(r["tp_size"], r["ep_size"]) for r in data["rows"]] == [(1, 2), (2, 2), (1, 4), (2, 4)]
+    for r in data["rows"]:
+        assert r["reference"].startswith(f"transformers {BLOCKS[family]} (from_pretrained"), r
+        assert r["independent"] and r["result"] == "ok" and r["rel_error"] < 1e-5, r
+    code, out = _cli(str(ckpts[(family, "float32")]), "--tp", "1", "--ep", "16", "--layers", "1")
+    assert code == 1 and "refused: layer 0 tp=1 ep=16: [EP01] ep_size=16 exceeds the 4 experts" in out, out
+
+
 def test_llama4_declared_to_weight_the_output_is_caught(ckpts: dict[tuple[str, str], Path],
                                                          tmp_path: Path) -> None:
     """issue 20: with router_weight "output" (what `layoutc run` assumed before) the kernel computes
@@ -562,6 +578,16 @@ def test_tp_runner_on_a_checkpoint(ckpts: dict[tuple[str, str], Path]) -> None:
     assert res.intermediate_size_per_partition_padded == 192 and res.rel_error < 1e-5, res
     assert res.independent and res.reference.startswith("transformers GptOssMLP (from_pretrained"), res
     assert res.routing.startswith("the block's own router (GptOssTopKRouter)"), res
+
+
+def test_tp_runner_expert_parallel(ckpts: dict[tuple[str, str], Path]) -> None:
+    """TP 2 x EP 2 over 4 gloo ranks (Mixtral): each rank keeps its EP rank's experts and runs
+    the kernel with its expert map; the all-reduce equals transformers' block (issue 23)."""
+    from layoutc.tools.tp import run_tp_checkpoint
+
+    res = run_tp_checkpoint(str(ckpts[("mixtral", "float32")]), tp_size=2, ep_size=2, timeout_s=240)
+    assert res.intermediate_size_per_partition == 352 and res.rel_error < 1e-5, res
+    assert res.independent and res.reference.startswith("transformers MixtralSparseMoeBlock (from_pretrained"), res
 
 
 def test_tp_runner_on_llama4(ckpts: dict[tuple[str, str], Path]) -> None:

@@ -9,6 +9,7 @@ import pytest
 from lark import Token, Tree
 
 from layoutc.compiler import syntax as A
+from layoutc.compiler.diagnostics import Span
 from layoutc.compiler.parse import DISPATCHED, STRUCTURAL, GrammarError, _Builder, _parser, _TensorParts, parse
 
 FILE = "mem.moe"
@@ -53,6 +54,7 @@ DISPATCHERS: dict[str, Callable[[_Builder, Tree[Token]], object]] = {
     "view": _Builder.view,
     "glue clause": _glue,
     "expression": _Builder.expr,
+    "ep clause": lambda b, node: b.ep("e", "ep", ("linear",), Span(FILE, 1, 1, 1, 1), [node]),
 }
 
 def test_every_dispatcher_is_tested() -> None:

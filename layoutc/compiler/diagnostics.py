@@ -94,6 +94,7 @@ CODES: dict[str, str] = {
     "LC411": "packing needs an integer storage type whose width the pack factor divides",
     "LC412": "a projection has more than one bias",
     "LC414": "a `shard` declaration is malformed, or a sharded contract has no full size to shard",
+    "LC440": "an `experts ... over` declaration is malformed (names, domains, placement, stride)",
     "LC415": "a `tail fill` is misplaced (no block shard, no axis split over ranks, uninit or repeated)",
     "LC413": "a `when` layout alternative is malformed (guard not over finite parameters, no default, too many cases)",
     # 5xx: kernel and glue

@@ -318,6 +318,30 @@ class Shard:
 
 
 @dataclass(frozen=True)
+class ExpertParallel:
+    """`experts NUM over EP placement P ...`: the experts axis split over `count` EP ranks.
+
+    `experts` names the logical expert count, `count` the EP degree (a finite parameter),
+    `placement` the literal placements served (`linear`, `round_robin`; plan() takes
+    `expert_placement=`, default the first) or one enum parameter of those names;
+    `redundant` the EPLB redundant-expert count (physical p holds logical p % experts), or
+    None. `stride`: the loader reads experts [rank * stride, rank * stride + L) of the
+    checkpoint (L the tensors' experts axis); None: exactly the rank's experts of vLLM's
+    expert map. `foreign`: the glue masks foreign experts (weight 0) or passes raw ids.
+    `unpadded`: the intermediate pad is skipped under EP (vllm#51131)."""
+
+    experts: str
+    count: str
+    placement: tuple[str, ...]
+    placement_param: bool
+    span: Span
+    redundant: str | None = None
+    stride: Expr | None = None
+    foreign: Literal["masked", "raw"] = "masked"
+    unpadded: bool = False
+
+
+@dataclass(frozen=True)
 class Contract:
     name: str
     file: str
@@ -334,6 +358,7 @@ class Contract:
     span: Span
     enum_members: dict[str, EnumT] = field(default_factory=dict, compare=False, hash=False)
     shard: Shard | None = None  # None: nothing is sharded (no tp_size parameter)
+    ep: ExpertParallel | None = None  # None: no expert parallelism (every rank holds every expert)
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)

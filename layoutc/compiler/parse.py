@@ -195,7 +195,7 @@ def parse(text: str, file: str) -> tuple[A.Module | None, list[Diagnostic]]:
 Node = Tree[Token]
 RuleT = TypeVar("RuleT", bound=str)
 
-DeclRule = Literal["contract_decl", "source_decl", "shard_decl", "policy_error", "policy_fallback", "param_decl",
+DeclRule = Literal["contract_decl", "source_decl", "shard_decl", "ep_decl", "policy_error", "policy_fallback", "param_decl",
                    "let_decl", "require_decl", "admit_decl", "tensor_decl", "kernel_decl", "glue_decl"]
 DomainRule = Literal["range_domain", "set_domain", "enum_domain", "bool_domain"]
 KindRule = Literal["kind_weight", "kind_scale", "kind_zero", "kind_bias"]
@@ -219,7 +219,9 @@ DISPATCHED: dict[str, frozenset[str]] = {
     "view": frozenset(get_args(ViewRule)), "glue clause": frozenset(get_args(GlueClauseRule)),
     "expression": frozenset(get_args(ExprRule)),
 }
-STRUCTURAL = frozenset({"start", "signed", "shard_blocks", "optional", "pack", "axis_refs", "axis_ref", "arm"})
+EpClauseRule = Literal["ep_redundant", "ep_load_stride", "ep_foreign_raw", "ep_unpadded"]
+DISPATCHED["ep clause"] = frozenset(get_args(EpClauseRule))
+STRUCTURAL = frozenset({"start", "signed", "shard_blocks", "ep_placements", "optional", "pack", "axis_refs", "axis_ref", "arm"})
 
 
 class GrammarError(AssertionError):
@@ -269,6 +271,7 @@ _KERNEL_CLAUSE_RULES: dict[str, KernelClauseRule] = {r: r for r in get_args(Kern
 _VIEW_RULES: dict[str, ViewRule] = {r: r for r in get_args(ViewRule)}
 _GLUE_CLAUSE_RULES: dict[str, GlueClauseRule] = {r: r for r in get_args(GlueClauseRule)}
 _EXPR_RULES: dict[str, ExprRule] = {r: r for r in get_args(ExprRule)}
+_EP_CLAUSE_RULES: dict[str, EpClauseRule] = {r: r for r in get_args(EpClauseRule)}
 
 
 class _Builder:
@@ -329,6 +332,9 @@ class _Builder:
             case "shard_decl":
                 blocks = self.expr(_tree(c[2]).children[0]) if len(c) > 2 and c[2] is not None else None
                 return A.ShardDecl(str(c[0]), str(c[1]), span, blocks)
+            case "ep_decl":
+                names = tuple(str(n) for n in _tree(c[2]).children)
+                return self.ep(str(c[0]), str(c[1]), names, span, c[3:])
             case "policy_error":
                 return A.PolicyDecl("error", None, span)
             case "policy_fallback":
@@ -516,6 +522,26 @@ class _Builder:
                 case _:
                     assert_never(rule)
         return A.GlueDecl(str(kind), tuple(package), tuple(ops), tuple(args), self.sp(node))
+
+    def ep(self, experts: str, count: str, placement: tuple[str, ...], span: Span, clauses: list[object]) -> A.EpDecl:
+        """`experts NUM over EP placement P` and its clauses (the first of a repeated one counts)."""
+        redundant: str | None = None
+        stride: A.Expr | None = None
+        raw = unpadded = False
+        for cl in map(_tree, clauses):
+            rule = _rule(cl, "ep clause", _EP_CLAUSE_RULES)
+            match rule:
+                case "ep_redundant":
+                    redundant = redundant or str(cl.children[0])
+                case "ep_load_stride":
+                    stride = stride or self.expr(cl.children[0])
+                case "ep_foreign_raw":
+                    raw = True
+                case "ep_unpadded":
+                    unpadded = True
+                case _:
+                    assert_never(rule)
+        return A.EpDecl(experts, count, placement, span, redundant, stride, raw, unpadded)
 
     # ---- expressions ----
     def expr(self, child: object) -> A.Expr:

@@ -131,6 +131,21 @@ class SourceDecl:
 
 
 @dataclass(frozen=True)
+class EpDecl:
+    """`experts NUM over EP placement P [redundant R] [load stride S] [foreign raw]
+    [intermediate unpadded]`: the experts axis split over EP ranks (docs/language.md)."""
+
+    experts: str
+    count: str
+    placement: tuple[str, ...]  # one enum parameter, or the literal placements the kernel serves
+    span: Span
+    redundant: str | None = None
+    stride: Expr | None = None
+    foreign_raw: bool = False
+    unpadded: bool = False
+
+
+@dataclass(frozen=True)
 class ShardDecl:
     """`shard FULL over COUNT [in blocks of B]`: the intermediate axes are COUNT ranks'
     slices of FULL entries; with `blocks`, each rank's slice is a whole number of B-entry
@@ -304,7 +319,7 @@ class GlueDecl:
     span: Span
 
 
-Decl = ContractDecl | SourceDecl | ShardDecl | PolicyDecl | ParamDecl | LetDecl | RuleDecl | TensorDecl | KernelDecl | GlueDecl
+Decl = ContractDecl | SourceDecl | ShardDecl | EpDecl | PolicyDecl | ParamDecl | LetDecl | RuleDecl | TensorDecl | KernelDecl | GlueDecl
 
 
 @dataclass(frozen=True)

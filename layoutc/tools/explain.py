@@ -1,4 +1,6 @@
-"""`layoutc explain CONTRACT --set name=value ...`: one configuration's plan and pictures."""
+"""`layoutc explain CONTRACT --set name=value ... [--engine vllm,sglang]`: one configuration's plan
+and pictures, and with ``--engine`` each rank's slice of the intermediate axis under each
+engine's rule (layoutc.tools.slices)."""
 
 from __future__ import annotations
 
@@ -49,8 +51,13 @@ def evaluate_config(contract: ir.Contract, config: dict[str, Value]) -> tuple[di
     return env, broken
 
 
-def explain(path: str, assignments: list[str], fmt: str = "text") -> int:
+def explain(path: str, assignments: list[str], fmt: str = "text", engines: str | None = None) -> int:
     """Print one configuration's lets, verdict and tensor pictures (stdout).
+
+    ``engines`` (``--engine``, e.g. ``"vllm,sglang"``; layoutc.tools.audit.engines.parse_engines)
+    adds, after the shard, each rank's slice under each engine's rule: the contract's own, and
+    for another engine its CPU contract for the same checkpoint format at the same sizes
+    (layoutc.tools.slices.engine_slices). An unknown engine is LC703 (exit 2).
 
     Problems are diagnostics in ``fmt`` (text/json/github): the contract's own (exit
     1; unreadable file exit 2), a bad or missing ``--set`` (parameters with a declared
@@ -58,6 +65,8 @@ def explain(path: str, assignments: list[str], fmt: str = "text") -> int:
     (LC703, exit 2). A configuration the contract does not admit exits 1.
     """
     from layoutc.compiler.source import load
+    from layoutc.tools.audit.engines import parse_engines
+    from layoutc.tools.slices import engine_slices
     contract, diags, text = load(path)
     sources = {path: text or ""}
     if contract is None or has_errors(diags):
@@ -71,6 +80,7 @@ def explain(path: str, assignments: list[str], fmt: str = "text") -> int:
 
     try:
         config = dict(parse_assignment(contract, a) for a in assignments)
+        engine_names = parse_engines(engines) if engines is not None else ()
     except ValueError as exc:
         return fail(str(exc))
     for p in contract.params:  # a parameter with a declared default (`= N`) may be left out
@@ -95,6 +105,9 @@ def explain(path: str, assignments: list[str], fmt: str = "text") -> int:
     if shard:
         print()
         print("\n".join(shard))
+    if engine_names:
+        print()
+        print("\n".join(engine_slices(contract, env, engine_names)))
     for tensor in contract.tensors:
         lines = tensor_picture(contract, tensor, env)
         if lines:

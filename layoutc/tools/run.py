@@ -89,6 +89,7 @@ class Row:
     matched: bool = True
     router_weight: str = "output"
     result: str = "ok"
+    ep_size: int = 1  # `--ep`: the experts split over ep_size ranks, each with tp_size shards
 
 
 def _rss_peak_reset() -> bool:
@@ -290,7 +291,7 @@ def _result(matched: bool, independent: bool, reference: str, why_not: str) -> s
 
 def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str, isa: str, tokens: int,
               seed: int, use_transformers: bool, oracle: Any = None, why_no_oracle: str = "",
-              on_input: bool = False, ref: Any = None) -> Row:
+              on_input: bool = False, ref: Any = None, ep: int = 1) -> Row:
     """One layer at one TP degree: reference (with the routing the kernel gets), then load +
     prepack + kernel per rank, sum, compare. `ref`: a `reference()` of this layer to reuse
     (the same for every TP degree). Raises as `kernel_sum`."""
@@ -300,8 +301,14 @@ def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str,
     if ref is None:
         ref = reference(ckpt, moe, layer, x, use_transformers=use_transformers, oracle=oracle,
                         why_no_oracle=why_no_oracle)
-    k = kernel_sum(ckpt, moe, mod, layer, tp, x, ref.weights, ref.ids, dtype=dtype, isa=isa,
-                   apply_router_weight_on_input=on_input)
+    if ep > 1:
+        from layoutc.tools.ep_run import ep_kernel_sum
+
+        k = ep_kernel_sum(ckpt, moe, mod, layer, tp, ep, x, ref.weights, ref.ids, dtype=dtype, isa=isa,
+                          options={"apply_router_weight_on_input": True} if on_input else {})
+    else:
+        k = kernel_sum(ckpt, moe, mod, layer, tp, x, ref.weights, ref.ids, dtype=dtype, isa=isa,
+                       apply_router_weight_on_input=on_input)
     rel = rel_error(k.output, ref.output)
     tol = TOLERANCE[dtype]
     plan = k.plan
@@ -310,7 +317,7 @@ def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str,
                getattr(plan, "intermediate_size_per_partition_padded", plan.intermediate_size_per_partition),
                rel, tol, matched and ref.independent, k.kernel_s * 1e3, k.load_s * 1e3, k.peak_mib, ref.name,
                ref.routing, ref.independent, matched, moe.format.router_weight,
-               _result(matched, ref.independent, ref.name, ref.why_not))
+               _result(matched, ref.independent, ref.name, ref.why_not), ep)
 
 
 def checkpoint_dtype(ckpt: Any, moe: Any, layer: int) -> str:
@@ -324,9 +331,12 @@ def _table(rows: list[Row], model: str, contract: str) -> str:
     lines = [f"{model} · contract {contract}",
              f"{'layer':>5} {'tp':>3} {'I_pp -> padded':>15} {'rel error':>10} {'tol':>8} {'kernel ms':>10} "
              f"{'load ms':>9} {'peak MiB':>9}  result"]
+    if any(r.ep_size > 1 for r in rows):  # the ep column only when --ep asks for it
+        lines[1] = lines[1].replace(f"{'tp':>3} ", f"{'tp':>3} {'ep':>3} ", 1)
     for r in rows:
         pad = f"{r.intermediate_size_per_partition} -> {r.intermediate_size_per_partition_padded}"
-        lines.append(f"{r.layer:>5} {r.tp_size:>3} {pad:>15} {r.rel_error:>10.2e} {r.tolerance:>8.0e} "
+        tp_ep = f"{r.tp_size:>3} {r.ep_size:>3}" if any(r.ep_size > 1 for r in rows) else f"{r.tp_size:>3}"
+        lines.append(f"{r.layer:>5} {tp_ep} {pad:>15} {r.rel_error:>10.2e} {r.tolerance:>8.0e} "
                      f"{r.kernel_ms:>10.2f} {r.load_ms:>9.1f} {r.peak_mib:>9.1f}  {r.result}")
     seen: dict[tuple[str, str], list[int]] = {}
     for r in rows:
@@ -361,13 +371,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
 
-def _tp_list(text: str) -> list[int]:
+def _tp_list(text: str, flag: str = "--tp", what: str = "TP") -> list[int]:
     try:
         values = [int(t) for t in text.split(",") if t.strip()] if len(text) <= 400 else []
     except ValueError:
         values = []
     if not values or any(v < 1 or v > 64 for v in values):
-        raise RunError("LR104", f"--tp {text[:40]!r}: expected comma-separated TP degrees in 1..64")
+        raise RunError("LR104", f"{flag} {text[:40]!r}: expected comma-separated {what} degrees in 1..64")
     return values
 
 
@@ -480,6 +490,7 @@ def _run(args: argparse.Namespace) -> int:
     from layoutc.tools.checkpoints.reader import Checkpoint
 
     tps = _check_options(args)  # no torch before the options, the files and the headers are checked
+    eps = _tp_list(getattr(args, "ep", "1"), "--ep", "EP")
     fmt = load_format_file(args.format_file) if args.format_file else None
     with Checkpoint(args.model_dir) as ckpt:
         candidates = _candidates(ckpt, fmt)
@@ -500,6 +511,9 @@ def _run(args: argparse.Namespace) -> int:
             raise RunError("LR120", f"no generated contract module {args.contract!r} ({exc})") from None
         torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
         on_input = router_weight_on_input(moe, mod, args.contract)  # before anything is loaded
+        if any(e > 1 for e in eps) and not hasattr(mod, "local_experts"):
+            raise RunError("LR104", f"--ep: contract {args.contract} states no expert parallelism "
+                           "(`experts ... over ep_size`)")
         tps, refused_first = _plans_first(mod, moe, tps, dtype, args.isa)
         from layoutc.tools.checkpoints.preflight import check_finite
         for layer in layers:
@@ -515,13 +529,14 @@ def _run(args: argparse.Namespace) -> int:
         if moe.format.shared_expert and args.format == "text":
             print(f"note: the shared expert ({moe.format.shared_expert}) is a dense MLP outside the routed "
                   "experts: the kernel does not run it, and the reference's routed output leaves it out")
-        rows, refused = _run_layers(args, ckpt, moe, mod, layers, tps, dtype, on_input, oracle)
+        rows, refused = _run_layers(args, ckpt, moe, mod, layers, [(t, e) for e in eps for t in tps], dtype,
+                                    on_input, oracle)
     return _print_report(args, moe, dtype, rows, refused_first + refused)
 
 
-def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, layers: list[int], tps: list[int],
-                dtype: str, on_input: bool, oracle: Any) -> tuple[list[Row], list[str]]:
-    """Every layer at every TP degree: the rows, and the configurations the contract refused.
+def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, layers: list[int],
+                tps: list[tuple[int, int]], dtype: str, on_input: bool, oracle: Any) -> tuple[list[Row], list[str]]:
+    """Every layer at every (TP, EP) degree: the rows, and the configurations the contract refused.
     oracle: transformers' model of the layers (`transformers_oracle`), None without one."""
     from layoutc.tools.checkpoints.reference import reference
 
@@ -536,16 +551,17 @@ def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, 
         x = hidden_states(moe, layer, args.tokens, args.seed, dtype)
         ref = reference(ckpt, moe, layer, x, use_transformers=not args.no_transformers, oracle=oracle,
                         why_no_oracle=why_no_oracle)
-        for tp in tps:
+        for tp, ep in tps:
+            where = f"layer {layer} tp={tp}" + (f" ep={ep}" if ep > 1 else "")
             try:
                 rows.append(run_layer(ckpt, moe, mod, layer, tp, dtype=dtype, isa=args.isa,
                                       tokens=args.tokens, seed=args.seed,
-                                      use_transformers=not args.no_transformers, on_input=on_input, ref=ref))
+                                      use_transformers=not args.no_transformers, on_input=on_input, ref=ref, ep=ep))
             except contract_error as exc:  # plan() names the rule and the contract line
-                refused.append(f"layer {layer} tp={tp}: {exc}")
+                refused.append(f"{where}: {exc}")
             except kernel_error as exc:
                 raise RunError("LR130", str(exc)) from None
-            progress.step(f"layer {layer} tp={tp}")
+            progress.step(where)
     return rows, refused
 
 
@@ -605,6 +621,8 @@ def add_parser(sub: Any) -> None:
                    help="a Hugging Face checkpoint folder: config.json and model.safetensors (or shards and "
                    "model.safetensors.index.json)")
     p.add_argument("--tp", default="1,2,4", help="comma-separated TP degrees (default 1,2,4)")
+    p.add_argument("--ep", default="1", help="comma-separated EP degrees (default 1); each runs with every "
+                   "--tp degree over ep x tp ranks")
     p.add_argument("--contract", default="vllm_cpu_grouped_gemm",
                    help="generated contract module in generated/ (default vllm_cpu_grouped_gemm)")
     p.add_argument("--layers", type=int, default=0, help="only the first N MoE layers (default all)")

@@ -6,6 +6,9 @@ finds a disagreement not in this list fails; a listed disagreement that a sweep 
 longer finds fails too (the list is pinned, so a vLLM fix or a contract change must
 update it and the docs together).
 
+The SGLang entries (docs/kernels.md section 10, "Conformance with SGLang 0.5.23") use the
+same kinds, with SGLang in vLLM's place ("sglang-bug" would be SGLang's own; none is pinned).
+
 Kinds:
 - "vllm-bug": vLLM admits (or pads) a configuration its own kernel or loader cannot
   serve; layoutc refuses it. Reproduced in docs/kernels.md 8.2 with vLLM's functions.
@@ -30,10 +33,16 @@ KNOWN: dict[str, tuple[str, str]] = {
     "mxfp4_ipp_not_32": ("vllm-bug", "MXFP4 with I_pp % 32 != 0"),
     "gpt_oss_mxfp4_i_not_32": ("vllm-bug", "gpt-oss MXFP4 with I % 32 != 0"),
     "w4a8_channelwise_odd_k": ("vllm-bug", "W4A8 int4 channelwise with an odd K"),
+    "gptq_w2_bias_every_rank": ("vllm-bug", "GPTQ expert w2 bias loaded on every rank"),
     "zentorch_float16": ("vllm-bug", "zentorch float16"),
     "zentorch_single_active_expert": ("vllm-bug", "zentorch with a single active expert"),
     # vLLM's gate admits a shape no checkpoint of the format has; layoutc refuses it
     "mxfp4_hidden_not_32": ("no-checkpoint", "FlashInfer TRT-LLM MXFP4 with hidden_size % 32 != 0"),
     # layoutc serves a configuration vLLM refuses, proved and run on the real kernel
     "cpu_swigluoai_padded_pairs": ("layoutc-extends", "swigluoai padded by whole pairs on the CPU grouped GEMM"),
+    # vLLM gives the ranks above the expert count no experts; layoutc refuses the degree (EP01)
+    "ep_exceeds_experts": ("limitation", "Expert parallelism with more ranks than experts"),
+    # SGLang 0.5.23 (tests/conformance/test_sglang.py; docs/kernels.md 10): SGLang serves it, layoutc refuses
+    "sglang_fp8_ragged_last_block": ("limitation", "SGLang block FP8 with intermediate_size % block != 0"),
+    "sglang_fp8_hidden_not_block": ("limitation", "SGLang block FP8 with hidden_size % block != 0"),
 }

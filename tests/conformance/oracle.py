@@ -269,3 +269,120 @@ def compare_mxfp4_plan(tally: Tally, where: str, vllm_admits: bool, plan: Any, a
         got = (plan.hidden_size_padded, plan.intermediate_size_per_partition_padded)
         if want != got:
             tally.record("unexplained", f"{where}: vllm {want} layoutc {got}")
+
+
+# ---- quantized loading: vLLM's own weight_loader and process_weights_after_loading ----------
+
+#: RoutedExperts' loading methods, copied (as descriptors) onto a bare module: the real code of
+#: `RoutedExperts.weight_loader` and everything it calls, without RoutedExperts.__init__ (which
+#: needs a vLLM engine config and a device).
+_LOADER_METHODS = ("weight_loader", "_load_w13", "_load_w2", "_load_model_weight_or_group_weight_scale",
+                   "_load_per_channel_weight_scale", "_load_per_tensor_weight_scale", "_load_combined_w13_weight_scale",
+                   "_load_single_value", "_get_hidden_dim", "_narrow_expert_data_for_padding", "_to_scalar",
+                   "_orient_fused_weight")
+
+
+def routed_experts_stub(config: FusedMoEConfig, quant_config: Any, quant_method: Any) -> torch.nn.Module:
+    """A torch module carrying vLLM's own RoutedExperts loading methods and the attributes they
+    read: `moe_config` (its tp_rank and tp_size are the rank's), `quant_config` (its get_name()),
+    `quant_method` (its class name picks the loader branch), no fused shared experts, and an
+    identity expert map (pure TP: every expert is local, as ExpertMapManager maps it without EP).
+    `quant_method.create_weights(stub, ...)` registers the method's parameters on it."""
+    cls = type("RoutedExpertsLoader", (torch.nn.Module,), {n: RoutedExperts.__dict__[n] for n in _LOADER_METHODS})
+    layer = cls()
+    layer.moe_config = config
+    layer.quant_config = quant_config
+    layer.quant_method = quant_method
+    layer._fused_shared_expert_quantizer = None
+    layer._loaded_expert_biases = set()
+    layer._map_global_expert_id_to_local_expert_id = lambda expert_id: expert_id
+    layer.intermediate_size_per_partition = config.intermediate_size_per_partition
+    layer.hidden_size = config.hidden_dim
+    return layer
+
+
+def rank_config(config: FusedMoEConfig, rank: int) -> FusedMoEConfig:
+    """`config` as TP rank `rank` of its tp_size sees it (FusedMoEParallelConfig.tp_rank). A
+    shallow copy, so that what vLLM set on `config` after __post_init__ (the block-FP8 TP-shard
+    padding: tp_shard_with_padding, the rounded intermediate_size_per_partition) is kept."""
+    import copy
+
+    ranked = copy.copy(config)
+    ranked.moe_parallel_config = dataclasses.replace(config.moe_parallel_config, tp_rank=rank)
+    return ranked
+
+
+def load_experts(layer: torch.nn.Module, checkpoint: dict[str, dict[str, list[torch.Tensor]]]) -> int:
+    """Feed a checkpoint through vLLM's `layer.weight_loader`, as a model's load_weights does
+    after make_expert_params_mapping renamed `experts.{e}.{gate,up,down}_proj.{suffix}` to the
+    parameter `w13_{suffix}` / `w2_{suffix}`: `checkpoint[param_name][shard_id][e]` is expert e's
+    tensor for shard_id "w1" (gate), "w3" (up) or "w2" (down). Returns the calls made."""
+    calls = 0
+    for param_name, shards in checkpoint.items():
+        param = getattr(layer, param_name)
+        for shard_id, per_expert in shards.items():
+            for e, tensor in enumerate(per_expert):
+                layer.weight_loader(param, tensor, f"model.layers.0.mlp.experts.{param_name}", shard_id, e)
+                calls += 1
+    return calls
+
+
+class StoppedAtGpuOp(Exception):
+    """Raised in place of the first GPU-only op: `op` is its name, `args`/`kwargs` what it was
+    called with, `caller` the calling frame's locals at that moment and `outer` the locals of
+    the frames around it (the caller's caller first)."""
+
+    def __init__(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], frames: list[dict[str, Any]]) -> None:
+        super().__init__(op)
+        self.op, self.args, self.kwargs = op, args, kwargs
+        self.caller, self.outer = frames[0], frames[1:]
+
+
+def run_until_gpu_op(fn: Callable[[], Any], owner: Any, op: str) -> StoppedAtGpuOp:
+    """Run `fn` (a vLLM process_weights_after_loading) on CPU until it calls `owner.op`, the first
+    op that needs a GPU (a CUDA kernel): that op is replaced by one that records its arguments
+    and the caller's locals and stops the run. Everything before it is vLLM's own code, run
+    as is. AssertionError if `fn` returns without reaching the op."""
+    import inspect
+
+    def stop(*args: Any, **kwargs: Any) -> None:
+        frames, frame = [], inspect.currentframe()
+        while frame is not None and frame.f_back is not None and len(frames) < 4:
+            frame = frame.f_back
+            frames.append(dict(frame.f_locals))
+        raise StoppedAtGpuOp(op, args, kwargs, frames)
+
+    with mock.patch.object(owner, op, stop, create=True):
+        try:
+            fn()
+        except StoppedAtGpuOp as stopped:
+            return stopped
+    raise AssertionError(f"{fn} returned without calling {op}")
+
+
+def gpt_oss_load_mxfp4(layer: torch.nn.Module, weights: dict[str, torch.Tensor], intermediate_size: int,
+                       tp_size: int, rank: int) -> None:
+    """vLLM's gpt-oss MXFP4 loader, `GptOssModel._load_weights_mxfp4`, run on a stub model whose
+    only parameters are `layer`'s (created by the quant method's create_weights, so each
+    carries its real `weight_loader`), for TP rank `rank` of a pure-TP world of `tp_size`
+    ranks (the distributed probes patched, as in gpt_oss_mxfp4_rank_rows). `weights` maps
+    `w13_weight`, `w13_weight_scale`, `w13_bias`, `w2_*` to the checkpoint's tensors as the
+    model's name mapping hands them over; each is cloned (the loader zeroes a w2 bias in place
+    on ranks > 0)."""
+    from vllm.model_executor.models import gpt_oss
+
+    prefix = "layers.0.mlp.experts."
+    num_experts = next(iter(weights.values())).shape[0]
+    fake = types.SimpleNamespace(
+        named_parameters=lambda: [(prefix + n, p) for n, p in layer.named_parameters()],
+        parallel_config=types.SimpleNamespace(enable_expert_parallel=False),
+        config=types.SimpleNamespace(num_local_experts=num_experts, intermediate_size=intermediate_size),
+        _try_load_streamed_expert=lambda *a, **k: False)
+    world = types.SimpleNamespace(world_size=1, rank_in_group=0)
+    with mock.patch.object(gpt_oss, "get_tensor_model_parallel_world_size", return_value=tp_size), \
+            mock.patch.object(gpt_oss, "get_dp_group", return_value=world), \
+            mock.patch.object(gpt_oss, "get_pcp_group", return_value=world), \
+            mock.patch.object(gpt_oss, "is_pp_missing_parameter", return_value=False), \
+            mock.patch.object(moe_config_module, "get_tensor_model_parallel_rank", return_value=rank):
+        gpt_oss.GptOssModel._load_weights_mxfp4(fake, 0, 0, 0, 0, [(prefix + n, w.clone()) for n, w in weights.items()],
+                                                [])

@@ -20,6 +20,7 @@ from layoutc.compiler import ir
 from layoutc.compiler import syntax as A
 from layoutc.compiler.check.build import bind_glue, build_contract, enumerable_cases
 from layoutc.compiler.check.declarations import declarations, default_policy, required
+from layoutc.compiler.check.ep import check_ep
 from layoutc.compiler.check.fills import check_fill_ranges, check_tail_fills, resolve_fills
 from layoutc.compiler.check.glue import check_glue, glue_matches_kernel
 from layoutc.compiler.check.kernel import check_kernel
@@ -43,6 +44,7 @@ PASSES: tuple[Pass, ...] = (
     default_policy,       # LC210: no policy means `policy error`
     check_shard,          # the shard (needs the tensors for LC414)
     check_tail_fills,     # a `tail fill` needs a block shard
+    check_ep,             # the expert parallelism (`experts ... over`)
     build_contract,       # the IR, from a contract with no error
     bind_glue,            # the IR against its glue's interface
     enumerable_cases,     # and its layout cases enumerable

@@ -22,6 +22,7 @@ ONCE: dict[type[OnceDecl], str] = {
     A.ContractDecl: "contract",
     A.PolicyDecl: "policy",
     A.ShardDecl: "shard",
+    A.EpDecl: "experts ... over",
     A.KernelDecl: "kernel",
     A.GlueDecl: "glue",
 }
@@ -31,7 +32,7 @@ def declarations(scope: Scope, sink: Sink) -> None:
     """Pass: every declaration of the module, in source order, into the scope."""
     for d in scope.module.decls:
         match d:
-            case A.ContractDecl() | A.PolicyDecl() | A.ShardDecl() | A.KernelDecl() | A.GlueDecl():
+            case A.ContractDecl() | A.PolicyDecl() | A.ShardDecl() | A.EpDecl() | A.KernelDecl() | A.GlueDecl():
                 declare_once(scope, sink, d)
             case A.SourceDecl():
                 scope.sources.append(d.text)
@@ -64,7 +65,7 @@ def declare_once(scope: Scope, sink: Sink, d: OnceDecl) -> None:
         case A.PolicyDecl():
             if d.fallback is not None:
                 check_name(sink, d.fallback, d.span)
-        case A.ShardDecl() | A.KernelDecl() | A.GlueDecl():
+        case A.ShardDecl() | A.EpDecl() | A.KernelDecl() | A.GlueDecl():
             pass
         case _:
             assert_never(d)

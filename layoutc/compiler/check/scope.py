@@ -23,8 +23,8 @@ MAX_ERRORS = 100  # per contract; the rest would only repeat the first causes
 ENUM_WORK = 2_000_000  # evaluation steps `finite_values` may spend on one contract's divisors and group sizes
 
 # The declarations a contract states at most once (LC206), by the keyword that opens them.
-OnceDecl = A.ContractDecl | A.PolicyDecl | A.ShardDecl | A.KernelDecl | A.GlueDecl
-OnceT = TypeVar("OnceT", A.ContractDecl, A.PolicyDecl, A.ShardDecl, A.KernelDecl, A.GlueDecl)
+OnceDecl = A.ContractDecl | A.PolicyDecl | A.ShardDecl | A.EpDecl | A.KernelDecl | A.GlueDecl
+OnceT = TypeVar("OnceT", A.ContractDecl, A.PolicyDecl, A.ShardDecl, A.EpDecl, A.KernelDecl, A.GlueDecl)
 
 
 class Sink:
@@ -103,6 +103,7 @@ class Scope:
         self.kernel: ir.Kernel | None = None
         self.glue: ir.Glue | None = None
         self.shard: ir.Shard | None = None
+        self.ep: ir.ExpertParallel | None = None
         self.contract: ir.Contract | None = None
 
     def first(self, kind: type[OnceT]) -> OnceT | None:

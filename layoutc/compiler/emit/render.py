@@ -19,6 +19,7 @@ import jinja2
 from layoutc import __version__
 from layoutc.compiler import glues, ir
 from layoutc.compiler.cases import glue_activation
+from layoutc.compiler.emit.ep import ep_params, ep_view
 
 VERSION_PREFIX = "# layoutc-version: "
 
@@ -391,6 +392,8 @@ def _exports(contract: ir.Contract, glue: dict[str, Any] | None, has_tp: bool) -
         names += [f"{t.name}_shapes", f"pad_{t.name}", f"unpad_{t.name}"] + (
             [f"{t.name}_full_shape", f"shard_{t.name}"] if has_tp else [])
         names += [f"alloc_{t.name}", f"load_{t.name}"]
+    if contract.ep is not None:
+        names.append("local_experts")
     if glue is not None:
         names += ["INTERFACE", "OPS", "PackedWeight", "fused_moe", "load_kernel", "prepack", "prepack_padded", *glue["reexports"]]
     return [f'"{n}",' for n in sorted(names, key=_natural)]
@@ -429,7 +432,7 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
                                       "none (compiled without verification)"), 88,
                                       initial_indent="# ", subsequent_indent="#   "),
         "policy": contract.policy, "fallback": repr(contract.fallback),
-        "params": _params(contract, dtype_params), "lets": lets,
+        "params": _params(contract, dtype_params) + ep_params(contract), "lets": lets, "ep": ep_view(contract),
         "requires": [_rule_view(r, rel_path) for r in contract.requires],
         "admits": [_rule_view(r, rel_path) for r in contract.admits],
         "tensors": [_tensor_view(contract, t, has_tp) for t in contract.tensors],

@@ -120,7 +120,8 @@ def _config_span(exc: ModelConfigError) -> Span:
 def run_audit(args: argparse.Namespace) -> int:
     """The ``layoutc audit`` subcommand. 0 ok; 1 a contract has errors; 2 a bad config
     (LC704), no contracts (LC705), a bad --tp (LC801) or an unreadable contract (LC100).
-    Problems are diagnostics, printed in the report's format (json: a JSON list on
+    ``--engine`` (default ``vllm``) picks the bundled contracts by engine (layoutc.tools.audit.engines);
+    two or more engines add the side-by-side table. Problems are diagnostics, printed in the report's format (json: a JSON list on
     stdout; text, markdown and github: ``--format`` of `layoutc check`)."""
     from layoutc.compiler.diagnostics import emit, error, exit_code, file_span
     from layoutc.compiler.safeio import UsageError
@@ -131,8 +132,10 @@ def run_audit(args: argparse.Namespace) -> int:
         emit(diags, sources or {}, diag_fmt)
         return exit_code(diags)
 
+    from layoutc.tools.audit.engines import engine_of, engine_rows, parse_engines
     try:
         tps = parse_tp(str(args.tp))
+        engines = parse_engines(str(getattr(args, "engine", "vllm")))
     except ValueError as exc:
         return fail([error("LC801", file_span("<command line>"), str(exc))])
     models: list[tuple[str, MoEModelConfig]] = []
@@ -157,13 +160,17 @@ def run_audit(args: argparse.Namespace) -> int:
         return fail([error("LC705", file_span("<command line>"), str(exc).removeprefix("layoutc: error[LC801]: "))])
     if problems:
         return fail(problems, sources)
+    if not args.contracts:
+        # the bundled set: each engine's own contracts (vLLM's are today's default set)
+        contracts = [c for c in contracts if engine_of(c.name) in engines]
     if not contracts:
         return fail([error("LC705", file_span("<command line>"), f"no contracts (*.moe) found in {', '.join(paths)}")])
     report = audit_report(models, tps, contracts)
+    side_by_side = engine_rows(report, contracts, engines, tps) if len(engines) > 1 else None
     if fmt == "json":
-        sys.stdout.write(render_json(report))
+        sys.stdout.write(render_json(report, side_by_side))
     elif fmt == "markdown":
-        sys.stdout.write(render_markdown(report))
+        sys.stdout.write(render_markdown(report, side_by_side))
     else:
-        sys.stdout.write(render_text(report))
+        sys.stdout.write(render_text(report, side_by_side))
     return 0

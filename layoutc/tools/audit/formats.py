@@ -19,7 +19,8 @@ class CheckpointFormat:
             (``fp8_per_tensor``, ``gptq_8bit``, ``awq``, ...) is a format no
             bundled contract describes.
         label: how to name it in messages, e.g. ``"block-FP8 [128, 128]"``.
-        params: contract parameters the format itself fixes (``scheme``).
+        params: contract parameters the format itself fixes (``scheme``; ``block``, the
+            square weight block, for SGLang's block-FP8 contract).
     """
 
     key: str
@@ -56,6 +57,9 @@ CONTRACT_FORMATS: dict[str, tuple[str, ...]] = {
     # vLLM 0.32's CPU MXFP4 experts (AMX): the generic method (silu) and gpt-oss's (swigluoai)
     "vllm_cpu_mxfp4_moe": ("mxfp4",),
     "vllm_cpu_mxfp4_gpt_oss_moe": ("mxfp4",),
+    # SGLang 0.5.23's CPU experts (AMX): block FP8 audits at the checkpoint's block (128)
+    "sglang_cpu_fp8_moe": ("fp8_block128",),
+    "sglang_cpu_mxfp4_moe": ("mxfp4",),
 }
 
 
@@ -84,7 +88,8 @@ def checkpoint_format(model: MoEModelConfig) -> CheckpointFormat:
         return CheckpointFormat("mxfp8", FORMAT_LABELS["mxfp8"], (("scheme", "mxfp8"),))
     if method == "fp8":
         if block == (128, 128):
-            return CheckpointFormat("fp8_block128", FORMAT_LABELS["fp8_block128"], (("scheme", "fp8_block128"),))
+            return CheckpointFormat("fp8_block128", FORMAT_LABELS["fp8_block128"],
+                                    (("scheme", "fp8_block128"), ("block", 128)))
         if block is None:
             return CheckpointFormat("fp8_per_tensor", "FP8 without weight blocks (per-tensor/per-channel)")
         return CheckpointFormat("fp8_block_other", f"block-FP8 {list(block)}")

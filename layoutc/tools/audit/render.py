@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from layoutc.tools.audit.engines import ENGINE_NAMES, EngineRow
 from layoutc.tools.audit.formats import checkpoint_format
 from layoutc.tools.audit.rows import AuditReport, AuditRow
 from layoutc.tools.hfconfig import MoEModelConfig
@@ -82,8 +83,9 @@ legend:
   -         not applicable (not admitted, or the contract does not say)"""
 
 
-def render_text(report: AuditReport) -> str:
-    """An aligned table per model, its skipped contracts, and a legend."""
+def render_text(report: AuditReport, engines: Sequence[EngineRow] | None = None) -> str:
+    """An aligned table per model, its skipped contracts, and a legend; with ``engines``
+    (``--engine`` naming two or more), each model's side-by-side engine table after its own."""
     headers = ("contract", "variant", "tp", "I_pp", "padded", "pad", "+mem/rank", "+flops", "fast path")
     cells: list[tuple[str, ...]] = [
         (r.contract, r.variant_text(), str(r.tp_size), _size(r.intermediate_size_per_partition),
@@ -122,15 +124,52 @@ def render_text(report: AuditReport) -> str:
             out.append(f"  skipped: {', '.join(names)} ({why})")
         if not indices and not reasons:
             out.append("  (no contracts)")
+        if engines is not None:
+            out.extend(_engine_lines([e for e in engines if e.model == label]))
         out.append("")
     out.append(TEXT_LEGEND)
+    if engines is not None:
+        out.append(ENGINE_LEGEND)
     return "\n".join(out) + "\n"
 
 
-def render_json(report: AuditReport) -> str:
-    """``{"models": [...], "rows": [...], "skipped": [...]}``; the fields are documented in docs/audit.md."""
-    doc = {"models": [model_json(label, m) for label, m in report.models],
-           "rows": [r.to_json() for r in report.rows], "skipped": [s.to_json() for s in report.skipped]}
+ENGINE_LEGEND = """\
+engines (--engine):
+  padded/rank  the intermediate rows every rank allocates (each engine's CPU contract)
+  waste        share of the ranks' allocated rows that hold no checkpoint row (mean over ranks)
+  live rows    checkpoint rows each rank holds (SGLang pads the full size, then shards: short last ranks)
+  mem/rank     one rank's expert weights and scales, all MoE layers, as padded (biases left out)"""
+
+
+def _engine_cells(e: EngineRow) -> tuple[str, ...]:
+    verdict = "yes" if e.admitted else f"NO: {e.reason}"
+    return (ENGINE_NAMES[e.engine], e.contract, str(e.tp_size), _size(e.per_rank_padded), _pct(e.pad_fraction, 100),
+            e.live_text() if e.live_rows else "-", _human_bytes(e.rank_bytes), verdict)
+
+
+def _engine_lines(rows: Sequence[EngineRow]) -> list[str]:
+    """The side-by-side table of one model: one line per TP degree and engine."""
+    if not rows:
+        return []
+    headers = ("engine", "contract", "tp", "padded/rank", "waste", "live rows", "mem/rank", "fast path")
+    cells = [_engine_cells(e) for e in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers[:-1])]
+    right = {2, 3, 4, 6}
+
+    def line(values: Sequence[str]) -> str:
+        parts = [v.rjust(w) if i in right else v.ljust(w) for i, (v, w) in enumerate(zip(values[:-1], widths, strict=True))]
+        return ("  " + "  ".join(parts) + "  " + values[-1]).rstrip()
+
+    return ["  engines, side by side:", line(headers), *(line(c) for c in cells)]
+
+
+def render_json(report: AuditReport, engines: Sequence[EngineRow] | None = None) -> str:
+    """``{"models": [...], "rows": [...], "skipped": [...]}`` (and ``"engines": [...]`` with
+    two or more ``--engine``s); the fields are documented in docs/audit.md."""
+    doc: dict[str, Any] = {"models": [model_json(label, m) for label, m in report.models],
+                           "rows": [r.to_json() for r in report.rows], "skipped": [s.to_json() for s in report.skipped]}
+    if engines is not None:
+        doc["engines"] = [e.to_json() for e in engines]
     return json.dumps(doc, indent=2) + "\n"
 
 
@@ -138,8 +177,9 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(report: AuditReport) -> str:
-    """A GitHub-flavoured table (one row per audit row) and a list of skipped pairs."""
+def render_markdown(report: AuditReport, engines: Sequence[EngineRow] | None = None) -> str:
+    """A GitHub-flavoured table (one row per audit row), a list of skipped pairs, and with
+    ``engines`` the side-by-side engine table."""
     out = ["| model | contract | variant | TP | I_pp | padded | pad | extra mem / rank | extra FLOPs | fast path |",
            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in report.rows:
@@ -159,4 +199,9 @@ def render_markdown(report: AuditReport) -> str:
         out.append("Skipped (model, contract) pairs:")
         out.append("")
         out.extend(f"- {_md(s.model)} / `{s.contract}`: {_md(s.reason)}" for s in report.skipped)
+    if engines is not None:
+        out += ["", "Engines, side by side:", "",
+                "| model | engine | contract | TP | padded / rank | waste | live rows | mem / rank | fast path |",
+                "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | --- |"]
+        out.extend("| " + " | ".join(_md(c) for c in (e.model, *_engine_cells(e))) + " |" for e in engines)
     return "\n".join(out) + "\n"

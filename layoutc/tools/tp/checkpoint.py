@@ -49,15 +49,24 @@ def _checkpoint_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, 
     from layoutc.tools.run import checkpoint_plan, rel_error
 
     mod = import_contract_module(module_name)
+    ep = cfg.get("ep_size", 1)
     with Checkpoint(cfg["model_dir"]) as ckpt:
         moe = describe(ckpt.config, cfg["format"], ckpt.weight_map)
-        plan = checkpoint_plan(mod, moe, tp_size, cfg["dtype"], cfg["isa"])
         t0 = time.perf_counter()
-        rw = load_layer_rank(ckpt, moe, cfg["layer"], mod, plan, rank)  # this rank's rows only
-        p13, p2 = mod.prepack_padded(rw.w13, rw.w2, plan)
+        options: dict[str, Any]
+        if ep > 1:  # world rank -> (EP rank, TP rank), TP fastest (layoutc.tools.ep_run)
+            from layoutc.tools.ep_run import load_ep_rank
+
+            tp_size = cfg["tp_size"]
+            plan, p13, p2, options, emap = load_ep_rank(ckpt, moe, mod, cfg["layer"], tp_size, ep, rank // tp_size,
+                                                        rank % tp_size, dtype=cfg["dtype"], isa=cfg["isa"])
+            options["expert_map"] = emap
+        else:
+            plan = checkpoint_plan(mod, moe, tp_size, cfg["dtype"], cfg["isa"])
+            rw = load_layer_rank(ckpt, moe, cfg["layer"], mod, plan, rank)  # this rank's rows only
+            p13, p2 = mod.prepack_padded(rw.w13, rw.w2, plan)
+            options = {} if rw.w13_bias is None else {"w13_bias": rw.w13_bias, "w2_bias": rw.w2_bias}
         t1 = time.perf_counter()
-        options: dict[str, Any] = {} if rw.w13_bias is None else {"w13_bias": rw.w13_bias,
-                                                                   "w2_bias": rw.w2_bias}
         if cfg["on_input"]:
             options["apply_router_weight_on_input"] = True
         out = mod.fused_moe(tensors["x"], p13, p2, tensors["topk_weights"], tensors["topk_ids"], plan, **options)
@@ -76,7 +85,7 @@ def run_tp_checkpoint(model_dir: str, *, tp_size: int, layer: int | None = None,
                       module_name: str = "vllm_cpu_grouped_gemm", dtype: str | None = None, tokens: int = 16,
                       seed: int = 0, isa: str = "vec", threads_per_rank: int = 1,
                       timeout_s: float = 300.0, use_transformers: bool = True,
-                      checkpoint_format: Any = None) -> CheckpointTPResult:
+                      checkpoint_format: Any = None, ep_size: int = 1) -> CheckpointTPResult:
     """One MoE layer of a real safetensors checkpoint over `tp_size` gloo ranks.
 
     Before anything is loaded, the family's `router_weight` is held to what the module's
@@ -89,24 +98,29 @@ def run_tp_checkpoint(model_dir: str, *, tp_size: int, layer: int | None = None,
     model_type, or `checkpoint_format`), prepacks, runs the real kernel (with
     `apply_router_weight_on_input=True` for a family that weights the experts' input) and
     all-reduces (SUM, model dtype); the w2 bias is loaded on rank 0 only. Rank 0 compares.
+    ep_size > 1 (a contract with `experts ... over ep_size`): `ep_size * tp_size` ranks, world
+    rank w being EP rank w // tp_size and TP rank w % tp_size; each keeps its EP rank's experts
+    and runs the kernel with its expert map (layoutc.tools.ep_run.load_ep_rank).
     layer: a MoE layer index (default: the first). dtype: default the checkpoint's.
     Raises ValueError on bad arguments, layoutc.tools.run.RunError LR140 / LR141 when the
     glue cannot weight where the family does, FormatError for an unknown model_type,
     TPRankError naming the failing rank (e.g. the module's LayoutContractError for a refused
     configuration), TimeoutError past `timeout_s`.
     """
-    if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
-        raise ValueError(f"run_tp_checkpoint: tp_size must be an int >= 1, got {tp_size!r}")
+    for name, value in (("tp_size", tp_size), ("ep_size", ep_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"run_tp_checkpoint: {name} must be an int >= 1, got {value!r}")
     inputs = _checkpoint_inputs(model_dir, module_name, layer, dtype, tokens, seed, use_transformers,
                                 checkpoint_format)
     cfg = {"model_dir": model_dir, "layer": inputs.layer, "dtype": inputs.dtype, "isa": isa,
            "on_input": inputs.on_input, "format": checkpoint_format, "threads_per_rank": threads_per_rank,
-           "timeout_s": timeout_s}
-    messages = launch_ranks("run_tp_checkpoint", checkpoint_rank, tp_size, (module_name, cfg, inputs.tensors),
+           "timeout_s": timeout_s, "tp_size": tp_size, "ep_size": ep_size}
+    world = tp_size * ep_size
+    messages = launch_ranks("run_tp_checkpoint", checkpoint_rank, world, (module_name, cfg, inputs.tensors),
                             start_method="spawn", timeout_s=timeout_s)
     reports = {m[1]: m[2] for m in messages if m[0] == "report"}
-    if sorted(reports) != list(range(tp_size)):
-        raise RuntimeError(f"run_tp_checkpoint: ranks {sorted(set(range(tp_size)) - set(reports))} sent no report")
+    if sorted(reports) != list(range(world)):
+        raise RuntimeError(f"run_tp_checkpoint: ranks {sorted(set(range(world)) - set(reports))} sent no report")
     i_pp, padded = reports[0]["plan"]
     ref = inputs.reference
     return CheckpointTPResult(model_dir, inputs.layer, tp_size, inputs.dtype, i_pp, padded, reports[0]["rel_error"],

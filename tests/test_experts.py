@@ -1,0 +1,146 @@
+"""Expert parallelism in the runtime: placement arithmetic, the expert map, routing to local ids.
+
+vLLM's own functions are compared in tests/conformance/test_expert_parallel.py; here the
+arithmetic is held to itself (owner, local id and held lists agree) and the errors are named.
+"""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from layoutc.runtime import experts as X
+from layoutc.runtime.expert_map import local_experts, refuse_global, to_local
+
+
+@pytest.mark.parametrize("placement", X.PLACEMENTS)
+def test_every_expert_on_exactly_one_rank(placement: str) -> None:
+    for num, ep in itertools.product((1, 5, 8, 60, 257), (1, 2, 3, 4, 7, 16)):
+        if ep > num:
+            continue
+        seen: dict[int, int] = {}
+        for rank in range(ep):
+            mine = X.held(rank, num, ep, placement)
+            assert len(mine) == X.local_count(num, ep, rank)
+            for local, expert in enumerate(mine):
+                assert expert not in seen
+                seen[expert] = rank
+                assert X.owner(expert, num, ep, placement) == rank
+                assert X.local_id(expert, num, ep, placement) == local
+        assert sorted(seen) == list(range(num))
+
+
+def test_linear_gives_the_last_ranks_one_fewer() -> None:
+    assert [X.local_count(10, 4, r) for r in range(4)] == [3, 3, 2, 2]
+    assert X.held(3, 10, 4, "linear") == [8, 9]
+    assert X.held(1, 10, 4, "round_robin") == [1, 5, 9]
+
+
+def test_errors_are_coded() -> None:
+    plan = SimpleNamespace(num_experts=8, ep_size=16, expert_placement="linear")
+    with pytest.raises(X.ExpertParallelError, match=r"\[EP01\] ep_size=16 exceeds the 8 experts"):
+        local_experts(0, plan)
+    with pytest.raises(X.ExpertParallelError, match=r"\[EP03\] expert placement 'striped'"):
+        local_experts(0, SimpleNamespace(num_experts=8, ep_size=2, expert_placement="striped"))
+    with pytest.raises(X.ExpertParallelError, match=r"\[EP06\] EP rank 2 is outside 0..1"):
+        local_experts(2, SimpleNamespace(num_experts=8, ep_size=2, expert_placement="linear"))
+    with pytest.raises(X.ExpertParallelError, match=r"\[EP02\] ep_size=2 x tp_size=2 = 4 does not match the world of 3"):
+        X.world_ranks(3, 2, 2)
+    assert X.world_ranks(4, 2, 2) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_redundant_experts_replicate_logical_ones() -> None:
+    assert X.physical_to_logical(4, 2) == [0, 1, 2, 3, 0, 1]
+    count, emap = local_experts(1, SimpleNamespace(num_experts=4, ep_size=2, expert_placement="linear",
+                                                   num_redundant_experts=2))
+    assert count == 3 and emap is not None and emap.tolist() == [-1, -1, -1, 0, 1, 2]
+
+
+def test_to_local_masks_foreign_experts() -> None:
+    _, emap = local_experts(1, SimpleNamespace(num_experts=6, ep_size=2, expert_placement="round_robin"))
+    assert emap is not None and emap.tolist() == [-1, 0, -1, 1, -1, 2]
+    ids = torch.tensor([[1, 2], [4, 5]])
+    weights = torch.tensor([[0.25, 0.75], [0.5, 0.5]])
+    w, local = to_local("m", weights, ids, emap)
+    assert local.dtype == torch.int32 and local.tolist() == [[0, 0], [0, 2]]
+    assert w.tolist() == [[0.25, 0.0], [0.0, 0.5]]
+    with pytest.raises(ValueError, match=r"global topk_ids must lie in \[0, 6\)"):
+        to_local("m", weights, torch.tensor([[1, 6], [0, 0]]), emap)
+    with pytest.raises(X.ExpertParallelError, match=r"\[EP05\] m: expert id 5 reaches a kernel"):
+        refuse_global("m", ids, 3, 2)
+    refuse_global("m", local, 3, 2)  # remapped ids pass
+
+
+def test_parallel_config_flattens() -> None:
+    on = X.parallel_config(2, 2, 1, True, tp_rank=1, dp_rank=1)
+    assert (on.tp_size, on.ep_size, on.ep_rank, on.use_ep) == (1, 4, 3, True)
+    off = X.parallel_config(2, 2, 2, False, tp_rank=1, dp_rank=1, pcp_rank=1)
+    assert (off.tp_size, off.tp_rank, off.ep_size, off.use_ep) == (8, 7, 1, False)
+    assert not X.parallel_config(1, 1, 1, True).use_ep  # one device: EP is never used
+
+
+# ---- the language: `experts NUM over EP placement ...` ------------------------------------
+
+_CONTRACT = """contract t
+source "test"
+policy error
+param num_experts: int in 1..64
+param ep_size: int in {1, 2, 4} = 1
+param hidden_size: int in 1..64
+param intermediate_size: int in 1..64
+param tp_size: int in {1}
+DECL
+let local = cdiv(num_experts, ep_size)
+tensor w13: weight w13 {
+  axis experts = local
+  axis n = halves(gate | up, intermediate_size -> intermediate_size)
+  axis k = hidden_size
+  storage bfloat16
+  fill 0
+}
+tensor w2: weight w2 {
+  axis experts = local
+  axis n = hidden_size
+  axis k = intermediate_size
+  storage bfloat16
+  fill 0
+}
+"""
+
+
+def _load(decl: str):  # type: ignore[no-untyped-def]
+    from layoutc.compiler.source import load
+
+    contract, diags, _ = load("t.moe", _CONTRACT.replace("DECL", decl))
+    return contract, [(d.code, d.message) for d in diags if d.severity == "error"]
+
+
+def test_ep_declaration_reaches_the_ir() -> None:
+    contract, errors = _load("experts num_experts over ep_size placement linear, round_robin "
+                             "load stride num_experts / ep_size foreign raw intermediate unpadded")
+    assert errors == [] and contract is not None and contract.ep is not None
+    ep = contract.ep
+    assert (ep.experts, ep.count, ep.placement, ep.placement_param) == ("num_experts", "ep_size",
+                                                                        ("linear", "round_robin"), False)
+    assert ep.stride is not None and ep.foreign == "raw" and ep.unpadded and ep.redundant is None
+
+
+@pytest.mark.parametrize(("decl", "message"), [
+    ("experts num_experts over ep_size placement striped", "`striped` is a placement vLLM 0.32 does not know"),
+    ("experts num_experts over ep_size placement linear, linear", "a placement is repeated"),
+    ("experts num_experts over hidden_size placement linear", "must range over a finite set"),
+    ("experts local over ep_size placement linear", "the expert count `local` must be an int parameter"),
+    ("experts num_experts over ep_size placement linear redundant nope", "`nope` must be an int parameter"),
+])
+def test_a_malformed_ep_declaration_is_lc440(decl: str, message: str) -> None:
+    contract, errors = _load(decl)
+    assert contract is None and [c for c, _ in errors] == ["LC440"] and message in errors[0][1], errors
+
+
+def test_a_second_ep_declaration_is_lc206() -> None:
+    _, errors = _load("experts num_experts over ep_size placement linear\n"
+                      "experts num_experts over ep_size placement round_robin")
+    assert [c for c, _ in errors] == ["LC206"]
