@@ -1,4 +1,4 @@
-"""Command-line interface: `layoutc check | verify | compile | explain | audit | run | rule`.
+"""Command-line interface: `layoutc check | verify | compile | explain | audit | run | formats | rule`.
 
 `main(argv) -> int` never raises: exit 0 ok, 1 findings (diagnostics, a
 counterexample, a vacuous contract, drift), 2 an input that cannot be used (a
@@ -191,6 +191,22 @@ def cmd_rule(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_formats(args: argparse.Namespace) -> int:
+    """`layoutc formats [NAME]`: the built-in checkpoint formats, or one as a --format-file."""
+    import json
+
+    from layoutc.tools.checkpoints.formats import FORMATS as BUILT_IN
+    from layoutc.tools.checkpoints.formats import describe_formats, format_json
+    if args.name is None:
+        sys.stdout.write(describe_formats())
+        return 0
+    if args.name not in BUILT_IN:
+        raise _Usage(f"layoutc formats: error[LC801]: no built-in format {args.name[:40]!r}; built in: "
+                     f"{', '.join(sorted(BUILT_IN))}")
+    sys.stdout.write(json.dumps(format_json(BUILT_IN[args.name]), indent=2) + "\n")
+    return 0
+
+
 FORMATS = ("text", "json", "github")
 
 
@@ -247,6 +263,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     from layoutc.tools.run import add_parser as add_run
     add_run(sub)
+
+    p = sub.add_parser("formats", help="list the built-in checkpoint formats of `layoutc run` (docs/formats.md)",
+                       description="List the built-in checkpoint formats; with NAME, print that family's "
+                       "format as JSON, the schema of a --format-file. Example: layoutc formats qwen3_moe > "
+                       "my_format.json. Exit 0, or 2 for an unknown NAME (LC801).")
+    p.add_argument("name", nargs="?", metavar="NAME", help="a built-in model_type (e.g. qwen3_moe, dbrx)")
+    p.set_defaults(func=cmd_formats)
 
     p = sub.add_parser("rule", help="print a diagnostic code's documentation (e.g. layoutc rule LC201)")
     p.add_argument("code", metavar="CODE")

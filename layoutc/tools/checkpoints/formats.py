@@ -26,12 +26,15 @@ are the fields of `CheckpointFormat`. This module imports only the standard libr
 
 from __future__ import annotations
 
-import json
+from collections.abc import Collection
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 #: Where a family applies the routing weight (CheckpointFormat.router_weight).
 ROUTER_WEIGHTS = ("output", "input")
+
+#: the most decoder layers a config may declare (layoutc.tools.hfconfig.parse.MAX_LAYERS)
+MAX_LAYERS = 100_000
 
 ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
                "gelu_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "swigluoai": "swigluoai"}
@@ -60,10 +63,20 @@ class CheckpointFormat:
     transposed / down_transposed: the w13 / w2 source stores `[in, out]` (`x @ W`).
     gate_up_bias / down_bias: bias names (None: no biases).
     router / router_bias: the router's weight (and bias) relative to the layer prefix.
-    num_experts / intermediate_size / top_k / activation: config keys (the first present wins).
-    moe_layers: how MoE layers are found: "all", "decoder_sparse_step" (Qwen: every
-    step-th layer, minus `mlp_only_layers`), "first_k_dense_replace" (DeepSeek, with
-    `moe_layer_freq`), "enable_moe_block" (Gemma-4) or "moe_layers" (Llama-4's list).
+    num_hidden_layers / hidden_size / num_experts / intermediate_size / top_k / activation:
+    config keys (the first present wins); a dotted key reads a sub-object
+    ("ffn_config.moe_num_experts"; an activation object's "ffn_act_fn.name").
+    moe_layers: which layers are MoE: an explicit tuple of layer indices; "tensors" (the
+    layers whose expert tensors the checkpoint holds); or a rule over config keys: "all",
+    "decoder_sparse_step" (Qwen: every step-th layer, minus `mlp_only_layers`),
+    "first_k_dense_replace" (DeepSeek, with `moe_layer_freq`), "enable_moe_block"
+    (Gemma-4), "moe_layers" (Llama-4's list), "moe_layer_interval" (ERNIE-4.5:
+    `(i + 1) % moe_layer_interval == 0` within `moe_layer_start_index`..`moe_layer_end_index`),
+    "expert_layer_period" (Jamba: `i % expert_layer_period == expert_layer_offset`) or
+    "num_dense_layers" (LFM2-MoE: the first `num_dense_layers` are dense).
+    experts_flattened: a fused tensor stacks the experts along its rows (`[E * rows, cols]`,
+    DBRX) instead of a leading experts axis. A fused format names either one gate_up
+    tensor, or separate fused gate and up tensors (DBRX's w1 and v1).
     routing: "softmax_topk" (softmax, top-k, renormalised when the config's
     `norm_topk_prob` is true or absent-and-`renormalize`), "topk_softmax" (gpt-oss: top-k
     logits, softmax over them), "sigmoid_topk" (Llama-4).
@@ -93,12 +106,15 @@ class CheckpointFormat:
     router: str = "mlp.gate.weight"
     router_bias: str | None = None
     text_config: bool = False
+    num_hidden_layers: tuple[str, ...] = ("num_hidden_layers",)
+    hidden_size: tuple[str, ...] = ("hidden_size",)
     num_experts: tuple[str, ...] = ("num_experts",)
     intermediate_size: tuple[str, ...] = ("moe_intermediate_size",)
     top_k: tuple[str, ...] = ("num_experts_per_tok",)
     activation: tuple[str, ...] = ("hidden_act",)
     fixed_activation: str | None = None
-    moe_layers: str = "all"
+    moe_layers: str | tuple[int, ...] = "all"
+    experts_flattened: bool = False
     routing: str = "softmax_topk"
     renormalize: bool = True
     shared_expert: str | None = None
@@ -111,8 +127,12 @@ class CheckpointFormat:
         "gate_up"), "down", and biases ("gate_up_bias", "down_bias") when declared."""
         base = self.layer_prefix.format(layer=layer) + self.experts
         out: dict[str, str] = {}
-        if self.fused:
-            out["gate_up"] = base + str(self.gate_up)
+        if self.fused and self.gate_up:
+            out["gate_up"] = base + self.gate_up
+            out["down"] = base + self.down
+        elif self.fused:  # separate fused gate and up tensors (DBRX's w1, v1)
+            out["gate"] = base + str(self.gate)
+            out["up"] = base + str(self.up)
             out["down"] = base + self.down
         else:
             assert expert is not None and self.gate is not None and self.up is not None
@@ -198,6 +218,23 @@ FORMATS: dict[str, CheckpointFormat] = {f.model_type: f for f in (
         source=_TF + "deepseek_v2/modeling_deepseek_v2.py (DeepseekV2Moe; DeepseekV2DecoderLayer: "
         "layer_idx >= first_k_dense_replace); conversion_mapping.py: deepseek_v2 aliases 'qwen2_moe'"),
 )}
+FORMATS["dbrx"] = CheckpointFormat(
+    model_type="dbrx", layer_prefix="transformer.blocks.{layer}.", experts="ffn.experts.mlp.", fused=True,
+    gate="w1", up="v1", down="w2", experts_flattened=True, down_transposed=True, router="ffn.router.layer.weight",
+    num_hidden_layers=("n_layers",), hidden_size=("d_model",), num_experts=("ffn_config.moe_num_experts",),
+    intermediate_size=("ffn_config.ffn_hidden_size",), top_k=("ffn_config.moe_top_k",),
+    activation=("ffn_config.ffn_act_fn.name",),
+    source=_TF + "dbrx/modeling_dbrx.py (DbrxExpertGLU: w1 (gate), v1 (up), w2, each [E * I, H] viewed as "
+    "[E, I, H]; gate = x @ w1.T, up = x @ v1.T, down = h @ w2 (w2 stored [in, out]); DbrxRouter: "
+    "ffn.router.layer; DbrxConfig: d_model, n_layers, ffn_config)")
+FORMATS["ernie4_5_moe"] = CheckpointFormat(
+    model_type="ernie4_5_moe", layer_prefix="model.layers.{layer}.", experts="mlp.experts.", **_PER_EXPERT,
+    num_experts=("moe_num_experts",), top_k=("moe_k",), moe_layers="moe_layer_interval",
+    shared_expert="mlp.shared_experts.",
+    source=_TF + "ernie4_5_moe/modeling_ernie4_5_moe.py (Ernie4_5_MoeDecoderLayer: a MoE layer iff "
+    "(i + 1) % moe_layer_interval == 0 and moe_layer_start_index <= i <= moe_layer_end_index; "
+    "Ernie4_5_MoeSparseMoeBlock: gate, experts, shared_experts); conversion_mapping.py: ernie4_5_moe "
+    "extends 'qwen2_moe' (per-expert gate_proj/up_proj/down_proj)")
 # Multimodal wrappers: the same experts under the language model's prefix.
 FORMATS["gemma4"] = replace(FORMATS["gemma4_text"], model_type="gemma4", text_config=True,
                             layer_prefix="model.language_model.layers.{layer}.")
@@ -222,10 +259,20 @@ class ModelMoE:
     text_config: dict[str, Any]
 
 
+def _lookup(cfg: dict[str, Any], key: str) -> Any:
+    value: Any = cfg
+    for part in key.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
 def _get(cfg: dict[str, Any], keys: tuple[str, ...], what: str, model_type: str) -> Any:
     for k in keys:
-        if cfg.get(k) is not None:
-            return cfg[k]
+        value = _lookup(cfg, k)
+        if value is not None:
+            return value
     raise FormatError("LR102", f"config.json of model_type {model_type!r} has none of "
                       f"{', '.join(keys)} ({what})")
 
@@ -236,10 +283,13 @@ def _int(value: Any, what: str) -> int:
     return value
 
 
-def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None) -> ModelMoE:
+def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None,
+             tensor_names: Collection[str] | None = None) -> ModelMoE:
     """The routed-expert settings of a parsed config.json.
 
     fmt: a user-declared format; None looks up FORMATS by config["model_type"].
+    tensor_names: the checkpoint's tensor names, for a format whose moe_layers is "tensors"
+    (LR102 when it is and they are not given).
     Raises FormatError: LR101 unknown model_type (listing the declared ones and how to
     declare another), LR102 a missing or bad config value.
     """
@@ -254,7 +304,10 @@ def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None) -> Mod
     if not isinstance(cfg, dict):
         raise FormatError("LR102", f"config.json of model_type {model_type!r} has no text_config object")
     mt = fmt.model_type
-    layers = _int(_get(cfg, ("num_hidden_layers",), "number of layers", mt), "num_hidden_layers")
+    layers = _int(_get(cfg, fmt.num_hidden_layers, "number of layers", mt), "num_hidden_layers")
+    if layers > MAX_LAYERS:
+        raise FormatError("LR102", f"config.json: num_hidden_layers is {layers} (at most {MAX_LAYERS}, "
+                          "as layoutc audit)")
     experts = _int(_get(cfg, fmt.num_experts, "number of routed experts", mt), "num_experts")
     if fmt.fixed_activation is not None:
         activation = fmt.fixed_activation
@@ -271,53 +324,103 @@ def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None) -> Mod
     norm = cfg.get("norm_topk_prob")
     return ModelMoE(
         format=fmt, num_experts=experts,
-        hidden_size=_int(_get(cfg, ("hidden_size",), "hidden size", mt), "hidden_size"),
+        hidden_size=_int(_get(cfg, fmt.hidden_size, "hidden size", mt), "hidden_size"),
         intermediate_size=_int(_get(cfg, fmt.intermediate_size, "expert intermediate size", mt),
                                "intermediate_size"),
         top_k=_int(_get(cfg, fmt.top_k, "experts per token", mt), "top_k"),
-        activation=activation, moe_layers=_moe_layers(fmt, cfg, layers),
+        activation=activation, moe_layers=_moe_layers(fmt, cfg, layers, tensor_names),
         norm_topk_prob=fmt.renormalize if norm is None else bool(norm),
         swiglu_alpha=alpha, swiglu_limit=limit, text_config=cfg,
     )
 
 
-def _moe_layers(fmt: CheckpointFormat, cfg: dict[str, Any], layers: int) -> tuple[int, ...]:
+def _config_int(cfg: dict[str, Any], key: str, default: int) -> int:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise FormatError("LR102", f"config.json: {key} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _layer_list(cfg: dict[str, Any], key: str, layers: int) -> list[int]:
+    listed = cfg.get(key) or []
+    if not isinstance(listed, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers
+                                               for i in listed):
+        raise FormatError("LR102", f"config.json: {key} must be a list of layer indices in 0..{layers - 1}")
+    return listed
+
+
+def _moe_layers(fmt: CheckpointFormat, cfg: dict[str, Any], layers: int,
+                tensor_names: Collection[str] | None = None) -> tuple[int, ...]:
     rule = fmt.moe_layers
+    if isinstance(rule, tuple):
+        if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in rule):
+            raise FormatError("LR103", f"format {fmt.model_type!r}: moe_layers {list(rule)} must be layer "
+                              f"indices in 0..{layers - 1}")
+        return tuple(sorted(set(rule)))
+    if rule == "tensors":
+        return _layers_with_tensors(fmt, layers, tensor_names)
     if rule == "all":
         return tuple(range(layers))
     if rule == "decoder_sparse_step":
-        step = int(cfg.get("decoder_sparse_step") or 1)
-        dense = set(cfg.get("mlp_only_layers") or [])
+        step = max(1, _config_int(cfg, "decoder_sparse_step", 1))
+        dense = set(_layer_list(cfg, "mlp_only_layers", layers))
         return tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
     if rule == "first_k_dense_replace":
-        first, freq = int(cfg.get("first_k_dense_replace") or 0), int(cfg.get("moe_layer_freq") or 1)
+        first = _config_int(cfg, "first_k_dense_replace", 0)
+        freq = max(1, _config_int(cfg, "moe_layer_freq", 1))
         return tuple(i for i in range(layers) if i >= first and i % freq == 0)
     if rule == "enable_moe_block":
         return tuple(range(layers)) if cfg.get("enable_moe_block") else ()
     if rule == "moe_layers":
-        listed = cfg.get("moe_layers")
-        if listed is None:
-            step = int(cfg.get("interleave_moe_layer_step") or 1)
-            listed = list(range(step - 1, layers, step))
-        return tuple(int(i) for i in listed)
-    raise FormatError("LR103", f"format {fmt.model_type!r}: unknown moe_layers rule {rule!r}")
+        if cfg.get("moe_layers") is not None:
+            return tuple(sorted(set(_layer_list(cfg, "moe_layers", layers))))
+        step = max(1, _config_int(cfg, "interleave_moe_layer_step", 1))
+        return tuple(range(step - 1, layers, step))
+    if rule == "moe_layer_interval":  # transformers Ernie4_5_MoeDecoderLayer
+        interval = max(1, _config_int(cfg, "moe_layer_interval", 1))
+        start = _config_int(cfg, "moe_layer_start_index", 0)
+        end = _config_int(cfg, "moe_layer_end_index", layers - 1)
+        return tuple(i for i in range(layers) if (i + 1) % interval == 0 and start <= i <= end)
+    if rule == "expert_layer_period":  # transformers JambaConfig.layers_num_experts
+        period = max(1, _config_int(cfg, "expert_layer_period", 2))
+        offset = _config_int(cfg, "expert_layer_offset", 1)
+        return tuple(i for i in range(layers) if i % period == offset)
+    if rule == "num_dense_layers":  # transformers Lfm2MoeDecoderLayer
+        return tuple(range(min(layers, _config_int(cfg, "num_dense_layers", 0)), layers))
+    raise FormatError("LR103", f"format {fmt.model_type!r}: unknown moe_layers rule {rule!r}; "
+                      f"rules: {', '.join(MOE_LAYER_RULES)}, or a list of layer indices")
 
 
-_TUPLES = {"num_experts", "intermediate_size", "top_k", "activation", "swiglu"}
+#: the moe_layers rules a format may name (CheckpointFormat.moe_layers)
+MOE_LAYER_RULES = ("all", "tensors", "decoder_sparse_step", "first_k_dense_replace", "enable_moe_block",
+                   "moe_layers", "moe_layer_interval", "expert_layer_period", "num_dense_layers")
+
+
+def _layers_with_tensors(fmt: CheckpointFormat, layers: int, tensor_names: Collection[str] | None) -> tuple[int, ...]:
+    """The layers whose down projection (expert 0's, or the fused one) the checkpoint holds."""
+    if tensor_names is None:
+        raise FormatError("LR102", f"format {fmt.model_type!r}: moe_layers 'tensors' needs the checkpoint's "
+                          "tensor names")
+    names = set(tensor_names)
+    return tuple(i for i in range(layers) if fmt.names(i, None if fmt.fused else 0)["down"] in names)
+
+
+_TUPLES = {"num_hidden_layers", "hidden_size", "num_experts", "intermediate_size", "top_k", "activation",
+           "swiglu", "moe_layers"}
 
 
 def load_format_file(path: str) -> CheckpointFormat:
     """A user-declared format from a JSON object whose keys are CheckpointFormat's fields.
 
-    Raises FormatError LR103 on unreadable JSON, unknown or missing keys, or bad values.
+    The file is read within bounds (a regular file of at most 16 MiB, JSON nested at most
+    64 levels: layoutc.tools.checkpoints.header.read_json_object). Raises FormatError LR103
+    on an unreadable file or JSON, unknown or missing keys, or bad values.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise FormatError("LR103", f"{path}: cannot read a JSON format: {exc}") from None
-    if not isinstance(data, dict):
-        raise FormatError("LR103", f"{path}: a format is a JSON object")
+    from layoutc.tools.checkpoints.header import read_json_object
+
+    data = read_json_object(path, "LR103", "a JSON format")
     known = {f.name for f in fields(CheckpointFormat)}
     unknown = sorted(set(data) - known)
     if unknown:
@@ -326,7 +429,7 @@ def load_format_file(path: str) -> CheckpointFormat:
     for k in _TUPLES & set(data):
         if isinstance(data[k], list):
             data[k] = tuple(data[k])
-        elif isinstance(data[k], str) and k != "swiglu":
+        elif isinstance(data[k], str) and k not in ("swiglu", "moe_layers"):
             data[k] = (data[k],)
     try:
         fmt = CheckpointFormat(**data)
@@ -337,6 +440,38 @@ def load_format_file(path: str) -> CheckpointFormat:
     if fmt.router_weight not in ROUTER_WEIGHTS:
         raise FormatError("LR103", f"{path}: router_weight must be 'output' (the weight multiplies each "
                           f"expert's output) or 'input' (each expert's input, as Llama-4), got {fmt.router_weight!r}")
-    if (fmt.fused and not fmt.gate_up) or (not fmt.fused and not (fmt.gate and fmt.up)):
-        raise FormatError("LR103", f"{path}: a fused format names gate_up; a per-expert one gate and up")
+    if (fmt.fused and not (fmt.gate_up or (fmt.gate and fmt.up))) or (not fmt.fused and not (fmt.gate and fmt.up)):
+        raise FormatError("LR103", f"{path}: a fused format names gate_up (or separate fused gate and up); "
+                          "a per-expert one gate and up")
+    if fmt.experts_flattened and not fmt.fused:
+        raise FormatError("LR103", f"{path}: experts_flattened applies to a fused format")
+    if isinstance(fmt.moe_layers, str) and fmt.moe_layers not in MOE_LAYER_RULES:
+        raise FormatError("LR103", f"{path}: moe_layers {fmt.moe_layers!r} is none of {', '.join(MOE_LAYER_RULES)}, "
+                          "nor a list of layer indices")
     return fmt
+
+
+def format_json(fmt: CheckpointFormat) -> dict[str, Any]:
+    """`fmt` as the JSON object a `--format-file` holds (tuples as lists; `load_format_file`
+    reads it back to an equal format)."""
+    out: dict[str, Any] = {}
+    for f in fields(CheckpointFormat):
+        value = getattr(fmt, f.name)
+        out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def describe_formats() -> str:
+    """The built-in families, one line each: model_type, layout, where the experts are, which
+    layers are MoE, and the transformers source it was read from (`layoutc formats`)."""
+    lines = [f"{len(FORMATS)} built-in checkpoint formats (docs/formats.md; `layoutc formats NAME` prints one "
+             "as a --format-file):"]
+    for name in sorted(FORMATS):
+        f = FORMATS[name]
+        layout = ("fused " + ("gate_up" if f.gate_up else "gate + up") if f.fused else "per-expert") + \
+            (", [in, out]" if f.transposed else "") + (", interleaved" if f.gate_up_layout == "interleave" else "")
+        layers = f.moe_layers if isinstance(f.moe_layers, str) else list(f.moe_layers)
+        lines.append(f"  {name:<13} {layout:<37} moe layers: {layers!s:<22} experts: {f.layer_prefix}{f.experts}"
+                     + (f"; shared expert {f.shared_expert}" if f.shared_expert else "")
+                     + ("; weight on the input" if f.router_weight == "input" else ""))
+    return "\n".join(lines) + "\n"

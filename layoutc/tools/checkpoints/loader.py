@@ -82,9 +82,11 @@ def load_layer_rank(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType
         out.w13_bias, out.w2_bias = b13.alloc(plan, rank), b2.alloc(plan, rank)
     if fmt.fused:
         n = fmt.names(layer)
-        load13(w13, ckpt.slice(n["gate_up"]), plan, rank, role="gate_up", transposed=fmt.transposed,
-               source_layout=fmt.gate_up_layout)
-        load2(w2, ckpt.slice(n["down"]), plan, rank, role="down", transposed=fmt.down_transposed)
+        for role in ("gate_up",) if "gate_up" in n else ("gate", "up"):
+            load13(w13, ckpt.experts_slice(n[role], moe.num_experts, fmt.experts_flattened), plan, rank,
+                   role=role, transposed=fmt.transposed, source_layout=fmt.gate_up_layout)
+        load2(w2, ckpt.experts_slice(n["down"], moe.num_experts, fmt.experts_flattened), plan, rank, role="down",
+              transposed=fmt.down_transposed)
         if has_bias:
             _load_biases(ckpt, moe, layer, layout, plan, rank, out)
         return out
@@ -128,10 +130,11 @@ def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: Mod
         s13, s2 = t13.alloc(cplan, rank), t2.alloc(cplan, rank)
         if fmt.fused:
             n = fmt.names(layer)
-            _load_experts(load13, s13, ckpt.slice(n["gate_up"]), cplan, rank, lo, hi, "gate_up",
-                          fmt.transposed, fmt.gate_up_layout)
-            _load_experts(load2, s2, ckpt.slice(n["down"]), cplan, rank, lo, hi, "down",
-                          fmt.down_transposed, "halves")
+            for role in ("gate_up",) if "gate_up" in n else ("gate", "up"):
+                _load_experts(load13, s13, ckpt.experts_slice(n[role], moe.num_experts, fmt.experts_flattened),
+                              cplan, rank, lo, hi, role, fmt.transposed, fmt.gate_up_layout)
+            _load_experts(load2, s2, ckpt.experts_slice(n["down"], moe.num_experts, fmt.experts_flattened),
+                          cplan, rank, lo, hi, "down", fmt.down_transposed, "halves")
         else:
             for e in range(lo, hi):
                 n = fmt.names(layer, e)

@@ -9,65 +9,65 @@ indexed); `tensor(name)` materialises a small tensor (routers, norms). Needs
 from __future__ import annotations
 
 import difflib
-import json
 import os
 from contextlib import ExitStack
 from typing import Any, Self
 
 from layoutc.tools.checkpoints.formats import FormatError
+from layoutc.tools.checkpoints.header import TensorInfo, read_header, read_json_object
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
-MAX_CONFIG_BYTES = 16 << 20
 
 
 class Checkpoint:
     """A checkpoint folder opened for slicing. Use as a context manager (closes the files).
 
-    Raises FormatError: LR110 no folder / config.json, LR111 no safetensors or a bad
-    index, LR112 a tensor the format names is absent (closest names listed).
+    Every file is read within bounds (layoutc.tools.checkpoints.header): config.json and the
+    index as JSON objects, each safetensors file's header checked against the file.
+    Raises FormatError: LR110 no folder / an unreadable config.json, LR111 no safetensors or
+    a bad index, LR115 a truncated or corrupt safetensors file, LR112 a tensor the format
+    names is absent (closest names listed).
     """
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
         cfg_path = os.path.join(folder, "config.json")
-        if not os.path.isdir(folder) or not os.path.isfile(cfg_path):
+        if not os.path.isdir(folder) or not os.path.lexists(cfg_path):
             raise FormatError("LR110", f"{folder}: not a checkpoint folder (no config.json)")
-        try:
-            if os.path.getsize(cfg_path) > MAX_CONFIG_BYTES:
-                raise ValueError("larger than 16 MiB")
-            with open(cfg_path, encoding="utf-8") as f:
-                config = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise FormatError("LR110", f"{cfg_path}: cannot read config.json: {exc}") from None
-        if not isinstance(config, dict):
-            raise FormatError("LR110", f"{cfg_path}: config.json is not a JSON object")
-        self.config: dict[str, Any] = config
+        self.config: dict[str, Any] = read_json_object(cfg_path, "LR110", "config.json")
         self.weight_map = self._weight_map()
+        self.tensors = self._headers()
         self._stack = ExitStack()
         self._open: dict[str, Any] = {}
 
     def _weight_map(self) -> dict[str, str]:
         index = os.path.join(self.folder, INDEX)
-        if os.path.isfile(index):
-            try:
-                with open(index, encoding="utf-8") as f:
-                    data = json.load(f)
-                wm = data["weight_map"]
-                if not isinstance(wm, dict):
-                    raise ValueError("weight_map is not an object")
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise FormatError("LR111", f"{index}: bad index: {exc}") from None
+        if os.path.lexists(index):
+            data = read_json_object(index, "LR111", "the index")
+            wm = data.get("weight_map")
+            if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
+                raise FormatError("LR111", f"{index}: bad index: weight_map is not an object of file names")
             for fname in set(wm.values()):
-                if os.path.basename(str(fname)) != fname or not os.path.isfile(os.path.join(self.folder, fname)):
+                if os.path.basename(fname) != fname or not os.path.isfile(os.path.join(self.folder, fname)):
                     raise FormatError("LR111", f"{index}: names shard {fname!r}, which is not in the folder")
-            return {str(k): str(v) for k, v in wm.items()}
+            return {str(k): v for k, v in wm.items()}
         single = os.path.join(self.folder, SINGLE)
         if not os.path.isfile(single):
             raise FormatError("LR111", f"{self.folder}: no {SINGLE} and no {INDEX}")
-        from safetensors import safe_open
-        with safe_open(single, framework="pt") as f:
-            return {k: SINGLE for k in f.keys()}  # noqa: SIM118 (safe_open is not a mapping)
+        return {k: SINGLE for k in read_header(single, SINGLE)}
+
+    def _headers(self) -> dict[str, TensorInfo]:
+        """Every tensor's header entry (dtype, shape, file), read from each file's header once;
+        FormatError LR115 for a corrupt file, LR111 for an index naming a tensor its shard lacks."""
+        out: dict[str, TensorInfo] = {}
+        for fname in sorted(set(self.weight_map.values())):
+            out.update(read_header(os.path.join(self.folder, fname), fname))
+        for name, fname in self.weight_map.items():
+            if out.get(name) is None or out[name].file != fname:
+                raise FormatError("LR111", f"{os.path.join(self.folder, INDEX)}: names tensor {name!r} in "
+                                  f"{fname}, whose header does not hold it")
+        return {k: v for k, v in out.items() if k in self.weight_map}
 
     def __enter__(self) -> Self:
         return self
@@ -84,7 +84,8 @@ class Checkpoint:
         """Whether the checkpoint's weight map names tensor `name`."""
         return name in self.weight_map
 
-    def _handle(self, name: str) -> Any:
+    def _check(self, name: str) -> None:
+        """FormatError LR112 (closest names listed) when the checkpoint has no tensor `name`."""
         if name not in self.weight_map:
             close = difflib.get_close_matches(name, list(self.weight_map), n=3, cutoff=0.6)
             hint = f"; closest: {', '.join(close)}" if close else ""
@@ -92,6 +93,9 @@ class Checkpoint:
                 hint = (f"; it is stored quantized ({name}_blocks / _scales, e.g. MXFP4): dequantize the "
                         "checkpoint to bf16 first (quantized formats are not declared yet)")
             raise FormatError("LR112", f"{self.folder}: no tensor {name!r} (the declared format names it){hint}")
+
+    def _handle(self, name: str) -> Any:
+        self._check(name)
         fname = self.weight_map[name]
         if fname not in self._open:
             from safetensors import safe_open
@@ -106,10 +110,55 @@ class Checkpoint:
         """The memory-mapped slice object of `name` (index it to read a region)."""
         return self._handle(name).get_slice(name)
 
+    def experts_slice(self, name: str, experts: int, flattened: bool) -> Any:
+        """A fused tensor's slice with a leading experts axis: as stored, or, for a tensor that
+        stacks the experts along its rows (`[E * rows, cols]`, DBRX), a view `[E, rows, cols]`
+        that reads only the rows asked for. FormatError LR116 when the rows do not split."""
+        src = self.slice(name)
+        if not flattened:
+            return src
+        shape = list(src.get_shape())
+        if len(shape) != 2 or shape[0] % experts:
+            raise FormatError("LR116", f"{self.folder}: tensor {name!r} has shape {shape}, which does not stack "
+                              f"{experts} experts along its rows (experts_flattened)")
+        return _Unflattened(src, experts, shape[0] // experts, shape[1])
+
     def tensor(self, name: str) -> Any:
         """`name` as a torch tensor (for small tensors: routers, biases)."""
         return self._handle(name).get_tensor(name)
 
     def shape(self, name: str) -> tuple[int, ...]:
         """`name`'s stored shape (read from the header; nothing is loaded)."""
-        return tuple(int(s) for s in self.slice(name).get_shape())
+        self._check(name)
+        return self.tensors[name].shape
+
+    def dtype(self, name: str) -> str:
+        """`name`'s stored safetensors dtype ("BF16", "F32", ...), from the header."""
+        self._check(name)
+        return self.tensors[name].dtype
+
+
+class _Unflattened:
+    """`[E * rows, cols]` seen as `[E, rows, cols]`: indexed with three slices (or one int
+    expert), it reads the experts' row blocks only (get_slice semantics: nothing else)."""
+
+    def __init__(self, src: Any, experts: int, rows: int, cols: int) -> None:
+        self.src, self.experts, self.rows, self.cols = src, experts, rows, cols
+
+    def get_shape(self) -> list[int]:
+        return [self.experts, self.rows, self.cols]
+
+    def get_dtype(self) -> Any:
+        return self.src.get_dtype()
+
+    def __getitem__(self, index: Any) -> Any:
+        if not isinstance(index, tuple):
+            index = (index,)
+        index = (*index, *([slice(None)] * (3 - len(index))))
+        first, rows, cols = index
+        if isinstance(first, int):
+            block = self.src[first * self.rows:(first + 1) * self.rows, cols]
+            return block[rows]
+        lo, hi, _ = first.indices(self.experts)
+        block = self.src[lo * self.rows:hi * self.rows, cols]
+        return block.reshape(hi - lo, self.rows, -1)[:, rows]

@@ -34,6 +34,7 @@ import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +45,9 @@ from layoutc.tools.checkpoints.reader import Checkpoint
 #: Child names of a sparse-MoE block's router in transformers 5.19 (`gate`: Qwen, Mixtral,
 #: DeepSeek; `router`: gpt-oss, Llama-4).
 ROUTER_CHILDREN = ("gate", "router")
+#: Names of the decoder-layer list in a model's module path (`model.layers.N`; DBRX's
+#: `transformer.blocks.N`).
+DECODER_STACKS = ("layers", "blocks")
 
 
 def route(ckpt: Checkpoint, moe: ModelMoE, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -79,8 +83,14 @@ def _full_w13_w2(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> dict[str, torch
     fmt = moe.format
     if fmt.fused:
         n = fmt.names(layer)
-        out = {"gate_up_proj": ckpt.tensor(n["gate_up"]).to(torch.float32),
-               "down_proj": ckpt.tensor(n["down"]).to(torch.float32)}
+
+        def whole(role: str) -> torch.Tensor:
+            return ckpt.experts_slice(n[role], moe.num_experts, fmt.experts_flattened)[:].to(torch.float32)
+
+        # separate fused gate and up (DBRX's w1, v1): stacked [gate | up] along the out axis
+        gate_up = whole("gate_up") if "gate_up" in n else torch.cat([whole("gate"), whole("up")],
+                                                                    dim=2 if fmt.transposed else 1)
+        out = {"gate_up_proj": gate_up, "down_proj": whole("down")}
         if fmt.gate_up_bias is not None:
             out["gate_up_proj_bias"] = ckpt.tensor(n["gate_up_bias"]).to(torch.float32)
             out["down_proj_bias"] = ckpt.tensor(n["down_bias"]).to(torch.float32)
@@ -246,7 +256,7 @@ def moe_modules(model: torch.nn.Module, layers: list[int]) -> dict[int, OracleLa
 
     A layer's experts module is its first submodule whose class name ends in "Experts"
     (transformers 5.19: Qwen3MoeExperts, Llama4TextExperts, ...). Its parent is the block
-    when it lies below the decoder layer (`...layers.N.<block>.experts`) and has a router
+    when it lies below the decoder layer (`...layers.N.<block>.experts`, or `blocks.N`) and has a router
     child (`ROUTER_CHILDREN`); a parent that is the decoder layer itself (Gemma-4) is not a
     block, and the experts module alone is kept. Layers without an experts module are absent.
     """
@@ -254,11 +264,10 @@ def moe_modules(model: torch.nn.Module, layers: list[int]) -> dict[int, OracleLa
     found: dict[int, OracleLayer] = {}
     for name, module in named.items():
         parts = name.split(".")
-        if not type(module).__name__.endswith("Experts") or "layers" not in parts:
+        stacks = [j for j, p in enumerate(parts[:-1]) if p in DECODER_STACKS and parts[j + 1].isdigit()]
+        if not type(module).__name__.endswith("Experts") or not stacks:
             continue
-        i = parts.index("layers")
-        if i + 1 >= len(parts) or not parts[i + 1].isdigit():
-            continue
+        i = stacks[0]
         layer = int(parts[i + 1])
         if layer not in layers or layer in found:
             continue
@@ -290,6 +299,22 @@ def transformers_oracle(folder: str, layers: list[int]) -> Oracle:
         import transformers
     except ImportError:
         return Oracle(missing="transformers is not installed")
+    # quiet while reading and loading: the config's warnings, the "Loading weights" bar, and
+    # the load report, which lists the weights of the layers past `keep` as UNEXPECTED (they
+    # are: only `keep` layers are built); the run's own lines say what was compared
+    log = transformers.utils.logging
+    bar, verbosity = log.is_progress_bar_enabled(), log.get_verbosity()
+    log.disable_progress_bar()  # type: ignore[no-untyped-call]
+    log.set_verbosity_error()  # type: ignore[no-untyped-call]
+    try:
+        return _load_oracle(transformers, folder, layers)
+    finally:
+        log.set_verbosity(verbosity)
+        if bar:
+            log.enable_progress_bar()  # type: ignore[no-untyped-call]
+
+
+def _load_oracle(transformers: Any, folder: str, layers: list[int]) -> Oracle:
     try:
         config = transformers.AutoConfig.from_pretrained(folder)
     except (ValueError, KeyError, OSError) as exc:
@@ -301,20 +326,10 @@ def transformers_oracle(folder: str, layers: list[int]) -> Oracle:
         text.num_hidden_layers = keep
         if isinstance(getattr(text, "layer_types", None), list):
             text.layer_types = text.layer_types[:keep]
-    # quiet while loading: its "Loading weights" bar, and its load report, which lists the
-    # weights of the layers past `keep` as UNEXPECTED (they are: only `keep` layers are built)
-    log = transformers.utils.logging
-    bar, verbosity = log.is_progress_bar_enabled(), log.get_verbosity()
-    log.disable_progress_bar()  # type: ignore[no-untyped-call]
-    log.set_verbosity_error()  # type: ignore[no-untyped-call]
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=torch.float32)
     except (ValueError, KeyError, OSError, TypeError, RuntimeError) as exc:
         return Oracle(missing=f"transformers could not load the model ({_first_line(exc)})")
-    finally:
-        log.set_verbosity(verbosity)
-        if bar:
-            log.enable_progress_bar()  # type: ignore[no-untyped-call]
     found = moe_modules(model, layers)
     absent = [n for n in layers if n not in found]
     missing = (f"transformers' {type(model).__name__} has no experts module in layer(s) "

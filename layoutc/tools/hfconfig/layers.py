@@ -12,6 +12,10 @@
   ``(i + 1) % decoder_sparse_step == 0`` (HF ``modeling_qwen2_moe``).
 * Otherwise (Mixtral, gpt-oss, MiniMax, DBRX, OLMoE, Granite, Phi-MoE) every
   layer is MoE.
+
+A model_type that `layoutc run`'s family table (layoutc.tools.checkpoints.formats) declares
+with a rule over config keys (Qwen, DeepSeek, Gemma-4, Llama-4, ERNIE-4.5) is counted by
+that same rule, so audit and run agree on which layers are MoE.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ def count_moe_layers(scopes: Scopes, num_hidden_layers: int) -> int:
     ModelConfigError on a pattern of the wrong length or type, or a bad period,
     offset, frequency, step or layer list.
     """
+    table = _count_from_family_table(scopes, num_hidden_layers)
+    if table is not None:
+        return table
     pattern_found = scopes.find(("hybrid_override_pattern", "layers_block_type"), "num_moe_layers")
     if pattern_found is not None:
         return _count_from_pattern(scopes, *pattern_found, num_hidden_layers)
@@ -42,6 +49,34 @@ def count_moe_layers(scopes: Scopes, num_hidden_layers: int) -> int:
     if period_found is not None or model_type(scopes) == "jamba":
         return _count_jamba(scopes, period_found, num_hidden_layers)
     return _count_dense_first(scopes, num_hidden_layers)
+
+
+def _count_from_family_table(scopes: Scopes, num_hidden_layers: int) -> int | None:
+    """The built-in family's own rule (layoutc.tools.checkpoints.formats, the table `layoutc
+    run` loads by), for a model_type the table declares with a rule over config keys; None
+    for any other config (the generic rules below then apply)."""
+    from layoutc.tools.checkpoints.formats import FORMATS, FormatError, _moe_layers
+
+    # the innermost scope naming a model_type (Gemma-4's text_config: gemma4_text)
+    found = next(((scope, scope["model_type"]) for _, scope in scopes.entries
+                  if isinstance(scope.get("model_type"), str)), None)
+    if found is None:
+        return None
+    scope, kind = found
+    fmt = FORMATS.get(kind)
+    if fmt is None or not isinstance(fmt.moe_layers, str) or fmt.moe_layers in ("all", "tensors"):
+        return None
+    cfg = scope.get("text_config", scope) if fmt.text_config else scope
+    if not isinstance(cfg, dict):
+        return None
+    try:
+        layers = _moe_layers(fmt, cfg, num_hidden_layers)
+    except FormatError as exc:
+        raise ModelConfigError(f"{scopes.source}: {exc}", source=scopes.source, field="num_moe_layers") from None
+    rule = f"the {kind} family's rule {fmt.moe_layers!r} (layoutc formats {kind})"
+    scopes.used["num_moe_layers"] = (f"every layer (num_hidden_layers; {rule})" if len(layers) == num_hidden_layers
+                                     else f"{len(layers)} of num_hidden_layers by {rule}")
+    return len(layers)
 
 
 def _count_from_pattern(scopes: Scopes, alias: str, pattern: Any, num_hidden_layers: int) -> int:

@@ -2,8 +2,9 @@
 
 Reading is bounded (issue 16): the file is read through ``safeio.read_bounded``
 (at most :data:`MAX_CONFIG_BYTES`, never blocking on a FIFO or a device), JSON
-nested deeper than :data:`MAX_JSON_DEPTH` and integers longer than
-:data:`MAX_INT_DIGITS` digits are refused with :class:`ModelConfigError`.
+nested deeper than :data:`MAX_JSON_DEPTH`, integers longer than :data:`MAX_INT_DIGITS`
+digits, and more values than :func:`max_json_items` allows for the text's size (which keeps
+the parsed objects within a few times the file) are refused with :class:`ModelConfigError`.
 """
 
 from __future__ import annotations
@@ -143,17 +144,36 @@ def _read_text(path: Path | Traversable, source: str) -> str:
 
 def _json_depth(text: str) -> int:
     """The deepest nesting of [ and { outside strings (linear; no recursion)."""
+    return _json_shape(text)[0]
+
+
+def _json_shape(text: str, limit: int | None = None) -> tuple[int, int]:
+    """(deepest nesting of [ and {, number of containers and separators) outside strings:
+    linear, no recursion, nothing built; the scan stops once the count passes `limit`."""
     import re
 
-    depth = deepest = 0
-    for match in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', text):
+    depth = deepest = items = 0
+    limit = len(text) + 1 if limit is None else limit
+    for match in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{},]', text):
         token = match.group(0)
         if token in "[{":
             depth += 1
+            items += 1
             deepest = max(deepest, depth)
         elif token in "]}":
             depth -= 1
-    return deepest
+        elif token == ",":
+            items += 1
+        if items > limit:
+            break
+    return deepest, items
+
+
+def max_json_items(size: int) -> int:
+    """The most containers and separators a JSON text of `size` bytes may hold: 10,000 plus one
+    per 12 bytes (real configs and indexes hold one per 20 bytes or more), so the parsed
+    objects stay within a few times the text (an empty object is 64 bytes in CPython)."""
+    return 10_000 + size // 12
 
 
 def _default_name(path: Path) -> str:
@@ -180,10 +200,17 @@ def _parse_constant(text: str) -> float:
 
 
 def _parse_json(text: str, source: str) -> dict[str, Any]:
-    depth = _json_depth(text)
+    depth, items = _json_shape(text, max_json_items(len(text)))
     if depth > MAX_JSON_DEPTH:
+        least = "at least " if items > max_json_items(len(text)) else ""  # the scan stopped early
         raise ModelConfigError(
-            f"{source}: JSON nested {depth} levels deep (at most {MAX_JSON_DEPTH})", source=source
+            f"{source}: JSON nested {least}{depth} levels deep (at most {MAX_JSON_DEPTH})", source=source
+        )
+    if items > max_json_items(len(text)):
+        raise ModelConfigError(
+            f"{source}: JSON holds over {items - 1} values in {len(text)} bytes (at most "
+            f"{max_json_items(len(text))}: parsing it would take many times its size in memory)",
+            source=source,
         )
     try:
         raw = json.loads(text, parse_int=_parse_int, parse_constant=_parse_constant)

@@ -52,7 +52,7 @@ def _checkpoint_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, 
     ep = cfg.get("ep_size", 1)
     kernel = kernel_of(layout_of(mod))
     with Checkpoint(cfg["model_dir"]) as ckpt:
-        moe = describe(ckpt.config, cfg["format"])
+        moe = describe(ckpt.config, cfg["format"], ckpt.weight_map)
         t0 = time.perf_counter()
         options: dict[str, Any]
         if ep > 1:  # world rank -> (EP rank, TP rank), TP fastest (layoutc.tools.ep_run)
@@ -152,7 +152,7 @@ def _checkpoint_inputs(model_dir: str, module_name: str, layer: int | None, dtyp
     from layoutc.tools.run import checkpoint_dtype, hidden_states, router_weight_on_input
 
     with Checkpoint(model_dir) as ckpt:
-        moe = describe(ckpt.config, checkpoint_format)
+        moe = describe(ckpt.config, checkpoint_format, ckpt.weight_map)
         on_input = router_weight_on_input(moe, import_contract_module(module_name), module_name)
         if layer is None:
             layer = moe.moe_layers[0]

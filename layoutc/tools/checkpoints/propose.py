@@ -1,0 +1,173 @@
+"""Propose a checkpoint format for a model_type no built-in format declares, from the
+safetensors headers and config.json alone (issue 24 item 3).
+
+The experts are found by their names and shapes: per-expert tensors
+`<prefix><layer>.<path>experts.<e>.<proj>.weight` with projections named gate_proj /
+up_proj / down_proj (Qwen, OLMoE, GLM, ...) or w1 / w3 / w2 (Mixtral, MiniMax), or two
+fused 3-D tensors of a layer whose first axis is the number of experts (one holding
+2I rows or columns: gate and up; one holding H and I: down). The orientation comes from
+the shapes; the config keys are the ones whose values equal the measured sizes (tried in
+audit's alias order, layoutc.tools.hfconfig.keys); the MoE layers are "where the tensors
+are". What shapes cannot tell (gate/up order, halves or interleaved rows) is listed as
+candidates, which `layoutc run` proves against transformers' own sparse-MoE block of the
+first MoE layer before it runs anything (layoutc.tools.run). Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+from layoutc.tools.checkpoints.formats import CheckpointFormat
+from layoutc.tools.hfconfig.keys import (
+    HIDDEN_ACT_ALIASES,
+    HIDDEN_SIZE_ALIASES,
+    INTERMEDIATE_SIZE_ALIASES,
+    NUM_EXPERTS_ALIASES,
+    NUM_EXPERTS_PER_TOK_ALIASES,
+    NUM_HIDDEN_LAYERS_ALIASES,
+)
+
+#: audit's aliases of the experts per token, and the spellings of Hunyuan (moe_topk) and ERNIE (moe_k)
+TOP_K_ALIASES = (*NUM_EXPERTS_PER_TOK_ALIASES, "moe_topk", "moe_k")
+_PER_EXPERT = re.compile(r"^(?P<pre>.*?\.)(?P<layer>\d+)\.(?P<path>(?:\w+\.)*?)experts\.(?P<e>\d+)\."
+                         r"(?P<proj>\w+)\.weight$")
+_ROLES = ({"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}, {"gate": "w1", "up": "w3", "down": "w2"})
+_LAYER = re.compile(r"^(?P<pre>.*?\.)(?P<layer>\d+)\.(?P<rest>.+)$")
+
+
+def _key(config: dict[str, Any], aliases: tuple[str, ...], value: int | None = None) -> str | None:
+    """The first alias present (and equal to `value` when given), at the top level or under
+    text_config (as a dotted key)."""
+    for scope, prefix in ((config, ""), (config.get("text_config"), "text_config.")):
+        if not isinstance(scope, dict):
+            continue
+        for alias in aliases:
+            v = scope.get(alias)
+            if v is not None and (value is None or v == value):
+                return prefix + alias
+    return None
+
+
+def propose(config: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> tuple[list[CheckpointFormat], str]:
+    """Candidate formats for `config` (a parsed config.json) whose tensors have `shapes`
+    (name -> shape, from the headers), most likely first; and, when there is none, why.
+
+    Each candidate differs from the first only in what shapes cannot tell (gate/up order;
+    halves or interleaved rows of a fused gate/up tensor).
+    """
+    model_type = str(config.get("model_type"))
+    missing: list[str] = []  # sizes config.json names no key for, for the message
+    for name in sorted(shapes):
+        m = _PER_EXPERT.match(name)
+        if m and m["e"] == "0":
+            found = _per_expert(config, shapes, m, model_type, missing)
+            if found:
+                return found, ""
+    fused = _fused(config, shapes, model_type, missing)
+    if fused:
+        return fused, ""
+    if missing:
+        return [], (f"the expert tensors were found, but config.json names no key for "
+                    f"{', '.join(sorted(set(missing)))}")
+    return [], ("no tensor is named like a per-expert projection (<layer>.<path>experts.<e>.gate_proj/up_proj/"
+                "down_proj or w1/w3/w2 .weight), and no layer holds two 3-D tensors whose first axis is the "
+                "number of experts")
+
+
+def _sizes(config: dict[str, Any], h: int, i: int, e: int, layer_names: list[str],
+           missing: list[str]) -> dict[str, Any] | None:
+    """The config keys of one proposal, each the key whose value equals the measured size."""
+    keys = {"hidden_size": _key(config, HIDDEN_SIZE_ALIASES, h),
+            "intermediate_size": _key(config, INTERMEDIATE_SIZE_ALIASES, i),
+            "num_experts": _key(config, NUM_EXPERTS_ALIASES, e),
+            "top_k": _key(config, TOP_K_ALIASES),
+            "num_hidden_layers": _key(config, NUM_HIDDEN_LAYERS_ALIASES)}
+    if any(v is None for v in keys.values()):
+        missing.extend(f"{k} (no config key equals the measured {dict(hidden_size=h, intermediate_size=i, num_experts=e).get(k, 'value')})"
+                        for k, v in keys.items() if v is None)
+        return None
+    act = _key(config, HIDDEN_ACT_ALIASES)
+    out: dict[str, Any] = {k: (v,) for k, v in keys.items()}
+    if act is not None:
+        out["activation"] = (act,)
+    else:
+        out["fixed_activation"] = "silu"
+    router = [n for n in layer_names if n.endswith("weight") and ("gate" in n or "router" in n)]
+    if router:
+        out["router"] = router[0]
+    out["text_config"] = False
+    return out
+
+
+def _layer_tensors(shapes: dict[str, tuple[int, ...]], pre: str, layer: str) -> dict[str, tuple[int, ...]]:
+    head = f"{pre}{layer}."
+    return {n[len(head):]: s for n, s in shapes.items() if n.startswith(head)}
+
+
+def _per_expert(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], m: re.Match[str],
+                model_type: str, missing: list[str]) -> list[CheckpointFormat]:
+    base = f"{m['pre']}{m['layer']}.{m['path']}experts.0."
+    for roles in _ROLES:
+        names = {r: f"{base}{p}.weight" for r, p in roles.items()}
+        if not all(n in shapes for n in names.values()):
+            continue
+        g, d = shapes[names["gate"]], shapes[names["down"]]
+        if len(g) != 2 or len(d) != 2 or g != shapes[names["up"]]:
+            continue
+        if (d[1], d[0]) == g:  # gate [I, H], down [H, I]
+            i, h, transposed = g[0], g[1], False
+        else:
+            continue
+        e = len({n for n in shapes if n.startswith(base[: -len("0.")]) and n.endswith(f".{roles['down']}.weight")})
+        here = _layer_tensors(shapes, m["pre"], m["layer"])
+        routers = [n for n, s in here.items() if s == (e, h) and "experts." not in n]
+        sizes = _sizes(config, h, i, e, routers, missing)
+        if sizes is None:
+            continue
+        first = CheckpointFormat(
+            model_type=model_type, source="proposed from the safetensors headers (layoutc run)",
+            layer_prefix=m["pre"] + "{layer}.", experts=m["path"] + "experts.", fused=False,
+            gate="{e}." + roles["gate"] + ".weight", up="{e}." + roles["up"] + ".weight",
+            down="{e}." + roles["down"] + ".weight", transposed=transposed, down_transposed=transposed,
+            moe_layers="tensors", **sizes)
+        assert first.gate is not None and first.up is not None
+        return [first, replace(first, gate=first.up, up=first.gate)]
+    return []
+
+
+def _fused(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], model_type: str,
+           missing: list[str]) -> list[CheckpointFormat]:
+    for name in sorted(shapes):
+        m = _LAYER.match(name)
+        if m is None or len(shapes[name]) != 3:
+            continue
+        here = _layer_tensors(shapes, m["pre"], m["layer"])
+        three = {n: s for n, s in here.items() if len(s) == 3 and not n.endswith("bias")}
+        for up_name, us in three.items():
+            for down_name, ds in three.items():
+                if up_name == down_name or us[0] != ds[0]:
+                    continue
+                e = us[0]
+                for transposed, (two_i, h) in ((False, us[1:]), (True, us[1:][::-1])):
+                    if two_i % 2 or {ds[1], ds[2]} != {h, two_i // 2}:
+                        continue
+                    i = two_i // 2
+                    down_t = ds[1:] == (i, h) and h != i
+                    routers = [n for n, s in here.items() if s == (e, h)]
+                    sizes = _sizes(config, h, i, e, routers, missing)
+                    if sizes is None:
+                        continue
+                    common = up_name.rfind("experts.")
+                    path = up_name[: common + len("experts.")] if common >= 0 else ""
+                    first = CheckpointFormat(
+                        model_type=model_type, source="proposed from the safetensors headers (layoutc run)",
+                        layer_prefix=m["pre"] + "{layer}.", experts=path, fused=True, gate=None, up=None,
+                        gate_up=up_name[len(path):], down=down_name[len(path):] if down_name.startswith(path)
+                        else down_name, transposed=transposed, down_transposed=down_t, moe_layers="tensors",
+                        **sizes)
+                    if not down_name.startswith(path):
+                        continue
+                    return [first, replace(first, gate_up_layout="interleave")]
+    return []
