@@ -27,7 +27,6 @@ naming the tensor and the expected shape.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -216,7 +215,7 @@ def _plan(
     dtype = _p.check_dtype(CONTRACT, 'dtype', dtype, ('float16', 'bfloat16'), SOURCE_FILE)
     intermediate_size_per_partition = (intermediate_size // tp_size)
     intermediate_size_per_partition_padded = (
-        _p.round_up(intermediate_size_per_partition, math.lcm(64, group_size))
+        _p.round_up(intermediate_size_per_partition, _p.lcm(64, group_size))
     )
     if ((intermediate_size % tp_size) != 0):
         raise LayoutContractError(_p.broken(

@@ -35,7 +35,6 @@ naming the tensor and the expected shape.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -227,7 +226,7 @@ def _plan(
         (intermediate_size // tp_size)
     )
     intermediate_size_per_partition_padded = (
-        _p.round_up(intermediate_size_per_partition, math.lcm(64, block_k))
+        _p.round_up(intermediate_size_per_partition, _p.lcm(64, block_k))
     )
     if ((scheme == 'fp8_block128') != (scale_dtype == 'float32')):
         raise LayoutContractError(_p.broken(

@@ -30,7 +30,6 @@ naming the tensor and the expected shape.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -249,7 +248,7 @@ def _plan(
     intermediate_size_per_partition = (intermediate_size // tp_size)
     group = (1 if (group_size == (-1)) else group_size)
     intermediate_size_per_partition_padded = (
-        _p.round_up(intermediate_size_per_partition, math.lcm(64, group))
+        _p.round_up(intermediate_size_per_partition, _p.lcm(64, group))
     )
     if (not ((not act_order) or (group_size == (-1)))):
         raise LayoutContractError(_p.broken(

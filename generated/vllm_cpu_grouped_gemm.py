@@ -21,7 +21,6 @@ naming the tensor and the expected shape.
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -237,7 +236,7 @@ def _plan(
     )
     output_alignment = {'vec': 32, 'amx': 32, 'neon': 32, 'vsx': 16}[isa]
     reduction_alignment = {'vec': 1, 'amx': 32, 'neon': 4, 'vsx': 2}[isa]
-    intermediate_alignment = math.lcm(output_alignment, reduction_alignment)
+    intermediate_alignment = _p.lcm(output_alignment, reduction_alignment)
     intermediate_size_per_partition = (intermediate_size // tp_size)
     intermediate_size_per_partition_padded = (
         _p.round_up(intermediate_size_per_partition, intermediate_alignment)

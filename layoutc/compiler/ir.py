@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, assert_never
 
 from layoutc.compiler.diagnostics import Span
+from layoutc.runtime import vocab
 
 # ---- types -------------------------------------------------------------------
 
@@ -99,9 +100,9 @@ class Code:
 
 @dataclass(frozen=True)
 class Op:
-    """Operators and builtin functions; `op` is one of OPS."""
+    """An operator, builtin function or byte format (layoutc/runtime/vocab.py's `Op`)."""
 
-    op: str
+    op: vocab.Op
     args: tuple[Expr, ...]
     type: Type
     span: Span
@@ -128,14 +129,6 @@ class Select:
 
 
 Expr = Const | Ref | AxisSize | TensorValue | Code | Op | Cond | Select
-
-ARITH = ("+", "-", "*", "/", "%")
-COMPARE = ("==", "!=", "<", "<=", ">", ">=")
-LOGIC = ("and", "or", "not")
-# builtin -> arity
-FUNCTIONS: dict[str, int] = {
-    "round_up": 2, "round_down": 2, "cdiv": 2, "lcm": 2, "gcd": 2, "min": 2, "max": 2,
-}
 
 # ---- declarations ------------------------------------------------------------
 
@@ -360,20 +353,6 @@ class Contract:
     @property
     def gated(self) -> bool:
         return self.weight("w13").axis("n").segments == 2
-
-
-# The known activations: gated ones compute F(gate) * H(up); F(0) == 0 for all.
-# H is the identity except for swigluoai, where it is (up + 1) (gpt-oss).
-ACTIVATIONS: dict[str, tuple[bool, int]] = {
-    # name: (gated, up offset)
-    "silu": (True, 0),
-    "gelu": (True, 0),
-    "gelu_tanh": (True, 0),
-    "swigluoai": (True, 1),
-    "relu2": (False, 0),
-    "silu_no_mul": (False, 0),
-    "gelu_no_mul": (False, 0),
-}
 
 
 def children(node: Expr) -> tuple[Expr, ...]:

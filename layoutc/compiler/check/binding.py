@@ -16,6 +16,7 @@ from layoutc.compiler.check.ties import Side, alternatives, disagreement
 from layoutc.compiler.diagnostics import Diagnostic, Related, Span, error
 from layoutc.compiler.evaluate import EvalError, TooLarge, eval_expr, finite_values, param_deps
 from layoutc.runtime.interface import GlueInterface
+from layoutc.runtime.vocab import ACTIVATIONS
 
 
 def activations(contract: ir.Contract) -> frozenset[str] | None:
@@ -251,7 +252,7 @@ def _model_activation(contract: ir.Contract, act: ir.Expr) -> tuple[str, str | N
     lets = {let.name: let for let in contract.lets}
     deps = param_deps(act, lets)
     candidates = sorted(n for n in deps if isinstance(contract.param(n).type, ir.EnumT)
-                        and all(str(v) in ir.ACTIVATIONS for v in contract.param(n).values))
+                        and all(str(v) in ACTIVATIONS for v in contract.param(n).values))
     if len(candidates) != 1:
         return ("the glue's activation must be the model's activation: bind the activation parameter itself "
                 f"(this expression reads {', '.join(sorted(deps))}, and no single enum parameter of "

@@ -19,6 +19,7 @@ import jinja2
 from layoutc import __version__
 from layoutc.compiler import glues, ir
 from layoutc.compiler.cases import glue_activation
+from layoutc.runtime.vocab import Op, OpKind
 
 VERSION_PREFIX = "# layoutc-version: "
 
@@ -36,10 +37,29 @@ def _template_source(name: str) -> str:
 
 # ---- expressions ---------------------------------------------------------------
 
-_PY_OPS = {"+": "+", "-": "-", "*": "*", "/": "//", "%": "%", "==": "==", "!=": "!=", "<": "<",
-           "<=": "<=", ">": ">", ">=": ">=", "and": "and", "or": "or"}
-_PY_FUNCS = {"round_up": "_p.round_up", "round_down": "_p.round_down", "cdiv": "_p.cdiv", "lcm": "math.lcm",
-             "gcd": "math.gcd", "min": "min", "max": "max"}
+def python_spelling(op: Op) -> str:
+    """How a generated module spells `op`: the Python operator, or the function it calls (the
+    runtime's `vocab` helpers through `_p`, layoutc/runtime/params.py, so the generated
+    `plan()` computes as the evaluator does). Division and `%` are Python's `//` and `%`,
+    which agree with `vocab.floordiv` and `vocab.mod` on every divisor the checker admits
+    (positive, LC303). Raises ValueError for a byte format (decode expressions are never
+    rendered)."""
+    match op:
+        case Op.DIV:
+            return "//"
+        case Op.NEG:
+            return "-"
+        case Op.ROUND_UP | Op.ROUND_DOWN | Op.CDIV | Op.LCM:
+            return f"_p.{op.value}"
+        case Op.GCD:
+            return "math.gcd"
+        case (Op.ADD | Op.SUB | Op.MUL | Op.MOD | Op.EQ | Op.NE | Op.LT | Op.LE | Op.GT | Op.GE | Op.AND
+              | Op.OR | Op.NOT | Op.MIN | Op.MAX):
+            return op.value
+        case Op.E8M0 | Op.E4M3FN | Op.E5M2:
+            raise ValueError(f"cannot render the byte format {op.value} in a generated module")
+        case _:
+            assert_never(op)
 
 
 def render_expr(e: ir.Expr, prefix: str) -> str:
@@ -63,14 +83,13 @@ def render_expr(e: ir.Expr, prefix: str) -> str:
                 out = f"({render_expr(value, prefix)} if {subject} == {member!r} else {out})"
             return out
         case ir.Op():
+            spelling = python_spelling(e.op)
             args = [render_expr(a, prefix) for a in e.args]
-            if e.op == "not":
-                return f"(not {args[0]})"
-            if e.op == "neg":
-                return f"(-{args[0]})"
-            if e.op in _PY_FUNCS:
-                return f"{_PY_FUNCS[e.op]}({', '.join(args)})"
-            return f"({args[0]} {_PY_OPS[e.op]} {args[1]})"
+            if e.op.arity == 1:
+                return f"({spelling} {args[0]})" if e.op is Op.NOT else f"({spelling}{args[0]})"
+            if e.op.kind is OpKind.FUNCTION:
+                return f"{spelling}({', '.join(args)})"
+            return f"({args[0]} {spelling} {args[1]})"
         case ir.AxisSize() | ir.TensorValue() | ir.Code():
             # only in kernel rules and decode expressions, which generated modules never evaluate
             raise ValueError(f"cannot render {type(e).__name__} in a generated module")
@@ -78,15 +97,15 @@ def render_expr(e: ir.Expr, prefix: str) -> str:
             assert_never(e)
 
 
-_NEGATE = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+_NEGATE = {Op.EQ: Op.NE, Op.NE: Op.EQ, Op.LT: Op.GE, Op.LE: Op.GT, Op.GT: Op.LE, Op.GE: Op.LT}
 
 
 def render_negated(e: ir.Expr, prefix: str) -> str:
     """Python source for `not e`, with comparisons flipped rather than wrapped in `not`."""
     if isinstance(e, ir.Op) and e.op in _NEGATE:
         left, right = (render_expr(a, prefix) for a in e.args)
-        return f"({left} {_NEGATE[e.op]} {right})"
-    if isinstance(e, ir.Op) and e.op == "not":
+        return f"({left} {python_spelling(_NEGATE[e.op])} {right})"
+    if isinstance(e, ir.Op) and e.op is Op.NOT:
         return render_expr(e.args[0], prefix)
     return f"(not {render_expr(e, prefix)})"
 
@@ -435,13 +454,13 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
         "tensors": [_tensor_view(contract, t, has_tp) for t in contract.tensors],
         "kernel_args": kernel_args, "glue": glue, "has_tp": has_tp, "tp_param": "tp_size",
         "block_shard": _block_shard_doc(contract.block_shard),
-        "uses_math": _uses(contract, ("lcm", "gcd")),
+        "uses_math": _uses(contract, (Op.GCD,)),
         "all_names": _exports(contract, glue, has_tp),
         "w13": contract.weight("w13").name, "w2": contract.weight("w2").name,
     }
 
 
-def _uses(contract: ir.Contract, ops: tuple[str, ...]) -> bool:
+def _uses(contract: ir.Contract, ops: tuple[Op, ...]) -> bool:
     exprs: list[ir.Expr] = [let.value for let in contract.lets] + [r.cond for r in contract.rules]
     for t in contract.tensors:
         exprs += [g.guard for g in t.guarded]
