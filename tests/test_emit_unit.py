@@ -8,6 +8,7 @@ same value on every point of a small grid. No kernels; torch only through `_p`.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import itertools
 import keyword
 import math
@@ -184,13 +185,17 @@ def test_doc_text_cannot_close_a_docstring() -> None:
 def test_fill_words_replicate_the_code_over_packed_lanes() -> None:
     def tensor(storage: str, pack: int, fill: int) -> ir.Tensor:
         axis = ir.Axis("k", "reduction", "pad", (), const(8), const(8), pack, None, None, SPAN)  # type: ignore[arg-type]
-        return ir.Tensor("w", "weight", "w13", False, (axis,), "value", fill, storage, None, None, SPAN)
+        return ir.Tensor("w", "weight", "w13", False, (axis,), "value", fill, ir.FixedStorage(storage), None, None,
+                         SPAN)
 
     assert R._fill_word(tensor("bfloat16", 1, 0)) == "0.0"
     assert R._fill_word(tensor("int8", 1, -3)) == "-3"
     assert R._fill_word(tensor("uint8", 2, 0xF)) == "255"
     assert R._fill_word(tensor("int32", 8, 8)) == str(0x88888888 - 2**32)  # signed storage wraps
     assert R._fill_word(tensor("int32", 8, 8), code=0) == "0"  # a tail code replaces the fill
+    by_param = dataclasses.replace(tensor("int8", 1, 2), storage=ir.ParamStorage("dtype"))
+    assert R._fill_word(by_param) == "2.0" and R._dtype_expr(by_param) == "_DTYPES[plan.dtype]"
+    assert R._dtype_expr(tensor("int8", 1, 2)) == "torch.int8"
 
 
 # ---- layout of the output ----------------------------------------------------------

@@ -16,7 +16,8 @@ into every generated package.
   `plan()` computes with the same helpers the checker evaluates with.
 - `DTYPES`: the storage dtypes a tensor may have, with their bit width and, for
   floats, mantissa bits and largest finite value (IEEE 754 binary32/binary16,
-  bfloat16; OCP 8-bit floating point v1.0 for float8_e4m3fn / float8_e5m2).
+  bfloat16; OCP 8-bit floating point v1.0 for float8_e4m3fn / float8_e5m2);
+  `MODEL_DTYPES` those a model computes in, and `HF_DTYPES` how configs spell them.
 - `ACTIVATIONS`: the activations a contract may name: gated or not, and the offset H
   adds to up (swigluoai: (up + 1), gpt-oss); `HF_ACTIVATIONS` maps the names
   Hugging Face configs use (`hidden_act`) to these.
@@ -229,6 +230,11 @@ DTYPES: dict[str, DType] = {d.name: d for d in (
 )}
 #: The dtypes a model's activations and unquantized weights come in.
 MODEL_DTYPES = ("bfloat16", "float16", "float32")
+#: How Hugging Face configs spell a model dtype (`torch_dtype`, lower-cased) -> its DTYPES name.
+HF_DTYPES: dict[str, str] = {
+    "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "half": "float16",
+    "float32": "float32", "fp32": "float32", "float": "float32",
+}
 
 
 @dataclass(frozen=True)

@@ -211,6 +211,29 @@ class GuardedAxis:
 
 
 @dataclass(frozen=True)
+class FixedStorage:
+    """`storage DTYPE`: one storage dtype (a key of layoutc/runtime/vocab.py's DTYPES)."""
+
+    dtype: str
+
+    def __str__(self) -> str:
+        return self.dtype
+
+
+@dataclass(frozen=True)
+class ParamStorage:
+    """`storage P`: the dtype that the enum parameter P (of dtype names) takes."""
+
+    param: str
+
+    def __str__(self) -> str:
+        return self.param
+
+
+Storage = FixedStorage | ParamStorage
+
+
+@dataclass(frozen=True)
 class Tensor:
     name: str
     kind: Literal["weight", "scale", "zero", "bias"]
@@ -219,7 +242,7 @@ class Tensor:
     axes: tuple[Axis, ...]
     fill_kind: Literal["value", "decoded", "uninit"]
     fill: int  # the stored pad code (resolved from `decoded` by the checker)
-    storage: str  # torch dtype name of the stored tensor, or "param:<name>"
+    storage: Storage
     code_range: tuple[int, int] | None
     decode: Expr | None
     span: Span

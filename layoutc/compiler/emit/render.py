@@ -19,7 +19,7 @@ import jinja2
 from layoutc import __version__
 from layoutc.compiler import glues, ir
 from layoutc.compiler.cases import glue_activation
-from layoutc.runtime.vocab import Op, OpKind
+from layoutc.runtime.vocab import DTYPES, Op, OpKind
 
 VERSION_PREFIX = "# layoutc-version: "
 
@@ -120,26 +120,25 @@ def _names(e: ir.Expr) -> list[str]:
 
 # ---- view model ----------------------------------------------------------------
 
-_BITS = {"int32": 32, "uint8": 8, "int8": 8, "int16": 16}
-
-
 def _fill_word(tensor: ir.Tensor, code: int | None = None) -> str:
-    """The stored fill value (or `code`, e.g. the tail fill), replicated across packed sub-elements."""
+    """The stored fill value (or `code`, e.g. the tail fill), replicated across packed sub-elements.
+
+    A float storage, or a dtype parameter (its members may be floats), takes a float; an
+    integer storage an int; a packed one (always a fixed integer dtype, LC411) the word."""
     value = tensor.fill if code is None else code
     pack = max(a.pack for a in tensor.axes) if tensor.axes else 1
+    dtype = DTYPES[tensor.storage.dtype] if isinstance(tensor.storage, ir.FixedStorage) else None
     if pack == 1:
-        if tensor.storage.startswith("param:") or tensor.storage.startswith("float") \
-                or tensor.storage == "bfloat16":
-            return repr(float(value))
-        return repr(int(value))
-    bits = _BITS[tensor.storage] // pack
+        return repr(float(value)) if dtype is None or dtype.floating else repr(int(value))
+    if dtype is None or dtype.floating:
+        raise ValueError(f"{tensor.name}: a packed tensor needs a fixed integer storage (LC411)")
+    bits = dtype.bits // pack
     mask = (1 << bits) - 1
     word = 0
     for j in range(pack):
         word |= (value & mask) << (bits * j)
-    width = _BITS[tensor.storage]
-    if tensor.storage.startswith("int") and word >= 1 << (width - 1):
-        word -= 1 << width
+    if dtype.signed and word >= 1 << (dtype.bits - 1):
+        word -= 1 << dtype.bits
     return repr(word)
 
 
@@ -202,9 +201,15 @@ def _axis_table(tensor: ir.Tensor, has_tp: bool, full: ir.Expr | None = None) ->
 
 
 def _dtype_expr(tensor: ir.Tensor) -> str:
-    if tensor.storage.startswith("param:"):
-        return f"_DTYPES[plan.{tensor.storage.removeprefix('param:')}]"
-    return f"torch.{tensor.storage}"
+    """The torch dtype of `tensor` under `plan`: a fixed one, or the plan's dtype parameter's
+    (looked up in the runtime's table, runtime/dtypes.py)."""
+    match tensor.storage:
+        case ir.FixedStorage(dtype=dtype):
+            return f"torch.{dtype}"
+        case ir.ParamStorage(param=param):
+            return f"_DTYPES[plan.{param}]"
+        case _:
+            assert_never(tensor.storage)
 
 
 def _shape_doc(contract: ir.Contract, tensor: ir.Tensor, which: str) -> str:
@@ -337,7 +342,7 @@ def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> dict[str,
         "tail_doc": None if t.tail_fill is None else f"stored code {t.tail_fill}" + (
             " (resolved from `tail fill decoded`)" if t.tail_fill_kind == "decoded" else ""),
         "logical_doc": _shape_doc(contract, t, "logical"), "padded_doc": _shape_doc(contract, t, "padded"),
-        "storage_doc": t.storage.removeprefix("param:"), "fill_doc": fill, "line": t.span.line,
+        "storage_doc": str(t.storage), "fill_doc": fill, "line": t.span.line,
         "once": repr(t.kind == "bias" and t.projection == "w2"),
         # loading section (runtime/loading.py)
         "once_flag": repr(t.kind == "bias" and t.projection == "w2"),
@@ -416,8 +421,7 @@ def _exports(contract: ir.Contract, glue: dict[str, Any] | None, has_tp: bool) -
 
 
 def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) -> dict[str, Any]:
-    dtype_params = sorted({t.storage.removeprefix("param:") for t in contract.tensors
-                           if t.storage.startswith("param:")})
+    dtype_params = sorted({t.storage.param for t in contract.tensors if isinstance(t.storage, ir.ParamStorage)})
     lets = [{"name": let.name, "code": render_expr(let.value, ""),
              "lines": wrap_code(f"{let.name} = ", render_expr(let.value, "")),
              "field_type": "bool" if let.type == ir.BOOL else ("str" if isinstance(let.type, ir.EnumT) else "int")}
@@ -454,7 +458,7 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
         "tensors": [_tensor_view(contract, t, has_tp) for t in contract.tensors],
         "kernel_args": kernel_args, "glue": glue, "has_tp": has_tp, "tp_param": "tp_size",
         "block_shard": _block_shard_doc(contract.block_shard),
-        "uses_math": _uses(contract, (Op.GCD,)),
+        "uses_math": _uses(contract, (Op.GCD,)), "dtype_table": bool(dtype_params),
         "all_names": _exports(contract, glue, has_tp),
         "w13": contract.weight("w13").name, "w2": contract.weight("w2").name,
     }

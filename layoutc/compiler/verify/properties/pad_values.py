@@ -78,10 +78,10 @@ class PadValues:
         integer, E8M0 (MX block scales) or float8_e4m3fn bytes; its pad must be finite and
         neutral in each. The format is one free choice per tensor (the same in every use)."""
         ctx = self.run.ctx
-        if t.storage == "uint8":
+        if t.storage == ir.FixedStorage("uint8"):
             is_byte: z3.BoolRef = z3.BoolVal(True, ctx)
-        elif t.storage.startswith("param:"):
-            param = self.run.contract.param(t.storage[6:])
+        elif isinstance(t.storage, ir.ParamStorage):
+            param = self.run.contract.param(t.storage.param)
             if "uint8" not in param.values:
                 return None
             is_byte = self.run.enc.vars[param.name] == param.values.index("uint8")
