@@ -1045,7 +1045,8 @@ def alloc_w13_qweight(
 
 def load_w13_qweight(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w13_qweight`).
 
@@ -1055,7 +1056,7 @@ def load_w13_qweight(
     (else it holds every expert).
     `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -1087,7 +1088,8 @@ def alloc_w13_scales(
 
 def load_w13_scales(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w13_scales`).
 
@@ -1097,7 +1099,7 @@ def load_w13_scales(
     (else it holds every expert).
     `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -1129,7 +1131,8 @@ def alloc_w13_qzeros(
 
 def load_w13_qzeros(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w13_qzeros`).
 
@@ -1139,7 +1142,7 @@ def load_w13_qzeros(
     (else it holds every expert).
     `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -1171,7 +1174,8 @@ def alloc_w13_bias(
 
 def load_w13_bias(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w13_bias`).
 
@@ -1181,7 +1185,7 @@ def load_w13_bias(
     (else it holds every expert).
     `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -1213,7 +1217,8 @@ def alloc_w2_qweight(
 
 def load_w2_qweight(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w2_qweight`).
 
@@ -1223,7 +1228,7 @@ def load_w2_qweight(
     (else it holds every expert).
     `role`: "down" or None (the whole tensor).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -1255,7 +1260,8 @@ def alloc_w2_scales(
 
 def load_w2_scales(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w2_scales`).
 
@@ -1265,7 +1271,7 @@ def load_w2_scales(
     (else it holds every expert).
     `role`: "down" or None (the whole tensor).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -1297,7 +1303,8 @@ def alloc_w2_qzeros(
 
 def load_w2_qzeros(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w2_qzeros`).
 
@@ -1307,7 +1314,7 @@ def load_w2_qzeros(
     (else it holds every expert).
     `role`: "down" or None (the whole tensor).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -1341,7 +1348,8 @@ def alloc_w2_bias(
 
 def load_w2_bias(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w2_bias`).
 
@@ -1351,7 +1359,7 @@ def load_w2_bias(
     (else it holds every expert).
     `role`: "down" or None (the whole tensor).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)

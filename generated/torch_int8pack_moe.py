@@ -534,7 +534,8 @@ def alloc_w13(
 
 def load_w13(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w13`).
 
@@ -544,7 +545,7 @@ def load_w13(
     (else it holds every expert).
     `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -576,7 +577,8 @@ def alloc_w2(
 
 def load_w2(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w2`).
 
@@ -586,7 +588,7 @@ def load_w2(
     (else it holds every expert).
     `role`: "down" or None (the whole tensor).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)

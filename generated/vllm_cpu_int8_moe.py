@@ -828,7 +828,8 @@ def alloc_w13_weight(
 
 def load_w13_weight(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w13_weight`).
 
@@ -838,7 +839,7 @@ def load_w13_weight(
     (else it holds every expert).
     `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -870,7 +871,8 @@ def alloc_w13_weight_scale(
 
 def load_w13_weight_scale(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w13_weight_scale`).
 
@@ -880,7 +882,7 @@ def load_w13_weight_scale(
     (else it holds every expert).
     `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -912,7 +914,8 @@ def alloc_w13_bias(
 
 def load_w13_bias(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w13_bias`).
 
@@ -922,7 +925,7 @@ def load_w13_bias(
     (else it holds every expert).
     `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -954,7 +957,8 @@ def alloc_w2_weight(
 
 def load_w2_weight(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w2_weight`).
 
@@ -964,7 +968,7 @@ def load_w2_weight(
     (else it holds every expert).
     `role`: "down" or None (the whole tensor).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -996,7 +1000,8 @@ def alloc_w2_weight_scale(
 
 def load_w2_weight_scale(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w2_weight_scale`).
 
@@ -1006,7 +1011,7 @@ def load_w2_weight_scale(
     (else it holds every expert).
     `role`: "down" or None (the whole tensor).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -1040,7 +1045,8 @@ def alloc_w2_bias(
 
 def load_w2_bias(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w2_bias`).
 
@@ -1050,7 +1056,7 @@ def load_w2_bias(
     (else it holds every expert).
     `role`: "down" or None (the whole tensor).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)

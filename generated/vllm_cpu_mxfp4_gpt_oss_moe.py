@@ -797,7 +797,8 @@ def alloc_w13_weight(
 
 def load_w13_weight(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w13_weight`).
 
@@ -807,7 +808,7 @@ def load_w13_weight(
     (else it holds every expert).
     `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -839,7 +840,8 @@ def alloc_w13_weight_scale(
 
 def load_w13_weight_scale(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w13_weight_scale`).
 
@@ -849,7 +851,7 @@ def load_w13_weight_scale(
     (else it holds every expert).
     `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -881,7 +883,8 @@ def alloc_w13_bias(
 
 def load_w13_bias(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w13_bias`).
 
@@ -891,7 +894,7 @@ def load_w13_bias(
     (else it holds every expert).
     `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -923,7 +926,8 @@ def alloc_w2_weight(
 
 def load_w2_weight(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w2_weight`).
 
@@ -933,7 +937,7 @@ def load_w2_weight(
     (else it holds every expert).
     `role`: "down" or None (the whole tensor).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -965,7 +969,8 @@ def alloc_w2_weight_scale(
 
 def load_w2_weight_scale(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w2_weight_scale`).
 
@@ -975,7 +980,7 @@ def load_w2_weight_scale(
     (else it holds every expert).
     `role`: "down" or None (the whole tensor).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -1009,7 +1014,8 @@ def alloc_w2_bias(
 
 def load_w2_bias(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w2_bias`).
 
@@ -1019,7 +1025,7 @@ def load_w2_bias(
     (else it holds every expert).
     `role`: "down" or None (the whole tensor).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)

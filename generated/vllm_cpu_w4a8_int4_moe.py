@@ -832,7 +832,8 @@ def alloc_w13_weight(
 
 def load_w13_weight(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w13_weight`).
 
@@ -842,7 +843,7 @@ def load_w13_weight(
     (else it holds every expert).
     `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -874,7 +875,8 @@ def alloc_w13_weight_scale(
 
 def load_w13_weight_scale(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w13_weight_scale`).
 
@@ -884,7 +886,7 @@ def load_w13_weight_scale(
     (else it holds every expert).
     `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -916,7 +918,8 @@ def alloc_w13_bias(
 
 def load_w13_bias(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w13_bias`).
 
@@ -926,7 +929,7 @@ def load_w13_bias(
     (else it holds every expert).
     `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -958,7 +961,8 @@ def alloc_w2_weight(
 
 def load_w2_weight(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w2_weight`).
 
@@ -968,7 +972,7 @@ def load_w2_weight(
     (else it holds every expert).
     `role`: "down" or None (the whole tensor).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -1000,7 +1004,8 @@ def alloc_w2_weight_scale(
 
 def load_w2_weight_scale(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w2_weight_scale`).
 
@@ -1010,7 +1015,7 @@ def load_w2_weight_scale(
     (else it holds every expert).
     `role`: "down" or None (the whole tensor).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
@@ -1044,7 +1049,8 @@ def alloc_w2_bias(
 
 def load_w2_bias(
     dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+    role: str | None = None, transposed: bool = False,
+    source_layout: str = _loading.SOURCE_LAYOUTS[0],
 ) -> None:
     """Load one checkpoint tensor into `dst` (from `alloc_w2_bias`).
 
@@ -1054,7 +1060,7 @@ def load_w2_bias(
     (else it holds every expert).
     `role`: "down" or None (the whole tensor).
     `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: "halves" or "interleave" rows of a fused gate/up source.
+    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from layoutc.compiler import glues, ir
 from layoutc.compiler.diagnostics import Span
 from layoutc.compiler.evaluate import EvalError, Value, eval_expr, needed_lets, param_deps
+from layoutc.runtime.algebra import ViewWord
 from layoutc.runtime.vocab import Op
 
 MAX_ASSIGNMENTS = 4096
@@ -95,7 +96,7 @@ def kernel_view(contract: ir.Contract, env: Mapping[str, Value]) -> ir.View | No
     if declared is None:
         return None
     w13 = contract.weight("w13")
-    return ir.View(w13.name, "n", declared.view, declared.roles, contract.glue.span)  # type: ignore[arg-type]
+    return ir.View(w13.name, "n", ViewWord.parse(declared.view), declared.roles, contract.glue.span)
 
 
 def specialise(contract: ir.Contract, env: Mapping[str, Value], restrict: ir.Expr | None = None,

@@ -13,6 +13,7 @@ from typing import Literal, assert_never
 
 from layoutc.compiler.diagnostics import Span
 from layoutc.runtime import vocab
+from layoutc.runtime.algebra import ViewWord, Word
 
 # ---- types -------------------------------------------------------------------
 
@@ -166,7 +167,7 @@ class Rule:
 
 
 AxisKind = Literal["plain", "padded", "groups"]
-Layout = Literal["none", "pad", "halves", "concat", "interleave"]
+Layout = Word  # the layout algebra's words (layoutc/runtime/algebra.py)
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ class Axis:
 
     @property
     def is_padded(self) -> bool:
-        return self.layout != "none"
+        return self.layout is not Word.NONE
 
 
 @dataclass(frozen=True)
@@ -276,7 +277,7 @@ class Tensor:
 class View:
     tensor: str
     axis: str
-    view: Literal["halves", "interleave", "linear"]
+    view: ViewWord
     roles: tuple[str, ...]
     span: Span
 

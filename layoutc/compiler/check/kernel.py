@@ -11,6 +11,7 @@ from layoutc.compiler.check.names import check_name, suggest
 from layoutc.compiler.check.scope import Scope, Sink
 from layoutc.compiler.check.tensors import axis_ref
 from layoutc.compiler.diagnostics import Related, Span
+from layoutc.runtime.algebra import ViewWord
 from layoutc.runtime.vocab import ACTIVATIONS
 
 
@@ -69,7 +70,7 @@ def _view(scope: Scope, sink: Sink, cl: A.ViewClause, seen_views: dict[tuple[str
                    related=(Related(seen_views[key], "first view here"),))
         return None
     seen_views[key] = cl.span
-    if cl.view != "linear" and axis.segments != 2:
+    if cl.view is not ViewWord.LINEAR and axis.segments != 2:
         sink.error("LC405", cl.span, f"`{cl.view}` view on `{cl.tensor}.{cl.axis}`, which is not "
                    "segmented into gate and up")
         return None
@@ -77,7 +78,7 @@ def _view(scope: Scope, sink: Sink, cl: A.ViewClause, seen_views: dict[tuple[str
         sink.error("LC403", cl.span, f"the kernel's view roles must be `gate` and `up`, found "
                    f"{' | '.join(cl.roles)}")
         return None
-    if cl.view == "linear" and axis.segments == 2:
+    if cl.view is ViewWord.LINEAR and axis.segments == 2:
         sink.error("LC405", cl.span, f"`{cl.tensor}.{cl.axis}` is segmented; the kernel must read it "
                    "as `halves` or `interleave`")
         return None

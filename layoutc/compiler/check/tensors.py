@@ -16,6 +16,7 @@ from layoutc.compiler.check.names import define, suggest
 from layoutc.compiler.check.scope import Scope, Sink
 from layoutc.compiler.diagnostics import Related, Span
 from layoutc.compiler.evaluate import TooLarge, finite_values
+from layoutc.runtime.algebra import Word
 from layoutc.runtime.vocab import DTYPES
 
 AXIS_NAMES = ("experts", "n", "k")
@@ -222,7 +223,7 @@ def _axis(scope: Scope, sink: Sink, ax: A.AxisDecl) -> ir.Axis | None:
             size = expr(scope, sink, spec.size)
             if size is None or not expect(sink, size, ir.INT):
                 return None
-            return ir.Axis(ax.name, "plain", "none", (), size, size, 1, None, None, ax.span)
+            return ir.Axis(ax.name, "plain", Word.NONE, (), size, size, 1, None, None, ax.span)
         case A.PaddedAxis():
             return _padded_axis(scope, sink, ax, spec)
         case A.LikeAxis():

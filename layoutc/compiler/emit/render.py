@@ -164,7 +164,7 @@ def _axis_call(tensor: ir.Tensor, axis: ir.Axis, has_tp: bool, indent: int,
         whole = f"{whole} // {pack}" if whole is not None else None
     intermediate = ir.is_intermediate(tensor, axis)
     sharded = sharded if intermediate and has_tp else "False"
-    parts = [repr(axis.name).replace("'", '"'), repr(axis.layout).replace("'", '"'), str(axis.segments),
+    parts = [repr(axis.name).replace("'", '"'), f'"{axis.layout.value}"', str(axis.segments),
              logical, padded, sharded]
     if whole is not None and sharded != "False":
         parts.append(f"full={whole}")

@@ -30,6 +30,11 @@ import json
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from layoutc.runtime.algebra import Word
+
+#: The row layouts a fused gate/up checkpoint tensor may have (the loader's source layouts).
+GATE_UP_LAYOUTS = (Word.HALVES.value, Word.INTERLEAVE.value)
+
 #: Where a family applies the routing weight (CheckpointFormat.router_weight).
 ROUTER_WEIGHTS = ("output", "input")
 
@@ -56,7 +61,7 @@ class CheckpointFormat:
     experts: prefix of the experts module inside a layer, e.g. "mlp.experts.".
     fused: one tensor holds every expert ([E, ...]); else one tensor per expert.
     gate / up / down: per-expert names (with `{e}`), or the fused names (gate_up, down).
-    gate_up_layout: rows of a fused gate/up tensor: "halves" ([gate | up]) or "interleave" (pairs).
+    gate_up_layout: rows of a fused gate/up tensor, a layout word: `halves` ([gate | up]) or `interleave` (pairs).
     transposed / down_transposed: the w13 / w2 source stores `[in, out]` (`x @ W`).
     gate_up_bias / down_bias: bias names (None: no biases).
     router / router_bias: the router's weight (and bias) relative to the layer prefix.
@@ -85,7 +90,7 @@ class CheckpointFormat:
     up: str | None
     down: str
     gate_up: str | None = None
-    gate_up_layout: str = "halves"
+    gate_up_layout: str = Word.HALVES.value
     transposed: bool = False
     down_transposed: bool = False
     gate_up_bias: str | None = None
@@ -166,7 +171,7 @@ FORMATS: dict[str, CheckpointFormat] = {f.model_type: f for f in (
         "Gemma4TextRouter: softmax, top-k, renormalise, per_expert_scale)"),
     CheckpointFormat(
         model_type="gpt_oss", layer_prefix="model.layers.{layer}.", experts="mlp.experts.", fused=True,
-        gate=None, up=None, gate_up="gate_up_proj", down="down_proj", gate_up_layout="interleave",
+        gate=None, up=None, gate_up="gate_up_proj", down="down_proj", gate_up_layout=Word.INTERLEAVE.value,
         transposed=True, down_transposed=True, gate_up_bias="gate_up_proj_bias", down_bias="down_proj_bias",
         router="mlp.router.weight", router_bias="mlp.router.bias", num_experts=("num_local_experts",),
         intermediate_size=("intermediate_size",), fixed_activation="swigluoai", routing="topk_softmax",
@@ -332,8 +337,8 @@ def load_format_file(path: str) -> CheckpointFormat:
         fmt = CheckpointFormat(**data)
     except TypeError as exc:
         raise FormatError("LR103", f"{path}: {exc}") from None
-    if fmt.gate_up_layout not in ("halves", "interleave"):
-        raise FormatError("LR103", f"{path}: gate_up_layout must be 'halves' or 'interleave'")
+    if fmt.gate_up_layout not in GATE_UP_LAYOUTS:
+        raise FormatError("LR103", f"{path}: gate_up_layout must be {' or '.join(map(repr, GATE_UP_LAYOUTS))}")
     if fmt.router_weight not in ROUTER_WEIGHTS:
         raise FormatError("LR103", f"{path}: router_weight must be 'output' (the weight multiplies each "
                           f"expert's output) or 'input' (each expert's input, as Llama-4), got {fmt.router_weight!r}")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from layoutc.runtime.algebra import Word
 from layoutc.tools.checkpoints.formats import FormatError, ModelMoE
 from layoutc.tools.checkpoints.reader import Checkpoint
 from layoutc.tools.contract_module import MissingFunctionError, TensorFunction, kernel_config, tensor_function
@@ -109,7 +110,7 @@ def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: Mod
             _load_experts(load13, s13, ckpt.slice(n["gate_up"]), cplan, rank, lo, hi, "gate_up",
                           fmt.transposed, fmt.gate_up_layout)
             _load_experts(load2, s2, ckpt.slice(n["down"]), cplan, rank, lo, hi, "down",
-                          fmt.down_transposed, "halves")
+                          fmt.down_transposed, Word.HALVES.value)
         else:
             for e in range(lo, hi):
                 n = fmt.names(layer, e)
