@@ -22,10 +22,12 @@ import torch
 
 from .algebra import ViewWord
 from .errors import LayoutContractError
+from .vocab import ACTIVATIONS
 
 SWIGLUOAI_ALPHA = 1.702  # interface.SWIGLUOAI_CONSTANTS: swiglu_alpha_milli 1702
 SWIGLUOAI_LIMIT = 7.0  # swiglu_limit_milli 7000
-NAMES = ("silu", "gelu", "gelu_tanh", "swigluoai")
+#: The gated activations computed here (vocab.ACTIVATIONS: silu, gelu, gelu_tanh, swigluoai).
+NAMES = tuple(a.name for a in ACTIVATIONS.values() if a.gated)
 
 
 def split(h: torch.Tensor, view: str) -> tuple[torch.Tensor, torch.Tensor]:

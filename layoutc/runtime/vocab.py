@@ -253,5 +253,5 @@ ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
 #: Hugging Face `hidden_act` names (transformers' ACT2FN keys) -> contract activations.
 HF_ACTIVATIONS: dict[str, str] = {
     "silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh",
-    "gelu_new": "gelu_tanh", "swigluoai": "swigluoai",
+    "gelu_new": "gelu_tanh", "swigluoai": "swigluoai", "relu2": "relu2",
 }

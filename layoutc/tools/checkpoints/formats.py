@@ -31,6 +31,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from layoutc.runtime.algebra import Word
+from layoutc.runtime.vocab import ACTIVATIONS as VOCAB_ACTIVATIONS
+from layoutc.runtime.vocab import HF_ACTIVATIONS
 
 #: The row layouts a fused gate/up checkpoint tensor may have (the loader's source layouts).
 GATE_UP_LAYOUTS = (Word.HALVES.value, Word.INTERLEAVE.value)
@@ -38,8 +40,9 @@ GATE_UP_LAYOUTS = (Word.HALVES.value, Word.INTERLEAVE.value)
 #: Where a family applies the routing weight (CheckpointFormat.router_weight).
 ROUTER_WEIGHTS = ("output", "input")
 
-ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
-               "gelu_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "swigluoai": "swigluoai"}
+#: A config's `hidden_act` -> the contract activation: the gated ones of vocab.HF_ACTIVATIONS
+#: (a checkpoint family's experts compute act(gate) * up).
+ACTIVATIONS = {hf: name for hf, name in HF_ACTIVATIONS.items() if VOCAB_ACTIVATIONS[name].gated}
 
 
 class FormatError(Exception):
