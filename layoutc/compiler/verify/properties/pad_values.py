@@ -78,15 +78,19 @@ class PadValues:
         integer, E8M0 (MX block scales) or float8_e4m3fn bytes; its pad must be finite and
         neutral in each. The format is one free choice per tensor (the same in every use)."""
         ctx = self.run.ctx
-        if t.storage == ir.FixedStorage("uint8"):
-            is_byte: z3.BoolRef = z3.BoolVal(True, ctx)
-        elif isinstance(t.storage, ir.ParamStorage):
-            param = self.run.contract.param(t.storage.param)
-            if "uint8" not in param.values:
+        is_byte: z3.BoolRef
+        match t.storage:
+            case ir.FixedStorage(dtype="uint8"):
+                is_byte = z3.BoolVal(True, ctx)
+            case ir.FixedStorage():
                 return None
-            is_byte = self.run.enc.vars[param.name] == param.values.index("uint8")
-        else:
-            return None
+            case ir.ParamStorage(param=name):
+                param = self.run.contract.param(name)
+                if "uint8" not in param.values:
+                    return None
+                is_byte = self.run.enc.vars[param.name] == param.values.index("uint8")
+            case _:
+                assert_never(t.storage)
         fmt = z3.Int(f"byte_format.{t.name}", ctx)
         value: z3.ArithRef = z3.RealVal(t.fill, ctx)
         finite: z3.BoolRef = self.true()
