@@ -307,16 +307,16 @@ def _pad_roundtrip(module: Any, contract: Any, plan: Any) -> None:
 
     import torch
 
+    from layoutc.compiler import ir
+
     if not getattr(plan, "supported", True):
         return  # every tensor helper refuses an unsupported plan (policy fallback)
     for t in contract.tensors:
         logical, padded = getattr(module, f"{t.name}_shapes")(plan)
         if math.prod(logical) > 1 << 14 or math.prod(padded) > 1 << 16:
             continue
-        if t.storage.startswith("param:"):
-            dtype = module._DTYPES[getattr(plan, t.storage.removeprefix("param:"))]
-        else:
-            dtype = getattr(torch, t.storage)
+        name = getattr(plan, t.storage.param) if isinstance(t.storage, ir.ParamStorage) else t.storage.dtype
+        dtype = getattr(torch, name)
         x = (torch.arange(math.prod(logical)) % 7).reshape(logical).to(dtype)
         try:
             y = getattr(module, f"pad_{t.name}")(x, plan)

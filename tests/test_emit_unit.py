@@ -8,6 +8,7 @@ same value on every point of a small grid. No kernels; torch only through `_p`.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import itertools
 import keyword
 import math
@@ -22,6 +23,7 @@ from layoutc.compiler.emit.compile import render_all
 from layoutc.compiler.evaluate import eval_expr
 from layoutc.compiler.source import load
 from layoutc.runtime import params as runtime_params
+from layoutc.runtime.vocab import FUNCTIONS, Op, OpKind
 from tests.conftest import ROOT
 
 SPAN = Span("unit.moe", 1, 1, 1, 2)
@@ -38,7 +40,7 @@ def const(value: int | bool | str, type_: ir.Type = ir.INT) -> ir.Const:
 
 
 def op(name: str, *args: ir.Expr, type_: ir.Type = ir.INT) -> ir.Op:
-    return ir.Op(name, args, type_, SPAN)
+    return ir.Op(Op.parse(name), args, type_, SPAN)
 
 
 def run(e: ir.Expr, env: dict[str, Any]) -> Any:
@@ -57,7 +59,7 @@ BOOLS = [{"p": p, "q": q} for p, q in itertools.product((False, True), repeat=2)
 
 @pytest.mark.parametrize("name", ["+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">="])
 def test_each_integer_operator_renders_to_python_that_agrees_with_the_evaluator(name: str) -> None:
-    e = op(name, ref("a"), ref("b"), type_=ir.BOOL if name in ir.COMPARE else ir.INT)
+    e = op(name, ref("a"), ref("b"), type_=ir.BOOL if Op.parse(name).kind is OpKind.COMPARE else ir.INT)
     text = R.render_expr(e, "plan.")
     assert text == f"(plan.a {'//' if name == '/' else name} plan.b)"
     agrees(e, INTS)
@@ -78,10 +80,14 @@ def test_unary_operators() -> None:
     agrees(op("neg", const(-5)), [{}])  # "(--5)": a negative literal under a minus
 
 
-@pytest.mark.parametrize("name", sorted(ir.FUNCTIONS))
+@pytest.mark.parametrize("name", sorted(f.value for f in FUNCTIONS))
 def test_each_builtin_renders_to_its_runtime_helper(name: str) -> None:
     e = op(name, ref("a"), ref("b"))
-    assert R.render_expr(e, "").startswith(f"{R._PY_FUNCS[name]}(")
+    spelling = R.python_spelling(Op.parse(name))
+    assert R.render_expr(e, "").startswith(f"{spelling}(")
+    if spelling.startswith("_p."):  # the vocabulary's own helper, the one the evaluator applies
+        from layoutc.runtime import vocab
+        assert getattr(runtime_params, name) is getattr(vocab, name)
     envs = [env for env in INTS if name != "lcm" or env["a"] > 0]  # lcm of a non-positive value is refused
     agrees(e, envs)
 
@@ -129,8 +135,8 @@ def test_kernel_only_expressions_are_refused(node: ir.Expr) -> None:
 
 def test_negation_flips_comparisons_and_drops_double_nots() -> None:
     for name, flipped in R._NEGATE.items():
-        e = op(name, ref("a"), ref("b"), type_=ir.BOOL)
-        assert R.render_negated(e, "") == f"(a {flipped} b)"
+        e = op(name.value, ref("a"), ref("b"), type_=ir.BOOL)
+        assert R.render_negated(e, "") == f"(a {flipped.value} b)"
         for env in INTS:
             assert run(e, env) is not eval(R.render_negated(e, ""), {}, dict(env))
     p = ref("p", ir.BOOL)
@@ -179,13 +185,17 @@ def test_doc_text_cannot_close_a_docstring() -> None:
 def test_fill_words_replicate_the_code_over_packed_lanes() -> None:
     def tensor(storage: str, pack: int, fill: int) -> ir.Tensor:
         axis = ir.Axis("k", "reduction", "pad", (), const(8), const(8), pack, None, None, SPAN)  # type: ignore[arg-type]
-        return ir.Tensor("w", "weight", "w13", False, (axis,), "value", fill, storage, None, None, SPAN)
+        return ir.Tensor("w", "weight", "w13", False, (axis,), "value", fill, ir.FixedStorage(storage), None, None,
+                         SPAN)
 
     assert R._fill_word(tensor("bfloat16", 1, 0)) == "0.0"
     assert R._fill_word(tensor("int8", 1, -3)) == "-3"
     assert R._fill_word(tensor("uint8", 2, 0xF)) == "255"
     assert R._fill_word(tensor("int32", 8, 8)) == str(0x88888888 - 2**32)  # signed storage wraps
     assert R._fill_word(tensor("int32", 8, 8), code=0) == "0"  # a tail code replaces the fill
+    by_param = dataclasses.replace(tensor("int8", 1, 2), storage=ir.ParamStorage("dtype"))
+    assert R._fill_word(by_param) == "2.0" and R._dtype_expr(by_param) == "_DTYPES[plan.dtype]"
+    assert R._dtype_expr(tensor("int8", 1, 2)) == "torch.int8"
 
 
 # ---- layout of the output ----------------------------------------------------------

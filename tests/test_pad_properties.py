@@ -65,12 +65,14 @@ def fill_word(tensor: ir.Tensor) -> float | int:
     pack = max((a.pack for a in tensor.axes), default=1)
     if pack == 1:
         return tensor.fill
-    width = BITS[tensor.storage] // pack
+    assert isinstance(tensor.storage, ir.FixedStorage)
+    storage = tensor.storage.dtype
+    width = BITS[storage] // pack
     word = 0
     for j in range(pack):
         word |= (tensor.fill & ((1 << width) - 1)) << (width * j)
-    if tensor.storage.startswith("int") and word >= 1 << (BITS[tensor.storage] - 1):
-        word -= 1 << BITS[tensor.storage]
+    if storage.startswith("int") and word >= 1 << (BITS[storage] - 1):
+        word -= 1 << BITS[storage]
     return word
 
 
@@ -118,8 +120,8 @@ def test_pad_unpad_shard(name: str, data: st.DataObject) -> None:
         units = [storage_units(a, env) for a in tensor.axes]
         assert logical_shape == tuple(max(1, len(a.roles)) * lo for a, (lo, _) in zip(tensor.axes, units, strict=False))
         assert padded_shape == tuple(max(1, len(a.roles)) * pa for a, (_, pa) in zip(tensor.axes, units, strict=False))
-        dtype = module._DTYPES[tensor.storage.removeprefix("param:")] \
-            if not tensor.storage.startswith("param:") else module._DTYPES[env[tensor.storage[6:]]]
+        name = tensor.storage.dtype if isinstance(tensor.storage, ir.FixedStorage) else env[tensor.storage.param]
+        dtype = getattr(torch, str(name))
         x = random_tensor(logical_shape, dtype, gen)
         pad = getattr(module, f"pad_{tensor.name}")
         unpad = getattr(module, f"unpad_{tensor.name}")

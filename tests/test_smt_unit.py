@@ -17,6 +17,7 @@ import z3
 from layoutc.compiler import ir
 from layoutc.compiler.diagnostics import Span
 from layoutc.compiler.verify.smt import Encoder
+from layoutc.runtime.vocab import Op
 
 AT = Span("<unit>", 1, 1, 1, 1)
 MODES = ("vec", "amx", "avx")
@@ -45,7 +46,7 @@ def num(value: int) -> ir.Const:
 
 
 def op(name: str, *args: ir.Expr, type_: ir.Type = ir.INT) -> ir.Op:
-    return ir.Op(name, tuple(args), type_, AT)
+    return ir.Op(Op.parse(name), tuple(args), type_, AT)
 
 
 def _value(enc: Encoder, e: ir.Expr, env: dict[str, Any]) -> int | bool:

@@ -17,14 +17,13 @@ def test_integer_operators_follow_python_floor_semantics() -> None:
         assert V.apply(V.Op.ADD, [a, b]) == a + b and V.apply(V.Op.MUL, [a, b]) == a * b
         assert V.apply(V.Op.LT, [a, b]) is (a < b) and V.apply(V.Op.GE, [a, b]) is (a >= b)
         assert V.apply(V.Op.MIN, [a, b]) == min(a, b) and V.apply(V.Op.GCD, [a, b]) == math.gcd(a, b)
-        if b == 0:
-            for op in (V.Op.DIV, V.Op.MOD, V.Op.CDIV, V.Op.ROUND_DOWN):
-                with pytest.raises(V.OpError):
+        if b <= 0:  # the finite-divisor rule: a divisor <= 0 has no value (docs/language.md 4.5)
+            for op in (V.Op.DIV, V.Op.MOD, V.Op.CDIV, V.Op.ROUND_DOWN, V.Op.ROUND_UP):
+                with pytest.raises(V.OpError, match=f"(division|modulo) by {b}$"):
                     V.apply(op, [a, b])
-            continue
-        assert V.apply(V.Op.DIV, [a, b]) == a // b and V.apply(V.Op.MOD, [a, b]) == a % b
-        assert V.apply(V.Op.CDIV, [a, b]) == -(-a // b)
-        if b > 0:
+        else:
+            assert V.apply(V.Op.DIV, [a, b]) == a // b and V.apply(V.Op.MOD, [a, b]) == a % b
+            assert V.apply(V.Op.CDIV, [a, b]) == -(-a // b)
             assert V.apply(V.Op.ROUND_UP, [a, b]) == math.ceil(a / b) * b
             assert V.apply(V.Op.ROUND_DOWN, [a, b]) == math.floor(a / b) * b
         if a > 0 and b > 0:
@@ -36,6 +35,15 @@ def test_integer_operators_follow_python_floor_semantics() -> None:
         V.apply(V.Op.MUL, [2**40, 2**40])
     assert {o.value for o in V.FUNCTIONS} == {"round_up", "round_down", "cdiv", "lcm", "gcd", "min", "max"}
     assert all(V.Op.parse(o.value) is o for o in V.Op)
+
+
+def test_byte_formats_are_the_numformats_and_have_no_integer_value() -> None:
+    from layoutc.runtime.numformats import FORMATS
+    assert {o.value for o in V.DECODES} == set(FORMATS)
+    for op in V.DECODES:
+        assert op.arity == 1 and not op.is_function
+        with pytest.raises(V.OpError, match="decodes a stored byte"):
+            V.apply(op, [3])
 
 
 def test_dtypes_match_torch() -> None:

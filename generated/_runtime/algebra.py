@@ -86,8 +86,9 @@ class UnknownLayout(ValueError):
     """A layout or view word that this algebra does not define."""
 
 
-class Word(enum.Enum):
-    """The layout words of a contract axis (docs/language.md, section 5)."""
+class Word(enum.StrEnum):
+    """The layout words of a contract axis (docs/language.md, section 5). A word is its
+    spelling as a string (so a diagnostic or a generated table prints it as written)."""
 
     NONE = "none"
     PAD = "pad"
@@ -115,8 +116,9 @@ class Word(enum.Enum):
         return self is not Word.NONE
 
 
-class ViewWord(enum.Enum):
-    """How a kernel reads an axis (a contract's `view`, or a glue interface's)."""
+class ViewWord(enum.StrEnum):
+    """How a kernel reads an axis (a contract's `view`, or a glue interface's); a view is
+    its spelling as a string, as a Word is."""
 
     LINEAR = "linear"
     HALVES = "halves"
@@ -184,17 +186,24 @@ def position(word: Word, segments: int, k: int, i: Num, logical: Num, padded: Nu
     raise UnknownLayout(f"unknown layout word {word!r}")
 
 
-def read(view: ViewWord, j: Num, size: Num, arith: Arith) -> tuple[Num, Num]:
+def read(view: ViewWord, j: Num, size: Num, arith: Arith, ids: tuple[Num, Num] | None = None) -> tuple[Num, Num]:
     """(segment, entry) a kernel reading with `view` assigns to physical position `j`
-    of an axis of `size` positions (two segments for HALVES and INTERLEAVE)."""
+    of an axis of `size` positions (two segments for HALVES and INTERLEAVE).
+
+    `ids`: what to give for segment 0 and segment 1 of a two-segment view instead of the
+    numbers 0 and 1 (a caller's role ids: the segment is then one select between them).
+    """
     if view is ViewWord.LINEAR:
         return 0, j
     if view is ViewWord.HALVES:
         half = arith.div(size, 2)
         first = arith.lt(j, half)
-        return arith.where(first, 0 * j, 0 * j + 1), arith.where(first, j, j - half)
+        first_id, second_id = (0 * j, 0 * j + 1) if ids is None else ids
+        return arith.where(first, first_id, second_id), arith.where(first, j, j - half)
     if view is ViewWord.INTERLEAVE:
-        return arith.mod(j, 2), arith.div(j, 2)
+        if ids is None:
+            return arith.mod(j, 2), arith.div(j, 2)
+        return arith.where(arith.mod(j, 2) == 0, ids[0], ids[1]), arith.div(j, 2)
     raise UnknownLayout(f"unknown view {view!r}")
 
 

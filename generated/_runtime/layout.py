@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import algebra
 from .errors import LayoutContractError
 
 
@@ -45,7 +46,7 @@ class Axis:
     """One axis of a contract tensor (see the module docstring for the layouts)."""
 
     name: str
-    layout: str  # none | pad | halves | concat | interleave
+    layout: str  # a word of algebra.Word: none | pad | halves | concat | interleave
     segments: int
     logical: int
     padded: int
@@ -54,6 +55,18 @@ class Axis:
     # an even split, tp_size * logical
     full: int | None = None
 
+    def __post_init__(self) -> None:
+        if self.layout not in _WORDS:
+            raise LayoutContractError(f"axis {self.name}: unknown layout word {self.layout!r}; known: "
+                                      f"{', '.join(_WORDS)}")
+
+    @property
+    def word(self) -> algebra.Word:
+        """The layout word (algebra.Word) this axis is placed by."""
+        return algebra.Word(self.layout)
+
+
+_WORDS = tuple(w.value for w in algebra.Word)
 
 def segment_length(axis: Axis, tp_size: int) -> int:
     """One segment's length in the full checkpoint tensor (the rank's own for unsharded axes)."""
@@ -66,9 +79,7 @@ def extent(axis: Axis, rank: int, tp_size: int) -> tuple[int, int]:
     """(start, length) of rank `rank`'s slice of one segment of the full checkpoint axis."""
     if not axis.sharded:
         return 0, axis.logical
-    full = segment_length(axis, tp_size)
-    start = min(rank * axis.logical, full)
-    return start, min(axis.logical, full - start)
+    return algebra.extent(rank, axis.logical, segment_length(axis, tp_size), algebra.INTS)
 
 
 def logical_shape(axes: tuple[Axis, ...]) -> tuple[int, ...]:
@@ -86,10 +97,8 @@ def full_shape(axes: tuple[Axis, ...], tp_size: int) -> tuple[int, ...]:
     return tuple(a.segments * segment_length(a, tp_size) for a in axes)
 
 
-#: One axis's (copies, pads, tails): (source start, destination start, length) of each live
-#: run; [lo, hi) of each pad run (past the logical run: the pad fill); [lo, hi) of each tail
-#: run (inside the logical run, past a short rank's slice: the tail fill).
-Runs = tuple[list[tuple[int, int, int]], list[tuple[int, int]], list[tuple[int, int]]]
+#: One axis's (copies, pads, tails) (algebra.Runs).
+Runs = algebra.Runs
 
 
 def runs(axis: Axis, start: int = 0, live: int | None = None, stride: int | None = None) -> Runs:
@@ -100,19 +109,7 @@ def runs(axis: Axis, start: int = 0, live: int | None = None, stride: int | None
     each run past a segment's logical run (the kernel's pad); tails: [lo, hi) of each run
     inside a segment's logical run past the rank's slice (a short rank of a block shard).
     """
-    n = axis.logical if live is None else live
-    seg = axis.logical if stride is None else stride
-    lg, pd, k = axis.logical, axis.padded, axis.segments
-    if axis.layout == "interleave":
-        copied = [(k * start, 0, k * n)] if n else []
-        return copied, ([(k * lg, k * pd)] if lg < pd else []), ([(k * n, k * lg)] if n < lg else [])
-    if axis.layout == "concat":
-        copied = [(j * seg + start, j * lg, n) for j in range(k)] if n else []
-        tails = [(j * lg + n, (j + 1) * lg) for j in range(k) if n < lg]
-        return copied, ([(k * lg, k * pd)] if pd > lg else []), tails
-    copied = [(j * seg + start, j * pd, n) for j in range(k)] if n else []
-    return (copied, [(j * pd + lg, (j + 1) * pd) for j in range(k) if lg < pd],
-            [(j * pd + n, j * pd + lg) for j in range(k) if n < lg])
+    return algebra.runs(axis.word, axis.segments, axis.logical, axis.padded, start, live, stride)
 
 
 def rank_runs(axis: Axis, rank: int, tp_size: int) -> Runs:

@@ -21,8 +21,8 @@ hidden_size == intermediate_size a transposed tensor has the right shape):
   `gate_up_proj` [E, H, 2I] and `down_proj` [E, I, H]).
 
 A fused gate/up source (`role=None` or `"gate_up"`) declares its own row layout
-with `source_layout`: `"halves"` ([gate | up], Qwen/Mixtral/Gemma-4) or
-`"interleave"` ((gate, up) pairs, gpt-oss). The destination layout is the
+with `source_layout`: `halves` ([gate | up], Qwen/Mixtral/Gemma-4) or
+`interleave` ((gate, up) pairs, gpt-oss), words of the layout algebra (algebra.py). The destination layout is the
 contract's; the loader converts between the two (strided copies), so interleaved
 rows can never be read as halves or the reverse. Sharded axes are read with the
 logical per-rank stride of each segment (vllm#43865); for an interleaved source,
@@ -44,12 +44,14 @@ from typing import Any
 
 import torch
 
+from . import algebra
 from .errors import LayoutContractError
 from .layout import Axis, check_rank, check_tensor, extent, fill_runs, padded_shape, rank_runs, segment_length
 
 #: Most elements one read materialises (64 MiB of bf16); fused tensors are read in expert chunks.
 CHUNK_ELEMENTS = 1 << 25
-SOURCE_LAYOUTS = ("halves", "interleave")
+#: The layout words a fused gate/up checkpoint tensor may declare for its rows.
+SOURCE_LAYOUTS = (algebra.Word.HALVES.value, algebra.Word.INTERLEAVE.value)
 _WHOLE_ROLES = (None, "gate_up")
 
 
@@ -89,10 +91,9 @@ _Move = tuple[int, int, slice, slice | int]
 
 def _dst_segment(axis: Axis, k: int, n: int) -> slice:
     """Destination positions of segment k's n live entries."""
-    if axis.layout == "interleave":
-        return slice(k, 2 * n, 2)
-    stride = axis.logical if axis.layout == "concat" else axis.padded
-    return slice(k * stride, k * stride + n)
+    first = algebra.position(axis.word, axis.segments, k, 0, axis.logical, axis.padded)
+    step = algebra.position(axis.word, axis.segments, k, 1, axis.logical, axis.padded) - first
+    return slice(first, first + step * n, step)
 
 
 def _moves(axis: Axis, r: int, tp: int, segs: tuple[int, ...] | None,
@@ -111,9 +112,9 @@ def _moves(axis: Axis, r: int, tp: int, segs: tuple[int, ...] | None,
         return full, ([(start, start + n, every, dst)] if n else [])
     if not n:
         return full * axis.segments, []
-    if source_layout == "interleave":
+    if algebra.Word.parse(source_layout) is algebra.Word.INTERLEAVE:
         lo, hi = axis.segments * start, axis.segments * (start + n)
-        if axis.layout == "interleave":
+        if axis.word is algebra.Word.INTERLEAVE:
             return full * axis.segments, [(lo, hi, every, slice(0, axis.segments * n))]
         return full * axis.segments, [(lo, hi, slice(k, None, axis.segments), _dst_segment(axis, k, n))
                                       for k in range(axis.segments)]
@@ -185,7 +186,7 @@ _SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch
 
 def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], dtype: torch.dtype,
          rank: object, tp_size: int, *, roles: tuple[str, ...] = (), expert: object = None,
-         role: str | None = None, transposed: bool = False, source_layout: str = "halves",
+         role: str | None = None, transposed: bool = False, source_layout: str = SOURCE_LAYOUTS[0],
          once: bool = False) -> None:
     """Copy rank `rank`'s slice of one checkpoint tensor into the padded parameter `dst`.
 

@@ -3,7 +3,9 @@
 """Argument checks and integer helpers used by each generated `plan()`.
 
 Every check raises `LayoutContractError` whose message starts with the contract
-name (`who`) and names the parameter, the value and the admitted domain.
+name (`who`) and names the parameter, the value and the admitted domain. The
+integer helpers (`round_up`, `round_down`, `cdiv`, `lcm`) are the vocabulary's
+(vocab.py), the ones the checker evaluates contracts with.
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ from typing import Any
 import torch
 
 from .errors import LayoutContractError
+from .vocab import cdiv as cdiv
+from .vocab import lcm as lcm
+from .vocab import round_down as round_down
+from .vocab import round_up as round_up
 
 
 def check_int(who: str, name: str, value: object, low: int, high: int, where: str) -> int:
@@ -56,21 +62,6 @@ def check_dtype(who: str, name: str, value: object, members: tuple[str, ...], wh
     if isinstance(value, torch.dtype):
         value = str(value).removeprefix("torch.")
     return check_member(who, name, value, members, where)
-
-
-def round_up(value: int, multiple: int) -> int:
-    """The smallest multiple of `multiple` >= value (multiple > 0)."""
-    return -(-value // multiple) * multiple
-
-
-def round_down(value: int, multiple: int) -> int:
-    """The largest multiple of `multiple` <= value (multiple > 0)."""
-    return value // multiple * multiple
-
-
-def cdiv(value: int, divisor: int) -> int:
-    """Ceiling division (divisor > 0)."""
-    return -(-value // divisor)
 
 
 def groups(size: int, group_size: int) -> int:

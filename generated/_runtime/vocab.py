@@ -8,12 +8,16 @@ library only: the compiler imports it without torch, and `layoutc compile` copie
 into every generated package.
 
 - `Op`: every operator and builtin of the expression language (docs/language.md,
-  section 3), with its arity, its kind and its integer semantics (`apply`). Division
-  is floor division and `%` its remainder (the sign of the divisor), as in Python:
-  the generated `plan()` computes with the same helpers the checker evaluates with.
+  section 3), with its arity, its kind and its integer semantics (`apply`), and the
+  byte formats a `decode` may name (`e8m0(code)`: layoutc/runtime/numformats.py).
+  Division is floor division and `%` its remainder, as in Python, for a positive
+  divisor; a divisor <= 0 has no value (the finite-divisor rule, docs/language.md
+  section 4.5: the checker admits only positive divisors, LC303). The generated
+  `plan()` computes with the same helpers the checker evaluates with.
 - `DTYPES`: the storage dtypes a tensor may have, with their bit width and, for
   floats, mantissa bits and largest finite value (IEEE 754 binary32/binary16,
-  bfloat16; OCP 8-bit floating point v1.0 for float8_e4m3fn / float8_e5m2).
+  bfloat16; OCP 8-bit floating point v1.0 for float8_e4m3fn / float8_e5m2);
+  `MODEL_DTYPES` those a model computes in, and `HF_DTYPES` how configs spell them.
 - `ACTIVATIONS`: the activations a contract may name: gated or not, and the offset H
   adds to up (swigluoai: (up + 1), gpt-oss); `HF_ACTIVATIONS` maps the names
   Hugging Face configs use (`hidden_act`) to these.
@@ -32,8 +36,8 @@ MAX_MAGNITUDE = 2**62
 
 
 class OpError(ValueError):
-    """An operator applied where it has no value (a division by zero, lcm of a non-positive
-    value, a result past MAX_MAGNITUDE)."""
+    """An operator applied where it has no value (a division by a divisor <= 0, lcm of a
+    non-positive value, a result past MAX_MAGNITUDE, a byte format outside a decode)."""
 
 
 class OpKind(enum.Enum):
@@ -41,6 +45,7 @@ class OpKind(enum.Enum):
     COMPARE = "compare"
     LOGIC = "logic"
     FUNCTION = "function"
+    DECODE = "decode"  # a byte format of a `decode` expression: `e8m0(code)`
 
 
 class Op(enum.Enum):
@@ -68,6 +73,9 @@ class Op(enum.Enum):
     GCD = "gcd"
     MIN = "min"
     MAX = "max"
+    E8M0 = "e8m0"
+    E4M3FN = "e4m3fn"
+    E5M2 = "e5m2"
 
     @classmethod
     def parse(cls, text: str) -> Op:
@@ -80,7 +88,7 @@ class Op(enum.Enum):
 
     @property
     def arity(self) -> int:
-        return 1 if self in (Op.NEG, Op.NOT) else 2
+        return 1 if self in (Op.NEG, Op.NOT) or self.kind is OpKind.DECODE else 2
 
     @property
     def is_function(self) -> bool:
@@ -93,36 +101,39 @@ _KIND = {
     **{o: OpKind.COMPARE for o in (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE)},
     **{o: OpKind.LOGIC for o in (Op.AND, Op.OR, Op.NOT)},
     **{o: OpKind.FUNCTION for o in (Op.ROUND_UP, Op.ROUND_DOWN, Op.CDIV, Op.LCM, Op.GCD, Op.MIN, Op.MAX)},
+    **{o: OpKind.DECODE for o in (Op.E8M0, Op.E4M3FN, Op.E5M2)},
 }
 FUNCTIONS = tuple(o for o in Op if o.is_function)
+#: The byte formats (the keys of layoutc/runtime/numformats.py's FORMATS).
+DECODES = tuple(o for o in Op if o.kind is OpKind.DECODE)
 
 
 def floordiv(a: int, b: int) -> int:
-    """a // b; OpError on b == 0."""
-    if b == 0:
-        raise OpError("division by zero")
+    """a // b (floor division); OpError for b <= 0."""
+    if b <= 0:
+        raise OpError(f"division by {b}")
     return a // b
 
 
 def mod(a: int, b: int) -> int:
-    """a % b (the sign of b); OpError on b == 0."""
-    if b == 0:
-        raise OpError("modulo by zero")
+    """a % b (in 0..b-1); OpError for b <= 0."""
+    if b <= 0:
+        raise OpError(f"modulo by {b}")
     return a % b
 
 
 def round_up(value: int, multiple: int) -> int:
-    """The smallest multiple of `multiple` >= value (for multiple > 0; else value // multiple)."""
-    return floordiv(value + multiple - 1, multiple) * multiple if multiple > 0 else floordiv(value, multiple)
+    """The smallest multiple of `multiple` >= value; OpError for multiple <= 0."""
+    return floordiv(value + multiple - 1, multiple) * multiple
 
 
 def round_down(value: int, multiple: int) -> int:
-    """The largest multiple of `multiple` <= value (multiple > 0)."""
+    """The largest multiple of `multiple` <= value; OpError for multiple <= 0."""
     return floordiv(value, multiple) * multiple
 
 
 def cdiv(value: int, divisor: int) -> int:
-    """Ceiling division."""
+    """Ceiling division; OpError for divisor <= 0."""
     return -floordiv(-value, divisor)
 
 
@@ -139,7 +150,8 @@ Value = int | bool | str
 def apply(op: Op, args: list[Value]) -> Value:
     """`op` applied to already-evaluated arguments (ints, bools, enum members as str).
 
-    Raises OpError as the helpers above, and for an int result past MAX_MAGNITUDE.
+    Raises OpError as the helpers above, for an int result past MAX_MAGNITUDE, and for a
+    byte format (it decodes a stored byte to a rational, which is no integer value).
     """
     result = _apply(op, args)
     if isinstance(result, int) and not isinstance(result, bool) and abs(result) > MAX_MAGNITUDE:
@@ -148,6 +160,8 @@ def apply(op: Op, args: list[Value]) -> Value:
 
 
 def _apply(op: Op, args: list[Value]) -> Value:
+    if op.kind is OpKind.DECODE:
+        raise OpError(f"`{op.value}` decodes a stored byte; it has no integer value")
     if op is Op.NOT:
         return not args[0]
     if op is Op.NEG:
@@ -216,6 +230,11 @@ DTYPES: dict[str, DType] = {d.name: d for d in (
 )}
 #: The dtypes a model's activations and unquantized weights come in.
 MODEL_DTYPES = ("bfloat16", "float16", "float32")
+#: How Hugging Face configs spell a model dtype (`torch_dtype`, lower-cased) -> its DTYPES name.
+HF_DTYPES: dict[str, str] = {
+    "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16", "half": "float16",
+    "float32": "float32", "fp32": "float32", "float": "float32",
+}
 
 
 @dataclass(frozen=True)
@@ -236,5 +255,5 @@ ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
 #: Hugging Face `hidden_act` names (transformers' ACT2FN keys) -> contract activations.
 HF_ACTIVATIONS: dict[str, str] = {
     "silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh",
-    "gelu_new": "gelu_tanh", "swigluoai": "swigluoai",
+    "gelu_new": "gelu_tanh", "swigluoai": "swigluoai", "relu2": "relu2",
 }

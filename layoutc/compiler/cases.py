@@ -19,6 +19,8 @@ from dataclasses import dataclass, replace
 from layoutc.compiler import glues, ir
 from layoutc.compiler.diagnostics import Span
 from layoutc.compiler.evaluate import EvalError, Value, eval_expr, needed_lets, param_deps
+from layoutc.runtime.algebra import ViewWord
+from layoutc.runtime.vocab import Op
 
 MAX_ASSIGNMENTS = 4096
 
@@ -94,7 +96,7 @@ def kernel_view(contract: ir.Contract, env: Mapping[str, Value]) -> ir.View | No
     if declared is None:
         return None
     w13 = contract.weight("w13")
-    return ir.View(w13.name, "n", declared.view, declared.roles, contract.glue.span)  # type: ignore[arg-type]
+    return ir.View(w13.name, "n", ViewWord.parse(declared.view), declared.roles, contract.glue.span)
 
 
 def specialise(contract: ir.Contract, env: Mapping[str, Value], restrict: ir.Expr | None = None,
@@ -119,10 +121,10 @@ def specialise(contract: ir.Contract, env: Mapping[str, Value], restrict: ir.Exp
 def _literal(param: ir.Param, value: Value) -> ir.Expr:
     ref = ir.Ref(param.name, "param", param.type, param.span)
     const = ir.Const(value, param.type, param.span)
-    return ir.Op("==", (ref, const), ir.BOOL, param.span)
+    return ir.Op(Op.EQ, (ref, const), ir.BOOL, param.span)
 
 
-def _join(op: str, parts: list[ir.Expr], span: Span) -> ir.Expr:
+def _join(op: Op, parts: list[ir.Expr], span: Span) -> ir.Expr:
     out = parts[0]
     for p in parts[1:]:
         out = ir.Op(op, (out, p), ir.BOOL, span)
@@ -168,9 +170,9 @@ def layout_cases(contract: ir.Contract) -> list[LayoutCase]:
         by_param = {n: sorted({dict(a)[n] for a in assignments}, key=str) for n in names}
         label = ", ".join(f"{n} in {{{', '.join(str(v) for v in vs)}}}" for n, vs in by_param.items()
                           if len(vs) < len(contract.param(n).values))
-        disjuncts = [_join("and", [_literal(contract.param(n), v) for n, v in a], contract.span)
+        disjuncts = [_join(Op.AND, [_literal(contract.param(n), v) for n, v in a], contract.span)
                      for a in assignments]
-        restrict = _join("or", disjuncts, contract.span)
+        restrict = _join(Op.OR, disjuncts, contract.span)
         cases.append(LayoutCase(label, tuple(assignments),
                                 specialise(contract, dict(assignments[0]), restrict, label)))
     return cases

@@ -8,14 +8,16 @@ expressions (``emit.py``); a test checks that both agree.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping
 from fractions import Fraction
+from typing import assert_never
 
 from layoutc.compiler import ir
+from layoutc.runtime import vocab
 from layoutc.runtime.numformats import FORMATS, NAN_NOTE
+from layoutc.runtime.vocab import Op, OpKind
 
-Value = int | bool | str
+Value = vocab.Value
 Env = Mapping[str, Value]
 
 
@@ -27,117 +29,59 @@ class EvalError(ValueError):
     """A value is undefined here (division by zero, negative divisor)."""
 
 
-def _floordiv(a: int, b: int) -> int:
-    if b <= 0:
-        raise EvalError(f"division by {b}")
-    return a // b
+MAX_MAGNITUDE = vocab.MAX_MAGNITUDE
 
 
-def _mod(a: int, b: int) -> int:
-    if b <= 0:
-        raise EvalError(f"modulo by {b}")
-    return a % b
+def apply_op(op: Op, args: list[Value]) -> Value:
+    """Apply one operator or builtin to already-evaluated arguments: `vocab.apply`, the
+    semantics the generated `plan()` shares (layoutc/runtime/vocab.py).
 
-
-MAX_MAGNITUDE = 1 << 62
-
-
-def apply_op(op: str, args: list[Value]) -> Value:
-    """Apply one operator or builtin to already-evaluated arguments.
-
-    Integer results beyond 2**62 in magnitude raise EvalError (sizes never get there;
-    a contract that does is rejected instead of computing astronomically large ints).
+    Raises EvalError where the operator has no value (a divisor <= 0, lcm of a non-positive
+    value, an integer result beyond 2**62 in magnitude: sizes never get there, and a
+    contract that does is rejected instead of computing astronomically large ints).
     """
-    result = _apply(op, args)
-    if isinstance(result, int) and not isinstance(result, bool) and abs(result) > MAX_MAGNITUDE:
-        raise EvalError(f"value exceeds 2**62 in `{op}`")
-    return result
-
-
-def _apply(op: str, args: list[Value]) -> Value:
-    if op == "not":
-        return not args[0]
-    if op == "neg":
-        return -int(args[0])
-    a, b = args
-    if op == "==":
-        return a == b
-    if op == "!=":
-        return a != b
-    if op == "and":
-        return bool(a) and bool(b)
-    if op == "or":
-        return bool(a) or bool(b)
-    x, y = int(a), int(b)
-    if op == "+":
-        return x + y
-    if op == "-":
-        return x - y
-    if op == "*":
-        return x * y
-    if op == "/":
-        return _floordiv(x, y)
-    if op == "%":
-        return _mod(x, y)
-    if op == "<":
-        return x < y
-    if op == "<=":
-        return x <= y
-    if op == ">":
-        return x > y
-    if op == ">=":
-        return x >= y
-    if op == "round_up":
-        return _floordiv(x + y - 1, y) * y if y > 0 else _floordiv(x, y)
-    if op == "round_down":
-        return _floordiv(x, y) * y
-    if op == "cdiv":
-        return -_floordiv(-x, y)
-    if op == "lcm":
-        if x <= 0 or y <= 0:
-            raise EvalError(f"lcm({x}, {y}) of a non-positive value")
-        return math.lcm(x, y)
-    if op == "gcd":
-        return math.gcd(x, y)
-    if op == "min":
-        return min(x, y)
-    if op == "max":
-        return max(x, y)
-    raise AssertionError(op)
+    try:
+        return vocab.apply(op, args)
+    except vocab.OpError as e:
+        raise EvalError(str(e)) from None
 
 
 def eval_expr(expr: ir.Expr, env: Env, axis_sizes: Mapping[tuple[str, str], int] | None = None) -> Value:
     """Evaluate `expr` with parameter and let values from `env`."""
-    if isinstance(expr, ir.Const):
-        return expr.value
-    if isinstance(expr, ir.Ref):
-        if expr.name not in env:
-            raise EvalError(f"{expr.name} is undefined here")
-        return env[expr.name]
-    if isinstance(expr, ir.AxisSize):
-        if axis_sizes is None or (expr.tensor, expr.axis) not in axis_sizes:
-            raise EvalError(f"{expr.tensor}.{expr.axis} is undefined here")
-        return axis_sizes[(expr.tensor, expr.axis)]
-    if isinstance(expr, ir.Cond):
-        branch = expr.then if eval_expr(expr.cond, env, axis_sizes) else expr.orelse
-        return eval_expr(branch, env, axis_sizes)
-    if isinstance(expr, ir.Select):
-        subject = eval_expr(expr.subject, env, axis_sizes)
-        for member, value in expr.cases:
-            if member == subject:
-                return eval_expr(value, env, axis_sizes)
-        assert expr.default is not None
-        return eval_expr(expr.default, env, axis_sizes)
-    if isinstance(expr, ir.Op):
-        if expr.op in ("and", "or"):  # short-circuit, as the generated code does
+    match expr:
+        case ir.Const():
+            return expr.value
+        case ir.Ref():
+            if expr.name not in env:
+                raise EvalError(f"{expr.name} is undefined here")
+            return env[expr.name]
+        case ir.AxisSize():
+            if axis_sizes is None or (expr.tensor, expr.axis) not in axis_sizes:
+                raise EvalError(f"{expr.tensor}.{expr.axis} is undefined here")
+            return axis_sizes[(expr.tensor, expr.axis)]
+        case ir.Cond():
+            branch = expr.then if eval_expr(expr.cond, env, axis_sizes) else expr.orelse
+            return eval_expr(branch, env, axis_sizes)
+        case ir.Select():
+            subject = eval_expr(expr.subject, env, axis_sizes)
+            for member, value in expr.cases:
+                if member == subject:
+                    return eval_expr(value, env, axis_sizes)
+            assert expr.default is not None
+            return eval_expr(expr.default, env, axis_sizes)
+        case ir.Op(op=Op.AND | Op.OR):  # short-circuit, as the generated code does
             left = bool(eval_expr(expr.args[0], env, axis_sizes))
-            if expr.op == "and" and not left:
+            if expr.op is Op.AND and not left:
                 return False
-            if expr.op == "or" and left:
+            if expr.op is Op.OR and left:
                 return True
             return bool(eval_expr(expr.args[1], env, axis_sizes))
-        return apply_op(expr.op, [eval_expr(a, env, axis_sizes) for a in expr.args])
-    raise EvalError(f"{type(expr).__name__} has no concrete value")
+        case ir.Op():
+            return apply_op(expr.op, [eval_expr(a, env, axis_sizes) for a in expr.args])
+        case ir.TensorValue() | ir.Code():
+            raise EvalError(f"{type(expr).__name__} has no concrete value")
+        case _:
+            assert_never(expr)
 
 
 def eval_real(expr: ir.Expr, env: Env, code: Fraction, tensors: Mapping[str, Fraction]) -> Fraction:
@@ -145,38 +89,50 @@ def eval_real(expr: ir.Expr, env: Env, code: Fraction, tensors: Mapping[str, Fra
 
     A byte format (`e8m0(code)`, layoutc/runtime/numformats.py) whose byte is NaN or inf raises EvalError.
     """
-    if isinstance(expr, ir.Code):
-        return code
-    if isinstance(expr, ir.TensorValue):
-        return tensors[expr.tensor]
-    if isinstance(expr, ir.Cond) and expr.type == ir.REAL:
-        branch = expr.then if eval_expr(expr.cond, env) else expr.orelse
-        return eval_real(branch, env, code, tensors)
-    if isinstance(expr, ir.Select) and expr.type == ir.REAL:
-        subject = eval_expr(expr.subject, env)
-        chosen = next((v for m, v in expr.cases if m == subject), expr.default)
-        assert chosen is not None
-        return eval_real(chosen, env, code, tensors)
-    if isinstance(expr, ir.Op) and expr.op in FORMATS:
-        if code.denominator != 1 or not 0 <= code <= 255:
-            raise EvalError(f"{expr.op}: code {code} is not a byte")
-        value = FORMATS[expr.op](int(code))
-        if value is None:
-            raise EvalError(f"{expr.op}({code}) is not finite ({NAN_NOTE[expr.op]})")
-        return value
-    if isinstance(expr, ir.Op) and expr.type == ir.REAL:
-        if expr.op == "neg":
-            return -eval_real(expr.args[0], env, code, tensors)
-        a = eval_real(expr.args[0], env, code, tensors)
-        b = eval_real(expr.args[1], env, code, tensors)
-        if expr.op == "+":
+    match expr:
+        case ir.Code():
+            return code
+        case ir.TensorValue():
+            return tensors[expr.tensor]
+        case ir.Cond() if expr.type == ir.REAL:
+            branch = expr.then if eval_expr(expr.cond, env) else expr.orelse
+            return eval_real(branch, env, code, tensors)
+        case ir.Select() if expr.type == ir.REAL:
+            subject = eval_expr(expr.subject, env)
+            chosen = next((v for m, v in expr.cases if m == subject), expr.default)
+            assert chosen is not None
+            return eval_real(chosen, env, code, tensors)
+        case ir.Op() if expr.op.kind is OpKind.DECODE:
+            fmt = expr.op.value
+            if code.denominator != 1 or not 0 <= code <= 255:
+                raise EvalError(f"{fmt}: code {code} is not a byte")
+            value = FORMATS[fmt](int(code))
+            if value is None:
+                raise EvalError(f"{fmt}({code}) is not finite ({NAN_NOTE[fmt]})")
+            return value
+        case ir.Op() if expr.type == ir.REAL:
+            return _real_op(expr, env, code, tensors)
+        case ir.Const() | ir.Ref() | ir.AxisSize() | ir.Cond() | ir.Select() | ir.Op():
+            return Fraction(int(eval_expr(expr, env)))
+        case _:
+            assert_never(expr)
+
+
+def _real_op(expr: ir.Op, env: Env, code: Fraction, tensors: Mapping[str, Fraction]) -> Fraction:
+    """+, -, * or negation of decoded values (the only operators a decode allows, LC408)."""
+    if expr.op is Op.NEG:
+        return -eval_real(expr.args[0], env, code, tensors)
+    a = eval_real(expr.args[0], env, code, tensors)
+    b = eval_real(expr.args[1], env, code, tensors)
+    match expr.op:
+        case Op.ADD:
             return a + b
-        if expr.op == "-":
+        case Op.SUB:
             return a - b
-        if expr.op == "*":
+        case Op.MUL:
             return a * b
-        raise AssertionError(expr.op)
-    return Fraction(int(eval_expr(expr, env)))
+        case _:
+            raise AssertionError(expr.op)
 
 
 def refs(expr: ir.Expr) -> set[str]:
@@ -279,44 +235,55 @@ def int_bounds(expr: ir.Expr, known: Mapping[str, Interval]) -> Interval | None:
     `known` holds intervals of integer parameters and lets. Used by the checker to
     refuse lets that could exceed 2**62 (the generated code would compute huge ints).
     """
-    if isinstance(expr, ir.Const):
-        return (expr.value, expr.value) if isinstance(expr.value, int) and not isinstance(expr.value, bool) else None
-    if isinstance(expr, ir.Ref):
-        return known.get(expr.name)
-    if isinstance(expr, ir.Cond):
-        a, b = int_bounds(expr.then, known), int_bounds(expr.orelse, known)
-        return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
-    if isinstance(expr, ir.Select):
-        parts = [int_bounds(v, known) for _, v in expr.cases]
-        if expr.default is not None:
-            parts.append(int_bounds(expr.default, known))
-        if any(p is None for p in parts) or not parts:
+    match expr:
+        case ir.Const():
+            value = expr.value
+            return (value, value) if isinstance(value, int) and not isinstance(value, bool) else None
+        case ir.Ref():
+            return known.get(expr.name)
+        case ir.Cond():
+            a, b = int_bounds(expr.then, known), int_bounds(expr.orelse, known)
+            return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
+        case ir.Select():
+            parts = [int_bounds(v, known) for _, v in expr.cases]
+            if expr.default is not None:
+                parts.append(int_bounds(expr.default, known))
+            if any(p is None for p in parts) or not parts:
+                return None
+            return (min(p[0] for p in parts if p), max(p[1] for p in parts if p))
+        case ir.Op() if expr.type == ir.INT:
+            bounds = [int_bounds(a, known) for a in expr.args]
+            args = [b for b in bounds if b is not None]
+            return _op_bounds(expr.op, args) if len(args) == len(bounds) else None
+        case ir.Op() | ir.AxisSize() | ir.TensorValue() | ir.Code():
             return None
-        return (min(p[0] for p in parts if p), max(p[1] for p in parts if p))
-    if not isinstance(expr, ir.Op) or expr.type != ir.INT:
-        return None
-    args = [int_bounds(a, known) for a in expr.args]
-    if any(a is None for a in args):
-        return None
-    if expr.op == "neg":
-        lo, hi = args[0]  # type: ignore[misc]
+        case _:
+            assert_never(expr)
+
+
+def _op_bounds(op: Op, args: list[Interval]) -> Interval | None:
+    """A sound interval of `op` over arguments in the intervals `args`."""
+    if op is Op.NEG:
+        lo, hi = args[0]
         return (-hi, -lo)
-    (alo, ahi), (blo, bhi) = args  # type: ignore[misc]
-    if expr.op == "+":
-        return (alo + blo, ahi + bhi)
-    if expr.op == "-":
-        return (alo - bhi, ahi - blo)
-    if expr.op in ("*", "lcm"):
-        products = [alo * blo, alo * bhi, ahi * blo, ahi * bhi]
-        return (min([*products, 0]) if expr.op == "lcm" else min(products), max(products))
-    if expr.op in ("/", "round_down", "cdiv", "round_up"):
-        m = max(abs(alo), abs(ahi)) + max(abs(blo), abs(bhi))
-        return (-m, m)
-    if expr.op in ("%", "gcd"):
-        m = max(abs(blo), abs(bhi), abs(alo), abs(ahi))
-        return (-m, m)
-    if expr.op == "min":
-        return (min(alo, blo), min(ahi, bhi))
-    if expr.op == "max":
-        return (max(alo, blo), max(ahi, bhi))
-    return None
+    (alo, ahi), (blo, bhi) = args
+    match op:
+        case Op.ADD:
+            return (alo + blo, ahi + bhi)
+        case Op.SUB:
+            return (alo - bhi, ahi - blo)
+        case Op.MUL | Op.LCM:
+            products = [alo * blo, alo * bhi, ahi * blo, ahi * bhi]
+            return (min([*products, 0]) if op is Op.LCM else min(products), max(products))
+        case Op.DIV | Op.ROUND_DOWN | Op.CDIV | Op.ROUND_UP:
+            m = max(abs(alo), abs(ahi)) + max(abs(blo), abs(bhi))
+            return (-m, m)
+        case Op.MOD | Op.GCD:
+            m = max(abs(blo), abs(bhi), abs(alo), abs(ahi))
+            return (-m, m)
+        case Op.MIN:
+            return (min(alo, blo), min(ahi, bhi))
+        case Op.MAX:
+            return (max(alo, blo), max(ahi, bhi))
+        case _:
+            return None

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, assert_never
 
 from layoutc.compiler.diagnostics import Span
+from layoutc.runtime import vocab
+from layoutc.runtime.algebra import ViewWord, Word
 
 # ---- types -------------------------------------------------------------------
 
@@ -99,9 +101,9 @@ class Code:
 
 @dataclass(frozen=True)
 class Op:
-    """Operators and builtin functions; `op` is one of OPS."""
+    """An operator, builtin function or byte format (layoutc/runtime/vocab.py's `Op`)."""
 
-    op: str
+    op: vocab.Op
     args: tuple[Expr, ...]
     type: Type
     span: Span
@@ -128,14 +130,6 @@ class Select:
 
 
 Expr = Const | Ref | AxisSize | TensorValue | Code | Op | Cond | Select
-
-ARITH = ("+", "-", "*", "/", "%")
-COMPARE = ("==", "!=", "<", "<=", ">", ">=")
-LOGIC = ("and", "or", "not")
-# builtin -> arity
-FUNCTIONS: dict[str, int] = {
-    "round_up": 2, "round_down": 2, "cdiv": 2, "lcm": 2, "gcd": 2, "min": 2, "max": 2,
-}
 
 # ---- declarations ------------------------------------------------------------
 
@@ -173,7 +167,7 @@ class Rule:
 
 
 AxisKind = Literal["plain", "padded", "groups"]
-Layout = Literal["none", "pad", "halves", "concat", "interleave"]
+Layout = Word  # the layout algebra's words (layoutc/runtime/algebra.py)
 
 
 @dataclass(frozen=True)
@@ -202,7 +196,7 @@ class Axis:
 
     @property
     def is_padded(self) -> bool:
-        return self.layout != "none"
+        return self.layout is not Word.NONE
 
 
 @dataclass(frozen=True)
@@ -218,6 +212,29 @@ class GuardedAxis:
 
 
 @dataclass(frozen=True)
+class FixedStorage:
+    """`storage DTYPE`: one storage dtype (a key of layoutc/runtime/vocab.py's DTYPES)."""
+
+    dtype: str
+
+    def __str__(self) -> str:
+        return self.dtype
+
+
+@dataclass(frozen=True)
+class ParamStorage:
+    """`storage P`: the dtype that the enum parameter P (of dtype names) takes."""
+
+    param: str
+
+    def __str__(self) -> str:
+        return self.param
+
+
+Storage = FixedStorage | ParamStorage
+
+
+@dataclass(frozen=True)
 class Tensor:
     name: str
     kind: Literal["weight", "scale", "zero", "bias"]
@@ -226,7 +243,7 @@ class Tensor:
     axes: tuple[Axis, ...]
     fill_kind: Literal["value", "decoded", "uninit"]
     fill: int  # the stored pad code (resolved from `decoded` by the checker)
-    storage: str  # torch dtype name of the stored tensor, or "param:<name>"
+    storage: Storage
     code_range: tuple[int, int] | None
     decode: Expr | None
     span: Span
@@ -260,7 +277,7 @@ class Tensor:
 class View:
     tensor: str
     axis: str
-    view: Literal["halves", "interleave", "linear"]
+    view: ViewWord
     roles: tuple[str, ...]
     span: Span
 
@@ -385,20 +402,6 @@ class Contract:
     @property
     def gated(self) -> bool:
         return self.weight("w13").axis("n").segments == 2
-
-
-# The known activations: gated ones compute F(gate) * H(up); F(0) == 0 for all.
-# H is the identity except for swigluoai, where it is (up + 1) (gpt-oss).
-ACTIVATIONS: dict[str, tuple[bool, int]] = {
-    # name: (gated, up offset)
-    "silu": (True, 0),
-    "gelu": (True, 0),
-    "gelu_tanh": (True, 0),
-    "swigluoai": (True, 1),
-    "relu2": (False, 0),
-    "silu_no_mul": (False, 0),
-    "gelu_no_mul": (False, 0),
-}
 
 
 def children(node: Expr) -> tuple[Expr, ...]:

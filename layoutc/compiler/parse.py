@@ -26,6 +26,7 @@ from lark import lexer as lark_lexer
 
 from layoutc.compiler import syntax as A
 from layoutc.compiler.diagnostics import Diagnostic, Span, error
+from layoutc.runtime.algebra import ViewWord, Word
 
 MAX_BYTES = 1 << 20  # 1 MiB
 MAX_DEPTH = 64  # nesting of the parse tree below one declaration
@@ -443,7 +444,7 @@ class _Builder:
             case "plain_axis":
                 return A.PlainAxis(self.expr(c[0]), span)
             case "pad_axis":
-                return A.PaddedAxis("pad", (), self.expr(c[0]), self.expr(c[1]), self.pack(c[2]), span)
+                return A.PaddedAxis(Word.PAD, (), self.expr(c[0]), self.expr(c[1]), self.pack(c[2]), span)
             case "segmented_axis":
                 return A.PaddedAxis(self.layout(c[0]), (str(c[1]), str(c[2])),
                                     self.expr(c[3]), self.expr(c[4]), self.pack(c[5]), span)
@@ -454,15 +455,15 @@ class _Builder:
             case _:
                 assert_never(rule)
 
-    def layout(self, child: object) -> Literal["halves", "concat", "interleave"]:
+    def layout(self, child: object) -> Word:
         rule = _rule(_tree(child), "layout", _LAYOUT_RULES)
         match rule:
             case "layout_halves":
-                return "halves"
+                return Word.HALVES
             case "layout_concat":
-                return "concat"
+                return Word.CONCAT
             case "layout_interleave":
-                return "interleave"
+                return Word.INTERLEAVE
             case _:
                 assert_never(rule)
 
@@ -491,15 +492,15 @@ class _Builder:
             case _:
                 assert_never(rule)
 
-    def view(self, node: Node) -> Literal["halves", "interleave", "linear"]:
+    def view(self, node: Node) -> ViewWord:
         rule = _rule(node, "view", _VIEW_RULES)
         match rule:
             case "view_halves":
-                return "halves"
+                return ViewWord.HALVES
             case "view_interleave":
-                return "interleave"
+                return ViewWord.INTERLEAVE
             case "view_linear":
-                return "linear"
+                return ViewWord.LINEAR
             case _:
                 assert_never(rule)
 

@@ -7,9 +7,12 @@ Pure Python on concrete sizes (no solver).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import assert_never
 
 from layoutc.compiler import ir
 from layoutc.compiler.evaluate import Env, eval_expr
+from layoutc.runtime import algebra
+from layoutc.runtime.algebra import ViewWord, Word
 
 
 @dataclass(frozen=True)
@@ -45,41 +48,32 @@ def layout_runs(axis: ir.Axis, env: Env, fill: str = "pad") -> list[Run]:
     def name(role: str, a: int, b: int) -> str:
         return f"{role}[{a}..{b - 1}]" if role else f"[{a}..{b - 1}]"
 
-    runs: list[Run] = []
-    if axis.layout in ("none",):
-        return [Run(0, logical, name("", 0, logical))] if logical else []
-    if axis.layout in ("pad", "halves"):
-        for k, role in enumerate(roles):
-            base = k * padded
-            if logical:
-                runs.append(Run(base, base + logical, name(role, 0, logical)))
-            if padded > logical:
-                runs.append(Run(base + logical, base + padded, fill))
-        return runs
-    if axis.layout == "concat":
-        for k, role in enumerate(roles):
-            if logical:
-                runs.append(Run(k * logical, (k + 1) * logical, name(role, 0, logical)))
-        if padded > logical:
-            runs.append(Run(len(roles) * logical, len(roles) * padded, fill))
-        return runs
-    # interleave: pairs role0[i], role1[i] at 2i, 2i+1
-    if logical:
-        runs.append(Run(0, 2 * logical, f"{roles[0]}/{roles[1]} pairs [0..{logical - 1}]"))
-    if padded > logical:
-        runs.append(Run(2 * logical, 2 * padded, fill))
-    return runs
+    copies, pads, _ = algebra.runs(axis.layout, axis.segments, logical, padded)
+    if axis.layout is Word.INTERLEAVE:  # one run of (role0[i], role1[i]) pairs
+        live = [Run(dst, dst + n, f"{roles[0]}/{roles[1]} pairs [0..{logical - 1}]") for _, dst, n in copies]
+    else:  # one run per segment
+        live = [Run(dst, dst + n, name(roles[k], 0, n)) for k, (_, dst, n) in enumerate(copies)]
+    filled = [Run(lo, hi, fill) for lo, hi in pads]
+    if len(live) == len(filled):  # a pad past each segment's run (pad, halves): segment by segment
+        return [run for pair in zip(live, filled, strict=True) for run in pair]
+    return live + filled  # one pad after every segment (concat, interleave), or none
 
 
 def view_runs(view: ir.View | None, size: int) -> list[Run]:
     """How the kernel reads an axis of `size` physical positions."""
-    if view is None or view.view == "linear":
+    if view is None:
         return [Run(0, size, "read linearly")]
-    if view.view == "halves":
-        half = size // 2
-        return [Run(0, half, f"kernel: {view.roles[0]}[0..{half - 1}]"),
-                Run(half, size, f"kernel: {view.roles[1]}[0..{size - half - 1}]")]
-    return [Run(0, size, f"kernel: pairs ({view.roles[0]}, {view.roles[1]}) at (2i, 2i+1)")]
+    match view.view:
+        case ViewWord.LINEAR:
+            return [Run(0, size, "read linearly")]
+        case ViewWord.HALVES:
+            half = size // 2
+            return [Run(0, half, f"kernel: {view.roles[0]}[0..{half - 1}]"),
+                    Run(half, size, f"kernel: {view.roles[1]}[0..{size - half - 1}]")]
+        case ViewWord.INTERLEAVE:
+            return [Run(0, size, f"kernel: pairs ({view.roles[0]}, {view.roles[1]}) at (2i, 2i+1)")]
+        case _:
+            assert_never(view.view)
 
 
 def tensor_picture(contract: ir.Contract, tensor: ir.Tensor, env: Env) -> list[str]:
@@ -105,7 +99,7 @@ def tensor_picture(contract: ir.Contract, tensor: ir.Tensor, env: Env) -> list[s
         if tensor.tail_fill is not None and ir.is_intermediate(tensor, axis):
             lines.append(f"  past a short rank's slice (block shard): tail fill {tensor.tail_fill}")
         view = find_view(contract, tensor, axis.name)
-        if view is not None and view.view != "linear":
+        if view is not None and view.view is not ViewWord.LINEAR:
             lines.extend(f"  {run}" for run in view_runs(view, size))
     return lines
 

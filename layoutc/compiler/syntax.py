@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from layoutc.compiler.diagnostics import Span
+from layoutc.runtime.algebra import ViewWord, Word
 
 # ---- expressions -------------------------------------------------------------
 
@@ -202,7 +203,7 @@ class PlainAxis:
 class PaddedAxis:
     """`pad(L -> P)` (roles empty) or `halves|concat|interleave(r0 | r1, L -> P)`."""
 
-    layout: Literal["pad", "halves", "concat", "interleave"]
+    layout: Word  # PAD, HALVES, CONCAT or INTERLEAVE (never NONE)
     roles: tuple[str, ...]
     logical: Expr
     padded: Expr
@@ -266,7 +267,7 @@ class TensorDecl:
 class ViewClause:
     tensor: str
     axis: str
-    view: Literal["halves", "interleave", "linear"]
+    view: ViewWord
     roles: tuple[str, ...]
     span: Span
 

@@ -18,21 +18,26 @@ from __future__ import annotations
 
 import torch
 
+from .algebra import ViewWord
 from .errors import LayoutContractError
+from .vocab import ACTIVATIONS
 
 SWIGLUOAI_ALPHA = 1.702  # interface.SWIGLUOAI_CONSTANTS: swiglu_alpha_milli 1702
 SWIGLUOAI_LIMIT = 7.0  # swiglu_limit_milli 7000
-NAMES = ("silu", "gelu", "gelu_tanh", "swigluoai")
+#: The gated activations computed here (vocab.ACTIVATIONS: silu, gelu, gelu_tanh, swigluoai).
+NAMES = tuple(a.name for a in ACTIVATIONS.values() if a.gated)
 
 
 def split(h: torch.Tensor, view: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(gate, up) of a w13 output [tokens, 2 * I] under `view` ("halves" or "interleave")."""
-    if view == "halves":
+    """(gate, up) of a w13 output [tokens, 2 * I] under `view` (algebra.ViewWord: `halves`
+    or `interleave`). Raises LayoutContractError for any other view."""
+    if view == ViewWord.HALVES:
         half = h.shape[1] // 2
         return h[:, :half], h[:, half:]
-    if view == "interleave":
+    if view == ViewWord.INTERLEAVE:
         return h[:, 0::2], h[:, 1::2]
-    raise LayoutContractError(f"unknown w13 view {view!r}; the glues read 'halves' or 'interleave'")
+    raise LayoutContractError(f"unknown w13 view {view!r}; the glues read {ViewWord.HALVES.value!r} "
+                              f"or {ViewWord.INTERLEAVE.value!r}")
 
 
 def gated(h: torch.Tensor, name: str, view: str) -> torch.Tensor:

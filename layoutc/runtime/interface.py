@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from .algebra import ViewWord, Word
+
 
 @dataclass(frozen=True)
 class TensorSlot:
@@ -48,7 +50,7 @@ class TensorSlot:
 class Activation:
     """One activation the kernel computes and how it reads w13's rows.
 
-    view: "halves" ([gate | up], split at half) or "interleave" ((gate, up) pairs).
+    view: an algebra.ViewWord spelling: `halves` ([gate | up], split at half) or `interleave` ((gate, up) pairs).
     roles: the order of the two segments in that view.
     formula: the exact formula, for documentation and review.
     constants: (parameter, value) of every constant the kernel fixes for this activation,
@@ -130,11 +132,11 @@ SWIGLUOAI_CONSTANTS = (("swiglu_alpha_milli", 1702), ("swiglu_limit_milli", 7000
 # The gated activations every glue here computes on [gate | up] halves, and gpt-oss's
 # swigluoai on interleaved (gate, up) pairs.
 GATED_HALVES = (
-    Activation("silu", "halves", ("gate", "up"), "silu(gate) * up"),
-    Activation("gelu", "halves", ("gate", "up"), "gelu(gate) * up"),
-    Activation("gelu_tanh", "halves", ("gate", "up"), "gelu_tanh(gate) * up"),
+    Activation("silu", ViewWord.HALVES.value, ("gate", "up"), "silu(gate) * up"),
+    Activation("gelu", ViewWord.HALVES.value, ("gate", "up"), "gelu(gate) * up"),
+    Activation("gelu_tanh", ViewWord.HALVES.value, ("gate", "up"), "gelu_tanh(gate) * up"),
 )
-SWIGLUOAI_PAIRS = Activation("swigluoai", "interleave", ("gate", "up"),
+SWIGLUOAI_PAIRS = Activation("swigluoai", ViewWord.INTERLEAVE.value, ("gate", "up"),
                              "(clamp(up, -7, 7) + 1) * g * sigmoid(1.702 * g), g = min(gate, 7)",
                              SWIGLUOAI_CONSTANTS)
 
@@ -197,7 +199,7 @@ class LoadFn(Protocol):
     checkpoint tensor into the allocated `dst`."""
 
     def __call__(self, dst: Any, src: Any, plan: Any, rank: int = 0, /, *, expert: int | None = None,
-                 role: str | None = None, transposed: bool = False, source_layout: str = "halves") -> None: ...
+                 role: str | None = None, transposed: bool = False, source_layout: str = Word.HALVES.value) -> None: ...
 
 
 class PrepackFn(Protocol):

@@ -28,7 +28,7 @@ class KernelConfig:
     hidden_size: w13's k axis (never padded by glues with pads_hidden False).
     intermediate_padded: padded entries per gate/up segment of w13.n (= w2.k).
     dtype: the weights' storage dtype.
-    activation: the activation name; w13_view: "halves" or "interleave" (from the interface).
+    activation: the activation name; w13_view: `halves` or `interleave` (from the interface).
     shapes: (tensor role, padded shape) for w13, w2 and any bias the contract declares.
     args: (role, value) of every other glue argument (isa, group_size, ...).
     """

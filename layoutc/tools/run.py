@@ -51,9 +51,12 @@ from types import ModuleType
 from typing import Any
 
 from layoutc.runtime.interface import ModuleLayout
+from layoutc.runtime.vocab import MODEL_DTYPES
 from layoutc.tools.contract_module import GENERATED_PACKAGE, NoKernelError, StaleModuleError, kernel_of, layout_of
 
-TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 5e-3}
+#: Relative tolerance of the kernel's output against the reference, per model dtype
+#: (vocab.MODEL_DTYPES: bfloat16, float16, float32).
+TOLERANCE: dict[str, float] = dict(zip(MODEL_DTYPES, (2e-2, 5e-3, 1e-5), strict=True))
 
 
 class RunError(Exception):

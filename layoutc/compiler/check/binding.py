@@ -16,6 +16,7 @@ from layoutc.compiler.check.ties import Side, alternatives, disagreement
 from layoutc.compiler.diagnostics import Diagnostic, Related, Span, error
 from layoutc.compiler.evaluate import EvalError, TooLarge, eval_expr, finite_values, param_deps
 from layoutc.runtime.interface import GlueInterface
+from layoutc.runtime.vocab import ACTIVATIONS
 
 
 def activations(contract: ir.Contract) -> frozenset[str] | None:
@@ -85,9 +86,9 @@ class _Binding:
                      f"`{self.i.kind}` passes it to the kernel as ({', '.join(slot.axes)})",
                      help="declare the axes in the kernel's order")
             return
-        if t.kind == "weight" and t.storage.removeprefix("param:") != t.storage:
-            self.dtypes(t)
-        elif t.kind == "weight" and t.storage not in self.i.dtypes:
+        if t.kind == "weight" and isinstance(t.storage, ir.ParamStorage):
+            self.dtypes(t, t.storage)
+        elif t.kind == "weight" and str(t.storage) not in self.i.dtypes:
             self.err("LC527", t.span, f"`{t.name}` is stored as {t.storage}; glue `{self.i.kind}` takes "
                      f"{', '.join(self.i.dtypes)}")
         for axis_name, target in slot.tied:
@@ -135,8 +136,8 @@ class _Binding:
                      f"glue `{self.i.kind}`'s kernel fixes {shown}: that model would run silently wrong",
                      help=f"admit activation != {activation} or ({shown})")
 
-    def dtypes(self, t: ir.Tensor) -> None:
-        param = self.c.param(t.storage.removeprefix("param:"))
+    def dtypes(self, t: ir.Tensor, storage: ir.ParamStorage) -> None:
+        param = self.c.param(storage.param)
         bad = [str(v) for v in param.values if str(v) not in self.i.dtypes]
         if bad:
             self.err("LC527", t.span, f"`{t.name}` may be stored as {', '.join(bad)} (parameter `{param.name}`); "
@@ -251,7 +252,7 @@ def _model_activation(contract: ir.Contract, act: ir.Expr) -> tuple[str, str | N
     lets = {let.name: let for let in contract.lets}
     deps = param_deps(act, lets)
     candidates = sorted(n for n in deps if isinstance(contract.param(n).type, ir.EnumT)
-                        and all(str(v) in ir.ACTIVATIONS for v in contract.param(n).values))
+                        and all(str(v) in ACTIVATIONS for v in contract.param(n).values))
     if len(candidates) != 1:
         return ("the glue's activation must be the model's activation: bind the activation parameter itself "
                 f"(this expression reads {', '.join(sorted(deps))}, and no single enum parameter of "

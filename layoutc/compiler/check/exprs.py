@@ -15,7 +15,7 @@ from layoutc.compiler.check.names import suggest
 from layoutc.compiler.check.scope import Scope, Sink
 from layoutc.compiler.diagnostics import Related, Span
 from layoutc.compiler.evaluate import TooLarge, finite_values
-from layoutc.runtime.numformats import FORMATS
+from layoutc.runtime.vocab import FUNCTIONS, Op, OpKind
 
 
 @dataclass(frozen=True)
@@ -128,10 +128,10 @@ def _unary(scope: Scope, sink: Sink, node: A.Unary, where: Where) -> ir.Expr | N
     if operand is None:
         return None
     if node.op == "not":
-        return ir.Op("not", (operand,), ir.BOOL, node.span) if expect(sink, operand, ir.BOOL) else None
+        return ir.Op(Op.NOT, (operand,), ir.BOOL, node.span) if expect(sink, operand, ir.BOOL) else None
     if isinstance(operand.type, ir.RealT):
-        return ir.Op("neg", (operand,), ir.REAL, node.span)
-    return ir.Op("neg", (operand,), ir.INT, node.span) if expect(sink, operand, ir.INT) else None
+        return ir.Op(Op.NEG, (operand,), ir.REAL, node.span)
+    return ir.Op(Op.NEG, (operand,), ir.INT, node.span) if expect(sink, operand, ir.INT) else None
 
 
 def _if(scope: Scope, sink: Sink, node: A.If, where: Where) -> ir.Expr | None:
@@ -151,24 +151,24 @@ def _binary(scope: Scope, sink: Sink, node: A.Binary, where: Where) -> ir.Expr |
     right = expr(scope, sink, node.right, where)
     if left is None or right is None:
         return None
-    op = node.op
-    if op in ("and", "or"):
+    op = Op.parse(node.op)
+    if op.kind is OpKind.LOGIC:
         if expect(sink, left, ir.BOOL) and expect(sink, right, ir.BOOL):
             return ir.Op(op, (left, right), ir.BOOL, node.span)
         return None
-    if op in ("==", "!="):
+    if op in (Op.EQ, Op.NE):
         if left.type != right.type or isinstance(left.type, ir.RealT):
             sink.error("LC301", node.span, f"cannot compare {left.type} with {right.type}")
             return None
         return ir.Op(op, (left, right), ir.BOOL, node.span)
-    if op in ("<", "<=", ">", ">="):
+    if op.kind is OpKind.COMPARE:
         if expect(sink, left, ir.INT) and expect(sink, right, ir.INT):
             return ir.Op(op, (left, right), ir.BOOL, node.span)
         return None
     # arithmetic
     if isinstance(left.type, ir.RealT) or isinstance(right.type, ir.RealT):
-        if op not in ("+", "-", "*"):
-            sink.error("LC408", node.span, f"`{op}` is not allowed in a decode expression (use + - *)")
+        if op not in (Op.ADD, Op.SUB, Op.MUL):
+            sink.error("LC408", node.span, f"`{op.value}` is not allowed in a decode expression (use + - *)")
             return None
         for side in (left, right):
             if not isinstance(side.type, (ir.RealT, ir.IntT)):
@@ -177,7 +177,7 @@ def _binary(scope: Scope, sink: Sink, node: A.Binary, where: Where) -> ir.Expr |
         return ir.Op(op, (left, right), ir.REAL, node.span)
     if not (expect(sink, left, ir.INT) and expect(sink, right, ir.INT)):
         return None
-    if op in ("/", "%") and not positive_divisor(scope, sink, right, op):
+    if op in (Op.DIV, Op.MOD) and not positive_divisor(scope, sink, right, op.value):
         return None
     return ir.Op(op, (left, right), ir.INT, node.span)
 
@@ -215,18 +215,23 @@ def positive_divisor(scope: Scope, sink: Sink, e: ir.Expr, what: str) -> bool:
     return True
 
 
+_FUNCTIONS = {f.value: f for f in FUNCTIONS}
+_DECODES = {f.value: f for f in Op if f.kind is OpKind.DECODE}
+
+
 def _call(scope: Scope, sink: Sink, node: A.Call, where: Where) -> ir.Expr | None:
-    if where.decode is not None and node.func in FORMATS:
+    if where.decode is not None and node.func in _DECODES:
         # a byte-encoded number format (layoutc/runtime/numformats.py): `e8m0(code)`
         if len(node.args) != 1 or not (isinstance(node.args[0], A.Name) and node.args[0].name == "code"):
             sink.error("LC408", node.span, f"`{node.func}` decodes this tensor's stored byte: write `{node.func}(code)`")
             return None
-        return ir.Op(node.func, (ir.Code(node.args[0].span),), ir.REAL, node.span)
-    if node.func not in ir.FUNCTIONS:
+        return ir.Op(_DECODES[node.func], (ir.Code(node.args[0].span),), ir.REAL, node.span)
+    func = _FUNCTIONS.get(node.func)
+    if func is None:
         sink.error("LC305", node.span, f"unknown function `{node.func}`",
-                   help=suggest(node.func, list(ir.FUNCTIONS)))
+                   help=suggest(node.func, list(_FUNCTIONS)))
         return None
-    arity = ir.FUNCTIONS[node.func]
+    arity = func.arity
     if len(node.args) != arity:
         sink.error("LC304", node.span, f"`{node.func}` takes {arity} arguments, given {len(node.args)}")
         return None
@@ -236,11 +241,11 @@ def _call(scope: Scope, sink: Sink, node: A.Call, where: Where) -> ir.Expr | Non
     typed = [a for a in args if a is not None]
     if not all(expect(sink, a, ir.INT) for a in typed):
         return None
-    if node.func in ("round_up", "round_down", "cdiv") and not positive_divisor(scope, sink, typed[1], node.func):
+    if func in (Op.ROUND_UP, Op.ROUND_DOWN, Op.CDIV) and not positive_divisor(scope, sink, typed[1], node.func):
         return None
-    if node.func == "lcm" and not all(positive_divisor(scope, sink, a, "lcm") for a in typed):
+    if func is Op.LCM and not all(positive_divisor(scope, sink, a, "lcm") for a in typed):
         return None
-    return ir.Op(node.func, tuple(typed), ir.INT, node.span)
+    return ir.Op(func, tuple(typed), ir.INT, node.span)
 
 
 def _match(scope: Scope, sink: Sink, node: A.Match, where: Where) -> ir.Expr | None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from fractions import Fraction
+from typing import assert_never
 
 from layoutc.compiler import ir
-from layoutc.compiler.check.dtypes import FLOATS, STORAGE_BITS, float_exact
 from layoutc.compiler.check.scope import Scope, Sink
 from layoutc.compiler.diagnostics import Span
 from layoutc.compiler.evaluate import EvalError, eval_real
+from layoutc.runtime.vocab import DTYPES
 
 MAX_FILL_WORK = 200_000  # decode evaluations spent resolving one contract's `fill decoded` codes
 
@@ -82,22 +83,26 @@ def check_fill_ranges(scope: Scope, sink: Sink) -> None:
 
 
 def _check_code(scope: Scope, sink: Sink, name: str, t: ir.Tensor, code: int, span: Span, what: str) -> None:
-    floats = [t.storage] if t.storage in FLOATS else \
-        [m for m in scope.params[t.storage[6:]].values if isinstance(m, str) and m in FLOATS] \
-        if t.storage.startswith("param:") and t.storage[6:] in scope.params else []
-    for dtype in floats:
-        if not float_exact(code, *FLOATS[dtype]):
+    match t.storage:
+        case ir.FixedStorage(dtype=fixed):
+            names = [fixed]
+        case ir.ParamStorage(param=param):
+            names = [m for m in scope.params[param].values if isinstance(m, str)] if param in scope.params else []
+        case _:
+            assert_never(t.storage)
+    for dtype in (n for n in names if n in DTYPES and DTYPES[n].floating):
+        if not DTYPES[dtype].exact(code):
             sink.error("LC308", span, f"{what} value {code} of `{name}` is not exactly representable in {dtype}")
             return
-    bits = STORAGE_BITS.get(t.storage)
-    if bits is None:
+    stored = DTYPES[t.storage.dtype] if isinstance(t.storage, ir.FixedStorage) else None
+    if stored is None or stored.floating:
         return
     pack = max((a.pack for a in t.axes), default=1)
-    width = bits // pack
-    low = -(1 << (width - 1)) if t.storage != "uint8" or pack > 1 else 0
-    high = (1 << width) - 1 if pack > 1 or t.storage == "uint8" else (1 << (width - 1)) - 1
+    width = stored.bits // pack
+    low = -(1 << (width - 1)) if stored.signed or pack > 1 else 0
+    high = (1 << width) - 1 if pack > 1 or not stored.signed else (1 << (width - 1)) - 1
     if not low <= code <= high:
-        where = f"{width}-bit packed elements" if pack > 1 else t.storage
+        where = f"{width}-bit packed elements" if pack > 1 else stored.name
         sink.error("LC308", span, f"{what} code {code} of `{name}` does not fit {where} ({low}..{high})")
 
 

@@ -11,6 +11,8 @@ from layoutc.compiler.check.names import check_name, suggest
 from layoutc.compiler.check.scope import Scope, Sink
 from layoutc.compiler.check.tensors import axis_ref
 from layoutc.compiler.diagnostics import Related, Span
+from layoutc.runtime.algebra import ViewWord
+from layoutc.runtime.vocab import ACTIVATIONS
 
 
 def check_kernel(scope: Scope, sink: Sink) -> None:
@@ -68,7 +70,7 @@ def _view(scope: Scope, sink: Sink, cl: A.ViewClause, seen_views: dict[tuple[str
                    related=(Related(seen_views[key], "first view here"),))
         return None
     seen_views[key] = cl.span
-    if cl.view != "linear" and axis.segments != 2:
+    if cl.view is not ViewWord.LINEAR and axis.segments != 2:
         sink.error("LC405", cl.span, f"`{cl.view}` view on `{cl.tensor}.{cl.axis}`, which is not "
                    "segmented into gate and up")
         return None
@@ -76,7 +78,7 @@ def _view(scope: Scope, sink: Sink, cl: A.ViewClause, seen_views: dict[tuple[str
         sink.error("LC403", cl.span, f"the kernel's view roles must be `gate` and `up`, found "
                    f"{' | '.join(cl.roles)}")
         return None
-    if cl.view == "linear" and axis.segments == 2:
+    if cl.view is ViewWord.LINEAR and axis.segments == 2:
         sink.error("LC405", cl.span, f"`{cl.tensor}.{cl.axis}` is segmented; the kernel must read it "
                    "as `halves` or `interleave`")
         return None
@@ -114,10 +116,10 @@ def activation_expr(scope: Scope, sink: Sink, node: A.Expr, span: Span) -> ir.Ex
     """An activation: a known activation name, or an enum of them (LC503)."""
     if isinstance(node, A.Name) and node.name not in scope.members and node.name not in scope.params \
             and node.name not in scope.lets and node.name not in scope.poisoned:
-        if node.name in ir.ACTIVATIONS:
+        if node.name in ACTIVATIONS:
             return ir.Const(node.name, ir.EnumT("activation", (node.name,)), span)
         sink.error("LC503", node.span, f"unknown activation `{node.name}`; known: "
-                   + ", ".join(sorted(ir.ACTIVATIONS)), help=suggest(node.name, list(ir.ACTIVATIONS)))
+                   + ", ".join(sorted(ACTIVATIONS)), help=suggest(node.name, list(ACTIVATIONS)))
         return None
     value = expr(scope, sink, node)
     if value is None:
@@ -126,9 +128,9 @@ def activation_expr(scope: Scope, sink: Sink, node: A.Expr, span: Span) -> ir.Ex
         sink.error("LC503", span, "the kernel's activation must be an activation name or an enum "
                    "parameter of activations")
         return None
-    unknown = [m for m in value.type.members if m not in ir.ACTIVATIONS]
+    unknown = [m for m in value.type.members if m not in ACTIVATIONS]
     if unknown:
         sink.error("LC503", span, f"unknown activation {', '.join(unknown)}; known: "
-                   + ", ".join(sorted(ir.ACTIVATIONS)), help=suggest(unknown[0], list(ir.ACTIVATIONS)))
+                   + ", ".join(sorted(ACTIVATIONS)), help=suggest(unknown[0], list(ACTIVATIONS)))
         return None
     return value

@@ -8,6 +8,7 @@ from layoutc.compiler import syntax as A
 from layoutc.compiler.check.exprs import expect, expr
 from layoutc.compiler.check.scope import Scope, Sink
 from layoutc.compiler.evaluate import TooLarge, finite_values, param_deps
+from layoutc.runtime.vocab import Op
 
 # Names integrators give the TP degree; `shard_*` and coverage read `tp_size` only (LC414).
 TP_ALIASES = ("tp", "tp_degree", "tp_world_size", "tensor_parallel_size", "tensor_parallel", "world_size",
@@ -115,7 +116,7 @@ def per_rank_sign(size: ir.Expr, lets: dict[str, ir.Let], rules: list[ir.Rule]) 
             if isinstance(node, ir.Ref) and node.kind == "let" and node.name in lets and node.name not in seen:
                 seen.add(node.name)
                 todo.append(lets[node.name].value)
-            elif isinstance(node, ir.Op) and node.op in ("/", "cdiv"):
+            elif isinstance(node, ir.Op) and node.op in (Op.DIV, Op.CDIV):
                 divides = True
                 divisors |= param_deps(node.args[1], lets)
     if divisors:
@@ -125,10 +126,10 @@ def per_rank_sign(size: ir.Expr, lets: dict[str, ir.Let], rules: list[ir.Rule]) 
     own = param_deps(size, lets)
     for rule in rules:
         for node in ir.walk(rule.cond):
-            if not (isinstance(node, ir.Op) and node.op == "=="):
+            if not (isinstance(node, ir.Op) and node.op is Op.EQ):
                 continue
             for full, product in (node.args, node.args[::-1]):
-                if not (isinstance(product, ir.Op) and product.op == "*"):
+                if not (isinstance(product, ir.Op) and product.op is Op.MUL):
                     continue
                 factors = param_deps(product, lets)
                 whole = param_deps(full, lets)

@@ -11,12 +11,13 @@ from typing import assert_never
 
 from layoutc.compiler import ir
 from layoutc.compiler import syntax as A
-from layoutc.compiler.check.dtypes import DTYPES, STORAGE_BITS
 from layoutc.compiler.check.exprs import Where, expect, expr
 from layoutc.compiler.check.names import define, suggest
 from layoutc.compiler.check.scope import Scope, Sink
 from layoutc.compiler.diagnostics import Related, Span
 from layoutc.compiler.evaluate import TooLarge, finite_values
+from layoutc.runtime.algebra import Word
+from layoutc.runtime.vocab import DTYPES
 
 AXIS_NAMES = ("experts", "n", "k")
 
@@ -130,15 +131,16 @@ def _decode(scope: Scope, sink: Sink, d: A.TensorDecl,
 
 
 def _register(scope: Scope, sink: Sink, d: A.TensorDecl, axes: list[ir.Axis], guarded: list[ir.GuardedAxis],
-              storage: str, code_range: tuple[int, int] | None, decode: ir.Expr | None) -> None:
+              storage: ir.Storage, code_range: tuple[int, int] | None, decode: ir.Expr | None) -> None:
     """The last checks that need the whole tensor (packing LC411, `when` coverage LC413); then it is declared."""
     packed = [a for a in axes if a.pack > 1]
     if packed:
-        bits = STORAGE_BITS.get(storage)
+        dtype = DTYPES[storage.dtype] if isinstance(storage, ir.FixedStorage) else None
+        bits = dtype.bits if dtype is not None and not dtype.floating else None
         if bits is None or any(bits % a.pack for a in packed):
             sink.error("LC411", d.storage[0][1], f"`pack {packed[0].pack}` needs an integer storage type whose "
                        f"width is a multiple of the pack factor (int32, int16, int8, uint8); found "
-                       f"`{storage.removeprefix('param:')}`")
+                       f"`{storage}`")
             return
     guarded = guarded + _tied_alternatives(scope, d, axes)
     names = {a.name for a in axes}
@@ -197,16 +199,16 @@ def _tied_alternatives(scope: Scope, d: A.TensorDecl, axes: list[ir.Axis]) -> li
     return out
 
 
-def _storage(scope: Scope, sink: Sink, item: tuple[str, Span]) -> str | None:
-    """`storage DTYPE`, or `storage P` for an enum parameter P of dtypes (then ``"param:P"``)."""
+def _storage(scope: Scope, sink: Sink, item: tuple[str, Span]) -> ir.Storage | None:
+    """`storage DTYPE` (a dtype of vocab.DTYPES), or `storage P` for an enum parameter P of dtypes."""
     name, span = item
     if name in DTYPES:
-        return name
+        return ir.FixedStorage(name)
     param = scope.params.get(name)
     if param is not None and isinstance(param.type, ir.EnumT):
         bad = [m for m in param.type.members if m not in DTYPES]
         if not bad:
-            return f"param:{name}"
+            return ir.ParamStorage(name)
         sink.error("LC301", span, f"storage parameter `{name}` has members that are not dtypes: {', '.join(bad)}")
         return None
     sink.error("LC301", span, f"`{name}` is not a dtype or a dtype parameter",
@@ -221,7 +223,7 @@ def _axis(scope: Scope, sink: Sink, ax: A.AxisDecl) -> ir.Axis | None:
             size = expr(scope, sink, spec.size)
             if size is None or not expect(sink, size, ir.INT):
                 return None
-            return ir.Axis(ax.name, "plain", "none", (), size, size, 1, None, None, ax.span)
+            return ir.Axis(ax.name, "plain", Word.NONE, (), size, size, 1, None, None, ax.span)
         case A.PaddedAxis():
             return _padded_axis(scope, sink, ax, spec)
         case A.LikeAxis():

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from layoutc.compiler import ir
 from layoutc.compiler.check.admitted import admitted, samples
 from layoutc.compiler.evaluate import EvalError, Value, eval_expr, param_deps
+from layoutc.runtime.algebra import Word
+from layoutc.runtime.vocab import Op
 
-_COMMUTATIVE = frozenset({"+", "*", "==", "!=", "and", "or", "min", "max", "lcm", "gcd"})
+_COMMUTATIVE = frozenset({Op.ADD, Op.MUL, Op.EQ, Op.NE, Op.AND, Op.OR, Op.MIN, Op.MAX, Op.LCM, Op.GCD})
 
 
 def alternatives(t: ir.Tensor, name: str) -> list[ir.Axis]:
@@ -86,7 +88,7 @@ class _Normal:
 
 def show_axis(a: ir.Axis) -> str:
     """A layout in words, for a message."""
-    if a.layout == "none":
+    if a.layout is Word.NONE:
         return "a plain axis"
     roles = " | ".join(a.roles)
     return f"{a.layout}({roles + ', ' if roles else ''}...)"

@@ -20,6 +20,7 @@ from layoutc import __version__
 from layoutc.compiler import glues, ir
 from layoutc.compiler.cases import glue_activation
 from layoutc.compiler.emit.ep import ep_params, ep_view
+from layoutc.runtime.vocab import DTYPES, Op, OpKind
 
 VERSION_PREFIX = "# layoutc-version: "
 
@@ -37,10 +38,29 @@ def _template_source(name: str) -> str:
 
 # ---- expressions ---------------------------------------------------------------
 
-_PY_OPS = {"+": "+", "-": "-", "*": "*", "/": "//", "%": "%", "==": "==", "!=": "!=", "<": "<",
-           "<=": "<=", ">": ">", ">=": ">=", "and": "and", "or": "or"}
-_PY_FUNCS = {"round_up": "_p.round_up", "round_down": "_p.round_down", "cdiv": "_p.cdiv", "lcm": "math.lcm",
-             "gcd": "math.gcd", "min": "min", "max": "max"}
+def python_spelling(op: Op) -> str:
+    """How a generated module spells `op`: the Python operator, or the function it calls (the
+    runtime's `vocab` helpers through `_p`, layoutc/runtime/params.py, so the generated
+    `plan()` computes as the evaluator does). Division and `%` are Python's `//` and `%`,
+    which agree with `vocab.floordiv` and `vocab.mod` on every divisor the checker admits
+    (positive, LC303). Raises ValueError for a byte format (decode expressions are never
+    rendered)."""
+    match op:
+        case Op.DIV:
+            return "//"
+        case Op.NEG:
+            return "-"
+        case Op.ROUND_UP | Op.ROUND_DOWN | Op.CDIV | Op.LCM:
+            return f"_p.{op.value}"
+        case Op.GCD:
+            return "math.gcd"
+        case (Op.ADD | Op.SUB | Op.MUL | Op.MOD | Op.EQ | Op.NE | Op.LT | Op.LE | Op.GT | Op.GE | Op.AND
+              | Op.OR | Op.NOT | Op.MIN | Op.MAX):
+            return op.value
+        case Op.E8M0 | Op.E4M3FN | Op.E5M2:
+            raise ValueError(f"cannot render the byte format {op.value} in a generated module")
+        case _:
+            assert_never(op)
 
 
 def render_expr(e: ir.Expr, prefix: str) -> str:
@@ -64,14 +84,13 @@ def render_expr(e: ir.Expr, prefix: str) -> str:
                 out = f"({render_expr(value, prefix)} if {subject} == {member!r} else {out})"
             return out
         case ir.Op():
+            spelling = python_spelling(e.op)
             args = [render_expr(a, prefix) for a in e.args]
-            if e.op == "not":
-                return f"(not {args[0]})"
-            if e.op == "neg":
-                return f"(-{args[0]})"
-            if e.op in _PY_FUNCS:
-                return f"{_PY_FUNCS[e.op]}({', '.join(args)})"
-            return f"({args[0]} {_PY_OPS[e.op]} {args[1]})"
+            if e.op.arity == 1:
+                return f"({spelling} {args[0]})" if e.op is Op.NOT else f"({spelling}{args[0]})"
+            if e.op.kind is OpKind.FUNCTION:
+                return f"{spelling}({', '.join(args)})"
+            return f"({args[0]} {spelling} {args[1]})"
         case ir.AxisSize() | ir.TensorValue() | ir.Code():
             # only in kernel rules and decode expressions, which generated modules never evaluate
             raise ValueError(f"cannot render {type(e).__name__} in a generated module")
@@ -79,15 +98,15 @@ def render_expr(e: ir.Expr, prefix: str) -> str:
             assert_never(e)
 
 
-_NEGATE = {"==": "!=", "!=": "==", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+_NEGATE = {Op.EQ: Op.NE, Op.NE: Op.EQ, Op.LT: Op.GE, Op.LE: Op.GT, Op.GT: Op.LE, Op.GE: Op.LT}
 
 
 def render_negated(e: ir.Expr, prefix: str) -> str:
     """Python source for `not e`, with comparisons flipped rather than wrapped in `not`."""
     if isinstance(e, ir.Op) and e.op in _NEGATE:
         left, right = (render_expr(a, prefix) for a in e.args)
-        return f"({left} {_NEGATE[e.op]} {right})"
-    if isinstance(e, ir.Op) and e.op == "not":
+        return f"({left} {python_spelling(_NEGATE[e.op])} {right})"
+    if isinstance(e, ir.Op) and e.op is Op.NOT:
         return render_expr(e.args[0], prefix)
     return f"(not {render_expr(e, prefix)})"
 
@@ -102,26 +121,25 @@ def _names(e: ir.Expr) -> list[str]:
 
 # ---- view model ----------------------------------------------------------------
 
-_BITS = {"int32": 32, "uint8": 8, "int8": 8, "int16": 16}
-
-
 def _fill_word(tensor: ir.Tensor, code: int | None = None) -> str:
-    """The stored fill value (or `code`, e.g. the tail fill), replicated across packed sub-elements."""
+    """The stored fill value (or `code`, e.g. the tail fill), replicated across packed sub-elements.
+
+    A float storage, or a dtype parameter (its members may be floats), takes a float; an
+    integer storage an int; a packed one (always a fixed integer dtype, LC411) the word."""
     value = tensor.fill if code is None else code
     pack = max(a.pack for a in tensor.axes) if tensor.axes else 1
+    dtype = DTYPES[tensor.storage.dtype] if isinstance(tensor.storage, ir.FixedStorage) else None
     if pack == 1:
-        if tensor.storage.startswith("param:") or tensor.storage.startswith("float") \
-                or tensor.storage == "bfloat16":
-            return repr(float(value))
-        return repr(int(value))
-    bits = _BITS[tensor.storage] // pack
+        return repr(float(value)) if dtype is None or dtype.floating else repr(int(value))
+    if dtype is None or dtype.floating:
+        raise ValueError(f"{tensor.name}: a packed tensor needs a fixed integer storage (LC411)")
+    bits = dtype.bits // pack
     mask = (1 << bits) - 1
     word = 0
     for j in range(pack):
         word |= (value & mask) << (bits * j)
-    width = _BITS[tensor.storage]
-    if tensor.storage.startswith("int") and word >= 1 << (width - 1):
-        word -= 1 << width
+    if dtype.signed and word >= 1 << (dtype.bits - 1):
+        word -= 1 << dtype.bits
     return repr(word)
 
 
@@ -147,7 +165,7 @@ def _axis_call(tensor: ir.Tensor, axis: ir.Axis, has_tp: bool, indent: int,
         whole = f"{whole} // {pack}" if whole is not None else None
     intermediate = ir.is_intermediate(tensor, axis)
     sharded = sharded if intermediate and has_tp else "False"
-    parts = [repr(axis.name).replace("'", '"'), repr(axis.layout).replace("'", '"'), str(axis.segments),
+    parts = [repr(axis.name).replace("'", '"'), f'"{axis.layout.value}"', str(axis.segments),
              logical, padded, sharded]
     if whole is not None and sharded != "False":
         parts.append(f"full={whole}")
@@ -184,9 +202,15 @@ def _axis_table(tensor: ir.Tensor, has_tp: bool, full: ir.Expr | None = None) ->
 
 
 def _dtype_expr(tensor: ir.Tensor) -> str:
-    if tensor.storage.startswith("param:"):
-        return f"_DTYPES[plan.{tensor.storage.removeprefix('param:')}]"
-    return f"torch.{tensor.storage}"
+    """The torch dtype of `tensor` under `plan`: a fixed one, or the plan's dtype parameter's
+    (looked up in the runtime's table, runtime/dtypes.py)."""
+    match tensor.storage:
+        case ir.FixedStorage(dtype=dtype):
+            return f"torch.{dtype}"
+        case ir.ParamStorage(param=param):
+            return f"_DTYPES[plan.{param}]"
+        case _:
+            assert_never(tensor.storage)
 
 
 def _shape_doc(contract: ir.Contract, tensor: ir.Tensor, which: str) -> str:
@@ -319,7 +343,7 @@ def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> dict[str,
         "tail_doc": None if t.tail_fill is None else f"stored code {t.tail_fill}" + (
             " (resolved from `tail fill decoded`)" if t.tail_fill_kind == "decoded" else ""),
         "logical_doc": _shape_doc(contract, t, "logical"), "padded_doc": _shape_doc(contract, t, "padded"),
-        "storage_doc": t.storage.removeprefix("param:"), "fill_doc": fill, "line": t.span.line,
+        "storage_doc": str(t.storage), "fill_doc": fill, "line": t.span.line,
         "once": repr(t.kind == "bias" and t.projection == "w2"),
         # loading section (runtime/loading.py)
         "once_flag": repr(t.kind == "bias" and t.projection == "w2"),
@@ -454,8 +478,7 @@ def _exports(contract: ir.Contract, glue: dict[str, Any] | None, has_tp: bool) -
 
 
 def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) -> dict[str, Any]:
-    dtype_params = sorted({t.storage.removeprefix("param:") for t in contract.tensors
-                           if t.storage.startswith("param:")})
+    dtype_params = sorted({t.storage.param for t in contract.tensors if isinstance(t.storage, ir.ParamStorage)})
     lets = [{"name": let.name, "code": render_expr(let.value, ""),
              "lines": wrap_code(f"{let.name} = ", render_expr(let.value, "")),
              "field_type": "bool" if let.type == ir.BOOL else ("str" if isinstance(let.type, ir.EnumT) else "int")}
@@ -492,14 +515,14 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
         "tensors": [_tensor_view(contract, t, has_tp) for t in contract.tensors],
         "kernel_args": kernel_args, "glue": glue, "has_tp": has_tp, "tp_param": "tp_size",
         "block_shard": _block_shard_doc(contract.block_shard),
-        "uses_math": _uses(contract, ("lcm", "gcd")),
+        "uses_math": _uses(contract, (Op.GCD,)), "dtype_table": bool(dtype_params),
         "all_names": _exports(contract, glue, has_tp),
         "w13": contract.weight("w13").name, "w2": contract.weight("w2").name,
         "layout": _layout_view(contract, has_tp),
     }
 
 
-def _uses(contract: ir.Contract, ops: tuple[str, ...]) -> bool:
+def _uses(contract: ir.Contract, ops: tuple[Op, ...]) -> bool:
     exprs: list[ir.Expr] = [let.value for let in contract.lets] + [r.cond for r in contract.rules]
     for t in contract.tensors:
         exprs += [g.guard for g in t.guarded]

@@ -21,6 +21,7 @@ import z3  # type: ignore[import-untyped]
 
 from layoutc.compiler import ir
 from layoutc.compiler.evaluate import Value, finite_values, param_deps
+from layoutc.runtime.vocab import Op
 
 
 class Encoder:
@@ -162,7 +163,7 @@ class Encoder:
             result = z3.If(test, build(v), result)
         return result
 
-    def _divided(self, op: str, a: z3.ArithRef, divisor: ir.Expr, axis_sizes):  # type: ignore[no-untyped-def]
+    def _divided(self, op: Op, a: z3.ArithRef, divisor: ir.Expr, axis_sizes):  # type: ignore[no-untyped-def]
         """`op` (/, %, round_up, round_down, cdiv) of `a` by a non-numeral `divisor` through its
         quotient q and remainder r: a / d = q, a % d = r, round_down = a - r, and with
         a' = a + d - 1: cdiv = q', round_up = a' - r'. None where a divisor value is <= 0."""
@@ -171,12 +172,12 @@ class Encoder:
             return None
         self.split_params |= param_deps(divisor, self.lets)
         d = self.expr(divisor, axis_sizes)
-        if op in ("round_up", "cdiv"):
+        if op in (Op.ROUND_UP, Op.CDIV):
             a = a + d - 1
         q, r = self._divmod(a, d)
-        if op in ("/", "cdiv"):
+        if op in (Op.DIV, Op.CDIV):
             return q
-        if op == "%":
+        if op is Op.MOD:
             return r
         return a - r
 
@@ -192,19 +193,19 @@ class Encoder:
         return hit[2], hit[3]
 
     def op(self, e: ir.Op, axis_sizes: Mapping[tuple[str, str], z3.ArithRef] | None) -> z3.ExprRef:
-        """The z3 term of an operator or builtin function (`ir.OPS`)."""
+        """The z3 term of an operator or builtin function (layoutc/runtime/vocab.py's `Op`)."""
         match e.op:
-            case "not":
+            case Op.NOT:
                 return z3.Not(self.expr(e.args[0], axis_sizes))
-            case "neg":
+            case Op.NEG:
                 return -self.expr(e.args[0], axis_sizes)
-            case "lcm" | "gcd":
+            case Op.LCM | Op.GCD:
                 if self.finite(e) is None:
-                    raise ValueError(f"{e.op} of non-finite arguments")
+                    raise ValueError(f"{e.op.value} of non-finite arguments")
                 return self._tabulate(e, axis_sizes)
-            case "/" | "%" | "round_up" | "round_down" | "cdiv":
+            case Op.DIV | Op.MOD | Op.ROUND_UP | Op.ROUND_DOWN | Op.CDIV:
                 return self._division(e, axis_sizes)
-            case "*":
+            case Op.MUL:
                 # left to z3 as a product; a finite side is split on if the whole domain is not
                 # settled (the case split substitutes it, which leaves the product linear)
                 a, b = self.expr(e.args[0], axis_sizes), self.expr(e.args[1], axis_sizes)
@@ -212,36 +213,42 @@ class Encoder:
                     if not isinstance(side, ir.Const) and self.finite(side) is not None:
                         self.split_params |= param_deps(side, self.lets)
                 return a * b
-        return self._binary(e.op, self.expr(e.args[0], axis_sizes), self.expr(e.args[1], axis_sizes))
+            case Op.E8M0 | Op.E4M3FN | Op.E5M2:  # decode-only (properties/pad_values.py decodes them)
+                raise ValueError(f"cannot encode operator {e.op.value!r}")
+            case (Op.ADD | Op.SUB | Op.EQ | Op.NE | Op.LT | Op.LE | Op.GT | Op.GE | Op.AND | Op.OR
+                  | Op.MIN | Op.MAX):
+                return self._binary(e.op, self.expr(e.args[0], axis_sizes), self.expr(e.args[1], axis_sizes))
+            case _:
+                assert_never(e.op)
 
-    def _binary(self, op: str, a: z3.ExprRef, b: z3.ExprRef) -> z3.ExprRef:
+    def _binary(self, op: Op, a: z3.ExprRef, b: z3.ExprRef) -> z3.ExprRef:
         match op:
-            case "+":
+            case Op.ADD:
                 return a + b
-            case "-":
+            case Op.SUB:
                 return a - b
-            case "==":
+            case Op.EQ:
                 return a == b
-            case "!=":
+            case Op.NE:
                 return a != b
-            case "<":
+            case Op.LT:
                 return a < b
-            case "<=":
+            case Op.LE:
                 return a <= b
-            case ">":
+            case Op.GT:
                 return a > b
-            case ">=":
+            case Op.GE:
                 return a >= b
-            case "and":
+            case Op.AND:
                 return z3.And(a, b)
-            case "or":
+            case Op.OR:
                 return z3.Or(a, b)
-            case "min":
+            case Op.MIN:
                 return z3.If(a <= b, a, b)
-            case "max":
+            case Op.MAX:
                 return z3.If(a >= b, a, b)
             case _:
-                raise ValueError(f"cannot encode operator {op!r}")
+                raise ValueError(f"cannot encode operator {op.value!r}")
 
     def _division(self, e: ir.Op, axis_sizes: Mapping[tuple[str, str], z3.ArithRef] | None) -> z3.ExprRef:
         """/, %, round_up, round_down or cdiv (floor semantics): through quotient and remainder
@@ -256,13 +263,13 @@ class Encoder:
 
         def build(v: int) -> z3.ArithRef:
             match op:
-                case "/":
+                case Op.DIV:
                     return a / v
-                case "%":
+                case Op.MOD:
                     return a % v
-                case "round_up":
+                case Op.ROUND_UP:
                     return ((a + (v - 1)) / v) * v
-                case "round_down":
+                case Op.ROUND_DOWN:
                     return (a / v) * v
             return (a + (v - 1)) / v  # cdiv
         return self.by_values(e.args[1], build, axis_sizes)

@@ -10,15 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import assert_never
 
 from layoutc.compiler import ir
 from layoutc.compiler.evaluate import EvalError, Value, eval_expr
+from layoutc.runtime.vocab import DTYPES
 
-# Bytes per stored element, by torch dtype name (``tensor ... storage``).
-DTYPE_BYTES: dict[str, int] = {
-    "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2, "int16": 2,
-    "int8": 1, "uint8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-}
+#: Bytes per stored element, by storage dtype name (``tensor ... storage``; vocab.DTYPES).
+DTYPE_BYTES: dict[str, int] = {name: dtype.bytes for name, dtype in DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -72,9 +71,13 @@ def padding_bytes(contract: ir.Contract, env: Mapping[str, Value]) -> int | None
     """
     total = Fraction(0)
     for tensor in contract.tensors:
-        storage = tensor.storage
-        if storage.startswith("param:"):
-            storage = str(env.get(storage.removeprefix("param:"), ""))
+        match tensor.storage:
+            case ir.FixedStorage(dtype=storage):
+                pass
+            case ir.ParamStorage(param=param):
+                storage = str(env.get(param, ""))
+            case _:
+                assert_never(tensor.storage)
         width = DTYPE_BYTES.get(storage)
         if width is None:
             return None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import assert_never
 
 from layoutc.compiler import ir
 from layoutc.compiler.evaluate import EvalError, Value, eval_expr
@@ -139,8 +140,14 @@ def rank_bytes(contract: ir.Contract, env: Mapping[str, Value]) -> int | None:
     for tensor in contract.tensors:
         if tensor.optional:
             continue
-        storage = tensor.storage.removeprefix("param:")
-        width = DTYPE_BYTES.get(str(env.get(storage, storage)) if tensor.storage.startswith("param:") else storage)
+        match tensor.storage:
+            case ir.FixedStorage(dtype=storage):
+                pass
+            case ir.ParamStorage(param=param):
+                storage = str(env.get(param, ""))
+            case _:
+                assert_never(tensor.storage)
+        width = DTYPE_BYTES.get(storage)
         if width is None:
             return None
         size = 1

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 
 from layoutc.compiler import ir
 from layoutc.compiler.evaluate import Value
+from layoutc.runtime.vocab import HF_DTYPES
 from layoutc.tools.audit.formats import CheckpointFormat
 from layoutc.tools.hfconfig import MoEModelConfig
 
@@ -14,12 +15,6 @@ from layoutc.tools.hfconfig import MoEModelConfig
 # parameter it lands on refuses the model.
 ModelValue = Value | float
 
-# How configs spell a dtype -> the contract enum's spelling.
-DTYPE_ALIASES: dict[str, str] = {
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "float16": "float16", "fp16": "float16", "half": "float16",
-    "float32": "float32", "fp32": "float32", "float": "float32",
-}
 
 # Contract parameter -> the MoEModelConfig field it is read from (for provenance).
 PARAM_FIELDS: dict[str, str] = {
@@ -107,7 +102,7 @@ def model_values(model: MoEModelConfig, fmt: CheckpointFormat) -> dict[str, Mode
         values["group_size"] = model.group_size
     if model.dtype is not None:
         dtype = model.dtype.removeprefix("torch.").lower()
-        values["dtype"] = DTYPE_ALIASES.get(dtype, dtype)
+        values["dtype"] = HF_DTYPES.get(dtype, dtype)
     for name in SWIGLU_PARAMS:
         number = getattr(model, name.removesuffix("_milli"))
         if number is not None:

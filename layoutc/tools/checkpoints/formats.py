@@ -30,14 +30,22 @@ from collections.abc import Collection
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from layoutc.runtime.algebra import Word
+from layoutc.runtime.vocab import ACTIVATIONS as VOCAB_ACTIVATIONS
+from layoutc.runtime.vocab import HF_ACTIVATIONS
+
+#: The row layouts a fused gate/up checkpoint tensor may have (the loader's source layouts).
+GATE_UP_LAYOUTS = (Word.HALVES.value, Word.INTERLEAVE.value)
+
 #: Where a family applies the routing weight (CheckpointFormat.router_weight).
 ROUTER_WEIGHTS = ("output", "input")
 
 #: the most decoder layers a config may declare (layoutc.tools.hfconfig.parse.MAX_LAYERS)
 MAX_LAYERS = 100_000
 
-ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh",
-               "gelu_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "swigluoai": "swigluoai"}
+#: A config's `hidden_act` -> the contract activation: the gated ones of vocab.HF_ACTIVATIONS
+#: (a checkpoint family's experts compute act(gate) * up).
+ACTIVATIONS = {hf: name for hf, name in HF_ACTIVATIONS.items() if VOCAB_ACTIVATIONS[name].gated}
 
 
 class FormatError(Exception):
@@ -59,7 +67,7 @@ class CheckpointFormat:
     experts: prefix of the experts module inside a layer, e.g. "mlp.experts.".
     fused: one tensor holds every expert ([E, ...]); else one tensor per expert.
     gate / up / down: per-expert names (with `{e}`), or the fused names (gate_up, down).
-    gate_up_layout: rows of a fused gate/up tensor: "halves" ([gate | up]) or "interleave" (pairs).
+    gate_up_layout: rows of a fused gate/up tensor, a layout word: `halves` ([gate | up]) or `interleave` (pairs).
     transposed / down_transposed: the w13 / w2 source stores `[in, out]` (`x @ W`).
     gate_up_bias / down_bias: bias names (None: no biases).
     router / router_bias: the router's weight (and bias) relative to the layer prefix.
@@ -98,7 +106,7 @@ class CheckpointFormat:
     up: str | None
     down: str
     gate_up: str | None = None
-    gate_up_layout: str = "halves"
+    gate_up_layout: str = Word.HALVES.value
     transposed: bool = False
     down_transposed: bool = False
     gate_up_bias: str | None = None
@@ -186,7 +194,7 @@ FORMATS: dict[str, CheckpointFormat] = {f.model_type: f for f in (
         "Gemma4TextRouter: softmax, top-k, renormalise, per_expert_scale)"),
     CheckpointFormat(
         model_type="gpt_oss", layer_prefix="model.layers.{layer}.", experts="mlp.experts.", fused=True,
-        gate=None, up=None, gate_up="gate_up_proj", down="down_proj", gate_up_layout="interleave",
+        gate=None, up=None, gate_up="gate_up_proj", down="down_proj", gate_up_layout=Word.INTERLEAVE.value,
         transposed=True, down_transposed=True, gate_up_bias="gate_up_proj_bias", down_bias="down_proj_bias",
         router="mlp.router.weight", router_bias="mlp.router.bias", num_experts=("num_local_experts",),
         intermediate_size=("intermediate_size",), fixed_activation="swigluoai", routing="topk_softmax",
@@ -435,8 +443,8 @@ def load_format_file(path: str) -> CheckpointFormat:
         fmt = CheckpointFormat(**data)
     except TypeError as exc:
         raise FormatError("LR103", f"{path}: {exc}") from None
-    if fmt.gate_up_layout not in ("halves", "interleave"):
-        raise FormatError("LR103", f"{path}: gate_up_layout must be 'halves' or 'interleave'")
+    if fmt.gate_up_layout not in GATE_UP_LAYOUTS:
+        raise FormatError("LR103", f"{path}: gate_up_layout must be {' or '.join(map(repr, GATE_UP_LAYOUTS))}")
     if fmt.router_weight not in ROUTER_WEIGHTS:
         raise FormatError("LR103", f"{path}: router_weight must be 'output' (the weight multiplies each "
                           f"expert's output) or 'input' (each expert's input, as Llama-4), got {fmt.router_weight!r}")
@@ -469,7 +477,7 @@ def describe_formats() -> str:
     for name in sorted(FORMATS):
         f = FORMATS[name]
         layout = ("fused " + ("gate_up" if f.gate_up else "gate + up") if f.fused else "per-expert") + \
-            (", [in, out]" if f.transposed else "") + (", interleaved" if f.gate_up_layout == "interleave" else "")
+            (", [in, out]" if f.transposed else "") + (", interleaved" if f.gate_up_layout == Word.INTERLEAVE else "")
         layers = f.moe_layers if isinstance(f.moe_layers, str) else list(f.moe_layers)
         lines.append(f"  {name:<13} {layout:<37} moe layers: {layers!s:<22} experts: {f.layer_prefix}{f.experts}"
                      + (f"; shared expert {f.shared_expert}" if f.shared_expert else "")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from layoutc.runtime.algebra import Word
 from layoutc.runtime.interface import KernelEntry, ModuleLayout, TensorEntry
 from layoutc.tools.checkpoints.formats import FormatError, ModelMoE
 from layoutc.tools.checkpoints.reader import Checkpoint
@@ -134,7 +135,7 @@ def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: Mod
                 _load_experts(load13, s13, ckpt.experts_slice(n[role], moe.num_experts, fmt.experts_flattened),
                               cplan, rank, lo, hi, role, fmt.transposed, fmt.gate_up_layout)
             _load_experts(load2, s2, ckpt.experts_slice(n["down"], moe.num_experts, fmt.experts_flattened),
-                          cplan, rank, lo, hi, "down", fmt.down_transposed, "halves")
+                          cplan, rank, lo, hi, "down", fmt.down_transposed, Word.HALVES.value)
         else:
             for e in range(lo, hi):
                 n = fmt.names(layer, e)

@@ -19,6 +19,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from layoutc.runtime.algebra import Word
 from layoutc.tools.checkpoints.formats import CheckpointFormat
 from layoutc.tools.hfconfig.keys import (
     HIDDEN_ACT_ALIASES,
@@ -169,5 +170,5 @@ def _fused(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], model_typ
                         **sizes)
                     if not down_name.startswith(path):
                         continue
-                    return [first, replace(first, gate_up_layout="interleave")]
+                    return [first, replace(first, gate_up_layout=Word.INTERLEAVE.value)]
     return []

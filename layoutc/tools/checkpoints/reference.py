@@ -39,6 +39,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from layoutc.runtime.algebra import Word
 from layoutc.tools.checkpoints.formats import ModelMoE
 from layoutc.tools.checkpoints.reader import Checkpoint
 
@@ -198,7 +199,7 @@ def loop_reference(ckpt: Checkpoint, moe: ModelMoE, layer: int, x: torch.Tensor,
         h = xin @ w13 if fmt.transposed else xin @ w13.T
         if "gate_up_proj_bias" in p:
             h = h + p["gate_up_proj_bias"][e]
-        if fmt.gate_up_layout == "interleave":
+        if fmt.gate_up_layout == Word.INTERLEAVE:
             gate, up = h[:, 0::2], h[:, 1::2]
         else:
             gate, up = h.chunk(2, dim=-1)

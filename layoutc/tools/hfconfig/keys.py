@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from layoutc.runtime.vocab import ACTIVATIONS as VOCAB_ACTIVATIONS
+from layoutc.runtime.vocab import HF_ACTIVATIONS
 from layoutc.tools.hfconfig.model import ModelConfigError
 
 # Sub-configs searched before the top level, innermost first.
@@ -60,20 +62,11 @@ DTYPE_ALIASES: tuple[str, ...] = ("torch_dtype", "dtype")
 # reads limit = config.swiglu_limit (7.0 in the released configs).
 GPT_OSS_SWIGLU_ALPHA = 1.702
 
-# Checkpoint activation name -> layoutc contract activation name.
-ACTIVATIONS: dict[str, str] = {
-    "silu": "silu",
-    "swish": "silu",
-    "swiglu": "silu",
-    "gelu": "gelu",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_tanh": "gelu_tanh",
-    "gelu_new": "gelu_tanh",
-    "relu2": "relu2",
-    "swigluoai": "swigluoai",
-}
-# Activations whose expert MLP has a single (up) half: out = act(up).
-NON_GATED: frozenset[str] = frozenset({"relu2"})
+# Checkpoint activation name -> layoutc contract activation name: vocab.HF_ACTIVATIONS (transformers'
+# ACT2FN keys), and `swiglu`, which some configs write for silu(gate) * up.
+ACTIVATIONS: dict[str, str] = {**HF_ACTIVATIONS, "swiglu": "silu"}
+# Activations whose expert MLP has a single (up) half: out = act(up) (vocab.ACTIVATIONS, not gated).
+NON_GATED: frozenset[str] = frozenset(name for name in ACTIVATIONS.values() if not VOCAB_ACTIVATIONS[name].gated)
 
 
 class Scopes:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
+from layoutc.runtime.vocab import MODEL_DTYPES
 from layoutc.tools.contract_module import module_path
 from layoutc.tools.tp.launcher import START_METHODS, Message, launch_ranks
 from layoutc.tools.tp.rank import LayerTensors, rank_main
@@ -116,8 +117,8 @@ def _check_layer_options(*, tp_size: int, num_experts: int, top_k: int, activati
         raise ValueError(f"run_tp_layer: activation {activation!r} is not one of {ACTIVATIONS}")
     dtype_name = str(dtype).removeprefix("torch.")
     torch_dtype = getattr(torch, dtype_name, None)
-    if dtype_name not in ("bfloat16", "float16", "float32") or not isinstance(torch_dtype, torch.dtype):
-        raise ValueError(f"run_tp_layer: dtype {dtype!r} is not bfloat16, float16 or float32")
+    if dtype_name not in MODEL_DTYPES or not isinstance(torch_dtype, torch.dtype):
+        raise ValueError(f"run_tp_layer: dtype {dtype!r} is not {', '.join(MODEL_DTYPES[:-1])} or {MODEL_DTYPES[-1]}")
     if not (isinstance(timeout_s, int | float) and timeout_s > 0):
         raise ValueError(f"run_tp_layer: timeout_s must be > 0, got {timeout_s!r}")
     if start_method not in START_METHODS:

@@ -10,8 +10,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-#: Gated activations the reference and the baseline implement (`out = act(gate) * up`).
-ACTIVATIONS: tuple[str, ...] = ("silu", "gelu", "gelu_tanh")
+from layoutc.runtime.vocab import ACTIVATIONS as VOCAB_ACTIVATIONS
+
+#: Gated activations the reference and the baseline implement (`out = act(gate) * up`): those of
+#: vocab.ACTIVATIONS whose up is taken as is (silu, gelu, gelu_tanh).
+ACTIVATIONS: tuple[str, ...] = tuple(a.name for a in VOCAB_ACTIVATIONS.values() if a.gated and not a.up_offset)
 
 
 def act_and_mul(gate_up: torch.Tensor, activation: str) -> torch.Tensor:

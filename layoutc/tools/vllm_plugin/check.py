@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from layoutc.runtime import algebra
 from layoutc.runtime.interface import KernelEntry, ModuleLayout, TensorEntry
 from layoutc.tools.contract_module import (
     NoKernelError,
@@ -25,7 +26,6 @@ from layoutc.tools.contract_module import (
     import_contract_module,
     kernel_of,
     layout_of,
-    layout_runtime,
 )
 from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
 
@@ -241,34 +241,42 @@ def _plan_one_expert(gen: ModuleType, plan: Any) -> Any:
 def _padded_axis(tensor: TensorEntry, plan: Any) -> tuple[int, Any] | None:
     axes = tensor.axis_table(plan)
     for i, axis in enumerate(axes):
-        if axis.layout != "none":
+        if algebra.Word.parse(axis.layout).padded:
             return i, axis
     return None
 
 
-def _owner(gen: ModuleType, name: str, axis: Any, padded_index: int) -> str:
-    """What the contract puts at `padded_index` of `axis`: a logical entry, or a pad position."""
-    layout = layout_runtime(gen)  # the runtime `axis` comes from
-    for src, dst, length in layout.copies(axis):
-        if dst <= padded_index < dst + length:
-            return _logical_name(name, axis, src + padded_index - dst)
-    for lo, hi in layout.fills(axis):
-        if lo <= padded_index < hi:
-            if axis.layout == "halves":
-                segs = _SEGMENTS.get(name, ())
-                k = padded_index // axis.padded
-                return f"pad of {segs[k] if k < len(segs) else f'segment {k}'}"
-            return "pad"
-    return "outside the layout"
+def _owner(name: str, axis: Any, padded_index: int) -> str:
+    """What the contract puts at `padded_index` of `axis` (a generated module's runtime axis):
+    a logical entry, or a pad position (algebra.locate)."""
+    word = algebra.Word.parse(axis.layout)
+    where = algebra.locate(word, axis.segments, axis.logical, axis.padded, padded_index)
+    if where is None:
+        return "outside the layout"
+    if where.kind == "entry":
+        return _entry_name(name, axis, word, where)
+    if where.segment is not None and axis.segments > 1:  # a pad past one segment's run (halves)
+        segs = _SEGMENTS.get(name, ())
+        return f"pad of {segs[where.segment] if where.segment < len(segs) else f'segment {where.segment}'}"
+    return "pad"
 
 
 def _logical_name(name: str, axis: Any, q: int) -> str:
-    segs = _SEGMENTS.get(name)
-    if not segs or axis.segments == 1:
+    """The logical entry at position `q` of the unpadded (checkpoint-ordered) axis."""
+    word = algebra.Word.parse(axis.layout)
+    where = algebra.locate(word, axis.segments, axis.logical, axis.logical, q)
+    if where is None or where.kind != "entry":
         return f"{axis.name}[{q}]"
-    if axis.layout == "interleave":
-        return f"{segs[q % axis.segments]}[{q // axis.segments}]"
-    return f"{segs[q // axis.logical]}[{q % axis.logical}]"
+    return _entry_name(name, axis, word, where)
+
+
+def _entry_name(name: str, axis: Any, word: algebra.Word, where: algebra.Located) -> str:
+    """`gate[i]` / `up[i]` of a segmented axis, else the axis's logical index (`n[q]`)."""
+    segs = _SEGMENTS.get(name)
+    k, i = where.segment or 0, where.entry or 0
+    if not segs or axis.segments == 1:
+        return f"{axis.name}[{algebra.position(word, axis.segments, k, i, axis.logical, axis.logical)}]"
+    return f"{segs[k]}[{i}]"
 
 
 def _message(gen: ModuleType, plan: Any, info: LayerInfo, tensor: TensorEntry, expected: torch.Tensor,
@@ -287,7 +295,7 @@ def _message(gen: ModuleType, plan: Any, info: LayerInfo, tensor: TensorEntry, e
     rows = [int(p) for p in torch.nonzero(differs).flatten()]
     runs: list[dict[str, Any]] = []
     for p in rows[:_MAX_ROWS]:
-        should, holds = _owner(gen, name, axis, p), _holds(name, axis, a[p], lg)
+        should, holds = _owner(name, axis, p), _holds(name, axis, a[p], lg)
         last = runs[-1] if runs else None
         if last and last["hi"] == p - 1 and _next(last["should"][1], should) and _next(last["holds"][1], holds):
             last["hi"], last["should"][1], last["holds"][1] = p, should, holds

@@ -13,6 +13,7 @@ import z3  # type: ignore[import-untyped]
 from layoutc.compiler.verify.obligations import Obligation, decide
 from layoutc.compiler.verify.run import Run
 from layoutc.compiler.verify.verdicts import Verdict
+from layoutc.runtime.algebra import Word
 
 
 def obligations(run: Run) -> list[Obligation]:
@@ -44,8 +45,9 @@ def obligations(run: Run) -> list[Obligation]:
                                       z3.And(run.admitted, z3.Or(straddle, partial)), explain, t.name))
             if axis.pack > 1:
                 f = axis.pack
-                whole_l = logical * (2 if axis.layout in ("concat", "interleave") else 1)
-                whole_p = padded * (2 if axis.layout in ("concat", "interleave") else 1)
+                # concat and interleave pack across segments: the whole axis is one run
+                whole = 2 if axis.layout in (Word.CONCAT, Word.INTERLEAVE) else 1
+                whole_l, whole_p = logical * whole, padded * whole
 
                 def pexplain(model, label=label, f=f, whole_l=whole_l, whole_p=whole_p):  # type: ignore[no-untyped-def]
                     return (f"{label}: {run.val(model, whole_l)} -> {run.val(model, whole_p)} values do not fill whole "

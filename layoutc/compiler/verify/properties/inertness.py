@@ -26,6 +26,7 @@ from layoutc.compiler.verify.properties.pad_values import (
 from layoutc.compiler.verify.properties.shards import sharded_axes, short_ranks, split_here
 from layoutc.compiler.verify.run import Run
 from layoutc.compiler.verify.verdicts import Verdict
+from layoutc.runtime.vocab import ACTIVATIONS
 
 
 def obligations(run: Run) -> list[Obligation]:
@@ -111,11 +112,11 @@ def _up_offset(run: Run) -> z3.ArithRef:
         return z3.RealVal(0, run.ctx)
     assert isinstance(act.type, ir.EnumT)
     if isinstance(act, ir.Const):
-        return z3.RealVal(ir.ACTIVATIONS[str(act.value)][1], run.ctx)
+        return z3.RealVal(ACTIVATIONS[str(act.value)].up_offset, run.ctx)
     subject = run.enc.expr(act)
     result: z3.ArithRef = z3.RealVal(0, run.ctx)
     for idx, member in enumerate(act.type.members):
-        result = z3.If(subject == idx, z3.RealVal(ir.ACTIVATIONS[member][1], run.ctx), result)
+        result = z3.If(subject == idx, z3.RealVal(ACTIVATIONS[member].up_offset, run.ctx), result)
     return result
 
 

@@ -16,6 +16,7 @@ from layoutc.compiler import ir
 from layoutc.compiler.verify.properties.shards import split_here
 from layoutc.compiler.verify.run import Run
 from layoutc.runtime.numformats import FORMATS, NAN_NOTE
+from layoutc.runtime.vocab import Op, OpKind
 
 # The smallest largest-finite value among the compute dtypes an activation may take
 # (float16 65504 < bfloat16 < float32): a bound proved against it holds in all three.
@@ -77,15 +78,19 @@ class PadValues:
         integer, E8M0 (MX block scales) or float8_e4m3fn bytes; its pad must be finite and
         neutral in each. The format is one free choice per tensor (the same in every use)."""
         ctx = self.run.ctx
-        if t.storage == "uint8":
-            is_byte: z3.BoolRef = z3.BoolVal(True, ctx)
-        elif t.storage.startswith("param:"):
-            param = self.run.contract.param(t.storage[6:])
-            if "uint8" not in param.values:
+        is_byte: z3.BoolRef
+        match t.storage:
+            case ir.FixedStorage(dtype="uint8"):
+                is_byte = z3.BoolVal(True, ctx)
+            case ir.FixedStorage():
                 return None
-            is_byte = self.run.enc.vars[param.name] == param.values.index("uint8")
-        else:
-            return None
+            case ir.ParamStorage(param=name):
+                param = self.run.contract.param(name)
+                if "uint8" not in param.values:
+                    return None
+                is_byte = self.run.enc.vars[param.name] == param.values.index("uint8")
+            case _:
+                assert_never(t.storage)
         fmt = z3.Int(f"byte_format.{t.name}", ctx)
         value: z3.ArithRef = z3.RealVal(t.fill, ctx)
         finite: z3.BoolRef = self.true()
@@ -161,8 +166,8 @@ class PadValues:
                 return z3.RealVal(t.fill, ctx), self.true()
             case ir.TensorValue():
                 return refs[e.tensor]
-            case ir.Op() if e.op in FORMATS:
-                decoded = FORMATS[e.op](t.fill) if 0 <= t.fill <= 255 else None
+            case ir.Op() if e.op.kind is OpKind.DECODE:
+                decoded = FORMATS[e.op.value](t.fill) if 0 <= t.fill <= 255 else None
                 if decoded is None:
                     return z3.RealVal(0, ctx), z3.BoolVal(False, ctx)
                 return z3.RealVal(decoded, ctx), self.true()
@@ -173,11 +178,11 @@ class PadValues:
             case ir.Select() if e.type == ir.REAL:
                 return self._decode_select(e, t, refs)
             case ir.Op() if e.type == ir.REAL:
-                if e.op == "neg":
+                if e.op is Op.NEG:
                     v, f = self.decode(e.args[0], t, refs)
                     return -v, f
                 (a, fa), (b, fb) = (self.decode(x, t, refs) for x in e.args)
-                return {"+": a + b, "-": a - b, "*": a * b}[e.op], z3.And(fa, fb)
+                return {Op.ADD: a + b, Op.SUB: a - b, Op.MUL: a * b}[e.op], z3.And(fa, fb)
             case ir.Const() | ir.Ref() | ir.AxisSize() | ir.Cond() | ir.Select() | ir.Op():
                 # an integer or boolean term inside the decode: the encoder's value
                 return z3.ToReal(self.run.enc.expr(e)), self.true()
@@ -211,7 +216,7 @@ class PadValues:
 
 
 def format_note(e: ir.Expr, code: int) -> str:
-    fmts = sorted({n.op for n in ir.walk(e) if isinstance(n, ir.Op) and n.op in FORMATS})
+    fmts = sorted({n.op.value for n in ir.walk(e) if isinstance(n, ir.Op) and n.op.kind is OpKind.DECODE})
     bad = [f for f in fmts if not 0 <= code <= 255 or FORMATS[f](code) is None]
     return "; ".join(f"{f}({code}): " + (NAN_NOTE[f] if 0 <= code <= 255 else "not a byte") for f in bad) \
         or "a non-finite input"

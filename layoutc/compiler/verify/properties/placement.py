@@ -17,6 +17,7 @@ from layoutc.compiler.verify.layout_words import ROLE_ID, layout_phys, view_at
 from layoutc.compiler.verify.obligations import Obligation, decide
 from layoutc.compiler.verify.run import Run
 from layoutc.compiler.verify.verdicts import Verdict
+from layoutc.runtime.algebra import Word
 
 
 def obligations(run: Run) -> list[Obligation]:
@@ -86,9 +87,9 @@ def _axis_placement(run: Run, t: ir.Tensor, axis: ir.Axis, ref: ir.Axis | None) 
     c = run.contract
     logical, padded, segs = run.sizes[(t.name, axis.name)]
     layout, roles = axis.layout, axis.roles
-    if layout == "none" and ref is not None and ref.segments == 2:
+    if layout is Word.NONE and ref is not None and ref.segments == 2:
         # a plain axis tied to a segmented weight axis holds the checkpoint's [r0 | r1] unpadded
-        layout, roles = "concat", ref.roles
+        layout, roles = Word.CONCAT, ref.roles
         logical = padded = logical / 2
         segs = 2
     logical_g = run.grouped(axis, logical)

@@ -15,6 +15,7 @@ from layoutc.compiler.verify.layout_words import layout_phys
 from layoutc.compiler.verify.obligations import Obligation, decide
 from layoutc.compiler.verify.run import Run
 from layoutc.compiler.verify.verdicts import Verdict
+from layoutc.runtime.algebra import Word
 
 
 def obligations(run: Run) -> list[Obligation]:
@@ -45,7 +46,7 @@ def obligations(run: Run) -> list[Obligation]:
     return obs
 
 
-def injective_broken(layout: str, roles: int, lg: z3.ArithRef, pg: z3.ArithRef, segs: int,
+def injective_broken(layout: Word, roles: int, lg: z3.ArithRef, pg: z3.ArithRef, segs: int,
                       i1: z3.ArithRef, i2: z3.ArithRef) -> z3.BoolRef:
     """The index form of a roundtrip violation: a logical (role, i) stored outside the padded
     axis, or two distinct ones stored at one position (pad's phys() per layout)."""
