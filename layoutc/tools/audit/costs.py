@@ -62,6 +62,19 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def storage_bytes(tensor: ir.Tensor, env: Mapping[str, Value]) -> int | None:
+    """Bytes of one storage element of `tensor` under `env` (a dtype parameter read from it);
+    None for a dtype of no whole bytes or a parameter `env` does not bind."""
+    match tensor.storage:
+        case ir.FixedStorage(dtype=storage):
+            pass
+        case ir.ParamStorage(param=param):
+            storage = str(env.get(param, ""))
+        case _:
+            assert_never(tensor.storage)
+    return DTYPE_BYTES.get(storage)
+
+
 def padding_bytes(contract: ir.Contract, env: Mapping[str, Value]) -> int | None:
     """Bytes of padding over every declared tensor for one layer of one rank.
 
@@ -71,14 +84,7 @@ def padding_bytes(contract: ir.Contract, env: Mapping[str, Value]) -> int | None
     """
     total = Fraction(0)
     for tensor in contract.tensors:
-        match tensor.storage:
-            case ir.FixedStorage(dtype=storage):
-                pass
-            case ir.ParamStorage(param=param):
-                storage = str(env.get(param, ""))
-            case _:
-                assert_never(tensor.storage)
-        width = DTYPE_BYTES.get(storage)
+        width = storage_bytes(tensor, env)
         if width is None:
             return None
         logical: Fraction = Fraction(1)

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import assert_never
 
 from layoutc.compiler import ir
 from layoutc.compiler.evaluate import EvalError, Value, eval_expr
-from layoutc.tools.audit.costs import DTYPE_BYTES, cdiv
+from layoutc.tools.audit.costs import cdiv, storage_bytes
 from layoutc.tools.audit.formats import checkpoint_format
 from layoutc.tools.audit.rows import AuditReport, AuditRow
 from layoutc.tools.audit.verdict import _lets
@@ -140,14 +139,7 @@ def rank_bytes(contract: ir.Contract, env: Mapping[str, Value]) -> int | None:
     for tensor in contract.tensors:
         if tensor.optional:
             continue
-        match tensor.storage:
-            case ir.FixedStorage(dtype=storage):
-                pass
-            case ir.ParamStorage(param=param):
-                storage = str(env.get(param, ""))
-            case _:
-                assert_never(tensor.storage)
-        width = DTYPE_BYTES.get(storage)
+        width = storage_bytes(tensor, env)
         if width is None:
             return None
         size = 1
