@@ -19,6 +19,7 @@ from typing import Any
 
 from layoutc.runtime.experts import world_ranks
 from layoutc.tools.contract_module import kernel_of, layout_of
+from layoutc.tools.runplan import KernelRun, RunError, checkpoint_plan
 
 
 def _local(full: Any, held: list[int], axis: int) -> Any:
@@ -40,7 +41,6 @@ def load_ep_rank(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, ep
     in local-id order, in the plan's local experts axis. Raises as `ep_kernel_sum`.
     """
     from layoutc.tools.checkpoints.loader import load_layer_rank
-    from layoutc.tools.run import RunError, checkpoint_plan
 
     layout = layout_of(mod)
     kernel = kernel_of(layout)
@@ -73,8 +73,6 @@ def ep_kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, x
     LayoutContractError (ExpertParallelError EP01/EP03 from plan(), EP02 from world_ranks)
     when the configuration is refused.
     """
-    from layoutc.tools.run import KernelRun
-
     total = plan = None
     load_s = kernel_s = 0.0
     for ep_rank, tp_rank in world_ranks(ep * tp, ep, tp):

@@ -7,6 +7,7 @@ the contract names an enum parameter for it, and checks the EP configuration wit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from layoutc.compiler import ir
@@ -29,13 +30,12 @@ def ep_params(contract: ir.Contract) -> list[dict[str, Any]]:
              "domain": "one of " + ", ".join(repr(s) for s in served) + f" (default {served[0]!r})"}]
 
 
-def ep_view(contract: ir.Contract) -> dict[str, Any] | None:
-    """What the template needs for `local_experts` and plan()'s EP check, or None."""
+def ep_view(contract: ir.Contract, render_expr: Callable[[ir.Expr, str], str]) -> dict[str, Any] | None:
+    """What the template needs for `local_experts` and plan()'s EP check, or None.
+    render_expr: the emitter's Python spelling of an expression (emit/render.py)."""
     ep = contract.ep
     if ep is None:
         return None
-    from layoutc.compiler.emit.render import render_expr
-
     axis = next(a for a in contract.weight("w13").axes if a.name == "experts") \
         if any(a.name == "experts" for a in contract.weight("w13").axes) else None
     redundant = ep.redundant or "0"

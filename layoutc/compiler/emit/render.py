@@ -509,7 +509,7 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
                                       "none (compiled without verification)"), 88,
                                       initial_indent="# ", subsequent_indent="#   "),
         "policy": contract.policy, "fallback": repr(contract.fallback),
-        "params": _params(contract, dtype_params) + ep_params(contract), "lets": lets, "ep": ep_view(contract),
+        "params": _params(contract, dtype_params) + ep_params(contract), "lets": lets, "ep": ep_view(contract, render_expr),
         "requires": [_rule_view(r, rel_path) for r in contract.requires],
         "admits": [_rule_view(r, rel_path) for r in contract.admits],
         "tensors": [_tensor_view(contract, t, has_tp) for t in contract.tensors],

@@ -33,6 +33,7 @@ from typing import Any
 from layoutc.runtime.algebra import Word
 from layoutc.runtime.vocab import ACTIVATIONS as VOCAB_ACTIVATIONS
 from layoutc.runtime.vocab import HF_ACTIVATIONS
+from layoutc.tools.checkpoints.errors import FormatError
 
 #: The row layouts a fused gate/up checkpoint tensor may have (the loader's source layouts).
 GATE_UP_LAYOUTS = (Word.HALVES.value, Word.INTERLEAVE.value)
@@ -46,14 +47,6 @@ MAX_LAYERS = 100_000
 #: A config's `hidden_act` -> the contract activation: the gated ones of vocab.HF_ACTIVATIONS
 #: (a checkpoint family's experts compute act(gate) * up).
 ACTIVATIONS = {hf: name for hf, name in HF_ACTIVATIONS.items() if VOCAB_ACTIVATIONS[name].gated}
-
-
-class FormatError(Exception):
-    """config.json names no declared format, or a declared format is malformed."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"error[{code}]: {message}")
-        self.code = code
 
 
 @dataclass(frozen=True)

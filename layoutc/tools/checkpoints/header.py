@@ -24,7 +24,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from layoutc.tools.checkpoints.formats import FormatError
+from layoutc.tools.checkpoints.errors import FormatError
 
 MAX_JSON_BYTES = 16 << 20  # config.json and index files are well under 1 MiB
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit on a header
@@ -54,8 +54,8 @@ def read_json_object(path: str, code: str, what: str) -> dict[str, Any]:
     nested over 64 levels, an over-long integer, invalid JSON, or not an object.
     """
     from layoutc.compiler.safeio import ReadError, read_bounded
+    from layoutc.tools.hfconfig.jsonread import parse_json
     from layoutc.tools.hfconfig.model import ModelConfigError
-    from layoutc.tools.hfconfig.reading import _parse_json
 
     try:
         raw = read_bounded(path, MAX_JSON_BYTES)
@@ -66,7 +66,7 @@ def read_json_object(path: str, code: str, what: str) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise FormatError(code, f"{path}: cannot read {what}: not UTF-8 (offset {exc.start})") from None
     try:
-        return _parse_json(text, path)
+        return parse_json(text, path)
     except ModelConfigError as exc:
         raise FormatError(code, f"cannot read {what}: {exc}") from None
 

@@ -52,6 +52,7 @@ SwiGLU), ``layers`` (MoE layer counting), ``quantization`` (``quantization_confi
 
 from __future__ import annotations
 
+from layoutc.tools.hfconfig.jsonread import MAX_INT_DIGITS, MAX_JSON_DEPTH
 from layoutc.tools.hfconfig.keys import (
     DTYPE_ALIASES,
     GPT_OSS_SWIGLU_ALPHA,
@@ -64,13 +65,7 @@ from layoutc.tools.hfconfig.keys import (
 )
 from layoutc.tools.hfconfig.model import ModelConfigError, MoEModelConfig
 from layoutc.tools.hfconfig.parse import MAX_LAYERS, parse_model_config
-from layoutc.tools.hfconfig.reading import (
-    MAX_CONFIG_BYTES,
-    MAX_INT_DIGITS,
-    MAX_JSON_DEPTH,
-    bundled_model_names,
-    load_model_config,
-)
+from layoutc.tools.hfconfig.reading import MAX_CONFIG_BYTES, bundled_model_names, load_model_config
 
 __all__ = [
     "DTYPE_ALIASES",

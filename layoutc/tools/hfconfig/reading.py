@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import difflib
 import importlib.resources
-import json
 import os
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
 
+from layoutc.tools.hfconfig.jsonread import parse_json
 from layoutc.tools.hfconfig.model import ModelConfigError, MoEModelConfig
 from layoutc.tools.hfconfig.parse import parse_model_config
 
 MAX_CONFIG_BYTES = 8 << 20  # real config.json files are well under 1 MiB
-MAX_JSON_DEPTH = 64  # real configs nest 3 to 5 levels
-MAX_INT_DIGITS = 30  # sizes are below 2^62; a longer literal is not a size
 
 
 def _models_dir() -> Traversable:
@@ -99,7 +96,7 @@ def load_model_config(path_or_name: str | os.PathLike[str]) -> MoEModelConfig:
         source = str(path)
         text = _read_text(path, source)
         return parse_model_config(
-            _parse_json(text, source), source=source, default_name=_default_name(path)
+            parse_json(text, source), source=source, default_name=_default_name(path)
         )
 
     looks_like_path = (
@@ -116,7 +113,7 @@ def load_model_config(path_or_name: str | os.PathLike[str]) -> MoEModelConfig:
     resource = _models_dir().joinpath(f"{stem}.json")
     source = f"layoutc/tools/models/{stem}.json"
     return parse_model_config(
-        _parse_json(_read_text(resource, source), source),
+        parse_json(_read_text(resource, source), source),
         source=source,
         default_name=stem,
     )
@@ -142,40 +139,6 @@ def _read_text(path: Path | Traversable, source: str) -> str:
         ) from None
 
 
-def _json_depth(text: str) -> int:
-    """The deepest nesting of [ and { outside strings (linear; no recursion)."""
-    return _json_shape(text)[0]
-
-
-def _json_shape(text: str, limit: int | None = None) -> tuple[int, int]:
-    """(deepest nesting of [ and {, number of containers and separators) outside strings:
-    linear, no recursion, nothing built; the scan stops once the count passes `limit`."""
-    import re
-
-    depth = deepest = items = 0
-    limit = len(text) + 1 if limit is None else limit
-    for match in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{},]', text):
-        token = match.group(0)
-        if token in "[{":
-            depth += 1
-            items += 1
-            deepest = max(deepest, depth)
-        elif token in "]}":
-            depth -= 1
-        elif token == ",":
-            items += 1
-        if items > limit:
-            break
-    return deepest, items
-
-
-def max_json_items(size: int) -> int:
-    """The most containers and separators a JSON text of `size` bytes may hold: 10,000 plus one
-    per 12 bytes (real configs and indexes hold one per 20 bytes or more), so the parsed
-    objects stay within a few times the text (an empty object is 64 bytes in CPython)."""
-    return 10_000 + size // 12
-
-
 def _default_name(path: Path) -> str:
     # A folder's config.json is named after the folder (the usual hub layout).
     return (
@@ -185,49 +148,4 @@ def _default_name(path: Path) -> str:
     )
 
 
-class _JsonLimit(Exception):
-    pass
-
-
-def _parse_int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise _JsonLimit(f"an integer of {len(text.lstrip('-'))} digits (at most {MAX_INT_DIGITS})")
-    return int(text)
-
-
-def _parse_constant(text: str) -> float:
-    raise _JsonLimit(f"{text} is not a JSON number")
-
-
-def _parse_json(text: str, source: str) -> dict[str, Any]:
-    depth, items = _json_shape(text, max_json_items(len(text)))
-    if depth > MAX_JSON_DEPTH:
-        least = "at least " if items > max_json_items(len(text)) else ""  # the scan stopped early
-        raise ModelConfigError(
-            f"{source}: JSON nested {least}{depth} levels deep (at most {MAX_JSON_DEPTH})", source=source
-        )
-    if items > max_json_items(len(text)):
-        raise ModelConfigError(
-            f"{source}: JSON holds over {items - 1} values in {len(text)} bytes (at most "
-            f"{max_json_items(len(text))}: parsing it would take many times its size in memory)",
-            source=source,
-        )
-    try:
-        raw = json.loads(text, parse_int=_parse_int, parse_constant=_parse_constant)
-    except _JsonLimit as error:
-        raise ModelConfigError(f"{source}: invalid config: {error}", source=source) from None
-    except RecursionError:
-        raise ModelConfigError(f"{source}: JSON nested too deeply", source=source) from None
-    except json.JSONDecodeError as error:
-        raise ModelConfigError(
-            f"{source}:{error.lineno}:{error.colno}: invalid JSON: {error.msg}",
-            source=source,
-        ) from error
-    if not isinstance(raw, dict):
-        raise ModelConfigError(
-            f"{source}: expected a JSON object at the top level, "
-            f"got {type(raw).__name__}",
-            source=source,
-        )
-    return raw
 
