@@ -6,6 +6,11 @@ Every edit must match its baseline exactly `count` times, so a change to a shipp
 contract that makes an edit stale fails here instead of silently writing the
 baseline. Run `python -m tests.regen_mutants` after changing this list; the
 expected outcome of each mutant is pinned in tests/test_mutants.py.
+
+A baseline that states expert parallelism (`experts ... over ep_size`) is mutated without
+it (`without_ep`): these fault classes are of the intermediate/TP layout, each pinned
+against the contract as it reads with one EP rank, and EP has its own cases
+(tests/cases/unsound/ep_*).
 """
 
 from __future__ import annotations
@@ -578,8 +583,19 @@ RT_MUTANTS: list[Mutant] = [
 MUTANTS += RT_MUTANTS
 
 
+def without_ep(text: str) -> str:
+    """`text` with its EP declaration removed: the `# Expert parallelism` comment block, the
+    EP parameters, the `experts ... over` line, its requires and `let local_num_experts`, and
+    every experts axis back to `num_experts` (the contract at ep_size 1)."""
+    if "\nexperts num_experts over " not in text:
+        return text
+    start = text.index("# Expert parallelism")
+    end = text.index("\n", text.index("let local_num_experts = ", start)) + 1
+    return text[:start] + text[end:].replace("axis experts = local_num_experts", "axis experts = num_experts")
+
+
 def render(mut: Mutant) -> str:
-    base = (ROOT / "contracts" / f"{BASE[mut.base]}.moe").read_text(encoding="utf-8")
+    base = without_ep((ROOT / "contracts" / f"{BASE[mut.base]}.moe").read_text(encoding="utf-8"))
     text = base
     for old, new, count in mut.subs:
         if count == 0:
