@@ -119,8 +119,8 @@ def _with_bias_tail_fill(text: str) -> str:
     """The block-sharded variant with `tail fill 1` on w13_bias: a short rank's tail lanes get
     gate and up bias 1 over zero w13 rows and a zero w2 column (inert: the activation is a
     finite constant times 0), while the bias's pad keeps `fill 0`."""
-    old = "tensor w13_bias: bias w13 optional {\n  axis experts = num_experts\n  axis n = like w13.n\n  storage dtype\n  fill 0\n"
-    assert old in text
+    old = "tensor w13_bias: bias w13 optional {\n  axis experts = local_num_experts\n  axis n = like w13.n\n  storage dtype\n  fill 0\n"
+    assert old in text, "the block-sharded variant's w13_bias no longer reads as this edit expects"
     return text.replace(old, old + "  tail fill 1\n").replace("contract vllm_cpu_block_sharded",
                                                               "contract vllm_cpu_block_sharded_tail")
 
