@@ -13,7 +13,6 @@ memory per rank is that of the TP shard, not of the rank's experts.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
@@ -48,9 +47,7 @@ def load_ep_rank(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, ep
         raise RunError("LR120", f"{layout.contract} partitions no experts over EP ranks (no `experts ... over` "
                        "declaration): it cannot run at --ep > 1")
     whole = checkpoint_plan(mod, moe, tp, dtype, isa)  # EP 1: the loaders' shapes
-    names = {p.name for p in layout.plan_params}
-    plan = layout.plan(**{**{f.name: getattr(whole, f.name) for f in dataclasses.fields(whole) if f.name in names},
-                          "ep_size": ep})
+    plan = layout.replan(whole, ep_size=ep)
     axis = int(plan.local_num_experts)
     count, emap = layout.local_experts(ep_rank, plan)
     held = list(range(moe.num_experts)) if emap is None else \
@@ -75,12 +72,13 @@ def ep_kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, x
     """
     total = plan = None
     load_s = kernel_s = 0.0
+    fused_moe = kernel_of(layout_of(mod)).fused_moe
     for ep_rank, tp_rank in world_ranks(ep * tp, ep, tp):
         t0 = time.perf_counter()
         plan, packed13, packed2, bias, emap = load_ep_rank(ckpt, moe, mod, layer, tp, ep, ep_rank, tp_rank,
                                                            dtype=dtype, isa=isa)
         t1 = time.perf_counter()
-        part = kernel_of(layout_of(mod)).fused_moe(x, packed13, packed2, weights, ids, plan, expert_map=emap, **bias, **options)
+        part = fused_moe(x, packed13, packed2, weights, ids, plan, expert_map=emap, **bias, **options)
         kernel_s = max(kernel_s, time.perf_counter() - t1)
         load_s = max(load_s, t1 - t0)
         total = part.clone() if total is None else total.add_(part)
