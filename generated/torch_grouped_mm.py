@@ -708,7 +708,7 @@ LAYOUT = ModuleLayout(
         PlanParam("dtype", "enum", values=("bfloat16", "float16", "float32")),
         PlanParam("ep_size", "set", values=(1, 2, 4, 8), default=1),
         PlanParam("num_redundant_experts", "range", low=0, high=256, default=0),
-        PlanParam("expert_placement", 'enum', values=("linear",), default='linear'),
+        PlanParam("expert_placement", "enum", values=("linear",), default="linear"),
     ),
     shard_count="tp_size",
     tensors=(

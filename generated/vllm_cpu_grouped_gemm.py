@@ -1048,7 +1048,7 @@ LAYOUT = ModuleLayout(
         PlanParam("swiglu_alpha_milli", "set", values=(0, 1702), default=0),
         PlanParam("swiglu_limit_milli", "set", values=(0, 7000), default=0),
         PlanParam("ep_size", "set", values=(1, 2, 3, 4, 8, 16), default=1),
-        PlanParam("expert_placement", 'enum', values=("linear", "round_robin"), default='linear'),
+        PlanParam("expert_placement", "enum", values=("linear", "round_robin"), default="linear"),
     ),
     shard_count="tp_size",
     tensors=(

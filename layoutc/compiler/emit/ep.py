@@ -25,7 +25,7 @@ def ep_params(contract: ir.Contract) -> list[dict[str, Any]]:
         return []
     served = tuple(ep.placement)
     check = f"_ep.check_served(CONTRACT, expert_placement, {served!r})"
-    return [{"name": "expert_placement", "check": check, "check_lines": [f"    expert_placement = {check}"],
+    return [{"name": "expert_placement", "served": served, "check": check, "check_lines": [f"    expert_placement = {check}"],
              "annotation": f"str = {served[0]!r}", "field_type": "str",
              "domain": "one of " + ", ".join(repr(s) for s in served) + f" (default {served[0]!r})"}]
 

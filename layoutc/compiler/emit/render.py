@@ -449,9 +449,9 @@ def _layout_view(contract: ir.Contract, has_tp: bool) -> dict[str, Any]:
     count = contract.shard.count if contract.shard is not None else "tp_size"
     return {
         "param_lines": [line for p in contract.params for line in _plan_param_lines(p)]
-        + [f"        PlanParam({_literal(e['name'])}, 'enum', values={_tuple_literal(contract.ep.placement)}, "
-           f"default={contract.ep.placement[0]!r}),"
-           for e in ep_params(contract) if contract.ep is not None],
+        + [f"        PlanParam({_literal(e['name'])}, {_literal('enum')}, values={_tuple_literal(e['served'])}, "
+           f"default={_literal(e['served'][0])}),"
+           for e in ep_params(contract)],
         "shard_count": _literal(count) if has_tp else "None",
     }
 
