@@ -22,6 +22,11 @@ SIZES: dict[str, Any] = {"hidden_size": 64, "intermediate_size": 64, "moe_interm
                          "shared_intermediate_size": 64, "n_shared_experts": 1, "num_shared_expert": 1}
 EXTRA: dict[str, dict[str, Any]] = {
     "ernie4_5_moe": {"num_hidden_layers": 4, "moe_layer_start_index": 1, "moe_layer_interval": 2},
+    # FlexOlmoConfig's token ids default to its 100k vocabulary
+    "flex_olmo": {"pad_token_id": 1, "eos_token_id": 2},
+    # Lfm2MoeConfig has no default layer_types; 3 layers, the first dense (num_dense_layers 1)
+    "lfm2_moe": {"num_hidden_layers": 3, "num_dense_layers": 1,
+                 "layer_types": ["full_attention", "conv", "full_attention"]},
 }
 
 

@@ -572,13 +572,17 @@ def test_missing_path_is_an_error(tmp_path: Path) -> None:
 def test_module_imports_nothing_heavy() -> None:
     # In a fresh interpreter, so nothing another test imported can mask a failure: the
     # package loads only itself (and the empty layoutc, layoutc.tools packages above it), and
-    # the standard-library-only vocabulary it names activations by (layoutc.runtime.vocab).
+    # the standard-library-only vocabulary it names activations by (layoutc.runtime.vocab), and
+    # the standard-library-only family table it reads its keys and layer rules from (issue 24:
+    # one table; checkpoints.formats with its layout words, layoutc.runtime.algebra).
+    table = ("layoutc.runtime.algebra", "layoutc.tools.checkpoints", "layoutc.tools.checkpoints.errors",
+             "layoutc.tools.checkpoints.families", "layoutc.tools.checkpoints.formats")
     code = (
         "import sys; import layoutc.tools.hfconfig; "
         "heavy = ('torch', 'numpy', 'z3', 'jinja2', 'lark'); "
         "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in heavy "
         "or (m.startswith('layoutc') and m not in ('layoutc', 'layoutc.tools', 'layoutc.runtime', "
-        "'layoutc.runtime.vocab') "
+        f"'layoutc.runtime.vocab', *{table!r}) "
         "and not m.startswith('layoutc.tools.hfconfig')))))"
     )
     result = subprocess.run(

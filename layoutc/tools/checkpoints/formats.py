@@ -34,6 +34,8 @@ from layoutc.runtime.algebra import Word
 from layoutc.runtime.vocab import ACTIVATIONS as VOCAB_ACTIVATIONS
 from layoutc.runtime.vocab import HF_ACTIVATIONS
 from layoutc.tools.checkpoints.errors import FormatError
+from layoutc.tools.checkpoints.families import GENERIC_KEYS, moe_layers_by_rule, swiglu_values
+from layoutc.tools.checkpoints.families import MOE_LAYER_RULES as RULES
 
 #: The row layouts a fused gate/up checkpoint tensor may have (the loader's source layouts).
 GATE_UP_LAYOUTS = (Word.HALVES.value, Word.INTERLEAVE.value)
@@ -84,6 +86,8 @@ class CheckpointFormat:
     renormalize: default of norm_topk_prob when the config lacks it.
     shared_expert: prefix of a shared (dense) expert inside the layer, or None.
     swiglu: (alpha key, limit key) for swigluoai, read from config.json.
+    swiglu_defaults: (alpha, limit) where config.json leaves a swiglu key out (gpt-oss: 1.702 and
+    7.0, transformers GptOssConfig's swiglu_alpha / swiglu_limit defaults, read by GptOssExperts).
     experts_class: transformers' module class holding the routed experts ("module:Class"),
     or None when its forward does not take (hidden, top_k_index, top_k_weights).
     router_weight: where the routing weight multiplies: "output" (each expert's output,
@@ -120,6 +124,7 @@ class CheckpointFormat:
     renormalize: bool = True
     shared_expert: str | None = None
     swiglu: tuple[str, str] | None = None
+    swiglu_defaults: tuple[float, float] | None = None
     experts_class: str | None = None
     router_weight: str = "output"
 
@@ -191,7 +196,8 @@ FORMATS: dict[str, CheckpointFormat] = {f.model_type: f for f in (
         transposed=True, down_transposed=True, gate_up_bias="gate_up_proj_bias", down_bias="down_proj_bias",
         router="mlp.router.weight", router_bias="mlp.router.bias", num_experts=("num_local_experts",),
         intermediate_size=("intermediate_size",), fixed_activation="swigluoai", routing="topk_softmax",
-        swiglu=("swiglu_alpha", "swiglu_limit"), experts_class="gpt_oss.modeling_gpt_oss:GptOssExperts",
+        swiglu=("swiglu_alpha", "swiglu_limit"), swiglu_defaults=(1.702, 7.0),
+        experts_class="gpt_oss.modeling_gpt_oss:GptOssExperts",
         source=_TF + "gpt_oss/modeling_gpt_oss.py (GptOssExperts: gate_up_proj [E, H, 2I] read as x @ W, "
         "gate = [..., ::2], up = [..., 1::2]; down_proj [E, I, H]; biases; GptOssTopKRouter: top-k "
         "logits then softmax)"),
@@ -241,6 +247,30 @@ FORMATS["gemma4"] = replace(FORMATS["gemma4_text"], model_type="gemma4", text_co
                             layer_prefix="model.language_model.layers.{layer}.")
 FORMATS["llama4"] = replace(FORMATS["llama4_text"], model_type="llama4", text_config=True,
                             layer_prefix="language_model.model.layers.{layer}.")
+
+
+#: The generic entry: the config keys under every name a family is known to use
+#: (families.GENERIC_KEYS, which `layoutc audit` reads) and the generic layer rule
+#: (families.GENERIC_LAYER_RULES). No model_type maps to it: the proposer starts from its keys.
+GENERIC = CheckpointFormat(
+    model_type="generic", layer_prefix="model.layers.{layer}.", experts="mlp.experts.", **_PER_EXPERT,
+    num_hidden_layers=GENERIC_KEYS["num_hidden_layers"], hidden_size=GENERIC_KEYS["hidden_size"],
+    num_experts=GENERIC_KEYS["num_experts"], intermediate_size=GENERIC_KEYS["intermediate_size"],
+    top_k=GENERIC_KEYS["top_k"], activation=GENERIC_KEYS["activation"], moe_layers="generic",
+    source="the union of the built-in families' config keys and layer rules (layoutc.tools.checkpoints.families)")
+
+
+def swiglu_params(config: dict[str, Any]) -> tuple[float, float] | None:
+    """(alpha, limit) of a parsed config.json's swigluoai experts, by its family's `swiglu`
+    keys and `swiglu_defaults` (gpt-oss: the config's swiglu_alpha / swiglu_limit, else
+    transformers GptOssConfig's defaults 1.702 / 7.0); None for a family without swigluoai or not in FORMATS.
+    Raises FormatError LR102 on a non-numeric value."""
+    fmt = FORMATS.get(str(config.get("model_type")))
+    if fmt is None or fmt.swiglu is None:
+        return None
+    cfg = config.get("text_config") if fmt.text_config else config
+    alpha, limit, _ = swiglu_values(cfg if isinstance(cfg, dict) else {}, fmt.swiglu, fmt.swiglu_defaults)
+    return alpha, limit
 
 
 @dataclass(frozen=True)
@@ -320,8 +350,7 @@ def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None,
         activation = ACTIVATIONS[act]
     alpha = limit = None
     if fmt.swiglu is not None:
-        alpha = float(_get(cfg, (fmt.swiglu[0],), "swiglu alpha", mt))
-        limit = float(_get(cfg, (fmt.swiglu[1],), "swiglu limit", mt))
+        alpha, limit, _ = swiglu_values(cfg, fmt.swiglu, fmt.swiglu_defaults)
     norm = cfg.get("norm_topk_prob")
     return ModelMoE(
         format=fmt, num_experts=experts,
@@ -335,25 +364,10 @@ def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None,
     )
 
 
-def _config_int(cfg: dict[str, Any], key: str, default: int) -> int:
-    value = cfg.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise FormatError("LR102", f"config.json: {key} must be a non-negative integer, got {value!r}")
-    return value
-
-
-def _layer_list(cfg: dict[str, Any], key: str, layers: int) -> list[int]:
-    listed = cfg.get(key) or []
-    if not isinstance(listed, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers
-                                               for i in listed):
-        raise FormatError("LR102", f"config.json: {key} must be a list of layer indices in 0..{layers - 1}")
-    return listed
-
-
 def _moe_layers(fmt: CheckpointFormat, cfg: dict[str, Any], layers: int,
                 tensor_names: Collection[str] | None = None) -> tuple[int, ...]:
+    """The MoE layers of `fmt` for config `cfg` of `layers` decoder layers: its explicit list,
+    the layers its tensors are in, or its rule (layoutc.tools.checkpoints.families)."""
     rule = fmt.moe_layers
     if isinstance(rule, tuple):
         if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in rule):
@@ -362,41 +376,16 @@ def _moe_layers(fmt: CheckpointFormat, cfg: dict[str, Any], layers: int,
         return tuple(sorted(set(rule)))
     if rule == "tensors":
         return _layers_with_tensors(fmt, layers, tensor_names)
-    if rule == "all":
-        return tuple(range(layers))
-    if rule == "decoder_sparse_step":
-        step = max(1, _config_int(cfg, "decoder_sparse_step", 1))
-        dense = set(_layer_list(cfg, "mlp_only_layers", layers))
-        return tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
-    if rule == "first_k_dense_replace":
-        first = _config_int(cfg, "first_k_dense_replace", 0)
-        freq = max(1, _config_int(cfg, "moe_layer_freq", 1))
-        return tuple(i for i in range(layers) if i >= first and i % freq == 0)
-    if rule == "enable_moe_block":
-        return tuple(range(layers)) if cfg.get("enable_moe_block") else ()
-    if rule == "moe_layers":
-        if cfg.get("moe_layers") is not None:
-            return tuple(sorted(set(_layer_list(cfg, "moe_layers", layers))))
-        step = max(1, _config_int(cfg, "interleave_moe_layer_step", 1))
-        return tuple(range(step - 1, layers, step))
-    if rule == "moe_layer_interval":  # transformers Ernie4_5_MoeDecoderLayer
-        interval = max(1, _config_int(cfg, "moe_layer_interval", 1))
-        start = _config_int(cfg, "moe_layer_start_index", 0)
-        end = _config_int(cfg, "moe_layer_end_index", layers - 1)
-        return tuple(i for i in range(layers) if (i + 1) % interval == 0 and start <= i <= end)
-    if rule == "expert_layer_period":  # transformers JambaConfig.layers_num_experts
-        period = max(1, _config_int(cfg, "expert_layer_period", 2))
-        offset = _config_int(cfg, "expert_layer_offset", 1)
-        return tuple(i for i in range(layers) if i % period == offset)
-    if rule == "num_dense_layers":  # transformers Lfm2MoeDecoderLayer
-        return tuple(range(min(layers, _config_int(cfg, "num_dense_layers", 0)), layers))
-    raise FormatError("LR103", f"format {fmt.model_type!r}: unknown moe_layers rule {rule!r}; "
-                      f"rules: {', '.join(MOE_LAYER_RULES)}, or a list of layer indices")
+    try:
+        return moe_layers_by_rule(rule, cfg, layers)[0]
+    except FormatError as exc:
+        if exc.code == "LR103":
+            raise FormatError("LR103", f"format {fmt.model_type!r}: {str(exc).split(': ', 1)[1]}") from None
+        raise
 
 
 #: the moe_layers rules a format may name (CheckpointFormat.moe_layers)
-MOE_LAYER_RULES = ("all", "tensors", "decoder_sparse_step", "first_k_dense_replace", "enable_moe_block",
-                   "moe_layers", "moe_layer_interval", "expert_layer_period", "num_dense_layers")
+MOE_LAYER_RULES = ("generic", "tensors", *RULES)
 
 
 def _layers_with_tensors(fmt: CheckpointFormat, layers: int, tensor_names: Collection[str] | None) -> tuple[int, ...]:
@@ -409,7 +398,7 @@ def _layers_with_tensors(fmt: CheckpointFormat, layers: int, tensor_names: Colle
 
 
 _TUPLES = {"num_hidden_layers", "hidden_size", "num_experts", "intermediate_size", "top_k", "activation",
-           "swiglu", "moe_layers"}
+           "swiglu", "swiglu_defaults", "moe_layers"}
 
 
 def load_format_file(path: str) -> CheckpointFormat:
@@ -430,7 +419,7 @@ def load_format_file(path: str) -> CheckpointFormat:
     for k in _TUPLES & set(data):
         if isinstance(data[k], list):
             data[k] = tuple(data[k])
-        elif isinstance(data[k], str) and k not in ("swiglu", "moe_layers"):
+        elif isinstance(data[k], str) and k not in ("swiglu", "swiglu_defaults", "moe_layers"):
             data[k] = (data[k],)
     try:
         fmt = CheckpointFormat(**data)

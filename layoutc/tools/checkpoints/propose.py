@@ -7,7 +7,7 @@ up_proj / down_proj (Qwen, OLMoE, GLM, ...) or w1 / w3 / w2 (Mixtral, MiniMax), 
 fused 3-D tensors of a layer whose first axis is the number of experts (one holding
 2I rows or columns: gate and up; one holding H and I: down). The orientation comes from
 the shapes; the config keys are the ones whose values equal the measured sizes (tried in
-audit's alias order, layoutc.tools.hfconfig.keys); the MoE layers are "where the tensors
+the family table's generic entry, formats.GENERIC, which audit reads too); the MoE layers are "where the tensors
 are". What shapes cannot tell (gate/up order, halves or interleaved rows) is listed as
 candidates, which `layoutc run` proves against transformers' own sparse-MoE block of the
 first MoE layer before it runs anything (layoutc.tools.run). Standard library only.
@@ -20,18 +20,15 @@ from dataclasses import replace
 from typing import Any
 
 from layoutc.runtime.algebra import Word
-from layoutc.tools.checkpoints.formats import CheckpointFormat
-from layoutc.tools.hfconfig.keys import (
-    HIDDEN_ACT_ALIASES,
-    HIDDEN_SIZE_ALIASES,
-    INTERMEDIATE_SIZE_ALIASES,
-    NUM_EXPERTS_ALIASES,
-    NUM_EXPERTS_PER_TOK_ALIASES,
-    NUM_HIDDEN_LAYERS_ALIASES,
-)
+from layoutc.tools.checkpoints.formats import GENERIC, CheckpointFormat
 
-#: audit's aliases of the experts per token, and the spellings of Hunyuan (moe_topk) and ERNIE (moe_k)
-TOP_K_ALIASES = (*NUM_EXPERTS_PER_TOK_ALIASES, "moe_topk", "moe_k")
+# the family table's generic entry: its config keys (audit's too), moe_topk / moe_k among the top-k
+HIDDEN_ACT_ALIASES = GENERIC.activation
+HIDDEN_SIZE_ALIASES = GENERIC.hidden_size
+INTERMEDIATE_SIZE_ALIASES = GENERIC.intermediate_size
+NUM_EXPERTS_ALIASES = GENERIC.num_experts
+TOP_K_ALIASES = GENERIC.top_k
+NUM_HIDDEN_LAYERS_ALIASES = GENERIC.num_hidden_layers
 _PER_EXPERT = re.compile(r"^(?P<pre>.*?\.)(?P<layer>\d+)\.(?P<path>(?:\w+\.)*?)experts\.(?P<e>\d+)\."
                          r"(?P<proj>\w+)\.weight$")
 _ROLES = ({"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}, {"gate": "w1", "up": "w3", "down": "w2"})

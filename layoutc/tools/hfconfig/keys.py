@@ -1,5 +1,9 @@
 """The keys each model family spells a quantity with, and the scopes they are looked up in.
 
+The spellings are not declared here: they are the family table's generic entry
+(layoutc.tools.checkpoints.formats.GENERIC, from families.GENERIC_KEYS), so audit, run
+and the proposer read one table.
+
 Sub-configs are searched before the top level (``ffn_config`` of DBRX, ``text_config``
 of Gemma-4 and other multimodal wrappers, ``llm_config``, ``language_config``); within
 one scope the aliases are tried in order, and a JSON ``null`` counts as absent.
@@ -12,6 +16,7 @@ from typing import Any
 
 from layoutc.runtime.vocab import ACTIVATIONS as VOCAB_ACTIVATIONS
 from layoutc.runtime.vocab import HF_ACTIVATIONS
+from layoutc.tools.checkpoints.formats import FORMATS, GENERIC
 from layoutc.tools.hfconfig.model import ModelConfigError
 
 # Sub-configs searched before the top level, innermost first.
@@ -22,45 +27,23 @@ SUBCONFIG_KEYS: tuple[str, ...] = (
     "language_config",
 )
 
-HIDDEN_SIZE_ALIASES: tuple[str, ...] = ("hidden_size", "d_model")
-INTERMEDIATE_SIZE_ALIASES: tuple[str, ...] = (
-    "moe_intermediate_size",
-    "intermediate_size",
-    "ffn_hidden_size",
-)
-NUM_EXPERTS_ALIASES: tuple[str, ...] = (
-    "num_experts",
-    "n_routed_experts",
-    "num_local_experts",
-    "moe_num_experts",
-)
-NUM_EXPERTS_PER_TOK_ALIASES: tuple[str, ...] = (
-    "num_experts_per_tok",
-    "moe_top_k",
-    "top_k_experts",
-    "num_experts_per_token",
-    "experts_per_token",
-)
-NUM_HIDDEN_LAYERS_ALIASES: tuple[str, ...] = (
-    "num_hidden_layers",
-    "n_layers",
-    "num_layers",
-)
-# mlp_hidden_act first: Nemotron-H also has mamba_hidden_act, and where a
-# config names the MLP's activation separately that is the one experts use.
-HIDDEN_ACT_ALIASES: tuple[str, ...] = (
-    "mlp_hidden_act",
-    "hidden_act",
-    "hidden_activation",
-    "ffn_act_fn",
-)
+# The quantities' spellings are the family table's generic entry (one table, issue 24):
+# layoutc.tools.checkpoints.families.GENERIC_KEYS, read by `layoutc run`'s proposer too.
+HIDDEN_SIZE_ALIASES: tuple[str, ...] = GENERIC.hidden_size
+INTERMEDIATE_SIZE_ALIASES: tuple[str, ...] = GENERIC.intermediate_size
+NUM_EXPERTS_ALIASES: tuple[str, ...] = GENERIC.num_experts
+NUM_EXPERTS_PER_TOK_ALIASES: tuple[str, ...] = GENERIC.top_k
+NUM_HIDDEN_LAYERS_ALIASES: tuple[str, ...] = GENERIC.num_hidden_layers
+HIDDEN_ACT_ALIASES: tuple[str, ...] = GENERIC.activation
 DTYPE_ALIASES: tuple[str, ...] = ("torch_dtype", "dtype")
 
 
 
-# gpt-oss's SwiGLU constants: transformers GptOssExperts hard-codes alpha = 1.702 and
-# reads limit = config.swiglu_limit (7.0 in the released configs).
-GPT_OSS_SWIGLU_ALPHA = 1.702
+# gpt-oss's SwiGLU alpha where its config leaves it out: the family table's default
+# (transformers GptOssConfig.swiglu_alpha's default, which GptOssExperts reads).
+_GPT_OSS_SWIGLU = FORMATS["gpt_oss"].swiglu_defaults
+assert _GPT_OSS_SWIGLU is not None
+GPT_OSS_SWIGLU_ALPHA: float = _GPT_OSS_SWIGLU[0]
 
 # Checkpoint activation name -> layoutc contract activation name: vocab.HF_ACTIVATIONS (transformers'
 # ACT2FN keys), and `swiglu`, which some configs write for silu(gate) * up.

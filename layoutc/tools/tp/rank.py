@@ -187,8 +187,11 @@ def _layer_plan(layout: ModuleLayout, cfg: dict[str, Any], tp_size: int) -> Any:
     plan_args = {"num_experts": cfg["num_experts"], "hidden_size": cfg["hidden_size"],
                  "intermediate_size": cfg["intermediate_size"], "tp_size": tp_size, "isa": cfg["isa"],
                  "activation": cfg["activation"], "dtype": cfg["dtype"]}
-    if cfg["activation"] == "swigluoai":  # gpt-oss's constants, the ones its reference computes with
-        plan_args.update(swiglu_alpha_milli=1702, swiglu_limit_milli=7000)
+    if cfg["activation"] == "swigluoai":  # gpt-oss's constants (the family table's), its reference's too
+        from layoutc.tools.checkpoints.formats import FORMATS
+
+        alpha, limit = FORMATS["gpt_oss"].swiglu_defaults or (1.702, 7.0)
+        plan_args.update(swiglu_alpha_milli=round(1000 * alpha), swiglu_limit_milli=round(1000 * limit))
     return layout.plan(**layout.plan_arguments(plan_args))
 
 

@@ -143,9 +143,41 @@ def layer_info(experts: Any, layer: Any) -> check.LayerInfo:
         activation=str(activation).lower(),
         dtype=w13.dtype,
         isa=str(type(experts).isa),
-        swiglu_alpha=getattr(moe, "swiglu_alpha", None),
-        swiglu_limit=getattr(moe, "swiglu_limit", None),
+        **_swiglu(moe, str(activation).lower()),
     )
+
+
+def _swiglu(moe: Any, activation: str) -> dict[str, float | None]:
+    """The layer's swiglu constants; where its FusedMoEConfig leaves one unset, the model's (model_swiglu)."""
+    alpha, limit = getattr(moe, "swiglu_alpha", None), getattr(moe, "swiglu_limit", None)
+    if activation == "swigluoai" and (alpha is None or limit is None):
+        model_alpha, model_limit = model_swiglu()
+        alpha = model_alpha if alpha is None else alpha
+        limit = model_limit if limit is None else limit
+    return {"swiglu_alpha": alpha, "swiglu_limit": limit}
+
+
+def model_swiglu() -> tuple[float | None, float | None]:
+    """(alpha, limit) of the served model's swigluoai experts, from its hf_config through the
+    family table (layoutc.tools.checkpoints.formats.swiglu_params: gpt-oss's swiglu_limit,
+    alpha 1.702); (None, None) outside a vLLM config context or for another family.
+
+    vLLM 0.32's model_executor/models/gpt_oss.py (MLPBlock) builds FusedMoE without
+    swiglu_alpha / swiglu_limit, so the layer's FusedMoEConfig does not carry them; the
+    model's hf_config does (vllm.config.get_current_vllm_config_or_none().model_config)."""
+    from vllm.config import get_current_vllm_config_or_none
+
+    from layoutc.tools.checkpoints.formats import FormatError, swiglu_params
+
+    vllm_config = get_current_vllm_config_or_none()
+    hf_config = getattr(getattr(vllm_config, "model_config", None), "hf_config", None)
+    if hf_config is None or not hasattr(hf_config, "to_dict"):
+        return None, None
+    try:
+        found = swiglu_params(hf_config.to_dict())
+    except FormatError:
+        return None, None
+    return found if found is not None else (None, None)
 
 
 def _bias(layer: Any, name: str) -> Any:
