@@ -16,13 +16,14 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from layoutc import __version__
 from layoutc.compiler import ir
 from layoutc.compiler.diagnostics import CODES, Diagnostic, emit, exit_code, has_errors, render_text
 from layoutc.compiler.safeio import UsageError
 from layoutc.compiler.safeio import contract_paths as _contract_paths
+from layoutc.clihelp import HELP, POSITIONALS
 
 
 class _Usage(Exception):
@@ -210,20 +211,28 @@ def cmd_formats(args: argparse.Namespace) -> int:
 FORMATS = ("text", "json", "github")
 
 
+def _sub(sub: Any, name: str, short: str) -> argparse.ArgumentParser:
+    """A subcommand parser with its description, examples and exit codes (layoutc.clihelp)."""
+    description, epilog = HELP[name]
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=short, description=description, epilog=epilog,
+                                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `layoutc` argument parser; a usage error raises `_Usage` (LC801) instead of exiting."""
     parser = _Parser(prog="layoutc", description="MoE weight-layout contracts: check, verify, compile.")
     parser.add_argument("--version", action="version", version=f"layoutc {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("check", help="parse and check contracts (no solver)")
-    p.add_argument("paths", nargs="+", metavar="PATH")
-    p.add_argument("--format", choices=FORMATS, default="text")
+    p = _sub(sub, "check", "parse and check contracts (no solver)")
+    p.add_argument("paths", nargs="+", metavar="PATH", help=POSITIONALS["check", "PATH"])
+    p.add_argument("--format", choices=FORMATS, default="text", help="how to print problems: text (default), json, github")
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("verify", help="prove pad-soundness with z3 for every admitted configuration")
-    p.add_argument("paths", nargs="+", metavar="PATH")
-    p.add_argument("--format", choices=FORMATS, default="text")
+    p = _sub(sub, "verify", "prove pad-soundness with z3 for every admitted configuration")
+    p.add_argument("paths", nargs="+", metavar="PATH", help=POSITIONALS["verify", "PATH"])
+    p.add_argument("--format", choices=FORMATS, default="text", help="how to print problems: text (default), json, github")
     p.add_argument("--timeout-ms", type=_bounded_int(1, MAX_TIMEOUT_MS), default=2000,
                    help="per-query solver timeout (default 2000)")
     p.add_argument("--seed", type=_bounded_int(0, MAX_SEED), default=0, help="solver random seed (default 0)")
@@ -232,17 +241,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the verdict cache")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("compile", help="render each contract into a standalone Python module")
-    p.add_argument("paths", nargs="+", metavar="PATH")
-    p.add_argument("--out", required=True, metavar="DIR")
+    p = _sub(sub, "compile", "render each contract into a standalone Python module")
+    p.add_argument("paths", nargs="+", metavar="PATH", help=POSITIONALS["compile", "PATH"])
+    p.add_argument("--out", required=True, metavar="DIR", help="the folder of generated modules (e.g. generated)")
     p.add_argument("--check", action="store_true", help="compare with DIR instead of writing; exit 1 on drift")
     p.add_argument("--no-verify", action="store_true", help="skip verification (the header then says so)")
     p.add_argument("--format", choices=FORMATS, default="text", help="how to print problems (default text)")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the verdict cache")
     p.set_defaults(func=cmd_compile)
 
-    p = sub.add_parser("explain", help="print a configuration's plan and a picture of each padded tensor")
-    p.add_argument("contract", metavar="CONTRACT")
+    p = _sub(sub, "explain", "print a configuration's plan and a picture of each padded tensor")
+    p.add_argument("contract", metavar="CONTRACT", help=POSITIONALS["explain", "CONTRACT"])
     p.add_argument("--set", action="append", metavar="NAME=VALUE", help="a parameter value (repeatable)")
     p.add_argument("--format", choices=FORMATS, default="text", help="how to print problems (default text)")
     p.add_argument("--engine", default=None, metavar="ENGINES",
@@ -250,10 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(as in audit); another engine's rule is its CPU contract for the same format")
     p.set_defaults(func=cmd_explain)
 
-    p = sub.add_parser("audit", help="for model configs and TP degrees, which kernels take the fast path")
-    p.add_argument("configs", nargs="+", metavar="CONFIG")
+    p = _sub(sub, "audit", "for model configs and TP degrees, which kernels take the fast path")
+    p.add_argument("configs", nargs="+", metavar="CONFIG", help=POSITIONALS["audit", "CONFIG"])
     p.add_argument("--tp", default="1,2,4,8,16", help="comma-separated TP degrees (default 1,2,4,8,16)")
-    p.add_argument("--contracts", nargs="+", metavar="PATH", default=None)
+    p.add_argument("--contracts", nargs="+", metavar="PATH", default=None,
+                   help="contract files or folders to audit instead of the bundled ones")
     p.add_argument("--engine", default="vllm", metavar="ENGINES",
                    help="engines whose bundled contracts to audit, comma-separated: vllm, sglang (default vllm); "
                         "two or more add a side-by-side table of each engine's CPU layout")
@@ -264,15 +274,13 @@ def build_parser() -> argparse.ArgumentParser:
     from layoutc.tools.run import add_parser as add_run
     add_run(sub)
 
-    p = sub.add_parser("formats", help="list the built-in checkpoint formats of `layoutc run` (docs/formats.md)",
-                       description="List the built-in checkpoint formats; with NAME, print that family's "
-                       "format as JSON, the schema of a --format-file. Example: layoutc formats qwen3_moe > "
-                       "my_format.json. Exit 0, or 2 for an unknown NAME (LC801).")
-    p.add_argument("name", nargs="?", metavar="NAME", help="a built-in model_type (e.g. qwen3_moe, dbrx)")
+    p = _sub(sub, "formats", "list the built-in checkpoint formats of `layoutc run` (docs/formats.md)")
+    from layoutc.tools.checkpoints.formats import FORMATS as BUILT_IN
+    p.add_argument("name", nargs="?", metavar="NAME", help="a built-in model_type, one of: " + ", ".join(sorted(BUILT_IN)))
     p.set_defaults(func=cmd_formats)
 
-    p = sub.add_parser("rule", help="print a diagnostic code's documentation (e.g. layoutc rule LC201)")
-    p.add_argument("code", metavar="CODE")
+    p = _sub(sub, "rule", "print a diagnostic code's documentation (e.g. layoutc rule LC201)")
+    p.add_argument("code", metavar="CODE", help=POSITIONALS["rule", "CODE"])
     p.set_defaults(func=cmd_rule)
     return parser
 
