@@ -138,3 +138,62 @@ def test_generic_layer_rules_refuse_bad_keys(cfg: dict[str, Any], needle: str) -
     with pytest.raises(FormatError, match=needle) as info:
         families.generic_moe_layers(cfg, 5)
     assert info.value.code == "LR102"
+
+
+# ---- docs/formats.md: the table generated from FORMATS, the worked examples load --------
+
+
+def test_docs_family_table_is_generated_from_the_table() -> None:
+    from layoutc.tools.checkpoints.formats import DOC_MARKERS, families_markdown
+
+    page = (ROOT / "docs" / "formats.md").read_text()
+    start, end = page.index(DOC_MARKERS[0]) + len(DOC_MARKERS[0]) + 1, page.index(DOC_MARKERS[1])
+    assert page[start:end] == families_markdown(), (
+        "docs/formats.md's family table differs from FORMATS: paste the output of python -c "
+        "'from layoutc.tools.checkpoints.formats import families_markdown; print(families_markdown(), end=\"\")' "
+        "between the markers")
+    for name in FORMATS:
+        assert f"| {name} |" in page[start:end]
+
+
+def test_drift_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from layoutc.tools.checkpoints import formats
+
+    before = formats.families_markdown()
+    monkeypatch.setitem(formats.FORMATS, "mixtral", replace(FORMATS["mixtral"], router_weight="input"))
+    assert formats.families_markdown() != before
+
+
+def _json_examples() -> list[dict[str, Any]]:
+    import json
+    import re
+
+    page = (ROOT / "docs" / "formats.md").read_text()
+    return [json.loads(block) for block in re.findall(r"```json\n(.*?)```", page, flags=re.S)]
+
+
+def test_docs_worked_examples_are_valid_format_files(tmp_path: Path) -> None:
+    import json
+
+    from layoutc.tools.checkpoints.formats import load_format_file
+
+    examples = _json_examples()
+    assert {e["model_type"] for e in examples} >= {"olmoe", "ernie4_5_moe", "dbrx"}
+    for i, example in enumerate(examples):
+        path = tmp_path / f"{i}.json"
+        path.write_text(json.dumps(example))
+        fmt = load_format_file(str(path))
+        built_in = FORMATS.get(fmt.model_type)
+        if built_in is None:
+            continue
+        # the worked example of a built-in family describes a config as the built-in does
+        cfg = {"model_type": fmt.model_type, **_sizes(num_hidden_layers=4, moe_layer_start_index=1,
+                                                     moe_layer_interval=2, n_layers=2, d_model=64),
+               "ffn_config": {"moe_num_experts": 4, "ffn_hidden_size": 64, "moe_top_k": 2,
+                              "ffn_act_fn": {"name": "silu"}}, "hidden_act": "silu"}
+        mine, theirs = describe(cfg, fmt), describe(cfg)
+        assert (mine.moe_layers, mine.hidden_size, mine.intermediate_size, mine.num_experts, mine.top_k) == \
+            (theirs.moe_layers, theirs.hidden_size, theirs.intermediate_size, theirs.num_experts, theirs.top_k)
+        assert fmt.names(1, 0) == built_in.names(1, 0)
