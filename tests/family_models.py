@@ -30,9 +30,10 @@ EXTRA: dict[str, dict[str, Any]] = {
 }
 
 
-def make(folder: str, family: str, dtype: str = "float32") -> str:
+def make(folder: str, family: str, dtype: str = "float32", **overrides: Any) -> str:
     """Write a `family` checkpoint to `folder` (returned). dbrx is built from DbrxConfig's own
-    nested ffn_config / attn_config; every other family from AutoConfig.for_model."""
+    nested ffn_config / attn_config; every other family from AutoConfig.for_model, with
+    `overrides` over SIZES and EXTRA (e.g. intermediate_size=32)."""
     import torch
     import transformers
 
@@ -45,7 +46,7 @@ def make(folder: str, family: str, dtype: str = "float32") -> str:
                         "ffn_act_fn": {"name": "silu"}},
             attn_config={"kv_n_heads": 2, "rope_theta": 10000.0})
     else:
-        config = transformers.AutoConfig.for_model(family, **{**SIZES, **EXTRA.get(family, {})})
+        config = transformers.AutoConfig.for_model(family, **{**SIZES, **EXTRA.get(family, {}), **overrides})
     model = transformers.AutoModelForCausalLM.from_config(config)
     with torch.no_grad():
         for p in model.parameters():

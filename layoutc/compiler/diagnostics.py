@@ -142,6 +142,7 @@ CODES: dict[str, str] = {
     "LR115": "`run`: a safetensors file is truncated or its header is corrupt",
     "LR116": "`run`: an expert tensor's shape differs from the one the format and config.json give",
     "LR117": "`run`: no proposed format for an unknown model_type agrees with transformers' module",
+    "LR118": "`run`: AMBIGUOUS: the tensor shapes cannot decide a proposed format's orientation and nothing proves it",
     "LR120": "`run`: the generated contract module is missing or has no loaders",
     "LR121": "`run`: the format declares per-expert biases, which the loaders do not support",
     "LR130": "`run`: torch or the contract's kernel is unavailable",

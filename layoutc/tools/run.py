@@ -417,9 +417,7 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
         ref = reference(ckpt, moe, layer, x, oracle=oracle, use_transformers=oracle is not None,
                         why_no_oracle="" if oracle is not None else "--no-transformers or --no-from-pretrained")
         if not ref.independent:
-            raise RunError("LR117", f"model_type {model_type!r} has no declared format, and the one proposed from "
-                           f"the tensor names cannot be proved: {ref.why_not}. Review it with --write-format "
-                           "FILE --no-transformers, then pass it as --format-file (docs/formats.md)")
+            _unproved(model_type, candidates, ref.why_not)
         rel = rel_error(loop_reference(ckpt, moe, layer, x, ref.weights, ref.ids), ref.output)
         summary = (f"{'fused' if fmt.fused else 'per-expert'} {fmt.layer_prefix}{fmt.experts}"
                    f"{fmt.gate_up or fmt.gate}, {fmt.gate_up_layout}, transposed={fmt.transposed}")
@@ -432,6 +430,22 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
     raise RunError("LR117", f"no proposed format for model_type {model_type!r} agrees with transformers' block "
                    f"on layer {layer}; tried: {'; '.join(tried)}. Write the format by hand (docs/formats.md) "
                    "and pass --format-file")
+
+
+def _unproved(model_type: str, candidates: list[Any], why_not: str) -> None:
+    """RunError for a proposal nothing can prove: LR118 (AMBIGUOUS) when the shapes leave its
+    orientation open (propose.undecided), else LR117."""
+    from layoutc.tools.checkpoints.propose import undecided
+
+    open_facts = undecided(candidates)
+    if any(what.startswith("orientation") for what in open_facts):
+        raise RunError("LR118", f"AMBIGUOUS: the format proposed for model_type {model_type!r} cannot be decided "
+                       f"from the tensor shapes ({'; '.join(open_facts)}) and cannot be proved: {why_not}. "
+                       "Write the format by hand (docs/formats.md: transposed, down_transposed) and pass "
+                       "--format-file, or run with transformers to prove it")
+    raise RunError("LR117", f"model_type {model_type!r} has no declared format, and the one proposed from "
+                   f"the tensor names cannot be proved: {why_not}. Review it with --write-format "
+                   "FILE --no-transformers, then pass it as --format-file (docs/formats.md)")
 
 
 def _write_format(path: str, fmt: Any) -> None:

@@ -8,8 +8,9 @@ fused 3-D tensors of a layer whose first axis is the number of experts (one hold
 2I rows or columns: gate and up; one holding H and I: down). The orientation comes from
 the shapes; the config keys are the ones whose values equal the measured sizes (tried in
 the family table's generic entry, formats.GENERIC, which audit reads too); the MoE layers are "where the tensors
-are". What shapes cannot tell (gate/up order, halves or interleaved rows) is listed as
-candidates, which `layoutc run` proves against transformers' own sparse-MoE block of the
+are". What shapes cannot tell (gate/up order, halves or interleaved rows, and the
+orientation when the hidden size equals the intermediate size or twice it) is listed as
+candidates (`undecided` names it), which `layoutc run` proves against transformers' own sparse-MoE block of the
 first MoE layer before it runs anything (layoutc.tools.run). Standard library only.
 """
 
@@ -33,6 +34,21 @@ _PER_EXPERT = re.compile(r"^(?P<pre>.*?\.)(?P<layer>\d+)\.(?P<path>(?:\w+\.)*?)e
                          r"(?P<proj>\w+)\.weight$")
 _ROLES = ({"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}, {"gate": "w1", "up": "w3", "down": "w2"})
 _LAYER = re.compile(r"^(?P<pre>.*?\.)(?P<layer>\d+)\.(?P<rest>.+)$")
+
+
+def undecided(candidates: list[CheckpointFormat]) -> list[str]:
+    """What the candidates of one proposal differ in, in words: the facts the shapes left open.
+
+    "orientation of ..." appears when the hidden size equals the intermediate size (or twice
+    it, for a fused gate/up tensor), so `[out, in]` and `[in, out]` have the same shape: only
+    a check against transformers' module can then decide, and without one the proposal is
+    AMBIGUOUS (`layoutc run` refuses it, LR118, rather than guess)."""
+    facts = (("gate/up order", lambda c: (c.gate, c.up)), ("gate_up rows (halves or interleave)",
+             lambda c: c.gate_up_layout), ("orientation of gate/up ([out, in] or [in, out]: hidden_size "
+             "equals the intermediate size, or twice it)", lambda c: c.transposed),
+             ("orientation of down ([out, in] or [in, out]: hidden_size equals the intermediate size)",
+              lambda c: c.down_transposed))
+    return [what for what, key in facts if len({key(c) for c in candidates}) > 1]
 
 
 def _key(config: dict[str, Any], aliases: tuple[str, ...], value: int | None = None) -> str | None:
@@ -131,7 +147,10 @@ def _per_expert(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], m: r
             down="{e}." + roles["down"] + ".weight", transposed=transposed, down_transposed=transposed,
             moe_layers="tensors", **sizes)
         assert first.gate is not None and first.up is not None
-        return [first, replace(first, gate=first.up, up=first.gate)]
+        found = [first, replace(first, gate=first.up, up=first.gate)]
+        if h == i:  # [I, H] and [H, I] read the same: both orientations are candidates
+            found += [replace(c, transposed=True, down_transposed=True) for c in found]
+        return found
     return []
 
 
@@ -167,5 +186,10 @@ def _fused(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], model_typ
                         **sizes)
                     if not down_name.startswith(path):
                         continue
-                    return [first, replace(first, gate_up_layout=Word.INTERLEAVE.value)]
+                    found = [first, replace(first, gate_up_layout=Word.INTERLEAVE.value)]
+                    if two_i == h:  # gate/up [2I, H] and [H, 2I] read the same
+                        found += [replace(c, transposed=not c.transposed) for c in found]
+                    if h == i:  # down [H, I] and [I, H] read the same
+                        found += [replace(c, down_transposed=not c.down_transposed) for c in found]
+                    return found
     return []
