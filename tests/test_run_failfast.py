@@ -211,7 +211,8 @@ def test_mixed_expert_dtypes_are_refused(tmp_path: Path) -> None:
 
 
 def test_a_missing_expert_is_lr112(tmp_path: Path) -> None:
-    folder = make_qwen3(tmp_path / "m", config={"num_experts": 3})
+    # the router agrees with config.json's 3 experts (else LR119: tests/test_ep_input.py); expert 2 is absent
+    folder = make_qwen3(tmp_path / "m", config={"num_experts": 3}, shapes={"model.layers.0.mlp.gate.weight": (3, H)})
     code, _, err, seconds = run_cli(str(folder))
     _coded(code, err, "LR112", seconds, "experts.2.gate_proj.weight")
 

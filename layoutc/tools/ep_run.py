@@ -16,9 +16,71 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from layoutc.runtime.experts import world_ranks
+from layoutc.runtime.experts import ExpertParallelError, check_ep, check_placement, world_ranks
 from layoutc.tools.contract_module import kernel_of, layout_of
 from layoutc.tools.runplan import KernelRun, RunError, checkpoint_plan
+
+# The run's code for each runtime expert-parallel code (layoutc.runtime.experts.CODES) a
+# command line can reach; `layoutc rule LR105` etc. explain them (diagnostics.CODES).
+RUN_CODES = {"EP01": "LR105", "EP02": "LR106", "EP03": "LR107", "EP04": "LR119", "EP06": "LR104"}
+
+
+def _run_error(exc: ExpertParallelError, where: str) -> RunError:
+    """`exc` as the run's coded error; the message without its `[EPxx] ` prefix."""
+    message = str(exc).removeprefix(f"[{exc.code}] ")
+    return RunError(RUN_CODES.get(exc.code, "LR104"), f"{where}: {message}")
+
+
+def check_ep_options(num_experts: int, pairs: list[tuple[int, int]], placement: str,
+                     world: int | None) -> None:
+    """The EP options of a run against the model, before anything is loaded.
+
+    num_experts: config.json's routed experts. pairs: every (tp, ep) degree the run asks for.
+    placement: `--placement`. world: `--world` (None: each pair runs over ep x tp ranks).
+    Raises RunError LR107 (a placement vLLM 0.32 does not know), LR105 (an EP degree above the
+    experts: vLLM's `determine_expert_map` would give a rank none), LR106 (ep x tp is not the
+    world). Source: vLLM 0.32 fused_moe/expert_map_manager.py `determine_expert_map`;
+    config.py `FusedMoEParallelConfig.make` (ep_size = the flattened world when EP is on).
+    """
+    try:
+        check_placement(placement)
+    except ExpertParallelError as exc:
+        raise _run_error(exc, "--placement") from None
+    for tp, ep in pairs:
+        try:
+            check_ep(num_experts, ep, placement)
+            if world is not None:
+                world_ranks(world, ep, tp)
+        except ExpertParallelError as exc:
+            raise _run_error(exc, f"--tp {tp} --ep {ep}") from None
+
+
+def check_served_placement(layout: Any, placement: str, eps: list[int]) -> None:
+    """RunError LR107 when an EP degree > 1 is asked for with a placement the contract's
+    `experts ... placement A, B` does not serve (its plan() parameter's values)."""
+    param = layout.param("expert_placement")
+    if any(e > 1 for e in eps) and param is not None and param.values and placement not in param.values:
+        raise RunError("LR107", f"--placement {placement}: contract {layout.contract} serves "
+                       f"{', '.join(map(str, param.values))} ({layout.source_file}, `experts ... placement`)")
+
+
+def check_expert_count(ckpt: Any, moe: Any, layers: list[int]) -> None:
+    """RunError LR119 when a layer's checkpoint holds another number of experts than
+    config.json says: its router's rows ([E, H], an nn.Linear(H, E) weight), and, for a
+    per-expert format, a tensor of expert E (one past the config's last). From the
+    safetensors headers only."""
+    for layer in layers:
+        router, _ = moe.format.router_names(layer)
+        rows = ckpt.shape(router)[0] if router in ckpt.weight_map else None
+        extra = None if moe.format.fused else moe.format.names(layer, moe.num_experts)["down"]
+        if rows is not None and rows != moe.num_experts:
+            held = f"its router {router!r} has {rows} rows"
+        elif extra is not None and extra in ckpt.weight_map:
+            held = f"it holds a tensor of expert {moe.num_experts}, {extra!r}"
+        else:
+            continue
+        raise RunError("LR119", f"{ckpt.folder}: config.json gives {moe.num_experts} experts, but in layer {layer} "
+                       f"{held}; the checkpoint's expert count does not match the config")
 
 
 def _local(full: Any, held: list[int], axis: int) -> Any:
@@ -32,8 +94,19 @@ def _local(full: Any, held: list[int], axis: int) -> Any:
     return out
 
 
+def ep_plan(mod: Any, whole: Any, ep: int, placement: str) -> Any:
+    """The plan at EP `ep` from the EP 1 plan `whole` (`LAYOUT.replan`), with `placement`
+    where the contract's plan() takes `expert_placement`. Raises the module's
+    LayoutContractError (EP01, EP03) when the contract refuses it."""
+    layout = layout_of(mod)
+    changes: dict[str, Any] = {"ep_size": ep}
+    if layout.param("expert_placement") is not None:
+        changes["expert_placement"] = placement
+    return layout.replan(whole, **changes)
+
+
 def load_ep_rank(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, ep_rank: int, tp_rank: int, *,
-                 dtype: str, isa: str) -> tuple[Any, Any, Any, dict[str, Any], Any]:
+                 dtype: str, isa: str, placement: str = "linear") -> tuple[Any, Any, Any, dict[str, Any], Any]:
     """One rank's (plan, packed_w13, packed_w2, biases, expert_map) of `layer` at `ep x tp`.
 
     The rank's TP shard is read through the loaders at EP 1 and its EP rank's experts kept,
@@ -47,7 +120,7 @@ def load_ep_rank(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, ep
         raise RunError("LR120", f"{layout.contract} partitions no experts over EP ranks (no `experts ... over` "
                        "declaration): it cannot run at --ep > 1")
     whole = checkpoint_plan(mod, moe, tp, dtype, isa)  # EP 1: the loaders' shapes
-    plan = layout.replan(whole, ep_size=ep)
+    plan = ep_plan(mod, whole, ep, placement)
     axis = int(plan.local_num_experts)
     count, emap = layout.local_experts(ep_rank, plan)
     held = list(range(moe.num_experts)) if emap is None else \
@@ -63,7 +136,7 @@ def load_ep_rank(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, ep
 
 
 def ep_kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, x: Any, weights: Any, ids: Any, *,
-                  dtype: str, isa: str, options: dict[str, Any]) -> Any:
+                  dtype: str, isa: str, options: dict[str, Any], placement: str = "linear") -> Any:
     """The summed output of `layer` over `ep * tp` ranks; returns run.KernelRun.
 
     x: [T, H] in `dtype`; weights / ids: [T, top_k], ids global. Raises the module's
@@ -76,7 +149,7 @@ def ep_kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, x
     for ep_rank, tp_rank in world_ranks(ep * tp, ep, tp):
         t0 = time.perf_counter()
         plan, packed13, packed2, bias, emap = load_ep_rank(ckpt, moe, mod, layer, tp, ep, ep_rank, tp_rank,
-                                                           dtype=dtype, isa=isa)
+                                                           dtype=dtype, isa=isa, placement=placement)
         t1 = time.perf_counter()
         part = fused_moe(x, packed13, packed2, weights, ids, plan, expert_map=emap, **bias, **options)
         kernel_s = max(kernel_s, time.perf_counter() - t1)

@@ -52,6 +52,7 @@ from typing import Any
 
 from layoutc.runtime.vocab import MODEL_DTYPES
 from layoutc.tools.contract_module import GENERATED_PACKAGE, NoKernelError, kernel_of
+from layoutc.tools.ep_run import check_ep_options, check_expert_count, check_served_placement
 from layoutc.tools.runplan import KernelRun, RunError, checkpoint_plan, module_layout
 
 #: Relative tolerance of the kernel's output against the reference, per model dtype
@@ -252,7 +253,7 @@ def _result(matched: bool, independent: bool, reference: str, why_not: str) -> s
 
 def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str, isa: str, tokens: int,
               seed: int, use_transformers: bool, oracle: Any = None, why_no_oracle: str = "",
-              on_input: bool = False, ref: Any = None, ep: int = 1) -> Row:
+              on_input: bool = False, ref: Any = None, ep: int = 1, placement: str = "linear") -> Row:
     """One layer at one TP degree: reference (with the routing the kernel gets), then load +
     prepack + kernel per rank, sum, compare. `ref`: a `reference()` of this layer to reuse
     (the same for every TP degree). Raises as `kernel_sum`."""
@@ -266,7 +267,7 @@ def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str,
         from layoutc.tools.ep_run import ep_kernel_sum
 
         k = ep_kernel_sum(ckpt, moe, mod, layer, tp, ep, x, ref.weights, ref.ids, dtype=dtype, isa=isa,
-                          options={"apply_router_weight_on_input": True} if on_input else {})
+                          options={"apply_router_weight_on_input": True} if on_input else {}, placement=placement)
     else:
         k = kernel_sum(ckpt, moe, mod, layer, tp, x, ref.weights, ref.ids, dtype=dtype, isa=isa,
                        apply_router_weight_on_input=on_input)
@@ -471,6 +472,9 @@ def _run(args: argparse.Namespace) -> int:
         candidates = _candidates(ckpt, fmt)
         moe = describe(ckpt.config, candidates[0] if candidates else fmt, ckpt.weight_map)
         layers = _select_layers(args, moe)
+        placement = getattr(args, "placement", "linear")  # the EP options, from the headers alone
+        check_ep_options(moe.num_experts, [(t, e) for e in eps for t in tps], placement, getattr(args, "world", None))
+        check_expert_count(ckpt, moe, layers)
         dtype, warning = run_dtype(ckpt, check_experts(ckpt, moe, layers), args.dtype)
         if warning:
             sys.stderr.write(f"layoutc run: {warning}\n")
@@ -490,6 +494,7 @@ def _run(args: argparse.Namespace) -> int:
         if any(e > 1 for e in eps) and layout.local_experts is None:
             raise RunError("LR104", f"--ep: contract {args.contract} states no expert parallelism "
                            "(`experts ... over ep_size`)")
+        check_served_placement(layout, placement, eps)
         tps, refused_first = _plans_first(mod, moe, tps, dtype, args.isa)
         from layoutc.tools.checkpoints.preflight import check_finite
         for layer in layers:
@@ -532,7 +537,8 @@ def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, 
             try:
                 rows.append(run_layer(ckpt, moe, mod, layer, tp, dtype=dtype, isa=args.isa,
                                       tokens=args.tokens, seed=args.seed,
-                                      use_transformers=not args.no_transformers, on_input=on_input, ref=ref, ep=ep))
+                                      use_transformers=not args.no_transformers, on_input=on_input, ref=ref, ep=ep,
+                                      placement=getattr(args, "placement", "linear")))
             except contract_error as exc:  # plan() names the rule and the contract line
                 refused.append(f"{where}: {exc}")
             except kernel_error as exc:
@@ -599,6 +605,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--tp", default="1,2,4", help="comma-separated TP degrees (default 1,2,4)")
     p.add_argument("--ep", default="1", help="comma-separated EP degrees (default 1); each runs with every "
                    "--tp degree over ep x tp ranks")
+    p.add_argument("--placement", default="linear", help="vLLM's expert placement at --ep > 1: linear (default) "
+                   "or round_robin")
+    p.add_argument("--world", type=int, default=None, help="the ranks there are: every --tp x --ep product must "
+                   "equal it (default: each pair runs over ep x tp ranks)")
     p.add_argument("--contract", default="vllm_cpu_grouped_gemm",
                    help="generated contract module in generated/ (default vllm_cpu_grouped_gemm)")
     p.add_argument("--layers", type=int, default=0, help="only the first N MoE layers (default all)")

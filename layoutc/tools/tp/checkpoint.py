@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from layoutc.runtime.experts import check_placement
 from layoutc.tools.contract_module import import_contract_module, kernel_of, layout_of
 from layoutc.tools.tp.launcher import launch_ranks
 from layoutc.tools.tp.rank import collective, init_rank, report_error
@@ -55,12 +56,15 @@ def _checkpoint_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, 
         moe = describe(ckpt.config, cfg["format"], ckpt.weight_map)
         t0 = time.perf_counter()
         options: dict[str, Any]
-        if ep > 1:  # world rank -> (EP rank, TP rank), TP fastest (layoutc.tools.ep_run)
+        if ep > 1:  # world rank -> (EP rank, TP rank), TP fastest: the one mapping ep_run uses
+            from layoutc.runtime.experts import world_ranks
             from layoutc.tools.ep_run import load_ep_rank
 
             tp_size = cfg["tp_size"]
-            plan, p13, p2, options, emap = load_ep_rank(ckpt, moe, mod, cfg["layer"], tp_size, ep, rank // tp_size,
-                                                        rank % tp_size, dtype=cfg["dtype"], isa=cfg["isa"])
+            ep_rank, tp_rank = world_ranks(ep * tp_size, ep, tp_size)[rank]
+            plan, p13, p2, options, emap = load_ep_rank(ckpt, moe, mod, cfg["layer"], tp_size, ep, ep_rank, tp_rank,
+                                                        dtype=cfg["dtype"], isa=cfg["isa"],
+                                                        placement=cfg.get("expert_placement", "linear"))
             options["expert_map"] = emap
         else:
             plan = checkpoint_plan(mod, moe, tp_size, cfg["dtype"], cfg["isa"])
@@ -86,7 +90,8 @@ def run_tp_checkpoint(model_dir: str, *, tp_size: int, layer: int | None = None,
                       module_name: str = "vllm_cpu_grouped_gemm", dtype: str | None = None, tokens: int = 16,
                       seed: int = 0, isa: str = "vec", threads_per_rank: int = 1,
                       timeout_s: float = 300.0, use_transformers: bool = True,
-                      checkpoint_format: Any = None, ep_size: int = 1) -> CheckpointTPResult:
+                      checkpoint_format: Any = None, ep_size: int = 1,
+                      expert_placement: str = "linear") -> CheckpointTPResult:
     """One MoE layer of a real safetensors checkpoint over `tp_size` gloo ranks.
 
     Before anything is loaded, the family's `router_weight` is held to what the module's
@@ -101,9 +106,11 @@ def run_tp_checkpoint(model_dir: str, *, tp_size: int, layer: int | None = None,
     all-reduces (SUM, model dtype); the w2 bias is loaded on rank 0 only. Rank 0 compares.
     ep_size > 1 (a contract with `experts ... over ep_size`): `ep_size * tp_size` ranks, world
     rank w being EP rank w // tp_size and TP rank w % tp_size; each keeps its EP rank's experts
-    and runs the kernel with its expert map (layoutc.tools.ep_run.load_ep_rank).
+    and runs the kernel with its expert map (layoutc.tools.ep_run.load_ep_rank) under vLLM's
+    `expert_placement` ("linear" or "round_robin", the contract's `experts ... placement`).
     layer: a MoE layer index (default: the first). dtype: default the checkpoint's.
-    Raises ValueError on bad arguments, layoutc.tools.run.RunError LR140 / LR141 when the
+    Raises ValueError on bad arguments (ExpertParallelError EP03 for an unknown placement),
+    layoutc.tools.run.RunError LR140 / LR141 when the
     glue cannot weight where the family does, FormatError for an unknown model_type,
     TPRankError naming the failing rank (e.g. the module's LayoutContractError for a refused
     configuration), TimeoutError past `timeout_s`.
@@ -111,11 +118,12 @@ def run_tp_checkpoint(model_dir: str, *, tp_size: int, layer: int | None = None,
     for name, value in (("tp_size", tp_size), ("ep_size", ep_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"run_tp_checkpoint: {name} must be an int >= 1, got {value!r}")
+    check_placement(expert_placement)  # ExpertParallelError EP03 before any rank starts
     inputs = _checkpoint_inputs(model_dir, module_name, layer, dtype, tokens, seed, use_transformers,
                                 checkpoint_format)
     cfg = {"model_dir": model_dir, "layer": inputs.layer, "dtype": inputs.dtype, "isa": isa,
            "on_input": inputs.on_input, "format": checkpoint_format, "threads_per_rank": threads_per_rank,
-           "timeout_s": timeout_s, "tp_size": tp_size, "ep_size": ep_size}
+           "timeout_s": timeout_s, "tp_size": tp_size, "ep_size": ep_size, "expert_placement": expert_placement}
     world = tp_size * ep_size
     messages = launch_ranks("run_tp_checkpoint", checkpoint_rank, world, (module_name, cfg, inputs.tensors),
                             start_method="spawn", timeout_s=timeout_s)

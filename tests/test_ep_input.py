@@ -1,0 +1,108 @@
+"""`layoutc run --ep` refuses bad expert-parallel input with a registered code, exit 2, before
+anything is loaded (issue 23, "Bad input"):
+
+- an EP degree above the experts (LR105, runtime EP01: vLLM's `determine_expert_map` would
+  give the ranks above the expert count no experts);
+- a `--tp x --ep` product that is not `--world` (LR106, runtime EP02);
+- a placement vLLM 0.32 does not know, or the contract does not serve (LR107, EP03);
+- a checkpoint whose expert count is not config.json's (LR119, EP04).
+
+The checkpoints are hand-written safetensors (tests/test_run_failfast.py `make_qwen3`: 2
+experts). "Before anything is loaded" is held by making every loader and the header shape
+check raise: a code that came after them could not be the one printed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from layoutc.compiler.diagnostics import CODES
+from layoutc.compiler.ruledoc import rule_text
+from layoutc.runtime.experts import CODES as EP_CODES
+from layoutc.tools.ep_run import RUN_CODES
+from tests.test_run_failfast import E, H, _coded, make_qwen3, run_cli
+
+
+@pytest.fixture
+def nothing_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every path that reads a tensor (or checks the expert headers) raises."""
+    import layoutc.tools.checkpoints.loader as loader
+    import layoutc.tools.checkpoints.preflight as preflight
+
+    def boom(*_a: object, **_k: object) -> None:
+        raise AssertionError("loaded before the EP input was checked")
+
+    monkeypatch.setattr(loader, "load_layer_rank", boom)
+    monkeypatch.setattr(preflight, "check_experts", boom)
+    monkeypatch.setattr(preflight, "check_finite", boom)
+
+
+def test_run_codes_are_registered_and_explained() -> None:
+    for ep_code, lr in RUN_CODES.items():
+        assert ep_code in EP_CODES and lr in CODES, (ep_code, lr)
+        text = rule_text(lr)
+        assert text is not None and "meaning:" in text and "example:" in text, text
+
+
+def test_ep_above_the_experts(tmp_path: Path, nothing_loads: None) -> None:
+    ckpt = make_qwen3(tmp_path / "m")
+    code, _, err, s = run_cli(str(ckpt), "--tp", "1", "--ep", "1,4")
+    _coded(code, err, "LR105", s, f"--tp 1 --ep 4: ep_size=4 exceeds the {E} experts: ranks 2..3 would hold none")
+
+
+def test_ep_times_tp_not_the_world(tmp_path: Path, nothing_loads: None) -> None:
+    ckpt = make_qwen3(tmp_path / "m")
+    code, _, err, s = run_cli(str(ckpt), "--tp", "1,2", "--ep", "2", "--world", "2")
+    _coded(code, err, "LR106", s, "--tp 2 --ep 2: ep_size=2 x tp_size=2 = 4 does not match the world of 2 ranks")
+
+
+def test_unknown_placement(tmp_path: Path, nothing_loads: None) -> None:
+    ckpt = make_qwen3(tmp_path / "m")
+    code, _, err, s = run_cli(str(ckpt), "--tp", "1", "--ep", "2", "--placement", "striped")
+    _coded(code, err, "LR107", s, "expert placement 'striped' is not one vLLM 0.32 knows", "linear, round_robin")
+
+
+def test_placement_the_contract_does_not_serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch_grouped_mm states `placement linear` only (vLLM falls back to linear with EPLB)."""
+    import layoutc.tools.checkpoints.loader as loader
+
+    def boom(*_a: object, **_k: object) -> None:
+        raise AssertionError("loaded before the placement was checked")
+
+    monkeypatch.setattr(loader, "load_layer_rank", boom)
+    ckpt = make_qwen3(tmp_path / "m")
+    code, _, err, s = run_cli(str(ckpt), "--tp", "1", "--ep", "2", "--placement", "round_robin",
+                              "--contract", "torch_grouped_mm", "--no-transformers")
+    _coded(code, err, "LR107", s, "--placement round_robin: contract torch_grouped_mm serves linear")
+
+
+def test_config_gives_fewer_experts_than_the_router(tmp_path: Path, nothing_loads: None) -> None:
+    """Before LR119 this reached the kernel and died in an IndexError (LR199)."""
+    ckpt = make_qwen3(tmp_path / "m", config={"num_experts": 1})
+    code, _, err, s = run_cli(str(ckpt), "--tp", "1", "--ep", "1")
+    _coded(code, err, "LR119", s, "config.json gives 1 experts, but in layer 0 its router "
+           "'model.layers.0.mlp.gate.weight' has 2 rows")
+
+
+def test_config_gives_more_experts_than_the_checkpoint(tmp_path: Path, nothing_loads: None) -> None:
+    ckpt = make_qwen3(tmp_path / "m", config={"num_experts": 3})
+    code, _, err, s = run_cli(str(ckpt), "--tp", "1", "--ep", "3")
+    _coded(code, err, "LR119", s, "config.json gives 3 experts", "has 2 rows")
+
+
+def test_an_expert_past_the_config(tmp_path: Path, nothing_loads: None) -> None:
+    """The router agrees with config.json (1 row), but expert 1's tensors are still there."""
+    ckpt = make_qwen3(tmp_path / "m", config={"num_experts": 1}, shapes={"model.layers.0.mlp.gate.weight": (1, H)})
+    code, _, err, s = run_cli(str(ckpt), "--tp", "1")
+    _coded(code, err, "LR119", s, "it holds a tensor of expert 1, 'model.layers.0.mlp.experts.1.down_proj.weight'")
+
+
+def test_a_matching_world_is_admitted(tmp_path: Path) -> None:
+    """`--world 2` with tp 1 x ep 2 and tp 2 x ep 1 passes the EP checks (the run goes on to
+    the loaders: the check is not a refusal of every --world)."""
+    from layoutc.tools.ep_run import check_ep_options
+
+    check_ep_options(E, [(1, 2), (2, 1)], "round_robin", 2)
+    check_ep_options(E, [(4, 2)], "linear", None)
