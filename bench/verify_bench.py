@@ -17,6 +17,16 @@ from the same machine state (the machine is shared: absolute times move with loa
 - compile: `layoutc compile contracts/ --out TMP` after a verify (verdicts reused).
 - cold json: `--format json` with an empty cache, whose per-property `seconds` and
   `queries` are aggregated over the runs (query counts must not vary between runs).
+- cold, no gc.freeze: cold with the driver's `gc.freeze()` before forking turned off
+  (the runner replaces it with a no-op; issue 26's A/B of that change).
+- cold, half: cold on the first half of the contracts (sorted by name, copied into a
+  scratch folder): growth per contract = (CPU all - CPU half) / (contracts added).
+
+Every command is `python -c RUNNER` (the console script's body, `layoutc.cli.entry`),
+so the A/B differs only in the patch. CPU seconds (user + sys of the process tree,
+from getrusage(RUSAGE_CHILDREN)) are the figure to compare: on a shared machine wall
+time is mostly the other processes. Goals (issue 26): cold <= 2.5 CPU-s, warm <= 0.25
+CPU-s, growth <= 0.1 CPU-s per contract.
 
 Start-up floors (`python -c pass`, `import layoutc.cli`, `import z3`) are timed alongside.
 Before each run the script waits (up to 2 s) for the machine to be quiet; the busy
@@ -43,14 +53,18 @@ import _common as C
 
 GOAL_COLD_S = 1.5
 GOAL_WARM_S = 0.3
+GOAL_CPU = {"cold": 2.5, "warm": 0.25}
+GOAL_GROWTH_CPU = 0.1
+RUNNER = ("import os, sys, gc\n"
+          "if os.environ.get('LAYOUTC_BENCH_NO_FREEZE'):\n"
+          "    gc.freeze = gc.unfreeze = lambda: None\n"
+          "from layoutc.cli import entry\n"
+          "sys.argv[0] = 'layoutc'\n"
+          "sys.exit(entry())\n")
 
 
 def layoutc_cmd() -> list[str]:
-    exe = Path(sys.executable).parent / "layoutc"
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("layoutc")
-    return [found] if found else [sys.executable, "-m", "layoutc.cli"]
+    return [sys.executable, "-c", RUNNER]
 
 
 CPU: dict[str, list[float]] = {}  # user + sys seconds of each run's process tree, by scenario
@@ -86,7 +100,14 @@ def main() -> int:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.pop("LAYOUTC_JOBS", None)
     serial_env = dict(env, LAYOUTC_JOBS="1")
+    nofreeze_env = dict(env, LAYOUTC_BENCH_NO_FREEZE="1")
     verify = [*base, "verify", args.path]
+    all_files = sorted(Path(C.ROOT, args.path).glob("*.moe"))
+    half = scratch / "half"
+    half.mkdir()
+    for f in all_files[:len(all_files) // 2]:
+        shutil.copy2(f, half / f.name)
+    n_half, n_all = len(all_files) // 2, len(all_files)
     compile_ = [*base, "compile", args.path, "--out", str(scratch / "out")]
 
     def fresh_cache() -> None:
@@ -94,18 +115,21 @@ def main() -> int:
 
     # warm the page cache, the .pyc files and the parser tables once, untimed
     subprocess.run(verify, cwd=C.ROOT, capture_output=True, check=False, env=env)
-    names = ["cold", "cold, serial", "warm", "compile (verdicts reused)", "cold json"]
+    names = ["cold", "cold, no gc.freeze", "cold, half", "cold, serial", "warm", "compile (verdicts reused)",
+             "cold json"]
+    envs = {"cold, serial": serial_env, "cold, no gc.freeze": nofreeze_env}
     times: dict[str, list[float]] = {n: [] for n in names}
     busy: dict[str, list[float]] = {n: [] for n in names}
     procs: list[subprocess.CompletedProcess[str]] = []
     json_procs: list[subprocess.CompletedProcess[str]] = []
-    for _ in range(args.runs):
-        for name in names:
+    for r in range(args.runs):
+        order = names if r % 2 == 0 else [names[1], names[0], *names[2:]]  # the A/B pair alternates
+        for name in order:
             if name.startswith("cold"):
                 fresh_cache()
             cmd = [*verify, "--format", "json"] if name == "cold json" else compile_ if name.startswith("compile") \
-                else verify
-            t, b, proc = run_once(cmd, serial_env if name == "cold, serial" else env, name)
+                else [*base, "verify", str(half)] if name == "cold, half" else verify
+            t, b, proc = run_once(cmd, envs.get(name, env), name)
             times[name].append(t)
             busy[name].append(b)
             (json_procs if name == "cold json" else procs).append(proc)
@@ -155,7 +179,12 @@ def main() -> int:
               "cold / compile after verify (median)": wall["cold"]["median_s"]
               / wall["compile (verdicts reused)"]["median_s"]}
 
-    cpu = {n: {"best_s": min(CPU[n]), "median_s": statistics.median(CPU[n])} for n in names}
+    cpu = {n: {"best_s": min(CPU[n]), "median_s": statistics.median(CPU[n]), "max_s": max(CPU[n])} for n in names}
+    growth = (cpu["cold"]["median_s"] - cpu["cold, half"]["median_s"]) / max(1, n_all - n_half)
+    cpu_goals = {"cold median <= 2.5 CPU-s": cpu["cold"]["median_s"] <= GOAL_CPU["cold"],
+                 "warm median <= 0.25 CPU-s": cpu["warm"]["median_s"] <= GOAL_CPU["warm"],
+                 "growth <= 0.1 CPU-s per contract": growth <= GOAL_GROWTH_CPU}
+    freeze_gain = cpu["cold, no gc.freeze"]["median_s"] - cpu["cold"]["median_s"]
     rows = [[f"{n}", f"{wall[n]['best_s']:.3f}", f"{wall[n]['median_s']:.3f}", f"{wall[n]['max_ms'] / 1e3:.3f}",
              f"{cpu[n]['median_s']:.3f}", f"{statistics.median(busy[n]):.2f}"] for n in names]
     for k, secs in floor_t.items():
@@ -168,6 +197,12 @@ def main() -> int:
         print(f"goal {n} < {g} s: best {C.verdict(met[n]['best'])}, median {C.verdict(met[n]['median'])}")
     for k, v in ratios.items():
         print(f"{k}: {v:.2f}x")
+    print(f"CPU-s median: cold {cpu['cold']['median_s']:.3f} ({n_all} contracts), no gc.freeze "
+          f"{cpu['cold, no gc.freeze']['median_s']:.3f} (gc.freeze saves {freeze_gain:.3f}), half "
+          f"{cpu['cold, half']['median_s']:.3f} ({n_half}), warm {cpu['warm']['median_s']:.3f}; "
+          f"growth {growth:.3f} CPU-s per contract")
+    for k, ok in cpu_goals.items():
+        print(f"goal {k}: {C.verdict(ok)}")
     print(f"exit codes {exit_codes}")
     print()
     print(C.table([[r["contract"], r["property"], r["status"], f"{r['best_s'] * 1e3:.1f}",
@@ -183,6 +218,8 @@ def main() -> int:
                "machine": C.machine(with_torch=False), "git": C.git_state(), "load_before": before,
                "load_after": after, "machine_busy_before_runs": busy, "wall": wall, "wall_seconds": times,
                "cpu": cpu, "cpu_seconds": {n: CPU[n] for n in names},
+               "contracts": {"all": n_all, "half": n_half}, "growth_cpu_s_per_contract": growth,
+               "gc_freeze_saves_cpu_s_median": freeze_gain, "cpu_goals_met": cpu_goals,
                "startup_floors": {k: C.stats(v) for k, v in floor_t.items()},
                "summary": reports[-1]["summary"] if reports else None,
                "solver_seconds_sum_median": solver_total, "solver_queries_total": total_queries,

@@ -250,6 +250,12 @@ def _run_parallel(jobs: list[Job]) -> list[FileOutcome]:
     from layoutc.compiler.source import load
     load("<warm-up>", "")
     from layoutc.compiler.verify import prove  # noqa: F401  (imports z3 and every property)
+    # Move every object made so far out of the collector's generations: a forked worker's
+    # collections then never walk (and write the refcount/GC header of) the inherited
+    # objects, so their pages stay shared, not copied (CPython's gc.freeze docs, "before
+    # fork"). Measured with bench/verify_bench.py: see docs/benchmarks.md, issue 26.
+    import gc
+    gc.freeze()
     order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][1] or ""))
     out: list[Any] = [None] * len(jobs)
     try:
@@ -258,4 +264,6 @@ def _run_parallel(jobs: list[Job]) -> list[FileOutcome]:
                 out[i] = result
     except OSError:
         return [_verify_file(j) for j in jobs]
+    finally:
+        gc.unfreeze()  # this process goes on (compile after verify): its objects collectable again
     return out
