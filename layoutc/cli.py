@@ -310,6 +310,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The `layoutc` console script: `main()` with the process's arguments, as the exit status."""
-    sys.exit(main())
+    """The `layoutc` console script: `main()` with the process's arguments, as the exit status.
+
+    Once torch is imported, the interpreter's own shutdown (module teardown, torch's thread
+    pools) took about 1 s after the last line on a 2-core machine (issue 24: no pause after
+    the table): the atexit handlers run and the streams are flushed, then the process exits."""
+    code = main()
+    if "torch" in sys.modules:
+        import atexit
+
+        atexit._run_exitfuncs()
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            code = code or 2
+        os._exit(code)
+    sys.exit(code)
 

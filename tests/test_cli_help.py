@@ -86,3 +86,17 @@ def test_formats_help_lists_the_built_in_names(capsys: pytest.CaptureFixture[str
 
     text = " ".join(_help(capsys, "formats").split())
     assert all(name in text for name in FORMATS)
+
+
+@pytest.mark.slow
+def test_entry_exits_at_once_after_torch_and_flushes_its_output() -> None:
+    import subprocess
+    import sys
+
+    code = ("import atexit, sys, torch; atexit.register(lambda: print('atexit ran', flush=True)); "
+            "sys.argv = ['layoutc', 'rule', 'LR118']; from layoutc.cli import entry; entry()")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("LR118:") and "atexit ran" in done.stdout
+    bad = subprocess.run([sys.executable, "-c", code.replace("LR118", "LR999")], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "LC801" in bad.stderr
