@@ -60,11 +60,12 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from tests.engine import checkpoints as ck
 
     base = tmp_path_factory.mktemp("ckpt")
-    return {"mixtral": ck.mixtral(base / "mixtral"), "gpt_oss": ck.gpt_oss(base / "gpt_oss")}
+    return {"mixtral": ck.mixtral(base / "mixtral"), "gpt_oss": ck.gpt_oss(base / "gpt_oss"),
+            "gpt_oss_704": ck.gpt_oss(base / "gpt_oss_704", intermediate=ck.GPT_OSS_UNALIGNED)}
 
 
 def _child(model: Path, out: Path, tps: tuple[int, ...], modes: tuple[str, ...], *, block_zentorch: bool,
-           break_pad: str | None = None) -> tuple[int, str, list[dict]]:
+           break_pad: str | None = None, runs: str = "") -> tuple[int, str, list[dict]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTC_VLLM", "LAYOUTC_TEST_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(SITE), *filter(None, [env.get("PYTHONPATH")])])
     env.update(VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_CPU_KVCACHE_SPACE="1")
@@ -74,6 +75,8 @@ def _child(model: Path, out: Path, tps: tuple[int, ...], modes: tuple[str, ...],
         env["LAYOUTC_TEST_BREAK"] = break_pad
     cmd = [sys.executable, str(CHILD), str(model), str(out), "--tp", ",".join(map(str, tps)),
            "--modes", ",".join(modes)]
+    if runs:  # tp:mode[:ep],... in order, a failing load recorded and the next run going on
+        cmd += ["--runs", runs, "--keep-going"]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
     log = proc.stdout + proc.stderr
     runs = json.loads(out.read_text())["runs"] if out.exists() else []
@@ -185,3 +188,57 @@ def test_check_mode_stops_an_end_padded_engine(checkpoints: dict[str, Path], tmp
     # I_pp = 176 padded to 192 per half: vLLM's broken pad put up[0..15] in gate's pad rows.
     assert "rows 176..191 hold up[0..15], where the contract puts pad of gate" in message, message
     assert CONTRACT_LINE["tensor w13:"] in message, message
+
+
+def _sections(log: str) -> dict[str, str]:
+    """The child's log split at its per-run markers (`tp=T mode=M ep=E`)."""
+    out: dict[str, str] = {}
+    key = ""
+    for line in log.splitlines():
+        if line.startswith("=== layoutc engine run "):
+            key = line.removeprefix("=== layoutc engine run ").removesuffix(" ===")
+            out.setdefault(key, "")
+        elif key:
+            out[key] += line + "\n"
+    return out
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    return max(abs(x - y) for p, q in zip(a["logprobs"], b["logprobs"], strict=True)
+               for x, y in zip(p, q, strict=True))
+
+
+WORKER_FAILED = "WorkerProc initialization failed"
+
+
+def test_unaligned_swigluoai_at_tp4_loads_padded_in_replace(checkpoints: dict[str, Path], tmp_path: Path) -> None:
+    """gpt-oss-shaped, I = 704 at tp 4 (176 per rank, swigluoai): 2 refused starts and 2 engine loads.
+
+    Off: vLLM refuses at backend selection with its generic message (the reason,
+    `_supports_grouped_gemm`'s, is logged at debug only). Check: layoutc's message names
+    that reason and the contract's verdict. Replace: the contract answers the gate, pads
+    176 -> 192 by whole pairs, and vLLM's kernel decodes tp 1's greedy tokens.
+    """
+    rc, log, runs = _child(checkpoints["gpt_oss_704"], tmp_path / "gpt_oss_704.json", (), (), block_zentorch=True,
+                           runs="4:off,4:check,4:replace,1:off")
+    assert rc == 0, log[-4000:]
+    got, part = {(r["tp"], r["mode"]): r for r in runs}, _sections(log)
+    assert set(got) == {(4, "off"), (4, "check"), (4, "replace"), (1, "off")}, sorted(got)
+    off, checked = part["tp=4 mode=off ep=0"], part["tp=4 mode=check ep=0"]
+    assert WORKER_FAILED in got[(4, "off")]["error"], got[(4, "off")]
+    assert "NotImplementedError: No Unquantized MoE backend supports the deployment configuration." in off, off[-3000:]
+    assert "layoutc" not in off
+    assert WORKER_FAILED in got[(4, "check")]["error"], got[(4, "check")]
+    message = next(ln for ln in checked.splitlines() if "LayoutcVllmError: layoutc: vLLM refuses" in ln)
+    for needle in ("No Unquantized MoE backend supports the deployment configuration.",
+                   "_supports_grouped_gemm refused it: kernel requires hidden and intermediate dimensions "
+                   "divisible by 32",
+                   "contract vllm_cpu_grouped_gemm admits it and pads intermediate_size_per_partition 176 -> 192 "
+                   "(whole (gate, up) pairs at the end)", "activation swigluoai, hidden 256, intermediate 704 over tp 4"):
+        assert needle in message, (needle, message)
+    replaced, ref = got[(4, "replace")], got[(1, "off")]
+    assert "error" not in replaced and "error" not in ref, (replaced, ref)
+    assert replaced["tokens"] == ref["tokens"]
+    assert _max_diff(replaced, ref) < TP_LOGPROB_TOL, _max_diff(replaced, ref)
+    lines = [ln for ln in part["tp=4 mode=replace ep=0"].splitlines() if "layoutc: mode=replace," in ln]
+    assert len(lines) == 4 and all("contract=vllm_cpu_grouped_gemm x1, layers=1" in ln for ln in lines), lines

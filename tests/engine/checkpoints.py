@@ -15,6 +15,7 @@ from pathlib import Path
 HIDDEN, EXPERTS, LAYERS, VOCAB = 256, 8, 1, 512
 MIXTRAL_INTERMEDIATE = 704
 GPT_OSS_INTERMEDIATE = 384
+GPT_OSS_UNALIGNED = 704
 
 
 def _save(model, out: Path) -> Path:  # type: ignore[no-untyped-def]
@@ -50,14 +51,17 @@ def mixtral(out: Path, seed: int = 0) -> Path:
     return _save(MixtralForCausalLM(config), out)
 
 
-def gpt_oss(out: Path, seed: int = 0) -> Path:
-    """Save a tiny GptOssForCausalLM (swigluoai experts with biases) to `out`."""
+def gpt_oss(out: Path, seed: int = 0, intermediate: int = GPT_OSS_INTERMEDIATE) -> Path:
+    """Save a tiny GptOssForCausalLM (swigluoai experts with biases) to `out`.
+
+    intermediate: GPT_OSS_UNALIGNED (704) makes the tp 4 shard 176, which vLLM 0.32 refuses
+    (`_supports_grouped_gemm`) and the contract pads to 192."""
     import torch
     from transformers import GptOssConfig, GptOssForCausalLM
 
     torch.manual_seed(seed)
     config = GptOssConfig(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=GPT_OSS_INTERMEDIATE,
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=intermediate,
         num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=4, head_dim=64,
         num_local_experts=EXPERTS, num_experts_per_tok=2, max_position_embeddings=128,
         layer_types=["full_attention"] * LAYERS, sliding_window=128, tie_word_embeddings=False,

@@ -1,6 +1,7 @@
 """vLLM CPU engine runs in one process: for each plugin mode, load, greedy-generate, record.
 
     python tests/engine/child.py MODEL_DIR OUT.json --tp 2 --modes off,check,replace
+    python tests/engine/child.py MODEL_DIR OUT.json --runs 4:off,4:replace,2:replace:ep --keep-going
 
 Each mode is a fresh `vllm.LLM` (a new engine and fresh worker processes, which
 vLLM's CPU platform always spawns: distributed_executor_backend="mp", at tp=1 too,
@@ -12,7 +13,11 @@ The parent sets LAYOUTC_TEST_BLOCK_ZENTORCH / LAYOUTC_TEST_BREAK with
 tests/engine/site on PYTHONPATH. Writes {"runs": [{"mode", "tp", "tokens",
 "logprobs", "load_s", "decode_s", "generated"}, ...]}, rewritten atomically after
 each run (so the runs before a failing one are kept).
-A failing load propagates: the child exits non-zero with vLLM's error output.
+A failing load propagates: the child exits non-zero with vLLM's error output; with
+--keep-going it is recorded instead ({"mode", "tp", "ep", "error"}) and the next run goes
+on. Each run starts with a marker line `=== layoutc engine run tp=T mode=M ep=E ===` on
+stdout and stderr, so a log can be split per run. `:ep` runs the engine with
+enable_expert_parallel=True.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import argparse
 import gc
 import json
 import os
+import sys
 import time
 
 
@@ -29,7 +35,7 @@ def prompts(n: int, vocab: int = 512, length: int = 6) -> list[list[int]]:
     return [[(7 + 31 * i + 17 * j) % vocab for j in range(length)] for i in range(n)]
 
 
-def run(model: str, tp: int, mode: str, tokens: int, n_prompts: int, repeat: int) -> dict:
+def run(model: str, tp: int, mode: str, tokens: int, n_prompts: int, repeat: int, ep: bool = False) -> dict:
     from vllm import LLM, SamplingParams
 
     if mode == "off":
@@ -38,7 +44,8 @@ def run(model: str, tp: int, mode: str, tokens: int, n_prompts: int, repeat: int
         os.environ["LAYOUTC_VLLM"] = mode
     start = time.perf_counter()
     llm = LLM(model=model, dtype="bfloat16", tensor_parallel_size=tp, enforce_eager=True, max_model_len=64,
-              skip_tokenizer_init=True, seed=0, distributed_executor_backend="mp")
+              skip_tokenizer_init=True, seed=0, distributed_executor_backend="mp",
+              enable_expert_parallel=ep)
     load_s = time.perf_counter() - start
     params = SamplingParams(max_tokens=tokens, temperature=0.0, logprobs=1, detokenize=False, ignore_eos=True)
     batch = [{"prompt_token_ids": p} for p in prompts(n_prompts)]
@@ -48,7 +55,7 @@ def run(model: str, tp: int, mode: str, tokens: int, n_prompts: int, repeat: int
         start = time.perf_counter()
         llm.generate(batch, params, use_tqdm=False)
         decode.append(time.perf_counter() - start)
-    result = {"mode": mode, "tp": tp, "load_s": load_s, "decode_s": decode, "generated": n_prompts * tokens,
+    result = {"mode": mode, "tp": tp, "ep": ep, "load_s": load_s, "decode_s": decode, "generated": n_prompts * tokens,
               "tokens": [], "logprobs": []}
     for out in outs:
         seq = out.outputs[0]
@@ -73,19 +80,31 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=0, help="timed generate() calls after the first")
+    ap.add_argument("--runs", default="", help="tp:mode[:ep],... in this order (instead of --tp x --modes)")
+    ap.add_argument("--keep-going", action="store_true", help="record a failing load and go on")
     args = ap.parse_args()
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    plan = [(int(t), m, False) for t in args.tp.split(",") for m in args.modes.split(",")]
+    if args.runs:
+        plan = [(int(r.split(":")[0]), r.split(":")[1], r.endswith(":ep")) for r in args.runs.split(",")]
     runs: list[dict] = []
-    for tp in (int(t) for t in args.tp.split(",")):
-        for mode in args.modes.split(","):
-            runs.append(run(args.model, tp, mode, args.tokens, args.prompts, args.repeat))
-            tmp = args.out + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump({"runs": runs}, f)
-            os.replace(tmp, args.out)
-
+    for tp, mode, ep in plan:
+        marker = f"=== layoutc engine run tp={tp} mode={mode} ep={int(ep)} ==="
+        print(marker, flush=True)
+        print(marker, file=sys.stderr, flush=True)
+        try:
+            runs.append(run(args.model, tp, mode, args.tokens, args.prompts, args.repeat, ep))
+        except Exception as exc:
+            if not args.keep_going:
+                raise
+            runs.append({"mode": mode, "tp": tp, "ep": ep, "error": f"{type(exc).__name__}: {exc}"})
+            gc.collect()
+        tmp = args.out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"runs": runs}, f)
+        os.replace(tmp, args.out)
 
 if __name__ == "__main__":
     main()

@@ -49,6 +49,9 @@ class LayerInfo:
     dtype: the weights' torch dtype; isa: the experts class's `isa` ("vec", "amx", ...).
     swiglu_alpha / swiglu_limit: the layer's FusedMoEConfig constants (None: unset, and vLLM's
     swigluoai then runs with its defaults 1.702 and 7.0).
+    ep_size / expert_placement / global_experts: expert parallelism (vLLM's
+    `enable_expert_parallel`: FusedMoEConfig.ep_size, the ExpertMapManager's placement
+    strategy, FusedMoEConfig.num_experts); ep_size 1 without EP.
     """
 
     name: str
@@ -61,6 +64,28 @@ class LayerInfo:
     isa: str
     swiglu_alpha: float | None = None
     swiglu_limit: float | None = None
+    ep_size: int = 1
+    expert_placement: str = "linear"
+    global_experts: int | None = None
+
+
+def info_of(moe: Any, *, name: str, num_experts: int, dtype: torch.dtype, isa: str,
+            placement: str = "linear") -> LayerInfo:
+    """The LayerInfo of a vLLM `FusedMoEConfig` (read by attribute; no vllm import).
+
+    moe: the layer's FusedMoEConfig (fused_moe/config.py: hidden_dim, intermediate_size,
+    tp_size, activation, swiglu_alpha/limit, ep_size, num_experts); num_experts: the
+    rank's local experts; placement: "linear" | "round_robin" (used under EP only).
+    """
+    activation = getattr(moe.activation, "value", moe.activation)
+    ep_size = int(getattr(moe, "ep_size", 1) or 1)
+    return LayerInfo(
+        name=name, num_experts=num_experts, hidden_size=int(moe.hidden_dim),
+        intermediate_size=int(moe.intermediate_size), tp_size=int(moe.tp_size),
+        activation=str(activation).lower(), dtype=dtype, isa=isa,
+        swiglu_alpha=getattr(moe, "swiglu_alpha", None), swiglu_limit=getattr(moe, "swiglu_limit", None),
+        ep_size=ep_size, expert_placement=str(placement),
+        global_experts=int(moe.num_experts) if ep_size > 1 else None)
 
 
 @dataclass(frozen=True)
@@ -110,6 +135,12 @@ def admit(gen: ModuleType, info: LayerInfo) -> Any:
                                   intermediate_size=info.intermediate_size, tp_size=info.tp_size,
                                   activation=info.activation, dtype=info.dtype)
     lay = layout(gen)
+    if info.ep_size > 1:  # the plan takes the global experts and places them (local_num_experts)
+        if lay.param("ep_size") is None:
+            raise LayoutcVllmError(f"layoutc: layer {info.name}: vLLM runs it with expert parallelism "
+                                   f"(ep_size {info.ep_size}), but contract {gen.CONTRACT} states none")
+        params.update(num_experts=info.global_experts, ep_size=info.ep_size,
+                      expert_placement=info.expert_placement)
     if lay.param("isa") is not None:  # the grouped GEMM's kernel variant
         params["isa"] = info.isa
     if info.activation == "swigluoai" and lay.param("swiglu_limit_milli") is not None:
@@ -290,7 +321,11 @@ def _message(gen: ModuleType, plan: Any, info: LayerInfo, tensor: TensorEntry, e
             else "the values differ from the contract's padding of the loaded weights"
         return f"{head}: {what}; {line}"
     dim, axis = where
-    e, a, lg = (t.movedim(dim, 0).reshape(t.shape[dim], -1) for t in (expected, actual, logical))
+    bad = _bad_experts(expected, actual)
+    # What the wrong rows hold is read over the wrong experts only (a pad one expert got wrong
+    # reads as that expert's constant), dim 0 being every MoE tensor's experts axis.
+    e, a, lg = (t[bad].movedim(dim, 0).reshape(t.shape[dim], -1) if bad else
+                t.movedim(dim, 0).reshape(t.shape[dim], -1) for t in (expected, actual, logical))
     differs = ~((e == a) | (e.isnan() & a.isnan())).all(dim=1)
     rows = [int(p) for p in torch.nonzero(differs).flatten()]
     runs: list[dict[str, Any]] = []
@@ -313,14 +348,37 @@ def _message(gen: ModuleType, plan: Any, info: LayerInfo, tensor: TensorEntry, e
         more += f"; {unit} after {rows[_MAX_ROWS - 1]} not described"
     kind = "unpacked from _C::prepack_moe_weight, " if packed else ""
     return (f"{head} ({kind}axis {axis.name}: {axis.layout}, {axis.segments} x {axis.logical} -> "
-            f"{axis.segments} x {axis.padded}; {len(rows)} of {e.shape[0]} {unit} wrong): " + "; ".join(parts)
-            + f"{more}; {line}")
+            f"{axis.segments} x {axis.padded}; {len(rows)} of {e.shape[0]} {unit} wrong, in "
+            f"{_experts(bad, expected.shape[0])}): " + "; ".join(parts) + f"{more}; {line}")
+
+
+def _bad_experts(expected: torch.Tensor, actual: torch.Tensor) -> list[int]:
+    """The experts (dim 0 of every MoE tensor) whose values differ (NaN equals NaN)."""
+    total = expected.shape[0]
+    e, a = expected.reshape(total, -1), actual.reshape(total, -1)
+    return [int(i) for i in torch.nonzero(~((e == a) | (e.isnan() & a.isnan())).all(dim=1)).flatten()]
+
+
+def _experts(bad: list[int], total: int) -> str:
+    """`expert 3 of 8` / `experts 0..5, 7 of 8`."""
+    spans: list[list[int]] = []
+    for i in bad:
+        if spans and spans[-1][1] == i - 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    text = ", ".join(str(lo) if lo == hi else f"{lo}..{hi}" for lo, hi in spans)
+    return f"expert{'s' if len(bad) != 1 else ''} {text} of {total}"
 
 
 def _holds(name: str, axis: Any, row: torch.Tensor, logical: torch.Tensor) -> str:
     """What a padded row of vLLM's tensor holds: the pad code, a loaded (logical) row, or neither."""
     if not bool(row.any()):
         return "the pad code 0"
+    if bool(row.isnan().all()):
+        return "the constant NaN"
+    if bool((row == row.flatten()[0]).all()):
+        return f"the constant {float(row.flatten()[0])!r}"
     matches = torch.nonzero((logical == row).all(dim=1)).flatten()
     if matches.numel():
         return _logical_name(name, axis, int(matches[0]))

@@ -22,6 +22,7 @@ The summary line is logged after vLLM's `process_weights_after_loading(model, ..
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections import Counter
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 import layoutc.tools.vllm_plugin.check as check
+from layoutc.tools.vllm_plugin import ep, gate
 from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
 
 _STATE: dict[str, Any] = {"mode": None, "handled": Counter(), "seconds": 0.0}
@@ -58,6 +60,9 @@ def install(mode: str) -> None:
     _STATE["mode"] = mode
     if getattr(original, _MARK, False):
         return
+    gate.install(mode, cpu_moe)
+    if mode == "replace":
+        ep.install(cpu_moe)
 
     @functools.wraps(original)
     def process_weights_after_loading(self: Any, layer: Any) -> None:
@@ -93,6 +98,8 @@ def uninstall() -> None:
     from vllm.model_executor.model_loader import base_loader
 
     cls = cpu_moe.CPUUnquantizedExperts
+    gate.uninstall(cpu_moe)
+    ep.uninstall(cpu_moe)
     wrapped = cls.__dict__[_HOOKED]
     if getattr(wrapped, _MARK, False):
         setattr(cls, _HOOKED, _unwrap_once(wrapped))
@@ -130,31 +137,27 @@ def _summary(handled: Counter[str], seconds: float) -> None:
 
 
 def layer_info(experts: Any, layer: Any) -> check.LayerInfo:
-    """The plan parameters of `layer` as vLLM configured it (FusedMoEConfig of the experts)."""
+    """The plan parameters of `layer` as vLLM configured it (FusedMoEConfig of the experts;
+    under EP the placement of the layer's ExpertMapManager, fused_moe/expert_map_manager.py;
+    swiglu constants the config leaves unset come from the model's hf_config, _swiglu)."""
+    manager = getattr(layer, "expert_map_manager", None)
     moe = experts.moe_config
-    w13 = layer.w13_weight
-    activation = getattr(moe.activation, "value", moe.activation)
-    return check.LayerInfo(
-        name=str(getattr(layer, "layer_name", None) or type(layer).__name__),
-        num_experts=int(w13.shape[0]),
-        hidden_size=int(moe.hidden_dim),
-        intermediate_size=int(moe.intermediate_size),
-        tp_size=int(moe.tp_size),
-        activation=str(activation).lower(),
-        dtype=w13.dtype,
-        isa=str(type(experts).isa),
-        **_swiglu(moe, str(activation).lower()),
-    )
+    info = check.info_of(moe, name=str(getattr(layer, "layer_name", None) or type(layer).__name__),
+                         num_experts=int(layer.w13_weight.shape[0]), dtype=layer.w13_weight.dtype,
+                         isa=str(type(experts).isa),
+                         placement=str(getattr(manager, "placement_strategy", None) or "linear"))
+    alpha, limit = _swiglu(moe, info.activation)
+    return dataclasses.replace(info, swiglu_alpha=alpha, swiglu_limit=limit)
 
 
-def _swiglu(moe: Any, activation: str) -> dict[str, float | None]:
+def _swiglu(moe: Any, activation: str) -> tuple[float | None, float | None]:
     """The layer's swiglu constants; where its FusedMoEConfig leaves one unset, the model's (model_swiglu)."""
     alpha, limit = getattr(moe, "swiglu_alpha", None), getattr(moe, "swiglu_limit", None)
     if activation == "swigluoai" and (alpha is None or limit is None):
         model_alpha, model_limit = model_swiglu()
         alpha = model_alpha if alpha is None else alpha
         limit = model_limit if limit is None else limit
-    return {"swiglu_alpha": alpha, "swiglu_limit": limit}
+    return alpha, limit
 
 
 def model_swiglu() -> tuple[float | None, float | None]:
@@ -187,6 +190,8 @@ def _bias(layer: Any, name: str) -> Any:
 
 def _check(experts: Any, layer: Any, original: Any, cpu_moe: Any) -> None:
     info = layer_info(experts, layer)
+    if info.ep_size > 1 and not cpu_moe.is_zentorch_moe_supported(layer):
+        raise LayoutcVllmError(ep.refusal(info.name, info.ep_size, info.num_experts, info.global_experts or 0))
     # The route vLLM's method is about to take (it asks the same function), so the
     # contract admits the configuration before any kernel sees the weights.
     route = "zentorch" if cpu_moe.is_zentorch_moe_supported(layer) else "grouped_gemm"
@@ -214,6 +219,11 @@ def _replace(experts: Any, layer: Any, cpu_moe: Any) -> None:
     plan = check.admit(gen, info)
     experts._use_zentorch = use_zentorch
     layout = check.layout(gen)
+    if info.ep_size > 1:
+        manager = getattr(layer, "expert_map_manager", None)
+        setattr(experts, ep.MAP_ATTR, ep.expert_map(
+            layout, plan, int(experts.moe_config.ep_rank), getattr(manager, "expert_map", None), info.name,
+            info.num_experts))
     bias13 = layout.tensor("bias", "w13")
     if _bias(layer, "w13_bias") is not None and bias13 is None:
         raise LayoutcVllmError(f"layoutc: layer {info.name}: the layer has a w13 bias, but contract "

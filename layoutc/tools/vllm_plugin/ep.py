@@ -1,0 +1,105 @@
+"""Expert parallelism inside vLLM's CPU grouped GEMM: global router ids -> the rank's local experts.
+
+vllm 0.32.0 `CPUUnquantizedExperts.apply` (fused_moe/experts/cpu_moe.py) ignores its
+`expert_map` argument and passes the router's global `topk_ids` to `_C::cpu_fused_moe`,
+whose experts axis holds only this rank's `local_num_experts` (the kernel does no bounds
+check). Under `enable_expert_parallel` the plugin therefore:
+
+- replace: wraps `apply` so that, on a layer the replace hook planned with ep_size > 1,
+  the ids are mapped with the contract's `local_experts(ep_rank, plan)` map
+  (layoutc.runtime.expert_map.to_local: local id, and weight 0 on local id 0 for a foreign
+  expert, which is what vLLM's expert_map -1 means: it contributes 0 on this rank);
+- check: refuses the layer at load (`refusal`), since vLLM's own forward would read
+  experts out of bounds.
+
+The map is derived from the contract; the replace hook holds it equal to vLLM's own
+`ExpertMapManager.expert_map` at load (`expert_map` below), so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import torch
+
+from layoutc.runtime.errors import LayoutContractError
+from layoutc.runtime.expert_map import to_local
+from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
+
+_MARK = "__layoutc_vllm_ep__"
+# The attribute the replace hook sets on an experts instance: its contract expert_map.
+MAP_ATTR = "_layoutc_expert_map"
+
+
+def refusal(name: str, ep_size: int, local: int, total: int) -> str:
+    """Check mode's message for an EP layer (vLLM's forward would pass global ids to the kernel)."""
+    return (f"layoutc: layer {name}: vLLM runs it with expert parallelism (ep_size {ep_size}, {local} of "
+            f"{total} experts on this rank), but vLLM 0.32's CPUUnquantizedExperts.apply ignores expert_map and "
+            f"passes the router's global topk_ids to _C::cpu_fused_moe, whose experts axis holds only this "
+            f"rank's {local}: ids >= {local} read outside the weights; contract vllm_cpu_grouped_gemm remaps "
+            f"them (LAYOUTC_VLLM=replace)")
+
+
+def expert_map(lay: Any, plan: Any, rank: int, vllm_map: torch.Tensor | None, name: str,
+               num_local: int) -> torch.Tensor:
+    """The contract's int32 [num_experts] map for EP rank `rank`, held to vLLM's.
+
+    lay: the generated module's LAYOUT; plan: its plan at ep_size > 1; vllm_map: the layer's
+    `ExpertMapManager.expert_map` (None if vLLM has none); num_local: the layer's w13 dim 0.
+    Raises LayoutcVllmError when the local count or the map differ from vLLM's.
+    Source: vllm 0.32 fused_moe/expert_map_manager.py determine_expert_map.
+    """
+    local, ours = lay.local_experts(rank, plan)
+    if ours is None or local != num_local:
+        raise LayoutcVllmError(f"layoutc: layer {name}: EP rank {rank} holds {num_local} experts, but contract "
+                               f"{lay.contract} places {local} on it (ep_size {plan.ep_size}, "
+                               f"{plan.expert_placement})")
+    if vllm_map is not None and not torch.equal(vllm_map.to(torch.int32).cpu(), ours):
+        raise LayoutcVllmError(f"layoutc: layer {name}: vLLM's expert_map {vllm_map.tolist()} on EP rank {rank} "
+                               f"differs from contract {lay.contract}'s {ours.tolist()}")
+    return ours
+
+
+def install(cpu_moe: Any) -> None:
+    """Wrap `CPUUnquantizedExperts.apply` (replace mode) to remap ids on layers planned under EP.
+
+    A layer without the map (no EP) runs vLLM's apply unchanged. Idempotent.
+    """
+    cls = cpu_moe.CPUUnquantizedExperts
+    original = cls.__dict__.get("apply")
+    if original is None:
+        raise LayoutcVllmError("layoutc: this vLLM has no CPUUnquantizedExperts.apply to hook; the plugin is "
+                               "written against vllm 0.32")
+    if getattr(original, _MARK, False):
+        return
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def apply(self: Any, *args: Any, **kwargs: Any) -> Any:
+        mapping = getattr(self, MAP_ATTR, None)
+        if mapping is None:
+            return original(self, *args, **kwargs)
+        bound = signature.bind(self, *args, **kwargs)
+        ids = bound.arguments["topk_ids"]
+        try:
+            weights, local = to_local("layoutc vllm plugin", bound.arguments["topk_weights"], ids, mapping)
+        except LayoutContractError as exc:
+            raise LayoutcVllmError(f"layoutc: {exc}") from None
+        bound.arguments["topk_weights"], bound.arguments["topk_ids"] = weights, local.to(ids.dtype)
+        return original(*bound.args, **bound.kwargs)
+
+    setattr(apply, _MARK, True)
+    setattr(cls, "apply", apply)
+
+
+def uninstall(cpu_moe: Any) -> None:
+    """Put vLLM's apply back (tests)."""
+    cls = cpu_moe.CPUUnquantizedExperts
+    fn = cls.__dict__.get("apply")
+    if fn is not None and getattr(fn, _MARK, False):
+        setattr(cls, "apply", fn.__wrapped__)
+
+
+__all__ = ["MAP_ATTR", "expert_map", "install", "refusal", "uninstall"]
