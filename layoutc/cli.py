@@ -19,11 +19,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from layoutc import __version__
+from layoutc.clihelp import HELP, POSITIONALS
 from layoutc.compiler import ir
 from layoutc.compiler.diagnostics import CODES, Diagnostic, emit, exit_code, has_errors, render_text
 from layoutc.compiler.safeio import UsageError
 from layoutc.compiler.safeio import contract_paths as _contract_paths
-from layoutc.clihelp import HELP, POSITIONALS
 
 
 class _Usage(Exception):

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_audit_reads_the_generic_entry_and_holds_no_second_copy() -> None:
     assert keys.NUM_EXPERTS_ALIASES == GENERIC.num_experts == families.GENERIC_KEYS["num_experts"]
-    assert keys.NUM_EXPERTS_PER_TOK_ALIASES == GENERIC.top_k and {"moe_topk", "moe_k"} <= set(GENERIC.top_k)
-    assert keys.GPT_OSS_SWIGLU_ALPHA == FORMATS["gpt_oss"].swiglu_defaults[0]  # type: ignore[index]
+    assert GENERIC.top_k == keys.NUM_EXPERTS_PER_TOK_ALIASES and {"moe_topk", "moe_k"} <= set(GENERIC.top_k)
+    assert FORMATS["gpt_oss"].swiglu_defaults[0] == keys.GPT_OSS_SWIGLU_ALPHA  # type: ignore[index]
     for mod in (keys, layers):
         src = inspect.getsource(mod)
         for literal in ('"n_routed_experts"', '"first_k_dense_replace"', '"expert_layer_period"', "= 1.702"):
@@ -70,8 +70,8 @@ def test_the_plugin_reads_the_model_swiglu_through_the_table(monkeypatch: pytest
                         lambda: SimpleNamespace(model_config=SimpleNamespace(hf_config=hf)))
     assert hook.model_swiglu() == (1.702, 6.5)
     moe = SimpleNamespace(swiglu_alpha=None, swiglu_limit=None)
-    assert hook._swiglu(moe, "swigluoai") == {"swiglu_alpha": 1.702, "swiglu_limit": 6.5}
-    assert hook._swiglu(moe, "silu") == {"swiglu_alpha": None, "swiglu_limit": None}
+    assert hook._swiglu(moe, "swigluoai") == (1.702, 6.5)
+    assert hook._swiglu(moe, "silu") == (None, None)
     monkeypatch.setattr(vllm.config, "get_current_vllm_config_or_none", lambda: None)
     assert hook.model_swiglu() == (None, None)
 

@@ -46,7 +46,7 @@ def _proposal(folder: Path) -> tuple[list[Any], str]:
     config = json.loads((folder / "config.json").read_text())
     shapes = {}
     with safe_open(str(folder / "model.safetensors"), "pt") as f:
-        for name in f.keys():
+        for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
             shapes[name] = tuple(f.get_slice(name).get_shape())
     return propose(config, shapes)
 
@@ -90,6 +90,6 @@ def test_run_proves_the_right_orientation_against_transformers(
                                         (("olmoe", 64, 48), "LR117")], ids=["olmoe-H=I", "granite-H=2I", "olmoe"])
 def test_without_transformers_an_undecidable_orientation_is_ambiguous(
         checkpoints: dict[tuple[str, int, int], Path], case: tuple[str, int, int], want: str) -> None:
-    code, out, err = _run(str(checkpoints[case]), "--tp", "1", "--layers", "1", "--no-transformers")
+    code, _out, err = _run(str(checkpoints[case]), "--tp", "1", "--layers", "1", "--no-transformers")
     assert code == 2 and f"error[{want}]" in err, err
     assert ("AMBIGUOUS" in err) == (want == "LR118")

@@ -151,7 +151,7 @@ def test_the_contract_map_is_held_to_vllms(cpu_moe) -> None:  # type: ignore[no-
                            expert_placement="linear", global_experts=8)
     plan = check.admit(gen, info)
     _, round_robin, _ = determine_expert_map(2, 0, 8, "round_robin")
-    with pytest.raises(LayoutcVllmError, match="vLLM's expert_map .* on EP rank 0 differs from contract"):
+    with pytest.raises(LayoutcVllmError, match=r"vLLM's expert_map .* on EP rank 0 differs from contract"):
         ep.expert_map(check.layout(gen), plan, 0, round_robin, "layer", 4)
     with pytest.raises(LayoutcVllmError, match="EP rank 0 holds 3 experts, but contract vllm_cpu_grouped_gemm "
                                                "places 4 on it"):

@@ -86,9 +86,10 @@ def main() -> None:
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    plan = [(int(t), m, False) for t in args.tp.split(",") for m in args.modes.split(",")]
     if args.runs:
         plan = [(int(r.split(":")[0]), r.split(":")[1], r.endswith(":ep")) for r in args.runs.split(",")]
+    else:
+        plan = [(int(t), m, False) for t in args.tp.split(",") for m in args.modes.split(",")]
     runs: list[dict] = []
     for tp, mode, ep in plan:
         marker = f"=== layoutc engine run tp={tp} mode={mode} ep={int(ep)} ==="

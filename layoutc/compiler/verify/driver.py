@@ -249,12 +249,13 @@ def _run_parallel(jobs: list[Job]) -> list[FileOutcome]:
     # that the workers share them instead of each paying for them.
     from layoutc.compiler.source import load
     load("<warm-up>", "")
-    from layoutc.compiler.verify import prove  # noqa: F401  (imports z3 and every property)
     # Move every object made so far out of the collector's generations: a forked worker's
     # collections then never walk (and write the refcount/GC header of) the inherited
     # objects, so their pages stay shared, not copied (CPython's gc.freeze docs, "before
     # fork"). Measured with bench/verify_bench.py: see docs/benchmarks.md, issue 26.
     import gc
+
+    from layoutc.compiler.verify import prove  # noqa: F401  (imports z3 and every property)
     gc.freeze()
     order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][1] or ""))
     out: list[Any] = [None] * len(jobs)

@@ -91,7 +91,7 @@ def install(cpu_moe: Any) -> None:
         return original(*bound.args, **bound.kwargs)
 
     setattr(apply, _MARK, True)
-    setattr(cls, "apply", apply)
+    cls.apply = apply
 
 
 def uninstall(cpu_moe: Any) -> None:
@@ -99,7 +99,7 @@ def uninstall(cpu_moe: Any) -> None:
     cls = cpu_moe.CPUUnquantizedExperts
     fn = cls.__dict__.get("apply")
     if fn is not None and getattr(fn, _MARK, False):
-        setattr(cls, "apply", fn.__wrapped__)
+        cls.apply = fn.__wrapped__
 
 
 __all__ = ["MAP_ATTR", "expert_map", "install", "refusal", "uninstall"]

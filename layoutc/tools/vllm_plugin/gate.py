@@ -94,7 +94,7 @@ def install(mode: str, cpu_moe: Any) -> None:
         return ok, reason
 
     setattr(supports_grouped_gemm, _MARK, True)
-    setattr(cls, "_supports_grouped_gemm", classmethod(supports_grouped_gemm))
+    cls._supports_grouped_gemm = classmethod(supports_grouped_gemm)
     select = _wrap_select(oracle.select_unquantized_moe_backend, mode)
     oracle.select_unquantized_moe_backend = select
     if getattr(method, "select_unquantized_moe_backend", None) is not None:
@@ -130,11 +130,11 @@ def uninstall(cpu_moe: Any) -> None:
     cls = cpu_moe.CPUUnquantizedExperts
     gate = cls.__dict__.get("_supports_grouped_gemm")
     if isinstance(gate, classmethod) and getattr(gate.__func__, _MARK, False):
-        setattr(cls, "_supports_grouped_gemm", classmethod(getattr(gate.__func__, "__wrapped__")))
+        cls._supports_grouped_gemm = classmethod(gate.__func__.__wrapped__)
     for mod in (oracle, method):
         fn = getattr(mod, "select_unquantized_moe_backend", None)
         if fn is not None and getattr(fn, _MARK, False):
-            setattr(mod, "select_unquantized_moe_backend", fn.__wrapped__)
+            mod.select_unquantized_moe_backend = fn.__wrapped__
     _REFUSALS.clear()
 
 
