@@ -427,7 +427,7 @@ def pad_w13_qweight(
         [num_experts, hidden_size, 2 * intermediate_size_per_partition / 8]
     Output (padded, same dtype):
         [num_experts, hidden_size, 2 * intermediate_size_per_partition_padded / 8]
-    Pad positions hold the stored code 0 (decodes to 0). Every logical element is written once, only
+    Pad positions hold the stored code 0. Every logical element is written once, only
     pad positions are filled. When nothing is padded and `out` is None, returns
     `t` itself (no copy); with `out`, writes into it and returns it.
     Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
@@ -631,7 +631,7 @@ def pad_w2_qweight(
         [num_experts, intermediate_size_per_partition, hidden_size / 8]
     Output (padded, same dtype):
         [num_experts, intermediate_size_per_partition_padded, hidden_size / 8]
-    Pad positions hold the stored code 0 (decodes to 0). Every logical element is written once, only
+    Pad positions hold the stored code 0. Every logical element is written once, only
     pad positions are filled. When nothing is padded and `out` is None, returns
     `t` itself (no copy); with `out`, writes into it and returns it.
     Raises LayoutContractError on a wrong shape, dtype, device or layout, or an

@@ -416,7 +416,7 @@ def pad_w13_weight(
         [num_experts, 2 * intermediate_size_per_partition, hidden_size]
     Output (padded, same dtype):
         [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Pad positions hold the stored code 0 (decodes to 0). Every logical element is written once, only
+    Pad positions hold the stored code 0. Every logical element is written once, only
     pad positions are filled. When nothing is padded and `out` is None, returns
     `t` itself (no copy); with `out`, writes into it and returns it.
     Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
@@ -620,7 +620,7 @@ def pad_w2_weight(
         [num_experts, hidden_size, intermediate_size_per_partition]
     Output (padded, same dtype):
         [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Pad positions hold the stored code 0 (decodes to 0). Every logical element is written once, only
+    Pad positions hold the stored code 0. Every logical element is written once, only
     pad positions are filled. When nothing is padded and `out` is None, returns
     `t` itself (no copy); with `out`, writes into it and returns it.
     Raises LayoutContractError on a wrong shape, dtype, device or layout, or an

@@ -37,12 +37,12 @@ def test_integer_operators_follow_python_floor_semantics() -> None:
     assert all(V.Op.parse(o.value) is o for o in V.Op)
 
 
-def test_byte_formats_are_the_numformats_and_have_no_integer_value() -> None:
-    from layoutc.runtime.numformats import FORMATS
-    assert {o.value for o in V.DECODES} == set(FORMATS)
+def test_decode_formats_are_the_numformats_and_have_no_integer_value() -> None:
+    from layoutc.runtime.numformats import CODES, DECODERS
+    assert {o.value for o in V.DECODES} == set(DECODERS) == set(CODES)
     for op in V.DECODES:
         assert op.arity == 1 and not op.is_function
-        with pytest.raises(V.OpError, match="decodes a stored byte"):
+        with pytest.raises(V.OpError, match="decodes a stored code"):
             V.apply(op, [3])
 
 

@@ -14,14 +14,17 @@ E5M2: bias 15, IEEE-like, exponent 31 is inf or NaN). These match torch's
 
 E2M1 (FP4, the MXFP4 element format: OCP MX v1.0 section 5.3.3) is a 4-bit code, not a
 byte: 1 sign bit, 2 exponent bits (bias 1), 1 mantissa bit, no infinities and no NaN, so
-every nibble is finite (0..6 in magnitude). It is in NIBBLE_FORMATS, not FORMATS: FORMATS
-holds the byte formats a contract's `decode` may name on a stored byte. The quantized
-checkpoint dequantizer (layoutc/tools/checkpoints/quant) builds its lookup tables from
-these functions, so the loaders and the verifier share one definition.
+every nibble is finite (0..6 in magnitude). It is in NIBBLE_FORMATS, not FORMATS (FORMATS
+holds the byte formats). DECODERS holds both: every format a contract's `decode` may name
+(`decode = e2m1(code) * scale`), and CODES the codes each one decodes (the checker holds a
+tensor's declared `code lo..hi` to it, LC416). The checker (`fill decoded`), the verifier
+(pad values) and the torch lookup tables of layoutc/runtime/decode.py (the quantized
+checkpoint dequantizer's) all read these functions: one definition.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 
 
@@ -76,12 +79,28 @@ def _byte(byte: int) -> None:
 
 
 FORMATS = {"e8m0": e8m0, "e4m3fn": e4m3fn, "e5m2": e5m2}
-#: 4-bit codes (not bytes, so not something a contract's `decode` names yet).
+#: 4-bit codes (two a byte when packed).
 NIBBLE_FORMATS = {"e2m1": e2m1}
+#: Every format a contract's `decode` may name: `fmt(code)`.
+DECODERS: dict[str, Callable[[int], Fraction | None]] = {**FORMATS, **NIBBLE_FORMATS}
+#: The codes each format decodes (inclusive): a tensor's `code lo..hi` must lie inside (LC416).
+CODES = {"e8m0": (0, 0xFF), "e4m3fn": (0, 0xFF), "e5m2": (0, 0xFF), "e2m1": (0, 0xF)}
 NAN_NOTE = {"e8m0": "E8M0 0xFF is NaN", "e4m3fn": "float8_e4m3fn 0x7F/0xFF are NaN",
-            "e5m2": "float8_e5m2 exponent 31 is inf or NaN"}
+            "e5m2": "float8_e5m2 exponent 31 is inf or NaN", "e2m1": "E2M1 has no NaN"}
 
 
 def decode_byte(fmt: str, byte: int) -> Fraction | None:
     """Decode `byte` in format `fmt` (a key of FORMATS). Raises ValueError for a non-byte."""
     return FORMATS[fmt](byte)
+
+
+def fits(fmt: str, code: int) -> bool:
+    """Whether `code` is one of the codes format `fmt` (a key of DECODERS) decodes."""
+    lo, hi = CODES[fmt]
+    return lo <= code <= hi
+
+
+def decode_code(fmt: str, code: int) -> Fraction | None:
+    """The value of `code` in format `fmt` (a key of DECODERS): an exact rational, or None
+    where it is NaN or infinite, or where the code is outside CODES[fmt] (no value)."""
+    return DECODERS[fmt](code) if fits(fmt, code) else None

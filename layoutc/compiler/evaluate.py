@@ -14,7 +14,7 @@ from typing import assert_never
 
 from layoutc.compiler import ir
 from layoutc.runtime import vocab
-from layoutc.runtime.numformats import FORMATS, NAN_NOTE
+from layoutc.runtime.numformats import CODES, DECODERS, NAN_NOTE, fits
 from layoutc.runtime.vocab import Op, OpKind
 
 Value = vocab.Value
@@ -87,7 +87,8 @@ def eval_expr(expr: ir.Expr, env: Env, axis_sizes: Mapping[tuple[str, str], int]
 def eval_real(expr: ir.Expr, env: Env, code: Fraction, tensors: Mapping[str, Fraction]) -> Fraction:
     """Evaluate a `decode` expression exactly (rationals).
 
-    A byte format (`e8m0(code)`, layoutc/runtime/numformats.py) whose byte is NaN or inf raises EvalError.
+    A number format (`e8m0(code)`, `e2m1(code)`: layoutc/runtime/numformats.py) whose code is NaN or
+    inf, or outside the format's codes, raises EvalError.
     """
     match expr:
         case ir.Code():
@@ -104,9 +105,9 @@ def eval_real(expr: ir.Expr, env: Env, code: Fraction, tensors: Mapping[str, Fra
             return eval_real(chosen, env, code, tensors)
         case ir.Op() if expr.op.kind is OpKind.DECODE:
             fmt = expr.op.value
-            if code.denominator != 1 or not 0 <= code <= 255:
-                raise EvalError(f"{fmt}: code {code} is not a byte")
-            value = FORMATS[fmt](int(code))
+            if code.denominator != 1 or not fits(fmt, int(code)):
+                raise EvalError(f"{fmt}: code {code} is outside its codes {CODES[fmt][0]}..{CODES[fmt][1]}")
+            value = DECODERS[fmt](int(code))
             if value is None:
                 raise EvalError(f"{fmt}({code}) is not finite ({NAN_NOTE[fmt]})")
             return value

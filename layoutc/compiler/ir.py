@@ -252,6 +252,9 @@ class Tensor:
     # like `fill`; None: the tail holds `fill` (the default). Never uninit.
     tail_fill_kind: Literal["value", "decoded"] | None = None
     tail_fill: int | None = None
+    # `fill decoded V`: V, the value the pad code decodes to (the verifier proves it at every
+    # pad lane, docs/verification.md, inertness); None for `fill N` and `fill uninit`.
+    fill_value: int | None = None
 
     @property
     def tail_code(self) -> int | None:

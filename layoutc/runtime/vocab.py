@@ -7,7 +7,7 @@ into every generated package.
 
 - `Op`: every operator and builtin of the expression language (docs/language.md,
   section 3), with its arity, its kind and its integer semantics (`apply`), and the
-  byte formats a `decode` may name (`e8m0(code)`: layoutc/runtime/numformats.py).
+  number formats a `decode` may name (`e8m0(code)`, `e2m1(code)`: layoutc/runtime/numformats.py).
   Division is floor division and `%` its remainder, as in Python, for a positive
   divisor; a divisor <= 0 has no value (the finite-divisor rule, docs/language.md
   section 4.5: the checker admits only positive divisors, LC303). The generated
@@ -43,7 +43,7 @@ class OpKind(enum.Enum):
     COMPARE = "compare"
     LOGIC = "logic"
     FUNCTION = "function"
-    DECODE = "decode"  # a byte format of a `decode` expression: `e8m0(code)`
+    DECODE = "decode"  # a number format of a `decode` expression: `e8m0(code)`, `e2m1(code)`
 
 
 class Op(enum.Enum):
@@ -74,6 +74,7 @@ class Op(enum.Enum):
     E8M0 = "e8m0"
     E4M3FN = "e4m3fn"
     E5M2 = "e5m2"
+    E2M1 = "e2m1"
 
     @classmethod
     def parse(cls, text: str) -> Op:
@@ -99,10 +100,10 @@ _KIND = {
     **{o: OpKind.COMPARE for o in (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE)},
     **{o: OpKind.LOGIC for o in (Op.AND, Op.OR, Op.NOT)},
     **{o: OpKind.FUNCTION for o in (Op.ROUND_UP, Op.ROUND_DOWN, Op.CDIV, Op.LCM, Op.GCD, Op.MIN, Op.MAX)},
-    **{o: OpKind.DECODE for o in (Op.E8M0, Op.E4M3FN, Op.E5M2)},
+    **{o: OpKind.DECODE for o in (Op.E8M0, Op.E4M3FN, Op.E5M2, Op.E2M1)},
 }
 FUNCTIONS = tuple(o for o in Op if o.is_function)
-#: The byte formats (the keys of layoutc/runtime/numformats.py's FORMATS).
+#: The number formats a decode names (the keys of layoutc/runtime/numformats.py's DECODERS).
 DECODES = tuple(o for o in Op if o.kind is OpKind.DECODE)
 
 
@@ -159,7 +160,7 @@ def apply(op: Op, args: list[Value]) -> Value:
 
 def _apply(op: Op, args: list[Value]) -> Value:
     if op.kind is OpKind.DECODE:
-        raise OpError(f"`{op.value}` decodes a stored byte; it has no integer value")
+        raise OpError(f"`{op.value}` decodes a stored code; it has no integer value")
     if op is Op.NOT:
         return not args[0]
     if op is Op.NEG:

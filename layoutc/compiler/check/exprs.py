@@ -221,9 +221,9 @@ _DECODES = {f.value: f for f in Op if f.kind is OpKind.DECODE}
 
 def _call(scope: Scope, sink: Sink, node: A.Call, where: Where) -> ir.Expr | None:
     if where.decode is not None and node.func in _DECODES:
-        # a byte-encoded number format (layoutc/runtime/numformats.py): `e8m0(code)`
+        # a number format (layoutc/runtime/numformats.py DECODERS): `e8m0(code)`, `e2m1(code)`
         if len(node.args) != 1 or not (isinstance(node.args[0], A.Name) and node.args[0].name == "code"):
-            sink.error("LC408", node.span, f"`{node.func}` decodes this tensor's stored byte: write `{node.func}(code)`")
+            sink.error("LC408", node.span, f"`{node.func}` decodes this tensor's stored code: write `{node.func}(code)`")
             return None
         return ir.Op(_DECODES[node.func], (ir.Code(node.args[0].span),), ir.REAL, node.span)
     func = _FUNCTIONS.get(node.func)

@@ -11,7 +11,7 @@ from layoutc.compiler import ir
 from layoutc.compiler.check.scope import Scope, Sink
 from layoutc.compiler.diagnostics import Span
 from layoutc.compiler.evaluate import EvalError, eval_real
-from layoutc.runtime.vocab import DTYPES
+from layoutc.runtime.vocab import DTYPES, Value
 
 MAX_FILL_WORK = 200_000  # decode evaluations spent resolving one contract's `fill decoded` codes
 
@@ -23,7 +23,7 @@ def resolve_fills(scope: Scope, sink: Sink) -> None:
         if t.fill_kind == "decoded":
             code = _resolve_decoded(scope, sink, name, t, t.fill, scope.fill_spans[name], "fill decoded")
             if code is not None:
-                scope.tensors[name] = t = replace(t, fill=code)
+                scope.tensors[name] = t = replace(t, fill=code, fill_value=t.fill)
         if t.tail_fill_kind == "decoded" and t.tail_fill is not None:
             code = _resolve_decoded(scope, sink, name, t, t.tail_fill, scope.tail_spans[name], "tail fill decoded")
             if code is not None:
@@ -43,33 +43,60 @@ def _resolve_decoded(scope: Scope, sink: Sink, name: str, t: ir.Tensor, want: in
         sink.error("LC404", span, f"`{clause}` on `{name}` needs a decode that does not depend on parameters; "
                    f"write the stored code with `{plain} N`")
         return None
-    refs: dict[str, Fraction] = {}
-    for node in ir.walk(t.decode):
-        if isinstance(node, ir.TensorValue):
-            other = scope.tensors.get(node.tensor)
-            if other is None or other.fill_kind == "uninit" or other.decode is not None:
-                sink.error("LC404", span, f"cannot resolve `{clause}` of `{name}`: `{node.tensor}` must be a "
-                           "declared tensor with a numeric fill")
-                return None
-            refs[node.tensor] = Fraction(other.fill)
+    choices = _pad_refs(scope, t.decode)
+    if isinstance(choices, str):
+        sink.error("LC404", span, f"cannot resolve `{clause}` of `{name}`: `{choices}` must be a "
+                   "declared tensor with a numeric fill (and a finite pad value: a decode of its own code "
+                   "over finite parameters)")
+        return None
     if t.code_range is None:
         sink.error("LC407", span, f"`{clause}` on `{name}` needs a `code lo..hi` range")
         return None
     lo, hi = t.code_range
-    scope.fill_work += (hi - lo + 1) * sum(1 for _ in ir.walk(t.decode))
+    scope.fill_work += (hi - lo + 1) * sum(1 for _ in ir.walk(t.decode)) * len(choices)
     if scope.fill_work > MAX_FILL_WORK:
         sink.error("LC307", span, f"too much work to resolve `{clause}` codes; use smaller code ranges or "
                    f"simpler decode expressions, or write the code with `{plain} N`")
         return None
-    try:
-        for c in range(lo, hi + 1):
-            if eval_real(t.decode, {}, Fraction(c), refs) == want:
+    for c in range(lo, hi + 1):
+        try:
+            if all(eval_real(t.decode, {}, Fraction(c), refs) == want for refs in choices):
                 return c
-    except EvalError:
-        pass
+        except EvalError:
+            continue
     sink.error("LC404", span, f"no code in {lo}..{hi} of `{name}` decodes to {want} when the tensors it "
                "reads hold their own pad values")
     return None
+
+
+def _pad_refs(scope: Scope, decode: ir.Expr) -> list[dict[str, Fraction]] | str:
+    """The values of the tensors `decode` reads at their own pad codes, one dict per
+    configuration of the finite parameters their own decodes read (`match scale_dtype
+    {float32 => code, uint8 => e8m0(code)}`: two); the name of one that has no such value."""
+    names = list(dict.fromkeys(n.tensor for n in ir.walk(decode) if isinstance(n, ir.TensorValue)))
+    envs: list[dict[str, Value]] = [{}]
+    for name in names:
+        other = scope.tensors.get(name)
+        if other is None or other.fill_kind == "uninit":
+            return name
+        for ref in (n.name for n in ir.walk(other.decode) if isinstance(n, ir.Ref)) if other.decode else ():
+            param = scope.params.get(ref)
+            if param is None or not param.finite:
+                return name
+            if all(ref not in env for env in envs):
+                envs = [{**env, ref: v} for env in envs for v in param.values]
+    out: list[dict[str, Fraction]] = []
+    for env in envs:
+        refs: dict[str, Fraction] = {}
+        for name in names:
+            other = scope.tensors[name]
+            try:
+                refs[name] = eval_real(other.decode, env, Fraction(other.fill), {}) if other.decode is not None \
+                    else Fraction(other.fill)
+            except EvalError:  # a pad that is not finite (e8m0 0xFF) has no value
+                return name
+        out.append(refs)
+    return out
 
 
 def check_fill_ranges(scope: Scope, sink: Sink) -> None:

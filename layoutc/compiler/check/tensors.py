@@ -17,7 +17,8 @@ from layoutc.compiler.check.scope import Scope, Sink
 from layoutc.compiler.diagnostics import Related, Span
 from layoutc.compiler.evaluate import TooLarge, finite_values
 from layoutc.runtime.algebra import Word
-from layoutc.runtime.vocab import DTYPES
+from layoutc.runtime.numformats import CODES
+from layoutc.runtime.vocab import DTYPES, OpKind
 
 AXIS_NAMES = ("experts", "n", "k")
 
@@ -43,6 +44,7 @@ def declare_tensor(scope: Scope, sink: Sink, d: A.TensorDecl) -> None:
             ok = False
         code_range = (lo, hi)
     decode, decode_ok = _decode(scope, sink, d, code_range)
+    decode_ok = decode_ok and _codes_fit(sink, d, decode, code_range, axes, storage)
     if not (ok and decode_ok) or storage is None:
         return
     _register(scope, sink, d, axes, guarded, storage, code_range, decode)
@@ -128,6 +130,33 @@ def _decode(scope: Scope, sink: Sink, d: A.TensorDecl,
             sink.error("LC408", node.span, "a decode expression cannot refer to its own tensor; use `code`")
             ok = False
     return decode, ok
+
+
+def _codes_fit(sink: Sink, d: A.TensorDecl, decode: ir.Expr | None, code_range: tuple[int, int] | None,
+               axes: list[ir.Axis], storage: ir.Storage | None) -> bool:
+    """LC416: every number format the decode names (`e2m1(code)`) decodes the declared
+    `code lo..hi` (its codes: layoutc/runtime/numformats.py CODES), and a packed integer
+    storage's element (bits / pack) holds every one of them."""
+    if decode is None:
+        return True
+    ok = True
+    pack = max((a.pack for a in axes), default=1)
+    width = DTYPES[storage.dtype].bits // pack if isinstance(storage, ir.FixedStorage) else None
+    for node in ir.walk(decode):
+        if not (isinstance(node, ir.Op) and node.op.kind is OpKind.DECODE):
+            continue
+        lo, hi = CODES[node.op.value]
+        if code_range is not None and not (lo <= code_range[0] and code_range[1] <= hi):
+            sink.error("LC416", node.span, f"`{node.op.value}(code)` decodes codes {lo}..{hi}, but `{d.name}` "
+                       f"declares `code {code_range[0]}..{code_range[1]}`",
+                       help=f"declare `code {lo}..{hi}` (the stored codes, not the values they stand for)")
+            ok = False
+        elif width is not None and pack > 1 and hi.bit_length() > width:
+            sink.error("LC416", node.span, f"`{node.op.value}(code)` needs {hi.bit_length()}-bit codes, but "
+                       f"`{d.name}` packs {pack} per {storage.dtype if isinstance(storage, ir.FixedStorage) else ''}"
+                       f" ({width} bits each)")
+            ok = False
+    return ok
 
 
 def _register(scope: Scope, sink: Sink, d: A.TensorDecl, axes: list[ir.Axis], guarded: list[ir.GuardedAxis],

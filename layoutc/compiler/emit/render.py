@@ -57,7 +57,7 @@ def python_spelling(op: Op) -> str:
         case (Op.ADD | Op.SUB | Op.MUL | Op.MOD | Op.EQ | Op.NE | Op.LT | Op.LE | Op.GT | Op.GE | Op.AND
               | Op.OR | Op.NOT | Op.MIN | Op.MAX):
             return op.value
-        case Op.E8M0 | Op.E4M3FN | Op.E5M2:
+        case Op.E8M0 | Op.E4M3FN | Op.E5M2 | Op.E2M1:
             raise ValueError(f"cannot render the byte format {op.value} in a generated module")
         case _:
             assert_never(op)
@@ -332,8 +332,10 @@ def _block_shard_doc(shard: ir.Shard | None) -> str | None:
 
 
 def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> dict[str, Any]:
+    # a decoded value only where the contract declares it (`fill decoded V`, which the verifier
+    # proves at every pad lane); `fill N` on a quantized tensor is a code, not a value
     fill = "left uninitialised" if t.fill_kind == "uninit" else f"stored code {t.fill}" + (
-        f" (decodes to {t.fill if t.fill_kind == 'value' else 'the declared value'})" if t.decode else "")
+        f" (`fill decoded {t.fill_value}`: decodes to {t.fill_value})" if t.fill_value is not None else "")
     return {
         "name": t.name, "kind": t.kind, "projection": t.projection, "optional": t.optional,
         "table": _axis_table(t, has_tp, contract.block_shard.full if contract.block_shard else None),

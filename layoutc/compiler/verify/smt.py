@@ -213,7 +213,7 @@ class Encoder:
                     if not isinstance(side, ir.Const) and self.finite(side) is not None:
                         self.split_params |= param_deps(side, self.lets)
                 return a * b
-            case Op.E8M0 | Op.E4M3FN | Op.E5M2:  # decode-only (properties/pad_values.py decodes them)
+            case Op.E8M0 | Op.E4M3FN | Op.E5M2 | Op.E2M1:  # decode-only (properties/pad_values.py decodes them)
                 raise ValueError(f"cannot encode operator {e.op.value!r}")
             case (Op.ADD | Op.SUB | Op.EQ | Op.NE | Op.LT | Op.LE | Op.GT | Op.GE | Op.AND | Op.OR
                   | Op.MIN | Op.MAX):

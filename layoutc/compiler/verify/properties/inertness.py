@@ -63,6 +63,7 @@ def obligations(run: Run) -> list[Obligation]:
                     "kernel adds NaN * 0 = NaN to the output", t.name)
         obs.append(Obligation(f"{t.name} pad is finite", t.span, z3.And(run.admitted, has_pad, z3.Not(finite)),
                               sexplain, t.name))
+    obs += _decoded_fills(run)
     obs.append(_lane_obligation(run, tail=False))
     if run.contract.block_shard is not None:
         obs.append(_lane_obligation(run, tail=True))
@@ -81,6 +82,33 @@ def obligations(run: Run) -> list[Obligation]:
             return (f"w13 hidden pad column {run.val(model, col)} decodes to "
                     f"{run.enc.evaluate(model, value)} or may be non-finite", "w13.k")
         obs.append(Obligation("hidden pad columns", hidden.span, hgoal, hexplain, w13.name))
+    return obs
+
+
+def _decoded_fills(run: Run) -> list[Obligation]:
+    """A weight's `fill decoded V` holds: at every pad lane of each padded axis its stored pad
+    code, decoded by the weight's `decode` (number formats from layoutc/runtime/numformats.py,
+    the tensors it reads at their value there: their own pad, or any finite live value), is
+    exactly V and finite. The checker picked the code with the tensors at their pad values
+    only; a live scale beside a pad row is the case it did not see."""
+    obs: list[Obligation] = []
+    for t in run.contract.tensors:
+        if t.kind != "weight" or t.decode is None or t.fill_value is None or t.fill_kind != "decoded":
+            continue
+        for axis in t.axes:
+            if not axis.is_padded:
+                continue
+            logical, padded, _ = run.sizes[(t.name, axis.name)]
+            lane = z3.Int(f"fill.{t.name}.{axis.name}", run.ctx)
+            value, finite = PadValues(run, lane, f"fill.{t.name}.{axis.name}").value(t, axis.name)
+            want = t.fill_value
+            goal = z3.And(run.admitted, lane >= logical, lane < padded, z3.Not(z3.And(finite, value == want)))
+
+            def explain(model, t=t, axis=axis, lane=lane, value=value, want=want):  # type: ignore[no-untyped-def]
+                return (f"{t.name}'s pad code {t.fill} at {t.name}.{axis.name} lane {run.val(model, lane)} decodes to "
+                        f"{run.enc.evaluate(model, value)} (or a non-finite value), not the declared "
+                        f"`fill decoded {want}`", f"{t.name}.{axis.name}")
+            obs.append(Obligation(f"{t.name}.{axis.name} pad decodes to {want}", axis.span, goal, explain, t.name))
     return obs
 
 

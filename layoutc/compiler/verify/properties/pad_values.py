@@ -15,7 +15,7 @@ import z3  # type: ignore[import-untyped]
 from layoutc.compiler import ir
 from layoutc.compiler.verify.properties.shards import split_here
 from layoutc.compiler.verify.run import Run
-from layoutc.runtime.numformats import FORMATS, NAN_NOTE
+from layoutc.runtime.numformats import CODES, FORMATS, NAN_NOTE, decode_code, fits
 from layoutc.runtime.vocab import Op, OpKind
 
 # The smallest largest-finite value among the compute dtypes an activation may take
@@ -148,7 +148,8 @@ class PadValues:
         # reads holds its pad too, the value is a constant, and one beyond float16's largest
         # value is inf in a float16 kernel (then 0 * inf is NaN).
         pads = [self.in_pad(o, axis_name) for o in others]
-        all_pad = z3.And([p if p is not None else z3.BoolVal(False, self.run.ctx) for p in pads])
+        all_pad = z3.And([p if p is not None else z3.BoolVal(False, self.run.ctx) for p in pads]) if pads \
+            else z3.BoolVal(True, self.run.ctx)  # a decode of its own code only: a constant at every pad
         constant, constant_finite = self.pad_value(t, {o.name: self.pad_value(o) for o in others})
         big = z3.And(all_pad, constant_finite, abs_value(constant) > COMPUTE_MAX)
         if z3.is_false(z3.simplify(big)):
@@ -167,7 +168,7 @@ class PadValues:
             case ir.TensorValue():
                 return refs[e.tensor]
             case ir.Op() if e.op.kind is OpKind.DECODE:
-                decoded = FORMATS[e.op.value](t.fill) if 0 <= t.fill <= 255 else None
+                decoded = decode_code(e.op.value, t.fill)
                 if decoded is None:
                     return z3.RealVal(0, ctx), z3.BoolVal(False, ctx)
                 return z3.RealVal(decoded, ctx), self.true()
@@ -217,8 +218,9 @@ class PadValues:
 
 def format_note(e: ir.Expr, code: int) -> str:
     fmts = sorted({n.op.value for n in ir.walk(e) if isinstance(n, ir.Op) and n.op.kind is OpKind.DECODE})
-    bad = [f for f in fmts if not 0 <= code <= 255 or FORMATS[f](code) is None]
-    return "; ".join(f"{f}({code}): " + (NAN_NOTE[f] if 0 <= code <= 255 else "not a byte") for f in bad) \
+    bad = [f for f in fmts if decode_code(f, code) is None]
+    return "; ".join(f"{f}({code}): " + (NAN_NOTE[f] if fits(f, code) else f"not one of its codes {CODES[f][0]}.."
+                                         f"{CODES[f][1]}") for f in bad) \
         or "a non-finite input"
 
 
