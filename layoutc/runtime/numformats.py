@@ -16,8 +16,9 @@ every nibble is finite (0..6 in magnitude). It is in NIBBLE_FORMATS, not FORMATS
 holds the byte formats). DECODERS holds both: every format a contract's `decode` may name
 (`decode = e2m1(code) * scale`), and CODES the codes each one decodes (the checker holds a
 tensor's declared `code lo..hi` to it, LC416). The checker (`fill decoded`), the verifier
-(pad values) and the torch lookup tables of layoutc/runtime/decode.py (the quantized
-checkpoint dequantizer's) all read these functions: one definition.
+(pad values) and the quantized-checkpoint dequantizer (layoutc/tools/checkpoints/quant/
+dequant.py, which builds its torch lookup tables from DECODERS) all read these functions:
+one definition.
 """
 
 from __future__ import annotations
