@@ -56,6 +56,8 @@ from layoutc.tools.runplan import KernelRun, RunError, checkpoint_plan, module_l
 
 #: Relative tolerance of the kernel's output against the reference, per model dtype
 #: (vocab.MODEL_DTYPES: bfloat16, float16, float32).
+#: `--contract` when none is given (a quantized checkpoint: layoutc/tools/quant_run).
+DEFAULT_CONTRACT = "vllm_cpu_grouped_gemm"
 TOLERANCE: dict[str, float] = dict(zip(MODEL_DTYPES, (2e-2, 5e-3, 1e-5), strict=True))
 
 
@@ -457,6 +459,12 @@ def _run(args: argparse.Namespace) -> int:
         candidates = _candidates(ckpt, fmt)
         moe = describe(ckpt.config, candidates[0] if candidates else fmt, ckpt.weight_map)
         layers = _select_layers(args, moe)
+        from layoutc.tools.checkpoints.quant.config import read_quantization
+        scheme = read_quantization(ckpt.config, moe.format)  # LR150-LR152, LR158 before any tensor
+        if scheme is not None:  # quantized experts: layoutc/tools/quant_run
+            from layoutc.tools.quant_run.runner import run_quantized
+            return run_quantized(args, ckpt, moe, scheme, layers, tps)
+        args.contract = args.contract or DEFAULT_CONTRACT
         dtype, warning = run_dtype(ckpt, check_experts(ckpt, moe, layers), args.dtype)
         if warning:
             sys.stderr.write(f"layoutc run: {warning}\n")
@@ -585,8 +593,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--tp", default="1,2,4", help="comma-separated TP degrees (default 1,2,4)")
     p.add_argument("--ep", default="1", help="comma-separated EP degrees (default 1); each runs with every "
                    "--tp degree over ep x tp ranks")
-    p.add_argument("--contract", default="vllm_cpu_grouped_gemm",
-                   help="generated contract module in generated/ (default vllm_cpu_grouped_gemm)")
+    p.add_argument("--contract", default=None,
+                   help=f"generated contract module in generated/ (default {DEFAULT_CONTRACT}; GPTQ / AWQ int4 "
+                   "checkpoints: torch_int4pack_gptq_moe)")
     p.add_argument("--layers", type=int, default=0, help="only the first N MoE layers (default all)")
     p.add_argument("--tokens", type=int, default=16, help="tokens per forward (default 16)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="the report: text (default) or json")
