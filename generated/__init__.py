@@ -19,6 +19,7 @@ __all__ = [
     "sglang_cpu_moe",
     "sglang_cpu_mxfp4_moe",
     "torch_grouped_mm",
+    "torch_int4pack_gptq_moe",
     "torch_int4pack_moe",
     "torch_int8pack_moe",
     "vllm_cpu_grouped_gemm",

@@ -164,6 +164,7 @@ CODES: dict[str, str] = {
     "LR156": "quantized checkpoint: an E8M0 scale byte 255 (NaN)",
     "LR157": "quantized checkpoint: the config disagrees with the tensors (dtype, bit width, unquantized tensors)",
     "LR158": "quantized checkpoint: a scheme whose layout the family's format cannot hold",
+    "LR159": "quantized checkpoint: a topology the quantized runner does not run (expert parallelism, --ep > 1)",
     "LR199": "`run`: an unexpected error (set LAYOUTC_TRACEBACK=1 and please report it)",
 }
 

@@ -57,6 +57,8 @@ from layoutc.tools.runplan import KernelRun, RunError, checkpoint_plan, module_l
 
 #: Relative tolerance of the kernel's output against the reference, per model dtype
 #: (vocab.MODEL_DTYPES: bfloat16, float16, float32).
+#: `--contract` when none is given (a quantized checkpoint: layoutc/tools/quant_run).
+DEFAULT_CONTRACT = "vllm_cpu_grouped_gemm"
 TOLERANCE: dict[str, float] = dict(zip(MODEL_DTYPES, (2e-2, 5e-3, 1e-5), strict=True))
 
 
@@ -475,6 +477,15 @@ def _run(args: argparse.Namespace) -> int:
         placement = getattr(args, "placement", "linear")  # the EP options, from the headers alone
         check_ep_options(moe.num_experts, [(t, e) for e in eps for t in tps], placement, getattr(args, "world", None))
         check_expert_count(ckpt, moe, layers)
+        from layoutc.tools.checkpoints.quant.config import read_quantization
+        scheme = read_quantization(ckpt.config, moe.format)  # LR150-LR152, LR158 before any tensor
+        if scheme is not None and any(e > 1 for e in eps):
+            raise RunError("LR159", f"--ep {args.ep}: the quantized runner shards the intermediate only; "
+                           "run this checkpoint with --ep 1 (expert parallelism runs on unquantized checkpoints)")
+        if scheme is not None:  # quantized experts: layoutc/tools/quant_run
+            from layoutc.tools.quant_run.runner import run_quantized
+            return run_quantized(args, ckpt, moe, scheme, layers, tps)
+        args.contract = args.contract or DEFAULT_CONTRACT
         dtype, warning = run_dtype(ckpt, check_experts(ckpt, moe, layers), args.dtype)
         if warning:
             sys.stderr.write(f"layoutc run: {warning}\n")
@@ -609,8 +620,9 @@ def add_parser(sub: Any) -> None:
                    "or round_robin")
     p.add_argument("--world", type=int, default=None, help="the ranks there are: every --tp x --ep product must "
                    "equal it (default: each pair runs over ep x tp ranks)")
-    p.add_argument("--contract", default="vllm_cpu_grouped_gemm",
-                   help="generated contract module in generated/ (default vllm_cpu_grouped_gemm)")
+    p.add_argument("--contract", default=None,
+                   help=f"generated contract module in generated/ (default {DEFAULT_CONTRACT}; GPTQ / AWQ int4 "
+                   "checkpoints: torch_int4pack_gptq_moe)")
     p.add_argument("--layers", type=int, default=0, help="only the first N MoE layers (default all)")
     p.add_argument("--tokens", type=int, default=16, help="tokens per forward (default 16)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="the report: text (default) or json")

@@ -113,6 +113,31 @@ def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor,
     return out[0], out[1]
 
 
+def pack_codes(cfg: KernelConfig, role: str, codes: torch.Tensor, scales: torch.Tensor,
+               zeros: torch.Tensor) -> PackedWeight:
+    """Pack a checkpoint's own int4 codes (no quantization) with the real convert op.
+
+    codes: int32 [E, N, K] in 0..15; scales / zeros: [E, N, K / group_size] of cfg.dtype,
+    the kernel's (q - 8) * scale + zero per group (GPTQ / AWQ (q - z) * s is zero = (8 - z) * s).
+    Shapes are cfg.shape(role) (the contract's padded shapes). Returns the PackedWeight
+    `fused_moe` takes. Raises LayoutContractError on a wrong shape, dtype or code range.
+    """
+    group_size, tiles = check_shapes(cfg), int(cfg.arg("inner_k_tiles"))
+    shape = cfg.shape(role)
+    assert shape is not None
+    e, n, k = shape
+    check_tensor(cfg.contract, f"{role} codes", codes, (e, n, k), torch.int32)
+    for what, t in (("scales", scales), ("zeros", zeros)):
+        check_tensor(cfg.contract, f"{role} {what}", t, (e, n, k // group_size), cfg.dtype)
+    if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) > 15):
+        raise LayoutContractError(f"{cfg.contract}: {role} codes must be int4 (0..15), got "
+                                  f"{int(codes.min())}..{int(codes.max())}")
+    convert = op(CONVERT_OP)
+    packed = tuple(convert(codes[i].contiguous(), tiles) for i in range(e))
+    tables = tuple(torch.stack([scales[i], zeros[i]], dim=2).transpose(0, 1).contiguous() for i in range(e))
+    return PackedWeight(role, cfg, Int4Weights(packed, tables))
+
+
 def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: PackedWeight, packed_w2: PackedWeight,
               topk_weights: torch.Tensor, topk_ids: torch.Tensor) -> torch.Tensor:
     """MoE forward with `_weight_int4pack_mm_for_cpu`, one call per expert and projection.
