@@ -27,8 +27,20 @@ whole load (open to packed weights) and peak RSS growth over the post-import
 baseline, two ways: VmHWM after resetting it via /proc/self/clear_refs (MiB; this
 counts the page-cache pages of the memory-mapped file that the reads fault in, which
 are clean and reclaimable), and RssAnon sampled every millisecond (the process's own
-allocations: parameters, packed weights, read buffers). Both paths' packed
-weights are checked equal (a checksum of their bytes). Results: bench/results/load.json.
+allocations: parameters, packed weights, read buffers). The paths' packed weights
+are checked byte-identical: the SHA-256 of each packed tensor's bytes (with its shape
+and dtype) from every child must equal vLLM's; a reordered or unpacked copy fails it.
+
+* pads (`--child pads`, timing only the pad step, issue 26 item 3): in one fresh
+  process, the rank's unpadded w13 [E, 352, H] and w2 [E, H, 176] (random bf16) are
+  padded by the generated `pad_w13/pad_w2(t, plan, out=out)` into a preallocated,
+  pre-faulted `out`, interleaved round by round with `out.copy_(same)` from a
+  contiguous tensor of the padded shape (the copy bound: the same bytes written).
+  Goal: best pad >= 0.9x the best copy, for w13 and for w2. Both pads' bytes are
+  checked against vLLM's own `CPUUnquantizedExperts._pad_moe_intermediate` on the same
+  inputs (SHA-256).
+
+Results: bench/results/load.json.
 """
 
 from __future__ import annotations
@@ -78,10 +90,15 @@ def make(folder: Path) -> None:
     (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
-def _checksum(t: Any) -> int:
+def _digest(t: Any) -> str:
+    """`dtype shape sha256` of a CPU tensor's bytes in row-major order (byte-exact: NaN
+    payloads and -0.0 count, unlike torch.equal)."""
+    import hashlib
+
     import torch
 
-    return int(t.reshape(-1).view(torch.int16).to(torch.int64).sum())
+    flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+    return f"{t.dtype} {list(t.shape)} {hashlib.sha256(flat.numpy().data).hexdigest()}"
 
 
 def child_ours(folder: Path) -> tuple[Any, Any]:
@@ -145,6 +162,61 @@ def child_vllm(folder: Path) -> tuple[Any, Any]:
     return layer.w13_weight.data, layer.w2_weight.data
 
 
+def _vllm_padded(w13: Any, w2: Any) -> tuple[Any, Any]:
+    """vLLM 0.32's own `CPUUnquantizedExperts._pad_moe_intermediate` of (w13, w2) (padded copies)."""
+    from types import SimpleNamespace
+
+    import torch
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+
+    layer = torch.nn.Module()
+    layer.w13_weight = torch.nn.Parameter(w13.clone(), requires_grad=False)
+    layer.w2_weight = torch.nn.Parameter(w2.clone(), requires_grad=False)
+    experts = object.__new__(CPUUnquantizedExperts)
+    experts.moe_config = SimpleNamespace(intermediate_size_per_partition=I // TP, activation=MoEActivation.GELU_TANH)
+    CPUUnquantizedExperts._pad_moe_intermediate(experts, layer)
+    return layer.w13_weight.data, layer.w2_weight.data
+
+
+def child_pads(rounds: int) -> dict[str, Any]:
+    """Best / median ms of `pad_*(t, plan, out=)` and of `out.copy_(same)` per tensor, interleaved."""
+    import torch
+    from layoutc_generated import vllm_cpu_grouped_gemm as mod
+
+    torch.set_num_threads(2)
+    plan = mod.plan(num_experts=E, hidden_size=H, intermediate_size=I, tp_size=TP, isa="vec",
+                    activation="gelu_tanh", dtype="bfloat16")
+    gen = torch.Generator().manual_seed(1)
+    srcs = {w: torch.randn(mod.LAYOUT.weight(w).shapes(plan)[0], generator=gen).to(torch.bfloat16)
+            for w in ("w13", "w2")}
+    want = dict(zip(("w13", "w2"), (_digest(t) for t in _vllm_padded(srcs["w13"], srcs["w2"])), strict=True))
+    result: dict[str, Any] = {}
+    for w, src in srcs.items():
+        pad = mod.LAYOUT.weight(w).pad
+        padded = mod.LAYOUT.weight(w).shapes(plan)[1]
+        out = torch.empty(padded, dtype=torch.bfloat16).fill_(7.0)  # pre-faulted, not zero
+        same = torch.randn(padded, generator=gen).to(torch.bfloat16)
+        fns = {"pad_out": lambda pad=pad, src=src, out=out: pad(src, plan, out=out),
+               "copy": lambda out=out, same=same: out.copy_(same)}
+        times: dict[str, list[float]] = {n: [] for n in fns}
+        for r in range(rounds + 1):  # round 0 warms up, unrecorded
+            for n in (list(fns) if r % 2 else list(fns)[::-1]):
+                t0 = time.perf_counter()
+                fns[n]()
+                if r:
+                    times[n].append(time.perf_counter() - t0)
+        out.fill_(7.0)
+        got = _digest(pad(src, plan, out=out))
+        best = {n: min(v) * 1e3 for n, v in times.items()}
+        result[w] = {"padded_shape": list(padded), "mib": out.numel() * 2 / 2**20,
+                     "best_ms": best, "median_ms": {n: statistics.median(v) * 1e3 for n, v in times.items()},
+                     "max_ms": {n: max(v) * 1e3 for n, v in times.items()},
+                     "pad_over_copy_best": best["copy"] / best["pad_out"],
+                     "bytes_equal_vllm_pad": got == want[w], "sha256": got, "vllm_sha256": want[w]}
+    return result
+
+
 def child(which: str, folder: Path) -> None:
     import torch
 
@@ -184,20 +256,26 @@ def child(which: str, folder: Path) -> None:
     print(json.dumps({"which": which, "seconds": seconds, "peak_mib": peak,
                       "anon_peak_mib": (anon_peak[0] - base_anon) / 1024,
                       "packed_mib": (w13.numel() + w2.numel()) * 2 / 2**20,
-                      "checksum": [_checksum(w13), _checksum(w2)]}))
+                      "vm_hwm_mib": _status_kib("VmHWM") / 1024, "rss_anon_end_mib": _status_kib("RssAnon") / 1024,
+                      "sha256": [_digest(w13), _digest(w2)]}))
 
 
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--dir", default="/tmp/layoutc-load-bench")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--child", choices=("ours", "ours-whole", "vllm"))
+    p.add_argument("--pad-rounds", type=int, default=11)
+    p.add_argument("--child", choices=("ours", "ours-whole", "vllm", "pads"))
     a = p.parse_args()
     folder = Path(a.dir)
+    if a.child == "pads":
+        print(json.dumps(child_pads(a.pad_rounds)))
+        return 0
     if a.child:
         child(a.child, folder)
         return 0
     make(folder)
+    load_before = os.getloadavg()
     runs: dict[str, list[dict[str, Any]]] = {"ours": [], "ours-whole": [], "vllm": []}
     for r in range(a.rounds):
         order = ["ours", "ours-whole", "vllm"]
@@ -205,27 +283,42 @@ def main() -> int:
             out = subprocess.run([sys.executable, __file__, "--dir", str(folder), "--child", which],
                                  capture_output=True, text=True, check=True, cwd=ROOT)
             runs[which].append(json.loads(out.stdout.strip().splitlines()[-1]))
-            print(which, runs[which][-1], file=sys.stderr)
-    same = runs["ours"][0]["checksum"] == runs["vllm"][0]["checksum"] == runs["ours-whole"][0]["checksum"]
+            print(which, {k: v for k, v in runs[which][-1].items() if k != "sha256"}, file=sys.stderr)
+    out = subprocess.run([sys.executable, __file__, "--child", "pads", "--pad-rounds", str(a.pad_rounds)],
+                         capture_output=True, text=True, check=True, cwd=ROOT)
+    pads = json.loads(out.stdout.strip().splitlines()[-1])
+    digests = {tuple(x["sha256"]) for v in runs.values() for x in v}
+    same = len(digests) == 1
     summary = {
         "shape": {"num_experts": E, "hidden_size": H, "intermediate_size": I, "tp_size": TP, "rank": RANK,
                   "intermediate_size_per_partition": I // TP, "padded": 192},
-        "packed_equal": same,
+        "packed_bytes_equal_sha256": same, "packed_sha256": sorted(digests),
         "best_seconds": {k: min(x["seconds"] for x in v) for k, v in runs.items()},
         "median_seconds": {k: statistics.median(x["seconds"] for x in v) for k, v in runs.items()},
+        "max_seconds": {k: max(x["seconds"] for x in v) for k, v in runs.items()},
         "peak_mib": {k: max(x["peak_mib"] for x in v) for k, v in runs.items()},
         "anon_peak_mib": {k: max(x["anon_peak_mib"] for x in v) for k, v in runs.items()},
         "packed_mib": runs["ours"][0]["packed_mib"],
-        "runs": runs, "load_average": os.getloadavg(),
+        "pads": pads,
+        "runs": runs, "load_average_before": load_before, "load_average": os.getloadavg(),
     }
     summary["time_ratio_vllm_over_ours"] = summary["best_seconds"]["vllm"] / summary["best_seconds"]["ours"]
     summary["peak_ratio_ours_over_vllm"] = summary["peak_mib"]["ours"] / summary["peak_mib"]["vllm"]
     summary["anon_peak_ratio_ours_over_vllm"] = summary["anon_peak_mib"]["ours"] / summary["anon_peak_mib"]["vllm"]
+    summary["goals"] = {
+        "vllm / ours >= 2 (best)": summary["time_ratio_vllm_over_ours"] >= 2.0,
+        "anon peak ours <= 0.65x vllm": summary["anon_peak_ratio_ours_over_vllm"] <= 0.65,
+        **{f"pad {w} >= 0.9x copy (best)": pads[w]["pad_over_copy_best"] >= 0.9 for w in ("w13", "w2")},
+        "pads byte-identical to vLLM's _pad_moe_intermediate": all(pads[w]["bytes_equal_vllm_pad"]
+                                                                   for w in ("w13", "w2")),
+    }
     out_path = ROOT / "bench" / "results" / "load.json"
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    tmp = out_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, out_path)
     print(json.dumps({k: v for k, v in summary.items() if k != "runs"}, indent=2))
-    return 0 if same else 1
+    return 0 if same and summary["goals"]["pads byte-identical to vLLM's _pad_moe_intermediate"] else 1
 
 
 if __name__ == "__main__":
