@@ -419,7 +419,7 @@ def pad_w13_qweight(
         [num_experts, 2 * shard_size, hidden_size]
     Output (padded, same dtype):
         [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Pad positions hold the stored code 8 (decodes to 8). Every logical element is written once, only
+    Pad positions hold the stored code 8. Every logical element is written once, only
     pad positions are filled. When nothing is padded and `out` is None, returns
     `t` itself (no copy); with `out`, writes into it and returns it.
     Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
@@ -632,7 +632,7 @@ def pad_w2_qweight(
         [num_experts, hidden_size, shard_size]
     Output (padded, same dtype):
         [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Pad positions hold the stored code 8 (decodes to 8). Every logical element is written once, only
+    Pad positions hold the stored code 8. Every logical element is written once, only
     pad positions are filled. When nothing is padded and `out` is None, returns
     `t` itself (no copy); with `out`, writes into it and returns it.
     Raises LayoutContractError on a wrong shape, dtype, device or layout, or an

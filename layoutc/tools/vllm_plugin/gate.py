@@ -130,11 +130,11 @@ def uninstall(cpu_moe: Any) -> None:
     cls = cpu_moe.CPUUnquantizedExperts
     gate = cls.__dict__.get("_supports_grouped_gemm")
     if isinstance(gate, classmethod) and getattr(gate.__func__, _MARK, False):
-        cls._supports_grouped_gemm = classmethod(gate.__func__.__wrapped__)
+        setattr(cls, "_supports_grouped_gemm", classmethod(getattr(gate.__func__, "__wrapped__")))  # noqa: B009, B010
     for mod in (oracle, method):
         fn = getattr(mod, "select_unquantized_moe_backend", None)
         if fn is not None and getattr(fn, _MARK, False):
-            mod.select_unquantized_moe_backend = fn.__wrapped__
+            setattr(mod, "select_unquantized_moe_backend", fn.__wrapped__)  # noqa: B010 (mypy: a module attribute)
     _REFUSALS.clear()
 
 
