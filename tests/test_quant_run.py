@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.kernel  # aten::_weight_int4pack_mm_for_cpu
 
 
 def _make(out: Path, *flags: str) -> Path:
