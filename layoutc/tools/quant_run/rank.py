@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from layoutc.runtime import algebra
 from layoutc.runtime.glue import int4pack
 from layoutc.runtime.glue._loop import expert_loop
 from layoutc.runtime.ops import op
@@ -52,7 +53,7 @@ def load_rank(layout: Any, plan: Any, rank: int, experts: list[ExpertCodes], dty
 def kernel_config(mod: Any, plan: Any, dtype: torch.dtype) -> KernelConfig:
     """The glue's KernelConfig of a torch_int4pack_gptq_moe plan (padded w13 [E, 2P, H], w2 [E, H, P])."""
     e, h, p = plan.num_experts, plan.hidden_size, plan.intermediate_size_per_partition_padded
-    return KernelConfig(mod.CONTRACT, e, h, p, dtype, plan.activation, "halves",
+    return KernelConfig(mod.CONTRACT, e, h, p, dtype, plan.activation, algebra.Word.HALVES,
                         (("w13", (e, 2 * p, h)), ("w2", (e, h, p))),
                         (("group_size", plan.group_size), ("inner_k_tiles", 2)))
 
