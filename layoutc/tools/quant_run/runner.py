@@ -26,7 +26,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from layoutc.tools.checkpoints.formats import ModelMoE
@@ -141,11 +141,8 @@ def _experts_module(ckpt: Checkpoint, moe: ModelMoE, params: dict[str, Any]) -> 
     return module.eval()
 
 
-def _int4_plan(mod: Any, moe: ModelMoE, scheme: S.QuantScheme, tp: int, dtype: str) -> Any:
+def _int4_plan(layout: Any, moe: ModelMoE, scheme: S.QuantScheme, tp: int, dtype: str) -> Any:
     """The contract's plan for this layer at TP degree `tp` (the module's LayoutContractError on a refusal)."""
-    from layoutc.tools.runplan import module_layout
-
-    layout = module_layout(mod)
     values = {"num_experts": moe.num_experts, "hidden_size": moe.hidden_size,
               "intermediate_size": moe.intermediate_size, "tp_size": tp, "group_size": scheme.group_size,
               "activation": moe.activation, "dtype": dtype}
@@ -161,8 +158,8 @@ def int4_layer(mod: Any, experts: list[Any], moe: ModelMoE, scheme: S.QuantSchem
     from layoutc.tools.quant_run import rank as R
     from layoutc.tools.runplan import module_layout
 
-    plan = _int4_plan(mod, moe, scheme, tp, dtype)
     layout = module_layout(mod)
+    plan = _int4_plan(layout, moe, scheme, tp, dtype)
     tdtype = getattr(torch, dtype)
     cfg = R.kernel_config(mod, plan, tdtype)
     total = None
@@ -192,16 +189,9 @@ def reference_ranks(params: dict[str, Any], moe: ModelMoE, tp: int, x: Any, weig
     for r in range(tp):
         rows = torch.cat([torch.arange(r * per, (r + 1) * per), size + torch.arange(r * per, (r + 1) * per)])
         part = {"gate_up_proj": gate_up[:, rows], "down_proj": down[:, :, r * per:(r + 1) * per]}
-        shard = argparse.Namespace(intermediate_size=per)
-        out, _ = reference_output(ckpt, _with(moe, shard), part, x, weights, ids, False)
+        out, _ = reference_output(ckpt, replace(moe, intermediate_size=per), part, x, weights, ids, False)
         total += out
     return total
-
-
-def _with(moe: ModelMoE, shard: argparse.Namespace) -> ModelMoE:
-    import dataclasses
-
-    return dataclasses.replace(moe, intermediate_size=int(shard.intermediate_size))
 
 
 def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme,
