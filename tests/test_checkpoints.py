@@ -538,7 +538,15 @@ def test_unknown_family_and_user_format(ckpts: dict[tuple[str, str], Path], tmp_
         code, _ = _cli(str(folder), "--tp", "1")
     # a format is proposed from the tensor names, but transformers does not know "my_moe", so
     # nothing can prove it: LR117, pointing at --format-file
-    assert code == 2 and "error[LR117]" in err.getvalue() and "--format-file" in err.getvalue(), err.getvalue()
+    assert code == 2 and "error[LR117]" in err.getvalue() and "--write-format" in err.getvalue(), err.getvalue()
+    # following the advice: --write-format saves the unproved proposal, and it loads as --format-file
+    saved = tmp_path / "proposed.json"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code, _ = _cli(str(folder), "--tp", "1", "--write-format", str(saved))
+    assert code == 2 and f"saved, unproved, in {saved}" in err.getvalue() and saved.exists(), err.getvalue()
+    code, out = _cli(str(folder), "--tp", "1", "--format-file", str(saved))
+    assert code == 1 and "MISMATCH" not in out and "unchecked: transformers" in out, out
     code, out = _cli(str(folder), "--tp", "1,4", "--format-file",
                      _format_file(tmp_path, "qwen3_moe", model_type="my_moe"))
     # the user's format loads and runs, and the kernel agrees with the loop built from it; but

@@ -641,3 +641,35 @@ def test_swiglu_limit_must_be_a_finite_number() -> None:
            "num_hidden_layers": 2, "hidden_act": "silu", "swiglu_limit": "seven"}
     with pytest.raises(ModelConfigError, match="swiglu_limit"):
         parse_model_config(raw)
+
+
+def test_fixed_activation_when_the_config_has_no_hidden_act(tmp_path: Path) -> None:
+    """LFM2-MoE's config carries no hidden_act (its experts hard-code F.silu): the stated
+    default is used and named, while another family without hidden_act is still refused."""
+    config = mixtral_like(model_type="lfm2_moe")
+    del config["hidden_act"]
+    loaded = load_model_config(write_config(tmp_path, config))
+    assert (loaded.hidden_act, loaded.activation) == ("silu", "silu")
+    config["model_type"] = "mixtral"
+    with pytest.raises(ModelConfigError, match="missing hidden_act"):
+        load_model_config(write_config(tmp_path, config))
+
+
+@pytest.mark.transformers
+def test_fixed_activations_agree_with_transformers() -> None:
+    """Each FIXED_ACTIVATIONS entry against transformers' own code: the config class has no
+    hidden_act, and the experts module's act_fn is the stated activation."""
+    import importlib
+
+    import torch.nn.functional as F
+    import transformers
+
+    from layoutc.tools.hfconfig.keys import FIXED_ACTIVATIONS
+
+    functions = {"silu": F.silu}
+    for model_type, (activation, _) in FIXED_ACTIVATIONS.items():
+        config = transformers.AutoConfig.for_model(model_type)
+        assert getattr(config, "hidden_act", None) is None, model_type
+        modeling = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+        experts = next(getattr(modeling, n) for n in dir(modeling) if n.endswith("Experts"))
+        assert experts(config).act_fn is functions[activation], model_type

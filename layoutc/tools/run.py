@@ -420,7 +420,9 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
         ref = reference(ckpt, moe, layer, x, oracle=oracle, use_transformers=oracle is not None,
                         why_no_oracle="" if oracle is not None else "--no-transformers or --no-from-pretrained")
         if not ref.independent:
-            _unproved(model_type, candidates, ref.why_not)
+            if args.write_format:  # saved unproved, for the user to review: the advice below points at it
+                _write_format(args.write_format, candidates[0])
+            _unproved(model_type, candidates, ref.why_not, args.write_format)
         rel = rel_error(loop_reference(ckpt, moe, layer, x, ref.weights, ref.ids), ref.output)
         summary = (f"{'fused' if fmt.fused else 'per-expert'} {fmt.layer_prefix}{fmt.experts}"
                    f"{fmt.gate_up or fmt.gate}, {fmt.gate_up_layout}, transposed={fmt.transposed}")
@@ -435,20 +437,22 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
                    "and pass --format-file")
 
 
-def _unproved(model_type: str, candidates: list[Any], why_not: str) -> None:
+def _unproved(model_type: str, candidates: list[Any], why_not: str, written: str | None) -> None:
     """RunError for a proposal nothing can prove: LR118 (AMBIGUOUS) when the shapes leave its
-    orientation open (propose.undecided), else LR117."""
+    orientation open (propose.undecided), else LR117. `written`: the --write-format file the first
+    proposal was saved to (unproved), or None."""
     from layoutc.tools.checkpoints.propose import undecided
 
+    review = (f"The first proposal is saved, unproved, in {written}: review it and pass it as --format-file"
+              if written else "Save the proposal with --write-format FILE, review it and pass it as --format-file")
     open_facts = undecided(candidates)
     if any(what.startswith("orientation") for what in open_facts):
         raise RunError("LR118", f"AMBIGUOUS: the format proposed for model_type {model_type!r} cannot be decided "
                        f"from the tensor shapes ({'; '.join(open_facts)}) and cannot be proved: {why_not}. "
-                       "Write the format by hand (docs/formats.md: transposed, down_transposed) and pass "
-                       "--format-file, or run with transformers to prove it")
+                       f"{review} (docs/formats.md: transposed, down_transposed), or run with transformers to "
+                       "prove it")
     raise RunError("LR117", f"model_type {model_type!r} has no declared format, and the one proposed from "
-                   f"the tensor names cannot be proved: {why_not}. Review it with --write-format "
-                   "FILE --no-transformers, then pass it as --format-file (docs/formats.md)")
+                   f"the tensor names cannot be proved: {why_not}. {review} (docs/formats.md)")
 
 
 def _write_format(path: str, fmt: Any) -> None:

@@ -131,6 +131,14 @@ def check_int(
 
 
 
+#: model_type -> (contract activation, source) for families whose transformers module hard-codes
+#: the experts' activation, so that config.json carries no ``hidden_act``.
+FIXED_ACTIVATIONS: dict[str, tuple[str, str]] = {
+    "lfm2_moe": ("silu", "transformers 5.19 models/lfm2_moe/modeling_lfm2_moe.py: Lfm2MoeExperts.act_fn = F.silu; "
+                 "Lfm2MoeConfig has no hidden_act"),
+}
+
+
 def model_type(scopes: Scopes) -> str | None:
     """The innermost ``model_type`` string, or None."""
     for _, scope in scopes.entries:

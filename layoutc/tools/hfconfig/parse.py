@@ -13,6 +13,7 @@ from typing import Any
 from layoutc.tools.hfconfig.keys import (
     ACTIVATIONS,
     DTYPE_ALIASES,
+    FIXED_ACTIVATIONS,
     GPT_OSS_SWIGLU_ALPHA,
     HIDDEN_ACT_ALIASES,
     HIDDEN_SIZE_ALIASES,
@@ -23,6 +24,7 @@ from layoutc.tools.hfconfig.keys import (
     NUM_HIDDEN_LAYERS_ALIASES,
     Scopes,
     is_gpt_oss,
+    model_type,
 )
 from layoutc.tools.hfconfig.layers import count_moe_layers
 from layoutc.tools.hfconfig.model import ModelConfigError, MoEModelConfig
@@ -125,7 +127,8 @@ def _read_swiglu(scopes: Scopes, activation: str) -> tuple[float | None, float |
     swiglu_alpha = _optional_number(scopes, "swiglu_alpha", ("swiglu_alpha",))
     if swiglu_alpha is None and activation == "swigluoai" and is_gpt_oss(scopes):
         swiglu_alpha = GPT_OSS_SWIGLU_ALPHA
-        scopes.used["swiglu_alpha"] = "gpt-oss constant 1.702 (transformers GptOssExperts.alpha; not in the config)"
+        scopes.used["swiglu_alpha"] = ("gpt-oss default 1.702 (transformers GptOssExperts.alpha, used when the config "
+                                       "states no swiglu_alpha)")
     return swiglu_limit, swiglu_alpha
 
 
@@ -168,6 +171,11 @@ def _read_activation(scopes: Scopes) -> tuple[str, str]:
     if is_gpt_oss(scopes):
         scopes.used["activation"] = "model_type gpt_oss (its experts run swigluoai whatever hidden_act says)"
         return hidden_act or "swigluoai", "swigluoai"
+
+    fixed = FIXED_ACTIVATIONS.get(model_type(scopes) or "")
+    if hidden_act is None and fixed is not None:
+        scopes.used["activation"] = f"model_type {model_type(scopes)}: {fixed[1]}"
+        return fixed[0], fixed[0]
 
     if hidden_act is None:
         raise ModelConfigError(
