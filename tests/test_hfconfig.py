@@ -604,7 +604,7 @@ def test_sources_name_the_key_each_field_came_from() -> None:
     assert "first_k_dense_replace" in (load("deepseek-v3").source_of("num_moe_layers") or "")
     gpt = load("gpt-oss-120b")
     assert (gpt.swiglu_limit, gpt.source_of("swiglu_limit")) == (7.0, "swiglu_limit")
-    assert gpt.swiglu_alpha == 1.702 and "not in the config" in (gpt.source_of("swiglu_alpha") or "")
+    assert gpt.swiglu_alpha == 1.702 and "the config states no swiglu_alpha" in (gpt.source_of("swiglu_alpha") or "")
     assert load("mixtral-8x7b").swiglu_limit is None
 
 
