@@ -626,16 +626,18 @@ def _vllm_awq_element_of_slot() -> tuple[int, ...]:
     return tuple(slot_of_channel.index(i) for i in range(8))
 
 
-@pytest.mark.xfail(strict=True, reason="marlin_moe_awq: `pack 8` cannot state AWQ's nibble order (slot i holds "
-                                       "channel (0, 2, 4, 6, 1, 3, 5, 7)[i]); the language's pack has one order")
-def test_contract_awq_pack_order_matches_vllm() -> None:
-    axis = _contract_tensor("marlin_moe_awq", "w13_qweight").axis("n")
+@pytest.mark.parametrize("tensor", ["w13_qweight", "w13_qzeros", "w2_qweight", "w2_qzeros"])
+def test_contract_awq_pack_order_matches_vllm(tensor: str) -> None:
+    """Every packed axis of marlin_moe_awq states vLLM's AWQ nibble order (`pack 8 order (...)`),
+    the weights' and the zero points' alike; the GPTQ contract's packed axes keep the identity."""
+    axis = _contract_tensor("marlin_moe_awq", tensor).axis("n")
     assert axis.pack == 8
-    # the order a `pack` axis states: the IR's, where it will have one; today slot i holds element i
-    stated = tuple(getattr(axis, "pack_order", None) or range(axis.pack))
     vllm = _vllm_awq_element_of_slot()
     assert sorted(vllm) == list(range(8)) and vllm != tuple(range(8))  # the oracle sees an interleave
-    assert stated == vllm
+    assert axis.pack_order == vllm
+    assert [axis.slot_of(c) for c in range(8)] == [vllm.index(c) for c in range(8)]
+    gptq = _contract_tensor("marlin_moe_wna16", "w13_qweight").axis("k")
+    assert gptq.pack == 8 and gptq.pack_order == tuple(range(8))
 
 
 # ---- AWQ channelwise (group -1): admitted by vLLM, not statable by any contract ----
