@@ -35,8 +35,6 @@ Pinned:
   (known.py `gptq_w2_bias_every_rank`).
 - the contract wrong (strict xfail, waiting for the IR work): the contracts' decode of the
   stored codes (MXFP4 nibbles, FP8 bytes) and AWQ's nibble order (`test_contract_*`).
-- layoutc's loader wrong (strict xfail): a fused interleaved (gate, up) source into an
-  (up, gate) contract (`test_gpt_oss_fused_interleaved_source_loads_into_an_up_gate_contract`).
 - not statable: AWQ channelwise (`test_awq_channelwise_is_a_known_limitation`).
 """
 
@@ -517,24 +515,18 @@ def test_gpt_oss_mxfp4_rank_tensors_match_vllm_loading(gen, backend: str, tp: in
         for rank in range(tp):
             vllm = _vllm_gpt_oss_rank(backend, I, tp, rank, checkpoint)
             ours = _mxfp4_layoutc_rank(module, MXFP4_CASES[backend], plan, rank, checkpoint)
-            paths = ("per_role", "shard") if backend in FUSED_SWAP_BUG else ("per_role", "shard", "fused")
             count.tensors += _compare(f"gpt_oss_mxfp4 {backend} I={I} tp={tp} rank={rank}", vllm,
-                                      *(ours[p] for p in paths))
+                                      *(ours[p] for p in ("per_role", "shard", "fused")))
         count.compared += 1
     print(f"gpt_oss_mxfp4 {backend} tp={tp}: {count}")
-    assert count.tensors >= len(MX_I) * tp * 6 * 2
+    assert count.tensors >= len(MX_I) * tp * 6 * 3
 
 
-#: layoutc bug (runtime/loading.py _moves): a fused interleaved source (gpt-oss's (gate, up)
-#: pairs, source_layout="interleave") is copied pair for pair into an interleaved destination
-#: without swapping to the contract's (up, gate) order; the per-role loads and shard_* are right.
-FUSED_SWAP_BUG = {"flashinfer_trtllm"}
-
-
-@pytest.mark.xfail(strict=True, reason="layoutc loader bug: load_* with source_layout='interleave' copies gpt-oss's "
-                                       "(gate, up) pairs unswapped into flashinfer_trtllm_mxfp4_moe's (up, gate) "
-                                       "rows (runtime/loading.py _moves, interleave -> interleave)")
 def test_gpt_oss_fused_interleaved_source_loads_into_an_up_gate_contract(gen) -> None:  # type: ignore[no-untyped-def]
+    """gpt-oss's fused (gate, up) pairs (source_layout="interleave", the default source_roles
+    gate first) load into flashinfer_trtllm_mxfp4_moe's (up, gate) pairs swapped, as vLLM's
+    swap_every_two_rows leaves them (runtime/loading.py: source segment j into the contract's
+    segment of role source_roles[j]; it was copied pair for pair)."""
     module = gen["flashinfer_trtllm_mxfp4_moe"]
     tp, rank, I = 4, 1, 704
     plan = module.plan(num_experts=E, hidden_size=MX_H, intermediate_size=I, tp_size=tp, activation="swigluoai")
@@ -542,7 +534,8 @@ def test_gpt_oss_fused_interleaved_source_loads_into_an_up_gate_contract(gen) ->
     vllm = _vllm_gpt_oss_rank("flashinfer_trtllm", I, tp, rank, checkpoint)
     ours = _mxfp4_layoutc_rank(module, "flashinfer_trtllm_mxfp4_moe", plan, rank, checkpoint)
     assert torch.equal(ours["per_role"]["w13_weight"], vllm["w13_weight"])  # the oracle and the right path agree
-    assert torch.equal(ours["fused"]["w13_weight"], vllm["w13_weight"])
+    for name in ("w13_weight", "w13_weight_scale", "w13_bias"):
+        assert torch.equal(ours["fused"][name], vllm[name]), name
 
 
 # ---- the contracts' decode of the stored codes, against vLLM's (pinned where the contract is wrong) ----
