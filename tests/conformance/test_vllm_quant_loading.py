@@ -673,6 +673,12 @@ def test_contract_awq_pack_order_matches_vllm(tensor: str) -> None:
     assert sorted(vllm) == list(range(8)) and vllm != tuple(range(8))  # the oracle sees an interleave
     assert axis.pack_order == vllm
     assert [axis.slot_of(c) for c in range(8)] == [vllm.index(c) for c in range(8)]
+    # the checkpoint format's declaration (what layoutc's AWQ unpacker and quant_run read) and
+    # the tests' packer state the same order as the contract
+    from layoutc.tools.checkpoints.quant.scheme import AWQ_ORDER
+    from tests.quant_pack import AWQ_PACK_ORDER
+
+    assert AWQ_ORDER == AWQ_PACK_ORDER == axis.pack_order
     gptq = _contract_tensor("marlin_moe_wna16", "w13_qweight").axis("k")
     assert gptq.pack == 8 and gptq.pack_order == tuple(range(8))
 
