@@ -582,13 +582,12 @@ def test_gpt_oss_fused_interleaved_source_loads_into_an_up_gate_contract(gen) ->
         assert torch.equal(ours["fused"][name], vllm[name]), name
 
 
-# ---- the contracts' decode of the stored codes, against vLLM's (pinned where the contract is wrong) ----
+# ---- the contracts' decode of the stored codes and AWQ's slot order, against vLLM's ----
 #
 # Loading is bytes: the tests above hold whatever the codes mean. What a code means is the
 # contract's `code` range and `decode` (layoutc/compiler/evaluate.py eval_real is the
-# verifier's own evaluation of it), and for three contracts it is not what vLLM decodes. These
-# are strict xfails: the contract is wrong (the IR work that fixes it is separate), and a fixed
-# contract turns them into XPASS, which fails until the pin is removed.
+# verifier's own evaluation of it), and which value a packed slot holds is its axis's
+# `pack N order (...)` (the IR's Axis.pack_order); each is held to vLLM's own decoder here.
 
 
 @functools.cache
