@@ -264,3 +264,55 @@ def test_check_refuses(text: str, code: str) -> None:
     assert module is not None
     contract, diags = check(module, text)
     assert contract is None and code in [d.code for d in diags]
+
+
+_W2_PACKED = '''  axis k = pad(per_rank -> padded)
+  storage dtype
+  fill 0
+}'''
+
+
+def _packed_w2(spec: str) -> str:
+    """The base contract, without its glue, with w2's k packed as `spec` (int32 storage) and a
+    zero point tied `like` it."""
+    assert _W2_PACKED in BASE and "\nglue vllm_cpu_moe {" in BASE
+    return BASE[:BASE.index("\nglue vllm_cpu_moe {")].replace(_W2_PACKED, f'''  axis k = pad(per_rank -> padded) {spec}
+  storage int32
+  fill 0
+}}
+tensor w2_zero: zero w2 {{
+  axis experts = 8
+  axis n = hidden_size
+  axis k = like w2.k
+  storage int32
+  fill 0
+}}''')
+
+
+@pytest.mark.parametrize("spec, want", [
+    ("pack 8", tuple(range(8))),
+    ("pack 8 order (0, 2, 4, 6, 1, 3, 5, 7)", (0, 2, 4, 6, 1, 3, 5, 7)),
+    ("pack 4 order (3, 2, 1, 0,)", (3, 2, 1, 0)),
+    ("pack 1 order (0)", (0,)),
+])
+def test_pack_order_reaches_the_ir_and_like_axes(spec: str, want: tuple[int, ...]) -> None:
+    """`pack N order (...)`: the IR axis's pack_order (identity when omitted), copied by `like`."""
+    text = _packed_w2(spec)
+    module, diags = parse(text, FILE)
+    assert module is not None and not diags, diags
+    contract, diags = check(module, text)
+    assert contract is not None, [d.message for d in diags]
+    k = contract.tensor("w2").axis("k")
+    assert k.pack_order == want and contract.tensor("w2_zero").axis("k").pack_order == want
+    assert [k.slot_of(v) for v in range(k.pack)] == [want.index(v) for v in range(k.pack)]
+    assert contract.tensor("w13").axis("n").pack_order == (0,)  # unpacked: the one slot
+
+
+@pytest.mark.parametrize("spec", ["pack 8 order (0, 2, 4, 6, 1, 3, 5)", "pack 4 order (0, 1, 2, 4)",
+                                  "pack 2 order (1, 1)", "pack 2 order (0, 1, 2)"])
+def test_pack_order_must_be_a_permutation(spec: str) -> None:
+    text = _packed_w2(spec)
+    module, diags = parse(text, FILE)
+    assert module is not None and not diags, diags
+    contract, diags = check(module, text)
+    assert contract is None and [d.code for d in diags if d.severity == "error"] == ["LC417"], diags

@@ -174,3 +174,60 @@ def test_runtime_file_list_matches_the_package() -> None:
     on_disk = {p.relative_to(RUNTIME).as_posix() for p in RUNTIME.rglob("*.py")}
     assert listed == on_disk
     assert Path(ROOT / "generated" / "_runtime").is_dir()
+
+
+def _fused(gate: torch.Tensor, up: torch.Tensor, source_layout: str, source_roles: tuple[str, ...]) -> torch.Tensor:
+    """A fused [E, 2I, K] checkpoint tensor: the segments in `source_roles` order, as halves or pairs."""
+    first, second = (gate, up) if source_roles == ("gate", "up") else (up, gate)
+    if source_layout == "halves":
+        return torch.cat([first, second], 1)
+    return torch.stack([first, second], 2).flatten(1, 2)
+
+
+@pytest.mark.parametrize("contract_roles", [("gate", "up"), ("up", "gate")])
+@pytest.mark.parametrize("contract_layout", ["halves", "concat", "interleave"])
+@pytest.mark.parametrize("source_roles", [("gate", "up"), ("up", "gate")])
+@pytest.mark.parametrize("source_layout", ["halves", "interleave"])
+def test_fused_source_lands_in_the_contract_segment_of_its_role(source_layout: str, source_roles: tuple[str, ...],
+                                                               contract_layout: str,
+                                                               contract_roles: tuple[str, ...]) -> None:
+    """Every (source order, contract order) pair: a fused gate/up source loads its gate rows into
+    the contract's gate segment and its up rows into its up segment, whatever either side's
+    layout word and role order (the per-role loads, which name each role, are the oracle), at
+    every rank of tp 1 and 2. Regression: an interleaved (gate, up) source was copied pair for
+    pair into an interleaved (up, gate) contract (flashinfer_trtllm_mxfp4_moe), and a halves
+    source segment by segment into a halves (up | gate) one (flashinfer_nvfp4_moe)."""
+    from layoutc.runtime import loading
+
+    E, inter, K = 2, 4, 3
+    gate = torch.arange(E * inter * K, dtype=torch.float32).reshape(E, inter, K) + 1
+    up = -gate
+    src = _fused(gate, up, source_layout, source_roles)
+    for tp in (1, 2):
+        axes = (layout.Axis("experts", "none", 1, E, E, False),
+                layout.Axis("n", contract_layout, 2, inter // tp, inter // tp + 1, True),
+                layout.Axis("k", "none", 1, K, K, False))
+        for rank in range(tp):
+            want = loading.allocate("c", "w13", axes, torch.float32, 0.0, rank, tp)
+            for role, part in (("gate", gate), ("up", up)):
+                loading.load("c", "w13", want, part, axes, torch.float32, rank, tp, roles=contract_roles, role=role)
+            got = loading.allocate("c", "w13", axes, torch.float32, 0.0, rank, tp)
+            loading.load("c", "w13", got, src, axes, torch.float32, rank, tp, roles=contract_roles,
+                         source_layout=source_layout, source_roles=source_roles)
+            assert torch.equal(got, want), (tp, rank)
+            # and by hand: the contract's segment 0 holds its first role's rows of this rank
+            first = gate if contract_roles[0] == "gate" else up
+            rows = inter // tp
+            seg0 = {"halves": got[:, :rows], "concat": got[:, :rows], "interleave": got[:, 0:2 * rows:2]}[contract_layout]
+            assert torch.equal(seg0, first[:, rank * rows:(rank + 1) * rows]), (tp, rank)
+
+
+def test_fused_source_roles_must_order_the_contract_roles() -> None:
+    from layoutc.runtime import loading
+
+    axes = _axes("halves", 3, 4)
+    dst = loading.allocate("c", "w13", axes, torch.float32, 0.0, 0, 1)
+    for bad in (("gate", "gate"), ("gate",), ["gate", "up"], ("gate", "down")):
+        with pytest.raises(LayoutContractError, match="source_roles"):
+            loading.load("c", "w13", dst, torch.zeros(2, 6, 3), axes, torch.float32, 0, 1, roles=("gate", "up"),
+                         source_roles=bad)  # type: ignore[arg-type]

@@ -22,9 +22,13 @@ hidden_size == intermediate_size a transposed tensor has the right shape):
 
 A fused gate/up source (`role=None` or `"gate_up"`) declares its own row layout
 with `source_layout`: `halves` ([gate | up], Qwen/Mixtral/Gemma-4) or
-`interleave` ((gate, up) pairs, gpt-oss), words of the layout algebra (algebra.py). The destination layout is the
-contract's; the loader converts between the two (strided copies), so interleaved
-rows can never be read as halves or the reverse. Sharded axes are read with the
+`interleave` ((gate, up) pairs, gpt-oss), words of the layout algebra (algebra.py), and
+its segment order with `source_roles` (default `SOURCE_ROLES`, gate first, as every
+checkpoint format above stores it). The destination layout and segment order are the
+contract's (its `halves(up | gate, ...)` / `interleave(up | gate, ...)` roles); the loader
+converts between the two (strided copies, source segment j into the contract's segment of
+role `source_roles[j]`), so interleaved rows can never be read as halves or the reverse, nor
+gate as up (flashinfer_trtllm_mxfp4_moe's (up, gate) pairs from gpt-oss's (gate, up) ones). Sharded axes are read with the
 logical per-rank stride of each segment (vllm#43865); for an interleaved source,
 a rank reads one contiguous block of pairs.
 
@@ -52,6 +56,10 @@ from .layout import Axis, check_rank, check_tensor, extent, fill_runs, padded_sh
 CHUNK_ELEMENTS = 1 << 25
 #: The layout words a fused gate/up checkpoint tensor may declare for its rows.
 SOURCE_LAYOUTS = (algebra.Word.HALVES.value, algebra.Word.INTERLEAVE.value)
+#: The segment order of a fused gate/up checkpoint tensor, unless `load` is told otherwise:
+#: gate first (Qwen/Mixtral/Gemma-4 `[gate | up]`, gpt-oss `gate_up_proj`'s (gate, up) pairs,
+#: vLLM 0.32 models/gpt_oss.py _load_weights_mxfp4's `w13` rows).
+SOURCE_ROLES = ("gate", "up")
 _WHOLE_ROLES = (None, "gate_up")
 
 
@@ -97,13 +105,15 @@ def _dst_segment(axis: Axis, k: int, n: int) -> slice:
 
 
 def _moves(axis: Axis, r: int, tp: int, segs: tuple[int, ...] | None,
-           source_layout: str) -> tuple[int, list[_Move]]:
+           source_layout: str, order: tuple[int, ...] = ()) -> tuple[int, list[_Move]]:
     """(source length, moves) of one destination axis for rank r.
 
     segs: for the segmented axis, the one segment the source holds (a role), or
-    None when it holds every segment in `source_layout`. A rank whose slice is
-    empty (a block shard's last ranks) moves nothing.
+    None when it holds every segment in `source_layout`. order: for a source holding
+    every segment, the destination segment of its segment j (() the identity). A rank
+    whose slice is empty (a block shard's last ranks) moves nothing.
     """
+    order = order or tuple(range(axis.segments))
     full = segment_length(axis, tp)
     start, n = extent(axis, r, tp)
     every = slice(None)
@@ -114,12 +124,25 @@ def _moves(axis: Axis, r: int, tp: int, segs: tuple[int, ...] | None,
         return full * axis.segments, []
     if algebra.Word.parse(source_layout) is algebra.Word.INTERLEAVE:
         lo, hi = axis.segments * start, axis.segments * (start + n)
-        if axis.word is algebra.Word.INTERLEAVE:
+        if axis.word is algebra.Word.INTERLEAVE and order == tuple(range(axis.segments)):
             return full * axis.segments, [(lo, hi, every, slice(0, axis.segments * n))]
-        return full * axis.segments, [(lo, hi, slice(k, None, axis.segments), _dst_segment(axis, k, n))
-                                      for k in range(axis.segments)]
-    return full * axis.segments, [(k * full + start, k * full + start + n, every, _dst_segment(axis, k, n))
-                                  for k in range(axis.segments)]
+        return full * axis.segments, [(lo, hi, slice(j, None, axis.segments), _dst_segment(axis, order[j], n))
+                                      for j in range(axis.segments)]
+    return full * axis.segments, [(j * full + start, j * full + start + n, every, _dst_segment(axis, order[j], n))
+                                  for j in range(axis.segments)]
+
+
+def _segment_order(who: str, what: str, roles: tuple[str, ...], source_roles: object,
+                   segments: int) -> tuple[int, ...]:
+    """The contract segment of each segment of a fused source: roles.index(source_roles[j]).
+    Raises LayoutContractError when `source_roles` is not an ordering of the contract's roles."""
+    if not roles:
+        return tuple(range(segments))
+    if not isinstance(source_roles, tuple) or sorted(map(str, source_roles)) != sorted(roles) \
+            or len(source_roles) != len(roles):
+        raise LayoutContractError(f"{who}: source_roles={source_roles!r} for {what}; a fused source holds each "
+                                  f"of {', '.join(roles)} once, in its own order (default {SOURCE_ROLES})")
+    return tuple(roles.index(str(role)) for role in source_roles)
 
 
 def _source_shape(src: object) -> tuple[int, ...] | None:
@@ -187,7 +210,7 @@ _SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch
 def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], dtype: torch.dtype,
          rank: object, tp_size: int, *, roles: tuple[str, ...] = (), expert: object = None,
          role: str | None = None, transposed: bool = False, source_layout: str = SOURCE_LAYOUTS[0],
-         once: bool = False) -> None:
+         once: bool = False, source_roles: tuple[str, ...] = SOURCE_ROLES) -> None:
     """Copy rank `rank`'s slice of one checkpoint tensor into the padded parameter `dst`.
 
     dst: from `allocate` (padded shape, `dtype`, contiguous CPU).
@@ -200,11 +223,16 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
       (e.g. "gate" or "up"), or all of them in `source_layout` when `role` is None
       or "gate_up";
     - the last two dims swapped when `transposed`.
-    roles: the segment names of the segmented axis, in contract order (("gate", "up")).
+    roles: the segment names of the segmented axis, in contract order (("gate", "up") or
+    ("up", "gate")).
+    source_roles: the segment order of a fused source (`role` None or "gate_up"): its
+    segment j, in `source_layout`, is loaded into the contract's segment of role
+    source_roles[j] (default SOURCE_ROLES, gate first).
     Only pad-free live positions of `dst` are written, each loaded position once.
     Raises LayoutContractError on a wrong shape (saying when the transposed shape would
     match), a source dtype that cannot be cast, a read of the wrong shape, role, expert
-    index, source layout, rank or destination.
+    index, source layout, source roles that are not an ordering of `roles`, rank or
+    destination.
     """
     r = check_rank(who, what, rank, tp_size)
     dst_t = check_tensor(who, f"destination for {what}", dst, padded_shape(axes), dtype)
@@ -227,7 +255,9 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
             raise LayoutContractError(f"{who}: expert={expert!r} for {what} must be an int in "
                                       f"0..{axes[0].logical - 1}")
         e = expert
-    plans = [_moves(a, r, tp_size, segs if i == seg else None, source_layout)
+    order = _segment_order(who, what, roles, source_roles, axes[seg].segments) \
+        if seg is not None and segs is None else ()
+    plans = [_moves(a, r, tp_size, segs if i == seg else None, source_layout, order if i == seg else ())
              for i, a in enumerate(axes)]
     lengths = [n for n, _ in plans]
     moves: list[list[_Move]] = [m for _, m in plans]

@@ -96,6 +96,7 @@ CODES: dict[str, str] = {
     "LC414": "a `shard` declaration is malformed, or a sharded contract has no full size to shard",
     "LC440": "an `experts ... over` declaration is malformed (names, domains, placement, stride)",
     "LC416": "a declared code range does not fit the number format its decode names",
+    "LC417": "pack order is not a permutation of 0..pack-1",
     "LC415": "a `tail fill` is misplaced (no block shard, no axis split over ranks, uninit or repeated)",
     "LC413": "a `when` layout alternative is malformed (guard not over finite parameters, no default, too many cases)",
     # 5xx: kernel and glue

@@ -177,6 +177,12 @@ class Axis:
     `logical`/`padded` are per-segment sizes in values (groups for a `groups`
     axis). A segmented axis (`halves`, `concat`, `interleave`) holds
     `len(roles)` segments; `pad` holds one; `none` is never padded.
+
+    `pack_order`: slot i of a packed storage element (bits [i * w, (i + 1) * w), w the
+    storage width / `pack`) holds value `pack_order[i]` of its run of `pack` consecutive
+    values; `pack N order (...)` states it (AWQ: (0, 2, 4, 6, 1, 3, 5, 7), vLLM 0.32
+    quant_utils.awq_pack), else it is the identity (GPTQ, MXFP4 low nibble first). The
+    checker proves it a permutation of 0..pack-1 (LC417); () here means the identity.
     """
 
     name: str
@@ -189,6 +195,15 @@ class Axis:
     group_of: tuple[str, str] | None
     group_size: Expr | None
     span: Span
+    pack_order: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.pack_order:  # the default: slot i holds value i
+            object.__setattr__(self, "pack_order", tuple(range(self.pack)))
+
+    def slot_of(self, value: int) -> int:
+        """The slot (0..pack-1) of a storage element that holds value `value` (0..pack-1) of its run."""
+        return self.pack_order.index(value)
 
     @property
     def segments(self) -> int:

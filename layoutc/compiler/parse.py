@@ -222,7 +222,7 @@ DISPATCHED: dict[str, frozenset[str]] = {
 }
 EpClauseRule = Literal["ep_redundant", "ep_load_stride", "ep_foreign_raw", "ep_unpadded"]
 DISPATCHED["ep clause"] = frozenset(get_args(EpClauseRule))
-STRUCTURAL = frozenset({"start", "signed", "shard_blocks", "ep_placements", "optional", "pack", "axis_refs", "axis_ref", "arm"})
+STRUCTURAL = frozenset({"start", "signed", "shard_blocks", "ep_placements", "optional", "pack", "pack_order", "axis_refs", "axis_ref", "arm"})
 
 
 class GrammarError(AssertionError):
@@ -444,10 +444,10 @@ class _Builder:
             case "plain_axis":
                 return A.PlainAxis(self.expr(c[0]), span)
             case "pad_axis":
-                return A.PaddedAxis(Word.PAD, (), self.expr(c[0]), self.expr(c[1]), self.pack(c[2]), span)
+                return A.PaddedAxis(Word.PAD, (), self.expr(c[0]), self.expr(c[1]), *self.pack(c[2]), span)
             case "segmented_axis":
                 return A.PaddedAxis(self.layout(c[0]), (str(c[1]), str(c[2])),
-                                    self.expr(c[3]), self.expr(c[4]), self.pack(c[5]), span)
+                                    self.expr(c[3]), self.expr(c[4]), *self.pack(c[5]), span)
             case "groups_axis":
                 return A.GroupsAxis(str(c[0]), str(c[1]), self.expr(c[2]), span)
             case "like_axis":
@@ -467,10 +467,15 @@ class _Builder:
             case _:
                 assert_never(rule)
 
-    def pack(self, child: object) -> int:
+    def pack(self, child: object) -> tuple[int, tuple[int, ...] | None, Span | None]:
+        """`pack N [order (...)]`: (N, the stated slot order or None, the order's span)."""
         if child is None:
-            return 1
-        return self.int_token(_tree(child).children[0])
+            return 1, None, None
+        factor, order = _tree(child).children
+        if order is None:
+            return self.int_token(factor), None, None
+        node = _tree(order)
+        return self.int_token(factor), tuple(self.int_token(t) for t in node.children), self.sp(node)
 
     def kernel_clause(self, child: object) -> A.KernelClause:
         node = _tree(child)

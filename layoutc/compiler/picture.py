@@ -91,6 +91,8 @@ def tensor_picture(contract: ir.Contract, tensor: ir.Tensor, env: Env) -> list[s
         head += f", {logical} -> {padded} {unit} per segment, {size} in all"
         if axis.pack > 1:
             head += f", {axis.pack} per storage element"
+            if axis.pack_order != tuple(range(axis.pack)):
+                head += f" (slot i holds value ({', '.join(map(str, axis.pack_order))})[i])"
         if group not in (1,):
             head += f", group {group}"
         lines.append(head)

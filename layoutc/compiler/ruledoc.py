@@ -18,7 +18,7 @@ __all__ = ["language_doc", "rule_text"]
 
 def language_doc() -> str | None:
     """The text of docs/language.md, or None when neither copy is found."""
-    repo = Path(__file__).resolve().parent.parent / "docs" / "language.md"
+    repo = Path(__file__).resolve().parents[2] / "docs" / "language.md"  # the checkout's docs/ first
     candidates = [repo]
     try:
         spec = importlib.util.find_spec("layoutc_docs")

@@ -201,13 +201,16 @@ class PlainAxis:
 
 @dataclass(frozen=True)
 class PaddedAxis:
-    """`pad(L -> P)` (roles empty) or `halves|concat|interleave(r0 | r1, L -> P)`."""
+    """`pad(L -> P)` (roles empty) or `halves|concat|interleave(r0 | r1, L -> P)`, optionally
+    `pack N` and `pack N order (s0, ..., sN-1)` (pack_order None: no `order` written)."""
 
     layout: Word  # PAD, HALVES, CONCAT or INTERLEAVE (never NONE)
     roles: tuple[str, ...]
     logical: Expr
     padded: Expr
     pack: int
+    pack_order: tuple[int, ...] | None
+    order_span: Span | None
     span: Span
 
 

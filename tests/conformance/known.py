@@ -34,6 +34,8 @@ KNOWN: dict[str, tuple[str, str]] = {
     "gpt_oss_mxfp4_i_not_32": ("vllm-bug", "gpt-oss MXFP4 with I % 32 != 0"),
     "w4a8_channelwise_odd_k": ("vllm-bug", "W4A8 int4 channelwise with an odd K"),
     "gptq_w2_bias_every_rank": ("vllm-bug", "GPTQ expert w2 bias loaded on every rank"),
+    "awq_channelwise_create_weights": ("vllm-bug", "AWQ channelwise fails in create_weights"),
+    "awq_channelwise_ipp_not_8": ("vllm-bug", "AWQ channelwise with I_pp % 8 != 0"),
     "zentorch_float16": ("vllm-bug", "zentorch float16"),
     "zentorch_single_active_expert": ("vllm-bug", "zentorch with a single active expert"),
     # vLLM's gate admits a shape no checkpoint of the format has; layoutc refuses it

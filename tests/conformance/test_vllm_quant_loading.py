@@ -33,11 +33,13 @@ The layer is `oracle.routed_experts_stub`: RoutedExperts' own loading methods on
 Pinned:
 - vLLM wrong, compared with the corrected rule: GPTQ's expert w2 bias on every rank
   (known.py `gptq_w2_bias_every_rank`).
-- the contract wrong (strict xfail, waiting for the IR work): the contracts' decode of the
-  stored codes (MXFP4 nibbles, FP8 bytes) and AWQ's nibble order (`test_contract_*`).
-- layoutc's loader wrong (strict xfail): a fused interleaved (gate, up) source into an
-  (up, gate) contract (`test_gpt_oss_fused_interleaved_source_loads_into_an_up_gate_contract`).
-- not statable: AWQ channelwise (`test_awq_channelwise_is_a_known_limitation`).
+- vLLM wrong, compared with the corrected rule: AWQ channelwise (group -1), which vLLM's
+  Marlin gate admits and AutoAWQMoEMethod.create_weights cannot allocate (a negative group
+  count): its scales and zero points are allocated as AutoGPTQMoEMethod does for -1 (known.py
+  `awq_channelwise_create_weights`, `_awq_channelwise_create_weights`); the gate against the
+  contract's plan in `test_awq_channelwise_admission_matches_vllm_gate`.
+- the contracts' decode of the stored codes and AWQ's nibble order (`pack 8 order (...)`):
+  `test_contract_*`.
 """
 
 # ruff: noqa: E741  (H and I are the field's names for hidden_size and intermediate_size)
@@ -156,7 +158,9 @@ def _vllm_wna16_rank(fmt: str, bits: int, g: int, act_order: bool, I: int, tp: i
     if not ok or method.wna16_moe_backend != int_wna16.WNA16MoEBackend.MARLIN:
         return None
     layer = oracle.routed_experts_stub(config, quant, method)
-    ok, _ = oracle.call_or_reject(method.create_weights, layer, E, H, config.intermediate_size_per_partition,
+    create = functools.partial(_awq_channelwise_create_weights, method) if fmt == "awq" and g == -1 \
+        else method.create_weights
+    ok, _ = oracle.call_or_reject(create, layer, E, H, config.intermediate_size_per_partition,
                                   torch.float16, weight_loader=layer.weight_loader)
     if not ok:
         return None
@@ -171,6 +175,40 @@ def _vllm_wna16_rank(fmt: str, bits: int, g: int, act_order: bool, I: int, tp: i
             "w13_scales": loc["marlin_w13_scales"], "w2_scales": loc["marlin_w2_scales"],
             "w13_qzeros": loc["w13_qzeros"], "w2_qzeros": loc["w2_qzeros"], "w13_bias": loc["w13_bias"],
             "w2_bias": loc["w2_bias"]}
+
+
+#: vLLM's Marlin gate admits AWQ channelwise, whose create_weights then fails (docs/kernels.md 8.2)
+AWQ_CHANNELWISE = "awq_channelwise_create_weights"
+
+
+def _awq_channelwise_create_weights(method: Any, layer: Any, num_experts: int, hidden_size: int, i_pp: int,
+                                    params_dtype: torch.dtype, **extra_weight_attrs: Any) -> None:
+    """AutoAWQMoEMethod.create_weights for group_size -1, with the corrected rule (pinned
+    vllm-bug `awq_channelwise_create_weights`): vLLM 0.32 sizes the groups as
+    hidden_size // group_size, which is negative at -1 (`torch.empty` raises RuntimeError), so
+    the method runs with its quant config's group_size at hidden_size (one w13 group; the
+    weights do not depend on it), and the four group tensors are then allocated as
+    AutoGPTQMoEMethod.create_weights allocates them for -1: one group along K
+    (scales_size13 = scales_size2 = 1), strategy CHANNEL, so that RoutedExperts.weight_loader
+    reads them with its per-channel loader (_load_per_channel_weight_scale: w13 sharded along
+    N, w2 whole on every rank). Everything after (loading, process_weights_after_loading with
+    group_size -1) is vLLM's own."""
+    from vllm.model_executor.layers.fused_moe.routed_experts import FusedMoeWeightScaleSupported
+    from vllm.model_executor.layers.linear import set_weight_attrs
+
+    quant = method.quant_config
+    with mock.patch.object(quant, "group_size", hidden_size):
+        method.create_weights(layer, num_experts, hidden_size, i_pp, params_dtype, **extra_weight_attrs)
+    assert KNOWN[AWQ_CHANNELWISE][0] == "vllm-bug"
+    pf, n13 = quant.pack_factor, method.moe.w13_num_shards * i_pp
+    attrs = {**extra_weight_attrs, "is_transposed": True, "quant_method": FusedMoeWeightScaleSupported.CHANNEL.value}
+    for name, cols, dtype in (("w13_scales", n13, params_dtype), ("w2_scales", hidden_size, params_dtype),
+                              ("w13_qzeros", n13 // pf, torch.int32), ("w2_qzeros", hidden_size // pf, torch.int32)):
+        param = torch.nn.Parameter(torch.empty(num_experts, 1, cols, dtype=dtype), requires_grad=False)
+        delattr(layer, name)
+        layer.register_parameter(name, param)
+        set_weight_attrs(param, attrs)
+    layer.num_groups_w13 = layer.num_groups_w2 = 1
 
 
 def _layoutc_rank(module: Any, plan: Any, rank: int, checkpoint: dict[str, dict[str, list[torch.Tensor]]],
@@ -218,7 +256,7 @@ WNA16 = {
     # id -> (contract, format, bits, group sizes, act_order values)
     "gptq_int4": ("marlin_moe_wna16", "gptq", 4, (-1, 32, 64, 128), (False, True)),
     "gptq_int8": ("marlin_moe_gptq_int8", "gptq", 8, (-1, 32, 64, 128), (False,)),
-    "awq_int4": ("marlin_moe_awq", "awq", 4, (32, 64, 128), (False,)),
+    "awq_int4": ("marlin_moe_awq", "awq", 4, (-1, 32, 64, 128), (False,)),
 }
 
 
@@ -254,11 +292,15 @@ def test_wna16_rank_tensors_match_vllm_loading(gen, case: str, tp: int) -> None:
                 count.pinned += 1
                 vllm["w2_bias"] = torch.zeros_like(vllm["w2_bias"])
             loaded, sharded = _layoutc_rank(module, plan, rank, checkpoint, sorted(vllm))
-            count.tensors += _compare(where, vllm, loaded, sharded)
+            compared = _compare(where, vllm, loaded, sharded)
+            count.tensors += compared
+            if fmt == "awq" and g == -1:  # pinned vllm-bug awq_channelwise_create_weights: the corrected rule
+                count.pinned += compared
     print(f"{case} tp={tp}: {count}")
     assert count.compared >= 1 and count.tensors >= count.compared * tp * 2 * 6
-    # the pinned bias disagreement is seen exactly where it exists: GPTQ (biases) at tp > 1
-    assert (count.pinned > 0) == (fmt == "gptq" and tp > 1), count
+    # the pinned disagreements are seen exactly where they exist: GPTQ's biases at tp > 1, AWQ's
+    # channelwise scales and zero points at every tp
+    assert (count.pinned > 0) == ((fmt == "gptq" and tp > 1) or (fmt == "awq" and -1 in groups)), count
 
 
 # ---- block FP8, DeepSeek-V3 / MiniMax-M2 style (weight float8_e4m3fn + 128x128 weight_scale_inv) ----
@@ -517,24 +559,18 @@ def test_gpt_oss_mxfp4_rank_tensors_match_vllm_loading(gen, backend: str, tp: in
         for rank in range(tp):
             vllm = _vllm_gpt_oss_rank(backend, I, tp, rank, checkpoint)
             ours = _mxfp4_layoutc_rank(module, MXFP4_CASES[backend], plan, rank, checkpoint)
-            paths = ("per_role", "shard") if backend in FUSED_SWAP_BUG else ("per_role", "shard", "fused")
             count.tensors += _compare(f"gpt_oss_mxfp4 {backend} I={I} tp={tp} rank={rank}", vllm,
-                                      *(ours[p] for p in paths))
+                                      *(ours[p] for p in ("per_role", "shard", "fused")))
         count.compared += 1
     print(f"gpt_oss_mxfp4 {backend} tp={tp}: {count}")
-    assert count.tensors >= len(MX_I) * tp * 6 * 2
+    assert count.tensors >= len(MX_I) * tp * 6 * 3
 
 
-#: layoutc bug (runtime/loading.py _moves): a fused interleaved source (gpt-oss's (gate, up)
-#: pairs, source_layout="interleave") is copied pair for pair into an interleaved destination
-#: without swapping to the contract's (up, gate) order; the per-role loads and shard_* are right.
-FUSED_SWAP_BUG = {"flashinfer_trtllm"}
-
-
-@pytest.mark.xfail(strict=True, reason="layoutc loader bug: load_* with source_layout='interleave' copies gpt-oss's "
-                                       "(gate, up) pairs unswapped into flashinfer_trtllm_mxfp4_moe's (up, gate) "
-                                       "rows (runtime/loading.py _moves, interleave -> interleave)")
 def test_gpt_oss_fused_interleaved_source_loads_into_an_up_gate_contract(gen) -> None:  # type: ignore[no-untyped-def]
+    """gpt-oss's fused (gate, up) pairs (source_layout="interleave", the default source_roles
+    gate first) load into flashinfer_trtllm_mxfp4_moe's (up, gate) pairs swapped, as vLLM's
+    swap_every_two_rows leaves them (runtime/loading.py: source segment j into the contract's
+    segment of role source_roles[j]; it was copied pair for pair)."""
     module = gen["flashinfer_trtllm_mxfp4_moe"]
     tp, rank, I = 4, 1, 704
     plan = module.plan(num_experts=E, hidden_size=MX_H, intermediate_size=I, tp_size=tp, activation="swigluoai")
@@ -542,16 +578,16 @@ def test_gpt_oss_fused_interleaved_source_loads_into_an_up_gate_contract(gen) ->
     vllm = _vllm_gpt_oss_rank("flashinfer_trtllm", I, tp, rank, checkpoint)
     ours = _mxfp4_layoutc_rank(module, "flashinfer_trtllm_mxfp4_moe", plan, rank, checkpoint)
     assert torch.equal(ours["per_role"]["w13_weight"], vllm["w13_weight"])  # the oracle and the right path agree
-    assert torch.equal(ours["fused"]["w13_weight"], vllm["w13_weight"])
+    for name in ("w13_weight", "w13_weight_scale", "w13_bias"):
+        assert torch.equal(ours["fused"][name], vllm[name]), name
 
 
-# ---- the contracts' decode of the stored codes, against vLLM's (pinned where the contract is wrong) ----
+# ---- the contracts' decode of the stored codes and AWQ's slot order, against vLLM's ----
 #
 # Loading is bytes: the tests above hold whatever the codes mean. What a code means is the
 # contract's `code` range and `decode` (layoutc/compiler/evaluate.py eval_real is the
-# verifier's own evaluation of it), and for three contracts it is not what vLLM decodes. These
-# are strict xfails: the contract is wrong (the IR work that fixes it is separate), and a fixed
-# contract turns them into XPASS, which fails until the pin is removed.
+# verifier's own evaluation of it), and which value a packed slot holds is its axis's
+# `pack N order (...)` (the IR's Axis.pack_order); each is held to vLLM's own decoder here.
 
 
 @functools.cache
@@ -626,44 +662,85 @@ def _vllm_awq_element_of_slot() -> tuple[int, ...]:
     return tuple(slot_of_channel.index(i) for i in range(8))
 
 
-@pytest.mark.xfail(strict=True, reason="marlin_moe_awq: `pack 8` cannot state AWQ's nibble order (slot i holds "
-                                       "channel (0, 2, 4, 6, 1, 3, 5, 7)[i]); the language's pack has one order")
-def test_contract_awq_pack_order_matches_vllm() -> None:
-    axis = _contract_tensor("marlin_moe_awq", "w13_qweight").axis("n")
+@pytest.mark.parametrize("tensor", ["w13_qweight", "w13_qzeros", "w2_qweight", "w2_qzeros"])
+def test_contract_awq_pack_order_matches_vllm(tensor: str) -> None:
+    """Every packed axis of marlin_moe_awq states vLLM's AWQ nibble order (`pack 8 order (...)`),
+    the weights' and the zero points' alike; the GPTQ contract's packed axes keep the identity."""
+    axis = _contract_tensor("marlin_moe_awq", tensor).axis("n")
     assert axis.pack == 8
-    # the order a `pack` axis states: the IR's, where it will have one; today slot i holds element i
-    stated = tuple(getattr(axis, "pack_order", None) or range(axis.pack))
     vllm = _vllm_awq_element_of_slot()
     assert sorted(vllm) == list(range(8)) and vllm != tuple(range(8))  # the oracle sees an interleave
-    assert stated == vllm
+    assert axis.pack_order == vllm
+    assert [axis.slot_of(c) for c in range(8)] == [vllm.index(c) for c in range(8)]
+    # the checkpoint format's declaration (what layoutc's AWQ unpacker and quant_run read) and
+    # the tests' packer state the same order as the contract
+    from layoutc.tools.checkpoints.quant.scheme import AWQ_ORDER
+    from tests.quant_pack import AWQ_PACK_ORDER
+
+    assert AWQ_ORDER == AWQ_PACK_ORDER == axis.pack_order
+    gptq = _contract_tensor("marlin_moe_wna16", "w13_qweight").axis("k")
+    assert gptq.pack == 8 and gptq.pack_order == tuple(range(8))
 
 
-# ---- AWQ channelwise (group -1): admitted by vLLM, not statable by any contract ----
+# ---- AWQ channelwise (group -1): vLLM's Marlin gate, against marlin_moe_awq's plan ----
+
+
+def _awq_channelwise_known(I: int, tp: int) -> str | None:
+    """The pinned vLLM bug behind a gate decision layoutc does not share: a channelwise shard
+    of I / tp rows that is not whole int32 words of 8 AWQ nibbles along w13's packed N."""
+    return "awq_channelwise_ipp_not_8" if (I // tp) % 8 else None
 
 
 @pytest.mark.slow
-def test_awq_channelwise_is_a_known_limitation(gen) -> None:  # type: ignore[no-untyped-def]
-    """vLLM's Marlin gate admits AWQ with group_size -1 (one scale per output channel), which
-    no contract can state: marlin_moe_awq's group_size domain is {32, 64, 128} (its scales
-    are `groups(k, group_size)`), and `plan` refuses -1 as outside the domain. Counted over
-    the Marlin admission sweep's grid (tests/conformance/test_marlin.py)."""
+def test_awq_channelwise_admission_matches_vllm_gate(gen) -> None:  # type: ignore[no-untyped-def]
+    """vLLM's Marlin gate and marlin_moe_awq's plan decide alike on AWQ with group_size -1 (one
+    scale per output channel) over the Marlin admission sweep's grid (tests/conformance/
+    test_marlin.py), both ways, but where a pinned vLLM bug explains it; and vLLM's own
+    AutoAWQMoEMethod.create_weights still fails on it (the pinned `awq_channelwise_create_weights`,
+    whose corrected rule test_wna16_rank_tensors_match_vllm_loading compares bit for bit)."""
     from vllm.model_executor.layers.fused_moe.oracle import int_wna16
-    from vllm.model_executor.layers.quantization.auto_awq import AutoAWQConfig
+    from vllm.model_executor.layers.quantization.auto_awq import AutoAWQConfig, AutoAWQMoEMethod
+    from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_moe_padded_intermediate
 
     from tests.conformance.test_marlin import ACTS, HIDDEN, INTERMEDIATE
 
     quant = AutoAWQConfig(weight_bits=4, group_size=-1, zero_point=True, lm_head_quantized=False)
-    admitted = refused_by_layoutc = 0
+    module = gen["marlin_moe_awq"]
+    tally = oracle.Tally()
+    admitted = 0
     for H, I, tp, act in itertools.product(HIDDEN, INTERMEDIATE, oracle.effective_tp_degrees(), ACTS):
+        tally.decisions += 1
         ok, config = oracle.call_or_reject(oracle.moe_config, hidden_size=H, intermediate_size=I, tp_size=tp,
                                            activation_name=act, dtype=torch.float16)
-        if not ok or int_wna16._backend_incompatibility_reason(int_wna16.WNA16MoEBackend.MARLIN, config, quant,
-                                                               True, True, True) is not None:
-            continue
-        admitted += 1
-        with pytest.raises(gen["marlin_moe_awq"].LayoutContractError, match="group_size"):
-            gen["marlin_moe_awq"].plan(num_experts=8, hidden_size=H, intermediate_size=I, tp_size=tp, group_size=-1,
-                                       activation=act, dtype="float16")
-        refused_by_layoutc += 1
-    print(f"awq channelwise: {admitted} configurations vLLM's Marlin gate admits, all refused by marlin_moe_awq")
-    assert admitted == refused_by_layoutc and admitted > 1000
+        vllm = ok and int_wna16._backend_incompatibility_reason(int_wna16.WNA16MoEBackend.MARLIN, config, quant,
+                                                                True, True, True) is None
+        plan = oracle.plan_or_none(module, num_experts=8, hidden_size=H, intermediate_size=I, tp_size=tp,
+                                   group_size=-1, activation=act, dtype="float16")
+        admitted += vllm
+        if vllm != (plan is not None):
+            key = _awq_channelwise_known(I, tp) if vllm else None
+            tally.record(key or "unexplained", f"H={H} I={I} tp={tp} {act}: vllm={vllm} layoutc={plan is not None}")
+        elif plan is not None:
+            tally.sizes += 1
+            want = marlin_moe_padded_intermediate(config.intermediate_size_per_partition, -1)
+            if want != plan.intermediate_size_per_partition_padded:
+                tally.record("unexplained", f"H={H} I={I} tp={tp}: padded vllm={want} "
+                             f"layoutc={plan.intermediate_size_per_partition_padded}")
+    print(f"awq channelwise: {admitted} admitted by vLLM's Marlin gate;", tally.summary())
+    assert admitted > 1000 and tally.sizes > 1000
+    assert "unexplained" not in tally.disagreements, tally.summary()
+    assert set(tally.disagreements) == {"awq_channelwise_ipp_not_8"}, tally.summary()
+    # vLLM's own create_weights on one admitted configuration: the negative group count
+    config = oracle.rank_config(oracle.moe_config(num_experts=E, hidden_size=H_AWQ, intermediate_size=1024, tp_size=2,
+                                                  dtype=torch.float16, moe_backend="marlin"), 0)
+    with _marlin_device():
+        method = AutoAWQMoEMethod(quant, config)
+    assert method.wna16_moe_backend == int_wna16.WNA16MoEBackend.MARLIN
+    layer = oracle.routed_experts_stub(config, quant, method)
+    with pytest.raises(RuntimeError, match="negative dimension"):
+        method.create_weights(layer, E, H_AWQ, config.intermediate_size_per_partition, torch.float16,
+                              weight_loader=layer.weight_loader)
+    assert KNOWN[AWQ_CHANNELWISE][0] == "vllm-bug" and KNOWN["awq_channelwise_ipp_not_8"][0] == "vllm-bug"
+
+
+H_AWQ = H

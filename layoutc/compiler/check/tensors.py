@@ -224,7 +224,8 @@ def _tied_alternatives(scope: Scope, d: A.TensorDecl, axes: list[ir.Axis]) -> li
             a = alt.axis
             out.append(ir.GuardedAxis(alt.guard, replace(mine, layout=a.layout, roles=a.roles,
                                                          logical=a.logical, padded=a.padded,
-                                                         pack=a.pack if mine.kind != "groups" else 1)))
+                                                         pack=a.pack if mine.kind != "groups" else 1,
+                                                         pack_order=a.pack_order if mine.kind != "groups" else (0,))))
     return out
 
 
@@ -260,7 +261,7 @@ def _axis(scope: Scope, sink: Sink, ax: A.AxisDecl) -> ir.Axis | None:
             if ref is None:
                 return None
             return ir.Axis(ax.name, ref.kind, ref.layout, ref.roles, ref.logical, ref.padded, ref.pack,
-                           ref.group_of, ref.group_size, ax.span)
+                           ref.group_of, ref.group_size, ax.span, ref.pack_order)
         case A.GroupsAxis():
             return _groups_axis(scope, sink, ax, spec)
         case _:
@@ -281,8 +282,16 @@ def _padded_axis(scope: Scope, sink: Sink, ax: A.AxisDecl, spec: A.PaddedAxis) -
     if spec.pack < 1 or spec.pack > 64:
         sink.error("LC308", spec.span, f"pack factor {spec.pack} is outside 1..64")
         return None
+    order = spec.pack_order
+    if order is not None and sorted(order) != list(range(spec.pack)):
+        sink.error("LC417", spec.order_span or spec.span,
+                   f"`pack {spec.pack} order ({', '.join(map(str, order))})` is not a permutation of "
+                   f"0..{spec.pack - 1}: each slot of a storage element holds exactly one of its {spec.pack} values",
+                   help=f"list each of 0..{spec.pack - 1} once, slot 0 first (AWQ's int4: `pack 8 order "
+                   "(0, 2, 4, 6, 1, 3, 5, 7)`)")
+        return None
     return ir.Axis(ax.name, "padded", spec.layout, spec.roles, logical, padded, spec.pack,
-                   None, None, ax.span)
+                   None, None, ax.span, order or ())
 
 
 def _groups_axis(scope: Scope, sink: Sink, ax: A.AxisDecl, spec: A.GroupsAxis) -> ir.Axis | None:

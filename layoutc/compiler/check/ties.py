@@ -91,7 +91,10 @@ def show_axis(a: ir.Axis) -> str:
     if a.layout is Word.NONE:
         return "a plain axis"
     roles = " | ".join(a.roles)
-    return f"{a.layout}({roles + ', ' if roles else ''}...)"
+    packed = f" pack {a.pack}" if a.pack > 1 else ""
+    if a.pack > 1 and a.pack_order != tuple(range(a.pack)):
+        packed += f" order ({', '.join(map(str, a.pack_order))})"
+    return f"{a.layout}({roles + ', ' if roles else ''}...){packed}"
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,7 @@ def disagreement(contract: ir.Contract, a: Side, b: Side, *, structure: bool = T
             x, y = chosen(a.tensor, a.axis, env), chosen(b.tensor, b.axis, env)
         except EvalError:
             continue
-        if structure and (x.layout, x.roles, x.pack) != (y.layout, y.roles, y.pack):
+        if structure and (x.layout, x.roles, x.pack, x.pack_order) != (y.layout, y.roles, y.pack, y.pack_order):
             shown = ", ".join(f"{k}={env[k]}" for k in sorted(finite)) or "every configuration"
             return (f": with {shown}, `{a.tensor.name}.{a.axis}` is {show_axis(x)} and "
                     f"`{b.tensor.name}.{b.axis}` is {show_axis(y)}")
@@ -139,8 +142,8 @@ def disagreement(contract: ir.Contract, a: Side, b: Side, *, structure: bool = T
 
 
 def _spelled_alike(x: ir.Axis, y: ir.Axis) -> bool:
-    return (x.layout, x.roles, x.pack, ir.shape(x.logical), ir.shape(x.padded)) == \
-        (y.layout, y.roles, y.pack, ir.shape(y.logical), ir.shape(y.padded))
+    return (x.layout, x.roles, x.pack, x.pack_order, ir.shape(x.logical), ir.shape(x.padded)) == \
+        (y.layout, y.roles, y.pack, y.pack_order, ir.shape(y.logical), ir.shape(y.padded))
 
 
 def _refuted(contract: ir.Contract, a: Side, b: Side, logical: bool, padded: bool) -> str | None:
