@@ -629,7 +629,7 @@ def _vllm_e2m1(nibble: int) -> float:
     return float(_dequant_mxfp4_ue8m0_gran32(packed, torch.full((1, 1), 127, dtype=torch.uint8))[0, 0])
 
 
-@pytest.mark.parametrize("name", ["vllm_cpu_mxfp4_gpt_oss_moe", "flashinfer_trtllm_mxfp4_moe"])
+@pytest.mark.parametrize("name", ["vllm_cpu_mxfp4_gpt_oss_moe", "flashinfer_trtllm_mxfp4_moe", "sglang_cpu_mxfp4_moe"])
 def test_contract_decode_mxfp4_nibbles_match_vllm(name: str) -> None:
     got = {n: _contract_decodes(name, "w13_weight", n) for n in range(16)}
     want = {n: _vllm_e2m1(n) for n in range(16)}
