@@ -66,8 +66,23 @@ def test_round_robin_matches_transformers(ckpts: dict[str, Path], family: str,
     assert [(r["tp_size"], r["ep_size"]) for r in data["rows"]] == [(1, 2), (2, 2), (1, 4), (2, 4)]
     for r in data["rows"]:
         assert r["independent"] and r["result"] == "ok" and r["rel_error"] < 1e-5, r
+        # the report states the topology: placement and each EP rank's experts (vLLM's round_robin)
+        assert r["placement"] == "round_robin", r
+        assert r["experts_by_rank"] == [list(range(k, 8, r["ep_size"])) for k in range(r["ep_size"])], r
     # one plan per world rank: (1+2)*2 ranks at ep 2, (1+2)*4 at ep 4, all round_robin
     assert sorted(set(seen)) == [(2, "round_robin"), (4, "round_robin")] and len(seen) == 6 + 12, seen
+
+
+def test_text_report_states_each_ranks_experts(ckpts: dict[str, Path]) -> None:
+    from layoutc.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["run", str(ckpts["mixtral"]), "--tp", "1", "--ep", "1,4"])
+    text = out.getvalue()
+    assert code == 0, text
+    assert "experts at ep 4, linear placement: rank 0: 0, 1; rank 1: 2, 3; rank 2: 4, 5; rank 3: 6, 7" in text, text
+    assert "experts at ep 1" not in text
 
 
 def test_gloo_runner_round_robin(ckpts: dict[str, Path]) -> None:

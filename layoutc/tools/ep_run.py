@@ -154,3 +154,35 @@ def ep_kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, x
         total = part.clone() if total is None else total.add_(part)
     assert total is not None
     return KernelRun(total, plan, load_s, kernel_s, 0.0)
+
+
+def rank_experts(mod: Any, plan: Any, num_experts: int) -> list[list[int]]:
+    """Each EP rank's global expert ids, in local-id order, under the EP plan `plan` (the
+    module's `local_experts`, vLLM 0.32's `determine_expert_map`)."""
+    layout = layout_of(mod)
+    return [held_experts(layout.local_experts(r, plan)[1], num_experts) for r in range(int(plan.ep_size))]
+
+
+def _ids_text(ids: list[int]) -> str:
+    """``0..31`` for a contiguous run, ``1, 5`` for a few, ``0, 4, ... 124 (32)`` for a long stride."""
+    if not ids:
+        return "none"
+    if ids == list(range(ids[0], ids[-1] + 1)) and len(ids) > 2:
+        return f"{ids[0]}..{ids[-1]}"
+    if len(ids) <= 4:
+        return ", ".join(map(str, ids))
+    return f"{ids[0]}, {ids[1]}, ... {ids[-1]} ({len(ids)})"
+
+
+def placement_lines(rows: list[Any]) -> list[str]:
+    """The run report's EP topology: one line per (EP degree, placement) of `rows` (run.Row)
+    at ep > 1, each rank's expert count and ids, e.g. ``ep 4, round_robin: rank 0: 0, 4 ...``."""
+    out: list[str] = []
+    seen: set[tuple[int, str]] = set()
+    for r in rows:
+        if r.ep_size <= 1 or (r.ep_size, r.placement) in seen:
+            continue
+        seen.add((r.ep_size, r.placement))
+        ranks = "; ".join(f"rank {i}: {_ids_text(ids)}" for i, ids in enumerate(r.experts_by_rank))
+        out.append(f"experts at ep {r.ep_size}, {r.placement} placement: {ranks}")
+    return out
