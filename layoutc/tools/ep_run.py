@@ -159,8 +159,10 @@ def ep_kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, x
 def rank_experts(mod: Any, plan: Any, num_experts: int) -> list[list[int]]:
     """Each EP rank's global expert ids, in local-id order, under the EP plan `plan` (the
     module's `local_experts`, vLLM 0.32's `determine_expert_map`)."""
-    layout = layout_of(mod)
-    return [held_experts(layout.local_experts(r, plan)[1], num_experts) for r in range(int(plan.ep_size))]
+    local = layout_of(mod).local_experts
+    if local is None:  # no `experts ... over`: one rank holds every expert
+        return [list(range(num_experts))]
+    return [held_experts(local(r, plan)[1], num_experts) for r in range(int(plan.ep_size))]
 
 
 def _ids_text(ids: list[int]) -> str:
