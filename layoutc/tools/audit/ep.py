@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from layoutc.compiler import ir
-from layoutc.compiler.evaluate import Value
+from layoutc.compiler.evaluate import EvalError, Value
 from layoutc.runtime.experts import ExpertParallelError, check_ep, held
 from layoutc.tools.audit.engines import rank_bytes
 from layoutc.tools.audit.formats import checkpoint_format
@@ -157,10 +157,7 @@ def _pair_rows(label: str, model: MoEModelConfig, contract: ir.Contract, fixed: 
     combos = variants(prep, free, contract_values(fixed))
     params = {p.name: p for p in contract.params}
     for variant in combos:
-        for d in eps:
-            row = _degree_row(base, prep, model, fixed, variant, d, params)
-            if row is not None:
-                out.append(row)
+        out.extend(_degree_row(base, prep, model, fixed, variant, d, params) for d in eps)
     return out
 
 
@@ -201,7 +198,10 @@ def _degree_row(base: EpRow, prep: Any, model: MoEModelConfig, fixed: dict[str, 
                             code=exc.code, placements=placements)
     if ep is not None and ep.placement_param:
         config[ep.placement[0]] = placements[0]
-    verdict = evaluate_row(prep, config, model.num_moe_layers, model.activation)
+    # as the TP rows: a clamping model and a contract that cannot state its clamp is unconfirmed
+    unstated = [("swiglu_limit", model.swiglu_limit)] if model.swiglu_limit is not None and not (
+        {"swiglu_limit", "swiglu_limit_milli"} & set(params)) else []
+    verdict = evaluate_row(prep, config, model.num_moe_layers, model.activation, unstated)
     rule, reason = verdict.violations[0] if verdict.violations else (None, None)
     row = _replace(row, admitted=not verdict.violations, rule=rule, reason=reason, placements=placements,
                    intermediate_size_per_partition=verdict.intermediate_size_per_partition,
@@ -211,7 +211,10 @@ def _degree_row(base: EpRow, prep: Any, model: MoEModelConfig, fixed: dict[str, 
     env = _lets(contract, config)
     local = env.get(LOCAL_EXPERTS, physical if ep is None else None)
     by_rank = {p: tuple(tuple(held(r, physical, d, p)) for r in range(d)) for p in placements} if d > 1 else {}
-    per_layer = rank_bytes(contract, env)
+    try:
+        per_layer = rank_bytes(contract, env)
+    except EvalError:
+        per_layer = None
     return _replace(row, local_num_experts=local if isinstance(local, int) else None, experts_by_rank=by_rank,
                     rank_bytes=None if per_layer is None else per_layer * model.num_moe_layers)
 
