@@ -79,3 +79,54 @@ def test_cpu_grouped_gemm_apply_passes_global_ids() -> None:
     passed_w13, passed_ids = calls[0][2], calls[0][7]
     assert passed_w13.shape[0] == 4 and torch.equal(passed_ids, ids), passed_ids
     assert int(passed_ids.max()) >= passed_w13.shape[0]  # a global id past this rank's experts
+
+
+def test_audit_ep_rows_agree_with_vllm() -> None:
+    """`layoutc audit --ep` against vLLM's own functions, for real model configs: each rank's
+    experts (determine_expert_map, both placements), the padded intermediate under EP (the
+    layer's tp 1: CPUUnquantizedExperts._padded_intermediate_size of that FusedMoEConfig, per ISA
+    class) and admission (each class's is_supported_config, the grouped-GEMM route: zentorch
+    off, and the Arm/Power classes' host check answered yes so their rules run on x86).
+    Gemma-4's 704 is unpadded under EP where tp 4 pads 176 to 192 (the same function, TP layer)."""
+    import vllm.model_executor.layers.fused_moe.modular_kernel as mk
+    from vllm.model_executor.layers.fused_moe.expert_map_manager import determine_expert_map
+    from vllm.model_executor.layers.fused_moe.experts import cpu_moe
+
+    from layoutc.tools.audit import ep_report, load_contracts
+    from layoutc.tools.hfconfig import load_model_config
+    from tests.conformance import oracle
+
+    contracts, problems = load_contracts(["contracts/vllm_cpu_grouped_gemm.moe"])
+    assert problems is None, problems
+    classes = {"vec": cpu_moe.CPUUnquantizedExperts, "amx": cpu_moe.X86CPUUnquantizedExperts,
+               "neon": cpu_moe.ArmCPUUnquantizedExperts, "vsx": cpu_moe.PowerCPUUnquantizedExperts}
+    compared = 0
+    for name in ("qwen3-30b-a3b", "mixtral-8x7b", "gemma-4-26b-a4b", "olmoe-1b-7b"):
+        model = load_model_config(name)
+        for row in ep_report([(name, model)], [2, 3, 4, 8], contracts):
+            ep = row.ep_size
+            _, parallel = _ep_layer(ep, 0, model.num_experts)
+            layer = oracle.moe_config(num_experts=model.num_experts, hidden_size=model.hidden_size,
+                                      intermediate_size=model.intermediate_size, tp_size=1,
+                                      activation_name=model.activation, dtype=getattr(torch, str(model.dtype)))
+            layer = dataclasses.replace(layer, moe_parallel_config=parallel)
+            cls = classes[str(row.variant["isa"])]
+            assert row.intermediate_size_per_partition == layer.intermediate_size_per_partition, row
+            assert row.intermediate_size_per_partition_padded == cls._padded_intermediate_size(layer), row
+            with mock.patch.object(cpu_moe, "is_zentorch_moe_config_supported", lambda config: False), \
+                    mock.patch.object(cls, "_supports_current_device", staticmethod(lambda: True)):
+                admitted, why = cls.is_supported_config(cls, layer, None, None, mk.FusedMoEActivationFormat.Standard)
+            assert row.admitted == admitted, (row, why)
+            for placement in ("linear", "round_robin"):
+                for rank, ids in enumerate(row.experts_by_rank[placement]):
+                    count, emap, _ = determine_expert_map(ep, rank, model.num_experts, placement)
+                    assert emap is not None
+                    theirs = sorted((e for e in range(model.num_experts) if int(emap[e]) >= 0), key=lambda e: int(emap[e]))
+                    assert list(ids) == theirs and len(ids) == count, (name, ep, placement, rank)
+            assert row.local_num_experts == max(len(ids) for ids in row.experts_by_rank["linear"])
+            compared += 1
+    assert compared == 4 * 4 * 4  # models x EP degrees x ISAs
+    tp4 = oracle.moe_config(num_experts=128, hidden_size=2816, intermediate_size=704, tp_size=4,
+                            activation_name="gelu_tanh")
+    assert (tp4.intermediate_size_per_partition, cpu_moe.CPUUnquantizedExperts._padded_intermediate_size(tp4)) == \
+        (176, 192)
