@@ -133,3 +133,27 @@ def test_rank_loader_refuses_experts_that_do_not_fit(tmp_path: Path) -> None:
             assert info.value.code == "LR120"
         rw = load_layer_experts(ckpt, moe, 0, mod, plan, 0, [1])  # expert 1's weights, all 0.01
         assert rw.w13.shape[0] == 1 and float(rw.w13.abs().max()) == pytest.approx(0.01)
+
+
+def test_one_expert_view_reads_only_that_expert() -> None:
+    """The loader's one-expert view of a fused source, over a stacked-rows (DBRX) view too:
+    indexing it reads expert e's region only and drops the experts axis."""
+    import torch
+
+    from layoutc.tools.checkpoints.loader import _OneExpert
+    from layoutc.tools.checkpoints.reader import _Unflattened
+
+    fused = torch.arange(4 * 6 * 5, dtype=torch.float32).reshape(4, 6, 5)
+    view = _OneExpert(fused, 2)
+    assert view.get_shape() == [6, 5]
+    assert torch.equal(view[(slice(1, 4), slice(0, 5))], fused[2, 1:4])
+    reads: list[tuple[int, int]] = []
+
+    class Stacked:  # [E * rows, cols], recording the rows each read asks for
+        def __getitem__(self, index: tuple[slice, slice]) -> torch.Tensor:
+            reads.append((index[0].start, index[0].stop))
+            return fused.reshape(24, 5)[index]
+
+    stacked = _OneExpert(_Unflattened(Stacked(), 4, 6, 5), 3)
+    assert stacked.get_shape() == [6, 5]
+    assert torch.equal(stacked[(slice(0, 6), slice(2, 5))], fused[3, :, 2:5]) and reads == [(18, 24)]
