@@ -8,7 +8,10 @@ rank holds (`local_experts`, vLLM's `determine_expert_map`; checkpoints.loader
 real kernel with the router's global ids and its expert map (foreign experts add 0). The
 ranks' outputs are summed (the all-reduce of the EP and TP groups).
 
-A rank never reads a foreign expert: its peak memory is its own experts' TP shard.
+A rank never reads a foreign expert: its peak memory is its own experts' TP shard. Measured
+(a 16-expert float32 Qwen3-MoE layer, H 1024, I 2048, 25 MiB per expert; EP 4, rank 1, tp 1):
+the process's peak RSS grows by 195 MiB loading the rank's 4 experts, against 900 MiB for the
+former path (the whole TP shard of all 16, then keeping the rank's).
 """
 
 from __future__ import annotations
