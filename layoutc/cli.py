@@ -262,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = _sub(sub, "audit", "for model configs and TP degrees, which kernels take the fast path")
     p.add_argument("configs", nargs="+", metavar="CONFIG", help=POSITIONALS["audit", "CONFIG"])
     p.add_argument("--tp", default="1,2,4,8,16", help="comma-separated TP degrees (default 1,2,4,8,16)")
+    p.add_argument("--ep", default=None, metavar="DEGREES",
+                   help="comma-separated EP degrees: add each rank's experts, memory and pad under expert "
+                        "parallelism, side by side with the TP degrees (docs/audit.md, \"Expert parallelism\")")
     p.add_argument("--contracts", nargs="+", metavar="PATH", default=None,
                    help="contract files or folders to audit instead of the bundled ones")
     p.add_argument("--engine", default="vllm", metavar="ENGINES",

@@ -417,3 +417,107 @@ def test_text_render_of_report_matches_cli(capsys, contracts):
     report = audit_report([("gpt-oss-120b", load_model_config("gpt-oss-120b"))], [8], vllm)
     assert render_text(report) == out
     assert re.search(r"aiter_fused_moe\s+-\s+8\s+360\s+512\s", out)
+
+
+# ---- expert parallelism (--ep) ------------------------------------------------------
+# Expected numbers are the model configs' own (HF config.json: experts, H, I, layers, bf16)
+# through vLLM 0.32's EP rules: the layer's tp is 1 (FusedMoEParallelConfig.make), rank r
+# holds E // ep (+1 for r < E % ep) experts (determine_expert_map, pinned against vLLM in
+# tests/conformance/test_expert_parallel.py), w13 [E_local, 2I, H] + w2 [E_local, H, I].
+
+def _ep_row(doc: dict, model: str, ep: int, contract: str = "vllm_cpu_grouped_gemm", isa: str | None = "vec") -> dict:
+    rows = [r for r in doc["ep_rows"] if r["model"] == model and r["contract"] == contract and r["ep_size"] == ep
+            and (isa is None or r["variant"].get("isa") == isa)]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def _topo(doc: dict, model: str, degree: int, contract: str = "vllm_cpu_grouped_gemm") -> dict:
+    rows = [t for t in doc["topology"] if t["model"] == model and t["contract"] == contract
+            and t["degree"] == degree and t["variant"].get("isa", "vec") == "vec"]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def test_ep_qwen3_moe_experts_memory_and_no_pad(capsys):
+    """Qwen3-30B-A3B: 128 experts, H 2048, I 768, 48 MoE layers, bf16, at --tp 2,4 --ep 2,4."""
+    doc = run_json(capsys, "qwen3-30b-a3b", "--tp", "2,4", "--ep", "2,4")
+    expert_bytes = 3 * 768 * 2048 * 2  # w13 + w2 of one expert, bf16
+    for ep, local in ((2, 64), (4, 32)):
+        row = _ep_row(doc, "qwen3-30b-a3b", ep)
+        assert (row["admitted"], row["tp_size"], row["local_num_experts"], row["min_local_experts"]) == (True, 1, local, local)
+        assert (row["intermediate_size_per_partition"], row["intermediate_size_per_partition_padded"]) == (768, 768)
+        assert row["pad_needed"] is False and row["fast_path"] == "yes" and row["code"] is None
+        assert row["rank_bytes"] == local * expert_bytes * 48
+        assert row["placements"] == ["linear", "round_robin"]
+        assert row["experts_by_rank"]["linear"] == [list(range(r * local, (r + 1) * local)) for r in range(ep)]
+        assert row["experts_by_rank"]["round_robin"] == [list(range(r, 128, ep)) for r in range(ep)]
+        topo = _topo(doc, "qwen3-30b-a3b", ep)
+        # --tp ep at the same degree: the intermediate split, every expert, the same bytes
+        assert topo["tp"] == {"fast_path": "yes", "rank_bytes": 128 * 3 * (768 // ep) * 2048 * 2 * 48,
+                              "intermediate_size_per_partition": 768 // ep,
+                              "intermediate_size_per_partition_padded": 768 // ep}
+        assert topo["ep"] == {"fast_path": "yes", "rank_bytes": local * expert_bytes * 48, "local_num_experts": local}
+    # torch_grouped_mm states linear placement only
+    assert _ep_row(doc, "qwen3-30b-a3b", 4, "torch_grouped_mm", None)["placements"] == ["linear"]
+
+
+def test_ep_mixtral_experts_and_an_ep_above_the_experts(capsys):
+    """Mixtral-8x7B: 8 experts, H 4096, I 14336, 32 MoE layers, bf16; --ep 16 is refused (EP01)."""
+    doc = run_json(capsys, "mixtral-8x7b", "--tp", "2,4", "--ep", "2,4,16")
+    for ep, local in ((2, 4), (4, 2)):
+        row = _ep_row(doc, "mixtral-8x7b", ep)
+        assert row["admitted"] and row["local_num_experts"] == local and row["pad_needed"] is False
+        assert row["rank_bytes"] == local * 3 * 14336 * 4096 * 2 * 32
+        assert row["experts_by_rank"]["linear"][-1] == list(range(8 - local, 8))
+    over = _ep_row(doc, "mixtral-8x7b", 16)
+    assert (over["admitted"], over["code"], over["rule"]) == (False, "EP01", "runtime EP01")
+    assert over["reason"] == "ep_size=16 exceeds the 8 experts: ranks 8..15 would hold none"
+    assert over["local_num_experts"] is None and over["rank_bytes"] is None
+    assert _topo(doc, "mixtral-8x7b", 16)["tp"] is None  # 16 is not a --tp degree here
+    # torch_grouped_mm's ep_size domain is {1, 2, 4, 8}: its own parameter refuses 16
+    domain = _ep_row(doc, "mixtral-8x7b", 16, "torch_grouped_mm", None)
+    assert not domain["admitted"] and "ep_size = 16 is outside this contract's domain {1, 2, 4, 8}" in domain["reason"]
+
+
+def test_ep_uneven_split_holds_one_fewer_on_the_last_ranks(capsys):
+    """128 experts over 3 ranks: 43, 43, 42 (the contract's local_num_experts is 43)."""
+    doc = run_json(capsys, "qwen3-30b-a3b", "--tp", "1", "--ep", "3")
+    row = _ep_row(doc, "qwen3-30b-a3b", 3)
+    assert (row["local_num_experts"], row["min_local_experts"]) == (43, 42)
+    assert [len(r) for r in row["experts_by_rank"]["linear"]] == [43, 43, 42]
+    assert row["experts_by_rank"]["linear"][2] == list(range(86, 128))
+    assert row["experts_by_rank"]["round_robin"][2] == list(range(2, 128, 3))
+    assert row["rank_bytes"] == 43 * 3 * 768 * 2048 * 2 * 48  # the spare slot is allocated
+
+
+def test_ep_takes_the_fast_path_where_tp_pads(capsys):
+    """Gemma-4-26B-A4B (I 704): --tp 4 pads 176 to the vec kernel's 32-row tile, --ep 4 keeps
+    704 whole (a multiple of 32): EP takes the fast path without a pad."""
+    doc = run_json(capsys, "gemma-4-26b-a4b", "--tp", "4", "--ep", "4")
+    topo = _topo(doc, "gemma-4-26b-a4b", 4)
+    assert topo["tp"]["fast_path"] == "padded" and topo["tp"]["intermediate_size_per_partition_padded"] == 192
+    assert topo["ep"]["fast_path"] == "yes"
+    row = _ep_row(doc, "gemma-4-26b-a4b", 4)
+    assert (row["intermediate_size_per_partition"], row["intermediate_size_per_partition_padded"]) == (704, 704)
+    assert topo["tp"]["rank_bytes"] > topo["ep"]["rank_bytes"]  # the TP pad's zeros
+
+
+def test_ep_text_and_markdown(capsys):
+    assert main(["audit", "mixtral-8x7b", "--tp", "2", "--ep", "2,16"]) == 0
+    text = capsys.readouterr().out
+    assert "TP and EP, side by side:" in text and "expert parallelism (--ep;" in text
+    assert "runtime EP01: ep_size=16 exceeds the 8 experts" in text
+    assert "vllm_cpu_grouped_gemm: placement linear, round_robin" in text
+    assert re.search(r"no expert parallelism: .*zentorch_fused_moe", text)
+    assert main(["audit", "mixtral-8x7b", "--tp", "2", "--ep", "2", "--format", "markdown"]) == 0
+    assert "| ep: experts / rank |" in capsys.readouterr().out
+    assert main(["audit", "mixtral-8x7b", "--tp", "2"]) == 0
+    assert "side by side" not in capsys.readouterr().out  # no --ep, no EP table
+
+
+@pytest.mark.parametrize("ep", ["0", "x", "", "2,,a", "99999999"])
+def test_bad_ep_exit_2(capsys, ep):
+    assert main(["audit", "mixtral-8x7b", "--tp", "2", f"--ep={ep}"]) == 2
+    err = capsys.readouterr().err
+    assert "error[LC801]" in err and "--ep" in err

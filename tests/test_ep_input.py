@@ -35,6 +35,7 @@ def nothing_loads(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("loaded before the EP input was checked")
 
     monkeypatch.setattr(loader, "load_layer_rank", boom)
+    monkeypatch.setattr(loader, "load_layer_experts", boom)  # the EP ranks' loader
     monkeypatch.setattr(preflight, "check_experts", boom)
     monkeypatch.setattr(preflight, "check_finite", boom)
 
@@ -72,6 +73,7 @@ def test_placement_the_contract_does_not_serve(tmp_path: Path, monkeypatch: pyte
         raise AssertionError("loaded before the placement was checked")
 
     monkeypatch.setattr(loader, "load_layer_rank", boom)
+    monkeypatch.setattr(loader, "load_layer_experts", boom)
     ckpt = make_qwen3(tmp_path / "m")
     code, _, err, s = run_cli(str(ckpt), "--tp", "1", "--ep", "2", "--placement", "round_robin",
                               "--contract", "torch_grouped_mm", "--no-transformers")
@@ -106,3 +108,52 @@ def test_a_matching_world_is_admitted(tmp_path: Path) -> None:
 
     check_ep_options(E, [(1, 2), (2, 1)], "round_robin", 2)
     check_ep_options(E, [(4, 2)], "linear", None)
+
+
+def test_rank_loader_refuses_experts_that_do_not_fit(tmp_path: Path) -> None:
+    """checkpoints.loader.load_layer_experts at EP 2 over 2 experts (1 local slot): two held
+    experts, or an id past the checkpoint's, is FormatError LR120 before any tensor is read."""
+    import importlib
+
+    from layoutc.tools.checkpoints.formats import FormatError, describe
+    from layoutc.tools.checkpoints.loader import load_layer_experts
+    from layoutc.tools.checkpoints.reader import Checkpoint
+    from layoutc.tools.ep_run import ep_plan
+    from layoutc.tools.runplan import checkpoint_plan
+
+    mod = importlib.import_module("layoutc_generated.vllm_cpu_grouped_gemm")
+    with Checkpoint(str(make_qwen3(tmp_path / "m"))) as ckpt:
+        moe = describe(ckpt.config, None, ckpt.weight_map)
+        plan = ep_plan(mod, checkpoint_plan(mod, moe, 1, "float32", "vec"), 2, "linear")
+        assert plan.local_num_experts == 1
+        for held in ([0, 1], [2]):
+            with pytest.raises(FormatError, match=r"do not fit the rank's 1 local slots of the checkpoint's 2 "
+                                                  "experts") as info:
+                load_layer_experts(ckpt, moe, 0, mod, plan, 0, held)
+            assert info.value.code == "LR120"
+        rw = load_layer_experts(ckpt, moe, 0, mod, plan, 0, [1])  # expert 1's weights, all 0.01
+        assert rw.w13.shape[0] == 1 and float(rw.w13.abs().max()) == pytest.approx(0.01)
+
+
+def test_one_expert_view_reads_only_that_expert() -> None:
+    """The loader's one-expert view of a fused source, over a stacked-rows (DBRX) view too:
+    indexing it reads expert e's region only and drops the experts axis."""
+    import torch
+
+    from layoutc.tools.checkpoints.loader import _OneExpert
+    from layoutc.tools.checkpoints.reader import _Unflattened
+
+    fused = torch.arange(4 * 6 * 5, dtype=torch.float32).reshape(4, 6, 5)
+    view = _OneExpert(fused, 2)
+    assert view.get_shape() == [6, 5]
+    assert torch.equal(view[(slice(1, 4), slice(0, 5))], fused[2, 1:4])
+    reads: list[tuple[int, int]] = []
+
+    class Stacked:  # [E * rows, cols], recording the rows each read asks for
+        def __getitem__(self, index: tuple[slice, slice]) -> torch.Tensor:
+            reads.append((index[0].start, index[0].stop))
+            return fused.reshape(24, 5)[index]
+
+    stacked = _OneExpert(_Unflattened(Stacked(), 4, 6, 5), 3)
+    assert stacked.get_shape() == [6, 5]
+    assert torch.equal(stacked[(slice(0, 6), slice(2, 5))], fused[3, :, 2:5]) and reads == [(18, 24)]

@@ -35,7 +35,7 @@ def ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     spec.loader.exec_module(maker)
     root = tmp_path_factory.mktemp("ep")
     return {f: Path(maker.make(str(root / f), f, dtype="float32", hidden=128, intermediate=352, experts=8, layers=1))
-            for f in ("qwen3_moe", "mixtral")}
+            for f in ("qwen3_moe", "mixtral", "gpt_oss")}
 
 
 def _cli(*argv: str) -> tuple[int, Any]:
@@ -66,8 +66,23 @@ def test_round_robin_matches_transformers(ckpts: dict[str, Path], family: str,
     assert [(r["tp_size"], r["ep_size"]) for r in data["rows"]] == [(1, 2), (2, 2), (1, 4), (2, 4)]
     for r in data["rows"]:
         assert r["independent"] and r["result"] == "ok" and r["rel_error"] < 1e-5, r
+        # the report states the topology: placement and each EP rank's experts (vLLM's round_robin)
+        assert r["placement"] == "round_robin", r
+        assert r["experts_by_rank"] == [list(range(k, 8, r["ep_size"])) for k in range(r["ep_size"])], r
     # one plan per world rank: (1+2)*2 ranks at ep 2, (1+2)*4 at ep 4, all round_robin
     assert sorted(set(seen)) == [(2, "round_robin"), (4, "round_robin")] and len(seen) == 6 + 12, seen
+
+
+def test_text_report_states_each_ranks_experts(ckpts: dict[str, Path]) -> None:
+    from layoutc.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["run", str(ckpts["mixtral"]), "--tp", "1", "--ep", "1,4"])
+    text = out.getvalue()
+    assert code == 0, text
+    assert "experts at ep 4, linear placement: rank 0: 0, 1; rank 1: 2, 3; rank 2: 4, 5; rank 3: 6, 7" in text, text
+    assert "experts at ep 1" not in text
 
 
 def test_gloo_runner_round_robin(ckpts: dict[str, Path]) -> None:
@@ -86,3 +101,88 @@ def test_gloo_runner_refuses_an_unknown_placement(ckpts: dict[str, Path]) -> Non
 
     with pytest.raises(ExpertParallelError, match=r"\[EP03\] expert placement 'striped'"):
         run_tp_checkpoint(str(ckpts["qwen3_moe"]), tp_size=1, ep_size=2, expert_placement="striped")
+
+
+class _Recorded:
+    """A safetensors slice that records, for each read, (tensor name, first-axis range)."""
+
+    def __init__(self, src: Any, name: str, reads: list[tuple[str, int, int]]) -> None:
+        self.src, self.name, self.reads = src, name, reads
+
+    def get_shape(self) -> list[int]:
+        return list(self.src.get_shape())
+
+    def get_dtype(self) -> Any:
+        return self.src.get_dtype()
+
+    def __getitem__(self, index: Any) -> Any:
+        first = index[0] if isinstance(index, tuple) else index
+        lo, hi, _ = first.indices(self.get_shape()[0])
+        self.reads.append((self.name, lo, hi))
+        return self.src[index]
+
+
+@pytest.mark.parametrize("placement", ["linear", "round_robin"])
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral", "gpt_oss"])
+def test_each_rank_reads_only_its_experts(ckpts: dict[str, Path], family: str, placement: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """--ep 4 on 8 experts: every EP rank reads exactly the 2 experts vLLM's map gives it (the
+    names and regions of every safetensors read are recorded), and its padded parameters equal
+    the same experts of the EP 1 load of the whole TP shard (load_layer_rank), at tp 1 and 2.
+    gpt_oss is a fused format with biases: there the first-axis regions read are the experts.
+    At --ep 3 (3, 3, 2 experts) the last rank's spare slot is zeros."""
+    import importlib
+
+    import torch
+
+    from layoutc.runtime.experts import held
+    from layoutc.tools.checkpoints.formats import describe
+    from layoutc.tools.checkpoints.loader import load_layer_experts, load_layer_rank
+    from layoutc.tools.checkpoints.reader import Checkpoint
+    from layoutc.tools.ep_run import ep_plan, held_experts
+    from layoutc.tools.runplan import checkpoint_plan
+
+    mod = importlib.import_module("layoutc_generated.vllm_cpu_grouped_gemm")
+    reads: list[tuple[str, int, int]] = []
+    real = Checkpoint.slice
+    monkeypatch.setattr(Checkpoint, "slice", lambda self, name: _Recorded(real(self, name), name, reads))
+    with Checkpoint(str(ckpts[family])) as ckpt:
+        moe = describe(ckpt.config, None, ckpt.weight_map)
+        fmt = moe.format
+        owner = {} if fmt.fused else {n: e for e in range(8) for n in fmt.names(0, e).values()}
+        for tp in (1, 2):
+            whole = checkpoint_plan(mod, moe, tp, "float32", "vec")
+            plan = ep_plan(mod, whole, 4, placement)
+            assert plan.local_num_experts == 2
+            for ep_rank in range(4):
+                count, emap = mod.local_experts(ep_rank, plan)
+                mine = held_experts(emap, 8)
+                assert mine == held(ep_rank, 8, 4, placement) and count == 2, (ep_rank, mine)
+                for tp_rank in range(tp):
+                    reads.clear()
+                    rw = load_layer_experts(ckpt, moe, 0, mod, plan, tp_rank, mine)
+                    if fmt.fused:
+                        touched = {e for _, lo, hi in reads for e in range(lo, hi)}
+                    else:
+                        touched = {owner[name] for name, _, _ in reads}
+                    assert touched == set(mine), (family, placement, ep_rank, touched)
+                    names = {name for name, _, _ in reads}
+                    if fmt.fused:  # the fused weights, the biases (the w2 bias on TP rank 0 only)
+                        assert names == {n for role, n in fmt.names(0).items()
+                                         if role != "down_bias" or tp_rank == 0}, names
+                    else:
+                        assert len(names) == 3 * 2, names
+                    reads.clear()
+                    full = load_layer_rank(ckpt, moe, 0, mod, whole, tp_rank)
+                    if not fmt.fused:  # the EP 1 loader, for contrast, reads every expert
+                        assert {owner[name] for name, _, _ in reads} == set(range(8))
+                    index = torch.tensor(mine)
+                    assert torch.equal(rw.w13, full.w13[index]) and torch.equal(rw.w2, full.w2[index])
+                    if fmt.gate_up_bias is not None:
+                        assert torch.equal(rw.w13_bias, full.w13_bias[index])
+                        assert torch.equal(rw.w2_bias, full.w2_bias[index])
+        plan3 = ep_plan(mod, checkpoint_plan(mod, moe, 1, "float32", "vec"), 3, placement)
+        mine = held_experts(mod.local_experts(2, plan3)[1], 8)
+        assert plan3.local_num_experts == 3 and mine == held(2, 8, 3, placement) and len(mine) == 2
+        rw = load_layer_experts(ckpt, moe, 0, mod, plan3, 0, mine)
+        assert not rw.w13[2].any() and not rw.w2[2].any() and rw.w13[:2].any()

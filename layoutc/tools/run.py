@@ -46,13 +46,13 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import Any
 
 from layoutc.runtime.vocab import MODEL_DTYPES
 from layoutc.tools.contract_module import GENERATED_PACKAGE, NoKernelError, kernel_of
-from layoutc.tools.ep_run import check_ep_options, check_expert_count, check_served_placement
+from layoutc.tools.ep_run import check_ep_options, check_expert_count, check_served_placement, placement_lines
 from layoutc.tools.runplan import KernelRun, RunError, checkpoint_plan, module_layout
 
 #: Relative tolerance of the kernel's output against the reference, per model dtype
@@ -89,6 +89,8 @@ class Row:
     router_weight: str = "output"
     result: str = "ok"
     ep_size: int = 1  # `--ep`: the experts split over ep_size ranks, each with tp_size shards
+    placement: str = ""  # at --ep > 1: the expert placement the ranks ran with, and each EP rank's experts
+    experts_by_rank: list[list[int]] = field(default_factory=list)
 
 
 def _rss_peak_reset() -> bool:
@@ -265,11 +267,13 @@ def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str,
     if ref is None:
         ref = reference(ckpt, moe, layer, x, use_transformers=use_transformers, oracle=oracle,
                         why_no_oracle=why_no_oracle)
+    topology: tuple[str, list[list[int]]] = ("", [])
     if ep > 1:
-        from layoutc.tools.ep_run import ep_kernel_sum
+        from layoutc.tools.ep_run import ep_kernel_sum, rank_experts
 
         k = ep_kernel_sum(ckpt, moe, mod, layer, tp, ep, x, ref.weights, ref.ids, dtype=dtype, isa=isa,
                           options={"apply_router_weight_on_input": True} if on_input else {}, placement=placement)
+        topology = (k.plan.expert_placement, rank_experts(mod, k.plan, moe.num_experts))
     else:
         k = kernel_sum(ckpt, moe, mod, layer, tp, x, ref.weights, ref.ids, dtype=dtype, isa=isa,
                        apply_router_weight_on_input=on_input)
@@ -281,7 +285,7 @@ def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str,
                getattr(plan, "intermediate_size_per_partition_padded", plan.intermediate_size_per_partition),
                rel, tol, matched and ref.independent, k.kernel_s * 1e3, k.load_s * 1e3, k.peak_mib, ref.name,
                ref.routing, ref.independent, matched, moe.format.router_weight,
-               _result(matched, ref.independent, ref.name, ref.why_not), ep)
+               _result(matched, ref.independent, ref.name, ref.why_not), ep, *topology)
 
 
 def checkpoint_dtype(ckpt: Any, moe: Any, layer: int) -> str:
@@ -313,6 +317,7 @@ def _table(rows: list[Row], model: str, contract: str) -> str:
         lines.append(f"routing{which}: {routing}")
     if rows:
         lines.append(f"router weight: on each expert's {rows[0].router_weight}")
+    lines += placement_lines(rows)
     return "\n".join(lines) + "\n"
 
 

@@ -32,7 +32,8 @@ The modules, in the order the audit runs:
 * ``costs``: the padding's cost at an admitted configuration;
 * ``report``: every model x contract x variant x TP degree (rows, skipped pairs);
 * ``rows``: the result types; ``render``: text, JSON, Markdown;
-* ``command``: ``layoutc audit`` itself (``--tp``, the contracts it loads).
+* ``ep``: ``--ep``, each EP degree's experts per rank, memory and pad, next to the TP rows;
+* ``command``: ``layoutc audit`` itself (``--tp``, ``--ep``, the contracts it loads).
 """
 
 from __future__ import annotations
@@ -44,10 +45,12 @@ from layoutc.tools.audit.command import (
     default_contracts_dir,
     load_contracts,
     load_contracts_diags,
+    parse_ep,
     parse_tp,
     run_audit,
 )
 from layoutc.tools.audit.costs import DTYPE_BYTES
+from layoutc.tools.audit.ep import EpRow, EpSection, Topology, ep_report, ep_section
 from layoutc.tools.audit.formats import (
     CONTRACT_FORMATS,
     QUANTIZING_GLUE,
@@ -74,17 +77,23 @@ __all__ = [
     "AuditReport",
     "AuditRow",
     "CheckpointFormat",
+    "EpRow",
+    "EpSection",
     "Skipped",
+    "Topology",
     "audit",
     "audit_report",
     "checkpoint_format",
     "contract_formats",
     "default_contracts_dir",
+    "ep_report",
+    "ep_section",
     "kernel_activation_refusal",
     "load_contracts",
     "load_contracts_diags",
     "model_json",
     "param_sources",
+    "parse_ep",
     "parse_tp",
     "render_json",
     "render_markdown",

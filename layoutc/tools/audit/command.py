@@ -1,4 +1,4 @@
-"""``layoutc audit``: the subcommand, its ``--tp`` list, and the contracts it loads."""
+"""``layoutc audit``: the subcommand, its ``--tp`` and ``--ep`` lists, and the contracts it loads."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 from layoutc.compiler import ir
 from layoutc.compiler.diagnostics import Diagnostic, Span
+from layoutc.tools.audit.ep import ep_section
 from layoutc.tools.audit.render import render_json, render_markdown, render_text
 from layoutc.tools.audit.report import audit_report
 from layoutc.tools.hfconfig import ModelConfigError, MoEModelConfig, load_model_config
@@ -45,6 +46,17 @@ def parse_tp(text: str) -> list[int]:
     """``"1,2,4"`` -> [1, 2, 4] (duplicates dropped, order kept); ValueError with a message.
 
     At most MAX_TP_DEGREES degrees, each in 1..MAX_TP (bounded work on any input)."""
+    return parse_degrees(text, "--tp", "TP")
+
+
+def parse_ep(text: str) -> list[int]:
+    """``--ep "2,4"`` -> [2, 4], as :func:`parse_tp` (ValueError naming ``--ep``). A degree
+    above a model's experts is not a parse error: its EP rows are refused with EP01."""
+    return parse_degrees(text, "--ep", "EP")
+
+
+def parse_degrees(text: str, flag: str, what: str) -> list[int]:
+    """A comma-separated list of parallel degrees for ``flag``; ValueError with a message."""
     values: list[int] = []
     for part in text.split(","):
         part = part.strip()
@@ -55,15 +67,15 @@ def parse_tp(text: str) -> list[int]:
                 raise ValueError
             value = int(part)
         except ValueError:
-            raise ValueError(f"--tp: {part[:40]!r} is not an integer (expected e.g. --tp 1,2,4,8)") from None
+            raise ValueError(f"{flag}: {part[:40]!r} is not an integer (expected e.g. {flag} 1,2,4,8)") from None
         if not 1 <= value <= MAX_TP:
-            raise ValueError(f"--tp: {value} is not a TP degree in 1..{MAX_TP}")
+            raise ValueError(f"{flag}: {value} is not a {what} degree in 1..{MAX_TP}")
         if value not in values and len(values) >= MAX_TP_DEGREES:
-            raise ValueError(f"--tp: more than {MAX_TP_DEGREES} TP degrees")
+            raise ValueError(f"{flag}: more than {MAX_TP_DEGREES} {what} degrees")
         if value not in values:
             values.append(value)
     if not values:
-        raise ValueError(f"--tp {text!r}: expected comma-separated TP degrees, e.g. --tp 1,2,4,8")
+        raise ValueError(f"{flag} {text!r}: expected comma-separated {what} degrees, e.g. {flag} 1,2,4,8")
     return values
 
 
@@ -119,7 +131,8 @@ def _config_span(exc: ModelConfigError) -> Span:
 
 def run_audit(args: argparse.Namespace) -> int:
     """The ``layoutc audit`` subcommand. 0 ok; 1 a contract has errors; 2 a bad config
-    (LC704), no contracts (LC705), a bad --tp (LC801) or an unreadable contract (LC100).
+    (LC704), no contracts (LC705), a bad --tp or --ep (LC801) or an unreadable contract (LC100).
+    ``--ep`` adds each model's EP rows and the TP/EP side-by-side table (layoutc.tools.audit.ep).
     ``--engine`` (default ``vllm``) picks the bundled contracts by engine (layoutc.tools.audit.engines);
     two or more engines add the side-by-side table. Problems are diagnostics, printed in the report's format (json: a JSON list on
     stdout; text, markdown and github: ``--format`` of `layoutc check`)."""
@@ -135,6 +148,7 @@ def run_audit(args: argparse.Namespace) -> int:
     from layoutc.tools.audit.engines import engine_of, engine_rows, parse_engines
     try:
         tps = parse_tp(str(args.tp))
+        eps = parse_ep(str(args.ep)) if getattr(args, "ep", None) is not None else None
         engines = parse_engines(str(getattr(args, "engine", "vllm")))
     except ValueError as exc:
         return fail([error("LC801", file_span("<command line>"), str(exc))])
@@ -167,10 +181,11 @@ def run_audit(args: argparse.Namespace) -> int:
         return fail([error("LC705", file_span("<command line>"), f"no contracts (*.moe) found in {', '.join(paths)}")])
     report = audit_report(models, tps, contracts)
     side_by_side = engine_rows(report, contracts, engines, tps) if len(engines) > 1 else None
+    ep = None if eps is None else ep_section(report, eps, contracts, tps)
     if fmt == "json":
-        sys.stdout.write(render_json(report, side_by_side))
+        sys.stdout.write(render_json(report, side_by_side, ep))
     elif fmt == "markdown":
-        sys.stdout.write(render_markdown(report, side_by_side))
+        sys.stdout.write(render_markdown(report, side_by_side, ep))
     else:
-        sys.stdout.write(render_text(report, side_by_side))
+        sys.stdout.write(render_text(report, side_by_side, ep))
     return 0

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from layoutc.tools.audit.engines import ENGINE_NAMES, EngineRow
+from layoutc.tools.audit.ep import EpSection, Topology, tp_fast_path
 from layoutc.tools.audit.formats import checkpoint_format
 from layoutc.tools.audit.rows import AuditReport, AuditRow
 from layoutc.tools.hfconfig import MoEModelConfig
@@ -83,9 +84,10 @@ legend:
   -         not applicable (not admitted, or the contract does not say)"""
 
 
-def render_text(report: AuditReport, engines: Sequence[EngineRow] | None = None) -> str:
+def render_text(report: AuditReport, engines: Sequence[EngineRow] | None = None, ep: EpSection | None = None) -> str:
     """An aligned table per model, its skipped contracts, and a legend; with ``engines``
-    (``--engine`` naming two or more), each model's side-by-side engine table after its own."""
+    (``--engine`` naming two or more), each model's side-by-side engine table after its own;
+    with ``ep`` (``--ep``), each model's TP/EP topology table."""
     headers = ("contract", "variant", "tp", "I_pp", "padded", "pad", "+mem/rank", "+flops", "fast path")
     cells: list[tuple[str, ...]] = [
         (r.contract, r.variant_text(), str(r.tp_size), _size(r.intermediate_size_per_partition),
@@ -126,11 +128,68 @@ def render_text(report: AuditReport, engines: Sequence[EngineRow] | None = None)
             out.append("  (no contracts)")
         if engines is not None:
             out.extend(_engine_lines([e for e in engines if e.model == label]))
+        if ep is not None:
+            out.extend(_ep_lines(label, ep))
         out.append("")
     out.append(TEXT_LEGEND)
     if engines is not None:
         out.append(ENGINE_LEGEND)
+    if ep is not None:
+        out.append(EP_LEGEND)
     return "\n".join(out) + "\n"
+
+
+EP_LEGEND = """\
+expert parallelism (--ep; vLLM 0.32 --enable-expert-parallel: the layer's tp is 1, each rank whole experts):
+  n            the degree: tp = the --tp row (intermediate split n ways), ep = the --ep row (experts over n ranks)
+  experts      experts per rank, most/fewest (the contract's local_num_experts; runtime.experts.held)
+  I, padded    the intermediate the kernel gets under EP (not split) and its padded width
+  mem/rank     one rank's declared weights and scales as padded, all MoE layers (biases left out)
+  fast path    yes = admitted, no pad; yes, padded = admitted with an intermediate pad; NO = refused"""
+
+
+def _short(fast: str) -> str:
+    return {"yes": "yes", "padded": "yes, padded", "no": "NO"}[fast]
+
+
+def _topology_cells(t: Topology) -> tuple[str, ...]:
+    tp, e = t.tp, t.ep
+    tp_cells = ("-",) * 4 if tp is None else (
+        _size(tp.intermediate_size_per_partition), _size(tp.intermediate_size_per_partition_padded),
+        _human_bytes(t.tp_rank_bytes), _short(tp_fast_path(tp)) + ("" if tp.admitted else f" ({tp.rule})"))
+    if e is None:
+        ep_cells: tuple[str, ...] = ("-",) * 5
+    else:
+        ep_cells = (e.experts_text(), _size(e.intermediate_size_per_partition),
+                    _size(e.intermediate_size_per_partition_padded), _human_bytes(e.rank_bytes), e.fast_path())
+    variant = ", ".join(f"{k}={v}" for k, v in t.variant.items()) or "-"
+    return (t.contract, variant, str(t.degree), *tp_cells, *ep_cells)
+
+
+def _ep_lines(label: str, ep: EpSection) -> list[str]:
+    """One model's TP/EP table, and the contracts that state no expert parallelism."""
+    rows = [t for t in ep.topology if t.model == label]
+    none = sorted({e.contract for e in ep.rows if e.model == label and e.rule is not None
+                   and e.reason is not None and "states no expert parallelism" in e.reason})
+    out: list[str] = []
+    if rows:
+        headers = ("contract", "variant", "n", "tp: I_pp", "padded", "mem/rank", "fast path",
+                   "ep: experts", "I", "padded", "mem/rank", "fast path")
+        cells = [_topology_cells(t) for t in rows]
+        widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers[:-1])]
+        right = {2, 3, 4, 5, 7, 8, 9, 10}
+
+        def line(values: Sequence[str]) -> str:
+            parts = [v.rjust(w) if i in right else v.ljust(w)
+                     for i, (v, w) in enumerate(zip(values[:-1], widths, strict=True))]
+            return ("  " + "  ".join(parts) + "  " + values[-1]).rstrip()
+
+        out += ["  TP and EP, side by side:", line(headers), *(line(c) for c in cells)]
+        placements = {(e.contract, e.placements) for e in ep.rows if e.model == label and e.placements}
+        out += [f"  {name}: placement {', '.join(p)}" for name, p in sorted(placements)]
+    if none:
+        out.append(f"  no expert parallelism: {', '.join(none)} (no `experts ... over` declaration)")
+    return out
 
 
 ENGINE_LEGEND = """\
@@ -163,13 +222,17 @@ def _engine_lines(rows: Sequence[EngineRow]) -> list[str]:
     return ["  engines, side by side:", line(headers), *(line(c) for c in cells)]
 
 
-def render_json(report: AuditReport, engines: Sequence[EngineRow] | None = None) -> str:
+def render_json(report: AuditReport, engines: Sequence[EngineRow] | None = None, ep: EpSection | None = None) -> str:
     """``{"models": [...], "rows": [...], "skipped": [...]}`` (and ``"engines": [...]`` with
-    two or more ``--engine``s); the fields are documented in docs/audit.md."""
+    two or more ``--engine``s, ``"ep_rows"`` and ``"topology"`` with ``--ep``); the fields
+    are documented in docs/audit.md."""
     doc: dict[str, Any] = {"models": [model_json(label, m) for label, m in report.models],
                            "rows": [r.to_json() for r in report.rows], "skipped": [s.to_json() for s in report.skipped]}
     if engines is not None:
         doc["engines"] = [e.to_json() for e in engines]
+    if ep is not None:
+        doc["ep_rows"] = [e.to_json() for e in ep.rows]
+        doc["topology"] = [t.to_json() for t in ep.topology]
     return json.dumps(doc, indent=2) + "\n"
 
 
@@ -177,9 +240,10 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(report: AuditReport, engines: Sequence[EngineRow] | None = None) -> str:
-    """A GitHub-flavoured table (one row per audit row), a list of skipped pairs, and with
-    ``engines`` the side-by-side engine table."""
+def render_markdown(report: AuditReport, engines: Sequence[EngineRow] | None = None,
+                    ep: EpSection | None = None) -> str:
+    """A GitHub-flavoured table (one row per audit row), a list of skipped pairs, with
+    ``engines`` the side-by-side engine table, and with ``ep`` the TP/EP table."""
     out = ["| model | contract | variant | TP | I_pp | padded | pad | extra mem / rank | extra FLOPs | fast path |",
            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in report.rows:
@@ -204,4 +268,10 @@ def render_markdown(report: AuditReport, engines: Sequence[EngineRow] | None = N
                 "| model | engine | contract | TP | padded / rank | waste | live rows | mem / rank | fast path |",
                 "| --- | --- | --- | ---: | ---: | ---: | --- | ---: | --- |"]
         out.extend("| " + " | ".join(_md(c) for c in (e.model, *_engine_cells(e))) + " |" for e in engines)
+    if ep is not None and ep.topology:
+        out += ["", "TP and EP, side by side (EP: the layer's tp 1, whole experts per rank):", "",
+                "| model | contract | variant | n | tp: I_pp | padded | mem / rank | fast path "
+                "| ep: experts / rank | I | padded | mem / rank | fast path |",
+                "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |"]
+        out.extend("| " + " | ".join(_md(c) for c in (t.model, *_topology_cells(t))) + " |" for t in ep.topology)
     return "\n".join(out) + "\n"

@@ -101,6 +101,61 @@ def load_layer_rank(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType
     return out
 
 
+def load_layer_experts(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType, plan: Any, rank: int,
+                       held: list[int]) -> RankWeights:
+    """Rank `rank`'s padded w13, w2 (and biases) of `layer` holding only the experts `held`.
+
+    plan: the module's plan at the run's EP degree (`ep_size > 1`): its tensors' experts
+    axis is `local_num_experts`, the most experts an EP rank holds; `rank` is the TP rank.
+    held: the global expert ids this EP rank holds, in local-id order (vLLM 0.32
+    fused_moe/expert_map_manager.py `determine_expert_map`, via the module's
+    `local_experts`); at most `local_num_experts` of them, each in 0..num_experts-1.
+    Local slot `i` gets expert `held[i]`; the spare slot of a short rank (linear or
+    round_robin with a count that does not divide) is zeros, the contract's fill, and never
+    routed to. Only the held experts' tensors are read: one expert's safetensors slice for a
+    per-expert format, that expert's region of the fused slice for a fused one (and only the
+    TP rank's rows of either). Raises FormatError LR120 (held longer than the experts axis,
+    an id outside the experts) and as `load_layer_rank`.
+    """
+    fmt = moe.format
+    layout = _layout(mod)
+    t13, t2 = layout.weight("w13"), layout.weight("w2")
+    axis = int(plan.local_num_experts)
+    if len(held) > axis or any(isinstance(e, bool) or not 0 <= e < moe.num_experts for e in held):
+        raise FormatError("LR120", f"{layout.contract}: experts {held} do not fit the rank's {axis} local slots "
+                          f"of the checkpoint's {moe.num_experts} experts")
+    w13, w2 = t13.alloc(plan, rank), t2.alloc(plan, rank)
+    out = RankWeights(w13, w2)
+    has_bias = fmt.gate_up_bias is not None
+    if has_bias:
+        if not fmt.fused:
+            raise FormatError("LR121", f"format {fmt.model_type!r}: per-expert biases are not supported yet")
+        b13, b2 = _bias_tensors(layout, moe)
+        out.w13_bias, out.w2_bias = b13.alloc(plan, rank), b2.alloc(plan, rank)
+    fused = fmt.names(layer) if fmt.fused else {}
+    for local, e in enumerate(held):
+        if fmt.fused:
+            for role in ("gate_up",) if "gate_up" in fused else ("gate", "up"):
+                src = _OneExpert(ckpt.experts_slice(fused[role], moe.num_experts, fmt.experts_flattened), e)
+                t13.load(w13, src, plan, rank, expert=local, role=role, transposed=fmt.transposed,
+                         source_layout=fmt.gate_up_layout)
+            t2.load(w2, _OneExpert(ckpt.experts_slice(fused["down"], moe.num_experts, fmt.experts_flattened), e),
+                    plan, rank, expert=local, role="down", transposed=fmt.down_transposed)
+            if has_bias:
+                b13.load(out.w13_bias, _OneExpert(ckpt.slice(fused["gate_up_bias"]), e), plan, rank, expert=local,
+                         role="gate_up", source_layout=fmt.gate_up_layout)
+                b2.load(out.w2_bias, _OneExpert(ckpt.slice(fused["down_bias"]), e), plan, rank, expert=local)
+            continue
+        n = fmt.names(layer, e)
+        t13.load(w13, ckpt.slice(n["gate"]), plan, rank, expert=local, role="gate", transposed=fmt.transposed)
+        t13.load(w13, ckpt.slice(n["up"]), plan, rank, expert=local, role="up", transposed=fmt.transposed)
+        t2.load(w2, ckpt.slice(n["down"]), plan, rank, expert=local, role="down", transposed=fmt.down_transposed)
+    for t in (out.w13, out.w2, out.w13_bias, out.w2_bias):
+        if t is not None:
+            t[len(held):].zero_()  # the spare slots: fill 0, never routed to
+    return out
+
+
 def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType, plan: Any,
                            rank: int, *, chunk_experts: int = 8) -> tuple[Any, Any, RankWeights]:
     """Rank `rank`'s prepacked (w13, w2) of `layer`, built `chunk_experts` experts at a time.
@@ -197,3 +252,24 @@ class _ExpertRange:
 def _load_experts(load: Any, dst: Any, src: Any, plan: Any, rank: int, lo: int, hi: int, role: str,
                   transposed: bool, layout: str) -> None:
     load(dst, _ExpertRange(src, lo, hi), plan, rank, role=role, transposed=transposed, source_layout=layout)
+
+
+class _OneExpert:
+    """Expert `e` of a fused source (`[E, ...]` tensor or safetensors slice) as that expert's
+    own tensor (`[...]`): indexing it reads `src[e:e+1, ...]` only, lazily."""
+
+    def __init__(self, src: Any, e: int) -> None:
+        self.src, self.e = src, e
+        shape = list(src.shape) if hasattr(src, "shape") and not hasattr(src, "get_shape") \
+            else list(src.get_shape())
+        self.shape = shape[1:]
+
+    def get_shape(self) -> list[int]:
+        return self.shape
+
+    def get_dtype(self) -> Any:
+        get_dtype = getattr(self.src, "get_dtype", None)
+        return get_dtype() if callable(get_dtype) else None
+
+    def __getitem__(self, index: tuple[slice, ...]) -> Any:
+        return self.src[(slice(self.e, self.e + 1), *index)][0]

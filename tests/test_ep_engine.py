@@ -1,0 +1,50 @@
+"""vLLM 0.32's CPU engine under `enable_expert_parallel` with the layoutc plugin (issue 23
+item 4): one child process (tests/engine/child.py), three engine loads of a tiny Mixtral
+(8 experts, hidden 256, intermediate 704, one layer; tests/engine/checkpoints.py).
+
+vLLM admits EP on the CPU grouped GEMM (pinned in tests/test_ep_vllm_cpu.py), and its
+`apply` would pass global expert ids to a kernel holding this rank's experts only. So:
+
+- tp 2 + EP, check mode: the plugin refuses the layer at load, naming why;
+- tp 2 + EP, replace mode: the plugin remaps the ids through the contract's expert map and
+  the engine decodes tp 1's greedy tokens (plugin off, the oracle: vLLM itself);
+- tp 1, plugin off: the reference.
+
+Cost: about three engine loads on 2 cores (see docs/vllm_plugin.md for the measured time).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.test_vllm_plugin_engine import TP_LOGPROB_TOL, WORKER_FAILED, _child, _max_diff, _require, _sections
+
+pytestmark = [pytest.mark.engine, pytest.mark.kernel, pytest.mark.transformers, pytest.mark.slow]
+
+
+def test_expert_parallel_tp2_check_refuses_replace_matches_tp1(tmp_path: Path) -> None:
+    _require("vllm")
+    from tests.engine import checkpoints as ck
+
+    model = ck.mixtral(tmp_path / "mixtral")
+    rc, log, runs = _child(model, tmp_path / "mixtral_ep.json", (), (), block_zentorch=True,
+                           runs="2:check:ep,2:replace:ep,1:off")
+    assert rc == 0, log[-4000:]
+    got, part = {(r["tp"], r["mode"]): r for r in runs}, _sections(log)
+    assert set(got) == {(2, "check"), (2, "replace"), (1, "off")}, sorted(got)
+    assert got[(2, "check")]["ep"] and got[(2, "replace")]["ep"]
+    assert WORKER_FAILED in got[(2, "check")].get("error", ""), got[(2, "check")]
+    checked = part["tp=2 mode=check ep=1"]
+    message = next(ln for ln in checked.splitlines() if "LayoutcVllmError: layoutc: layer" in ln)
+    for needle in ("vLLM runs it with expert parallelism (ep_size 2, 4 of 8 experts on this rank)",
+                   "CPUUnquantizedExperts.apply ignores expert_map",
+                   "contract vllm_cpu_grouped_gemm remaps them (LAYOUTC_VLLM=replace)"):
+        assert needle in message, (needle, message)
+    replaced, ref = got[(2, "replace")], got[(1, "off")]
+    assert "error" not in replaced and "error" not in ref, (replaced, ref)
+    assert replaced["tokens"] == ref["tokens"]
+    assert _max_diff(replaced, ref) < TP_LOGPROB_TOL, _max_diff(replaced, ref)
+    lines = [ln for ln in part["tp=2 mode=replace ep=1"].splitlines() if "layoutc: mode=replace," in ln]
+    assert len(lines) == 2 and all("contract=vllm_cpu_grouped_gemm x1, layers=1" in ln for ln in lines), lines
