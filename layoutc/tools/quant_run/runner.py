@@ -70,15 +70,31 @@ def model_dtype(ckpt: Checkpoint, moe: ModelMoE, layer: int, requested: str | No
 
 
 def dequantized(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: int) -> dict[str, Any]:
-    """The layer's float32 gate_up_proj [E, 2I, H] ([gate | up]) and down_proj [E, H, I], per-expert
-    modules dequantized by checkpoints/quant/dequant.py."""
+    """The layer's float32 gate_up_proj [E, 2I, H] ([gate | up]) and down_proj [E, H, I], dequantized
+    by checkpoints/quant/dequant.py: per-expert modules, or gpt-oss's fused tensors (gate_up's
+    interleaved rows split into gate = even, up = odd), with the family's biases
+    (gate_up_proj_bias [E, 2I] as [gate | up], down_proj_bias [E, H]) where it stores them."""
     import torch
 
     from layoutc.tools.checkpoints.quant.dequant import dequantize
 
+    fmt = moe.format
+    if fmt.fused:
+        names = S.tensor_names(scheme, fmt, layer)
+        w = {proj: dequantize(scheme, {r: ckpt.tensor(n) for r, n in roles.items() if ckpt.has(n)},
+                              name=roles["weight"].rsplit("_", 1)[0]) for proj, roles in names.items()}
+        gu = w["gate_up"]
+        out = {"gate_up_proj": torch.cat([gu[:, 0::2], gu[:, 1::2]], dim=1), "down_proj": w["down"]}
+        plain = fmt.names(layer, None)
+        for key, param in (("gate_up_bias", "gate_up_proj_bias"), ("down_bias", "down_proj_bias")):
+            name = plain.get(key)
+            if name is not None and ckpt.has(name):
+                b = ckpt.tensor(name).to(torch.float32)
+                out[param] = torch.cat([b[:, 0::2], b[:, 1::2]], dim=1) if key == "gate_up_bias" else b
+        return out
     gates, ups, downs = [], [], []
     for e in range(moe.num_experts):
-        names = S.tensor_names(scheme, moe.format, layer, e)
+        names = S.tensor_names(scheme, fmt, layer, e)
         w = {}
         for proj, roles in names.items():
             stored = {r: ckpt.tensor(n) for r, n in roles.items() if ckpt.has(n)}
@@ -92,21 +108,30 @@ def dequantized(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: i
 def reference_output(ckpt: Checkpoint, moe: ModelMoE, params: dict[str, Any], x: Any, weights: Any, ids: Any,
                      use_transformers: bool) -> tuple[Any, str]:
     """(float32 [T, H] routed output, its name): transformers' experts module of the family filled
-    with `params`, or a float32 loop (no experts class, or --no-transformers)."""
+    with `params` (built at `moe`'s intermediate size, so a rank's padded shapes run through it
+    too), or a float32 loop (no experts class, a transposed family such as gpt-oss, biases, or
+    --no-transformers). params: gate_up_proj [E, 2I, H] ([gate | up]), down_proj [E, H, I],
+    optionally gate_up_proj_bias [E, 2I] and down_proj_bias [E, H] (float32)."""
     import torch
 
     from layoutc.tools.checkpoints.reference import _act, transformers_forward
 
-    module = _experts_module(ckpt, moe, params) if use_transformers else None
+    biased = "gate_up_proj_bias" in params or "down_proj_bias" in params
+    module = _experts_module(ckpt, moe, params) if use_transformers and not biased else None
     if module is not None:
         return (transformers_forward(module, x, weights, ids),
                 f"transformers {type(module).__name__} over the independent dequantizer (checkpoints/quant/dequant.py)")
     out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32)
+    gu_bias, down_bias = params.get("gate_up_proj_bias"), params.get("down_proj_bias")
     for e in torch.unique(ids).tolist():
         tok, slot = (ids == e).nonzero(as_tuple=True)
         h = x[tok].to(torch.float32) @ params["gate_up_proj"][e].T
+        if gu_bias is not None:
+            h = h + gu_bias[e]
         gate, up = h.chunk(2, dim=-1)
         y = _act(gate, up, moe) @ params["down_proj"][e].T
+        if down_bias is not None:
+            y = y + down_bias[e]
         out.index_add_(0, tok, y * weights[tok, slot, None].to(torch.float32))
     return out, "a float32 loop over the independent dequantizer (checkpoints/quant/dequant.py)"
 
@@ -128,6 +153,11 @@ def _experts_module(ckpt: Checkpoint, moe: ModelMoE, params: dict[str, Any]) -> 
         return None
     if moe.format.text_config:
         config = config.get_text_config()
+    for key in moe.format.intermediate_size:  # a rank's (padded) intermediate size, not the model's
+        if "." not in key and hasattr(config, key):
+            setattr(config, key, moe.intermediate_size)
+    if hasattr(config, "hidden_size") and moe.hidden_size != config.hidden_size:
+        return None
     config.quantization_config = None
     if hasattr(config, "_experts_implementation"):
         config._experts_implementation = "eager"
@@ -175,44 +205,78 @@ def int4_layer(mod: Any, experts: list[Any], moe: ModelMoE, scheme: S.QuantSchem
     return total, plan, load_s, kernel_s
 
 
-def reference_ranks(params: dict[str, Any], moe: ModelMoE, tp: int, x: Any, weights: Any, ids: Any,
-                    ckpt: Checkpoint, use_transformers: bool) -> Any:
-    """No kernel: each rank's even slice of the dequantized intermediate through the reference, summed."""
+def reference_ranks(params: dict[str, Any], moe: ModelMoE, scheme: S.QuantScheme, tp: int, x: Any, weights: Any,
+                    ids: Any, ckpt: Checkpoint, use_transformers: bool) -> Any:
+    """No contract declares the method (per-channel / per-tensor FP8): each rank's even slice
+    of the dequantized intermediate (vLLM's split) through the reference, summed in float32.
+    RunError LR163 when the intermediate does not split evenly over `tp` (a refused row)."""
     import torch
 
     size = moe.intermediate_size
     if size % tp:
-        raise ValueError(f"intermediate_size {size} does not split evenly over tp={tp}")
+        raise RunError("LR163", f"no contract declares {scheme.name}, and intermediate_size {size} does not split "
+                       f"evenly over tp={tp} for the dequantized-weights reference (vLLM needs I % tp == 0)")
     per = size // tp
     total = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32)
     gate_up, down = params["gate_up_proj"], params["down_proj"]
     for r in range(tp):
         rows = torch.cat([torch.arange(r * per, (r + 1) * per), size + torch.arange(r * per, (r + 1) * per)])
         part = {"gate_up_proj": gate_up[:, rows], "down_proj": down[:, :, r * per:(r + 1) * per]}
-        out, _ = reference_output(ckpt, replace(moe, intermediate_size=per), part, x, weights, ids, False)
+        if "gate_up_proj_bias" in params:
+            part["gate_up_proj_bias"] = params["gate_up_proj_bias"][:, rows]
+        if "down_proj_bias" in params:
+            part["down_proj_bias"] = params["down_proj_bias"] * (1.0 if r == 0 else 0.0)
+        out, _ = reference_output(ckpt, replace(moe, intermediate_size=per), part, x, weights, ids, use_transformers)
         total += out
     return total
+
+
+def reference_contract(args: argparse.Namespace, scheme: S.QuantScheme) -> str | None:
+    """The contract whose loaders a reference-only row runs through: --contract, else the
+    method's first in padded.REFERENCE_CONTRACTS; None when no contract declares the method."""
+    from layoutc.tools.quant_run.padded import REFERENCE_CONTRACTS
+
+    if args.contract:
+        return str(args.contract)
+    found = REFERENCE_CONTRACTS.get(scheme.name)
+    return found[0] if found else None
+
+
+def no_kernel_text(contract: str | None) -> str:
+    """The kernel column of a reference-only row: NO_KERNEL and whose loaders padded the rank."""
+    if contract is None:
+        return f"{NO_KERNEL} (no contract declares this method: dequantized weights split evenly, no padded layout)"
+    return f"{NO_KERNEL} (padded by {contract}'s loaders, decoded by its decode)"
 
 
 def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme,
                   layers: list[int], tps: list[int]) -> int:
     """The rows of every layer and TP degree, printed; 0 when all matched, 1 on a mismatch or a
-    refused degree. Raises FormatError (the tensor's coded error) before any kernel runs."""
+    refused degree (the contract's LayoutContractError, or RunError LR160-LR164 from
+    quant_run/padded.py, as a `refused:` line). Raises FormatError (the tensor's coded error)
+    before any kernel runs; RunError LR120 when the contract's generated module is absent."""
     import importlib
 
     import torch
 
     from layoutc.tools.checkpoints.quant.validate import validate
     from layoutc.tools.contract_module import GENERATED_PACKAGE
+    from layoutc.tools.quant_run import padded
     from layoutc.tools.quant_run.codes import INT4PACK_SCHEMES, expert_codes
     from layoutc.tools.run import TOLERANCE, inputs, rel_error
 
     for layer in layers:
         validate(scheme, ckpt, layer, moe)
     dtype = model_dtype(ckpt, moe, layers[0], args.dtype)
-    contract = args.contract or INT4_CONTRACT
-    runs_int4 = scheme.name in INT4PACK_SCHEMES and contract == INT4_CONTRACT
-    mod = importlib.import_module(f"{GENERATED_PACKAGE}.{contract}") if runs_int4 else None
+    runs_int4 = scheme.name in INT4PACK_SCHEMES and args.contract in (None, INT4_CONTRACT)
+    contract = INT4_CONTRACT if runs_int4 else reference_contract(args, scheme)
+    mod = None
+    if contract is not None:
+        try:
+            mod = importlib.import_module(f"{GENERATED_PACKAGE}.{contract}")
+        except ImportError:
+            raise RunError("LR120", f"no generated module {GENERATED_PACKAGE}.{contract} (run layoutc compile)") \
+                from None
     if args.threads:
         torch.set_num_threads(args.threads)
     rows: list[QuantRow] = []
@@ -220,26 +284,40 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, sch
     tol = TOLERANCE[dtype]
     for layer in layers:
         experts = [expert_codes(ckpt, moe, scheme, layer, e) for e in range(moe.num_experts)] if runs_int4 else []
+        sources = padded.expert_sources(ckpt, moe, scheme, layer) if mod is not None and not runs_int4 else {}
         params = dequantized(ckpt, moe, scheme, layer)
         x, weights, ids = inputs(ckpt, moe, layer, args.tokens, args.seed, dtype)
         ref, ref_name = reference_output(ckpt, moe, params, x, weights, ids, not args.no_transformers)
         for tp in tps:
-            if mod is not None:
-                try:
+            try:
+                if runs_int4:
+                    assert mod is not None
                     out, plan, load_s, kernel_s = int4_layer(mod, experts, moe, scheme, tp, dtype, x, weights, ids)
-                except mod.LayoutContractError as exc:
-                    refused.append(f"layer {layer} tp={tp}: {exc}")
-                    continue
-                pp, padded = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
-                kernel = f"{int4pack_name()} ({contract})"
-            else:
-                t0 = time.perf_counter()
-                out = reference_ranks(params, moe, tp, x, weights, ids, ckpt, not args.no_transformers)
-                load_s, kernel_s = 0.0, time.perf_counter() - t0
-                pp = padded = moe.intermediate_size // tp
-                kernel = NO_KERNEL
+                    pp, pad = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
+                    kernel = f"{int4pack_name()} ({contract})"
+                elif mod is not None:
+                    out, plan, rank_ref, load_s, kernel_s = padded.reference_layer(
+                        mod, ckpt, moe, scheme, layer, tp, dtype, x, weights, ids, not args.no_transformers, sources)
+                    pp, pad = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
+                    kernel, ref_name = no_kernel_text(contract), rank_ref
+                else:
+                    t0 = time.perf_counter()
+                    out = reference_ranks(params, moe, scheme, tp, x, weights, ids, ckpt, not args.no_transformers)
+                    load_s, kernel_s = 0.0, time.perf_counter() - t0
+                    pp = pad = moe.intermediate_size // tp
+                    kernel = no_kernel_text(None)
+            except RunError as exc:
+                if exc.code not in ("LR160", "LR161", "LR162", "LR163", "LR164"):
+                    raise
+                refused.append(f"layer {layer} tp={tp}: error[{exc.code}]: {exc}")
+                continue
+            except ValueError as exc:  # the generated module's LayoutContractError (a ValueError)
+                if mod is None or not isinstance(exc, mod.LayoutContractError):
+                    raise
+                refused.append(f"layer {layer} tp={tp}: {exc}")
+                continue
             rel = rel_error(out, ref)
-            rows.append(QuantRow(layer, tp, pp, padded, rel, tol, rel <= tol, kernel, ref_name,
+            rows.append(QuantRow(layer, tp, pp, pad, rel, tol, rel <= tol, kernel, ref_name,
                                  kernel_s * 1e3, load_s * 1e3))
     return _print(args, moe, scheme, dtype, rows, refused)
 
