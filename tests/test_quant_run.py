@@ -1,36 +1,156 @@
-"""`layoutc run` on local GPTQ / AWQ int4 checkpoints (examples/make_checkpoint.py --quant): the
-int4pack kernel from the checkpoint's own codes against transformers' experts module over the
-independent dequantizer; float32 makes the comparison tight (the codes pass through exactly)."""
+"""`layoutc run` on local quantized checkpoints (examples/make_checkpoint.py --quant, written by
+the test packers in tests/quant_pack.py; I = 704, so 176 per rank at tp 4), against transformers'
+experts module (or a float32 loop for gpt-oss) over the independent dequantizer; float32 makes
+the comparison tight (the codes pass through exactly).
+
+- GPTQ / AWQ int4 run on torch's int4pack kernel from the checkpoint's own codes (kernel).
+- Every other method has no kernel on this CPU: each rank's padded tensors come from the
+  contract's generated alloc / load, are decoded by the contract's decode and run through the
+  reference at the padded shapes (slow). A configuration the contract refuses is a `refused:`
+  line (exit 1); corrupting a pad the contract declares inert makes the row MISMATCH.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.kernel  # aten::_weight_int4pack_mm_for_cpu
+NO_KERNEL = "no kernel for this method on this CPU: reference only"
+
+
+def _maker() -> Any:
+    spec = importlib.util.spec_from_file_location("make_checkpoint", ROOT / "examples" / "make_checkpoint.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_MAKER: list[Any] = []
 
 
 def _make(out: Path, *flags: str) -> Path:
-    subprocess.run([sys.executable, str(ROOT / "examples" / "make_checkpoint.py"), str(out), "--layers", "1",
-                    *flags], check=True, capture_output=True)
+    if not _MAKER:
+        _MAKER.append(_maker())
+    assert _MAKER[0].main([str(out), "--layers", "1", *flags]) == 0
     return out
 
 
-@pytest.mark.parametrize("flags", [("--quant", "gptq4", "--group-size", "64"),
-                                   ("--quant", "gptq4", "--group-size", "64", "--act-order", "--asym"),
-                                   ("--quant", "awq4", "--group-size", "64")])
-def test_int4_runs_on_int4pack_at_tp_1_2_4(tmp_path, capsys, flags):
+def _run(capsys: pytest.CaptureFixture[str], folder: Path, *extra: str) -> tuple[int, dict[str, Any]]:
     from layoutc.cli import main
 
+    capsys.readouterr()
+    code = main(["run", str(folder), "--tp", "1,2,4", "--dtype", "float32", "--format", "json", *extra])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.kernel  # aten::_weight_int4pack_mm_for_cpu
+@pytest.mark.transformers
+@pytest.mark.parametrize("flags", [("--quant", "gptq4", "--group-size", "64"),
+                                   ("--quant", "gptq4", "--group-size", "64", "--act-order", "--asym"),
+                                   ("--quant", "gptq4", "--group-size", "128", "--act-order"),
+                                   ("--quant", "awq4", "--group-size", "32"),
+                                   ("--quant", "awq4", "--group-size", "64"),
+                                   ("--quant", "awq4", "--group-size", "128")])
+def test_int4_runs_on_int4pack_at_tp_1_2_4(tmp_path, capsys, flags):
     folder = _make(tmp_path / "ckpt", *flags)
-    assert main(["run", str(folder), "--tp", "1,2,4", "--dtype", "float32", "--format", "json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    code, report = _run(capsys, folder)
+    assert code == 0, report
     assert [r["tp_size"] for r in report["rows"]] == [1, 2, 4]
     for r in report["rows"]:
         assert r["kernel"].startswith("aten::_weight_int4pack_mm_for_cpu")
         assert "dequantizer" in r["reference"] and r["rel_error"] < 1e-5
+
+
+#: id -> (make_checkpoint flags, --contract or None, the contract whose loaders ran, the reference's
+#: words, the TP degrees that run, the refused degrees -> words of the contract's refusal)
+REFERENCE_ONLY: dict[str, tuple[tuple[str, ...], str | None, str | None, str, tuple[int, ...],
+                                dict[int, str]]] = {
+    "gptq_int8_channel": (("--quant", "gptq8", "--group-size", "-1"), None, "marlin_moe_gptq_int8",
+                          "transformers Qwen3MoeExperts", (1, 2, 4), {}),
+    "gptq_int8_g32": (("--quant", "gptq8", "--group-size", "32"), None, "marlin_moe_gptq_int8",
+                      "transformers Qwen3MoeExperts", (1, 2), {4: "no quant group may straddle the pad boundary"}),
+    "gptq_int4_channel_marlin": (("--quant", "gptq4", "--group-size", "-1"), "marlin_moe_wna16", "marlin_moe_wna16",
+                                 "transformers Qwen3MoeExperts", (1, 2, 4), {}),
+    "gptq_int4_act_order_marlin": (("--quant", "gptq4", "--group-size", "64", "--act-order"), "marlin_moe_wna16",
+                                   None, "", (), {tp: "desc_act=True) is no longer supported" for tp in (1, 2, 4)}),
+    "gptq_int4_asym_marlin": (("--quant", "gptq4", "--group-size", "-1", "--asym"), "marlin_moe_wna16", None, "",
+                              (), {tp: "error[LR162]" for tp in (1, 2, 4)}),
+    "awq_int4_g32_marlin": (("--quant", "awq4", "--group-size", "32"), "marlin_moe_awq", "marlin_moe_awq",
+                            "transformers Qwen3MoeExperts", (1, 2), {4: "no quant group may straddle the pad boundary"}),
+    "fp8_block_deepseek_768": (("--quant", "fp8_block", "--intermediate", "768"), None, "marlin_moe_fp8",
+                               "transformers Qwen3MoeExperts", (1, 2, 4), {}),
+    "fp8_block_704": (("--quant", "fp8_block"), None, None, "", (),
+                      {tp: "intermediate_size must be a multiple of 128" for tp in (1, 2, 4)}),
+    "fp8_channel": (("--quant", "fp8_channel"), None, None, "transformers Qwen3MoeExperts", (1, 2, 4), {}),
+    "fp8_tensor": (("--quant", "fp8_tensor"), None, None, "transformers Qwen3MoeExperts", (1, 2, 4), {}),
+    "mxfp4_gpt_oss": (("--family", "gpt_oss", "--quant", "mxfp4"), None, "vllm_cpu_mxfp4_gpt_oss_moe",
+                      "a float32 loop", (1, 2, 4), {}),
+    "mxfp4_gpt_oss_flashinfer": (("--family", "gpt_oss", "--quant", "mxfp4"), "flashinfer_trtllm_mxfp4_moe",
+                                 "flashinfer_trtllm_mxfp4_moe", "a float32 loop", (1, 2, 4), {}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.transformers
+@pytest.mark.parametrize("case", sorted(REFERENCE_ONLY))
+def test_reference_only_rows_through_the_contract_loaders(tmp_path, capsys, case):
+    flags, contract, loaders, reference, runs, refused = REFERENCE_ONLY[case]
+    folder = _make(tmp_path / "ckpt", *flags)
+    code, report = _run(capsys, folder, *(("--contract", contract) if contract else ()))
+    assert code == (1 if refused else 0), report
+    assert [r["tp_size"] for r in report["rows"]] == list(runs)
+    for r in report["rows"]:
+        assert r["kernel"].startswith(NO_KERNEL), r
+        if loaders is None:
+            assert "no contract declares this method" in r["kernel"], r
+        else:
+            assert f"padded by {loaders}'s loaders" in r["kernel"], r
+        assert r["reference"].startswith(reference) and "dequantizer" in r["reference"], r
+        assert r["ok"] and r["rel_error"] < 1e-5, r
+    assert len(report["refused"]) == len(refused), report["refused"]
+    for line, (tp, words) in zip(report["refused"], sorted(refused.items()), strict=True):
+        assert line.startswith(f"layer 0 tp={tp}: ") and words in line, line
+
+
+def test_the_padded_rank_is_padded():
+    """The gate rows at I_pp = 176 on marlin_moe_gptq_int8 are padded to 192 (round_up(176, 64)),
+    so the rows of test_reference_only_rows_through_the_contract_loaders run on padded shapes."""
+    import generated.marlin_moe_gptq_int8 as mod
+
+    plan = mod.plan(num_experts=8, hidden_size=256, intermediate_size=704, tp_size=4, group_size=-1,
+                    activation="silu", dtype="float16")
+    assert (plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded) == (176, 192)
+
+
+@pytest.mark.slow
+@pytest.mark.transformers
+def test_a_live_pad_mismatches(tmp_path, capsys, monkeypatch):
+    """The check can fail: with one pad lane of w13's scales made 1 (gate and up of channel
+    I_pp of every expert; the contract pads them with 0), that lane is no longer inert under
+    decode and the tp > 1 rows MISMATCH (exit 1); the tp = 1 row, which has no pad, still matches."""
+    from layoutc.tools.quant_run import padded
+
+    folder = _make(tmp_path / "ckpt", "--quant", "gptq8", "--group-size", "-1")
+    real = padded.load_rank
+
+    def corrupt(layout, contract, plan, rank, sources):
+        loaded = real(layout, contract, plan, rank, sources)
+        live, p = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
+        if p > live:
+            scales = loaded.tensors["w13_scales"]  # [E, 1, 2P]: [gate | up] along n
+            scales[:, :, live] = 1.0
+            scales[:, :, p + live] = 1.0
+        return loaded
+
+    monkeypatch.setattr(padded, "load_rank", corrupt)
+    code, report = _run(capsys, folder)
+    assert code == 1
+    ok = {r["tp_size"]: r["ok"] for r in report["rows"]}
+    assert ok == {1: True, 2: False, 4: False}, report["rows"]
+    assert all(r["rel_error"] > 1e-2 for r in report["rows"] if r["tp_size"] > 1)

@@ -381,12 +381,10 @@ def decode_rank(loaded: Loaded, scheme: S.QuantScheme) -> RankWeights:
 
 def reference_layer(mod: Any, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: int, tp: int,
                     dtype: str, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, use_transformers: bool,
-                    sources: dict[tuple[str, str], list[torch.Tensor]],
-                    mutate: Any = None) -> tuple[torch.Tensor, Any, str, float, float]:
+                    sources: dict[tuple[str, str], list[torch.Tensor]]) -> tuple[torch.Tensor, Any, str, float, float]:
     """All ranks of one layer through `mod`'s loaders, decoded and run through the reference,
     summed in float32: (output [T, H], plan, reference name, slowest rank's load + decode
-    seconds, slowest rank's reference seconds). `mutate(loaded)` (tests) may corrupt a rank's
-    tensors before decoding. Raises the module's LayoutContractError when the contract refuses
+    seconds, slowest rank's reference seconds). Raises the module's LayoutContractError when the contract refuses
     the plan, RunError LR160-LR164."""
     from layoutc.tools.quant_run.runner import reference_output
     from layoutc.tools.runplan import module_layout
@@ -402,8 +400,6 @@ def reference_layer(mod: Any, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantSc
     for r in range(tp):
         t0 = time.perf_counter()
         loaded = load_rank(layout, contract, plan, r, sources)
-        if mutate is not None:
-            mutate(loaded, plan, r)
         w = decode_rank(loaded, scheme)
         t1 = time.perf_counter()
         p, hp = w.down.shape[2], w.down.shape[1]
