@@ -1,5 +1,6 @@
 """`layoutc run` on local quantized checkpoints (examples/make_checkpoint.py --quant, written by
-the test packers in tests/quant_pack.py; I = 704, so 176 per rank at tp 4), against transformers'
+the test packers in tests/quant_pack.py; I = 704, so 176 per rank at tp 4; I = 768 where a
+group or block of 128 must divide it: 704 = 5.5 * 128), against transformers'
 experts module (or a float32 loop for gpt-oss) over the independent dequantizer; float32 makes
 the comparison tight (the codes pass through exactly).
 
@@ -53,10 +54,10 @@ def _run(capsys: pytest.CaptureFixture[str], folder: Path, *extra: str) -> tuple
 @pytest.mark.transformers
 @pytest.mark.parametrize("flags", [("--quant", "gptq4", "--group-size", "64"),
                                    ("--quant", "gptq4", "--group-size", "64", "--act-order", "--asym"),
-                                   ("--quant", "gptq4", "--group-size", "128", "--act-order"),
+                                   ("--quant", "gptq4", "--group-size", "128", "--act-order", "--intermediate", "768"),
                                    ("--quant", "awq4", "--group-size", "32"),
                                    ("--quant", "awq4", "--group-size", "64"),
-                                   ("--quant", "awq4", "--group-size", "128")])
+                                   ("--quant", "awq4", "--group-size", "128", "--intermediate", "768")])
 def test_int4_runs_on_int4pack_at_tp_1_2_4(tmp_path, capsys, flags):
     folder = _make(tmp_path / "ckpt", *flags)
     code, report = _run(capsys, folder)
@@ -71,6 +72,8 @@ def test_int4_runs_on_int4pack_at_tp_1_2_4(tmp_path, capsys, flags):
 #: words, the TP degrees that run, the refused degrees -> words of the contract's refusal)
 REFERENCE_ONLY: dict[str, tuple[tuple[str, ...], str | None, str | None, str, tuple[int, ...],
                                 dict[int, str]]] = {
+    "gptq_int4_g128_704_int4pack": (("--quant", "gptq4", "--group-size", "128"), None, None, "", (),
+                                    {tp: "the intermediate dim must be whole quant groups" for tp in (1, 2, 4)}),
     "gptq_int8_channel": (("--quant", "gptq8", "--group-size", "-1"), None, "marlin_moe_gptq_int8",
                           "transformers Qwen3MoeExperts", (1, 2, 4), {}),
     "gptq_int8_g32": (("--quant", "gptq8", "--group-size", "32"), None, "marlin_moe_gptq_int8",

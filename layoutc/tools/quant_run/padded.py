@@ -348,31 +348,37 @@ class RankWeights:
     down_bias: torch.Tensor | None
 
 
+def _gate_up(v: torch.Tensor, axis: ir.Axis) -> torch.Tensor:
+    """w13's values [E, n, ...] with n as [gate | up]: the axis's segments, in its roles' order,
+    are contiguous (`halves`, `concat`) or alternate row by row (`interleave`)."""
+    roles = axis.roles or ("gate", "up")
+    seg = len(roles)
+    if axis.layout.value == "interleave":
+        parts = {r: v[:, i::seg] for i, r in enumerate(roles)}
+    else:
+        parts = dict(zip(roles, v.chunk(seg, dim=1), strict=True))
+    return torch.cat([parts["gate"], parts["up"]], dim=1)
+
+
 def decode_rank(loaded: Loaded, scheme: S.QuantScheme) -> RankWeights:
     """The rank's weights decoded from its padded tensors by the contract's decode (module
-    docstring), reordered to [experts, n, k] with w13's n as [gate | up] (an `interleave` n
-    axis de-interleaved: even rows gate, odd rows up)."""
+    docstring), reordered to [experts, n, k] with w13's n as [gate | up] (`_gate_up`: the n
+    axis's segments in the order of its roles)."""
     dec = _Decoder(loaded, scheme)
     out: dict[str, torch.Tensor] = {}
-    layouts: dict[str, str] = {}
     for t in loaded.contract.tensors:
         if t.kind != "weight":
             continue
         v = dec.value(t.name)
         names = [a.name for a in t.axes]
         v = v.permute(names.index("experts"), names.index("n"), names.index("k"))
-        out[t.projection] = v.to(torch.float32)
-        layouts[t.projection] = t.axis("n").layout.value
-    gate_up = out["w13"]
-    if layouts["w13"] == "interleave":
-        gate_up = torch.cat([gate_up[:, 0::2], gate_up[:, 1::2]], dim=1)
+        out[t.projection] = _gate_up(v.to(torch.float32), t.axis("n")) if t.projection == "w13" else v.to(torch.float32)
     biases: dict[str, torch.Tensor | None] = {"w13": None, "w2": None}
     for t in loaded.contract.tensors:
         if t.kind == "bias" and t.name in loaded.tensors:
             b = loaded.tensors[t.name].to(torch.float32)
-            if t.projection == "w13" and t.axis("n").layout.value == "interleave":
-                b = torch.cat([b[:, 0::2], b[:, 1::2]], dim=1)
-            biases[t.projection] = b
+            biases[t.projection] = _gate_up(b, t.axis("n")) if t.projection == "w13" else b
+    gate_up = out["w13"]
     return RankWeights(gate_up.contiguous(), out["w2"].contiguous(), biases["w13"], biases["w2"])
 
 
