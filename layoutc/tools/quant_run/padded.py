@@ -160,10 +160,10 @@ def expert_sources(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer
                 out[(proj, role)] = list(t)
     plain = fmt.names(layer, None)
     for key, proj in (("gate_up_bias", "gate_up"), ("down_bias", "down")):
-        name = plain.get(key)
-        if name is None or not ckpt.has(name):
+        bias = plain.get(key)
+        if bias is None or not ckpt.has(bias):
             continue
-        b = ckpt.tensor(name).to(torch.float32)
+        b = ckpt.tensor(bias).to(torch.float32)
         if proj == "gate_up":
             out[("gate", "bias")], out[("up", "bias")] = list(b[:, 0::2]), list(b[:, 1::2])
         else:
