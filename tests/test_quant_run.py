@@ -1,8 +1,9 @@
 """`layoutc run` on local quantized checkpoints (examples/make_checkpoint.py --quant, written by
 the test packers in tests/quant_pack.py; I = 704, so 176 per rank at tp 4; I = 768 where a
 group or block of 128 must divide it: 704 = 5.5 * 128), against transformers'
-experts module (or a float32 loop for gpt-oss) over the independent dequantizer; float32 makes
-the comparison tight (the codes pass through exactly).
+experts module over the independent dequantizer (gpt-oss MXFP4: transformers' GptOssExperts
+as from_pretrained(Mxfp4Config(dequantize=True)) builds it, its own dequantization); float32
+makes the comparison tight (the codes pass through exactly).
 
 - GPTQ / AWQ int4 run on torch's int4pack kernel from the checkpoint's own codes (kernel).
 - Every other method has no kernel on this CPU: each rank's padded tensors come from the
@@ -93,9 +94,9 @@ REFERENCE_ONLY: dict[str, tuple[tuple[str, ...], str | None, str | None, str, tu
     "fp8_channel": (("--quant", "fp8_channel"), None, None, "transformers Qwen3MoeExperts", (1, 2, 4), {}),
     "fp8_tensor": (("--quant", "fp8_tensor"), None, None, "transformers Qwen3MoeExperts", (1, 2, 4), {}),
     "mxfp4_gpt_oss": (("--family", "gpt_oss", "--quant", "mxfp4"), None, "vllm_cpu_mxfp4_gpt_oss_moe",
-                      "a float32 loop", (1, 2, 4), {}),
+                      "transformers GptOssExperts", (1, 2, 4), {}),
     "mxfp4_gpt_oss_flashinfer": (("--family", "gpt_oss", "--quant", "mxfp4"), "flashinfer_trtllm_mxfp4_moe",
-                                 "flashinfer_trtllm_mxfp4_moe", "a float32 loop", (1, 2, 4), {}),
+                                 "flashinfer_trtllm_mxfp4_moe", "transformers GptOssExperts", (1, 2, 4), {}),
 }
 
 
@@ -114,7 +115,14 @@ def test_reference_only_rows_through_the_contract_loaders(tmp_path, capsys, case
             assert "no contract declares this method" in r["kernel"], r
         else:
             assert f"padded by {loaders}'s loaders" in r["kernel"], r
-        assert r["reference"].startswith(reference) and "dequantizer" in r["reference"], r
+        if loaders is None:
+            assert r["reference"] == f"{reference} over the independent dequantizer (checkpoints/quant/dequant.py)"
+        else:  # each rank through transformers' module over its decoded padded tensors, the sum against the oracle
+            assert r["reference"].startswith(f"{reference} over the rank's padded tensors decoded by {loaders}'s "
+                                             f"decode, ranks summed, against {reference}"), r
+            oracle = "from_pretrained(Mxfp4Config(dequantize=True)): its own MXFP4 dequantization" \
+                if "mxfp4" in case else "over the independent dequantizer (checkpoints/quant/dequant.py)"
+            assert r["reference"].endswith(oracle), r
         assert r["ok"] and r["rel_error"] < 1e-5, r
     assert len(report["refused"]) == len(refused), report["refused"]
     for line, (tp, words) in zip(report["refused"], sorted(refused.items()), strict=True):

@@ -417,7 +417,8 @@ def reference_layer(mod: Any, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantSc
             # vLLM adds w2's bias once, on rank 0 (the all-reduce would add it tp times)
             params["down_proj_bias"] = w.down_bias if r == 0 else torch.zeros_like(w.down_bias)
         out, name = reference_output(ckpt, replace(moe, intermediate_size=p, hidden_size=hp), params, xs,
-                                     weights, ids, use_transformers)
+                                     weights, ids, use_transformers, f"the rank's padded tensors decoded by "
+                                     f"{contract.name}'s decode")
         total += out[:, :x.shape[1]]
         t2 = time.perf_counter()
         load_s, ref_s = max(load_s, t1 - t0), max(ref_s, t2 - t1)

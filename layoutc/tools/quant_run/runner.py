@@ -7,16 +7,26 @@ each naming the tensor), and only then is anything run.
 - GPTQ / AWQ int4 (`gptq_int4`, `awq_int4`) with the torch_int4pack_gptq_moe contract: each
   rank's padded codes, scales and zeros come from the generated loaders, run on torch's
   int4pack kernel (rank.py), and the ranks are summed in the model dtype (the all-reduce).
-- Any other method: no kernel here. Each rank's slice of the intermediate dim (an even
-  split, vLLM's) is run through the reference and the ranks summed, so the TP split of the
-  dequantized weights is checked; the kernel column says "no kernel for this method on this
-  CPU: reference only" and no contract's padded layout is exercised.
+- Any other method (and GPTQ / AWQ with `--contract marlin_*`): no kernel on this machine
+  (Marlin, AITER, FlashInfer are GPU kernels). Each rank's padded tensors are built by the
+  method's contract's generated alloc / load (padded.REFERENCE_CONTRACTS: GPTQ int8 ->
+  marlin_moe_gptq_int8, block FP8 -> marlin_moe_fp8, MXFP4 -> vllm_cpu_mxfp4_gpt_oss_moe),
+  decoded by the contract's decode back to float weights of the padded per-rank shape, run
+  through the reference there and summed (quant_run/padded.py), so the layout and the
+  inertness of the pads under decode are checked end to end. The kernel column says "no
+  kernel for this method on this CPU: reference only (padded by C's loaders ...)". A degree
+  the contract refuses is a `refused:` line with its error (exit 1). Per-channel / per-tensor
+  FP8, which no contract declares, split the dequantized weights evenly (LR163 when uneven).
 
-The reference: transformers' own experts module of the family (e.g. Qwen3MoeExperts) with
-the weights of the independent dequantizer (checkpoints/quant/dequant.py, held to vLLM's
-unpackers in tests/test_quant_formats.py), or a float32 loop where the family names no
-experts class. transformers' own GPTQ / AWQ loading needs gptqmodel / autoawq and a GPU
-kernel, absent here. Tolerance: TOLERANCE of layoutc/tools/run.py on ||out - ref|| / ||ref||
+The reference: transformers' own experts module of the family (e.g. Qwen3MoeExperts,
+GptOssExperts, its weights put in the family's layout) with the weights of the independent
+dequantizer (checkpoints/quant/dequant.py, held to vLLM's unpackers in
+tests/test_quant_formats.py), or a float32 loop where the family names no experts class. For
+gpt-oss MXFP4 the full reference is transformers' own dequantization
+(`from_pretrained(..., Mxfp4Config(dequantize=True))`, on CPU without accelerate), and the
+independent dequantizer must agree with it (a `refused:` line otherwise). transformers' own
+GPTQ / AWQ loading needs gptqmodel / autoawq and a GPU kernel, and its FP8 loader needs
+accelerate: absent here. Tolerance: TOLERANCE of layoutc/tools/run.py on ||out - ref|| / ||ref||
 (docs/verification.md, "Quantized checkpoints").
 """
 
@@ -105,22 +115,25 @@ def dequantized(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: i
     return {"gate_up_proj": torch.cat([torch.stack(gates), torch.stack(ups)], dim=1), "down_proj": torch.stack(downs)}
 
 
+DEQUANTIZER = "the independent dequantizer (checkpoints/quant/dequant.py)"
+
+
 def reference_output(ckpt: Checkpoint, moe: ModelMoE, params: dict[str, Any], x: Any, weights: Any, ids: Any,
-                     use_transformers: bool) -> tuple[Any, str]:
+                     use_transformers: bool, source: str = DEQUANTIZER) -> tuple[Any, str]:
     """(float32 [T, H] routed output, its name): transformers' experts module of the family filled
     with `params` (built at `moe`'s intermediate size, so a rank's padded shapes run through it
-    too), or a float32 loop (no experts class, a transposed family such as gpt-oss, biases, or
+    too), or a float32 loop (no experts class, a parameter it has no place for, or
     --no-transformers). params: gate_up_proj [E, 2I, H] ([gate | up]), down_proj [E, H, I],
-    optionally gate_up_proj_bias [E, 2I] and down_proj_bias [E, H] (float32)."""
+    optionally gate_up_proj_bias [E, 2I] and down_proj_bias [E, H] (float32); source: what
+    `params` were decoded by, for the name."""
     import torch
 
     from layoutc.tools.checkpoints.reference import _act, transformers_forward
 
-    biased = "gate_up_proj_bias" in params or "down_proj_bias" in params
-    module = _experts_module(ckpt, moe, params) if use_transformers and not biased else None
+    module = _experts_module(ckpt, moe, params) if use_transformers else None
     if module is not None:
         return (transformers_forward(module, x, weights, ids),
-                f"transformers {type(module).__name__} over the independent dequantizer (checkpoints/quant/dequant.py)")
+                f"transformers {type(module).__name__} over {source}")
     out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32)
     gu_bias, down_bias = params.get("gate_up_proj_bias"), params.get("down_proj_bias")
     for e in torch.unique(ids).tolist():
@@ -133,16 +146,58 @@ def reference_output(ckpt: Checkpoint, moe: ModelMoE, params: dict[str, Any], x:
         if down_bias is not None:
             y = y + down_bias[e]
         out.index_add_(0, tok, y * weights[tok, slot, None].to(torch.float32))
-    return out, "a float32 loop over the independent dequantizer (checkpoints/quant/dequant.py)"
+    return out, f"a float32 loop over {source}"
+
+
+def transformers_dequantized(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: int, x: Any,
+                             weights: Any, ids: Any) -> tuple[Any, str] | None:
+    """gpt-oss MXFP4: (float32 [T, H], name) of transformers' own experts module of `layer` as
+    `from_pretrained(..., quantization_config=Mxfp4Config(dequantize=True))` builds it (its
+    own MXFP4 dequantization, on CPU, without accelerate; transformers 5.19
+    integrations/mxfp4.py), or None for another method or where transformers cannot."""
+    import torch
+
+    from layoutc.tools.checkpoints.reference import transformers_forward
+
+    if scheme.method != "mxfp4" or moe.format.model_type != "gpt_oss":
+        return None
+    try:
+        import transformers
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            str(ckpt.folder), dtype=torch.float32, quantization_config=transformers.Mxfp4Config(dequantize=True),
+            experts_implementation="eager")  # its float32 loop, not torch._grouped_mm
+        experts = model.model.layers[layer].mlp.experts.to(torch.float32)  # it dequantizes to bf16: exact
+    except (ImportError, AttributeError, ValueError, KeyError, OSError, RuntimeError, IndexError):
+        return None
+    return (transformers_forward(experts.eval(), x, weights, ids),
+            f"transformers {type(experts).__name__} of from_pretrained(Mxfp4Config(dequantize=True)): "
+            "its own MXFP4 dequantization")
+
+
+def _module_layout(moe: ModelMoE, name: str, value: Any) -> Any:
+    """A [gate | up] / [out, in] parameter in the family's own layout: gate_up's rows interleaved
+    (gate, up) pairs where the format says `interleave`, weights [in, out] where it says
+    `transposed` (gpt-oss: gate_up_proj [E, H, 2I], down_proj [E, I, H])."""
+    import torch
+
+    fmt = moe.format
+    if name.startswith("gate_up") and fmt.gate_up_layout == "interleave":
+        gate, up = value.chunk(2, dim=1)
+        value = torch.stack([gate, up], dim=2).flatten(1, 2)
+    if name in ("gate_up_proj", "down_proj") and (fmt.transposed if name == "gate_up_proj" else fmt.down_transposed):
+        value = value.transpose(1, 2)
+    return value
 
 
 def _experts_module(ckpt: Checkpoint, moe: ModelMoE, params: dict[str, Any]) -> Any:
-    """transformers' experts class of the family with `params` copied in, or None without one."""
+    """transformers' experts class of the family with `params` copied in (in the family's layout,
+    `_module_layout`), built at `moe`'s intermediate size; None without one, or where a
+    parameter has no place in it."""
     import importlib
 
     import torch
 
-    if moe.format.experts_class is None or moe.format.transposed:
+    if moe.format.experts_class is None:
         return None
     try:
         import transformers
@@ -164,10 +219,14 @@ def _experts_module(ckpt: Checkpoint, moe: ModelMoE, params: dict[str, Any]) -> 
     module = cls(config).to(torch.float32)
     with torch.no_grad():
         for name, value in params.items():
-            target = getattr(module, name)
-            if tuple(target.shape) != tuple(value.shape):
+            target = getattr(module, name, None)
+            value = _module_layout(moe, name, value)
+            if target is None or tuple(target.shape) != tuple(value.shape):
                 return None
             target.copy_(value)
+    for name, _ in module.named_parameters():
+        if name not in params:  # e.g. gpt-oss's biases where the caller gave none
+            return None
     return module.eval()
 
 
@@ -288,6 +347,13 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, sch
         params = dequantized(ckpt, moe, scheme, layer)
         x, weights, ids = inputs(ckpt, moe, layer, args.tokens, args.seed, dtype)
         ref, ref_name = reference_output(ckpt, moe, params, x, weights, ids, not args.no_transformers)
+        own = transformers_dequantized(ckpt, moe, scheme, layer, x, weights, ids) if not args.no_transformers \
+            else None
+        if own is not None:  # transformers' own dequantization is the stronger oracle; ours must agree with it
+            if rel_error(ref, own[0]) > tol:
+                refused.append(f"layer {layer}: the independent dequantizer's reference disagrees with {own[1]} "
+                               f"(rel {rel_error(ref, own[0]):.2e})")
+            ref, ref_name = own
         for tp in tps:
             try:
                 if runs_int4:
@@ -299,7 +365,7 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, sch
                     out, plan, rank_ref, load_s, kernel_s = padded.reference_layer(
                         mod, ckpt, moe, scheme, layer, tp, dtype, x, weights, ids, not args.no_transformers, sources)
                     pp, pad = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
-                    kernel, ref_name = no_kernel_text(contract), rank_ref
+                    kernel = no_kernel_text(contract)
                 else:
                     t0 = time.perf_counter()
                     out = reference_ranks(params, moe, scheme, tp, x, weights, ids, ckpt, not args.no_transformers)
@@ -317,7 +383,8 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, sch
                 refused.append(f"layer {layer} tp={tp}: {exc}")
                 continue
             rel = rel_error(out, ref)
-            rows.append(QuantRow(layer, tp, pp, pad, rel, tol, rel <= tol, kernel, ref_name,
+            name = ref_name if runs_int4 or mod is None else f"{rank_ref}, ranks summed, against {ref_name}"
+            rows.append(QuantRow(layer, tp, pp, pad, rel, tol, rel <= tol, kernel, name,
                                  kernel_s * 1e3, load_s * 1e3))
     return _print(args, moe, scheme, dtype, rows, refused)
 
