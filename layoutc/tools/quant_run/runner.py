@@ -162,9 +162,9 @@ def transformers_dequantized(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantSch
     if scheme.method != "mxfp4" or moe.format.model_type != "gpt_oss":
         return None
     try:
-        import transformers
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(ckpt.folder), dtype=torch.float32, quantization_config=transformers.Mxfp4Config(dequantize=True),
+        from transformers import AutoModelForCausalLM, Mxfp4Config  # type: ignore[attr-defined]
+        model = AutoModelForCausalLM.from_pretrained(
+            str(ckpt.folder), dtype=torch.float32, quantization_config=Mxfp4Config(dequantize=True),
             experts_implementation="eager")  # its float32 loop, not torch._grouped_mm
         experts = model.model.layers[layer].mlp.experts.to(torch.float32)  # it dequantizes to bf16: exact
     except (ImportError, AttributeError, ValueError, KeyError, OSError, RuntimeError, IndexError):
