@@ -43,11 +43,11 @@ def _make(out: Path, *flags: str) -> Path:
     return out
 
 
-def _run(capsys: pytest.CaptureFixture[str], folder: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+def _run(capsys: pytest.CaptureFixture[str], folder: Path, *extra: str, tp: str = "1,2,4") -> tuple[int, dict[str, Any]]:
     from layoutc.cli import main
 
     capsys.readouterr()
-    code = main(["run", str(folder), "--tp", "1,2,4", "--dtype", "float32", "--format", "json", *extra])
+    code = main(["run", str(folder), "--tp", tp, "--dtype", "float32", "--format", "json", *extra])
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -110,7 +110,10 @@ def test_reference_only_rows_through_the_contract_loaders(tmp_path, capsys, case
     assert code == (1 if refused else 0), report
     assert [r["tp_size"] for r in report["rows"]] == list(runs)
     for r in report["rows"]:
-        assert r["kernel"].startswith(NO_KERNEL), r
+        assert r["kernel"].startswith(NO_KERNEL.removesuffix(": reference only")), r
+        if case.startswith(("mxfp4", "fp8_block", "gptq_int4", "awq")):  # vLLM's CPU experts need AMX here
+            assert " (needs x86 AMX tiles for vLLM 0.32's CPUExperts" in r["kernel"] or "could run here" in r["kernel"]
+        assert ": reference only (" in r["kernel"], r
         if loaders is None:
             assert "no contract declares this method" in r["kernel"], r
         else:
@@ -165,3 +168,20 @@ def test_a_live_pad_mismatches(tmp_path, capsys, monkeypatch):
     ok = {r["tp_size"]: r["ok"] for r in report["rows"]}
     assert ok == {1: True, 2: False, 4: False}, report["rows"]
     assert all(r["rel_error"] > 1e-2 for r in report["rows"] if r["tp_size"] > 1)
+
+
+@pytest.mark.slow
+@pytest.mark.transformers
+def test_an_uneven_split_is_a_coded_refusal_not_a_traceback(tmp_path, capsys):
+    """I = 704 over tp = 3: per-channel FP8 (no contract; vLLM splits evenly) is refused with
+    LR163, and GPTQ int8 with marlin_moe_gptq_int8's own rule; tp = 2 still runs. Exit 1."""
+    fp8 = _make(tmp_path / "fp8", "--quant", "fp8_channel")
+    code, report = _run(capsys, fp8, tp="2,3")
+    assert code == 1 and [r["tp_size"] for r in report["rows"]] == [2] and report["rows"][0]["ok"]
+    assert report["refused"] == [report["refused"][0]] and "tp=3: error[LR163]: no contract declares fp8_channel" \
+        in report["refused"][0]
+    int8 = _make(tmp_path / "int8", "--quant", "gptq8", "--group-size", "-1")
+    code, report = _run(capsys, int8, tp="2,3")
+    assert code == 1 and [r["tp_size"] for r in report["rows"]] == [2]
+    assert len(report["refused"]) == 1 and "marlin_moe_gptq_int8" in report["refused"][0] \
+        and "intermediate_size must split evenly over tp_size" in report["refused"][0]

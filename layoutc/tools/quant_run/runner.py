@@ -301,11 +301,35 @@ def reference_contract(args: argparse.Namespace, scheme: S.QuantScheme) -> str |
     return found[0] if found else None
 
 
-def no_kernel_text(contract: str | None) -> str:
-    """The kernel column of a reference-only row: NO_KERNEL and whose loaders padded the rank."""
+#: vLLM 0.32's CPU experts class for a method (model_executor/layers/fused_moe/experts/cpu_moe.py;
+#: each one's `_supports_current_device` needs x86 with AMX tiles). GPTQ int8 (W8A16) and
+#: per-channel / per-tensor FP8 have none (CPUExpertsInt8 is W8A8, CPUExpertsFp8 block only).
+VLLM_CPU_EXPERTS = {"gptq_int4": "CPUExpertsInt4", "awq_int4": "CPUExpertsInt4", "fp8_block": "CPUExpertsFp8",
+                    "mxfp4": "CPUExpertsMxfp4"}
+
+
+def _needs(scheme: S.QuantScheme) -> str | None:
+    """Why vLLM's CPU kernel for the method does not run here, or None when it has none."""
+    import platform
+
+    import torch
+
+    cls = VLLM_CPU_EXPERTS.get(scheme.name)
+    if cls is None:
+        return None
+    if platform.machine() in ("x86_64", "AMD64") and bool(torch.cpu._is_amx_tile_supported()):
+        return f"vLLM 0.32's {cls} could run here (AMX), but layoutc binds no glue for it"
+    return f"needs x86 AMX tiles for vLLM 0.32's {cls}; this CPU has none"
+
+
+def no_kernel_text(contract: str | None, scheme: S.QuantScheme) -> str:
+    """The kernel column of a reference-only row: NO_KERNEL (with why vLLM's CPU kernel for the
+    method does not run, where it has one) and whose loaders padded the rank."""
+    needs = _needs(scheme)
+    text = NO_KERNEL if needs is None else NO_KERNEL.replace(": reference only", f" ({needs}): reference only")
     if contract is None:
-        return f"{NO_KERNEL} (no contract declares this method: dequantized weights split evenly, no padded layout)"
-    return f"{NO_KERNEL} (padded by {contract}'s loaders, decoded by its decode)"
+        return f"{text} (no contract declares this method: dequantized weights split evenly, no padded layout)"
+    return f"{text} (padded by {contract}'s loaders, decoded by its decode)"
 
 
 def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme,
@@ -365,13 +389,13 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, sch
                     out, plan, rank_ref, load_s, kernel_s = padded.reference_layer(
                         mod, ckpt, moe, scheme, layer, tp, dtype, x, weights, ids, not args.no_transformers, sources)
                     pp, pad = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
-                    kernel = no_kernel_text(contract)
+                    kernel = no_kernel_text(contract, scheme)
                 else:
                     t0 = time.perf_counter()
                     out = reference_ranks(params, moe, scheme, tp, x, weights, ids, ckpt, not args.no_transformers)
                     load_s, kernel_s = 0.0, time.perf_counter() - t0
                     pp = pad = moe.intermediate_size // tp
-                    kernel = no_kernel_text(None)
+                    kernel = no_kernel_text(None, scheme)
             except RunError as exc:
                 if exc.code not in ("LR160", "LR161", "LR162", "LR163", "LR164"):
                     raise
