@@ -88,7 +88,8 @@ def plan_values(layout: Any, moe: ModelMoE, scheme: S.QuantScheme, tp: int, dtyp
                 stored_scale_dtype: str | None) -> dict[str, Any]:
     """The `plan()` arguments for this layer and scheme. `dtype` is the model dtype; a contract
     whose dtype domain lacks it (Marlin: float16 / bfloat16) stores its scales in the dtype the
-    checkpoint stores them in. RunError LR162 for a required parameter the scheme does not give."""
+    checkpoint stores them in; block FP8's `scheme` / `block` / `scale_dtype` come from its block
+    and its stored scales. RunError LR162 for a required parameter the scheme does not give."""
     values: dict[str, Any] = {"num_experts": moe.num_experts, "hidden_size": moe.hidden_size,
                               "intermediate_size": moe.intermediate_size, "tp_size": tp,
                               "activation": moe.activation, "act_order": scheme.act_order}
@@ -96,8 +97,9 @@ def plan_values(layout: Any, moe: ModelMoE, scheme: S.QuantScheme, tp: int, dtyp
         values["group_size"] = scheme.group_size
     if scheme.block is not None:
         values["block"] = scheme.block[1]
-        values["scheme"] = f"fp8_block{scheme.block[1]}" if scheme.block[0] == scheme.block[1] else "?"
-        values["scale_dtype"] = "float32"
+        if scheme.block[0] == scheme.block[1]:  # marlin_moe_fp8's `scheme`: square blocks only
+            values["scheme"] = f"fp8_block{scheme.block[1]}"
+        values["scale_dtype"] = "uint8" if stored_scale_dtype in ("uint8", "float8_e8m0fnu") else "float32"
     param = layout.param("dtype")
     if param is not None:
         domain = tuple(str(v) for v in param.values)
@@ -398,6 +400,10 @@ def reference_layer(mod: Any, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantSc
     layout = module_layout(mod)
     contract = contract_ir(mod)
     check_holds(contract, scheme)
+    if scheme.act_order and layout.param("act_order") is None:
+        raise RunError("LR162", f"{scheme.name} is act-order (desc_act, a g_idx permutation of groups), but contract "
+                       f"{contract.name} has no act_order parameter and no g_idx tensor: it reads groups as "
+                       "k // group_size, so it cannot hold this checkpoint")
     scale = sources.get(("gate", "scale"))
     stored = str(scale[0].dtype).removeprefix("torch.") if scale else None
     plan = layout.plan(**plan_values(layout, moe, scheme, tp, dtype, stored))
