@@ -68,16 +68,31 @@ class Loaded:
 
 
 def contract_ir(mod: Any) -> ir.Contract:
-    """The checked IR of the generated module's contract file. RunError LR160 when it cannot be read."""
-    return _load_ir(str(mod.SOURCE_FILE))
+    """The checked IR of the generated module's contract (`SOURCE_FILE`): the file in this
+    layoutc's source tree (the one its compiler reads), else the installed `layoutc_contracts`
+    package's. A decode that disagreed with the module's loaders could only make rows MISMATCH,
+    never hide one. RunError LR160 when it cannot be found or read."""
+    import importlib.util
+
+    source = Path(str(mod.SOURCE_FILE))
+    candidates = [Path(__file__).resolve().parents[3] / source]
+    try:
+        spec = importlib.util.find_spec("layoutc_contracts")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None:
+        candidates += [Path(p) / source.name for p in spec.submodule_search_locations or []]
+    path = next((c for c in candidates if c.is_file()), None)
+    if path is None:
+        raise RunError("LR160", f"contract {mod.CONTRACT}: {source} is not installed; its decode cannot be read")
+    return _load_ir(str(path))
 
 
 @cache
-def _load_ir(source_file: str) -> ir.Contract:
+def _load_ir(path: str) -> ir.Contract:
     from layoutc.compiler.source import load
 
-    path = Path(__file__).resolve().parents[3] / source_file
-    contract, diags, _ = load(str(path))
+    contract, diags, _ = load(path)
     if contract is None:
         first = diags[0].message if diags else "no contract"
         raise RunError("LR160", f"{path}: the contract does not load ({first}); its decode cannot be read")
@@ -180,7 +195,11 @@ def load_rank(layout: Any, contract: ir.Contract, plan: Any, rank: int,
     up for w13, down for w2). An optional tensor with no stored source (a bias the checkpoint
     lacks) is left out. RunError LR164 for a required one; the module's LayoutContractError
     for a stored tensor of the wrong shape."""
-    env = evaluate.eval_lets(contract, {p.name: _param(getattr(plan, p.name)) for p in layout.plan_params})
+    try:
+        env = evaluate.eval_lets(contract, {p.name: _param(getattr(plan, p.name)) for p in layout.plan_params})
+    except evaluate.EvalError as exc:
+        raise RunError("LR160", f"contract {contract.name} ({contract.file}): its lets do not evaluate at the "
+                       f"module's plan ({exc}); the module and its contract file disagree") from None
     tensors: dict[str, torch.Tensor] = {}
     for entry in layout.tensors:
         role = "bias" if entry.kind == "bias" else _ROLE.get(entry.kind)
