@@ -187,3 +187,40 @@ def test_an_uneven_split_is_a_coded_refusal_not_a_traceback(tmp_path, capsys):
     assert code == 1 and [r["tp_size"] for r in report["rows"]] == [2]
     assert len(report["refused"]) == 1 and "marlin_moe_gptq_int8" in report["refused"][0] \
         and "intermediate_size must split evenly over tp_size" in report["refused"][0]
+
+
+@pytest.mark.slow
+@pytest.mark.transformers
+def test_a_live_tail_mismatches(tmp_path, capsys, monkeypatch):
+    """The check reaches a short rank's tail too: block FP8 at I = 768 over tp = 4 on
+    marlin_moe_fp8 gives each rank round_up(192, 128) = 256 rows in whole blocks of 128, so the
+    6 blocks fill ranks 0-2 and rank 3 is all tail (codes 0, scales `tail fill 1`: decoding to
+    0). With the tail's codes made 0x38 (1.0 in E4M3) in w13 (gate and up rows) and w2 (columns),
+    the tail is live and tp = 4 MISMATCHes; tp = 1 and 2 have no tail and still match."""
+    import torch
+
+    from layoutc.tools.quant_run import padded
+
+    folder = _make(tmp_path / "ckpt", "--quant", "fp8_block", "--intermediate", "768")
+    real = padded.load_rank
+    tails: list[tuple[int, int]] = []
+
+    def corrupt(layout, contract, plan, rank, sources):
+        loaded = real(layout, contract, plan, rank, sources)
+        w13 = loaded.tensors["w13_weight"].view(torch.uint8)  # [E, 2P, H]: [gate | up]
+        w2 = loaded.tensors["w2_weight"].view(torch.uint8)  # [E, H, P]
+        dead = ~(w13 != 0).any(dim=2).any(dim=0)  # rows no expert has a non-zero byte in: the tail
+        p = plan.intermediate_size_per_partition_padded
+        if plan.tp_size == 4 and bool(dead.any()):
+            tails.append((rank, int(dead.sum())))
+            assert torch.equal(dead[:p], dead[p:])  # gate's and up's tails are the same rows
+            assert not w2[:, :, dead[:p]].any()  # w2's tail columns are code 0 as loaded
+            w13[:, dead] = 0x38
+            w2[:, :, dead[:p]] = 0x38
+        return loaded
+
+    monkeypatch.setattr(padded, "load_rank", corrupt)
+    code, report = _run(capsys, folder)
+    assert tails == [(3, 512)], tails
+    assert code == 1
+    assert {r["tp_size"]: r["ok"] for r in report["rows"]} == {1: True, 2: True, 4: False}, report["rows"]
