@@ -79,6 +79,8 @@ REFERENCE_ONLY: dict[str, tuple[tuple[str, ...], str | None, str | None, str, tu
                           "transformers Qwen3MoeExperts", (1, 2, 4), {}),
     "gptq_int8_g32": (("--quant", "gptq8", "--group-size", "32"), None, "marlin_moe_gptq_int8",
                       "transformers Qwen3MoeExperts", (1, 2), {4: "no quant group may straddle the pad boundary"}),
+    "gptq_int4_channel_default": (("--quant", "gptq4", "--group-size", "-1"), None, "marlin_moe_wna16",
+                                  "transformers Qwen3MoeExperts", (1, 2, 4), {}),  # int4pack takes no group -1
     "gptq_int4_channel_marlin": (("--quant", "gptq4", "--group-size", "-1"), "marlin_moe_wna16", "marlin_moe_wna16",
                                  "transformers Qwen3MoeExperts", (1, 2, 4), {}),
     "gptq_int4_act_order_marlin": (("--quant", "gptq4", "--group-size", "64", "--act-order"), "marlin_moe_wna16",

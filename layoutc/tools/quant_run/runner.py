@@ -332,84 +332,118 @@ def no_kernel_text(contract: str | None, scheme: S.QuantScheme) -> str:
     return f"{text} (padded by {contract}'s loaders, decoded by its decode)"
 
 
+@dataclass(frozen=True)
+class _Route:
+    """One way to run a row: "int4pack" (the kernel), "padded" (a contract's loaders, reference
+    only) or "even" (no contract: the dequantized weights split evenly); mod: the generated module."""
+
+    kind: str
+    contract: str | None
+    mod: Any
+
+
+def _routes(args: argparse.Namespace, scheme: S.QuantScheme) -> list[_Route]:
+    """The routes of a row, in order: GPTQ / AWQ int4 on int4pack, then (no --contract) the
+    method's reference contract where int4pack refuses the degree (e.g. group -1, or I % g != 0);
+    any other method its contract (--contract, else padded.REFERENCE_CONTRACTS), else "even".
+    RunError LR120 when a contract's generated module is absent."""
+    import importlib
+
+    from layoutc.tools.contract_module import GENERATED_PACKAGE
+    from layoutc.tools.quant_run.codes import INT4PACK_SCHEMES
+
+    def module(contract: str) -> Any:
+        try:
+            return importlib.import_module(f"{GENERATED_PACKAGE}.{contract}")
+        except ImportError:
+            raise RunError("LR120", f"no generated module {GENERATED_PACKAGE}.{contract} (run layoutc compile)") \
+                from None
+
+    routes: list[_Route] = []
+    if scheme.name in INT4PACK_SCHEMES and args.contract in (None, INT4_CONTRACT):
+        routes.append(_Route("int4pack", INT4_CONTRACT, module(INT4_CONTRACT)))
+        if args.contract is not None:
+            return routes
+    contract = reference_contract(args, scheme)
+    routes.append(_Route("even", None, None) if contract is None else _Route("padded", contract, module(contract)))
+    return routes
+
+
 def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme,
                   layers: list[int], tps: list[int]) -> int:
     """The rows of every layer and TP degree, printed; 0 when all matched, 1 on a mismatch or a
-    refused degree (the contract's LayoutContractError, or RunError LR160-LR164 from
-    quant_run/padded.py, as a `refused:` line). Raises FormatError (the tensor's coded error)
-    before any kernel runs; RunError LR120 when the contract's generated module is absent."""
-    import importlib
-
+    refused degree (every route's refusal: the contract's LayoutContractError, or RunError
+    LR160-LR164 from quant_run/padded.py, as one `refused:` line). Raises FormatError (the
+    tensor's coded error) before any kernel runs; RunError LR120 when a contract's generated
+    module is absent."""
     import torch
 
     from layoutc.tools.checkpoints.quant.validate import validate
-    from layoutc.tools.contract_module import GENERATED_PACKAGE
     from layoutc.tools.quant_run import padded
-    from layoutc.tools.quant_run.codes import INT4PACK_SCHEMES, expert_codes
+    from layoutc.tools.quant_run.codes import expert_codes
     from layoutc.tools.run import TOLERANCE, inputs, rel_error
 
     for layer in layers:
         validate(scheme, ckpt, layer, moe)
     dtype = model_dtype(ckpt, moe, layers[0], args.dtype)
-    runs_int4 = scheme.name in INT4PACK_SCHEMES and args.contract in (None, INT4_CONTRACT)
-    contract = INT4_CONTRACT if runs_int4 else reference_contract(args, scheme)
-    mod = None
-    if contract is not None:
-        try:
-            mod = importlib.import_module(f"{GENERATED_PACKAGE}.{contract}")
-        except ImportError:
-            raise RunError("LR120", f"no generated module {GENERATED_PACKAGE}.{contract} (run layoutc compile)") \
-                from None
+    routes = _routes(args, scheme)
     if args.threads:
         torch.set_num_threads(args.threads)
     rows: list[QuantRow] = []
     refused: list[str] = []
     tol = TOLERANCE[dtype]
+    use_tf = not args.no_transformers
     for layer in layers:
-        experts = [expert_codes(ckpt, moe, scheme, layer, e) for e in range(moe.num_experts)] if runs_int4 else []
-        sources = padded.expert_sources(ckpt, moe, scheme, layer) if mod is not None and not runs_int4 else {}
+        kinds = {r.kind for r in routes}
+        experts = [expert_codes(ckpt, moe, scheme, layer, e) for e in range(moe.num_experts)] \
+            if "int4pack" in kinds else []
+        sources = padded.expert_sources(ckpt, moe, scheme, layer) if "padded" in kinds else {}
         params = dequantized(ckpt, moe, scheme, layer)
         x, weights, ids = inputs(ckpt, moe, layer, args.tokens, args.seed, dtype)
-        ref, ref_name = reference_output(ckpt, moe, params, x, weights, ids, not args.no_transformers)
-        own = transformers_dequantized(ckpt, moe, scheme, layer, x, weights, ids) if not args.no_transformers \
-            else None
+        ref, ref_name = reference_output(ckpt, moe, params, x, weights, ids, use_tf)
+        own = transformers_dequantized(ckpt, moe, scheme, layer, x, weights, ids) if use_tf else None
         if own is not None:  # transformers' own dequantization is the stronger oracle; ours must agree with it
             if rel_error(ref, own[0]) > tol:
                 refused.append(f"layer {layer}: the independent dequantizer's reference disagrees with {own[1]} "
                                f"(rel {rel_error(ref, own[0]):.2e})")
             ref, ref_name = own
         for tp in tps:
-            try:
-                if runs_int4:
-                    assert mod is not None
-                    out, plan, load_s, kernel_s = int4_layer(mod, experts, moe, scheme, tp, dtype, x, weights, ids)
-                    pp, pad = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
-                    kernel = f"{int4pack_name()} ({contract})"
-                elif mod is not None:
-                    out, plan, rank_ref, load_s, kernel_s = padded.reference_layer(
-                        mod, ckpt, moe, scheme, layer, tp, dtype, x, weights, ids, not args.no_transformers, sources)
-                    pp, pad = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
-                    kernel = no_kernel_text(contract, scheme)
-                else:
-                    t0 = time.perf_counter()
-                    out = reference_ranks(params, moe, scheme, tp, x, weights, ids, ckpt, not args.no_transformers)
-                    load_s, kernel_s = 0.0, time.perf_counter() - t0
-                    pp = pad = moe.intermediate_size // tp
-                    kernel = no_kernel_text(None, scheme)
-            except RunError as exc:
-                if exc.code not in ("LR160", "LR161", "LR162", "LR163", "LR164"):
-                    raise
-                refused.append(f"layer {layer} tp={tp}: error[{exc.code}]: {exc}")
-                continue
-            except ValueError as exc:  # the generated module's LayoutContractError (a ValueError)
-                if mod is None or not isinstance(exc, mod.LayoutContractError):
-                    raise
-                refused.append(f"layer {layer} tp={tp}: {exc}")
-                continue
-            rel = rel_error(out, ref)
-            name = ref_name if runs_int4 or mod is None else f"{rank_ref}, ranks summed, against {ref_name}"
-            rows.append(QuantRow(layer, tp, pp, pad, rel, tol, rel <= tol, kernel, name,
-                                 kernel_s * 1e3, load_s * 1e3))
+            why: list[str] = []
+            for route in routes:
+                try:
+                    if route.kind == "int4pack":
+                        out, plan, load_s, kernel_s = int4_layer(route.mod, experts, moe, scheme, tp, dtype, x,
+                                                                 weights, ids)
+                        pp, pad = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
+                        kernel, name = f"{int4pack_name()} ({route.contract})", ref_name
+                    elif route.kind == "padded":
+                        out, plan, rank_ref, load_s, kernel_s = padded.reference_layer(
+                            route.mod, ckpt, moe, scheme, layer, tp, dtype, x, weights, ids, use_tf, sources)
+                        pp, pad = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
+                        kernel = no_kernel_text(route.contract, scheme)
+                        name = f"{rank_ref}, ranks summed, against {ref_name}"
+                    else:
+                        t0 = time.perf_counter()
+                        out = reference_ranks(params, moe, scheme, tp, x, weights, ids, ckpt, use_tf)
+                        load_s, kernel_s = 0.0, time.perf_counter() - t0
+                        pp = pad = moe.intermediate_size // tp
+                        kernel, name = no_kernel_text(None, scheme), ref_name
+                except RunError as exc:
+                    if exc.code not in ("LR160", "LR161", "LR162", "LR163", "LR164"):
+                        raise
+                    why.append(f"error[{exc.code}]: {exc}")
+                    continue
+                except ValueError as exc:  # the generated module's LayoutContractError (a ValueError)
+                    if route.mod is None or not isinstance(exc, route.mod.LayoutContractError):
+                        raise
+                    why.append(str(exc))
+                    continue
+                rel = rel_error(out, ref)
+                rows.append(QuantRow(layer, tp, pp, pad, rel, tol, rel <= tol, kernel, name,
+                                     kernel_s * 1e3, load_s * 1e3))
+                break
+            else:
+                refused.append(f"layer {layer} tp={tp}: " + "; then ".join(why))
     return _print(args, moe, scheme, dtype, rows, refused)
 
 
