@@ -419,6 +419,9 @@ def reference_layer(mod: Any, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantSc
     layout = module_layout(mod)
     contract = contract_ir(mod)
     check_holds(contract, scheme)
+    for t in contract.tensors:  # LR161 before anything is loaded: the checkpoint's words pack another way
+        if t.kind in _ROLE:
+            _packing(scheme, t)
     if scheme.act_order and layout.param("act_order") is None:
         raise RunError("LR162", f"{scheme.name} is act-order (desc_act, a g_idx permutation of groups), but contract "
                        f"{contract.name} has no act_order parameter and no g_idx tensor: it reads groups as "
