@@ -89,7 +89,7 @@ REFERENCE_ONLY: dict[str, tuple[tuple[str, ...], str | None, str | None, str, tu
     "gptq_int8_act_order": (("--quant", "gptq8", "--group-size", "64", "--act-order"), None, None, "", (),
                             {tp: "error[LR162]: gptq_int8 is act-order" for tp in (1, 2, 4)}),
     "gptq_int4_on_the_awq_contract": (("--quant", "gptq4", "--group-size", "64"), "marlin_moe_awq", None, "", (),
-                                      {tp: "error[LR161]: contract w13_qweight packs 8 values along n, but gptq_int4's "
+                                      {tp: "error[LR161]: contract tensor w13_qweight packs 8 values along n, but gptq_int4's "
                                        "weight tensor has 8 values a word along in" for tp in (1, 2, 4)}),
     "gptq_int4_asym_marlin": (("--quant", "gptq4", "--group-size", "-1", "--asym"), "marlin_moe_wna16", None, "",
                               (), {tp: "error[LR162]" for tp in (1, 2, 4)}),

@@ -249,7 +249,7 @@ def _packing(scheme: S.QuantScheme, t: ir.Tensor) -> tuple[int, S.Packing | None
     if pk is None or packed_dim is None or pk.per_element != ax.pack or packed_dim.axis != _AXIS.get(ax.name):
         have = "no packing" if pk is None or packed_dim is None else \
             f"{pk.per_element} values a word along {packed_dim.axis}"
-        raise RunError("LR161", f"contract {t.name} packs {ax.pack} values along {ax.name}, but {scheme.name}'s "
+        raise RunError("LR161", f"contract tensor {t.name} packs {ax.pack} values along {ax.name}, but {scheme.name}'s "
                        f"{t.kind} tensor has {have}: its stored words cannot be loaded unchanged")
     return axis, pk
 
