@@ -1,36 +1,232 @@
-"""`layoutc run` on local GPTQ / AWQ int4 checkpoints (examples/make_checkpoint.py --quant): the
-int4pack kernel from the checkpoint's own codes against transformers' experts module over the
-independent dequantizer; float32 makes the comparison tight (the codes pass through exactly)."""
+"""`layoutc run` on local quantized checkpoints (examples/make_checkpoint.py --quant, written by
+the test packers in tests/quant_pack.py; I = 704, so 176 per rank at tp 4; I = 768 where a
+group or block of 128 must divide it: 704 = 5.5 * 128), against transformers'
+experts module over the independent dequantizer (gpt-oss MXFP4: transformers' GptOssExperts
+as from_pretrained(Mxfp4Config(dequantize=True)) builds it, its own dequantization); float32
+makes the comparison tight (the codes pass through exactly).
+
+- GPTQ / AWQ int4 run on torch's int4pack kernel from the checkpoint's own codes (kernel).
+- Every other method has no kernel on this CPU: each rank's padded tensors come from the
+  contract's generated alloc / load, are decoded by the contract's decode and run through the
+  reference at the padded shapes (slow). A configuration the contract refuses is a `refused:`
+  line (exit 1); corrupting a pad the contract declares inert makes the row MISMATCH.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.kernel  # aten::_weight_int4pack_mm_for_cpu
+NO_KERNEL = "no kernel for this method on this CPU: reference only"
+
+
+def _maker() -> Any:
+    spec = importlib.util.spec_from_file_location("make_checkpoint", ROOT / "examples" / "make_checkpoint.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_MAKER: list[Any] = []
 
 
 def _make(out: Path, *flags: str) -> Path:
-    subprocess.run([sys.executable, str(ROOT / "examples" / "make_checkpoint.py"), str(out), "--layers", "1",
-                    *flags], check=True, capture_output=True)
+    if not _MAKER:
+        _MAKER.append(_maker())
+    assert _MAKER[0].main([str(out), "--layers", "1", *flags]) == 0
     return out
 
 
-@pytest.mark.parametrize("flags", [("--quant", "gptq4", "--group-size", "64"),
-                                   ("--quant", "gptq4", "--group-size", "64", "--act-order", "--asym"),
-                                   ("--quant", "awq4", "--group-size", "64")])
-def test_int4_runs_on_int4pack_at_tp_1_2_4(tmp_path, capsys, flags):
+def _run(capsys: pytest.CaptureFixture[str], folder: Path, *extra: str, tp: str = "1,2,4") -> tuple[int, dict[str, Any]]:
     from layoutc.cli import main
 
+    capsys.readouterr()
+    code = main(["run", str(folder), "--tp", tp, "--dtype", "float32", "--format", "json", *extra])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.kernel  # aten::_weight_int4pack_mm_for_cpu
+@pytest.mark.transformers
+@pytest.mark.parametrize("flags", [("--quant", "gptq4", "--group-size", "64"),
+                                   ("--quant", "gptq4", "--group-size", "64", "--act-order", "--asym"),
+                                   ("--quant", "gptq4", "--group-size", "128", "--act-order", "--intermediate", "768"),
+                                   ("--quant", "awq4", "--group-size", "32"),
+                                   ("--quant", "awq4", "--group-size", "64"),
+                                   ("--quant", "awq4", "--group-size", "128", "--intermediate", "768")])
+def test_int4_runs_on_int4pack_at_tp_1_2_4(tmp_path, capsys, flags):
     folder = _make(tmp_path / "ckpt", *flags)
-    assert main(["run", str(folder), "--tp", "1,2,4", "--dtype", "float32", "--format", "json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    code, report = _run(capsys, folder)
+    assert code == 0, report
     assert [r["tp_size"] for r in report["rows"]] == [1, 2, 4]
     for r in report["rows"]:
         assert r["kernel"].startswith("aten::_weight_int4pack_mm_for_cpu")
         assert "dequantizer" in r["reference"] and r["rel_error"] < 1e-5
+
+
+#: id -> (make_checkpoint flags, --contract or None, the contract whose loaders ran, the reference's
+#: words, the TP degrees that run, the refused degrees -> words of the contract's refusal)
+REFERENCE_ONLY: dict[str, tuple[tuple[str, ...], str | None, str | None, str, tuple[int, ...],
+                                dict[int, str]]] = {
+    "gptq_int4_g128_704_int4pack": (("--quant", "gptq4", "--group-size", "128"), None, None, "", (),
+                                    {tp: "[intermediate_size=704, group_size=128]; then marlin_moe_wna16: admit failed"
+                                     for tp in (1, 2, 4)}),
+    "gptq_int8_channel": (("--quant", "gptq8", "--group-size", "-1"), None, "marlin_moe_gptq_int8",
+                          "transformers Qwen3MoeExperts", (1, 2, 4), {}),
+    "gptq_int8_g32": (("--quant", "gptq8", "--group-size", "32"), None, "marlin_moe_gptq_int8",
+                      "transformers Qwen3MoeExperts", (1, 2), {4: "no quant group may straddle the pad boundary"}),
+    "gptq_int4_channel_default": (("--quant", "gptq4", "--group-size", "-1"), None, "marlin_moe_wna16",
+                                  "transformers Qwen3MoeExperts", (1, 2, 4), {}),  # int4pack takes no group -1
+    "gptq_int4_channel_marlin": (("--quant", "gptq4", "--group-size", "-1"), "marlin_moe_wna16", "marlin_moe_wna16",
+                                 "transformers Qwen3MoeExperts", (1, 2, 4), {}),
+    "gptq_int4_act_order_marlin": (("--quant", "gptq4", "--group-size", "64", "--act-order"), "marlin_moe_wna16",
+                                   None, "", (), {tp: "desc_act=True) is no longer supported" for tp in (1, 2, 4)}),
+    "gptq_int8_act_order": (("--quant", "gptq8", "--group-size", "64", "--act-order"), None, None, "", (),
+                            {tp: "error[LR162]: gptq_int8 is act-order" for tp in (1, 2, 4)}),
+    "gptq_int4_on_the_awq_contract": (("--quant", "gptq4", "--group-size", "64"), "marlin_moe_awq", None, "", (),
+                                      {tp: "error[LR161]: contract tensor w13_qweight packs 8 values along n, but gptq_int4's "
+                                       "weight tensor has 8 values a word along in" for tp in (1, 2, 4)}),
+    "gptq_int4_asym_marlin": (("--quant", "gptq4", "--group-size", "-1", "--asym"), "marlin_moe_wna16", None, "",
+                              (), {tp: "error[LR162]" for tp in (1, 2, 4)}),
+    "awq_int4_g32_marlin": (("--quant", "awq4", "--group-size", "32"), "marlin_moe_awq", "marlin_moe_awq",
+                            "transformers Qwen3MoeExperts", (1, 2), {4: "no quant group may straddle the pad boundary"}),
+    "fp8_block_deepseek_768": (("--quant", "fp8_block", "--intermediate", "768"), None, "marlin_moe_fp8",
+                               "transformers Qwen3MoeExperts", (1, 2, 4), {}),
+    "fp8_block_704": (("--quant", "fp8_block"), None, None, "", (),
+                      {tp: "intermediate_size must be a multiple of 128" for tp in (1, 2, 4)}),
+    "fp8_channel": (("--quant", "fp8_channel"), None, None, "transformers Qwen3MoeExperts", (1, 2, 4), {}),
+    "fp8_tensor": (("--quant", "fp8_tensor"), None, None, "transformers Qwen3MoeExperts", (1, 2, 4), {}),
+    "mxfp4_gpt_oss": (("--family", "gpt_oss", "--quant", "mxfp4"), None, "vllm_cpu_mxfp4_gpt_oss_moe",
+                      "transformers GptOssExperts", (1, 2, 4), {}),
+    "mxfp4_gpt_oss_flashinfer": (("--family", "gpt_oss", "--quant", "mxfp4"), "flashinfer_trtllm_mxfp4_moe",
+                                 "flashinfer_trtllm_mxfp4_moe", "transformers GptOssExperts", (1, 2, 4), {}),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.transformers
+@pytest.mark.parametrize("case", sorted(REFERENCE_ONLY))
+def test_reference_only_rows_through_the_contract_loaders(tmp_path, capsys, case):
+    flags, contract, loaders, reference, runs, refused = REFERENCE_ONLY[case]
+    folder = _make(tmp_path / "ckpt", *flags)
+    code, report = _run(capsys, folder, *(("--contract", contract) if contract else ()))
+    assert code == (1 if refused else 0), report
+    assert [r["tp_size"] for r in report["rows"]] == list(runs)
+    for r in report["rows"]:
+        assert r["kernel"].startswith(NO_KERNEL.removesuffix(": reference only")), r
+        if case.startswith(("mxfp4", "fp8_block", "gptq_int4", "awq")):  # vLLM's CPU experts need AMX here
+            assert " (needs x86 AMX tiles for vLLM 0.32's CPUExperts" in r["kernel"] or "could run here" in r["kernel"]
+        assert ": reference only (" in r["kernel"], r
+        if loaders is None:
+            assert "no contract declares this method" in r["kernel"], r
+        else:
+            assert f"padded by {loaders}'s loaders" in r["kernel"], r
+        if loaders is None:
+            assert r["reference"] == f"{reference} over the independent dequantizer (checkpoints/quant/dequant.py)"
+        else:  # each rank through transformers' module over its decoded padded tensors, the sum against the oracle
+            assert r["reference"].startswith(f"{reference} over the rank's padded tensors decoded by {loaders}'s "
+                                             f"decode, ranks summed, against {reference}"), r
+            oracle = "from_pretrained(Mxfp4Config(dequantize=True)): its own MXFP4 dequantization" \
+                if "mxfp4" in case else "over the independent dequantizer (checkpoints/quant/dequant.py)"
+            assert r["reference"].endswith(oracle), r
+        assert r["ok"] and r["rel_error"] < 1e-5, r
+    assert len(report["refused"]) == len(refused), report["refused"]
+    for line, (tp, words) in zip(report["refused"], sorted(refused.items()), strict=True):
+        assert line.startswith(f"layer 0 tp={tp}: ") and words in line, line
+
+
+def test_the_padded_rank_is_padded():
+    """The gate rows at I_pp = 176 on marlin_moe_gptq_int8 are padded to 192 (round_up(176, 64)),
+    so the rows of test_reference_only_rows_through_the_contract_loaders run on padded shapes."""
+    import generated.marlin_moe_gptq_int8 as mod
+
+    plan = mod.plan(num_experts=8, hidden_size=256, intermediate_size=704, tp_size=4, group_size=-1,
+                    activation="silu", dtype="float16")
+    assert (plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded) == (176, 192)
+
+
+@pytest.mark.slow
+@pytest.mark.transformers
+def test_a_live_pad_mismatches(tmp_path, capsys, monkeypatch):
+    """The check can fail: with one pad lane of w13's scales made 1 (gate and up of channel
+    I_pp of every expert; the contract pads them with 0), that lane is no longer inert under
+    decode and the tp > 1 rows MISMATCH (exit 1); the tp = 1 row, which has no pad, still matches."""
+    from layoutc.tools.quant_run import padded
+
+    folder = _make(tmp_path / "ckpt", "--quant", "gptq8", "--group-size", "-1")
+    real = padded.load_rank
+
+    def corrupt(layout, contract, plan, rank, sources):
+        loaded = real(layout, contract, plan, rank, sources)
+        live, p = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
+        if p > live:
+            scales = loaded.tensors["w13_scales"]  # [E, 1, 2P]: [gate | up] along n
+            scales[:, :, live] = 1.0
+            scales[:, :, p + live] = 1.0
+        return loaded
+
+    monkeypatch.setattr(padded, "load_rank", corrupt)
+    code, report = _run(capsys, folder)
+    assert code == 1
+    ok = {r["tp_size"]: r["ok"] for r in report["rows"]}
+    assert ok == {1: True, 2: False, 4: False}, report["rows"]
+    assert all(r["rel_error"] > 1e-2 for r in report["rows"] if r["tp_size"] > 1)
+
+
+@pytest.mark.slow
+@pytest.mark.transformers
+def test_an_uneven_split_is_a_coded_refusal_not_a_traceback(tmp_path, capsys):
+    """I = 704 over tp = 3: per-channel FP8 (no contract; vLLM splits evenly) is refused with
+    LR163, and GPTQ int8 with marlin_moe_gptq_int8's own rule; tp = 2 still runs. Exit 1."""
+    fp8 = _make(tmp_path / "fp8", "--quant", "fp8_channel")
+    code, report = _run(capsys, fp8, tp="2,3")
+    assert code == 1 and [r["tp_size"] for r in report["rows"]] == [2] and report["rows"][0]["ok"]
+    assert report["refused"] == [report["refused"][0]] and "tp=3: error[LR163]: no contract declares fp8_channel" \
+        in report["refused"][0]
+    int8 = _make(tmp_path / "int8", "--quant", "gptq8", "--group-size", "-1")
+    code, report = _run(capsys, int8, tp="2,3")
+    assert code == 1 and [r["tp_size"] for r in report["rows"]] == [2]
+    assert len(report["refused"]) == 1 and "marlin_moe_gptq_int8" in report["refused"][0] \
+        and "intermediate_size must split evenly over tp_size" in report["refused"][0]
+
+
+@pytest.mark.slow
+@pytest.mark.transformers
+def test_a_live_tail_mismatches(tmp_path, capsys, monkeypatch):
+    """The check reaches a short rank's tail too: block FP8 at I = 768 over tp = 4 on
+    marlin_moe_fp8 gives each rank round_up(192, 128) = 256 rows in whole blocks of 128, so the
+    6 blocks fill ranks 0-2 and rank 3 is all tail (codes 0, scales `tail fill 1`: decoding to
+    0). With the tail's codes made 0x38 (1.0 in E4M3) in w13 (gate and up rows) and w2 (columns),
+    the tail is live and tp = 4 MISMATCHes; tp = 1 and 2 have no tail and still match."""
+    import torch
+
+    from layoutc.tools.quant_run import padded
+
+    folder = _make(tmp_path / "ckpt", "--quant", "fp8_block", "--intermediate", "768")
+    real = padded.load_rank
+    tails: list[tuple[int, int]] = []
+
+    def corrupt(layout, contract, plan, rank, sources):
+        loaded = real(layout, contract, plan, rank, sources)
+        w13 = loaded.tensors["w13_weight"].view(torch.uint8)  # [E, 2P, H]: [gate | up]
+        w2 = loaded.tensors["w2_weight"].view(torch.uint8)  # [E, H, P]
+        dead = ~(w13 != 0).any(dim=2).any(dim=0)  # rows no expert has a non-zero byte in: the tail
+        p = plan.intermediate_size_per_partition_padded
+        if plan.tp_size == 4 and bool(dead.any()):
+            tails.append((rank, int(dead.sum())))
+            assert torch.equal(dead[:p], dead[p:])  # gate's and up's tails are the same rows
+            assert not w2[:, :, dead[:p]].any()  # w2's tail columns are code 0 as loaded
+            w13[:, dead] = 0x38
+            w2[:, :, dead[:p]] = 0x38
+        return loaded
+
+    monkeypatch.setattr(padded, "load_rank", corrupt)
+    code, report = _run(capsys, folder)
+    assert tails == [(3, 512)], tails
+    assert code == 1
+    assert {r["tp_size"]: r["ok"] for r in report["rows"]} == {1: True, 2: True, 4: False}, report["rows"]

@@ -166,6 +166,11 @@ CODES: dict[str, str] = {
     "LR157": "quantized checkpoint: the config disagrees with the tensors (dtype, bit width, unquantized tensors)",
     "LR158": "quantized checkpoint: a scheme whose layout the family's format cannot hold",
     "LR159": "quantized checkpoint: a topology the quantized runner does not run (expert parallelism, --ep > 1)",
+    "LR160": "quantized checkpoint: the reference contract cannot be read or declares no decode for a weight",
+    "LR161": "quantized checkpoint: the contract packs the checkpoint's words another way (count or axis)",
+    "LR162": "quantized checkpoint: the contract needs a parameter the scheme does not give, or cannot hold it",
+    "LR163": "quantized checkpoint: no contract declares the method and the intermediate does not split evenly",
+    "LR164": "quantized checkpoint: a stored tensor the contract's loader needs is absent",
     "LR199": "`run`: an unexpected error (set LAYOUTC_TRACEBACK=1 and please report it)",
 }
 

@@ -7,16 +7,26 @@ each naming the tensor), and only then is anything run.
 - GPTQ / AWQ int4 (`gptq_int4`, `awq_int4`) with the torch_int4pack_gptq_moe contract: each
   rank's padded codes, scales and zeros come from the generated loaders, run on torch's
   int4pack kernel (rank.py), and the ranks are summed in the model dtype (the all-reduce).
-- Any other method: no kernel here. Each rank's slice of the intermediate dim (an even
-  split, vLLM's) is run through the reference and the ranks summed, so the TP split of the
-  dequantized weights is checked; the kernel column says "no kernel for this method on this
-  CPU: reference only" and no contract's padded layout is exercised.
+- Any other method (and GPTQ / AWQ with `--contract marlin_*`): no kernel on this machine
+  (Marlin, AITER, FlashInfer are GPU kernels). Each rank's padded tensors are built by the
+  method's contract's generated alloc / load (padded.REFERENCE_CONTRACTS: GPTQ int8 ->
+  marlin_moe_gptq_int8, block FP8 -> marlin_moe_fp8, MXFP4 -> vllm_cpu_mxfp4_gpt_oss_moe),
+  decoded by the contract's decode back to float weights of the padded per-rank shape, run
+  through the reference there and summed (quant_run/padded.py), so the layout and the
+  inertness of the pads under decode are checked end to end. The kernel column says "no
+  kernel for this method on this CPU: reference only (padded by C's loaders ...)". A degree
+  the contract refuses is a `refused:` line with its error (exit 1). Per-channel / per-tensor
+  FP8, which no contract declares, split the dequantized weights evenly (LR163 when uneven).
 
-The reference: transformers' own experts module of the family (e.g. Qwen3MoeExperts) with
-the weights of the independent dequantizer (checkpoints/quant/dequant.py, held to vLLM's
-unpackers in tests/test_quant_formats.py), or a float32 loop where the family names no
-experts class. transformers' own GPTQ / AWQ loading needs gptqmodel / autoawq and a GPU
-kernel, absent here. Tolerance: TOLERANCE of layoutc/tools/run.py on ||out - ref|| / ||ref||
+The reference: transformers' own experts module of the family (e.g. Qwen3MoeExperts,
+GptOssExperts, its weights put in the family's layout) with the weights of the independent
+dequantizer (checkpoints/quant/dequant.py, held to vLLM's unpackers in
+tests/test_quant_formats.py), or a float32 loop where the family names no experts class. For
+gpt-oss MXFP4 the full reference is transformers' own dequantization
+(`from_pretrained(..., Mxfp4Config(dequantize=True))`, on CPU without accelerate), and the
+independent dequantizer must agree with it (a `refused:` line otherwise). transformers' own
+GPTQ / AWQ loading needs gptqmodel / autoawq and a GPU kernel, and its FP8 loader needs
+accelerate: absent here. Tolerance: TOLERANCE of layoutc/tools/run.py on ||out - ref|| / ||ref||
 (docs/verification.md, "Quantized checkpoints").
 """
 
@@ -70,15 +80,31 @@ def model_dtype(ckpt: Checkpoint, moe: ModelMoE, layer: int, requested: str | No
 
 
 def dequantized(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: int) -> dict[str, Any]:
-    """The layer's float32 gate_up_proj [E, 2I, H] ([gate | up]) and down_proj [E, H, I], per-expert
-    modules dequantized by checkpoints/quant/dequant.py."""
+    """The layer's float32 gate_up_proj [E, 2I, H] ([gate | up]) and down_proj [E, H, I], dequantized
+    by checkpoints/quant/dequant.py: per-expert modules, or gpt-oss's fused tensors (gate_up's
+    interleaved rows split into gate = even, up = odd), with the family's biases
+    (gate_up_proj_bias [E, 2I] as [gate | up], down_proj_bias [E, H]) where it stores them."""
     import torch
 
     from layoutc.tools.checkpoints.quant.dequant import dequantize
 
+    fmt = moe.format
+    if fmt.fused:
+        names = S.tensor_names(scheme, fmt, layer)
+        w = {proj: dequantize(scheme, {r: ckpt.tensor(n) for r, n in roles.items() if ckpt.has(n)},
+                              name=roles["weight"].rsplit("_", 1)[0]) for proj, roles in names.items()}
+        gu = w["gate_up"]
+        out = {"gate_up_proj": torch.cat([gu[:, 0::2], gu[:, 1::2]], dim=1), "down_proj": w["down"]}
+        plain = fmt.names(layer, None)
+        for key, param in (("gate_up_bias", "gate_up_proj_bias"), ("down_bias", "down_proj_bias")):
+            name = plain.get(key)
+            if name is not None and ckpt.has(name):
+                b = ckpt.tensor(name).to(torch.float32)
+                out[param] = torch.cat([b[:, 0::2], b[:, 1::2]], dim=1) if key == "gate_up_bias" else b
+        return out
     gates, ups, downs = [], [], []
     for e in range(moe.num_experts):
-        names = S.tensor_names(scheme, moe.format, layer, e)
+        names = S.tensor_names(scheme, fmt, layer, e)
         w = {}
         for proj, roles in names.items():
             stored = {r: ckpt.tensor(n) for r, n in roles.items() if ckpt.has(n)}
@@ -89,10 +115,17 @@ def dequantized(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: i
     return {"gate_up_proj": torch.cat([torch.stack(gates), torch.stack(ups)], dim=1), "down_proj": torch.stack(downs)}
 
 
+DEQUANTIZER = "the independent dequantizer (checkpoints/quant/dequant.py)"
+
+
 def reference_output(ckpt: Checkpoint, moe: ModelMoE, params: dict[str, Any], x: Any, weights: Any, ids: Any,
-                     use_transformers: bool) -> tuple[Any, str]:
+                     use_transformers: bool, source: str = DEQUANTIZER) -> tuple[Any, str]:
     """(float32 [T, H] routed output, its name): transformers' experts module of the family filled
-    with `params`, or a float32 loop (no experts class, or --no-transformers)."""
+    with `params` (built at `moe`'s intermediate size, so a rank's padded shapes run through it
+    too), or a float32 loop (no experts class, a parameter it has no place for, or
+    --no-transformers). params: gate_up_proj [E, 2I, H] ([gate | up]), down_proj [E, H, I],
+    optionally gate_up_proj_bias [E, 2I] and down_proj_bias [E, H] (float32); source: what
+    `params` were decoded by, for the name."""
     import torch
 
     from layoutc.tools.checkpoints.reference import _act, transformers_forward
@@ -100,24 +133,71 @@ def reference_output(ckpt: Checkpoint, moe: ModelMoE, params: dict[str, Any], x:
     module = _experts_module(ckpt, moe, params) if use_transformers else None
     if module is not None:
         return (transformers_forward(module, x, weights, ids),
-                f"transformers {type(module).__name__} over the independent dequantizer (checkpoints/quant/dequant.py)")
+                f"transformers {type(module).__name__} over {source}")
     out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32)
+    gu_bias, down_bias = params.get("gate_up_proj_bias"), params.get("down_proj_bias")
     for e in torch.unique(ids).tolist():
         tok, slot = (ids == e).nonzero(as_tuple=True)
         h = x[tok].to(torch.float32) @ params["gate_up_proj"][e].T
+        if gu_bias is not None:
+            h = h + gu_bias[e]
         gate, up = h.chunk(2, dim=-1)
         y = _act(gate, up, moe) @ params["down_proj"][e].T
+        if down_bias is not None:
+            y = y + down_bias[e]
         out.index_add_(0, tok, y * weights[tok, slot, None].to(torch.float32))
-    return out, "a float32 loop over the independent dequantizer (checkpoints/quant/dequant.py)"
+    return out, f"a float32 loop over {source}"
+
+
+def transformers_dequantized(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: int, x: Any,
+                             weights: Any, ids: Any) -> tuple[Any, str] | None:
+    """gpt-oss MXFP4: (float32 [T, H], name) of transformers' own experts module of `layer` as
+    `from_pretrained(..., quantization_config=Mxfp4Config(dequantize=True))` builds it (its
+    own MXFP4 dequantization, on CPU, without accelerate; transformers 5.19
+    integrations/mxfp4.py), or None for another method or where transformers cannot."""
+    import torch
+
+    from layoutc.tools.checkpoints.reference import transformers_forward
+
+    if scheme.method != "mxfp4" or moe.format.model_type != "gpt_oss":
+        return None
+    try:
+        from transformers import AutoModelForCausalLM, Mxfp4Config  # type: ignore[attr-defined]
+        model = AutoModelForCausalLM.from_pretrained(
+            str(ckpt.folder), dtype=torch.float32, quantization_config=Mxfp4Config(dequantize=True),
+            experts_implementation="eager")  # its float32 loop, not torch._grouped_mm
+        experts = model.model.layers[layer].mlp.experts.to(torch.float32)  # it dequantizes to bf16: exact
+    except (ImportError, AttributeError, ValueError, KeyError, OSError, RuntimeError, IndexError):
+        return None
+    return (transformers_forward(experts.eval(), x, weights, ids),
+            f"transformers {type(experts).__name__} of from_pretrained(Mxfp4Config(dequantize=True)): "
+            "its own MXFP4 dequantization")
+
+
+def _module_layout(moe: ModelMoE, name: str, value: Any) -> Any:
+    """A [gate | up] / [out, in] parameter in the family's own layout: gate_up's rows interleaved
+    (gate, up) pairs where the format says `interleave`, weights [in, out] where it says
+    `transposed` (gpt-oss: gate_up_proj [E, H, 2I], down_proj [E, I, H])."""
+    import torch
+
+    fmt = moe.format
+    if name.startswith("gate_up") and fmt.gate_up_layout == "interleave":
+        gate, up = value.chunk(2, dim=1)
+        value = torch.stack([gate, up], dim=2).flatten(1, 2)
+    if name in ("gate_up_proj", "down_proj") and (fmt.transposed if name == "gate_up_proj" else fmt.down_transposed):
+        value = value.transpose(1, 2)
+    return value
 
 
 def _experts_module(ckpt: Checkpoint, moe: ModelMoE, params: dict[str, Any]) -> Any:
-    """transformers' experts class of the family with `params` copied in, or None without one."""
+    """transformers' experts class of the family with `params` copied in (in the family's layout,
+    `_module_layout`), built at `moe`'s intermediate size; None without one, or where a
+    parameter has no place in it."""
     import importlib
 
     import torch
 
-    if moe.format.experts_class is None or moe.format.transposed:
+    if moe.format.experts_class is None:
         return None
     try:
         import transformers
@@ -128,16 +208,25 @@ def _experts_module(ckpt: Checkpoint, moe: ModelMoE, params: dict[str, Any]) -> 
         return None
     if moe.format.text_config:
         config = config.get_text_config()
+    for key in moe.format.intermediate_size:  # a rank's (padded) intermediate size, not the model's
+        if "." not in key and hasattr(config, key):
+            setattr(config, key, moe.intermediate_size)
+    if hasattr(config, "hidden_size") and moe.hidden_size != config.hidden_size:
+        return None
     config.quantization_config = None
     if hasattr(config, "_experts_implementation"):
         config._experts_implementation = "eager"
     module = cls(config).to(torch.float32)
     with torch.no_grad():
         for name, value in params.items():
-            target = getattr(module, name)
-            if tuple(target.shape) != tuple(value.shape):
+            target = getattr(module, name, None)
+            value = _module_layout(moe, name, value)
+            if target is None or tuple(target.shape) != tuple(value.shape):
                 return None
             target.copy_(value)
+    for name, _ in module.named_parameters():
+        if name not in params:  # e.g. gpt-oss's biases where the caller gave none
+            return None
     return module.eval()
 
 
@@ -175,72 +264,186 @@ def int4_layer(mod: Any, experts: list[Any], moe: ModelMoE, scheme: S.QuantSchem
     return total, plan, load_s, kernel_s
 
 
-def reference_ranks(params: dict[str, Any], moe: ModelMoE, tp: int, x: Any, weights: Any, ids: Any,
-                    ckpt: Checkpoint, use_transformers: bool) -> Any:
-    """No kernel: each rank's even slice of the dequantized intermediate through the reference, summed."""
+def reference_ranks(params: dict[str, Any], moe: ModelMoE, scheme: S.QuantScheme, tp: int, x: Any, weights: Any,
+                    ids: Any, ckpt: Checkpoint, use_transformers: bool) -> Any:
+    """No contract declares the method (per-channel / per-tensor FP8): each rank's even slice
+    of the dequantized intermediate (vLLM's split) through the reference, summed in float32.
+    RunError LR163 when the intermediate does not split evenly over `tp` (a refused row)."""
     import torch
 
     size = moe.intermediate_size
     if size % tp:
-        raise ValueError(f"intermediate_size {size} does not split evenly over tp={tp}")
+        raise RunError("LR163", f"no contract declares {scheme.name}, and intermediate_size {size} does not split "
+                       f"evenly over tp={tp} for the dequantized-weights reference (vLLM needs I % tp == 0)")
     per = size // tp
     total = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32)
     gate_up, down = params["gate_up_proj"], params["down_proj"]
     for r in range(tp):
         rows = torch.cat([torch.arange(r * per, (r + 1) * per), size + torch.arange(r * per, (r + 1) * per)])
         part = {"gate_up_proj": gate_up[:, rows], "down_proj": down[:, :, r * per:(r + 1) * per]}
-        out, _ = reference_output(ckpt, replace(moe, intermediate_size=per), part, x, weights, ids, False)
+        if "gate_up_proj_bias" in params:
+            part["gate_up_proj_bias"] = params["gate_up_proj_bias"][:, rows]
+        if "down_proj_bias" in params:
+            part["down_proj_bias"] = params["down_proj_bias"] * (1.0 if r == 0 else 0.0)
+        out, _ = reference_output(ckpt, replace(moe, intermediate_size=per), part, x, weights, ids, use_transformers)
         total += out
     return total
+
+
+def reference_contract(args: argparse.Namespace, scheme: S.QuantScheme) -> str | None:
+    """The contract whose loaders a reference-only row runs through: --contract, else the
+    method's first in padded.REFERENCE_CONTRACTS; None when no contract declares the method."""
+    from layoutc.tools.quant_run.padded import REFERENCE_CONTRACTS
+
+    if args.contract:
+        return str(args.contract)
+    found = REFERENCE_CONTRACTS.get(scheme.name)
+    return found[0] if found else None
+
+
+#: vLLM 0.32's CPU experts class for a method (model_executor/layers/fused_moe/experts/cpu_moe.py;
+#: each one's `_supports_current_device` needs x86 with AMX tiles). GPTQ int8 (W8A16) and
+#: per-channel / per-tensor FP8 have none (CPUExpertsInt8 is W8A8, CPUExpertsFp8 block only).
+VLLM_CPU_EXPERTS = {"gptq_int4": "CPUExpertsInt4", "awq_int4": "CPUExpertsInt4", "fp8_block": "CPUExpertsFp8",
+                    "mxfp4": "CPUExpertsMxfp4"}
+
+
+def _needs(scheme: S.QuantScheme) -> str | None:
+    """Why vLLM's CPU kernel for the method does not run here, or None when it has none."""
+    import platform
+
+    import torch
+
+    cls = VLLM_CPU_EXPERTS.get(scheme.name)
+    if cls is None:
+        return None
+    if platform.machine() in ("x86_64", "AMD64") and bool(torch.cpu._is_amx_tile_supported()):
+        return f"vLLM 0.32's {cls} could run here (AMX), but layoutc binds no glue for it"
+    return f"needs x86 AMX tiles for vLLM 0.32's {cls}; this CPU has none"
+
+
+def no_kernel_text(contract: str | None, scheme: S.QuantScheme) -> str:
+    """The kernel column of a reference-only row: NO_KERNEL (with why vLLM's CPU kernel for the
+    method does not run, where it has one) and whose loaders padded the rank."""
+    needs = _needs(scheme)
+    text = NO_KERNEL if needs is None else NO_KERNEL.replace(": reference only", f" ({needs}): reference only")
+    if contract is None:
+        return f"{text} (no contract declares this method: dequantized weights split evenly, no padded layout)"
+    return f"{text} (padded by {contract}'s loaders, decoded by its decode)"
+
+
+@dataclass(frozen=True)
+class _Route:
+    """One way to run a row: "int4pack" (the kernel), "padded" (a contract's loaders, reference
+    only) or "even" (no contract: the dequantized weights split evenly); mod: the generated module."""
+
+    kind: str
+    contract: str | None
+    mod: Any
+
+
+def _routes(args: argparse.Namespace, scheme: S.QuantScheme) -> list[_Route]:
+    """The routes of a row, in order: GPTQ / AWQ int4 on int4pack, then (no --contract) the
+    method's reference contract where int4pack refuses the degree (e.g. group -1, or I % g != 0);
+    any other method its contract (--contract, else padded.REFERENCE_CONTRACTS), else "even".
+    RunError LR120 when a contract's generated module is absent."""
+    import importlib
+
+    from layoutc.tools.contract_module import GENERATED_PACKAGE
+    from layoutc.tools.quant_run.codes import INT4PACK_SCHEMES
+
+    def module(contract: str) -> Any:
+        try:
+            return importlib.import_module(f"{GENERATED_PACKAGE}.{contract}")
+        except ImportError:
+            raise RunError("LR120", f"no generated module {GENERATED_PACKAGE}.{contract} (run layoutc compile)") \
+                from None
+
+    routes: list[_Route] = []
+    if scheme.name in INT4PACK_SCHEMES and args.contract in (None, INT4_CONTRACT):
+        routes.append(_Route("int4pack", INT4_CONTRACT, module(INT4_CONTRACT)))
+        if args.contract is not None:
+            return routes
+    contract = reference_contract(args, scheme)
+    routes.append(_Route("even", None, None) if contract is None else _Route("padded", contract, module(contract)))
+    return routes
 
 
 def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme,
                   layers: list[int], tps: list[int]) -> int:
     """The rows of every layer and TP degree, printed; 0 when all matched, 1 on a mismatch or a
-    refused degree. Raises FormatError (the tensor's coded error) before any kernel runs."""
-    import importlib
-
+    refused degree (every route's refusal: the contract's LayoutContractError, or RunError
+    LR160-LR164 from quant_run/padded.py, as one `refused:` line). Raises FormatError (the
+    tensor's coded error) before any kernel runs; RunError LR120 when a contract's generated
+    module is absent."""
     import torch
 
     from layoutc.tools.checkpoints.quant.validate import validate
-    from layoutc.tools.contract_module import GENERATED_PACKAGE
-    from layoutc.tools.quant_run.codes import INT4PACK_SCHEMES, expert_codes
+    from layoutc.tools.quant_run import padded
+    from layoutc.tools.quant_run.codes import expert_codes
     from layoutc.tools.run import TOLERANCE, inputs, rel_error
 
     for layer in layers:
         validate(scheme, ckpt, layer, moe)
     dtype = model_dtype(ckpt, moe, layers[0], args.dtype)
-    contract = args.contract or INT4_CONTRACT
-    runs_int4 = scheme.name in INT4PACK_SCHEMES and contract == INT4_CONTRACT
-    mod = importlib.import_module(f"{GENERATED_PACKAGE}.{contract}") if runs_int4 else None
+    routes = _routes(args, scheme)
     if args.threads:
         torch.set_num_threads(args.threads)
     rows: list[QuantRow] = []
     refused: list[str] = []
     tol = TOLERANCE[dtype]
+    use_tf = not args.no_transformers
     for layer in layers:
-        experts = [expert_codes(ckpt, moe, scheme, layer, e) for e in range(moe.num_experts)] if runs_int4 else []
+        kinds = {r.kind for r in routes}
+        experts = [expert_codes(ckpt, moe, scheme, layer, e) for e in range(moe.num_experts)] \
+            if "int4pack" in kinds else []
+        sources = padded.expert_sources(ckpt, moe, scheme, layer) if "padded" in kinds else {}
         params = dequantized(ckpt, moe, scheme, layer)
         x, weights, ids = inputs(ckpt, moe, layer, args.tokens, args.seed, dtype)
-        ref, ref_name = reference_output(ckpt, moe, params, x, weights, ids, not args.no_transformers)
+        ref, ref_name = reference_output(ckpt, moe, params, x, weights, ids, use_tf)
+        own = transformers_dequantized(ckpt, moe, scheme, layer, x, weights, ids) if use_tf else None
+        if own is not None:  # transformers' own dequantization is the stronger oracle; ours must agree with it
+            if rel_error(ref, own[0]) > tol:
+                refused.append(f"layer {layer}: the independent dequantizer's reference disagrees with {own[1]} "
+                               f"(rel {rel_error(ref, own[0]):.2e})")
+            ref, ref_name = own
         for tp in tps:
-            if mod is not None:
+            why: list[str] = []
+            for route in routes:
                 try:
-                    out, plan, load_s, kernel_s = int4_layer(mod, experts, moe, scheme, tp, dtype, x, weights, ids)
-                except mod.LayoutContractError as exc:
-                    refused.append(f"layer {layer} tp={tp}: {exc}")
+                    if route.kind == "int4pack":
+                        out, plan, load_s, kernel_s = int4_layer(route.mod, experts, moe, scheme, tp, dtype, x,
+                                                                 weights, ids)
+                        pp, pad = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
+                        kernel, name = f"{int4pack_name()} ({route.contract})", ref_name
+                    elif route.kind == "padded":
+                        out, plan, rank_ref, load_s, kernel_s = padded.reference_layer(
+                            route.mod, ckpt, moe, scheme, layer, tp, dtype, x, weights, ids, use_tf, sources)
+                        pp, pad = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
+                        kernel = no_kernel_text(route.contract, scheme)
+                        name = f"{rank_ref}, ranks summed, against {ref_name}"
+                    else:
+                        t0 = time.perf_counter()
+                        out = reference_ranks(params, moe, scheme, tp, x, weights, ids, ckpt, use_tf)
+                        load_s, kernel_s = 0.0, time.perf_counter() - t0
+                        pp = pad = moe.intermediate_size // tp
+                        kernel, name = no_kernel_text(None, scheme), ref_name
+                except RunError as exc:
+                    if exc.code not in ("LR160", "LR161", "LR162", "LR163", "LR164"):
+                        raise
+                    why.append(f"error[{exc.code}]: {exc}")
                     continue
-                pp, padded = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
-                kernel = f"{int4pack_name()} ({contract})"
+                except ValueError as exc:  # the generated module's LayoutContractError (a ValueError)
+                    if route.mod is None or not isinstance(exc, route.mod.LayoutContractError):
+                        raise
+                    why.append(str(exc))
+                    continue
+                rel = rel_error(out, ref)
+                rows.append(QuantRow(layer, tp, pp, pad, rel, tol, rel <= tol, kernel, name,
+                                     kernel_s * 1e3, load_s * 1e3))
+                break
             else:
-                t0 = time.perf_counter()
-                out = reference_ranks(params, moe, tp, x, weights, ids, ckpt, not args.no_transformers)
-                load_s, kernel_s = 0.0, time.perf_counter() - t0
-                pp = padded = moe.intermediate_size // tp
-                kernel = NO_KERNEL
-            rel = rel_error(out, ref)
-            rows.append(QuantRow(layer, tp, pp, padded, rel, tol, rel <= tol, kernel, ref_name,
-                                 kernel_s * 1e3, load_s * 1e3))
+                refused.append(f"layer {layer} tp={tp}: " + "; then ".join(why))
     return _print(args, moe, scheme, dtype, rows, refused)
 
 

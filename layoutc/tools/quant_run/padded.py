@@ -1,0 +1,453 @@
+"""Reference-only rows through a contract's loaders: for a method whose kernel is not on this
+machine (Marlin, AITER, FlashInfer: GPU), each rank's padded tensors are built by the
+generated module's `alloc` / `load` (per expert, per role, from the checkpoint's own stored
+tensors, as tests/conformance/test_vllm_quant_loading.py's `_layoutc_rank` does), decoded
+back to float weights of the padded per-rank shape by the contract's own `decode`
+expressions, and run through the reference; the ranks are summed. A pad the contract gets
+wrong (not inert under decode) or a slice in the wrong place makes the row MISMATCH.
+
+Decoding (`decode_rank`): a tensor's stored values are unpacked along its `pack N` axis in
+the bit order of the checkpoint's scheme (checkpoints/quant/scheme.py `Packing.order`: the
+loaders copy the checkpoint's words unchanged, so the order is the checkpoint's; its
+`per_element` must be the contract's N, RunError LR161 otherwise). A decode that applies a
+number format to `code` (`e4m3fn(code)`, `e2m1(code)`, `e8m0(code)`) reads the stored bytes
+through layoutc/runtime/numformats.py's DECODERS (the verifier's one definition; NaN codes
+become NaN); any other `code` is the stored value. `tensor` terms are the named tensor's
+decoded value at this element's group (`groups(axis, g)`: index // g within each segment of
+a segmented axis; g = -1: one group), `match` / `if` read the plan's parameters and lets.
+
+RunError codes: LR160 the contract cannot be read or declares no decode for a weight;
+LR161 the contract stores the checkpoint's words in another packing (count or axis);
+LR162 the contract has a parameter the scheme does not give, or cannot hold the scheme
+(an asymmetric scheme on a contract whose decode has no zero point); LR163 no contract
+declares the method (per-channel / per-tensor FP8), and the intermediate does not split
+evenly for the dequantized-weights fallback; LR164 a stored tensor the contract's loader
+needs is absent from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from layoutc.compiler import evaluate, ir
+from layoutc.runtime import vocab
+from layoutc.runtime.numformats import CODES, DECODERS
+from layoutc.tools.checkpoints.formats import ModelMoE
+from layoutc.tools.checkpoints.quant import scheme as S
+from layoutc.tools.checkpoints.reader import Checkpoint
+from layoutc.tools.runplan import RunError
+
+#: The contract whose loaders and decode a method's reference-only rows run through, in order
+#: of preference (`--contract` overrides). Sources: vLLM 0.32 int_wna16.py (GPTQ int4 / int8,
+#: AWQ on Marlin), fp8.py (block FP8 on Marlin), mxfp4.py (gpt-oss: CPU or FlashInfer TRT-LLM).
+REFERENCE_CONTRACTS: dict[str, tuple[str, ...]] = {
+    "gptq_int4": ("marlin_moe_wna16",),
+    "gptq_int8": ("marlin_moe_gptq_int8",),
+    "awq_int4": ("marlin_moe_awq",),
+    "fp8_block": ("marlin_moe_fp8",),
+    "mxfp4": ("vllm_cpu_mxfp4_gpt_oss_moe", "flashinfer_trtllm_mxfp4_moe"),
+}
+#: contract tensor kind -> the scheme's role of the stored tensor it is loaded from
+_ROLE = {"weight": "weight", "scale": "scale", "zero": "zero"}
+_AXIS = {"k": "in", "n": "out"}
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """One rank's padded contract tensors, by contract tensor name, and the contract's IR."""
+
+    contract: ir.Contract
+    env: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+
+
+def contract_ir(mod: Any) -> ir.Contract:
+    """The checked IR of the generated module's contract (`SOURCE_FILE`): the file in this
+    layoutc's source tree (the one its compiler reads), else the installed `layoutc_contracts`
+    package's. A decode that disagreed with the module's loaders could only make rows MISMATCH,
+    never hide one. RunError LR160 when it cannot be found or read."""
+    import importlib.util
+
+    source = Path(str(mod.SOURCE_FILE))
+    candidates = [Path(__file__).resolve().parents[3] / source]
+    try:
+        spec = importlib.util.find_spec("layoutc_contracts")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None:
+        candidates += [Path(p) / source.name for p in spec.submodule_search_locations or []]
+    path = next((c for c in candidates if c.is_file()), None)
+    if path is None:
+        raise RunError("LR160", f"contract {mod.CONTRACT}: {source} is not installed; its decode cannot be read")
+    return _load_ir(str(path))
+
+
+@cache
+def _load_ir(path: str) -> ir.Contract:
+    from layoutc.compiler.source import load
+
+    contract, diags, _ = load(path)
+    if contract is None:
+        first = diags[0].message if diags else "no contract"
+        raise RunError("LR160", f"{path}: the contract does not load ({first}); its decode cannot be read")
+    return contract
+
+
+def plan_values(layout: Any, moe: ModelMoE, scheme: S.QuantScheme, tp: int, dtype: str,
+                stored_scale_dtype: str | None) -> dict[str, Any]:
+    """The `plan()` arguments for this layer and scheme. `dtype` is the model dtype; a contract
+    whose dtype domain lacks it (Marlin: float16 / bfloat16) stores its scales in the dtype the
+    checkpoint stores them in; block FP8's `scheme` / `block` / `scale_dtype` come from its block
+    and its stored scales. RunError LR162 for a required parameter the scheme does not give."""
+    values: dict[str, Any] = {"num_experts": moe.num_experts, "hidden_size": moe.hidden_size,
+                              "intermediate_size": moe.intermediate_size, "tp_size": tp,
+                              "activation": moe.activation, "act_order": scheme.act_order}
+    if scheme.group_size is not None:
+        values["group_size"] = scheme.group_size
+    if scheme.block is not None:
+        values["block"] = scheme.block[1]
+        if scheme.block[0] == scheme.block[1]:  # marlin_moe_fp8's `scheme`: square blocks only
+            values["scheme"] = f"fp8_block{scheme.block[1]}"
+        values["scale_dtype"] = "uint8" if stored_scale_dtype in ("uint8", "float8_e8m0fnu") else "float32"
+    param = layout.param("dtype")
+    if param is not None:
+        domain = tuple(str(v) for v in param.values)
+        values["dtype"] = dtype if dtype in domain or not domain else (stored_scale_dtype or dtype)
+    missing = layout.missing_params(values)
+    if missing:
+        raise RunError("LR162", f"contract {layout.contract} needs {', '.join(missing)}, which the {scheme.name} "
+                       "scheme does not give; pass --contract with a contract for this method")
+    return layout.plan_arguments(values)
+
+
+def check_holds(contract: ir.Contract, scheme: S.QuantScheme) -> None:
+    """RunError LR162 when the contract's decode cannot express the scheme: stored zero points
+    (asymmetric GPTQ, AWQ) on a contract whose weight decode reads no zero tensor."""
+    zeros = {t.name for t in contract.tensors if t.kind == "zero"}
+    for t in contract.tensors:
+        if t.kind != "weight":
+            continue
+        if t.decode is None:
+            raise RunError("LR160", f"contract {contract.name}: {t.name} declares no decode; its padded codes "
+                           "cannot be decoded")
+        reads = {n.tensor for n in ir.walk(t.decode) if isinstance(n, ir.TensorValue)}
+        if scheme.zero == "stored" and not reads & zeros:
+            raise RunError("LR162", f"contract {contract.name} decodes {t.name} without a zero point "
+                           f"(`{t.name}` decode reads {', '.join(sorted(reads)) or 'no tensor'}), but "
+                           f"{scheme.name} stores zero points (asymmetric): the contract cannot hold this "
+                           "checkpoint")
+
+
+# ---- the checkpoint's stored tensors, per expert and role -------------------------------------
+
+
+def expert_sources(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: int
+                   ) -> dict[tuple[str, str], list[torch.Tensor]]:
+    """The stored tensors of `layer`, by (projection role "gate" / "up" / "down", scheme role),
+    one per expert, in the checkpoint's own dtype and dims. A fused gpt-oss tensor [E, 2I, ...]
+    is split into its interleaved gate (even rows) and up (odd rows); MXFP4 blocks
+    [.., G, 16] are merged to [.., G * 16] (the contract's `pack 2` axis of bytes)."""
+    out: dict[tuple[str, str], list[torch.Tensor]] = {}
+    fmt = moe.format
+    if not fmt.fused:
+        for e in range(moe.num_experts):
+            for proj, roles in S.tensor_names(scheme, fmt, layer, e).items():
+                for role, name in roles.items():
+                    if ckpt.has(name):
+                        out.setdefault((proj, role), []).append(ckpt.tensor(name))
+        return out
+    names = S.tensor_names(scheme, fmt, layer)
+    for proj, roles in names.items():
+        for role, name in roles.items():
+            if not ckpt.has(name):
+                continue
+            t = ckpt.tensor(name)
+            if role == "weight" and t.dim() == 4:
+                t = t.flatten(2, 3)
+            if proj == "gate_up":
+                out[("gate", role)] = list(t[:, 0::2])
+                out[("up", role)] = list(t[:, 1::2])
+            else:
+                out[(proj, role)] = list(t)
+    plain = fmt.names(layer, None)
+    for key, proj in (("gate_up_bias", "gate_up"), ("down_bias", "down")):
+        bias = plain.get(key)
+        if bias is None or not ckpt.has(bias):
+            continue
+        b = ckpt.tensor(bias).to(torch.float32)
+        if proj == "gate_up":
+            out[("gate", "bias")], out[("up", "bias")] = list(b[:, 0::2]), list(b[:, 1::2])
+        else:
+            out[("down", "bias")] = list(b)
+    return out
+
+
+def load_rank(layout: Any, contract: ir.Contract, plan: Any, rank: int,
+              sources: dict[tuple[str, str], list[torch.Tensor]]) -> Loaded:
+    """Rank `rank`'s padded tensors: every contract tensor allocated by its generated `alloc`
+    and each expert's stored tensor loaded into its slice by the generated `load` (role gate /
+    up for w13, down for w2). An optional tensor with no stored source (a bias the checkpoint
+    lacks) is left out. RunError LR164 for a required one; the module's LayoutContractError
+    for a stored tensor of the wrong shape."""
+    try:
+        env = evaluate.eval_lets(contract, {p.name: _param(getattr(plan, p.name)) for p in layout.plan_params})
+    except evaluate.EvalError as exc:
+        raise RunError("LR160", f"contract {contract.name} ({contract.file}): its lets do not evaluate at the "
+                       f"module's plan ({exc}); the module and its contract file disagree") from None
+    tensors: dict[str, torch.Tensor] = {}
+    for entry in layout.tensors:
+        role = "bias" if entry.kind == "bias" else _ROLE.get(entry.kind)
+        parts = ("gate", "up") if entry.projection == "w13" else ("down",)
+        srcs = {p: sources.get((p, role or "")) for p in parts}
+        if any(s is None for s in srcs.values()):
+            if entry.optional or entry.kind == "zero":
+                continue
+            raise RunError("LR164", f"contract {layout.contract}'s {entry.name} ({entry.role}) loads from the "
+                           f"checkpoint's {role} tensor of {'/'.join(parts)}, which this checkpoint does not store")
+        dst = entry.alloc(plan, rank)
+        for part, per_expert in srcs.items():
+            assert per_expert is not None
+            for e, src in enumerate(per_expert):
+                if dst.is_floating_point() and dst.dtype.itemsize > 1 and src.dtype != dst.dtype:
+                    src = src.to(dst.dtype)
+                entry.load(dst, src, plan, rank, expert=e, role=part)
+        tensors[entry.name] = dst
+    return Loaded(contract, env, tensors)
+
+
+def _param(value: Any) -> Any:
+    return str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
+
+
+# ---- decoding the padded tensors by the contract's decode ---------------------------------------
+
+
+@cache
+def _table(fmt: str) -> torch.Tensor:
+    """float64 value of every code of number format `fmt` (NaN where numformats says not finite)."""
+    lo, hi = CODES[fmt]
+    values = [DECODERS[fmt](c) for c in range(lo, hi + 1)]
+    return torch.tensor([float("nan") if v is None else float(v) for v in values], dtype=torch.float64)
+
+
+def _packing(scheme: S.QuantScheme, t: ir.Tensor) -> tuple[int, S.Packing | None]:
+    """(packed axis position, the scheme's Packing) of a contract tensor with a `pack N` axis.
+    RunError LR161 when the checkpoint's tensor of that role packs another count or along another axis."""
+    axis = next((i for i, a in enumerate(t.axes) if a.pack > 1), None)
+    if axis is None:
+        return -1, None
+    spec = scheme.spec(_ROLE.get(t.kind, t.kind))
+    pk = spec.packing if spec is not None else None
+    packed_dim = next((d for d in spec.dims if d.pack > 1), None) if spec is not None else None
+    ax = t.axes[axis]
+    if pk is None or packed_dim is None or pk.per_element != ax.pack or packed_dim.axis != _AXIS.get(ax.name):
+        have = "no packing" if pk is None or packed_dim is None else \
+            f"{pk.per_element} values a word along {packed_dim.axis}"
+        raise RunError("LR161", f"contract tensor {t.name} packs {ax.pack} values along {ax.name}, but {scheme.name}'s "
+                       f"{t.kind} tensor has {have}: its stored words cannot be loaded unchanged")
+    return axis, pk
+
+
+def _unpack(stored: torch.Tensor, axis: int, pk: S.Packing) -> torch.Tensor:
+    """int64 codes: each word of `stored` along `axis` expanded to its `per_element` values,
+    element pk.order[i] read from slot i (bits [i * bits, (i + 1) * bits))."""
+    t = stored.view(torch.uint8) if stored.dtype == torch.int8 else stored
+    t = t.to(torch.int64) & ((1 << pk.storage_bits) - 1)
+    mask = (1 << pk.bits) - 1
+    slot_of = {element: slot for slot, element in enumerate(pk.order)}
+    values = [(t >> (pk.bits * slot_of[j])) & mask for j in range(pk.per_element)]
+    return torch.stack(values, dim=axis + 1).flatten(axis, axis + 1)
+
+
+def _codes_are_bytes(t: ir.Tensor) -> bool:
+    return t.decode is not None and any(isinstance(n, ir.Op) and n.op.kind is vocab.OpKind.DECODE
+                                        and any(isinstance(a, ir.Code) for a in n.args) for n in ir.walk(t.decode))
+
+
+class _Decoder:
+    """Decodes the tensors of one rank (see the module docstring); values float64 in each
+    tensor's own axis order, packed axes expanded."""
+
+    def __init__(self, loaded: Loaded, scheme: S.QuantScheme) -> None:
+        self.loaded, self.scheme = loaded, scheme
+        self.irs = {t.name: t for t in loaded.contract.tensors}
+        self.memo: dict[str, torch.Tensor] = {}
+
+    def codes(self, t: ir.Tensor) -> torch.Tensor:
+        stored = self.loaded.tensors[t.name]
+        axis, pk = _packing(self.scheme, t)
+        if pk is not None:
+            return _unpack(stored, axis, pk)
+        if _codes_are_bytes(t) and stored.dtype.itemsize == 1:
+            return stored.view(torch.uint8).to(torch.int64)
+        return stored.to(torch.float64)
+
+    def value(self, name: str) -> torch.Tensor:
+        if name not in self.memo:
+            t = self.irs[name]
+            codes = self.codes(t)
+            self.memo[name] = codes.to(torch.float64) if t.decode is None else self.eval(t.decode, t, codes)
+        return self.memo[name]
+
+    def expand(self, name: str, target: ir.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+        """Tensor `name`'s value at each element of `target` (its groups broadcast)."""
+        src, v = self.irs[name], self.value(name)
+        names = [a.name for a in src.axes]
+        for ax in target.axes:
+            if ax.name not in names:  # an axis the value does not vary along: broadcast
+                v = v.unsqueeze(-1)
+                names.append(ax.name)
+        v = v.permute([names.index(a.name) for a in target.axes])
+        for i, ax in enumerate(target.axes):
+            n, have = shape[i], v.shape[i]
+            if have == n:
+                continue
+            sax = next((a for a in src.axes if a.name == ax.name), None)
+            if sax is None:
+                v = v.expand(*v.shape[:i], n, *v.shape[i + 1:])
+                continue
+            g = int(evaluate.eval_expr(sax.group_size, self.loaded.env)) if sax.group_size is not None else 0
+            seg = ax.segments
+            per, gper = n // seg, have // seg
+            pos = torch.arange(n)
+            idx = torch.zeros(n, dtype=torch.int64) if g <= 0 else (pos // per) * gper + (pos % per) // g
+            v = v.index_select(i, idx)
+        return v
+
+    def eval(self, expr: ir.Expr, t: ir.Tensor, codes: torch.Tensor) -> torch.Tensor:
+        match expr:
+            case ir.Code():
+                return codes.to(torch.float64)
+            case ir.TensorValue():
+                return self.expand(expr.tensor, t, tuple(codes.shape))
+            case ir.Cond() if expr.type == ir.REAL:
+                branch = expr.then if evaluate.eval_expr(expr.cond, self.loaded.env) else expr.orelse
+                return self.eval(branch, t, codes)
+            case ir.Select() if expr.type == ir.REAL:
+                subject = evaluate.eval_expr(expr.subject, self.loaded.env)
+                chosen = next((v for m, v in expr.cases if m == subject), expr.default)
+                assert chosen is not None
+                return self.eval(chosen, t, codes)
+            case ir.Op() if expr.op.kind is vocab.OpKind.DECODE:
+                fmt = str(expr.op.value)
+                arg = self.eval(expr.args[0], t, codes).to(torch.int64)
+                lo, hi = CODES[fmt]
+                bad = (arg < lo) | (arg > hi)
+                table = _table(fmt)
+                out = table[(arg - lo).clamp(0, hi - lo)]
+                return torch.where(bad, torch.full_like(out, float("nan")), out)
+            case ir.Op() if expr.type == ir.REAL:
+                if expr.op is vocab.Op.NEG:
+                    return -self.eval(expr.args[0], t, codes)
+                a, b = (self.eval(x, t, codes) for x in expr.args)
+                if expr.op is vocab.Op.ADD:
+                    return a + b
+                if expr.op is vocab.Op.SUB:
+                    return a - b
+                if expr.op is vocab.Op.MUL:
+                    return a * b
+                raise RunError("LR160", f"contract {self.loaded.contract.name}: decode operator {expr.op} "
+                               "is not one a decode allows")
+            case _:
+                return torch.tensor(float(evaluate.eval_expr(expr, self.loaded.env)), dtype=torch.float64)
+
+
+@dataclass(frozen=True)
+class RankWeights:
+    """One rank's decoded float32 weights at the padded per-rank shape: gate_up [E, 2P, Hp]
+    ([gate | up]), down [E, Hp, P], biases [E, 2P] / [E, Hp] or None."""
+
+    gate_up: torch.Tensor
+    down: torch.Tensor
+    gate_up_bias: torch.Tensor | None
+    down_bias: torch.Tensor | None
+
+
+def _gate_up(v: torch.Tensor, axis: ir.Axis) -> torch.Tensor:
+    """w13's values [E, n, ...] with n as [gate | up]: the axis's segments, in its roles' order,
+    are contiguous (`halves`, `concat`) or alternate row by row (`interleave`)."""
+    roles = axis.roles or ("gate", "up")
+    seg = len(roles)
+    if axis.layout.value == "interleave":
+        parts = {r: v[:, i::seg] for i, r in enumerate(roles)}
+    else:
+        parts = dict(zip(roles, v.chunk(seg, dim=1), strict=True))
+    return torch.cat([parts["gate"], parts["up"]], dim=1)
+
+
+def decode_rank(loaded: Loaded, scheme: S.QuantScheme) -> RankWeights:
+    """The rank's weights decoded from its padded tensors by the contract's decode (module
+    docstring), reordered to [experts, n, k] with w13's n as [gate | up] (`_gate_up`: the n
+    axis's segments in the order of its roles)."""
+    dec = _Decoder(loaded, scheme)
+    out: dict[str, torch.Tensor] = {}
+    for t in loaded.contract.tensors:
+        if t.kind != "weight":
+            continue
+        v = dec.value(t.name)
+        names = [a.name for a in t.axes]
+        v = v.permute(names.index("experts"), names.index("n"), names.index("k"))
+        out[t.projection] = _gate_up(v.to(torch.float32), t.axis("n")) if t.projection == "w13" else v.to(torch.float32)
+    biases: dict[str, torch.Tensor | None] = {"w13": None, "w2": None}
+    for t in loaded.contract.tensors:
+        if t.kind == "bias" and t.name in loaded.tensors:
+            b = loaded.tensors[t.name].to(torch.float32)
+            biases[t.projection] = _gate_up(b, t.axis("n")) if t.projection == "w13" else b
+    gate_up = out["w13"]
+    return RankWeights(gate_up.contiguous(), out["w2"].contiguous(), biases["w13"], biases["w2"])
+
+
+# ---- a layer's rows ------------------------------------------------------------------------------
+
+
+def reference_layer(mod: Any, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: int, tp: int,
+                    dtype: str, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, use_transformers: bool,
+                    sources: dict[tuple[str, str], list[torch.Tensor]]) -> tuple[torch.Tensor, Any, str, float, float]:
+    """All ranks of one layer through `mod`'s loaders, decoded and run through the reference,
+    summed in float32: (output [T, H], plan, reference name, slowest rank's load + decode
+    seconds, slowest rank's reference seconds). Raises the module's LayoutContractError when the contract refuses
+    the plan, RunError LR160-LR164."""
+    from layoutc.tools.quant_run.runner import reference_output
+    from layoutc.tools.runplan import module_layout
+
+    layout = module_layout(mod)
+    contract = contract_ir(mod)
+    check_holds(contract, scheme)
+    for t in contract.tensors:  # LR161 before anything is loaded: the checkpoint's words pack another way
+        if t.kind in _ROLE:
+            _packing(scheme, t)
+    if scheme.act_order and layout.param("act_order") is None:
+        raise RunError("LR162", f"{scheme.name} is act-order (desc_act, a g_idx permutation of groups), but contract "
+                       f"{contract.name} has no act_order parameter and no g_idx tensor: it reads groups as "
+                       "k // group_size, so it cannot hold this checkpoint")
+    scale = sources.get(("gate", "scale"))
+    stored = str(scale[0].dtype).removeprefix("torch.") if scale else None
+    plan = layout.plan(**plan_values(layout, moe, scheme, tp, dtype, stored))
+    total = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32)
+    name, load_s, ref_s = "", 0.0, 0.0
+    for r in range(tp):
+        t0 = time.perf_counter()
+        loaded = load_rank(layout, contract, plan, r, sources)
+        w = decode_rank(loaded, scheme)
+        t1 = time.perf_counter()
+        p, hp = w.down.shape[2], w.down.shape[1]
+        xs = x if hp == x.shape[1] else torch.nn.functional.pad(x, (0, hp - x.shape[1]))
+        params = {"gate_up_proj": w.gate_up[:, :, :hp], "down_proj": w.down}
+        if w.gate_up_bias is not None:
+            params["gate_up_proj_bias"] = w.gate_up_bias
+        if w.down_bias is not None:
+            # vLLM adds w2's bias once, on rank 0 (the all-reduce would add it tp times)
+            params["down_proj_bias"] = w.down_bias if r == 0 else torch.zeros_like(w.down_bias)
+        out, name = reference_output(ckpt, replace(moe, intermediate_size=p, hidden_size=hp), params, xs,
+                                     weights, ids, use_transformers, f"the rank's padded tensors decoded by "
+                                     f"{contract.name}'s decode")
+        total += out[:, :x.shape[1]]
+        t2 = time.perf_counter()
+        load_s, ref_s = max(load_s, t1 - t0), max(ref_s, t2 - t1)
+    return total, plan, name, load_s, ref_s
