@@ -230,3 +230,29 @@ def test_a_live_tail_mismatches(tmp_path, capsys, monkeypatch):
     assert tails == [(3, 512)], tails
     assert code == 1
     assert {r["tp_size"]: r["ok"] for r in report["rows"]} == {1: True, 2: True, 4: False}, report["rows"]
+
+
+def test_the_contract_slot_order_is_the_one_the_codes_are_read_in() -> None:
+    """padded.py reads a packed word's slots in the contract's `pack N order (...)`; a contract
+    whose order differs from the checkpoint's (marlin_moe_awq with its AWQ order taken out) is
+    LR161, and the words unpack to the values the order says."""
+    import dataclasses
+    import importlib
+
+    import torch
+
+    from layoutc.tools.checkpoints.quant import scheme as S
+    from layoutc.tools.quant_run import padded
+    from layoutc.tools.runplan import RunError
+
+    contract = padded.contract_ir(importlib.import_module("layoutc_generated.marlin_moe_awq"))
+    t = next(x for x in contract.tensors if x.name == "w13_qweight")
+    axis, pk = padded._packing(S.awq(128), t)
+    assert pk is not None and tuple(t.axes[axis].pack_order) == S.AWQ_ORDER
+    word = sum(slot << (4 * slot) for slot in range(8))  # slot i holds the value i
+    codes = padded._unpack(torch.tensor([[word]], dtype=torch.int32), 1, pk, t.axes[axis].slot_of)
+    assert codes.tolist() == [[S.AWQ_ORDER.index(j) for j in range(8)]]  # element j sits in slot slot_of(j)
+    identity = dataclasses.replace(t.axes[axis], pack_order=tuple(range(8)))
+    wrong = dataclasses.replace(t, axes=tuple(identity if i == axis else a for i, a in enumerate(t.axes)))
+    with pytest.raises(RunError, match="slot order"):
+        padded._packing(S.awq(128), wrong)

@@ -28,6 +28,7 @@ needs is absent from the checkpoint.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -251,17 +252,21 @@ def _packing(scheme: S.QuantScheme, t: ir.Tensor) -> tuple[int, S.Packing | None
             f"{pk.per_element} values a word along {packed_dim.axis}"
         raise RunError("LR161", f"contract tensor {t.name} packs {ax.pack} values along {ax.name}, but {scheme.name}'s "
                        f"{t.kind} tensor has {have}: its stored words cannot be loaded unchanged")
+    if tuple(ax.pack_order) != tuple(pk.order):  # the contract's `pack N order (...)` is the one read below
+        raise RunError("LR161", f"contract tensor {t.name} states slot order {tuple(ax.pack_order)} along {ax.name}, "
+                       f"but {scheme.name} stores its values in slot order {tuple(pk.order)}: the words would "
+                       "decode to other values")
     return axis, pk
 
 
-def _unpack(stored: torch.Tensor, axis: int, pk: S.Packing) -> torch.Tensor:
+def _unpack(stored: torch.Tensor, axis: int, pk: S.Packing, slot_of: Callable[[int], int]) -> torch.Tensor:
     """int64 codes: each word of `stored` along `axis` expanded to its `per_element` values,
-    element pk.order[i] read from slot i (bits [i * bits, (i + 1) * bits))."""
+    element j read from slot `slot_of(j)` (bits [slot * bits, (slot + 1) * bits)): the contract
+    axis's `pack N order (...)` (ir.Axis.slot_of), held equal to the scheme's order by _packing."""
     t = stored.view(torch.uint8) if stored.dtype == torch.int8 else stored
     t = t.to(torch.int64) & ((1 << pk.storage_bits) - 1)
     mask = (1 << pk.bits) - 1
-    slot_of = {element: slot for slot, element in enumerate(pk.order)}
-    values = [(t >> (pk.bits * slot_of[j])) & mask for j in range(pk.per_element)]
+    values = [(t >> (pk.bits * slot_of(j))) & mask for j in range(pk.per_element)]
     return torch.stack(values, dim=axis + 1).flatten(axis, axis + 1)
 
 
@@ -283,7 +288,7 @@ class _Decoder:
         stored = self.loaded.tensors[t.name]
         axis, pk = _packing(self.scheme, t)
         if pk is not None:
-            return _unpack(stored, axis, pk)
+            return _unpack(stored, axis, pk, t.axes[axis].slot_of)
         if _codes_are_bytes(t) and stored.dtype.itemsize == 1:
             return stored.view(torch.uint8).to(torch.int64)
         return stored.to(torch.float64)
