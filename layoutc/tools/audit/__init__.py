@@ -52,8 +52,9 @@ from layoutc.tools.audit.formats import (
     CONTRACT_FORMATS,
     QUANTIZING_GLUE,
     CheckpointFormat,
+    Taken,
     checkpoint_format,
-    contract_formats,
+    takes,
 )
 from layoutc.tools.audit.params import PARAM_FIELDS, SWIGLU_PARAMS, kernel_activation_refusal, param_sources
 from layoutc.tools.audit.render import TEXT_LEGEND, model_json, render_json, render_markdown, render_text
@@ -75,10 +76,10 @@ __all__ = [
     "AuditRow",
     "CheckpointFormat",
     "Skipped",
+    "Taken",
     "audit",
     "audit_report",
     "checkpoint_format",
-    "contract_formats",
     "default_contracts_dir",
     "kernel_activation_refusal",
     "load_contracts",
@@ -90,4 +91,5 @@ __all__ = [
     "render_markdown",
     "render_text",
     "run_audit",
+    "takes",
 ]
