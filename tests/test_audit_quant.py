@@ -209,3 +209,23 @@ def test_json_names_the_format(contracts, capsys) -> None:  # type: ignore[no-un
     doc = json.loads(capsys.readouterr().out)
     assert doc["models"][0]["checkpoint_format"] == "gptq_int4"
     assert {r["contract"] for r in doc["rows"]} == {"marlin_moe_wna16", "torch_int4pack_gptq_moe"}
+
+
+def test_quantized_config_size_is_bounded(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """The reader holds every expert module's name to the skip lists: a quantized config naming
+    more (layer, expert) pairs than MAX_EXPERT_MODULES is refused at once (exit 2), not read."""
+    from layoutc.tools.hfconfig import ModelConfigError
+    from layoutc.tools.hfconfig.quantization import MAX_EXPERT_MODULES
+
+    raw = copy.deepcopy(QWEN3)
+    raw["quantization_config"] = FP8_CHANNEL
+    raw["num_hidden_layers"], raw["num_experts"] = 20_000, 1024
+    assert MAX_EXPERT_MODULES < 20_000 * 1024
+    with pytest.raises(ModelConfigError, match="quantization_config for at most"):
+        parse_model_config(raw, source="big")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    assert main(["audit", str(path), "--tp", "4"]) == 2
+    assert "quantization_config for at most" in capsys.readouterr().err
+    raw["num_hidden_layers"] = 48  # the same config at a real depth reads
+    assert parse_model_config(raw).quant_scheme is not None

@@ -51,7 +51,7 @@ def parse_model_config(
     sizes = _read_sizes(scopes)
     hidden_act, activation = _read_activation(scopes)
     num_moe_layers = count_moe_layers(scopes, sizes.num_hidden_layers)
-    quant = read_quantization(raw)
+    quant = read_quantization(raw, expert_modules=sizes.num_hidden_layers * sizes.num_experts, source=source)
     if quant.where is not None:
         scopes.used["quant_method"] = quant.where
     dtype_found = scopes.find(DTYPE_ALIASES, "dtype")

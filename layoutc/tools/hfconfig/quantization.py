@@ -22,9 +22,14 @@ from typing import Any
 from layoutc.tools.checkpoints.formats import FormatError
 from layoutc.tools.checkpoints.quant.config import read_quantization as read_scheme
 from layoutc.tools.checkpoints.quant.scheme import QuantScheme
+from layoutc.tools.hfconfig.model import ModelConfigError
 
 #: Where config.json keeps ``quantization_config``, in the order the reader looks.
 _SCOPES = ((), ("text_config",))
+#: Most (layer x expert) pairs a quantized config may name: the reader holds each expert module's
+#: name to the skip lists and config-group targets, one by one (DeepSeek-V3: 61 x 256 = 15616;
+#: 2000 x 128 takes about 2 s), so a hostile config cannot make reading it hang (issue 16 bounds).
+MAX_EXPERT_MODULES = 1 << 17
 
 
 @dataclass(frozen=True)
@@ -63,13 +68,21 @@ class Quantization:
         return self.scheme.block if self.scheme is not None else None
 
 
-def read_quantization(raw: Mapping[str, Any]) -> Quantization:
+def read_quantization(raw: Mapping[str, Any], *, expert_modules: int = 0, source: str = "<dict>") -> Quantization:
     """The routed experts' quantization of a parsed config.json (``raw`` as json.load gives it).
 
+    expert_modules: the config's layers x experts (bounds the reader's per-module name checks).
     Never raises for a quantization the reader refuses: the FormatError's code and message
-    are kept in ``error``. Source of the rules: layoutc/tools/checkpoints/quant/config.py.
+    are kept in ``error``. Raises ModelConfigError when a quantized config names more than
+    :data:`MAX_EXPERT_MODULES` expert modules. Source of the rules:
+    layoutc/tools/checkpoints/quant/config.py.
     """
     method, where = _method(raw)
+    if where is not None and expert_modules > MAX_EXPERT_MODULES:
+        raise ModelConfigError(
+            f"{source}: a quantized config with {expert_modules} (layer, expert) pairs; layoutc reads "
+            f"quantization_config for at most {MAX_EXPERT_MODULES} (each expert module's name is held "
+            "to the skip lists)", source=source, field="quantization_config", aliases=("quantization_config",))
     try:
         scheme = read_scheme(dict(raw))
     except FormatError as exc:
