@@ -155,7 +155,7 @@ def test_awq_int4_g128(contracts) -> None:  # type: ignore[no-untyped-def]
     rep = report(model, contracts)
     assert audited(rep) == {"marlin_moe_awq", "torch_int4pack_gptq_moe"}
     skip = {s.contract: s.reason for s in rep.skipped}
-    assert "packed 8 a element along n" in skip["marlin_moe_wna16"]  # GPTQ packs along k
+    assert "packed 8 values an element along n" in skip["marlin_moe_wna16"]  # GPTQ packs along k
     verdicts = hold_to_plans(rep)
     assert verdicts["marlin_moe_awq"] == [True, True, False, False]  # as GPTQ int8: 192, 96 not whole groups
     assert all(r.params["group_size"] == 128 for r in rep.rows)

@@ -225,31 +225,31 @@ def _takes_scheme(contract: ir.Contract, scheme: QuantScheme, label: str) -> Tak
     element, wanted = weight_element(weight), spec.element(spec.dtypes()[0])
     storage = weight.storage
     if element != wanted or (isinstance(storage, ir.FixedStorage) and storage.dtype not in spec.dtypes()):
-        return (f"checkpoint is {label} ({wanted} codes stored as {'/'.join(spec.dtypes())}); {contract.name}'s "
+        return (f"checkpoint is {label}; it stores {wanted} codes as {'/'.join(spec.dtypes())}, {contract.name}'s "
                 f"{weight.name} holds {element or 'float'} codes stored as {storage}")
     packed, pack = _packing(weight), _scheme_packing(spec)
     if packed is not None and packed != pack:
-        return (f"checkpoint is {label} (packed {_pack_text(pack)}); {contract.name}'s {weight.name} is "
-                f"packed {_pack_text(packed)}")
+        return (f"checkpoint is {label}; it is packed {_pack_text(pack)}, {contract.name}'s {weight.name} "
+                f"{_pack_text(packed)}")
     zero = next((t for t in contract.tensors if t.kind == "zero" and t.projection == "w13"), None)
     reads_zero = zero is not None and any(isinstance(n, ir.TensorValue) and n.tensor == zero.name
                                           for n in _nodes(weight.decode))
     if scheme.zero == "stored" and not reads_zero:
-        return (f"checkpoint is {label}, with stored zero points; {contract.name}'s {weight.name} decode "
-                "reads no zero point (symmetric codes only)")
+        return (f"checkpoint is {label}; it stores zero points, {contract.name}'s {weight.name} decode "
+                "reads none (symmetric codes only)")
     if scheme.zero == "implicit" and not reads_zero and not _decodes_zero(contract, weight, scheme.zero_point):
-        return (f"checkpoint is {label} (code {scheme.zero_point} is 0); {contract.name}'s {weight.name} "
+        return (f"checkpoint is {label}; its code {scheme.zero_point} is 0, {contract.name}'s {weight.name} "
                 "decode does not map that code to 0")
     scale_spec = scheme.spec("scale")
     if (isinstance(scale.storage, ir.FixedStorage) and scale_spec is not None
             and scale.storage.dtype not in scale_spec.dtypes()):
-        return (f"checkpoint is {label} (scales {'/'.join(scale_spec.dtypes())}); {contract.name}'s "
+        return (f"checkpoint is {label}; its scales are {'/'.join(scale_spec.dtypes())}, {contract.name}'s "
                 f"{scale.name} is {scale.storage.dtype}")
     return _match_grain(contract, scheme, scale, label)
 
 
 def _pack_text(pack: tuple[str, int] | None) -> str:
-    return "nowhere" if pack is None else f"{pack[1]} a element along {pack[0]}"
+    return "not at all" if pack is None else f"{pack[1]} values an element along {pack[0]}"
 
 
 def _decodes_zero(contract: ir.Contract, weight: ir.Tensor, zero_point: int) -> bool:
@@ -287,7 +287,7 @@ def _match_grain(contract: ir.Contract, scheme: QuantScheme, scale: ir.Tensor, l
             return Taken(tuple(zip(free, combo, strict=True)))
         if got is not None:
             seen.append(_grain_text(got))
-    return (f"checkpoint is {label} (scales {_grain_text(want)}); {contract.name}'s {scale.name} holds "
+    return (f"checkpoint is {label}; it holds scales {_grain_text(want)}, {contract.name}'s {scale.name} "
             f"{' or '.join(dict.fromkeys(seen)) or 'scales audit cannot size'}")
 
 
