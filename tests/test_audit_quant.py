@@ -229,3 +229,27 @@ def test_quantized_config_size_is_bounded(tmp_path, capsys) -> None:  # type: ig
     assert "quantization_config for at most" in capsys.readouterr().err
     raw["num_hidden_layers"] = 48  # the same config at a real depth reads
     assert parse_model_config(raw).quant_scheme is not None
+
+
+def test_gptq_asymmetric_needs_a_decode_that_reads_zeros(contracts) -> None:  # type: ignore[no-untyped-def]
+    model = qwen3({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": False})
+    rep = report(model, contracts)
+    # marlin_moe_wna16 decodes (code - 8) * scale (uint4b8); the int4pack contract reads its zeros
+    assert audited(rep) == {"torch_int4pack_gptq_moe"}
+    skip = {s.contract: s.reason for s in rep.skipped}
+    assert "stores zero points" in skip["marlin_moe_wna16"] and "reads none" in skip["marlin_moe_wna16"]
+    hold_to_plans(rep)
+
+
+def test_mxfp8_block_sets_marlins_scheme(contracts) -> None:  # type: ignore[no-untyped-def]
+    model = qwen3({"quant_method": "fp8", "weight_block_size": [1, 32], "activation_scheme": "dynamic",
+                   "scale_fmt": "ue8m0"})
+    assert checkpoint_format(model).key == "mxfp8"
+    rep = report(model, contracts)
+    assert audited(rep) == {"marlin_moe_fp8"}
+    # scheme read off the scale groups (block_n 1, block_k 32); the require pins E8M0 scales
+    assert {(r.params["scheme"], r.params["scale_dtype"]) for r in rep.rows} == {("mxfp8", "uint8")}
+    # SGLang's block is square (64 or 128): no value of `block` gives 1 x 32 scale groups
+    why = {s.contract: s.reason for s in rep.skipped}["sglang_cpu_fp8_moe"]
+    assert "one per n value, one per 32 along k" in why and "one per 64 along n, one per 64 along k" in why
+    assert hold_to_plans(rep)["marlin_moe_fp8"] == [True, True, True, True]
