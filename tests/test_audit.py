@@ -26,6 +26,7 @@ from layoutc.tools.audit import (
     render_text,
 )
 from layoutc.tools.audit.engines import engine_of
+from layoutc.tools.checkpoints.quant import fp8
 from layoutc.tools.hfconfig import (
     INTERMEDIATE_SIZE_ALIASES,
     NUM_EXPERTS_ALIASES,
@@ -250,7 +251,7 @@ def test_extra_bytes_counts_packed_and_grouped_storage():
 
 def test_extra_bytes_mxfp8_scale_groups():
     base = load_model_config("minimax-m2")
-    model = dataclasses.replace(base, block_size=(1, 32))
+    model = dataclasses.replace(base, block_size=(1, 32), quant_scheme=fp8("block", block=(1, 32), e8m0_scales=True))
     assert checkpoint_format(model).key == "mxfp8"
     row = one(audit([("m", model)], [16], [contract("marlin_moe_fp8")]))
     assert row.variant == {"scale_dtype": "uint8"} and row.admitted
@@ -260,16 +261,20 @@ def test_extra_bytes_mxfp8_scale_groups():
     assert row.extra_bytes == per_layer * 62
 
 
-def test_unknown_quantized_contract_is_skipped(tmp_path):
+def test_own_quantized_contract_is_audited_from_its_tensors(tmp_path):
+    """A contract of one's own takes the checkpoints its tensors describe (formats.takes):
+    a renamed marlin_moe_fp8 gives marlin_moe_fp8's rows, with no table naming it."""
     text = (CONTRACTS / "marlin_moe_fp8.moe").read_text().replace(
         "contract marlin_moe_fp8", "contract my_fp8_kernel")
     (tmp_path / "my.moe").write_text(text)
     loaded, problems = load_contracts([str(tmp_path)])
     assert problems is None
-    report = audit_report([("minimax-m2", load_model_config("minimax-m2"))], [8], loaded)
-    assert not report.rows
-    assert "CONTRACT_FORMATS" in one(list(report.skipped)).reason
-    assert "my_fp8_kernel" not in CONTRACT_FORMATS
+    model = load_model_config("minimax-m2")
+    mine = audit_report([("minimax-m2", model)], [8], loaded)
+    theirs = audit_report([("minimax-m2", model)], [8], [contract("marlin_moe_fp8")])
+    assert not mine.skipped and "my_fp8_kernel" not in CONTRACT_FORMATS
+    assert [dataclasses.replace(r, contract="marlin_moe_fp8") for r in mine.rows] == list(theirs.rows)
+    assert mine.rows[0].params["scheme"] == "fp8_block128"
 
 
 def test_unknown_unquantized_contract_takes_unquantized_models(tmp_path):

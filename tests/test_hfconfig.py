@@ -416,29 +416,41 @@ def test_enable_moe_block_false_means_no_moe_layers(tmp_path: Path) -> None:
 # Quantization
 
 
-def test_compressed_tensors_groups(tmp_path: Path) -> None:
+def test_compressed_tensors_groups_go_through_the_run_reader(tmp_path: Path) -> None:
+    """quantization_config is read by layoutc run's reader (checkpoints/quant/config.py): an int4
+    compressed-tensors group is not a declared scheme there, so the model keeps the reader's
+    coded refusal (audit shows it) instead of raising."""
     weights = {
         "num_bits": 4,
         "group_size": 128,
         "strategy": "group",
         "actorder": "group",
+        "type": "int",
     }
     config = mixtral_like(
         quantization_config={
             "quant_method": "compressed-tensors",
+            "format": "pack-quantized",
             "config_groups": {"group_0": {"weights": weights, "targets": ["Linear"]}},
         }
     )
     loaded = load_model_config(write_config(tmp_path, config))
-    assert (loaded.quant_method, loaded.group_size, loaded.bits, loaded.act_order) == (
-        "compressed-tensors",
-        128,
-        4,
-        True,
-    )
+    assert (loaded.quant_method, loaded.group_size, loaded.quant_scheme) == ("compressed-tensors", None, None)
+    assert loaded.quant_error is not None and loaded.quant_error[0] == "LR150"
+    assert "type 'int', 4-bit, strategy 'group'" in loaded.quant_error[1]
 
 
-def test_compressed_tensors_disagreeing_groups_are_an_error(tmp_path: Path) -> None:
+def test_compressed_tensors_fp8_channel_is_the_readers_scheme(tmp_path: Path) -> None:
+    weights = {"num_bits": 8, "type": "float", "strategy": "channel", "dynamic": False, "symmetric": True}
+    config = mixtral_like(quantization_config={
+        "quant_method": "compressed-tensors", "format": "float-quantized",
+        "config_groups": {"group_0": {"weights": weights, "targets": ["Linear"]}}})
+    loaded = load_model_config(write_config(tmp_path, config))
+    assert loaded.quant_scheme is not None and loaded.quant_scheme.name == "fp8_channel"
+    assert (loaded.bits, loaded.block_size, loaded.quant_error) == (8, None, None)
+
+
+def test_compressed_tensors_groups_without_targets_are_the_readers_error(tmp_path: Path) -> None:
     config = mixtral_like(
         quantization_config={
             "quant_method": "compressed-tensors",
@@ -448,8 +460,9 @@ def test_compressed_tensors_disagreeing_groups_are_an_error(tmp_path: Path) -> N
             },
         }
     )
-    with pytest.raises(ModelConfigError, match="disagree"):
-        load_model_config(write_config(tmp_path, config))
+    loaded = load_model_config(write_config(tmp_path, config))
+    assert loaded.quant_error is not None and loaded.quant_error[0] == "LR151"
+    assert "targets" in loaded.quant_error[1]
 
 
 def test_per_channel_gptq(tmp_path: Path) -> None:
@@ -460,12 +473,13 @@ def test_per_channel_gptq(tmp_path: Path) -> None:
     assert (loaded.group_size, loaded.act_order) == (-1, False)
 
 
-def test_bad_block_size_is_an_error(tmp_path: Path) -> None:
+def test_bad_block_size_is_the_readers_error(tmp_path: Path) -> None:
     config = mixtral_like(
         quantization_config={"quant_method": "fp8", "weight_block_size": [128, 0]}
     )
-    with pytest.raises(ModelConfigError, match="weight_block_size"):
-        load_model_config(write_config(tmp_path, config))
+    loaded = load_model_config(write_config(tmp_path, config))
+    assert loaded.quant_error is not None and loaded.quant_error[0] == "LR151"
+    assert "weight_block_size" in loaded.quant_error[1]
 
 
 # ---------------------------------------------------------------------------
@@ -574,9 +588,14 @@ def test_module_imports_nothing_heavy() -> None:
     # package loads only itself (and the empty layoutc, layoutc.tools packages above it), and
     # the standard-library-only vocabulary it names activations by (layoutc.runtime.vocab), and
     # the standard-library-only family table it reads its keys and layer rules from (issue 24:
-    # one table; checkpoints.formats with its layout words, layoutc.runtime.algebra).
+    # one table; checkpoints.formats with its layout words, layoutc.runtime.algebra), and the
+    # standard-library-only quantization reader `layoutc run` uses (issue 22: one reader;
+    # importing checkpoints.quant loads the header reader its package imports).
     table = ("layoutc.runtime.algebra", "layoutc.tools.checkpoints", "layoutc.tools.checkpoints.errors",
-             "layoutc.tools.checkpoints.families", "layoutc.tools.checkpoints.formats")
+             "layoutc.tools.checkpoints.families", "layoutc.tools.checkpoints.formats",
+             "layoutc.tools.checkpoints.header", "layoutc.tools.checkpoints.reader",
+             "layoutc.tools.checkpoints.quant", "layoutc.tools.checkpoints.quant.config",
+             "layoutc.tools.checkpoints.quant.scheme", "layoutc.tools.checkpoints.quant.validate")
     code = (
         "import sys; import layoutc.tools.hfconfig; "
         "heavy = ('torch', 'numpy', 'z3', 'jinja2', 'lark'); "

@@ -55,8 +55,9 @@ from layoutc.tools.audit.formats import (
     CONTRACT_FORMATS,
     QUANTIZING_GLUE,
     CheckpointFormat,
+    Taken,
     checkpoint_format,
-    contract_formats,
+    takes,
 )
 from layoutc.tools.audit.params import PARAM_FIELDS, SWIGLU_PARAMS, kernel_activation_refusal, param_sources
 from layoutc.tools.audit.render import TEXT_LEGEND, model_json, render_json, render_markdown, render_text
@@ -80,11 +81,11 @@ __all__ = [
     "EpRow",
     "EpSection",
     "Skipped",
+    "Taken",
     "Topology",
     "audit",
     "audit_report",
     "checkpoint_format",
-    "contract_formats",
     "default_contracts_dir",
     "ep_report",
     "ep_section",
@@ -99,4 +100,5 @@ __all__ = [
     "render_markdown",
     "render_text",
     "run_audit",
+    "takes",
 ]

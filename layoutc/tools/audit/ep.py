@@ -29,9 +29,9 @@ from layoutc.compiler import ir
 from layoutc.compiler.evaluate import EvalError, Value
 from layoutc.runtime.experts import ExpertParallelError, check_ep, held
 from layoutc.tools.audit.engines import rank_bytes
-from layoutc.tools.audit.formats import checkpoint_format
+from layoutc.tools.audit.formats import checkpoint_format, takes
 from layoutc.tools.audit.params import contract_values, domain_text, fmt_value, in_domain, model_values, rule_name
-from layoutc.tools.audit.report import Models, _format_mismatch, _model_entries, split_params
+from layoutc.tools.audit.report import Models, _model_entries, split_params
 from layoutc.tools.audit.rows import AuditReport, AuditRow
 from layoutc.tools.audit.verdict import _lets, evaluate_row, prepare, variants
 from layoutc.tools.hfconfig import MoEModelConfig
@@ -127,11 +127,12 @@ def ep_report(models: Models, eps: Sequence[int], contracts: Sequence[ir.Contrac
     """
     rows: list[EpRow] = []
     for label, model in _model_entries(models):
-        determined = model_values(model, checkpoint_format(model))
+        fmt = checkpoint_format(model)
         for contract in contracts:
-            if _format_mismatch(model, contract) is not None:
+            taken = takes(contract, fmt)
+            if isinstance(taken, str):
                 continue
-            split = split_params(model, contract, determined)
+            split = split_params(model, contract, model_values(model, taken))
             if isinstance(split, str):
                 continue
             rows.extend(_pair_rows(label, model, contract, split.fixed, split.free, split.refusal, eps))

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from layoutc.compiler import ir
 from layoutc.compiler.evaluate import Value
 from layoutc.runtime.vocab import HF_DTYPES
-from layoutc.tools.audit.formats import CheckpointFormat
+from layoutc.tools.audit.formats import Taken
 from layoutc.tools.hfconfig import MoEModelConfig
 
 # A value a model config gives a contract parameter: a contract value, or a number with a
@@ -80,14 +80,17 @@ def _as_param_value(value: float) -> ModelValue:
     return int(value) if float(value).is_integer() else value
 
 
-def model_values(model: MoEModelConfig, fmt: CheckpointFormat) -> dict[str, ModelValue]:
+def model_values(model: MoEModelConfig, taken: Taken | None = None) -> dict[str, ModelValue]:
     """Contract parameter values the model config determines (by parameter name).
 
     ``dtype`` and ``group_size`` are only candidates: a dtype outside the
     contract's enum, or an absent one, is enumerated instead (see the audit's
     parameter split, ``report.split_params``). ``swiglu_limit``/``swiglu_alpha``
     come from the config where it states them (integral values as ints; a
-    non-integral one is outside any int domain).
+    non-integral one is outside any int domain). ``group_size`` and ``act_order`` are
+    the quantization reader's (``MoEModelConfig.quant_scheme``'s numbers); ``taken``
+    adds the parameters the checkpoint format fixes for one contract (``scheme``,
+    ``block``: ``formats.takes``).
     """
     values: dict[str, ModelValue] = {
         "num_experts": model.num_experts,
@@ -110,7 +113,8 @@ def model_values(model: MoEModelConfig, fmt: CheckpointFormat) -> dict[str, Mode
             if name.endswith("_milli") and abs(scaled - round(scaled)) < 1e-6:
                 scaled = round(scaled)
             values[name] = _as_param_value(scaled)
-    values.update(dict(fmt.params))
+    if taken is not None:
+        values.update(dict(taken.params))
     return values
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from layoutc.compiler import ir
 from layoutc.compiler.evaluate import Value
-from layoutc.tools.audit.formats import FORMAT_LABELS, QUANTIZING_GLUE, checkpoint_format, contract_formats
+from layoutc.tools.audit.formats import checkpoint_format, takes
 from layoutc.tools.audit.params import (
     SWIGLU_PARAMS,
     ModelValue,
@@ -53,13 +53,13 @@ def audit_report(models: Models, tps: Sequence[int], contracts: Sequence[ir.Cont
     prepared = [prepare(c) for c in contracts]
     entries = _model_entries(models)
     for label, model in entries:
-        determined = model_values(model, checkpoint_format(model))
+        fmt = checkpoint_format(model)
         for prep in prepared:
-            mismatch = _format_mismatch(model, prep.contract)
-            if mismatch is not None:
-                skipped.append(Skipped(label, model.name, prep.contract.name, mismatch))
+            taken = takes(prep.contract, fmt)
+            if isinstance(taken, str):
+                skipped.append(Skipped(label, model.name, prep.contract.name, taken))
                 continue
-            rows.extend(_audit_pair(label, model, prep, determined, tps, skipped))
+            rows.extend(_audit_pair(label, model, prep, model_values(model, taken), tps, skipped))
     return AuditReport(tuple(rows), tuple(skipped), tuple(entries))
 
 
@@ -79,24 +79,6 @@ def _model_entries(models: Models) -> list[tuple[str, MoEModelConfig]]:
             label, model = entry
             out.append((label, model))
     return out
-
-
-def _format_mismatch(model: MoEModelConfig, contract: ir.Contract) -> str | None:
-    """Why the contract does not take this model's checkpoint format; None when it does."""
-    fmt = checkpoint_format(model)
-    formats = contract_formats(contract)
-    if formats is None:
-        return (f"{contract.name} declares scale/zero-point tensors but audit does not "
-                "know which checkpoint format it takes (add it to "
-                "layoutc.tools.audit.CONTRACT_FORMATS)")
-    if not formats and contract.glue is not None:
-        return (f"{contract.name} runs {QUANTIZING_GLUE[contract.glue.kind]}; no checkpoint "
-                f"is stored that way (this one is {fmt.label}): audit answers how the "
-                "checkpoint runs, not what re-quantizing it would give")
-    if fmt.key not in formats:
-        wanted = " or ".join(FORMAT_LABELS.get(f, f) for f in formats)
-        return f"checkpoint is {fmt.label}; {contract.name} takes {wanted} checkpoints"
-    return None
 
 
 @dataclass

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from layoutc.tools.checkpoints.quant.scheme import QuantScheme
+
 
 class ModelConfigError(ValueError):
     """A model config could not be read or does not describe an MoE model.
@@ -59,6 +61,11 @@ class MoEModelConfig:
         swiglu_limit: the clamp of a clamped SwiGLU (``swiglu_limit``), else ``None``.
         swiglu_alpha: the sigmoid scale of swigluoai (``swiglu_alpha``; gpt-oss: 1.702,
             the constant transformers hard-codes), else ``None``.
+        quant_scheme: the routed experts' declared scheme, as `layoutc run`'s reader
+            (layoutc/tools/checkpoints/quant/config.py) reads ``quantization_config``;
+            ``group_size``, ``act_order``, ``block_size`` and ``bits`` are its numbers.
+        quant_error: ``(code, message)`` when that reader refuses the config (``LR150``
+            an undeclared method or scheme, ...), else ``None``.
         sources: ``(field, where)`` pairs: the config key each field was read from,
             e.g. ``("intermediate_size", "text_config.moe_intermediate_size")``, or a
             rule (``"default: every layer"``) where no key was used.
@@ -82,6 +89,8 @@ class MoEModelConfig:
     bits: int | None = None
     swiglu_limit: float | None = None
     swiglu_alpha: float | None = None
+    quant_scheme: QuantScheme | None = None
+    quant_error: tuple[str, str] | None = None
     sources: tuple[tuple[str, str], ...] = ()
 
     def source_of(self, field: str) -> str | None:

@@ -53,7 +53,9 @@ def parse_model_config(
     sizes = _read_sizes(scopes)
     hidden_act, activation = _read_activation(scopes)
     num_moe_layers = count_moe_layers(scopes, sizes.num_hidden_layers)
-    quant = read_quantization(scopes)
+    quant = read_quantization(raw, expert_modules=sizes.num_hidden_layers * sizes.num_experts, source=source)
+    if quant.where is not None:
+        scopes.used["quant_method"] = quant.where
     dtype_found = scopes.find(DTYPE_ALIASES, "dtype")
     swiglu_limit, swiglu_alpha = _read_swiglu(scopes, activation)
     name = raw.get("_name_or_path")
@@ -78,6 +80,8 @@ def parse_model_config(
         bits=quant.bits,
         swiglu_limit=swiglu_limit,
         swiglu_alpha=swiglu_alpha,
+        quant_scheme=quant.scheme,
+        quant_error=quant.error,
         sources=tuple(scopes.used.items()),
     )
 

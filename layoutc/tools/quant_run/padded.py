@@ -38,6 +38,7 @@ import torch
 
 from layoutc.compiler import evaluate, ir
 from layoutc.runtime import vocab
+from layoutc.runtime.algebra import Word
 from layoutc.runtime.numformats import CODES, DECODERS
 from layoutc.tools.checkpoints.formats import ModelMoE
 from layoutc.tools.checkpoints.quant import scheme as S
@@ -379,7 +380,7 @@ def _gate_up(v: torch.Tensor, axis: ir.Axis) -> torch.Tensor:
     are contiguous (`halves`, `concat`) or alternate row by row (`interleave`)."""
     roles = axis.roles or ("gate", "up")
     seg = len(roles)
-    if axis.layout.value == "interleave":
+    if axis.layout.value == Word.INTERLEAVE.value:
         parts = {r: v[:, i::seg] for i, r in enumerate(roles)}
     else:
         parts = dict(zip(roles, v.chunk(seg, dim=1), strict=True))

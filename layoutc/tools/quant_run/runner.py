@@ -39,6 +39,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from layoutc.runtime.algebra import Word
 from layoutc.tools.checkpoints.formats import ModelMoE
 from layoutc.tools.checkpoints.quant import scheme as S
 from layoutc.tools.checkpoints.reader import Checkpoint
@@ -181,7 +182,7 @@ def _module_layout(moe: ModelMoE, name: str, value: Any) -> Any:
     import torch
 
     fmt = moe.format
-    if name.startswith("gate_up") and fmt.gate_up_layout == "interleave":
+    if name.startswith("gate_up") and fmt.gate_up_layout == Word.INTERLEAVE.value:
         gate, up = value.chunk(2, dim=1)
         value = torch.stack([gate, up], dim=2).flatten(1, 2)
     if name in ("gate_up_proj", "down_proj") and (fmt.transposed if name == "gate_up_proj" else fmt.down_transposed):
