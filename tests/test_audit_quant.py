@@ -258,3 +258,15 @@ def test_mxfp8_block_sets_marlins_scheme(contracts) -> None:  # type: ignore[no-
     why = {s.contract: s.reason for s in rep.skipped}["sglang_cpu_fp8_moe"]
     assert "one per n value, one per 32 along k" in why and "one per 64 along n, one per 64 along k" in why
     assert hold_to_plans(rep)["marlin_moe_fp8"] == [True, True, True, True]
+
+
+@pytest.mark.parametrize("wrapper", ["text_config", "llm_config", "language_config"])
+def test_a_wrapped_language_models_quantization_config_is_read(contracts, wrapper: str) -> None:  # type: ignore[no-untyped-def]
+    """A multimodal wrapper's language model (text_config / llm_config / language_config) holds both
+    the MoE sizes and the quantization_config: it is read there, as the size reader reads the sizes."""
+    inner = copy.deepcopy(QWEN3)
+    inner["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False,
+                                    "sym": True}
+    model = parse_model_config({"model_type": "wrapper", wrapper: inner}, source="wrapped")
+    assert checkpoint_format(model).key == "gptq_int4"
+    assert audited(report(model, contracts)) == {"marlin_moe_wna16", "torch_int4pack_gptq_moe"}

@@ -42,10 +42,16 @@ FP8_FMTS = (None, "e4m3", "float8_e4m3fn")
 CT_FORMATS = ("float-quantized", "naive-quantized")
 
 
+#: Sub-configs that hold a multimodal model's language model (hfconfig.keys.SUBCONFIG_KEYS but
+#: the MoE block's own ffn_config, which holds no quantization_config).
+WRAPPER_KEYS = ("text_config", "llm_config", "language_config")
+
+
 def find_quantization_config(config: dict[str, Any]) -> dict[str, Any] | None:
-    """config.json's `quantization_config` (top level, else under text_config), or None.
-    Raises FormatError LR151 when it is present and not a JSON object."""
-    for scope in (config, config.get("text_config")):
+    """config.json's `quantization_config` (top level, else under a multimodal wrapper's language
+    model: text_config, llm_config, language_config, the sub-configs the audit's config reader
+    searches), or None. Raises FormatError LR151 when it is present and not a JSON object."""
+    for scope in (config, *(config.get(k) for k in WRAPPER_KEYS)):
         if isinstance(scope, dict) and scope.get("quantization_config") is not None:
             quant = scope["quantization_config"]
             if not isinstance(quant, dict):
