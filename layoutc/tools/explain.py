@@ -5,6 +5,7 @@ engine's rule (layoutc.tools.slices)."""
 from __future__ import annotations
 
 from layoutc.compiler import ir
+from layoutc.compiler.cases import specialise_for
 from layoutc.compiler.diagnostics import Diagnostic, emit, error, exit_code, file_span, has_errors
 from layoutc.compiler.evaluate import EvalError, Value, eval_expr, eval_lets
 from layoutc.compiler.picture import tensor_picture
@@ -108,8 +109,10 @@ def explain(path: str, assignments: list[str], fmt: str = "text", engines: str |
     if engine_names:
         print()
         print("\n".join(engine_slices(contract, env, engine_names)))
-    for tensor in contract.tensors:
-        lines = tensor_picture(contract, tensor, env)
+    # the layout this configuration selects: each axis's `when` alternative, the glue's view
+    chosen = specialise_for(contract, env)
+    for tensor in chosen.tensors:
+        lines = tensor_picture(chosen, tensor, env)
         if lines:
             print()
             print("\n".join(lines))
