@@ -86,10 +86,11 @@ def allocate(who: str, what: str, axes: tuple[Axis, ...], dtype: torch.dtype, fi
     shape = padded_shape(axes)
     dst = torch.empty(shape, dtype=dtype) if out is None else check_tensor(who, f"out= for {what}", out,
                                                                           shape, dtype)
-    if once and r != 0:
-        dst.zero_()
-        return dst
-    fill_runs(dst, [rank_runs(a, r, tp_size) for a in axes], fill, tail_fill)
+    with torch.no_grad():  # an nn.Parameter's data is written, not recorded (as engines' loaders do)
+        if once and r != 0:
+            dst.zero_()
+            return dst
+        fill_runs(dst, [rank_runs(a, r, tp_size) for a in axes], fill, tail_fill)
     return dst
 
 
@@ -166,6 +167,8 @@ def _read(src: Any, index: tuple[slice, ...]) -> torch.Tensor:
     if not isinstance(part, torch.Tensor):
         raise LayoutContractError(f"reading a slice gave {type(part).__name__}, not a torch tensor "
                                   "(open the checkpoint with safe_open(..., framework='pt'))")
+    if part.is_meta:
+        raise LayoutContractError(f"reading the slice {_show(index)} gave a meta tensor (no data)")
     want = tuple(len(range(*s.indices(n))) for s, n in zip(index, _source_shape(src) or (), strict=False))
     if tuple(part.shape) != want:
         raise LayoutContractError(f"reading the slice {_show(index)} gave shape {tuple(part.shape)}, expected "
@@ -229,10 +232,13 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
     segment j, in `source_layout`, is loaded into the contract's segment of role
     source_roles[j] (default SOURCE_ROLES, gate first).
     Only pad-free live positions of `dst` are written, each loaded position once.
+    The copy runs under torch.no_grad(): `dst` may be an nn.Parameter that requires grad
+    (its data is written, as engines' weight loaders write `param.data`), and a source that
+    requires grad leaves `dst` a leaf with no graph to it.
     Raises LayoutContractError on a wrong shape (saying when the transposed shape would
-    match), a source dtype that cannot be cast, a read of the wrong shape, role, expert
-    index, source layout, source roles that are not an ordering of `roles`, rank or
-    destination.
+    match), a source dtype that cannot be cast, a meta source (no data), a read of the
+    wrong shape, role, expert index, source layout, source roles that are not an ordering
+    of `roles`, rank or destination.
     """
     r = check_rank(who, what, rank, tp_size)
     dst_t = check_tensor(who, f"destination for {what}", dst, padded_shape(axes), dtype)
@@ -279,10 +285,19 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
             hint = f"; it matches with the last two dims swapped: declare transposed={not transposed}"
         raise LayoutContractError(f"{who}: source for {what} (rank {r}, expert={e}, role={role}) has shape "
                                   f"{shape}, expected {tuple(expected)}{hint}")
+    if isinstance(src, torch.Tensor) and src.is_meta:
+        raise LayoutContractError(f"{who}: the source for {what} is a meta tensor (shape {shape}, no data); "
+                                  "load the checkpoint's tensor itself")
     if once and r != 0:
         return  # the parameter is zeros on this rank: the bias is added once, on rank 0
-    for combo in _chunked(moves, e is not None):
-        src_axes = combo[1:] if e is not None else combo
+    with torch.no_grad():  # dst's data is written, never recorded: no graph to a source that requires grad
+        _copy(src, dst_t, moves, e is not None, transposed)
+
+
+def _copy(src: Any, dst_t: torch.Tensor, moves: list[list[_Move]], one_expert: bool, transposed: bool) -> None:
+    """Every move of `load`: read the source region, take its sub-slice, write it to its destination."""
+    for combo in _chunked(moves, one_expert):
+        src_axes = combo[1:] if one_expert else combo
         index = [slice(lo, hi) for lo, hi, _, _ in src_axes]
         sub = [s for _, _, s, _ in src_axes]
         if transposed:
