@@ -316,3 +316,15 @@ def test_pack_order_must_be_a_permutation(spec: str) -> None:
     assert module is not None and not diags, diags
     contract, diags = check(module, text)
     assert contract is None and [d.code for d in diags if d.severity == "error"] == ["LC417"], diags
+
+
+def test_a_long_pack_order_is_shown_cut() -> None:
+    """LC417 on a 5000-slot order names its first pack + 1 slots and its length, not all 5000
+    (it printed a 15 KB message; the parser's token limit allows about 50,000 slots)."""
+    text = _packed_w2("pack 2 order (" + ", ".join(["1"] * 5000) + ")")
+    module, diags = parse(text, FILE)
+    assert module is not None and not diags, diags
+    contract, diags = check(module, text)
+    assert contract is None and [d.code for d in diags] == ["LC417"], diags
+    assert "`pack 2 order (1, 1, 1, ... (5000 in all))` is not a permutation of 0..1" in diags[0].message
+    assert len(diags[0].message) < 200, len(diags[0].message)

@@ -284,8 +284,10 @@ def _padded_axis(scope: Scope, sink: Sink, ax: A.AxisDecl, spec: A.PaddedAxis) -
         return None
     order = spec.pack_order
     if order is not None and sorted(order) != list(range(spec.pack)):
+        shown = ", ".join(map(str, order[:spec.pack + 1])) + (f", ... ({len(order)} in all)"
+                                                              if len(order) > spec.pack + 1 else "")
         sink.error("LC417", spec.order_span or spec.span,
-                   f"`pack {spec.pack} order ({', '.join(map(str, order))})` is not a permutation of "
+                   f"`pack {spec.pack} order ({shown})` is not a permutation of "
                    f"0..{spec.pack - 1}: each slot of a storage element holds exactly one of its {spec.pack} values",
                    help=f"list each of 0..{spec.pack - 1} once, slot 0 first (AWQ's int4: `pack 8 order "
                    "(0, 2, 4, 6, 1, 3, 5, 7)`)")
