@@ -74,3 +74,58 @@ def test_loader_refuses_a_meta_source_by_name(case: str, tensor: str) -> None:
     full = tuple(getattr(module, f"{tensor}_full_shape")(plan))
     with pytest.raises(module.LayoutContractError, match=f"the source for {tensor} is a meta tensor"):
         getattr(module, f"load_{tensor}")(dst, torch.empty(full, dtype=dst.dtype, device="meta"), plan, 0)
+
+
+class _Slice:
+    """A foreign slice object: get_shape/get_dtype as safetensors' PySafeSlice, reads `data`."""
+
+    def __init__(self, data: torch.Tensor, dtype_name: str) -> None:
+        self.data, self.dtype_name = data, dtype_name
+
+    def get_shape(self) -> list[int]:
+        return list(self.data.shape)
+
+    def get_dtype(self) -> str:
+        return self.dtype_name
+
+    def __getitem__(self, index: Any) -> torch.Tensor:
+        return self.data[index]
+
+
+def test_an_e8m0_safetensors_slice_is_refused_not_cast(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An MXFP4 scale stored as safetensors F8_E8M0 (torch.float8_e8m0fnu) into the contract's
+    uint8 E8M0 codes: refused by name with the .view(torch.uint8) that loads it. It was not in the
+    loader's dtype table, so the copy cast 2^(code - 127) to uint8 (code 110 stored as 0); the
+    bytes through .view are the codes, as the uint8 path loads them."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    module = flashinfer_trtllm_mxfp4_moe
+    plan = module.plan(**CASES["mxfp4"][1])
+    full = tuple(module.w13_weight_scale_full_shape(plan))
+    codes = torch.randint(100, 140, full, dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    save_file({"scale": codes.view(torch.float8_e8m0fnu)}, str(tmp_path / "s.safetensors"))
+    want = module.alloc_w13_weight_scale(plan, 1)
+    module.load_w13_weight_scale(want, codes, plan, 1)
+    with safe_open(str(tmp_path / "s.safetensors"), framework="pt") as f:
+        sl = f.get_slice("scale")
+        assert sl.get_dtype() == "F8_E8M0"
+        dst = module.alloc_w13_weight_scale(plan, 1)
+        with pytest.raises(module.LayoutContractError, match=r"w13_weight_scale has dtype torch.float8_e8m0fnu, "
+                                                             r"expected torch.uint8.*\.view\(torch.uint8\)"):
+            module.load_w13_weight_scale(dst, sl, plan, 1)
+        module.load_w13_weight_scale(dst, sl[:].view(torch.uint8), plan, 1)
+    assert torch.equal(dst, want)
+
+
+@pytest.mark.parametrize("name", ["F4", "I32"])
+def test_a_slice_is_judged_by_what_it_reads(name: str) -> None:
+    """A slice whose get_dtype() names no known dtype ("F4"), or names the right one ("I32" for
+    int32 words) but reads another, is refused on its first read, never cast into the codes."""
+    module, config = CASES["awq_g32"]
+    plan = module.plan(**config)
+    full = tuple(module.w13_qweight_full_shape(plan))
+    dst = module.alloc_w13_qweight(plan, 0)
+    source = _Slice(torch.ones(full, dtype=torch.float32), name)
+    with pytest.raises(module.LayoutContractError, match=r"w13_qweight has dtype torch\.float32, expected torch\.int32"):
+        module.load_w13_qweight(dst, source, plan, 0)

@@ -199,15 +199,18 @@ def _check_source_dtype(who: str, what: str, src: object, dtype: torch.dtype) ->
         return
     if dtype in _CASTABLE and src_dtype in _CASTABLE:
         return
+    hint = "; an E8M0 byte is its code: pass .view(torch.uint8)" \
+        if (src_dtype, dtype) == (torch.float8_e8m0fnu, torch.uint8) else ""
     raise LayoutContractError(f"{who}: source for {what} has dtype {src_dtype}, expected {dtype} (only "
                               "float32/bfloat16/float16 sources are cast; codes, packed and float8 storage are "
-                              "loaded as stored)")
+                              f"loaded as stored){hint}")
 
 
 _SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
                        "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-                       "U8": torch.uint8, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
-                       "BOOL": torch.bool}
+                       "U64": torch.uint64, "U32": torch.uint32, "U16": torch.uint16, "U8": torch.uint8,
+                       "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+                       "F8_E8M0": torch.float8_e8m0fnu, "BOOL": torch.bool}
 
 
 def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], dtype: torch.dtype,
@@ -291,11 +294,14 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
     if once and r != 0:
         return  # the parameter is zeros on this rank: the bias is added once, on rank 0
     with torch.no_grad():  # dst's data is written, never recorded: no graph to a source that requires grad
-        _copy(src, dst_t, moves, e is not None, transposed)
+        _copy(who, what, src, dst_t, moves, e is not None, transposed)
 
 
-def _copy(src: Any, dst_t: torch.Tensor, moves: list[list[_Move]], one_expert: bool, transposed: bool) -> None:
-    """Every move of `load`: read the source region, take its sub-slice, write it to its destination."""
+def _copy(who: str, what: str, src: Any, dst_t: torch.Tensor, moves: list[list[_Move]], one_expert: bool,
+          transposed: bool) -> None:
+    """Every move of `load`: read the source region, take its sub-slice, write it to its destination.
+    Each read's dtype is checked as `_check_source_dtype` checks the declared one (a slice whose
+    get_dtype() names no known dtype is judged by what it reads)."""
     for combo in _chunked(moves, one_expert):
         src_axes = combo[1:] if one_expert else combo
         index = [slice(lo, hi) for lo, hi, _, _ in src_axes]
@@ -304,6 +310,7 @@ def _copy(src: Any, dst_t: torch.Tensor, moves: list[list[_Move]], one_expert: b
             index[-1], index[-2] = index[-2], index[-1]
             sub[-1], sub[-2] = sub[-2], sub[-1]
         part = _read(src, tuple(index))
+        _check_source_dtype(who, what, part, dst_t.dtype)
         if any(s != slice(None) for s in sub):
             part = part[tuple(sub)]
         if transposed:
