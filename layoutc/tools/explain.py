@@ -92,6 +92,8 @@ def explain(path: str, assignments: list[str], fmt: str = "text", engines: str |
         return fail(f"set every parameter; missing: {', '.join(missing)}")
     try:
         env, broken = evaluate_config(contract, config)
+        # the layout this configuration selects: each axis's `when` alternative, the glue's view
+        chosen = specialise_for(contract, env)
     except EvalError as exc:
         return fail(f"the configuration cannot be evaluated: {exc}")
     print(f"contract {contract.name} ({path})")
@@ -109,8 +111,6 @@ def explain(path: str, assignments: list[str], fmt: str = "text", engines: str |
     if engine_names:
         print()
         print("\n".join(engine_slices(contract, env, engine_names)))
-    # the layout this configuration selects: each axis's `when` alternative, the glue's view
-    chosen = specialise_for(contract, env)
     for tensor in chosen.tensors:
         lines = tensor_picture(chosen, tensor, env)
         if lines:
