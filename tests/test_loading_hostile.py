@@ -129,3 +129,26 @@ def test_a_slice_is_judged_by_what_it_reads(name: str) -> None:
     source = _Slice(torch.ones(full, dtype=torch.float32), name)
     with pytest.raises(module.LayoutContractError, match=r"w13_qweight has dtype torch\.float32, expected torch\.int32"):
         module.load_w13_qweight(dst, source, plan, 0)
+
+
+def test_a_source_sharing_the_destinations_memory_is_refused() -> None:
+    """Padding in place (the checkpoint copied into the parameter's first rows, then loaded from
+    that view) overwrote source rows before reading them: 102,400 of vllm_cpu_grouped_gemm's
+    w13 values at I = 200, tp 1 differed from a load of the same checkpoint from its own
+    tensor. pad_*(out=) already refuses an overlapping buffer (layout.check_out); load_* now too."""
+    from generated import vllm_cpu_grouped_gemm as module
+
+    plan = module.plan(num_experts=2, hidden_size=256, intermediate_size=200, tp_size=1, dtype="float32",
+                       isa="vec", activation="silu")
+    full = tuple(module.w13_full_shape(plan))
+    checkpoint = torch.randn(full, generator=torch.Generator().manual_seed(0))
+    want = module.alloc_w13(plan, 0)
+    module.load_w13(want, checkpoint, plan, 0)
+    dst = module.alloc_w13(plan, 0)
+    dst[:, :full[1]] = checkpoint
+    with pytest.raises(module.LayoutContractError, match="the source for w13 shares memory with its destination"):
+        module.load_w13(dst, dst[:, :full[1]], plan, 0)
+    source = dst[:, :full[1]].clone()  # the way that works: a separate source, the pads rewritten by alloc(out=)
+    assert module.alloc_w13(plan, 0, out=dst) is dst
+    module.load_w13(dst, source, plan, 0)
+    assert torch.equal(dst, want)

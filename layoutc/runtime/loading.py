@@ -48,7 +48,17 @@ import torch
 
 from . import algebra
 from .errors import LayoutContractError
-from .layout import Axis, check_rank, check_tensor, extent, fill_runs, padded_shape, rank_runs, segment_length
+from .layout import (
+    Axis,
+    byte_range,
+    check_rank,
+    check_tensor,
+    extent,
+    fill_runs,
+    padded_shape,
+    rank_runs,
+    segment_length,
+)
 
 #: Most elements one read materialises (64 MiB of bf16); fused tensors are read in expert chunks.
 CHUNK_ELEMENTS = 1 << 25
@@ -237,9 +247,9 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
     (its data is written, as engines' weight loaders write `param.data`), and a source that
     requires grad leaves `dst` a leaf with no graph to it.
     Raises LayoutContractError on a wrong shape (saying when the transposed shape would
-    match), a source dtype that cannot be cast, a meta source (no data), a read of the
-    wrong shape, role, expert index, source layout, source roles that are not an ordering
-    of `roles`, rank or destination.
+    match), a source dtype that cannot be cast, a meta source (no data), a source sharing
+    memory with `dst`, a read of the wrong shape, role, expert index, source layout, source
+    roles that are not an ordering of `roles`, rank or destination.
     """
     r = check_rank(who, what, rank, tp_size)
     dst_t = check_tensor(who, f"destination for {what}", dst, padded_shape(axes), dtype)
@@ -289,6 +299,11 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
     if isinstance(src, torch.Tensor) and src.is_meta:
         raise LayoutContractError(f"{who}: the source for {what} is a meta tensor (shape {shape}, no data); "
                                   "load the checkpoint's tensor itself")
+    if isinstance(src, torch.Tensor) and src.is_cpu:
+        a, b = byte_range(dst_t), byte_range(src)
+        if a[0] < b[1] and b[0] < a[1]:  # the copy would overwrite source rows before reading them
+            raise LayoutContractError(f"{who}: the source for {what} shares memory with its destination; "
+                                      "load from a separate tensor (e.g. .clone())")
     if once and r != 0:
         return  # the parameter is zeros on this rank: the bias is added once, on rank 0
     with torch.no_grad():  # dst's data is written, never recorded: no graph to a source that requires grad
