@@ -316,3 +316,44 @@ def test_pack_order_must_be_a_permutation(spec: str) -> None:
     assert module is not None and not diags, diags
     contract, diags = check(module, text)
     assert contract is None and [d.code for d in diags if d.severity == "error"] == ["LC417"], diags
+
+
+def test_a_long_pack_order_is_shown_cut() -> None:
+    """LC417 on a 5000-slot order names its first pack + 1 slots and its length, not all 5000
+    (it printed a 15 KB message; the parser's token limit allows about 50,000 slots)."""
+    text = _packed_w2("pack 2 order (" + ", ".join(["1"] * 5000) + ")")
+    module, diags = parse(text, FILE)
+    assert module is not None and not diags, diags
+    contract, diags = check(module, text)
+    assert contract is None and [d.code for d in diags] == ["LC417"], diags
+    assert "`pack 2 order (1, 1, 1, ... (5000 in all))` is not a permutation of 0..1" in diags[0].message
+    assert len(diags[0].message) < 200, len(diags[0].message)
+
+
+_AWQ_QWEIGHT = "  storage int32\n  code 0..15\n  # uint4 with a zero point"
+
+
+@pytest.mark.parametrize("storage, codes, refused", [
+    ("int32", "0..15", False),  # the shipped contract: 8 nibbles per int32
+    ("int32", "-8..7", False),  # a signed nibble fits too
+    ("int32", "0..16", True),  # 5-bit codes in 4-bit slots
+    ("int16", "0..15", True),  # 8 per int16: 2 bits each
+    ("int8", "0..15", True),  # 8 per int8: 1 bit each
+])
+def test_a_packed_integer_code_range_must_fit_its_slot(storage: str, codes: str, refused: bool) -> None:
+    """docs/language.md: a packed integer storage holds each code in its bits / pack bits (LC416).
+    It was enforced only for codes a number format decodes (`e2m1(code)`); marlin_moe_awq's
+    integer `(code - z) * s` passed with `code 0..15` in 1-bit slots (`pack 8` of int8) or
+    `code 0..16` in nibbles, and verify proved all 10 properties of both."""
+    text = (ROOT / "contracts" / "marlin_moe_awq.moe").read_text()
+    assert text.count(_AWQ_QWEIGHT) == 1
+    text = text.replace(_AWQ_QWEIGHT, _AWQ_QWEIGHT.replace("int32", storage).replace("0..15", codes))
+    module, diags = parse(text, FILE)
+    assert module is not None and not diags, diags
+    contract, diags = check(module, text)
+    errors = [d for d in diags if d.severity == "error"]
+    if not refused:
+        assert contract is not None and not errors, errors
+        return
+    assert contract is None and [d.code for d in errors] == ["LC416"], errors
+    assert f"`w13_qweight` declares `code {codes}`, but it packs 8 per {storage}" in errors[0].message

@@ -76,3 +76,28 @@ def test_every_code_a_command_prints_is_explained_by_rule() -> None:
         text = rule_text(code)
         assert text is not None and text.startswith(f"{code}: {CODES[code]}"), code
         assert "meaning: " in text, f"{code} has no row in a code table of docs/language.md"
+
+
+def test_rule_reads_no_foreign_docs_from_site_packages(tmp_path: Path) -> None:
+    """Installed, ruledoc.py sits at site-packages/layoutc/compiler/, so its parents[2] is
+    site-packages itself: a docs/language.md another distribution put there was read as
+    layoutc's (any code: "no documentation beyond its summary"). Only a checkout's docs/ (its
+    pyproject.toml names the project layoutc) is read before the layoutc_docs data package."""
+    import importlib.util
+
+    import layoutc.compiler.ruledoc as real
+
+    site = tmp_path / "site-packages"
+    (site / "layoutc" / "compiler").mkdir(parents=True)
+    (site / "docs").mkdir()
+    (site / "docs" / "language.md").write_text("# someone else's language\n", encoding="utf-8")
+    copy = site / "layoutc" / "compiler" / "ruledoc.py"
+    copy.write_text(Path(real.__file__).read_text(encoding="utf-8"), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("_installed_ruledoc", copy)
+    assert spec is not None and spec.loader is not None
+    installed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(installed)
+    doc = installed.language_doc()  # layoutc_docs' copy (the editable install's docs/), or None
+    assert doc != "# someone else's language\n" and (doc is None or "`LC417`" in doc)
+    (site / "pyproject.toml").write_text('[project]\nname = "layoutc"\n', encoding="utf-8")  # a checkout's root
+    assert installed.language_doc() == "# someone else's language\n"

@@ -18,8 +18,8 @@ __all__ = ["language_doc", "rule_text"]
 
 def language_doc() -> str | None:
     """The text of docs/language.md, or None when neither copy is found."""
-    repo = Path(__file__).resolve().parents[2] / "docs" / "language.md"  # the checkout's docs/ first
-    candidates = [repo]
+    root = Path(__file__).resolve().parents[2]  # a checkout's root, or (installed) site-packages
+    candidates = [root / "docs" / "language.md"] if _is_checkout(root) else []  # the checkout's docs/ first
     try:
         spec = importlib.util.find_spec("layoutc_docs")
     except (ImportError, ValueError):
@@ -30,6 +30,16 @@ def language_doc() -> str | None:
         if path.is_file():
             return path.read_text(encoding="utf-8")
     return None
+
+
+def _is_checkout(root: Path) -> bool:
+    """`root` is a layoutc source checkout (its pyproject.toml names the project), not the
+    site-packages of an install, whose docs/ may belong to any other distribution."""
+    try:
+        text = (root / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return re.search(r'^name\s*=\s*"layoutc"\s*$', text, re.MULTILINE) is not None
 
 
 def _cells(row: str) -> list[str]:

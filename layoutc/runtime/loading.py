@@ -48,7 +48,17 @@ import torch
 
 from . import algebra
 from .errors import LayoutContractError
-from .layout import Axis, check_rank, check_tensor, extent, fill_runs, padded_shape, rank_runs, segment_length
+from .layout import (
+    Axis,
+    byte_range,
+    check_rank,
+    check_tensor,
+    extent,
+    fill_runs,
+    padded_shape,
+    rank_runs,
+    segment_length,
+)
 
 #: Most elements one read materialises (64 MiB of bf16); fused tensors are read in expert chunks.
 CHUNK_ELEMENTS = 1 << 25
@@ -84,10 +94,11 @@ def allocate(who: str, what: str, axes: tuple[Axis, ...], dtype: torch.dtype, fi
     shape = padded_shape(axes)
     dst = torch.empty(shape, dtype=dtype) if out is None else check_tensor(who, f"out= for {what}", out,
                                                                           shape, dtype)
-    if once and r != 0:
-        dst.zero_()
-        return dst
-    fill_runs(dst, [rank_runs(a, r, tp_size) for a in axes], fill, tail_fill)
+    with torch.no_grad():  # an nn.Parameter's data is written, not recorded (as engines' loaders do)
+        if once and r != 0:
+            dst.zero_()
+            return dst
+        fill_runs(dst, [rank_runs(a, r, tp_size) for a in axes], fill, tail_fill)
     return dst
 
 
@@ -164,6 +175,8 @@ def _read(src: Any, index: tuple[slice, ...]) -> torch.Tensor:
     if not isinstance(part, torch.Tensor):
         raise LayoutContractError(f"reading a slice gave {type(part).__name__}, not a torch tensor "
                                   "(open the checkpoint with safe_open(..., framework='pt'))")
+    if part.is_meta:
+        raise LayoutContractError(f"reading the slice {_show(index)} gave a meta tensor (no data)")
     want = tuple(len(range(*s.indices(n))) for s, n in zip(index, _source_shape(src) or (), strict=False))
     if tuple(part.shape) != want:
         raise LayoutContractError(f"reading the slice {_show(index)} gave shape {tuple(part.shape)}, expected "
@@ -194,15 +207,18 @@ def _check_source_dtype(who: str, what: str, src: object, dtype: torch.dtype) ->
         return
     if dtype in _CASTABLE and src_dtype in _CASTABLE:
         return
+    hint = "; an E8M0 byte is its code: pass .view(torch.uint8)" \
+        if (src_dtype, dtype) == (torch.float8_e8m0fnu, torch.uint8) else ""
     raise LayoutContractError(f"{who}: source for {what} has dtype {src_dtype}, expected {dtype} (only "
                               "float32/bfloat16/float16 sources are cast; codes, packed and float8 storage are "
-                              "loaded as stored)")
+                              f"loaded as stored){hint}")
 
 
 _SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
                        "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-                       "U8": torch.uint8, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
-                       "BOOL": torch.bool}
+                       "U64": torch.uint64, "U32": torch.uint32, "U16": torch.uint16, "U8": torch.uint8,
+                       "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+                       "F8_E8M0": torch.float8_e8m0fnu, "BOOL": torch.bool}
 
 
 def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], dtype: torch.dtype,
@@ -227,10 +243,13 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
     segment j, in `source_layout`, is loaded into the contract's segment of role
     source_roles[j] (default SOURCE_ROLES, gate first).
     Only pad-free live positions of `dst` are written, each loaded position once.
+    The copy runs under torch.no_grad(): `dst` may be an nn.Parameter that requires grad
+    (its data is written, as engines' weight loaders write `param.data`), and a source that
+    requires grad leaves `dst` a leaf with no graph to it.
     Raises LayoutContractError on a wrong shape (saying when the transposed shape would
-    match), a source dtype that cannot be cast, a read of the wrong shape, role, expert
-    index, source layout, source roles that are not an ordering of `roles`, rank or
-    destination.
+    match), a source dtype that cannot be cast, a meta source (no data), a source sharing
+    memory with `dst`, a read of the wrong shape, role, expert index, source layout, source
+    roles that are not an ordering of `roles`, rank or destination.
     """
     r = check_rank(who, what, rank, tp_size)
     dst_t = check_tensor(who, f"destination for {what}", dst, padded_shape(axes), dtype)
@@ -277,16 +296,34 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
             hint = f"; it matches with the last two dims swapped: declare transposed={not transposed}"
         raise LayoutContractError(f"{who}: source for {what} (rank {r}, expert={e}, role={role}) has shape "
                                   f"{shape}, expected {tuple(expected)}{hint}")
+    if isinstance(src, torch.Tensor) and src.is_meta:
+        raise LayoutContractError(f"{who}: the source for {what} is a meta tensor (shape {shape}, no data); "
+                                  "load the checkpoint's tensor itself")
+    if isinstance(src, torch.Tensor) and src.is_cpu:
+        a, b = byte_range(dst_t), byte_range(src)
+        if a[0] < b[1] and b[0] < a[1]:  # the copy would overwrite source rows before reading them
+            raise LayoutContractError(f"{who}: the source for {what} shares memory with its destination; "
+                                      "load from a separate tensor (e.g. .clone())")
     if once and r != 0:
         return  # the parameter is zeros on this rank: the bias is added once, on rank 0
-    for combo in _chunked(moves, e is not None):
-        src_axes = combo[1:] if e is not None else combo
+    with torch.no_grad():  # dst's data is written, never recorded: no graph to a source that requires grad
+        _copy(who, what, src, dst_t, moves, e is not None, transposed)
+
+
+def _copy(who: str, what: str, src: Any, dst_t: torch.Tensor, moves: list[list[_Move]], one_expert: bool,
+          transposed: bool) -> None:
+    """Every move of `load`: read the source region, take its sub-slice, write it to its destination.
+    Each read's dtype is checked as `_check_source_dtype` checks the declared one (a slice whose
+    get_dtype() names no known dtype is judged by what it reads)."""
+    for combo in _chunked(moves, one_expert):
+        src_axes = combo[1:] if one_expert else combo
         index = [slice(lo, hi) for lo, hi, _, _ in src_axes]
         sub = [s for _, _, s, _ in src_axes]
         if transposed:
             index[-1], index[-2] = index[-2], index[-1]
             sub[-1], sub[-2] = sub[-2], sub[-1]
         part = _read(src, tuple(index))
+        _check_source_dtype(who, what, part, dst_t.dtype)
         if any(s != slice(None) for s in sub):
             part = part[tuple(sub)]
         if transposed:

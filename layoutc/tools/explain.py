@@ -5,6 +5,7 @@ engine's rule (layoutc.tools.slices)."""
 from __future__ import annotations
 
 from layoutc.compiler import ir
+from layoutc.compiler.cases import specialise_for
 from layoutc.compiler.diagnostics import Diagnostic, emit, error, exit_code, file_span, has_errors
 from layoutc.compiler.evaluate import EvalError, Value, eval_expr, eval_lets
 from layoutc.compiler.picture import tensor_picture
@@ -91,6 +92,8 @@ def explain(path: str, assignments: list[str], fmt: str = "text", engines: str |
         return fail(f"set every parameter; missing: {', '.join(missing)}")
     try:
         env, broken = evaluate_config(contract, config)
+        # the layout this configuration selects: each axis's `when` alternative, the glue's view
+        chosen = specialise_for(contract, env)
     except EvalError as exc:
         return fail(f"the configuration cannot be evaluated: {exc}")
     print(f"contract {contract.name} ({path})")
@@ -108,8 +111,8 @@ def explain(path: str, assignments: list[str], fmt: str = "text", engines: str |
     if engine_names:
         print()
         print("\n".join(engine_slices(contract, env, engine_names)))
-    for tensor in contract.tensors:
-        lines = tensor_picture(contract, tensor, env)
+    for tensor in chosen.tensors:
+        lines = tensor_picture(chosen, tensor, env)
         if lines:
             print()
             print("\n".join(lines))

@@ -682,6 +682,82 @@ def test_contract_awq_pack_order_matches_vllm(tensor: str) -> None:
     assert gptq.pack == 8 and gptq.pack_order == tuple(range(8))
 
 
+
+def _element_of_slot(slot_of_element: list[int]) -> tuple[int, ...]:
+    """Invert an unpacker's reading: element j came from slot slot_of_element[j]."""
+    return tuple(slot_of_element.index(i) for i in range(len(slot_of_element)))
+
+
+def _vllm_gptq_element_of_slot(bits: int) -> tuple[int, ...]:
+    """Which of 32 / bits consecutive values each slot of a GPTQ int32 word holds, as vLLM's
+    quant_utils.unpack_quantized_values_into_int32 reads it (a word whose slot i holds i)."""
+    from vllm.model_executor.layers.quantization.utils import quant_utils
+    from vllm.scalar_type import scalar_types
+
+    pf = 32 // bits
+    word = sum(i << (bits * i) for i in range(pf))
+    wtype = scalar_types.uint4b8 if bits == 4 else scalar_types.uint8b128
+    out = quant_utils.unpack_quantized_values_into_int32(torch.tensor([[word]], dtype=torch.int64).to(torch.int32),
+                                                          wtype, packed_dim=1)
+    return _element_of_slot([int(v) for v in out[0]])
+
+
+def _vllm_fp4_element_of_slot(fmt: str) -> tuple[int, ...]:
+    """Which of a byte's two E2M1 values each nibble (slot 0: bits 0..3) holds, as vLLM
+    decodes it: MXFP4 by flashinfer_moe_ep._dequant_mxfp4_ue8m0_gran32 (scale 2^0), NVFP4 by
+    nvfp4_emulation_utils.break_fp4_bytes. The byte 0x21: low nibble E2M1 0.5, high 1.0."""
+    packed = torch.full((1, 16), 0x21, dtype=torch.uint8)
+    if fmt == "mxfp4":
+        from vllm.model_executor.layers.fused_moe.flashinfer_moe_ep import _dequant_mxfp4_ue8m0_gran32
+
+        values = _dequant_mxfp4_ue8m0_gran32(packed, torch.full((1, 1), 127, dtype=torch.uint8))[0, :2]
+    else:
+        from vllm.model_executor.layers.quantization.utils.nvfp4_emulation_utils import break_fp4_bytes
+
+        values = break_fp4_bytes(packed, torch.float32)[0, :2]
+    return _element_of_slot([{0.5: 0, 1.0: 1}[float(v)] for v in values])
+
+
+#: Every packed axis of a shipped contract and the format whose vLLM unpacker reads it
+#: (test_every_packed_axis_has_an_unpacker keeps this complete).
+PACKED_AXES = {
+    **{("marlin_moe_awq", t, "n"): "awq" for t in ("w13_qweight", "w13_qzeros", "w2_qweight", "w2_qzeros")},
+    **{("marlin_moe_wna16", t, a): "gptq_int4" for t, a in (("w13_qweight", "k"), ("w13_qzeros", "n"),
+                                                            ("w2_qweight", "k"), ("w2_qzeros", "n"))},
+    **{("marlin_moe_gptq_int8", t, a): "gptq_int8" for t, a in (("w13_qweight", "k"), ("w13_qzeros", "n"),
+                                                                ("w2_qweight", "k"), ("w2_qzeros", "n"))},
+    **{(c, t, "k"): "mxfp4" for c in ("flashinfer_trtllm_mxfp4_moe", "sglang_cpu_mxfp4_moe",
+                                      "vllm_cpu_mxfp4_gpt_oss_moe", "vllm_cpu_mxfp4_moe")
+       for t in ("w13_weight", "w2_weight")},
+    **{("flashinfer_nvfp4_moe", t, "k"): "nvfp4" for t in ("w13_weight", "w2_weight")},
+}
+UNPACKERS = {"awq": _vllm_awq_element_of_slot, "gptq_int4": lambda: _vllm_gptq_element_of_slot(4),
+             "gptq_int8": lambda: _vllm_gptq_element_of_slot(8), "mxfp4": lambda: _vllm_fp4_element_of_slot("mxfp4"),
+             "nvfp4": lambda: _vllm_fp4_element_of_slot("nvfp4")}
+
+
+def test_every_packed_axis_has_an_unpacker() -> None:
+    """PACKED_AXES names every `pack N` axis of contracts/*.moe, so none states an order no test reads."""
+    from tests.conformance.conftest import ROOT
+
+    packed = {(path.stem, t.name, a.name) for path in sorted((ROOT / "contracts").glob("*.moe"))
+              for t in _contract(path.stem).tensors for a in t.axes if a.pack > 1}
+    assert len(packed) == 22 and packed == set(PACKED_AXES)
+
+
+@pytest.mark.parametrize("key", sorted(PACKED_AXES), ids=lambda k: ".".join(k))
+def test_contract_pack_order_matches_vllm_unpacker(key: tuple[str, str, str]) -> None:
+    """Each packed axis's `pack N order (...)` (the identity when none is written) is the slot
+    order vLLM's own unpacker reads for its format: AWQ's interleave, GPTQ int4/int8 and the FP4
+    formats' identity (E2M1: low nibble first). A contract that stated MXFP4 high nibble first, or
+    GPTQ in AWQ's order, passed every other test (no other test reads Axis.pack_order)."""
+    contract, tensor, axis_name = key
+    want = UNPACKERS[PACKED_AXES[key]]()
+    assert sorted(want) == list(range(len(want)))
+    axis = _contract_tensor(contract, tensor).axis(axis_name)
+    assert (axis.pack, axis.pack_order) == (len(want), want)
+
+
 # ---- AWQ channelwise (group -1): vLLM's Marlin gate, against marlin_moe_awq's plan ----
 
 

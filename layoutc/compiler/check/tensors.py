@@ -136,13 +136,14 @@ def _codes_fit(sink: Sink, d: A.TensorDecl, decode: ir.Expr | None, code_range: 
                axes: list[ir.Axis], storage: ir.Storage | None) -> bool:
     """LC416: every number format the decode names (`e2m1(code)`) decodes the declared
     `code lo..hi` (its codes: layoutc/runtime/numformats.py CODES), and a packed integer
-    storage's element (bits / pack) holds every one of them."""
-    if decode is None:
-        return True
-    ok = True
+    storage's element (bits / pack) holds every one of them, and every declared code (as
+    unsigned or as two's-complement signed), whatever the decode: AWQ's `(code - z) * s`
+    names no format, and its `code 0..15` needs the 4-bit slots of `pack 8` of int32."""
     pack = max((a.pack for a in axes), default=1)
-    width = DTYPES[storage.dtype].bits // pack if isinstance(storage, ir.FixedStorage) else None
-    for node in ir.walk(decode):
+    dtype = DTYPES[storage.dtype] if isinstance(storage, ir.FixedStorage) else None
+    width = dtype.bits // pack if dtype is not None else None
+    ok = True
+    for node in ir.walk(decode) if decode is not None else ():
         if not (isinstance(node, ir.Op) and node.op.kind is OpKind.DECODE):
             continue
         lo, hi = CODES[node.op.value]
@@ -155,6 +156,16 @@ def _codes_fit(sink: Sink, d: A.TensorDecl, decode: ir.Expr | None, code_range: 
             sink.error("LC416", node.span, f"`{node.op.value}(code)` needs {hi.bit_length()}-bit codes, but "
                        f"`{d.name}` packs {pack} per {storage.dtype if isinstance(storage, ir.FixedStorage) else ''}"
                        f" ({width} bits each)")
+            ok = False
+    # the declared codes themselves, whatever the decode (`(code - z) * s` names no format)
+    if ok and code_range is not None and pack > 1 and dtype is not None and not dtype.floating \
+            and dtype.bits % pack == 0 and width is not None:  # else LC411, in _register
+        lo, hi = code_range
+        if not (lo >= 0 and hi < 2 ** width) and not (-(2 ** (width - 1)) <= lo and hi < 2 ** (width - 1)):
+            sink.error("LC416", d.code[0][2], f"`{d.name}` declares `code {lo}..{hi}`, but it packs {pack} per "
+                       f"{storage.dtype if isinstance(storage, ir.FixedStorage) else ''} ({width} bits each: codes 0..{2 ** width - 1}, or "
+                       f"{-(2 ** (width - 1))}..{2 ** (width - 1) - 1} signed)",
+                       help=f"declare the codes a {width}-bit element holds, or pack fewer per element")
             ok = False
     return ok
 
@@ -284,8 +295,10 @@ def _padded_axis(scope: Scope, sink: Sink, ax: A.AxisDecl, spec: A.PaddedAxis) -
         return None
     order = spec.pack_order
     if order is not None and sorted(order) != list(range(spec.pack)):
+        shown = ", ".join(map(str, order[:spec.pack + 1])) + (f", ... ({len(order)} in all)"
+                                                              if len(order) > spec.pack + 1 else "")
         sink.error("LC417", spec.order_span or spec.span,
-                   f"`pack {spec.pack} order ({', '.join(map(str, order))})` is not a permutation of "
+                   f"`pack {spec.pack} order ({shown})` is not a permutation of "
                    f"0..{spec.pack - 1}: each slot of a storage element holds exactly one of its {spec.pack} values",
                    help=f"list each of 0..{spec.pack - 1} once, slot 0 first (AWQ's int4: `pack 8 order "
                    "(0, 2, 4, 6, 1, 3, 5, 7)`)")

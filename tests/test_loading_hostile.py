@@ -1,0 +1,154 @@
+"""The generated loaders (alloc_* / load_*) of marlin_moe_awq, flashinfer_trtllm_mxfp4_moe and
+flashinfer_nvfp4_moe on inputs a caller really passes: an nn.Parameter as the destination (it
+requires grad by default), a source that requires grad (a transformers module's parameter) and a
+meta tensor (an empty-weights model). Each either loads the same bytes as a plain tensor does,
+leaving the destination a leaf with no autograd graph (as vLLM's weight loaders write
+`param.data`), or raises the module's LayoutContractError naming the tensor; never torch's
+RuntimeError / NotImplementedError. The three are the contracts issue 22 touched (AWQ's pack
+order and channelwise groups, the fused gate/up source of an (up, gate) contract).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+from generated import flashinfer_nvfp4_moe, flashinfer_trtllm_mxfp4_moe, marlin_moe_awq
+
+CASES: dict[str, tuple[ModuleType, dict[str, Any]]] = {
+    "awq_channelwise": (marlin_moe_awq, {"num_experts": 2, "hidden_size": 256, "intermediate_size": 192, "tp_size": 2,
+                                         "group_size": -1, "activation": "silu", "dtype": "float16"}),
+    "awq_g32": (marlin_moe_awq, {"num_experts": 2, "hidden_size": 256, "intermediate_size": 192, "tp_size": 2,
+                                 "group_size": 32, "activation": "silu", "dtype": "bfloat16"}),
+    "mxfp4": (flashinfer_trtllm_mxfp4_moe, {"num_experts": 2, "hidden_size": 256, "intermediate_size": 320,
+                                            "tp_size": 2, "activation": "swigluoai"}),
+    "nvfp4": (flashinfer_nvfp4_moe, {"num_experts": 2, "hidden_size": 256, "intermediate_size": 320, "tp_size": 2,
+                                     "activation": "silu", "dtype": "bfloat16"}),
+}
+TENSORS = [(case, name[len("load_"):]) for case, (module, _) in CASES.items()
+           for name in sorted(dir(module)) if name.startswith("load_")]
+
+
+def _source(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Random stored values of `dtype` (floats from a normal, codes and packed words from bytes)."""
+    gen = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point and dtype.itemsize >= 2:
+        return torch.randn(shape, generator=gen).to(dtype)
+    raw = torch.randint(0, 256, (*shape, dtype.itemsize), dtype=torch.uint8, generator=gen)
+    return raw.view(dtype).reshape(shape)
+
+
+@pytest.mark.parametrize(("case", "tensor"), TENSORS, ids=[f"{c}-{t}" for c, t in TENSORS])
+def test_loader_writes_a_parameter_like_a_plain_tensor(case: str, tensor: str) -> None:
+    module, config = CASES[case]
+    plan = module.plan(**config)
+    alloc, load = getattr(module, f"alloc_{tensor}"), getattr(module, f"load_{tensor}")
+    full = tuple(getattr(module, f"{tensor}_full_shape")(plan))
+    for rank in range(plan.tp_size):
+        plain = alloc(plan, rank)
+        src = _source(full, plain.dtype, seed=rank)
+        load(plain, src, plan, rank)
+        assert plain.requires_grad is False and plain.grad_fn is None
+        if plain.dtype.is_floating_point:  # an nn.Parameter requires grad by default
+            param = torch.nn.Parameter(torch.full_like(plain, 7))
+            assert param.requires_grad
+            assert alloc(plan, rank, out=param) is param
+            load(param, src.clone().requires_grad_(src.dtype.itemsize >= 2), plan, rank)
+            assert param.is_leaf and param.requires_grad and param.grad_fn is None
+            assert torch.equal(param.detach().view(torch.uint8), plain.view(torch.uint8)), (tensor, rank)
+        if src.dtype.is_floating_point and src.dtype.itemsize >= 2:  # a transformers parameter as the source
+            into = alloc(plan, rank)
+            load(into, torch.nn.Parameter(src.clone()), plan, rank)
+            assert into.grad_fn is None and not into.requires_grad
+            assert torch.equal(into.view(torch.uint8), plain.view(torch.uint8)), (tensor, rank)
+
+
+@pytest.mark.parametrize(("case", "tensor"), TENSORS, ids=[f"{c}-{t}" for c, t in TENSORS])
+def test_loader_refuses_a_meta_source_by_name(case: str, tensor: str) -> None:
+    module, config = CASES[case]
+    plan = module.plan(**config)
+    dst = getattr(module, f"alloc_{tensor}")(plan, 0)
+    full = tuple(getattr(module, f"{tensor}_full_shape")(plan))
+    with pytest.raises(module.LayoutContractError, match=f"the source for {tensor} is a meta tensor"):
+        getattr(module, f"load_{tensor}")(dst, torch.empty(full, dtype=dst.dtype, device="meta"), plan, 0)
+
+
+class _Slice:
+    """A foreign slice object: get_shape/get_dtype as safetensors' PySafeSlice, reads `data`."""
+
+    def __init__(self, data: torch.Tensor, dtype_name: str) -> None:
+        self.data, self.dtype_name = data, dtype_name
+
+    def get_shape(self) -> list[int]:
+        return list(self.data.shape)
+
+    def get_dtype(self) -> str:
+        return self.dtype_name
+
+    def __getitem__(self, index: Any) -> torch.Tensor:
+        return self.data[index]
+
+
+def test_an_e8m0_safetensors_slice_is_refused_not_cast(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An MXFP4 scale stored as safetensors F8_E8M0 (torch.float8_e8m0fnu) into the contract's
+    uint8 E8M0 codes: refused by name with the .view(torch.uint8) that loads it. It was not in the
+    loader's dtype table, so the copy cast 2^(code - 127) to uint8 (code 110 stored as 0); the
+    bytes through .view are the codes, as the uint8 path loads them."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    module = flashinfer_trtllm_mxfp4_moe
+    plan = module.plan(**CASES["mxfp4"][1])
+    full = tuple(module.w13_weight_scale_full_shape(plan))
+    codes = torch.randint(100, 140, full, dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    save_file({"scale": codes.view(torch.float8_e8m0fnu)}, str(tmp_path / "s.safetensors"))
+    want = module.alloc_w13_weight_scale(plan, 1)
+    module.load_w13_weight_scale(want, codes, plan, 1)
+    with safe_open(str(tmp_path / "s.safetensors"), framework="pt") as f:
+        sl = f.get_slice("scale")
+        assert sl.get_dtype() == "F8_E8M0"
+        dst = module.alloc_w13_weight_scale(plan, 1)
+        with pytest.raises(module.LayoutContractError, match=r"w13_weight_scale has dtype torch.float8_e8m0fnu, "
+                                                             r"expected torch.uint8.*\.view\(torch.uint8\)"):
+            module.load_w13_weight_scale(dst, sl, plan, 1)
+        module.load_w13_weight_scale(dst, sl[:].view(torch.uint8), plan, 1)
+    assert torch.equal(dst, want)
+
+
+@pytest.mark.parametrize("name", ["F4", "I32"])
+def test_a_slice_is_judged_by_what_it_reads(name: str) -> None:
+    """A slice whose get_dtype() names no known dtype ("F4"), or names the right one ("I32" for
+    int32 words) but reads another, is refused on its first read, never cast into the codes."""
+    module, config = CASES["awq_g32"]
+    plan = module.plan(**config)
+    full = tuple(module.w13_qweight_full_shape(plan))
+    dst = module.alloc_w13_qweight(plan, 0)
+    source = _Slice(torch.ones(full, dtype=torch.float32), name)
+    with pytest.raises(module.LayoutContractError, match=r"w13_qweight has dtype torch\.float32, expected torch\.int32"):
+        module.load_w13_qweight(dst, source, plan, 0)
+
+
+def test_a_source_sharing_the_destinations_memory_is_refused() -> None:
+    """Padding in place (the checkpoint copied into the parameter's first rows, then loaded from
+    that view) overwrote source rows before reading them: 102,400 of vllm_cpu_grouped_gemm's
+    w13 values at I = 200, tp 1 differed from a load of the same checkpoint from its own
+    tensor. pad_*(out=) already refuses an overlapping buffer (layout.check_out); load_* now too."""
+    from generated import vllm_cpu_grouped_gemm as module
+
+    plan = module.plan(num_experts=2, hidden_size=256, intermediate_size=200, tp_size=1, dtype="float32",
+                       isa="vec", activation="silu")
+    full = tuple(module.w13_full_shape(plan))
+    checkpoint = torch.randn(full, generator=torch.Generator().manual_seed(0))
+    want = module.alloc_w13(plan, 0)
+    module.load_w13(want, checkpoint, plan, 0)
+    dst = module.alloc_w13(plan, 0)
+    dst[:, :full[1]] = checkpoint
+    with pytest.raises(module.LayoutContractError, match="the source for w13 shares memory with its destination"):
+        module.load_w13(dst, dst[:, :full[1]], plan, 0)
+    source = dst[:, :full[1]].clone()  # the way that works: a separate source, the pads rewritten by alloc(out=)
+    assert module.alloc_w13(plan, 0, out=dst) is dst
+    module.load_w13(dst, source, plan, 0)
+    assert torch.equal(dst, want)
