@@ -157,3 +157,21 @@ def test_one_expert_view_reads_only_that_expert() -> None:
     stacked = _OneExpert(_Unflattened(Stacked(), 4, 6, 5), 3)
     assert stacked.get_shape() == [6, 5]
     assert torch.equal(stacked[(slice(0, 6), slice(2, 5))], fused[3, :, 2:5]) and reads == [(18, 24)]
+
+
+def test_a_repeated_degree_runs_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--ep 2,2` / `--tp 1,1`: each (tp, ep) pair reaches the EP checks once, in the order
+    given (before, every repeat ran and printed its rows again)."""
+    import layoutc.tools.run as run
+
+    seen: list[list[tuple[int, int]]] = []
+
+    def stop(num_experts: int, pairs: list[tuple[int, int]], placement: str, world: int | None) -> None:
+        seen.append(pairs)
+        raise run.RunError("LR104", "stop here")
+
+    monkeypatch.setattr(run, "check_ep_options", stop)
+    ckpt = make_qwen3(tmp_path / "m")
+    code, _, err, s = run_cli(str(ckpt), "--tp", "1,1,2", "--ep", "2,1,2")
+    assert code == 2 and "stop here" in err, (code, err, s)
+    assert seen == [[(1, 2), (2, 2), (1, 1), (2, 1)]], seen
