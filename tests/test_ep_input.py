@@ -175,3 +175,19 @@ def test_a_repeated_degree_runs_once(tmp_path: Path, monkeypatch: pytest.MonkeyP
     code, _, err, s = run_cli(str(ckpt), "--tp", "1,1,2", "--ep", "2,1,2")
     assert code == 2 and "stop here" in err, (code, err, s)
     assert seen == [[(1, 2), (2, 2), (1, 1), (2, 1)]], seen
+
+
+def test_gloo_runner_refuses_ep_above_the_experts_before_any_rank(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_tp_checkpoint(ep_size=4) on a 2-expert checkpoint: EP01 from config.json, no rank
+    spawned (before, 4 ranks started and each raised EP01: 89 s at ep 16 on 8 experts)."""
+    import layoutc.tools.tp.checkpoint as tp_checkpoint
+    from layoutc.runtime.experts import ExpertParallelError
+
+    def no_ranks(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a rank was started")
+
+    monkeypatch.setattr(tp_checkpoint, "launch_ranks", no_ranks)
+    ckpt = make_qwen3(tmp_path / "m")
+    with pytest.raises(ExpertParallelError, match=rf"\[EP01\] ep_size=4 exceeds the {E} experts"):
+        tp_checkpoint.run_tp_checkpoint(str(ckpt), tp_size=1, ep_size=4, use_transformers=False)
