@@ -157,3 +157,37 @@ def test_one_expert_view_reads_only_that_expert() -> None:
     stacked = _OneExpert(_Unflattened(Stacked(), 4, 6, 5), 3)
     assert stacked.get_shape() == [6, 5]
     assert torch.equal(stacked[(slice(0, 6), slice(2, 5))], fused[3, :, 2:5]) and reads == [(18, 24)]
+
+
+def test_a_repeated_degree_runs_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--ep 2,2` / `--tp 1,1`: each (tp, ep) pair reaches the EP checks once, in the order
+    given (before, every repeat ran and printed its rows again)."""
+    import layoutc.tools.run as run
+
+    seen: list[list[tuple[int, int]]] = []
+
+    def stop(num_experts: int, pairs: list[tuple[int, int]], placement: str, world: int | None) -> None:
+        seen.append(pairs)
+        raise run.RunError("LR104", "stop here")
+
+    monkeypatch.setattr(run, "check_ep_options", stop)
+    ckpt = make_qwen3(tmp_path / "m")
+    code, _, err, s = run_cli(str(ckpt), "--tp", "1,1,2", "--ep", "2,1,2")
+    assert code == 2 and "stop here" in err, (code, err, s)
+    assert seen == [[(1, 2), (2, 2), (1, 1), (2, 1)]], seen
+
+
+def test_gloo_runner_refuses_ep_above_the_experts_before_any_rank(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_tp_checkpoint(ep_size=4) on a 2-expert checkpoint: EP01 from config.json, no rank
+    spawned (before, 4 ranks started and each raised EP01: 89 s at ep 16 on 8 experts)."""
+    import layoutc.tools.tp.checkpoint as tp_checkpoint
+    from layoutc.runtime.experts import ExpertParallelError
+
+    def no_ranks(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a rank was started")
+
+    monkeypatch.setattr(tp_checkpoint, "launch_ranks", no_ranks)
+    ckpt = make_qwen3(tmp_path / "m")
+    with pytest.raises(ExpertParallelError, match=rf"\[EP01\] ep_size=4 exceeds the {E} experts"):
+        tp_checkpoint.run_tp_checkpoint(str(ckpt), tp_size=1, ep_size=4, use_transformers=False)

@@ -186,3 +186,76 @@ def test_each_rank_reads_only_its_experts(ckpts: dict[str, Path], family: str, p
         assert plan3.local_num_experts == 3 and mine == held(2, 8, 3, placement) and len(mine) == 2
         rw = load_layer_experts(ckpt, moe, 0, mod, plan3, 0, mine)
         assert not rw.w13[2].any() and not rw.w2[2].any() and rw.w13[:2].any()
+
+
+def _swap_first_two(emap: Any) -> Any:
+    """`emap` (int32 [E], -1 foreign) with the local ids of the rank's first two experts swapped."""
+    from layoutc.tools.ep_run import held_experts
+
+    a, b = held_experts(emap, int(emap.shape[0]))[:2]
+    out = emap.clone()
+    out[a], out[b] = emap[b], emap[a]
+    return out
+
+
+@pytest.mark.parametrize("wrong", ["kernel_map_swapped", "rank_holds_anothers_experts", "relabelled_consistently"])
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral"])
+def test_a_wrong_expert_map_is_a_mismatch(ckpts: dict[str, Path], family: str, wrong: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The EP rows' `ok` can fail: `--tp 1,2 --ep 2` against transformers' block, with the map
+    broken one way at a time.
+
+    - kernel_map_swapped: rank 0 loads its experts in the right order, but the map the kernel
+      gets swaps the local ids of two of them (tokens routed to one expert run the other's
+      weights): every row MISMATCH, exit 1.
+    - rank_holds_anothers_experts: `local_experts` gives rank 1 rank 0's map (experts 0..3
+      twice, 4..7 never): MISMATCH, exit 1.
+    - relabelled_consistently: rank 0's `local_experts` swaps two local ids, and the loader
+      reads the experts in that order too; local ids are a rank's own labelling, so the run
+      still matches (the check is on the load and the map agreeing, not on one labelling).
+    """
+    import dataclasses
+    import importlib
+
+    import layoutc.tools.ep_run as ep_run
+
+    mod = importlib.import_module("layoutc_generated.vllm_cpu_grouped_gemm")
+    if wrong == "kernel_map_swapped":
+        real_load = ep_run.load_ep_rank
+
+        def load(*args: Any, **kwargs: Any) -> Any:
+            plan, packed13, packed2, bias, emap = real_load(*args, **kwargs)
+            ep_rank = args[6]
+            return plan, packed13, packed2, bias, _swap_first_two(emap) if ep_rank == 0 else emap
+
+        monkeypatch.setattr(ep_run, "load_ep_rank", load)
+    else:
+        real_local = mod.LAYOUT.local_experts
+
+        def local(rank: int, plan: Any) -> Any:
+            if wrong == "rank_holds_anothers_experts":
+                return real_local(0 if rank == 1 else rank, plan)
+            count, emap = real_local(rank, plan)
+            return count, _swap_first_two(emap) if rank == 0 else emap
+
+        monkeypatch.setattr(mod, "LAYOUT", dataclasses.replace(mod.LAYOUT, local_experts=local))
+    code, data = _cli(str(ckpts[family]), "--tp", "1,2", "--ep", "2")
+    rows = data["rows"]
+    assert [(r["tp_size"], r["ep_size"]) for r in rows] == [(1, 2), (2, 2)], data
+    if wrong == "relabelled_consistently":
+        assert code == 0 and data["ok"], data
+        assert all(r["result"] == "ok" and r["rel_error"] < 1e-5 for r in rows), rows
+    else:
+        assert code == 1 and not data["ok"], data
+        assert all(r["result"] == "MISMATCH" and r["rel_error"] > 1e-2 for r in rows), rows
+
+
+def test_ep_rows_measure_each_ranks_peak_memory(ckpts: dict[str, Path]) -> None:
+    """An EP row's peak MiB is measured (it was a constant 0.0, printed as if measured), and a
+    rank holding a quarter of the experts peaks below the EP 1 rank holding all 8 (measured on
+    this 8-expert float32 layer, 0.52 MiB per expert: 10.6 MiB at ep 1, 4.2 at ep 2, 2.1 at ep 4)."""
+    code, data = _cli(str(ckpts["qwen3_moe"]), "--tp", "1", "--ep", "1,2,4")
+    assert code == 0 and data["ok"], data
+    peak = {r["ep_size"]: r["peak_mib"] for r in data["rows"]}
+    assert sorted(peak) == [1, 2, 4] and all(v > 0 for v in peak.values()), peak
+    assert peak[4] < peak[1], peak

@@ -136,27 +136,44 @@ def held_experts(emap: Any, num_experts: int) -> list[int]:
 
 
 def ep_kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, x: Any, weights: Any, ids: Any, *,
-                  dtype: str, isa: str, options: dict[str, Any], placement: str = "linear") -> Any:
+                  dtype: str, isa: str, options: dict[str, Any], placement: str = "linear", iters: int = 3) -> Any:
     """The summed output of `layer` over `ep * tp` ranks; returns run.KernelRun.
 
-    x: [T, H] in `dtype`; weights / ids: [T, top_k], ids global. Raises the module's
+    x: [T, H] in `dtype`; weights / ids: [T, top_k], ids global. Timed and measured as
+    run.kernel_sum times a TP rank: the slowest rank's load, the slowest rank's median of
+    `iters` kernel calls after a warm-up, and the largest rank's peak RSS growth (MiB, Linux
+    VmHWM) over its load, prepack and calls. Raises the module's
     LayoutContractError (ExpertParallelError EP01/EP03 from plan(), EP02 from world_ranks)
     when the configuration is refused.
     """
+    import statistics
+
+    from layoutc.tools.run import _rss_peak_reset, _status_kib, _trim
+
     total = plan = None
-    load_s = kernel_s = 0.0
+    load_s = kernel_s = peak = 0.0
     fused_moe = kernel_of(layout_of(mod)).fused_moe
     for ep_rank, tp_rank in world_ranks(ep * tp, ep, tp):
+        _trim()  # each rank's peak RSS from here, as run.kernel_sum measures a TP rank's
+        base = _status_kib("VmRSS")
+        _rss_peak_reset()
         t0 = time.perf_counter()
         plan, packed13, packed2, bias, emap = load_ep_rank(ckpt, moe, mod, layer, tp, ep, ep_rank, tp_rank,
                                                            dtype=dtype, isa=isa, placement=placement)
         t1 = time.perf_counter()
-        part = fused_moe(x, packed13, packed2, weights, ids, plan, expert_map=emap, **bias, **options)
-        kernel_s = max(kernel_s, time.perf_counter() - t1)
+        part = fused_moe(x, packed13, packed2, weights, ids, plan, expert_map=emap, **bias, **options)  # warm-up
+        times = []
+        for _ in range(iters):
+            t2 = time.perf_counter()
+            part = fused_moe(x, packed13, packed2, weights, ids, plan, expert_map=emap, **bias, **options)
+            times.append(time.perf_counter() - t2)
+        peak = max(peak, (_status_kib("VmHWM") - base) / 1024)
+        kernel_s = max(kernel_s, statistics.median(times))
         load_s = max(load_s, t1 - t0)
         total = part.clone() if total is None else total.add_(part)
+        del packed13, packed2, part
     assert total is not None
-    return KernelRun(total, plan, load_s, kernel_s, 0.0)
+    return KernelRun(total, plan, load_s, kernel_s, peak)
 
 
 def rank_experts(mod: Any, plan: Any, num_experts: int) -> list[list[int]]:

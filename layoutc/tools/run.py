@@ -341,13 +341,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _tp_list(text: str, flag: str = "--tp", what: str = "TP") -> list[int]:
+    """`--tp` / `--ep` text -> its degrees in 1..64, in the order given, each once (a repeat,
+    `--ep 2,2`, would run and print the same rows twice; `layoutc audit` drops repeats too,
+    audit.command.parse_degrees). RunError LR104 for anything else."""
     try:
         values = [int(t) for t in text.split(",") if t.strip()] if len(text) <= 400 else []
     except ValueError:
         values = []
     if not values or any(v < 1 or v > 64 for v in values):
         raise RunError("LR104", f"{flag} {text[:40]!r}: expected comma-separated {what} degrees in 1..64")
-    return values
+    return list(dict.fromkeys(values))
 
 
 def _check_options(args: argparse.Namespace) -> list[int]:

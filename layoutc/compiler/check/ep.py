@@ -26,6 +26,13 @@ def check_ep(scope: Scope, sink: Sink) -> None:
         ok = _int_param(scope, sink, d, d.redundant, "the redundant-expert count", finite=False, low=0) and ok
     placement_param = _placement(scope, sink, d)
     ok = placement_param is not None and ok
+    if placement_param is not None and d.redundant is not None and "round_robin" in _names(scope, d):
+        # vLLM 0.32 fused_moe/expert_map_manager.py determine_expert_placement_strategy: round_robin
+        # needs num_redundant_experts == 0 and no EPLB, else the layer places linearly
+        sink.error("LC440", d.span, f"`placement {', '.join(d.placement)} redundant {d.redundant}`: vLLM 0.32 "
+                   "falls back from round_robin to linear with redundant experts "
+                   "(determine_expert_placement_strategy): declare `placement linear` with `redundant`")
+        ok = False
     stride: ir.Expr | None = None
     if d.stride is not None:
         stride = expr(scope, sink, d.stride)
@@ -50,12 +57,18 @@ def _int_param(scope: Scope, sink: Sink, d: A.EpDecl, name: str, what: str, *, f
     return True
 
 
+def _names(scope: Scope, d: A.EpDecl) -> list[str]:
+    """The placement names `d` serves: its enum parameter's members, or the literal names."""
+    p = scope.params.get(d.placement[0]) if len(d.placement) == 1 else None
+    return [str(v) for v in p.values] if p is not None and p.kind == "enum" else list(d.placement)
+
+
 def _placement(scope: Scope, sink: Sink, d: A.EpDecl) -> bool | None:
     """True: an enum parameter; False: a literal placement; None: LC440."""
     shown = ", ".join(d.placement)
     p = scope.params.get(d.placement[0]) if len(d.placement) == 1 else None
     is_param = p is not None and p.kind == "enum"
-    names = [str(v) for v in p.values] if p is not None and is_param else list(d.placement)
+    names = _names(scope, d)
     unknown = [n for n in names if n not in PLACEMENTS]
     if unknown or len(set(names)) != len(names):
         why = f"`{unknown[0]}` is a placement vLLM 0.32 does not know" if unknown else "a placement is repeated"

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from layoutc.runtime.experts import check_placement
+from layoutc.runtime.experts import check_ep, check_placement
 from layoutc.tools.contract_module import import_contract_module, kernel_of, layout_of
 from layoutc.tools.tp.launcher import launch_ranks
 from layoutc.tools.tp.rank import collective, init_rank, report_error
@@ -109,7 +109,8 @@ def run_tp_checkpoint(model_dir: str, *, tp_size: int, layer: int | None = None,
     and runs the kernel with its expert map (layoutc.tools.ep_run.load_ep_rank) under vLLM's
     `expert_placement` ("linear" or "round_robin", the contract's `experts ... placement`).
     layer: a MoE layer index (default: the first). dtype: default the checkpoint's.
-    Raises ValueError on bad arguments (ExpertParallelError EP03 for an unknown placement),
+    Raises ValueError on bad arguments (ExpertParallelError EP03 for an unknown placement,
+    EP01 for an ep_size above config.json's experts, both before any rank starts),
     layoutc.tools.run.RunError LR140 / LR141 when the
     glue cannot weight where the family does, FormatError for an unknown model_type,
     TPRankError naming the failing rank (e.g. the module's LayoutContractError for a refused
@@ -120,7 +121,7 @@ def run_tp_checkpoint(model_dir: str, *, tp_size: int, layer: int | None = None,
             raise ValueError(f"run_tp_checkpoint: {name} must be an int >= 1, got {value!r}")
     check_placement(expert_placement)  # ExpertParallelError EP03 before any rank starts
     inputs = _checkpoint_inputs(model_dir, module_name, layer, dtype, tokens, seed, use_transformers,
-                                checkpoint_format)
+                                checkpoint_format, ep_size, expert_placement)
     cfg = {"model_dir": model_dir, "layer": inputs.layer, "dtype": inputs.dtype, "isa": isa,
            "on_input": inputs.on_input, "format": checkpoint_format, "threads_per_rank": threads_per_rank,
            "timeout_s": timeout_s, "tp_size": tp_size, "ep_size": ep_size, "expert_placement": expert_placement}
@@ -152,8 +153,11 @@ class _CheckpointInputs:
 
 
 def _checkpoint_inputs(model_dir: str, module_name: str, layer: int | None, dtype: str | None, tokens: int,
-                       seed: int, use_transformers: bool, checkpoint_format: Any) -> _CheckpointInputs:
-    """Hold the family's router weight to the glue, pick the layer and dtype, build the reference."""
+                       seed: int, use_transformers: bool, checkpoint_format: Any, ep_size: int = 1,
+                       expert_placement: str = "linear") -> _CheckpointInputs:
+    """Hold the EP degree to config.json's experts (ExpertParallelError EP01 before any rank
+    starts: each rank would raise it after the spawn) and the family's router weight to the
+    glue, pick the layer and dtype, build the reference."""
     from layoutc.tools.checkpoints.formats import describe
     from layoutc.tools.checkpoints.reader import Checkpoint
     from layoutc.tools.checkpoints.reference import reference, transformers_oracle
@@ -161,6 +165,7 @@ def _checkpoint_inputs(model_dir: str, module_name: str, layer: int | None, dtyp
 
     with Checkpoint(model_dir) as ckpt:
         moe = describe(ckpt.config, checkpoint_format, ckpt.weight_map)
+        check_ep(moe.num_experts, ep_size, expert_placement)
         on_input = router_weight_on_input(moe, import_contract_module(module_name), module_name)
         if layer is None:
             layer = moe.moe_layers[0]
