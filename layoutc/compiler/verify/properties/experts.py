@@ -78,12 +78,18 @@ class _Terms:
 
     def owns(self, p: z3.ArithRef, rank: int) -> z3.BoolRef:
         """vLLM's expert map on `rank` holds physical expert p (not -1)."""
+        return self._cached(("owns", p.get_id(), rank), (p,), lambda: self._owns(p, rank))
+
+    def _owns(self, p: z3.ArithRef, rank: int) -> z3.BoolRef:
         if self.placement == "round_robin":
             return p % self.degree == rank
         return z3.And(p >= self.start(rank), p < self.start(rank) + self.count(rank))
 
     def loaded(self, rank: int, slot: z3.ArithRef) -> z3.ArithRef:
         """The physical expert the loader puts in `slot` of `rank` (-1: none, a pad)."""
+        return self._cached(("loaded", rank, slot.get_id()), (slot,), lambda: self._loaded(rank, slot))
+
+    def _loaded(self, rank: int, slot: z3.ArithRef) -> z3.ArithRef:
         if self.ep.stride is not None:
             first = rank * self.run.enc.expr(self.ep.stride)
             return z3.If(z3.And(slot >= 0, first + slot < self.physical), first + slot, -1)
