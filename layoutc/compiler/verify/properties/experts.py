@@ -22,8 +22,9 @@ degree and the rank constant, so every formula is linear.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import z3  # type: ignore[import-untyped]
 
@@ -35,38 +36,60 @@ from layoutc.compiler.verify.verdicts import Verdict
 
 @dataclass
 class _Terms:
+    """The placement's terms at one degree. Each is built once and reused (z3 hash-conses
+    terms, so a rebuilt one is the same term: the memo changes no formula, only the Python
+    time of building them, which was most of this property's cost: issue 26)."""
+
     run: Run
     ep: ir.ExpertParallel
     degree: int
     placement: str
     physical: z3.ArithRef
+    _memo: dict[tuple[object, ...], tuple[object, ...]] = field(default_factory=dict)
+
+    def _cached(self, key: tuple[object, ...], alive: tuple[z3.ExprRef, ...], make: Callable[[], z3.ExprRef]) -> Any:
+        # `alive` (the terms whose ids are in the key) is held with the value, so no id is reused
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = (make(), *alive)
+        return hit[0]
 
     def base(self) -> z3.ArithRef:
-        return self.physical / self.degree
+        return self._cached(("base",), (), lambda: self.physical / self.degree)
 
     def extra(self) -> z3.ArithRef:
-        return self.physical % self.degree
+        return self._cached(("extra",), (), lambda: self.physical % self.degree)
 
     def count(self, rank: int) -> z3.ArithRef:
-        return self.base() + z3.If(rank < self.extra(), 1, 0)
+        return self._cached(("count", rank), (), lambda: self.base() + z3.If(rank < self.extra(), 1, 0))
 
     def start(self, rank: int) -> z3.ArithRef:
-        return rank * self.base() + z3.If(rank < self.extra(), rank, self.extra())
+        return self._cached(("start", rank), (), lambda: rank * self.base()
+                            + z3.If(rank < self.extra(), rank, self.extra()))
 
     def routed(self, p: z3.ArithRef, rank: int, slot: z3.ArithRef) -> z3.BoolRef:
         """vLLM's expert map on `rank` gives physical expert p local id `slot`."""
+        return self._cached(("routed", p.get_id(), rank, slot.get_id()), (p, slot), lambda: self._routed(p, rank, slot))
+
+    def _routed(self, p: z3.ArithRef, rank: int, slot: z3.ArithRef) -> z3.BoolRef:
         if self.placement == "round_robin":
             return z3.And(p % self.degree == rank, slot == p / self.degree)
         return z3.And(slot == p - self.start(rank), slot >= 0, slot < self.count(rank))
 
     def owns(self, p: z3.ArithRef, rank: int) -> z3.BoolRef:
         """vLLM's expert map on `rank` holds physical expert p (not -1)."""
+        return self._cached(("owns", p.get_id(), rank), (p,), lambda: self._owns(p, rank))
+
+    def _owns(self, p: z3.ArithRef, rank: int) -> z3.BoolRef:
         if self.placement == "round_robin":
             return p % self.degree == rank
         return z3.And(p >= self.start(rank), p < self.start(rank) + self.count(rank))
 
     def loaded(self, rank: int, slot: z3.ArithRef) -> z3.ArithRef:
         """The physical expert the loader puts in `slot` of `rank` (-1: none, a pad)."""
+        return self._cached(("loaded", rank, slot.get_id()), (slot,), lambda: self._loaded(rank, slot))
+
+    def _loaded(self, rank: int, slot: z3.ArithRef) -> z3.ArithRef:
         if self.ep.stride is not None:
             first = rank * self.run.enc.expr(self.ep.stride)
             return z3.If(z3.And(slot >= 0, first + slot < self.physical), first + slot, -1)
