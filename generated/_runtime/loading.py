@@ -36,6 +36,12 @@ a rank reads one contiguous block of pairs.
 rank's parameter is all zeros and `load` reads nothing, so after the all-reduce
 the bias is counted exactly once.
 
+What `load` derives from the axis table and the call's declarations alone (padded shape,
+move plan, expected source shape, each read's index and shape) is computed once per axis
+tuple and call shape and remembered (`_table`, `_prepared`): a quantized layer's 1152
+per-expert loads share 9 plans (bench/quant_load_bench.py). Every check of the call's own
+values and tensors still runs on every call.
+
 Errors: `LayoutContractError` naming the tensor, the expected source shape and
 what was wrong (shape, role, expert, layout, rank, destination).
 """
