@@ -697,9 +697,11 @@ def load_w13(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13 axes", plan, lambda: _w13_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13", dst, src,
-        _w13_axes(plan), torch.bfloat16,
+        CONTRACT, "w13", dst, src, axes, torch.bfloat16,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -740,9 +742,11 @@ def load_w2(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2 axes", plan, lambda: _w2_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2", dst, src,
-        _w2_axes(plan), torch.bfloat16,
+        CONTRACT, "w2", dst, src, axes, torch.bfloat16,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -783,9 +787,11 @@ def load_w13_bias(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_bias axes", plan, lambda: _w13_bias_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_bias", dst, src,
-        _w13_bias_axes(plan), torch.bfloat16,
+        CONTRACT, "w13_bias", dst, src, axes, torch.bfloat16,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -828,9 +834,11 @@ def load_w2_bias(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_bias axes", plan, lambda: _w2_bias_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_bias", dst, src,
-        _w2_bias_axes(plan), torch.bfloat16,
+        CONTRACT, "w2_bias", dst, src, axes, torch.bfloat16,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=True,
     )

@@ -717,9 +717,11 @@ def load_w13_weight(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_weight axes", plan, lambda: _w13_weight_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_weight", dst, src,
-        _w13_weight_axes(plan), torch.float8_e4m3fn,
+        CONTRACT, "w13_weight", dst, src, axes, torch.float8_e4m3fn,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -764,9 +766,11 @@ def load_w13_weight_scale(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_weight_scale axes", plan, lambda: _w13_weight_scale_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_weight_scale", dst, src,
-        _w13_weight_scale_axes(plan), _DTYPES[plan.scale_dtype],
+        CONTRACT, "w13_weight_scale", dst, src, axes, _DTYPES[plan.scale_dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -807,9 +811,11 @@ def load_w2_weight(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_weight axes", plan, lambda: _w2_weight_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_weight", dst, src,
-        _w2_weight_axes(plan), torch.float8_e4m3fn,
+        CONTRACT, "w2_weight", dst, src, axes, torch.float8_e4m3fn,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -854,9 +860,11 @@ def load_w2_weight_scale(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_weight_scale axes", plan, lambda: _w2_weight_scale_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_weight_scale", dst, src,
-        _w2_weight_scale_axes(plan), _DTYPES[plan.scale_dtype],
+        CONTRACT, "w2_weight_scale", dst, src, axes, _DTYPES[plan.scale_dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )

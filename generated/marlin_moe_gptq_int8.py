@@ -1045,9 +1045,11 @@ def load_w13_qweight(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_qweight axes", plan, lambda: _w13_qweight_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_qweight", dst, src,
-        _w13_qweight_axes(plan), torch.int32,
+        CONTRACT, "w13_qweight", dst, src, axes, torch.int32,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1088,9 +1090,11 @@ def load_w13_scales(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_scales axes", plan, lambda: _w13_scales_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_scales", dst, src,
-        _w13_scales_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13_scales", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1131,9 +1135,11 @@ def load_w13_qzeros(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_qzeros axes", plan, lambda: _w13_qzeros_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_qzeros", dst, src,
-        _w13_qzeros_axes(plan), torch.int32,
+        CONTRACT, "w13_qzeros", dst, src, axes, torch.int32,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1174,9 +1180,11 @@ def load_w13_bias(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_bias axes", plan, lambda: _w13_bias_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_bias", dst, src,
-        _w13_bias_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13_bias", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1217,9 +1225,11 @@ def load_w2_qweight(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_qweight axes", plan, lambda: _w2_qweight_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_qweight", dst, src,
-        _w2_qweight_axes(plan), torch.int32,
+        CONTRACT, "w2_qweight", dst, src, axes, torch.int32,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1260,9 +1270,11 @@ def load_w2_scales(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_scales axes", plan, lambda: _w2_scales_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_scales", dst, src,
-        _w2_scales_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2_scales", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1303,9 +1315,11 @@ def load_w2_qzeros(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_qzeros axes", plan, lambda: _w2_qzeros_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_qzeros", dst, src,
-        _w2_qzeros_axes(plan), torch.int32,
+        CONTRACT, "w2_qzeros", dst, src, axes, torch.int32,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1348,9 +1362,11 @@ def load_w2_bias(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_bias axes", plan, lambda: _w2_bias_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_bias", dst, src,
-        _w2_bias_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2_bias", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=True,
     )

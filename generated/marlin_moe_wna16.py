@@ -1063,9 +1063,11 @@ def load_w13_qweight(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_qweight axes", plan, lambda: _w13_qweight_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_qweight", dst, src,
-        _w13_qweight_axes(plan), torch.int32,
+        CONTRACT, "w13_qweight", dst, src, axes, torch.int32,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1106,9 +1108,11 @@ def load_w13_scales(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_scales axes", plan, lambda: _w13_scales_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_scales", dst, src,
-        _w13_scales_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13_scales", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1149,9 +1153,11 @@ def load_w13_qzeros(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_qzeros axes", plan, lambda: _w13_qzeros_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_qzeros", dst, src,
-        _w13_qzeros_axes(plan), torch.int32,
+        CONTRACT, "w13_qzeros", dst, src, axes, torch.int32,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1192,9 +1198,11 @@ def load_w13_bias(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_bias axes", plan, lambda: _w13_bias_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_bias", dst, src,
-        _w13_bias_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13_bias", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1235,9 +1243,11 @@ def load_w2_qweight(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_qweight axes", plan, lambda: _w2_qweight_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_qweight", dst, src,
-        _w2_qweight_axes(plan), torch.int32,
+        CONTRACT, "w2_qweight", dst, src, axes, torch.int32,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1278,9 +1288,11 @@ def load_w2_scales(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_scales axes", plan, lambda: _w2_scales_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_scales", dst, src,
-        _w2_scales_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2_scales", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1321,9 +1333,11 @@ def load_w2_qzeros(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_qzeros axes", plan, lambda: _w2_qzeros_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_qzeros", dst, src,
-        _w2_qzeros_axes(plan), torch.int32,
+        CONTRACT, "w2_qzeros", dst, src, axes, torch.int32,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1366,9 +1380,11 @@ def load_w2_bias(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_bias axes", plan, lambda: _w2_bias_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_bias", dst, src,
-        _w2_bias_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2_bias", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=True,
     )

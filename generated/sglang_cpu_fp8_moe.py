@@ -655,9 +655,11 @@ def load_w13_weight(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_weight axes", plan, lambda: _w13_weight_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_weight", dst, src,
-        _w13_weight_axes(plan), torch.float8_e4m3fn,
+        CONTRACT, "w13_weight", dst, src, axes, torch.float8_e4m3fn,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -698,9 +700,11 @@ def load_w13_weight_scale_inv(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_weight_scale_inv axes", plan, lambda: _w13_weight_scale_inv_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_weight_scale_inv", dst, src,
-        _w13_weight_scale_inv_axes(plan), torch.float32,
+        CONTRACT, "w13_weight_scale_inv", dst, src, axes, torch.float32,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -741,9 +745,11 @@ def load_w2_weight(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_weight axes", plan, lambda: _w2_weight_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_weight", dst, src,
-        _w2_weight_axes(plan), torch.float8_e4m3fn,
+        CONTRACT, "w2_weight", dst, src, axes, torch.float8_e4m3fn,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -784,9 +790,11 @@ def load_w2_weight_scale_inv(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_weight_scale_inv axes", plan, lambda: _w2_weight_scale_inv_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_weight_scale_inv", dst, src,
-        _w2_weight_scale_inv_axes(plan), torch.float32,
+        CONTRACT, "w2_weight_scale_inv", dst, src, axes, torch.float32,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )

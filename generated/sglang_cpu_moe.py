@@ -460,9 +460,11 @@ def load_w13_weight(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_weight axes", plan, lambda: _w13_weight_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_weight", dst, src,
-        _w13_weight_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13_weight", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -503,9 +505,11 @@ def load_w2_weight(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_weight axes", plan, lambda: _w2_weight_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_weight", dst, src,
-        _w2_weight_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2_weight", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )

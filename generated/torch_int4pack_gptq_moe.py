@@ -865,9 +865,11 @@ def load_w13_qweight(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_qweight axes", plan, lambda: _w13_qweight_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_qweight", dst, src,
-        _w13_qweight_axes(plan), torch.int32,
+        CONTRACT, "w13_qweight", dst, src, axes, torch.int32,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -908,9 +910,11 @@ def load_w13_scales(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_scales axes", plan, lambda: _w13_scales_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_scales", dst, src,
-        _w13_scales_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13_scales", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -951,9 +955,11 @@ def load_w13_zeros(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_zeros axes", plan, lambda: _w13_zeros_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_zeros", dst, src,
-        _w13_zeros_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13_zeros", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -994,9 +1000,11 @@ def load_w2_qweight(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_qweight axes", plan, lambda: _w2_qweight_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_qweight", dst, src,
-        _w2_qweight_axes(plan), torch.int32,
+        CONTRACT, "w2_qweight", dst, src, axes, torch.int32,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1037,9 +1045,11 @@ def load_w2_scales(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_scales axes", plan, lambda: _w2_scales_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_scales", dst, src,
-        _w2_scales_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2_scales", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1080,9 +1090,11 @@ def load_w2_zeros(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_zeros axes", plan, lambda: _w2_zeros_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_zeros", dst, src,
-        _w2_zeros_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2_zeros", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )

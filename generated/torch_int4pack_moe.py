@@ -575,9 +575,11 @@ def load_w13(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13 axes", plan, lambda: _w13_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13", dst, src,
-        _w13_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -618,9 +620,11 @@ def load_w2(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2 axes", plan, lambda: _w2_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2", dst, src,
-        _w2_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )

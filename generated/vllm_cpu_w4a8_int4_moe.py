@@ -850,9 +850,11 @@ def load_w13_weight(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_weight axes", plan, lambda: _w13_weight_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_weight", dst, src,
-        _w13_weight_axes(plan), torch.int8,
+        CONTRACT, "w13_weight", dst, src, axes, torch.int8,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -893,9 +895,11 @@ def load_w13_weight_scale(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_weight_scale axes", plan, lambda: _w13_weight_scale_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_weight_scale", dst, src,
-        _w13_weight_scale_axes(plan), _DTYPES[plan.scale_dtype],
+        CONTRACT, "w13_weight_scale", dst, src, axes, _DTYPES[plan.scale_dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -936,9 +940,11 @@ def load_w13_bias(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_bias axes", plan, lambda: _w13_bias_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_bias", dst, src,
-        _w13_bias_axes(plan), torch.float32,
+        CONTRACT, "w13_bias", dst, src, axes, torch.float32,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -979,9 +985,11 @@ def load_w2_weight(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_weight axes", plan, lambda: _w2_weight_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_weight", dst, src,
-        _w2_weight_axes(plan), torch.int8,
+        CONTRACT, "w2_weight", dst, src, axes, torch.int8,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1022,9 +1030,11 @@ def load_w2_weight_scale(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_weight_scale axes", plan, lambda: _w2_weight_scale_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_weight_scale", dst, src,
-        _w2_weight_scale_axes(plan), _DTYPES[plan.scale_dtype],
+        CONTRACT, "w2_weight_scale", dst, src, axes, _DTYPES[plan.scale_dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -1067,9 +1077,11 @@ def load_w2_bias(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_bias axes", plan, lambda: _w2_bias_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_bias", dst, src,
-        _w2_bias_axes(plan), torch.float32,
+        CONTRACT, "w2_bias", dst, src, axes, torch.float32,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=True,
     )

@@ -781,9 +781,11 @@ def load_w13(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13 axes", plan, lambda: _w13_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13", dst, src,
-        _w13_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -824,9 +826,11 @@ def load_w2(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2 axes", plan, lambda: _w2_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2", dst, src,
-        _w2_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -867,9 +871,11 @@ def load_w13_bias(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_bias axes", plan, lambda: _w13_bias_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_bias", dst, src,
-        _w13_bias_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13_bias", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -912,9 +918,11 @@ def load_w2_bias(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_bias axes", plan, lambda: _w2_bias_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_bias", dst, src,
-        _w2_bias_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2_bias", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=True,
     )

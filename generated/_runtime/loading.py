@@ -36,6 +36,12 @@ a rank reads one contiguous block of pairs.
 rank's parameter is all zeros and `load` reads nothing, so after the all-reduce
 the bias is counted exactly once.
 
+What `load` derives from the axis table and the call's declarations alone (padded shape,
+move plan, expected source shape, each read's index and shape) is computed once per axis
+tuple and call shape and remembered (`_table`, `_prepared`): a quantized layer's 1152
+per-expert loads share 9 plans (bench/quant_load_bench.py). Every check of the call's own
+values and tensors still runs on every call.
+
 Errors: `LayoutContractError` naming the tensor, the expected source shape and
 what was wrong (shape, role, expert, layout, rank, destination).
 """
@@ -44,6 +50,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -143,6 +150,96 @@ def _moves(axis: Axis, r: int, tp: int, segs: tuple[int, ...] | None,
                                   for j in range(axis.segments)]
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """What one `load` call does, given everything it depends on but the tensors (see `_prepare`).
+
+    expected: the source's shape (full checkpoint width, transposed when declared).
+    reads: per read, (destination index, source index, sub-slice of the read or None,
+    the read's shape): for a one-expert source the destination index lacks the experts
+    axis (the expert is prepended per call).
+    """
+
+    expected: tuple[int, ...]
+    reads: tuple[tuple[tuple[slice | int, ...], tuple[slice, ...], tuple[slice, ...] | None, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True, eq=False)
+class _Table:
+    """What `load` derives from an axis table alone: the padded shape, the segmented axis, and
+    the `_Prepared` reads of each call shape seen, keyed by `_prepare`'s other arguments."""
+
+    padded: tuple[int, ...]
+    seg: int | None
+    prepared: dict[tuple[object, ...], _Prepared]
+
+
+#: id(axes) -> (axes, its _Table). The entry holds `axes` itself, so the id cannot be reused by
+#: another tuple while it is here, and a hit is checked by identity (a generated module passes the
+#: same axis tuple for every load of one tensor under one plan: `PlanChecker.memo`).
+_TABLES: dict[int, tuple[tuple[Axis, ...], _Table]] = {}
+_TABLES_LIMIT = 1024  # distinct axis tables remembered before the cache is cleared
+
+
+def _table(axes: tuple[Axis, ...]) -> _Table:
+    """The `_Table` of `axes` (computed once per axis tuple object; a list is never cached)."""
+    hit = _TABLES.get(id(axes))
+    if hit is not None and hit[0] is axes:
+        return hit[1]
+    table = _Table(padded_shape(axes), _segmented(axes), {})
+    if type(axes) is tuple:
+        if len(_TABLES) >= _TABLES_LIMIT:
+            _TABLES.clear()
+        _TABLES[id(axes)] = (axes, table)
+    return table
+
+
+def _prepared(who: str, what: str, table: _Table, axes: tuple[Axis, ...], r: int, tp_size: int,
+              segs: tuple[int, ...] | None, source_layout: str, order: tuple[int, ...], transposed: bool,
+              one_expert: bool) -> _Prepared:
+    """`_prepare(...)`, remembered in `table` by every argument it depends on (rank, tp size, the
+    segment a role names, source layout, segment order, orientation, one expert or all): the
+    9 x 128 per-expert loads of one quantized layer and rank share 9 entries."""
+    key = (r, tp_size, segs, source_layout, order, transposed, one_expert)
+    prep = table.prepared.get(key)
+    if prep is None:
+        prep = table.prepared[key] = _prepare(who, what, axes, r, tp_size, table.seg, segs, source_layout, order,
+                                              transposed, one_expert)
+    return prep
+
+
+def _prepare(who: str, what: str, axes: tuple[Axis, ...], r: int, tp_size: int, seg: int | None,
+             segs: tuple[int, ...] | None, source_layout: str, order: tuple[int, ...], transposed: bool,
+             one_expert: bool) -> _Prepared:
+    """The source shape `load` expects and its reads: the move plan of every axis (`_moves`), the
+    experts axis split into chunks (`_chunked`), each read's index and shape. A pure function of
+    its arguments (`_prepared` remembers it). Raises LayoutContractError when `transposed` is
+    declared for a source of fewer than two dims (never remembered)."""
+    plans = [_moves(a, r, tp_size, segs if i == seg else None, source_layout, order if i == seg else ())
+             for i, a in enumerate(axes)]
+    lengths = [n for n, _ in plans]
+    moves: list[list[_Move]] = [m for _, m in plans]
+    if one_expert:
+        lengths, moves[0] = lengths[1:], [(0, 0, slice(None), 0)]  # the expert's index is prepended per call
+    expected = list(lengths)
+    if transposed:
+        if len(expected) < 2:
+            raise LayoutContractError(f"{who}: {what} has fewer than two source dims; it cannot be transposed")
+        expected[-1], expected[-2] = expected[-2], expected[-1]
+    reads = []
+    for combo in _chunked(moves, one_expert):
+        src_axes = combo[1:] if one_expert else combo
+        index = [slice(lo, hi) for lo, hi, _, _ in src_axes]
+        sub = [s for _, _, s, _ in src_axes]
+        if transposed:
+            index[-1], index[-2] = index[-2], index[-1]
+            sub[-1], sub[-2] = sub[-2], sub[-1]
+        want = tuple(len(range(*s.indices(n))) for s, n in zip(index, expected, strict=True))
+        dst = tuple(d for _, _, _, d in (combo[1:] if one_expert else combo))
+        reads.append((dst, tuple(index), tuple(sub) if any(s != slice(None) for s in sub) else None, want))
+    return _Prepared(tuple(expected), tuple(reads))
+
+
 def _segment_order(who: str, what: str, roles: tuple[str, ...], source_roles: object,
                    segments: int) -> tuple[int, ...]:
     """The contract segment of each segment of a fused source: roles.index(source_roles[j]).
@@ -162,25 +259,25 @@ def _source_shape(src: object) -> tuple[int, ...] | None:
     get_shape = getattr(src, "get_shape", None)
     if callable(get_shape):
         try:
-            return tuple(int(s) for s in get_shape())
+            return tuple(map(int, get_shape()))
         except Exception:  # a foreign object whose get_shape fails is not a source
             return None
     return None
 
 
-def _read(src: Any, index: tuple[slice, ...]) -> torch.Tensor:
+def _read(src: Any, index: tuple[slice, ...], want: tuple[int, ...]) -> torch.Tensor:
     """Materialise `src[index]` (a safetensors slice reads only that region of the file).
 
-    The read must be a torch tensor of exactly the requested region's shape (a foreign
-    slice object that returns anything else is refused, never broadcast)."""
+    The read must be a torch tensor of exactly `want`, the requested region's shape in the
+    source's checked shape (a foreign slice object that returns anything else is refused,
+    never broadcast)."""
     part = src[index]
     if not isinstance(part, torch.Tensor):
         raise LayoutContractError(f"reading a slice gave {type(part).__name__}, not a torch tensor "
                                   "(open the checkpoint with safe_open(..., framework='pt'))")
     if part.is_meta:
         raise LayoutContractError(f"reading the slice {_show(index)} gave a meta tensor (no data)")
-    want = tuple(len(range(*s.indices(n))) for s, n in zip(index, _source_shape(src) or (), strict=False))
-    if tuple(part.shape) != want:
+    if part.shape != want:
         raise LayoutContractError(f"reading the slice {_show(index)} gave shape {tuple(part.shape)}, expected "
                                   f"{want}: the source does not read what its get_shape() promises")
     return part
@@ -254,11 +351,12 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
     roles that are not an ordering of `roles`, rank or destination.
     """
     r = check_rank(who, what, rank, tp_size)
-    dst_t = check_tensor(who, f"destination for {what}", dst, padded_shape(axes), dtype)
+    table = _table(axes)
+    dst_t = check_tensor(who, f"destination for {what}", dst, table.padded, dtype)
     if source_layout not in SOURCE_LAYOUTS:
         raise LayoutContractError(f"{who}: source_layout={source_layout!r} for {what}; declare one of "
                                   f"{', '.join(SOURCE_LAYOUTS)}")
-    seg = _segmented(axes)
+    seg = table.seg
     segs: tuple[int, ...] | None
     if role in _WHOLE_ROLES or (role == "down" and seg is None):
         segs = None
@@ -276,28 +374,19 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
         e = expert
     order = _segment_order(who, what, roles, source_roles, axes[seg].segments) \
         if seg is not None and segs is None else ()
-    plans = [_moves(a, r, tp_size, segs if i == seg else None, source_layout, order if i == seg else ())
-             for i, a in enumerate(axes)]
-    lengths = [n for n, _ in plans]
-    moves: list[list[_Move]] = [m for _, m in plans]
-    if e is not None:
-        lengths, moves[0] = lengths[1:], [(0, 0, slice(None), e)]
-    expected = list(lengths)
-    if transposed:
-        if len(expected) < 2:
-            raise LayoutContractError(f"{who}: {what} has fewer than two source dims; it cannot be transposed")
-        expected[-1], expected[-2] = expected[-2], expected[-1]
+    prep = _prepared(who, what, table, axes, r, tp_size, segs, source_layout, order, bool(transposed), e is not None)
     _check_source_dtype(who, what, src, dtype)
     shape = _source_shape(src)
     if shape is None:
         raise LayoutContractError(f"{who}: the source for {what} must be a torch.Tensor or a safetensors "
                                   f"slice (get_slice), got {type(src).__name__}")
-    if shape != tuple(expected):
+    expected = prep.expected
+    if shape != expected:
         hint = ""
-        if len(shape) >= 2 and (*shape[:-2], shape[-1], shape[-2]) == tuple(expected):
+        if len(shape) >= 2 and (*shape[:-2], shape[-1], shape[-2]) == expected:
             hint = f"; it matches with the last two dims swapped: declare transposed={not transposed}"
         raise LayoutContractError(f"{who}: source for {what} (rank {r}, expert={e}, role={role}) has shape "
-                                  f"{shape}, expected {tuple(expected)}{hint}")
+                                  f"{shape}, expected {expected}{hint}")
     if isinstance(src, torch.Tensor) and src.is_meta:
         raise LayoutContractError(f"{who}: the source for {what} is a meta tensor (shape {shape}, no data); "
                                   "load the checkpoint's tensor itself")
@@ -309,28 +398,16 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
     if once and r != 0:
         return  # the parameter is zeros on this rank: the bias is added once, on rank 0
     with torch.no_grad():  # dst's data is written, never recorded: no graph to a source that requires grad
-        _copy(who, what, src, dst_t, moves, e is not None, transposed)
-
-
-def _copy(who: str, what: str, src: Any, dst_t: torch.Tensor, moves: list[list[_Move]], one_expert: bool,
-          transposed: bool) -> None:
-    """Every move of `load`: read the source region, take its sub-slice, write it to its destination.
-    Each read's dtype is checked as `_check_source_dtype` checks the declared one (a slice whose
-    get_dtype() names no known dtype is judged by what it reads)."""
-    for combo in _chunked(moves, one_expert):
-        src_axes = combo[1:] if one_expert else combo
-        index = [slice(lo, hi) for lo, hi, _, _ in src_axes]
-        sub = [s for _, _, s, _ in src_axes]
-        if transposed:
-            index[-1], index[-2] = index[-2], index[-1]
-            sub[-1], sub[-2] = sub[-2], sub[-1]
-        part = _read(src, tuple(index))
-        _check_source_dtype(who, what, part, dst_t.dtype)
-        if any(s != slice(None) for s in sub):
-            part = part[tuple(sub)]
-        if transposed:
-            part = part.transpose(-1, -2)
-        dst_t[tuple(d for _, _, _, d in combo)].copy_(part)
+        for dst_index, index, sub, want in prep.reads:
+            # each read's dtype is checked as the declared one is (a slice whose get_dtype() names
+            # no known dtype is judged by what it reads)
+            part = _read(src, index, want)
+            _check_source_dtype(who, what, part, dst_t.dtype)
+            if sub is not None:
+                part = part[sub]
+            if transposed:
+                part = part.transpose(-1, -2)
+            dst_t[dst_index if e is None else (e, *dst_index)].copy_(part)
 
 
 def _chunked(moves: list[list[_Move]], one_expert: bool) -> list[tuple[_Move, ...]]:
