@@ -655,6 +655,11 @@ BAD = [
     ("gptq over fp8", "fp8_block", {}, lambda t: None,
      lambda q: {"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": False, "sym": True},
      "LR157", "float8_e4m3fn instead"),
+    ("gptq over awq", "awq4", {"group_size": 64}, lambda t: None,
+     lambda q: {"quant_method": "gptq", "bits": 4, "group_size": 64, "desc_act": False, "sym": False},
+     "LR157", "qweight: shape [256, 88] is awq_int4's layout"),
+    ("block fp8 over per-tensor", "fp8_tensor", {}, lambda t: None, lambda q: dict(q, weight_block_size=[128, 128]),
+     "LR157", "gate_proj.weight_scale instead"),
 ]
 
 

@@ -91,6 +91,10 @@ REFERENCE_ONLY: dict[str, tuple[tuple[str, ...], str | None, str | None, str, tu
     "gptq_int4_on_the_awq_contract": (("--quant", "gptq4", "--group-size", "64"), "marlin_moe_awq", None, "", (),
                                       {tp: "error[LR161]: contract tensor w13_qweight packs 8 values along n, but gptq_int4's "
                                        "weight tensor has 8 values a word along in" for tp in (1, 2, 4)}),
+    "gptq_int8_on_the_int4pack_contract": (("--quant", "gptq8", "--group-size", "64"), "torch_int4pack_gptq_moe", None,
+                                           "", (), {tp: "error[LR161]: contract tensor w13_qweight holds one value an "
+                                                    "element, but gptq_int8's weight tensor packs 4 values a word "
+                                                    "along in" for tp in (1, 2, 4)}),
     "gptq_int4_asym_marlin": (("--quant", "gptq4", "--group-size", "-1", "--asym"), "marlin_moe_wna16", None, "",
                               (), {tp: "error[LR162]" for tp in (1, 2, 4)}),
     "awq_int4_g32_marlin": (("--quant", "awq4", "--group-size", "32"), "marlin_moe_awq", "marlin_moe_awq",

@@ -239,14 +239,20 @@ def _table(fmt: str) -> torch.Tensor:
 
 
 def _packing(scheme: S.QuantScheme, t: ir.Tensor) -> tuple[int, S.Packing | None]:
-    """(packed axis position, the scheme's Packing) of a contract tensor with a `pack N` axis.
-    RunError LR161 when the checkpoint's tensor of that role packs another count or along another axis."""
+    """(packed axis position, the scheme's Packing) of a contract tensor with a `pack N` axis;
+    (-1, None) for one without, whose role the scheme stores unpacked too.
+    RunError LR161 when the checkpoint's tensor of that role packs another count or along another
+    axis, or packs where the contract holds one value an element."""
     axis = next((i for i, a in enumerate(t.axes) if a.pack > 1), None)
-    if axis is None:
-        return -1, None
     spec = scheme.spec(_ROLE.get(t.kind, t.kind))
     pk = spec.packing if spec is not None else None
     packed_dim = next((d for d in spec.dims if d.pack > 1), None) if spec is not None else None
+    if axis is None:
+        if pk is not None and packed_dim is not None:  # e.g. GPTQ int8 words on int4pack's one-code-an-int32
+            raise RunError("LR161", f"contract tensor {t.name} holds one value an element, but {scheme.name}'s "
+                           f"{t.kind} tensor packs {pk.per_element} values a word along {packed_dim.axis}: its "
+                           "stored words cannot be loaded unchanged")
+        return -1, None
     ax = t.axes[axis]
     if pk is None or packed_dim is None or pk.per_element != ax.pack or packed_dim.axis != _AXIS.get(ax.name):
         have = "no packing" if pk is None or packed_dim is None else \

@@ -7,8 +7,9 @@ scale, zero-point or g_idx whose shape does not match its weight; LR154 a packed
 with the wrong byte count; LR155 a g_idx value outside its groups (or a g_idx other than
 k // group_size where the config says no act-order, which vLLM would read as k // group_size);
 LR156 an E8M0 scale byte 255 (NaN); LR157 the quantization_config disagrees with the
-tensors (a dtype the scheme does not store, a weight sized for another bit width, bf16
-weights where quantized ones are declared).
+tensors (a dtype the scheme does not store, a weight sized for another bit width or packed
+as another method packs it, a scale stored under another format's name, bf16 weights where
+quantized ones are declared).
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ def check_stored(scheme: S.QuantScheme, spec: S.TensorSpec, name: str, dtype: st
         if other is not None and shape == lead + other[1]:
             raise FormatError("LR157", f"{name}: shape {list(shape)} is sized for {other[0]}-bit values, but "
                               f"quantization_config says {scheme.bits}-bit ({scheme.name}: {list(want)})")
+        packed_as = _other_packing(scheme, extents)
+        if packed_as is not None and shape == lead + packed_as[1]:
+            raise FormatError("LR157", f"{name}: shape {list(shape)} is {packed_as[0]}'s layout, but "
+                              f"quantization_config says {scheme.method} ({scheme.name}: {list(want)})")
         if spec.packing is not None:
             raise FormatError("LR154", f"{name}: shape {list(shape)}, but {spec.packing.per_element} values per "
                               f"{spec.dtypes()[0]} make it {list(want)} for [out, in] = "
@@ -67,6 +72,25 @@ def _other_bits(scheme: S.QuantScheme, spec: S.TensorSpec, extents: dict[str, in
         return other.bits, other.weight().shape(extents)
     except FormatError:
         return None
+
+
+def _other_packing(scheme: S.QuantScheme, extents: dict[str, int]) -> tuple[str, tuple[int, ...]] | None:
+    """(name, shape) of the same int4 weight in the other int32 packing: GPTQ packs along K
+    (qweight [K / 8, N]), AWQ GEMM along N (qweight [K, N / 8]); vLLM 0.32 auto_gptq.py /
+    auto_awq.py create_weights. None for any other method."""
+    other = {"gptq": S.awq(-1), "awq": S.gptq(4, -1, sym=False, act_order=False)}.get(scheme.method)
+    if other is None:
+        return None
+    try:
+        return other.name, other.weight().shape(extents)
+    except FormatError:
+        return None
+
+
+#: the scale suffixes of the declared schemes: a scale absent under one suffix but present
+#: under another is a config naming another format (fp8 with / without weight_block_size,
+#: compressed-tensors' weight_scale, GPTQ / AWQ scales)
+SCALE_SUFFIXES = (".weight_scale_inv", ".weight_scale", ".scales", "_scales")
 
 
 def weight_extents(scheme: S.QuantScheme, shape: tuple[int, ...], name: str = "weight") -> dict[str, int]:
@@ -129,6 +153,14 @@ def _missing(scheme: S.QuantScheme, ckpt: Checkpoint, name: str, roles: dict[str
             raise FormatError("LR157", f"{name}: absent, but quantization_config says {scheme.method} "
                               f"({scheme.name}); the checkpoint holds {plain} as {dtype} instead (its tensors "
                               "are not quantized, or in another format)")
+    if name == roles.get("scale"):
+        for suffix in SCALE_SUFFIXES:
+            if ckpt.has(base + suffix) and base + suffix != name:
+                raise FormatError("LR157", f"{name}: absent, but quantization_config says {scheme.method} "
+                                  f"({scheme.name}), whose scale is {name.removeprefix(base)}; the checkpoint "
+                                  f"holds {base + suffix} instead (a scale of another format: e.g. FP8 "
+                                  "weight_block_size set over per-tensor or per-channel scales, or missing "
+                                  "over block scales)")
     ckpt.slice(name)  # raises LR112 naming the tensor and the closest names
 
 
