@@ -74,22 +74,25 @@ def check_k(who: str, what: str, k: int, dtype: torch.dtype) -> None:
 def pack_codes(cfg: KernelConfig, role: str, codes: torch.Tensor, scales: torch.Tensor) -> PackedWeight:
     """A checkpoint's own GPTQ int8 codes as the kernel's int8 weights (no quantization).
 
-    codes: uint8 [E, N, K], the uint8b128 code q in 0..255 (value (q - 128) * scale);
+    codes: int32 [E, N, K], the uint8b128 code q in 0..255 (value (q - 128) * scale);
     scales: [E, N, 1] of cfg.dtype (one group along K: the per-output-channel scale).
     Shapes are cfg.shape(role) (the contract's padded shapes). The kernel gets int8
     w = q - 128 (exact: -128..127) and scales [N] per expert, so `_weight_int8pack_mm`
     computes (x @ w.T) * scales = x @ ((q - 128) * s).T, the GPTQ decode. Returns the
     PackedWeight `fused_moe` takes. Raises LayoutContractError on a wrong shape or dtype,
-    or a bf16 K that is not a multiple of 16. Sources: vLLM 0.32 auto_gptq.py
+    a code outside 0..255, or a bf16 K that is not a multiple of 16. Sources: vLLM 0.32 auto_gptq.py
     (uint8b128), torch 2.13 int8mm_kernel.cpp (the kernel; docs/kernels.md section 6.3).
     """
     shape = cfg.shape(role)
     assert shape is not None
     e, n, k = shape
     check_k(cfg.contract, role, k, cfg.dtype)
-    check_tensor(cfg.contract, f"{role} codes", codes, (e, n, k), torch.uint8)
+    check_tensor(cfg.contract, f"{role} codes", codes, (e, n, k), torch.int32)
     check_tensor(cfg.contract, f"{role} scales", scales, (e, n, 1), cfg.dtype)
-    weights = tuple((codes[i].to(torch.int16) - GPTQ_INT8_BIAS).to(torch.int8).contiguous() for i in range(e))
+    if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) > 255):
+        raise LayoutContractError(f"{cfg.contract}: {role} codes must be uint8b128 (0..255), got "
+                                  f"{int(codes.min())}..{int(codes.max())}")
+    weights = tuple((codes[i] - GPTQ_INT8_BIAS).to(torch.int8).contiguous() for i in range(e))
     return PackedWeight(role, cfg, Int8Weights(weights, tuple(scales[i, :, 0].contiguous() for i in range(e))))
 
 

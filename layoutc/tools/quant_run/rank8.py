@@ -26,7 +26,7 @@ INT8PACK_SCHEMES = ("gptq_int8",)
 
 
 def load_rank(layout: Any, plan: Any, rank: int, experts: list[ExpertCodes]) -> dict[tuple[str, str], torch.Tensor]:
-    """Rank `rank`'s padded tensors by (kind, projection): ("weight", p) uint8 codes, ("scale", p)
+    """Rank `rank`'s padded tensors by (kind, projection): ("weight", p) int32 codes, ("scale", p)
     scales in the plan's dtype, each checkpoint projection (codes [out, in] 0..255, scales [out, 1])
     loaded into its slice by the generated `load` (role gate / up / down). Shapes: the
     contract's padded shapes at `plan`. RunError LR162 for an act-order input permutation
