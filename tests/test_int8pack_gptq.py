@@ -68,3 +68,29 @@ def test_the_contract_decode_is_what_int8pack_computes(dtype: str, tol: float, p
             cut = h.clone()
             cut[:, live:] = 0
             assert _rel(mm(cut, w2.weights[e], w2.scales[e]), y2) < tol, (rank, e)
+
+
+def test_pack_codes_refuses_what_the_kernel_cannot_take() -> None:
+    """The glue's pack_codes names the problem before any kernel runs: codes not int32, a code
+    outside uint8b128's 0..255, scales not [E, N, 1] of the plan's dtype, a bf16 K that the
+    kernel would read past (K % 16; docs/kernels.md 6.3). A good input packs to int8 q - 128."""
+    from layoutc.runtime.errors import LayoutContractError
+    from layoutc.runtime.glue import int8pack
+    from layoutc.runtime.packed import KernelConfig
+
+    cfg = KernelConfig("c", 1, 32, 16, torch.bfloat16, "silu", "halves", (("w13", (1, 32, 32)), ("w2", (1, 32, 16))))
+    codes = torch.full((1, 32, 32), 128, dtype=torch.int32)
+    codes[0, 0, :2] = torch.tensor([0, 255], dtype=torch.int32)
+    scales = torch.ones(1, 32, 1, dtype=torch.bfloat16)
+    packed = int8pack.pack_codes(cfg, "w13", codes, scales).data
+    assert packed.weights[0].dtype == torch.int8 and packed.weights[0][0, :3].tolist() == [-128, 127, 0]
+    assert packed.scales[0].shape == (32,)
+    bad = codes.clone()
+    bad[0, 1, 1] = 256
+    for args, words in (((codes.to(torch.uint8), scales), "dtype"), ((bad, scales), "0..255"),
+                        ((codes, scales.to(torch.float32)), "dtype"), ((codes, scales[:, :, 0]), "shape")):
+        with pytest.raises(LayoutContractError, match=words):
+            int8pack.pack_codes(cfg, "w13", *args)
+    odd = KernelConfig("c", 1, 24, 16, torch.bfloat16, "silu", "halves", (("w13", (1, 32, 24)), ("w2", (1, 24, 16))))
+    with pytest.raises(LayoutContractError, match="K % 16"):
+        int8pack.pack_codes(odd, "w13", codes[:, :, :24].contiguous(), scales)
