@@ -21,6 +21,7 @@ __all__ = [
     "torch_grouped_mm",
     "torch_int4pack_gptq_moe",
     "torch_int4pack_moe",
+    "torch_int8pack_gptq_moe",
     "torch_int8pack_moe",
     "vllm_cpu_grouped_gemm",
     "vllm_cpu_int8_moe",

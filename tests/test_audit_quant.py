@@ -135,19 +135,41 @@ def test_gptq_int8(contracts) -> None:  # type: ignore[no-untyped-def]
     model = qwen3({"quant_method": "gptq", "bits": 8, "group_size": 128, "desc_act": False, "sym": True})
     assert checkpoint_format(model).key == "gptq_int8"
     rep = report(model, contracts)
-    # int8 codes packed 4 along k in int32: Marlin's int8 contract only (vllm_cpu_int8_moe takes
-    # signed int8 weights, torch_int8pack_moe re-quantizes float weights)
-    assert audited(rep) == {"marlin_moe_gptq_int8"}
+    # int8 codes packed 4 along k in int32: Marlin's int8 contract, and int8pack's (one code an int32;
+    # vllm_cpu_int8_moe takes signed int8 weights, torch_int8pack_moe re-quantizes float weights)
+    assert audited(rep) == {"marlin_moe_gptq_int8", "torch_int8pack_gptq_moe"}
     skip = {s.contract: s.reason for s in rep.skipped}
     assert "int8 codes stored as int8" in skip["vllm_cpu_int8_moe"]
     assert "re-quantizing" in skip["torch_int8pack_moe"]
     verdicts = hold_to_plans(rep)
     # I_pp = 768 / tp is whole 128-groups at tp 1 and 2 only (192 and 96 are not)
     assert verdicts["marlin_moe_gptq_int8"] == [True, True, False, False]
+    # int8pack takes one scale per output channel: group 128 is outside its group_size domain {-1}
+    int8 = [r for r in rep.rows if r.contract == "torch_int8pack_gptq_moe"]
+    assert int8 and all(not r.admitted and r.rule is not None and r.rule.startswith("param line")
+                        and "group_size = 128" in str(r.reason) for r in int8)
     for r in rep.rows:
-        if r.admitted:
+        if r.admitted and r.contract == "marlin_moe_gptq_int8":
             assert r.intermediate_size_per_partition_padded == vllm_marlin.marlin_moe_padded_intermediate(
                 768 // r.tp_size, 128)
+
+
+def test_gptq_int8_channelwise(contracts) -> None:  # type: ignore[no-untyped-def]
+    """A channelwise symmetric GPTQ int8 checkpoint runs on int8pack at every degree (rows split
+    anywhere; 768 / tp is a multiple of 16 for bf16's K rule); an asymmetric one is skipped by
+    int8pack (no zero tensor) as by Marlin."""
+    model = qwen3({"quant_method": "gptq", "bits": 8, "group_size": -1, "desc_act": False, "sym": True})
+    rep = report(model, contracts)
+    assert audited(rep) == {"marlin_moe_gptq_int8", "torch_int8pack_gptq_moe"}
+    verdicts = hold_to_plans(rep)
+    assert verdicts["torch_int8pack_gptq_moe"] == [True] * len(TPS)
+    int8 = {r.tp_size: r.intermediate_size_per_partition_padded for r in rep.rows
+            if r.contract == "torch_int8pack_gptq_moe"}
+    assert int8 == {tp: 768 // tp for tp in TPS}
+    asym = qwen3({"quant_method": "gptq", "bits": 8, "group_size": -1, "desc_act": False, "sym": False})
+    rep = report(asym, contracts)
+    assert audited(rep) == set()
+    assert "stores zero points" in {s.contract: s.reason for s in rep.skipped}["torch_int8pack_gptq_moe"]
 
 
 def test_awq_int4_g128(contracts) -> None:  # type: ignore[no-untyped-def]

@@ -6,6 +6,8 @@ as from_pretrained(Mxfp4Config(dequantize=True)) builds it, its own dequantizati
 makes the comparison tight (the codes pass through exactly).
 
 - GPTQ / AWQ int4 run on torch's int4pack kernel from the checkpoint's own codes (kernel).
+- GPTQ int8 symmetric channelwise runs on torch's int8pack kernel from its own codes (kernel);
+  grouped and asymmetric GPTQ int8 have no int8pack form and fall back to Marlin's loaders.
 - Every other method has no kernel on this CPU: each rank's padded tensors come from the
   contract's generated alloc / load, are decoded by the contract's decode and run through the
   reference at the padded shapes (slow). A configuration the contract refuses is a `refused:`
@@ -69,6 +71,68 @@ def test_int4_runs_on_int4pack_at_tp_1_2_4(tmp_path, capsys, flags):
         assert "dequantizer" in r["reference"] and r["rel_error"] < 1e-5
 
 
+INT8PACK = "aten::_weight_int8pack_mm (torch_int8pack_gptq_moe)"
+
+
+@pytest.mark.kernel  # aten::_weight_int8pack_mm
+@pytest.mark.slow
+@pytest.mark.transformers
+@pytest.mark.parametrize(("dtype", "tp", "shapes"), [("float32", "1,2,4", {1: (704, 704), 2: (352, 352), 4: (176, 176)}),
+                                                     ("bfloat16", "3", {3: (235, 240)})])
+def test_int8_channelwise_runs_on_int8pack(tmp_path, capsys, dtype, tp, shapes):
+    """GPTQ int8 sym, group -1 (I = 704) on int8pack from the checkpoint's own codes: fp32 at tp 1, 2, 4
+    within 1e-5; bf16 at tp 3 (cdiv(704, 3) = 235 rows, padded to 240 for the bf16 K rule, the last
+    rank 234 rows and a tail) within bf16's 2e-2 (run.py TOLERANCE). The kernel column names the op."""
+    from layoutc.tools.run import TOLERANCE
+
+    folder = _make(tmp_path / "ckpt", "--quant", "gptq8", "--group-size", "-1")
+    code, report = _run(capsys, folder, "--dtype", dtype, tp=tp)
+    assert code == 0, report
+    assert {r["tp_size"]: (r["intermediate_size_per_partition"], r["intermediate_size_per_partition_padded"])
+            for r in report["rows"]} == shapes
+    for r in report["rows"]:
+        assert r["kernel"] == INT8PACK, r
+        assert r["reference"] == "transformers Qwen3MoeExperts over the independent dequantizer " \
+                                 "(checkpoints/quant/dequant.py)", r
+        assert r["ok"] and r["tolerance"] == TOLERANCE[dtype], r
+        assert r["rel_error"] < (1e-5 if dtype == "float32" else TOLERANCE[dtype]), r
+
+
+@pytest.mark.kernel  # aten::_weight_int8pack_mm
+@pytest.mark.slow
+@pytest.mark.transformers
+def test_a_live_int8pack_tail_mismatches(tmp_path, capsys, monkeypatch):
+    """The int8pack rows can fail: at tp = 3 the last rank holds 234 of 235 rows and its tail row is
+    code 128 with scale 0 (w13) and code 128 (w2's column). Made live (codes 200, w13 scale 1), the
+    tp = 3 row MISMATCHes; tp = 2 has no tail and still matches."""
+    from layoutc.tools.quant_run import rank8
+
+    folder = _make(tmp_path / "ckpt", "--quant", "gptq8", "--group-size", "-1")
+    real = rank8.load_rank
+    seen: list[int] = []
+
+    def corrupt(layout, plan, rank, experts):
+        t = real(layout, plan, rank, experts)
+        live = plan.intermediate_size - rank * plan.intermediate_size_per_partition
+        p = plan.intermediate_size_per_partition_padded
+        if 0 <= live < p:
+            seen.append(rank)
+            codes, scales, w2 = t[("weight", "w13")], t[("scale", "w13")], t[("weight", "w2")]
+            assert bool((codes[:, live:p] == 128).all()) and bool((scales[:, live:p] == 0).all())
+            assert bool((w2[:, :, live:p] == 128).all())
+            for rows in (slice(live, p), slice(p + live, 2 * p)):
+                codes[:, rows], scales[:, rows] = 200, 1.0
+            w2[:, :, live:p] = 200
+        return t
+
+    monkeypatch.setattr(rank8, "load_rank", corrupt)
+    code, report = _run(capsys, folder, tp="2,3")
+    assert seen == [2], seen
+    assert code == 1
+    assert {r["tp_size"]: r["ok"] for r in report["rows"]} == {2: True, 3: False}, report["rows"]
+    assert all(r["kernel"] == INT8PACK for r in report["rows"])
+
+
 #: id -> (make_checkpoint flags, --contract or None, the contract whose loaders ran, the reference's
 #: words, the TP degrees that run, the refused degrees -> words of the contract's refusal)
 REFERENCE_ONLY: dict[str, tuple[tuple[str, ...], str | None, str | None, str, tuple[int, ...],
@@ -76,10 +140,14 @@ REFERENCE_ONLY: dict[str, tuple[tuple[str, ...], str | None, str | None, str, tu
     "gptq_int4_g128_704_int4pack": (("--quant", "gptq4", "--group-size", "128"), None, None, "", (),
                                     {tp: "[intermediate_size=704, group_size=128]; then marlin_moe_wna16: admit failed"
                                      for tp in (1, 2, 4)}),
-    "gptq_int8_channel": (("--quant", "gptq8", "--group-size", "-1"), None, "marlin_moe_gptq_int8",
-                          "transformers Qwen3MoeExperts", (1, 2, 4), {}),
-    "gptq_int8_g32": (("--quant", "gptq8", "--group-size", "32"), None, "marlin_moe_gptq_int8",
-                      "transformers Qwen3MoeExperts", (1, 2), {4: "no quant group may straddle the pad boundary"}),
+    "gptq_int8_channel_marlin": (("--quant", "gptq8", "--group-size", "-1"), "marlin_moe_gptq_int8",
+                                 "marlin_moe_gptq_int8", "transformers Qwen3MoeExperts", (1, 2, 4), {}),
+    "gptq_int8_asym": (("--quant", "gptq8", "--group-size", "-1", "--asym"), None, None, "", (),
+                       {tp: "error[LR162]: contract torch_int8pack_gptq_moe decodes w13_qweight without a zero point"
+                        for tp in (1, 2, 4)}),
+    "gptq_int8_g32": (("--quant", "gptq8", "--group-size", "32"), None, "marlin_moe_gptq_int8",  # int8pack: -1 only
+                      "transformers Qwen3MoeExperts", (1, 2), {4: "torch_int8pack_gptq_moe: group_size=32 is not one "
+                                                              "of (-1,)"}),
     "gptq_int4_channel_default": (("--quant", "gptq4", "--group-size", "-1"), None, "marlin_moe_wna16",
                                   "transformers Qwen3MoeExperts", (1, 2, 4), {}),  # int4pack takes no group -1
     "gptq_int4_channel_marlin": (("--quant", "gptq4", "--group-size", "-1"), "marlin_moe_wna16", "marlin_moe_wna16",
@@ -159,7 +227,8 @@ def test_the_padded_rank_is_padded():
 def test_a_live_pad_mismatches(tmp_path, capsys, monkeypatch):
     """The check can fail: with one pad lane of w13's scales made 1 (gate and up of channel
     I_pp of every expert; the contract pads them with 0), that lane is no longer inert under
-    decode and the tp > 1 rows MISMATCH (exit 1); the tp = 1 row, which has no pad, still matches."""
+    decode and the tp > 1 rows MISMATCH (exit 1); the tp = 1 row, which has no pad, still matches.
+    (--contract: GPTQ int8 channelwise runs on int8pack by default.)"""
     from layoutc.tools.quant_run import padded
 
     folder = _make(tmp_path / "ckpt", "--quant", "gptq8", "--group-size", "-1")
@@ -175,7 +244,7 @@ def test_a_live_pad_mismatches(tmp_path, capsys, monkeypatch):
         return loaded
 
     monkeypatch.setattr(padded, "load_rank", corrupt)
-    code, report = _run(capsys, folder)
+    code, report = _run(capsys, folder, "--contract", "marlin_moe_gptq_int8")
     assert code == 1
     ok = {r["tp_size"]: r["ok"] for r in report["rows"]}
     assert ok == {1: True, 2: False, 4: False}, report["rows"]
@@ -186,14 +255,15 @@ def test_a_live_pad_mismatches(tmp_path, capsys, monkeypatch):
 @pytest.mark.transformers
 def test_an_uneven_split_is_a_coded_refusal_not_a_traceback(tmp_path, capsys):
     """I = 704 over tp = 3: per-channel FP8 (no contract; vLLM splits evenly) is refused with
-    LR163, and GPTQ int8 with marlin_moe_gptq_int8's own rule; tp = 2 still runs. Exit 1."""
+    LR163, and GPTQ int8 on --contract marlin_moe_gptq_int8 with Marlin's own rule; tp = 2 still
+    runs. Exit 1. (int8pack splits rows anywhere: test_int8_channelwise_runs_on_int8pack runs tp 3.)"""
     fp8 = _make(tmp_path / "fp8", "--quant", "fp8_channel")
     code, report = _run(capsys, fp8, tp="2,3")
     assert code == 1 and [r["tp_size"] for r in report["rows"]] == [2] and report["rows"][0]["ok"]
     assert report["refused"] == [report["refused"][0]] and "tp=3: error[LR163]: no contract declares fp8_channel" \
         in report["refused"][0]
     int8 = _make(tmp_path / "int8", "--quant", "gptq8", "--group-size", "-1")
-    code, report = _run(capsys, int8, tp="2,3")
+    code, report = _run(capsys, int8, "--contract", "marlin_moe_gptq_int8", tp="2,3")
     assert code == 1 and [r["tp_size"] for r in report["rows"]] == [2]
     assert len(report["refused"]) == 1 and "marlin_moe_gptq_int8" in report["refused"][0] \
         and "intermediate_size must split evenly over tp_size" in report["refused"][0]

@@ -634,7 +634,7 @@ def add_parser(sub: Any) -> None:
                    "equal it (default: each pair runs over ep x tp ranks)")
     p.add_argument("--contract", default=None,
                    help=f"generated contract module in generated/ (default {DEFAULT_CONTRACT}; GPTQ / AWQ int4 "
-                   "checkpoints: torch_int4pack_gptq_moe)")
+                   "checkpoints: torch_int4pack_gptq_moe; GPTQ int8 channelwise: torch_int8pack_gptq_moe)")
     p.add_argument("--layers", type=int, default=0, help="only the first N MoE layers (default all)")
     p.add_argument("--tokens", type=int, default=16, help="tokens per forward (default 16)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="the report: text (default) or json")

@@ -87,6 +87,7 @@ def _any_params(name: str) -> dict[str, object]:
         "torch_int4pack_moe": dict(group_size=32, activation="silu", dtype="bfloat16"),
         "torch_int4pack_gptq_moe": dict(group_size=32, activation="silu", dtype="bfloat16"),
         "torch_int8pack_moe": dict(activation="silu", dtype="bfloat16"),
+        "torch_int8pack_gptq_moe": dict(group_size=-1, activation="silu", dtype="bfloat16"),
         "marlin_moe_wna16": dict(group_size=128, act_order=False, activation="silu", dtype="bfloat16"),
         "marlin_moe_fp8": dict(scheme="fp8_block128", scale_dtype="float32", activation="silu"),
         "aiter_fused_moe": dict(activation="silu"),

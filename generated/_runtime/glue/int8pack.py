@@ -6,6 +6,10 @@ Source: torch 2.13 aten/src/ATen/native/cpu/int8mm_kernel.cpp: int8 [N, K]
 weights, per-output-channel scales [N]. The bf16 kernel loads K in vectors of 16
 (AVX-512; 8 on AVX2) with no tail: any other K segfaults or returns garbage, so
 every K reaching it is checked first.
+
+Two ways in: `prepack_padded` quantizes float weights (torch_int8pack_moe), `pack_codes`
+takes a checkpoint's own GPTQ uint8b128 codes and per-channel scales unchanged
+(torch_int8pack_gptq_moe). Both produce the `Int8Weights` that `fused_moe` runs.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ INTERFACE = GlueInterface(
 PUBLIC = ("load_kernel", "quantize_int8", "Int8Weights")
 FORWARD_OP = "aten::_weight_int8pack_mm"
 BF16_K_MULTIPLE = 16
+#: GPTQ int8 (vLLM's uint8b128): the stored byte q means q - 128.
+GPTQ_INT8_BIAS = 128
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,31 @@ def check_k(who: str, what: str, k: int, dtype: torch.dtype) -> None:
         raise LayoutContractError(f"{who}: {what} has K={k}; bf16 {FORWARD_OP} needs K % {BF16_K_MULTIPLE} == 0 "
                                   "(it would read past the row and crash)")
 
+
+
+def pack_codes(cfg: KernelConfig, role: str, codes: torch.Tensor, scales: torch.Tensor) -> PackedWeight:
+    """A checkpoint's own GPTQ int8 codes as the kernel's int8 weights (no quantization).
+
+    codes: int32 [E, N, K], the uint8b128 code q in 0..255 (value (q - 128) * scale);
+    scales: [E, N, 1] of cfg.dtype (one group along K: the per-output-channel scale).
+    Shapes are cfg.shape(role) (the contract's padded shapes). The kernel gets int8
+    w = q - 128 (exact: -128..127) and scales [N] per expert, so `_weight_int8pack_mm`
+    computes (x @ w.T) * scales = x @ ((q - 128) * s).T, the GPTQ decode. Returns the
+    PackedWeight `fused_moe` takes. Raises LayoutContractError on a wrong shape or dtype,
+    a code outside 0..255, or a bf16 K that is not a multiple of 16. Sources: vLLM 0.32 auto_gptq.py
+    (uint8b128), torch 2.13 int8mm_kernel.cpp (the kernel; docs/kernels.md section 6.3).
+    """
+    shape = cfg.shape(role)
+    assert shape is not None
+    e, n, k = shape
+    check_k(cfg.contract, role, k, cfg.dtype)
+    check_tensor(cfg.contract, f"{role} codes", codes, (e, n, k), torch.int32)
+    check_tensor(cfg.contract, f"{role} scales", scales, (e, n, 1), cfg.dtype)
+    if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) > 255):
+        raise LayoutContractError(f"{cfg.contract}: {role} codes must be uint8b128 (0..255), got "
+                                  f"{int(codes.min())}..{int(codes.max())}")
+    weights = tuple((codes[i] - GPTQ_INT8_BIAS).to(torch.int8).contiguous() for i in range(e))
+    return PackedWeight(role, cfg, Int8Weights(weights, tuple(scales[i, :, 0].contiguous() for i in range(e))))
 
 
 def load_kernel(who: str) -> None:

@@ -4,7 +4,9 @@ contract: per projection, int32 codes `[out, in]`, scales and int4pack zeros `[o
 GPTQ and AWQ decode a group's weight as `(q - z) * s` (GPTQ: z implicit 8 when
 symmetric, else qzeros + 1 in the v1 checkpoint format; AWQ: qzeros). torch's int4pack
 kernel decodes `(q - 8) * scale + zero`, so the codes pass through unchanged with
-scale = s and zero = (8 - z) * s: the same value, not a requantization.
+scale = s and zero = (8 - z) * s: the same value, not a requantization. GPTQ int8
+(quant_run/rank8.py, torch_int8pack_gptq_moe) reads the same codes (0..255) and scales
+[out, 1] (channelwise); its `zero` is not used (the kernel takes q - 128).
 
 Act-order (GPTQ desc_act: `g_idx[k]` is the group of input channel k, a permutation of
 whole groups): the kernel needs each group's channels contiguous along K, so each

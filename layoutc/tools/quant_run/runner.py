@@ -7,6 +7,11 @@ each naming the tensor), and only then is anything run.
 - GPTQ / AWQ int4 (`gptq_int4`, `awq_int4`) with the torch_int4pack_gptq_moe contract: each
   rank's padded codes, scales and zeros come from the generated loaders, run on torch's
   int4pack kernel (rank.py), and the ranks are summed in the model dtype (the all-reduce).
+- GPTQ int8 (`gptq_int8`) with the torch_int8pack_gptq_moe contract: the same from the
+  checkpoint's own uint8b128 codes on torch's `_weight_int8pack_mm` (rank8.py). Only a
+  symmetric channelwise checkpoint fits (one scale per output channel): a grouped one is
+  refused by the contract's group_size domain ({-1}), an asymmetric one (stored zeros) with
+  LR162, and both fall back to marlin_moe_gptq_int8, reference only.
 - Any other method (and GPTQ / AWQ with `--contract marlin_*`): no kernel on this machine
   (Marlin, AITER, FlashInfer are GPU kernels). Each rank's padded tensors are built by the
   method's contract's generated alloc / load (padded.REFERENCE_CONTRACTS: GPTQ int8 ->
@@ -47,6 +52,8 @@ from layoutc.tools.runplan import RunError
 
 #: The contract whose generated loaders and glue run GPTQ / AWQ int4 here.
 INT4_CONTRACT = "torch_int4pack_gptq_moe"
+#: The contract whose generated loaders and glue run GPTQ int8 (sym, channelwise) here.
+INT8_CONTRACT = "torch_int8pack_gptq_moe"
 NO_KERNEL = "no kernel for this method on this CPU: reference only"
 _ST_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 
@@ -265,6 +272,38 @@ def int4_layer(mod: Any, experts: list[Any], moe: ModelMoE, scheme: S.QuantSchem
     return total, plan, load_s, kernel_s
 
 
+def int8_layer(mod: Any, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: int, tp: int, dtype: str,
+               x: Any, weights: Any, ids: Any) -> tuple[Any, Any, float, float]:
+    """All ranks of one GPTQ int8 layer on the int8pack kernel, summed in `dtype`: (output [T, H],
+    plan, slowest rank's load + pack seconds, slowest rank's forward seconds). Raises RunError
+    LR162 for stored zero points (padded.check_holds: the contract's decode reads none) and the
+    module's LayoutContractError for a degree or group size the contract refuses, before any
+    code is read."""
+    import torch
+
+    from layoutc.tools.quant_run import rank8
+    from layoutc.tools.quant_run.codes import expert_codes
+    from layoutc.tools.quant_run.padded import check_holds, contract_ir
+    from layoutc.tools.runplan import module_layout
+
+    check_holds(contract_ir(mod), scheme)
+    layout = module_layout(mod)
+    plan = _int4_plan(layout, moe, scheme, tp, dtype)
+    experts = [expert_codes(ckpt, moe, scheme, layer, e) for e in range(moe.num_experts)]
+    cfg = rank8.kernel_config(mod, plan, getattr(torch, dtype))
+    total = None
+    load_s = kernel_s = 0.0
+    for r in range(tp):
+        t0 = time.perf_counter()
+        tensors = rank8.load_rank(layout, plan, r, experts)
+        t1 = time.perf_counter()
+        part = rank8.forward(cfg, tensors, x, weights, ids)
+        t2 = time.perf_counter()
+        total = part.clone() if total is None else total.add_(part)
+        load_s, kernel_s = max(load_s, t1 - t0), max(kernel_s, t2 - t1)
+    return total, plan, load_s, kernel_s
+
+
 def reference_ranks(params: dict[str, Any], moe: ModelMoE, scheme: S.QuantScheme, tp: int, x: Any, weights: Any,
                     ids: Any, ckpt: Checkpoint, use_transformers: bool) -> Any:
     """No contract declares the method (per-channel / per-tensor FP8): each rank's even slice
@@ -335,7 +374,7 @@ def no_kernel_text(contract: str | None, scheme: S.QuantScheme) -> str:
 
 @dataclass(frozen=True)
 class _Route:
-    """One way to run a row: "int4pack" (the kernel), "padded" (a contract's loaders, reference
+    """One way to run a row: "int4pack" / "int8pack" (the kernel), "padded" (a contract's loaders, reference
     only) or "even" (no contract: the dequantized weights split evenly); mod: the generated module."""
 
     kind: str
@@ -344,14 +383,16 @@ class _Route:
 
 
 def _routes(args: argparse.Namespace, scheme: S.QuantScheme) -> list[_Route]:
-    """The routes of a row, in order: GPTQ / AWQ int4 on int4pack, then (no --contract) the
-    method's reference contract where int4pack refuses the degree (e.g. group -1, or I % g != 0);
+    """The routes of a row, in order: GPTQ / AWQ int4 on int4pack (GPTQ int8 on int8pack), then
+    (no --contract) the method's reference contract where int4pack refuses the degree (e.g.
+    group -1, or I % g != 0; int8pack: a group size other than -1, stored zeros);
     any other method its contract (--contract, else padded.REFERENCE_CONTRACTS), else "even".
     RunError LR120 when a contract's generated module is absent."""
     import importlib
 
     from layoutc.tools.contract_module import GENERATED_PACKAGE
     from layoutc.tools.quant_run.codes import INT4PACK_SCHEMES
+    from layoutc.tools.quant_run.rank8 import INT8PACK_SCHEMES
 
     def module(contract: str) -> Any:
         try:
@@ -363,6 +404,10 @@ def _routes(args: argparse.Namespace, scheme: S.QuantScheme) -> list[_Route]:
     routes: list[_Route] = []
     if scheme.name in INT4PACK_SCHEMES and args.contract in (None, INT4_CONTRACT):
         routes.append(_Route("int4pack", INT4_CONTRACT, module(INT4_CONTRACT)))
+        if args.contract is not None:
+            return routes
+    if scheme.name in INT8PACK_SCHEMES and args.contract in (None, INT8_CONTRACT):
+        routes.append(_Route("int8pack", INT8_CONTRACT, module(INT8_CONTRACT)))
         if args.contract is not None:
             return routes
     contract = reference_contract(args, scheme)
@@ -417,6 +462,11 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, sch
                                                                  weights, ids)
                         pp, pad = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
                         kernel, name = f"{int4pack_name()} ({route.contract})", ref_name
+                    elif route.kind == "int8pack":
+                        out, plan, load_s, kernel_s = int8_layer(route.mod, ckpt, moe, scheme, layer, tp, dtype,
+                                                                 x, weights, ids)
+                        pp, pad = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
+                        kernel, name = f"{int8pack_name()} ({route.contract})", ref_name
                     elif route.kind == "padded":
                         out, plan, rank_ref, load_s, kernel_s = padded.reference_layer(
                             route.mod, ckpt, moe, scheme, layer, tp, dtype, x, weights, ids, use_tf, sources)
@@ -451,6 +501,13 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, sch
 def int4pack_name() -> str:
     """The kernel column for an int4pack row: the op that ran."""
     from layoutc.runtime.glue.int4pack import FORWARD_OP
+
+    return FORWARD_OP
+
+
+def int8pack_name() -> str:
+    """The kernel column for an int8pack row: the op that ran."""
+    from layoutc.runtime.glue.int8pack import FORWARD_OP
 
     return FORWARD_OP
 
