@@ -653,9 +653,11 @@ def load_w13_qweight(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_qweight axes", plan, lambda: _w13_qweight_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_qweight", dst, src,
-        _w13_qweight_axes(plan), torch.int32,
+        CONTRACT, "w13_qweight", dst, src, axes, torch.int32,
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -696,9 +698,11 @@ def load_w13_scales(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w13_scales axes", plan, lambda: _w13_scales_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w13_scales", dst, src,
-        _w13_scales_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w13_scales", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -739,9 +743,11 @@ def load_w2_qweight(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_qweight axes", plan, lambda: _w2_qweight_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_qweight", dst, src,
-        _w2_qweight_axes(plan), torch.int32,
+        CONTRACT, "w2_qweight", dst, src, axes, torch.int32,
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
@@ -782,9 +788,11 @@ def load_w2_scales(
     Raises LayoutContractError on a wrong shape, role, expert or rank.
     """
     _PLANS.require(plan)
+    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
+        "w2_scales axes", plan, lambda: _w2_scales_axes(plan)
+    )
     _loading.load(
-        CONTRACT, "w2_scales", dst, src,
-        _w2_scales_axes(plan), _DTYPES[plan.dtype],
+        CONTRACT, "w2_scales", dst, src, axes, _DTYPES[plan.dtype],
         rank, plan.tp_size, roles=(), expert=expert, role=role,
         transposed=transposed, source_layout=source_layout, once=False,
     )
