@@ -161,12 +161,15 @@ def pack_mxfp4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return packed.contiguous(), (exp + 127).to(torch.uint8)
 
 
-def pack_nvfp4(w: torch.Tensor, *, compressed_tensors: bool = False, input_amax: float = 4.0) -> dict[str, torch.Tensor]:
-    """NVFP4 tensors of `w` [out, in] (see the module docstring), keyed by suffix."""
+def pack_nvfp4(w: torch.Tensor, *, compressed_tensors: bool = False, input_amax: float = 4.0,
+               amax: float | None = None) -> dict[str, torch.Tensor]:
+    """NVFP4 tensors of `w` [out, in] (see the module docstring), keyed by suffix. amax: the
+    global scale's amax (None: w's own; ModelOpt's export gives gate and up one amax)."""
     out, k = w.shape
     assert k % 16 == 0, k
     w = w.to(torch.float32)
-    second = (w.abs().amax().clamp(min=1e-12) / (6.0 * FP8_MAX)).reshape(())
+    top = w.abs().amax() if amax is None else torch.tensor(amax, dtype=torch.float32)
+    second = (top.clamp(min=1e-12) / (6.0 * FP8_MAX)).reshape(())
     blocks = w.reshape(out, k // 16, 16)
     block = (blocks.abs().amax(-1) / 6.0 / second).clamp(max=FP8_MAX).to(torch.float8_e4m3fn)
     full = block.to(torch.float32)[..., None] * second

@@ -105,6 +105,9 @@ REFERENCE_ONLY: dict[str, tuple[tuple[str, ...], str | None, str | None, str, tu
                       "transformers GptOssExperts", (1, 2, 4), {}),
     "mxfp4_gpt_oss_flashinfer": (("--family", "gpt_oss", "--quant", "mxfp4"), "flashinfer_trtllm_mxfp4_moe",
                                  "flashinfer_trtllm_mxfp4_moe", "transformers GptOssExperts", (1, 2, 4), {}),
+    # ModelOpt NVFP4: w13 reordered to [up | gate] and split-padded per half (176 -> 192 at tp 4)
+    "nvfp4_modelopt": (("--quant", "nvfp4"), None, "flashinfer_nvfp4_moe", "transformers Qwen3MoeExperts",
+                       (1, 2, 4), {}),
 }
 
 
