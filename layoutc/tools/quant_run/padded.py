@@ -107,8 +107,8 @@ def plan_values(layout: Any, moe: ModelMoE, scheme: S.QuantScheme, tp: int, dtyp
                 stored_scale_dtype: str | None) -> dict[str, Any]:
     """The `plan()` arguments for this layer and scheme. `dtype` is the model dtype; a contract
     whose dtype domain lacks it (Marlin: float16 / bfloat16) stores its scales in the dtype the
-    checkpoint stores them in (where that is in its domain; else, NVFP4's fixed float8 scales,
-    the domain's first, an activation dtype no loader reads); block FP8's `scheme` / `block` / `scale_dtype` come from its block
+    checkpoint stores them in (NVFP4's float8 scales, not a model dtype: the domain's first, an
+    activation dtype no loader reads); block FP8's `scheme` / `block` / `scale_dtype` come from its block
     and its stored scales. RunError LR162 for a required parameter the scheme does not give."""
     values: dict[str, Any] = {"num_experts": moe.num_experts, "hidden_size": moe.hidden_size,
                               "intermediate_size": moe.intermediate_size, "tp_size": tp,
@@ -125,10 +125,11 @@ def plan_values(layout: Any, moe: ModelMoE, scheme: S.QuantScheme, tp: int, dtyp
         domain = tuple(str(v) for v in param.values)
         if dtype in domain or not domain:
             values["dtype"] = dtype
-        elif stored_scale_dtype is None or stored_scale_dtype in domain:
-            values["dtype"] = stored_scale_dtype or dtype
-        else:  # the scales are stored in a fixed dtype (NVFP4's float8_e4m3fn): dtype is the activations'
+        elif stored_scale_dtype == "float8_e4m3fn":
+            # the scales are float8 bytes (NVFP4's e4m3fn): not a model dtype; dtype is the activations'
             values["dtype"] = domain[0]
+        else:
+            values["dtype"] = stored_scale_dtype or dtype
     missing = layout.missing_params(values)
     if missing:
         raise RunError("LR162", f"contract {layout.contract} needs {', '.join(missing)}, which the {scheme.name} "
