@@ -208,11 +208,11 @@ def expert_sources(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer
 
 
 def load_rank(layout: Any, contract: ir.Contract, plan: Any, rank: int,
-              sources: dict[tuple[str, str], list[torch.Tensor]], scheme: S.QuantScheme | None = None) -> Loaded:
+              sources: dict[tuple[str, str], list[torch.Tensor]]) -> Loaded:
     """Rank `rank`'s padded tensors: every contract tensor allocated by its generated `alloc`
     and each expert's stored tensor loaded into its slice by the generated `load` (role gate /
-    up for w13, down for w2; `scheme`'s per-tensor global scale, NVFP4's, into a scale with no
-    n / k axis). An optional tensor with no stored source (a bias the checkpoint
+    up for w13, down for w2; a per-tensor global scale, NVFP4's, into a scale with no n / k
+    axis). An optional tensor with no stored source (a bias the checkpoint
     lacks) is left out. RunError LR164 for a required one; the module's LayoutContractError
     for a stored tensor of the wrong shape."""
     try:
@@ -226,7 +226,7 @@ def load_rank(layout: Any, contract: ir.Contract, plan: Any, rank: int,
         role = "bias" if entry.kind == "bias" else _ROLE.get(entry.kind)
         parts: tuple[str, ...] = ("gate", "up") if entry.projection == "w13" else ("down",)
         whole = False  # the source is loaded with role None (a tensor with no n axis to place it in)
-        if scheme is not None and _is_global(irs.get(entry.name), scheme):
+        if _is_global(irs.get(entry.name), sources):
             # NVFP4's per-expert global scale: one for w13, vLLM 0.32 ModelOptNvFp4FusedMoE's
             # w13_weight_scale_2[:, 0] (the gate's; it warns when up's differs)
             role, whole = "global_scale", True
@@ -248,9 +248,9 @@ def load_rank(layout: Any, contract: ir.Contract, plan: Any, rank: int,
     return Loaded(contract, env, tensors)
 
 
-def _is_global(t: ir.Tensor | None, scheme: S.QuantScheme) -> bool:
-    """A contract scale with no n / k axis, where the scheme stores a per-tensor global scale."""
-    return (t is not None and t.kind == "scale" and scheme.spec("global_scale") is not None
+def _is_global(t: ir.Tensor | None, sources: dict[tuple[str, str], list[torch.Tensor]]) -> bool:
+    """A contract scale with no n / k axis, where the checkpoint stores a per-tensor global scale."""
+    return (t is not None and t.kind == "scale" and any(role == "global_scale" for _, role in sources)
             and not any(a.name in _AXIS for a in t.axes))
 
 
@@ -470,7 +470,7 @@ def reference_layer(mod: Any, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantSc
     name, load_s, ref_s = "", 0.0, 0.0
     for r in range(tp):
         t0 = time.perf_counter()
-        loaded = load_rank(layout, contract, plan, r, sources, scheme)
+        loaded = load_rank(layout, contract, plan, r, sources)
         w = decode_rank(loaded, scheme)
         t1 = time.perf_counter()
         p, hp = w.down.shape[2], w.down.shape[1]
