@@ -119,7 +119,7 @@ def make(out_dir: str, family: str = "qwen3_moe", *, dtype: str = "bfloat16", **
     return out_dir
 
 
-QUANTS = ("mxfp4", "fp8_block", "fp8_channel", "fp8_tensor", "gptq4", "gptq8", "awq4", "nvfp4")
+QUANTS = ("mxfp4", "fp8_block", "fp8_channel", "fp8_tensor", "gptq4", "gptq8", "awq4", "nvfp4", "nvfp4_ct")
 #: GPTQModel "dynamic" skip rule for what a real checkpoint of these families also
 #: quantizes but this one keeps in --dtype (attention, routers, shared experts, lm_head)
 _KEEP_REGEX = r".*(self_attn|\.gate$|router|shared_expert|embed_tokens|lm_head).*"
@@ -164,6 +164,15 @@ def quantization_config(quant: str, *, group_size: int = 128, act_order: bool = 
     if quant == "nvfp4":  # NVIDIA ModelOpt's config.json (flat; hf_quant_config.json nests the same keys)
         return {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "kv_cache_scheme": None,
                 "ignore": skip, "producer": {"name": "modelopt", "version": "0.29.0"}}
+    if quant == "nvfp4_ct":  # llm-compressor NVFP4 (compressed-tensors 0.17 preset NVFP4, nvfp4-pack-quantized)
+        fp4 = {"num_bits": 4, "type": "float", "symmetric": True, "group_size": 16, "strategy": "tensor_group",
+               "block_structure": None, "actorder": None, "observer": "minmax", "observer_kwargs": {}}
+        return {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+                "quantization_status": "compressed", "ignore": skip, "kv_cache_scheme": None,
+                "config_groups": {"group_0": {
+                    "targets": ["Linear"], "format": "nvfp4-pack-quantized",
+                    "weights": {**fp4, "dynamic": False},
+                    "input_activations": {**fp4, "dynamic": "local"}, "output_activations": None}}}
     raise SystemExit(f"make_checkpoint: unknown --quant {quant!r}; one of {', '.join(QUANTS)}")
 
 
@@ -180,8 +189,8 @@ def _pack_expert(quant: str, w: Any, *, group_size: int, act_order: bool, asym: 
                             seed=seed)
     if quant == "awq4":
         return qp.pack_awq(w, group_size)
-    if quant == "nvfp4":
-        return qp.pack_nvfp4(w, amax=amax)
+    if quant in ("nvfp4", "nvfp4_ct"):
+        return qp.pack_nvfp4(w, amax=amax, compressed_tensors=quant == "nvfp4_ct")
     if quant == "fp8_block":
         q, s = qp.pack_fp8(w, "block")
         return {".weight": q, ".weight_scale_inv": s}
@@ -224,7 +233,7 @@ def quantize(out_dir: str, quant: str, *, group_size: int = 128, act_order: bool
         for e in range(moe.num_experts):
             names = fmt.names(layer, e)
             fused_amax = max(float(tensors[names[p]].float().abs().amax()) for p in ("gate", "up") if p in names) \
-                if quant == "nvfp4" and "gate" in names else None
+                if quant in ("nvfp4", "nvfp4_ct") and "gate" in names else None
             for i, (proj, name) in enumerate(sorted(names.items())):
                 w = tensors.pop(name)
                 packed = _pack_expert(quant, w.to(torch.float32), group_size=group_size, act_order=act_order,

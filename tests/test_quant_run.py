@@ -108,6 +108,9 @@ REFERENCE_ONLY: dict[str, tuple[tuple[str, ...], str | None, str | None, str, tu
     # ModelOpt NVFP4: w13 reordered to [up | gate] and split-padded per half (176 -> 192 at tp 4)
     "nvfp4_modelopt": (("--quant", "nvfp4"), None, "flashinfer_nvfp4_moe", "transformers Qwen3MoeExperts",
                        (1, 2, 4), {}),
+    # llm-compressor NVFP4: weight_packed, and weight_global_scale stored as the reciprocal
+    "nvfp4_compressed_tensors": (("--quant", "nvfp4_ct"), None, "flashinfer_nvfp4_moe",
+                                 "transformers Qwen3MoeExperts", (1, 2, 4), {}),
 }
 
 
