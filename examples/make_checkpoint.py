@@ -119,7 +119,7 @@ def make(out_dir: str, family: str = "qwen3_moe", *, dtype: str = "bfloat16", **
     return out_dir
 
 
-QUANTS = ("mxfp4", "fp8_block", "fp8_channel", "fp8_tensor", "gptq4", "gptq8", "awq4")
+QUANTS = ("mxfp4", "fp8_block", "fp8_channel", "fp8_tensor", "gptq4", "gptq8", "awq4", "nvfp4", "nvfp4_ct")
 #: GPTQModel "dynamic" skip rule for what a real checkpoint of these families also
 #: quantizes but this one keeps in --dtype (attention, routers, shared experts, lm_head)
 _KEEP_REGEX = r".*(self_attn|\.gate$|router|shared_expert|embed_tokens|lm_head).*"
@@ -161,12 +161,25 @@ def quantization_config(quant: str, *, group_size: int = 128, act_order: bool = 
     if quant == "awq4":  # AutoAWQ's config.json quantization_config
         return {"quant_method": "awq", "zero_point": True, "group_size": group_size, "bits": 4, "version": "gemm",
                 "modules_to_not_convert": skip}
+    if quant == "nvfp4":  # NVIDIA ModelOpt's config.json (flat; hf_quant_config.json nests the same keys)
+        return {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "kv_cache_scheme": None,
+                "ignore": skip, "producer": {"name": "modelopt", "version": "0.29.0"}}
+    if quant == "nvfp4_ct":  # llm-compressor NVFP4 (compressed-tensors 0.17 preset NVFP4, nvfp4-pack-quantized)
+        fp4 = {"num_bits": 4, "type": "float", "symmetric": True, "group_size": 16, "strategy": "tensor_group",
+               "block_structure": None, "actorder": None, "observer": "minmax", "observer_kwargs": {}}
+        return {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+                "quantization_status": "compressed", "ignore": skip, "kv_cache_scheme": None,
+                "config_groups": {"group_0": {
+                    "targets": ["Linear"], "format": "nvfp4-pack-quantized",
+                    "weights": {**fp4, "dynamic": False},
+                    "input_activations": {**fp4, "dynamic": "local"}, "output_activations": None}}}
     raise SystemExit(f"make_checkpoint: unknown --quant {quant!r}; one of {', '.join(QUANTS)}")
 
 
 def _pack_expert(quant: str, w: Any, *, group_size: int, act_order: bool, asym: bool, seed: int,
-                 scale_dtype: Any) -> dict[str, Any]:
-    """One expert projection's stored tensors by suffix, from its float32 [out, in] weight."""
+                 scale_dtype: Any, amax: float | None = None) -> dict[str, Any]:
+    """One expert projection's stored tensors by suffix, from its float32 [out, in] weight
+    (amax: NVFP4's global amax, shared by gate and up as ModelOpt exports them)."""
     import torch
 
     from tests import quant_pack as qp
@@ -176,6 +189,8 @@ def _pack_expert(quant: str, w: Any, *, group_size: int, act_order: bool, asym: 
                             seed=seed)
     if quant == "awq4":
         return qp.pack_awq(w, group_size)
+    if quant in ("nvfp4", "nvfp4_ct"):
+        return qp.pack_nvfp4(w, amax=amax, compressed_tensors=quant == "nvfp4_ct")
     if quant == "fp8_block":
         q, s = qp.pack_fp8(w, "block")
         return {".weight": q, ".weight_scale_inv": s}
@@ -216,10 +231,14 @@ def quantize(out_dir: str, quant: str, *, group_size: int = 128, act_order: bool
                 tensors[name + "_blocks"], tensors[name + "_scales"] = qp.pack_mxfp4(w)
             continue
         for e in range(moe.num_experts):
-            for i, (_, name) in enumerate(sorted(fmt.names(layer, e).items())):
+            names = fmt.names(layer, e)
+            fused_amax = max(float(tensors[names[p]].float().abs().amax()) for p in ("gate", "up") if p in names) \
+                if quant in ("nvfp4", "nvfp4_ct") and "gate" in names else None
+            for i, (proj, name) in enumerate(sorted(names.items())):
                 w = tensors.pop(name)
                 packed = _pack_expert(quant, w.to(torch.float32), group_size=group_size, act_order=act_order,
-                                      asym=asym, seed=1000 * layer + 10 * e + i, scale_dtype=w.dtype)
+                                      asym=asym, seed=1000 * layer + 10 * e + i, scale_dtype=w.dtype,
+                                      amax=fused_amax if proj in ("gate", "up") else None)
                 module = name.removesuffix(".weight")
                 tensors.update({module + suffix: t.contiguous() for suffix, t in packed.items()})
     save_file(tensors, st_path, metadata={"format": "pt"})

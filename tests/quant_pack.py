@@ -20,6 +20,13 @@ suffix it appends to the module name:
 - `pack_mxfp4`: OCP MX v1.0 section 6.3: per 32 values of `in`, shared exponent
   floor(log2(amax)) - 2 (E2M1's emax) as an E8M0 byte, elements rounded to the nearest
   E2M1 value (saturating at 6), two a byte, the even element in the low nibble.
+- `pack_nvfp4`: NVIDIA's two-level NVFP4 (ModelOpt's NVFP4QTensor; llm-compressor's
+  tensor_group strategy): a per-tensor global scale amax / (6 * 448) (ModelOpt stores it as
+  `weight_scale_2`; compressed-tensors stores its reciprocal as `weight_global_scale`), per
+  16 values of `in` an E4M3 block scale amax_block / 6 relative to it (`weight_scale`
+  [out, in / 16] float8_e4m3fn), elements the nearest E2M1 value of w / (block * global),
+  two a byte, low nibble first (`weight` / `weight_packed` [out, in / 2] uint8), and a
+  float32 activation scale (`input_scale` / `input_global_scale`, a stand-in value).
 """
 
 from __future__ import annotations
@@ -152,3 +159,25 @@ def pack_mxfp4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     codes = _e2m1_codes(blocks / torch.exp2(exp)[..., None])
     packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
     return packed.contiguous(), (exp + 127).to(torch.uint8)
+
+
+def pack_nvfp4(w: torch.Tensor, *, compressed_tensors: bool = False, input_amax: float = 4.0,
+               amax: float | None = None) -> dict[str, torch.Tensor]:
+    """NVFP4 tensors of `w` [out, in] (see the module docstring), keyed by suffix. amax: the
+    global scale's amax (None: w's own; ModelOpt's export gives gate and up one amax)."""
+    out, k = w.shape
+    assert k % 16 == 0, k
+    w = w.to(torch.float32)
+    top = w.abs().amax() if amax is None else torch.tensor(amax, dtype=torch.float32)
+    second = (top.clamp(min=1e-12) / (6.0 * FP8_MAX)).reshape(())
+    blocks = w.reshape(out, k // 16, 16)
+    block = (blocks.abs().amax(-1) / 6.0 / second).clamp(max=FP8_MAX).to(torch.float8_e4m3fn)
+    full = block.to(torch.float32)[..., None] * second
+    codes = _e2m1_codes(torch.where(full > 0, blocks / full.clamp(min=1e-30), torch.zeros_like(blocks)))
+    codes = codes.reshape(out, k)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).contiguous()
+    act = torch.tensor(input_amax / (6.0 * FP8_MAX), dtype=torch.float32)
+    if compressed_tensors:
+        return {".weight_packed": packed, ".weight_scale": block, ".weight_global_scale": (1.0 / second).reshape(1),
+                ".input_global_scale": (1.0 / act).reshape(1)}
+    return {".weight": packed, ".weight_scale": block, ".weight_scale_2": second.clone(), ".input_scale": act}

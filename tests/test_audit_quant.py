@@ -292,3 +292,49 @@ def test_a_wrapped_language_models_quantization_config_is_read(contracts, wrappe
     model = parse_model_config({"model_type": "wrapper", wrapper: inner}, source="wrapped")
     assert checkpoint_format(model).key == "gptq_int4"
     assert audited(report(model, contracts)) == {"marlin_moe_wna16", "torch_int4pack_gptq_moe"}
+
+
+NVFP4_MODELOPT = {"quant_method": "modelopt", "producer": {"name": "modelopt", "version": "0.29.0"},
+                  "quantization": {"quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": None,
+                                   "exclude_modules": ["lm_head", "model.layers.*.self_attn*", "*.mlp.gate"]}}
+NVFP4_CT = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "ignore": ["lm_head"],
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
+                "num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16, "symmetric": True},
+                "input_activations": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
+                                      "dynamic": "local"}}}}
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize("quant", [NVFP4_MODELOPT, NVFP4_CT], ids=["modelopt", "compressed-tensors"])
+def test_nvfp4_is_audited_against_flashinfer_nvfp4_only(contracts, quant) -> None:  # type: ignore[no-untyped-def]
+    """An NVFP4 checkpoint (ModelOpt's hf_quant_config nesting, or llm-compressor's
+    nvfp4-pack-quantized) with Qwen3-30B-A3B's shapes but I = 704 (Gemma-4-26B-A4B's, vllm#48624):
+    audited against flashinfer_nvfp4_moe only (the MXFP4 contracts' scales are E8M0 bytes, not
+    E4M3), every verdict held to the generated plan, and each admitted padded width equal to
+    the one vLLM 0.32's own align_fp4_moe_weights_for_fi (min_alignment 64, gated, as
+    flashinfer_fp4_moe.prepare_nvfp4_moe_layer_for_fi_or_cutlass calls it) pads to:
+    704, 384, 192 at tp 1, 2, 4; at tp 8, 88 per rank is not whole blocks of 16 (refused)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("vllm.model_executor.layers.quantization.modelopt")  # first: flashinfer_utils alone is circular
+    from vllm.model_executor.layers.quantization.utils import flashinfer_utils as fi
+    raw = copy.deepcopy(QWEN3)
+    raw["moe_intermediate_size"] = 704
+    raw["quantization_config"] = quant
+    model = parse_model_config(raw, source="qwen3-nvfp4")
+    fmt = checkpoint_format(model)
+    assert fmt.key == "nvfp4" and fmt.scheme is not None and fmt.label == "NVFP4"
+    rep = report(model, contracts)
+    assert audited(rep) == {"flashinfer_nvfp4_moe"}
+    assert hold_to_plans(rep) == {"flashinfer_nvfp4_moe": [True, True, True, False]}
+    rows = {r.tp_size: r for r in rep.rows}
+    assert "blocks of 16" in str(rows[8].reason)
+    for tp in (1, 2, 4):
+        i_pp, h = 704 // tp, 32
+        w13 = torch.zeros(1, 2 * i_pp, h // 2, dtype=torch.uint8)
+        w13_s = torch.zeros(1, 2 * i_pp, h // 16, dtype=torch.float8_e4m3fn)
+        w2 = torch.zeros(1, h, i_pp // 2, dtype=torch.uint8)
+        w2_s = torch.zeros(1, h, i_pp // 16, dtype=torch.float8_e4m3fn)
+        *_, padded = fi.align_fp4_moe_weights_for_fi(w13, w13_s, w2, w2_s, is_act_and_mul=True, min_alignment=64)
+        assert rows[tp].intermediate_size_per_partition_padded == padded, (tp, padded)
+    skipped = {s.contract: s.reason for s in rep.skipped}
+    assert "float8_e4m3fn" in skipped["vllm_cpu_mxfp4_moe"] and "uint8" in skipped["vllm_cpu_mxfp4_moe"]

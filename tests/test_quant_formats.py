@@ -11,12 +11,15 @@ awq_pack, scaled_dequantize), its MoE WNA16 loader's own converters (`convert_aw
 (`integrations/mxfp4.convert_moe_packed_tensors`, `finegrained_fp8.Fp8Dequantize`, and
 `from_pretrained` with `Mxfp4Config(dequantize=True)`), and compressed-tensors 0.17's
 (`AutoAWQConverter`, `FP8BlockDequantizer`, `quantization.dequantize` with g_idx,
-`pack_fp4_to_uint8`). `test_a_wrong_nibble_order_is_caught` shows the comparisons fail
+`pack_fp4_to_uint8`); for NVFP4, vLLM's CPU-callable `nvfp4_emulation_utils.dequantize_to_dtype`
+(ModelOpt's names) and compressed-tensors' `unpack_fp4_from_uint8` + `dequantize` with its
+`global_scale` (nvfp4-pack-quantized's names, the global scale stored inverted). `test_a_wrong_nibble_order_is_caught` shows the comparisons fail
 for a dequantizer that reads the nibbles in another order.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import types
 from dataclasses import replace
@@ -26,7 +29,7 @@ from typing import Any
 import pytest
 
 from layoutc.tools.checkpoints.formats import FormatError
-from layoutc.tools.checkpoints.quant import awq, fp8, gptq, mxfp4, read_quantization, tensor_names, validate
+from layoutc.tools.checkpoints.quant import awq, fp8, gptq, mxfp4, nvfp4, read_quantization, tensor_names, validate
 from tests.conftest import ROOT, require_package
 
 torch = pytest.importorskip("torch")
@@ -297,6 +300,92 @@ def test_a_wrong_nibble_order_is_caught() -> None:
     assert not torch.equal(dequantize(reorder(mxfp4(), (1, 0)), {"weight": blocks, "scale": scales}), ref)
 
 
+# --------------------------------------------------------------------------- NVFP4
+
+NVFP4_ROLES = {".weight": "weight", ".weight_packed": "weight", ".weight_scale": "scale",
+               ".weight_scale_2": "global_scale", ".weight_global_scale": "global_scale",
+               ".input_scale": "input_scale", ".input_global_scale": "input_scale"}
+
+
+def _nvfp4_roles(packed: dict[str, Any]) -> dict[str, Any]:
+    return {NVFP4_ROLES[k]: v for k, v in packed.items()}
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize("shape", [(I, H), (H, I)], ids=["gate", "down"])
+def test_nvfp4_modelopt_against_vllm_dequantize(shape: tuple[int, int]) -> None:
+    """Oracle: vLLM 0.32 utils/nvfp4_emulation_utils.dequantize_to_dtype (its CPU path:
+    break_fp4_bytes, low nibble first; swizzle=False is the checkpoint's row-major scale
+    layout) of ModelOpt's `weight`, `weight_scale`, `weight_scale_2`: equal bit for bit, for
+    one expert and for [E, out, in / 2] with a per-expert global scale (vLLM's layer after
+    `w13_weight_scale_2[:, 0]`). The packer's bytes are compressed-tensors' pack_fp4_to_uint8
+    of the same E2M1 values, and a reading with the high nibble first disagrees."""
+    _vllm()
+    from compressed_tensors.compressors.nvfp4.helpers import pack_fp4_to_uint8
+    from vllm.model_executor.layers.quantization.utils.nvfp4_emulation_utils import dequantize_to_dtype
+    w = _w(*shape, 47)
+    w[0, :16] = 0  # an all-zero block: scale 0
+    t = _nvfp4_roles(qp.pack_nvfp4(w))
+    got = dequantize(nvfp4(), t)
+    assert got.shape == shape and _rel(got, w) < 0.12
+    want = dequantize_to_dtype(t["weight"], t["scale"], t["global_scale"], torch.float32, 16, swizzle=False)
+    assert torch.equal(got, want)
+    grid = got / (t["scale"].float() * t["global_scale"]).repeat_interleave(16, -1)
+    grid = torch.where(got == 0, torch.zeros_like(got), grid)
+    assert torch.equal(pack_fp4_to_uint8(grid), t["weight"])
+    swapped = replace(nvfp4(), tensors=tuple(replace(x, packing=replace(x.packing, order=(1, 0))) if x.packing else x
+                                             for x in nvfp4().tensors))
+    assert not torch.equal(dequantize(swapped, t), want)
+    e = [_nvfp4_roles(qp.pack_nvfp4(_w(*shape, seed))) for seed in (53, 59)]
+    stacked = {role: torch.stack([x[role] for x in e]) for role in e[0]}
+    want3 = dequantize_to_dtype(stacked["weight"], stacked["scale"], stacked["global_scale"], torch.float32, 16,
+                                swizzle=False)
+    assert torch.equal(dequantize(nvfp4(), stacked), want3)
+
+
+@pytest.mark.conformance
+def test_nvfp4_compressed_tensors_against_its_dequantize() -> None:
+    """Oracle: compressed-tensors 0.17's own NVFP4 decompression path (compressors/nvfp4
+    NVFP4PackedCompressor.decompress: unpack_fp4_from_uint8, then quantization.dequantize with
+    `global_scale`, i.e. scale / weight_global_scale), in float32: equal. vLLM 0.32's
+    compressed_tensors_moe_w4a4_nvfp4 process_weights_after_loading hands the kernel
+    1.0 / weight_global_scale: dequantize_to_dtype with that agrees to 1e-6 relative."""
+    _vllm()
+    from compressed_tensors.compressors.nvfp4.helpers import unpack_fp4_from_uint8
+    from compressed_tensors.quantization import QuantizationArgs
+    from compressed_tensors.quantization.lifecycle.forward import dequantize as ct_dequantize
+    from vllm.model_executor.layers.quantization.utils.nvfp4_emulation_utils import dequantize_to_dtype
+    w = _w(I, H, 61)
+    t = _nvfp4_roles(qp.pack_nvfp4(w, compressed_tensors=True))
+    scheme = nvfp4("compressed-tensors")
+    got = dequantize(scheme, t)
+    assert _rel(got, w) < 0.12
+    args = QuantizationArgs(num_bits=4, type="float", strategy="tensor_group", group_size=16)
+    x = unpack_fp4_from_uint8(t["weight"], I, H, dtype=torch.float32)
+    assert torch.equal(got, ct_dequantize(x_q=x, scale=t["scale"].float(), global_scale=t["global_scale"], args=args,
+                                          dtype=torch.float32))
+    vllm = dequantize_to_dtype(t["weight"], t["scale"], 1.0 / t["global_scale"], torch.float32, 16, swizzle=False)
+    assert torch.allclose(got, vllm, rtol=1e-6, atol=0)
+    assert not torch.allclose(dequantize(replace(scheme, global_inverse=False), t), vllm, rtol=1e-3)
+
+
+def test_nvfp4_dequantize_holds_tensors_to_the_scheme() -> None:
+    """Shapes and dtypes are held to the scheme, naming the tensor: a block scale per 32
+    and a weight a row short of its scales (LR153), block scales stored float32 (LR157), a
+    bf16 weight (LR157), and a missing global scale (LR112)."""
+    t = _nvfp4_roles(qp.pack_nvfp4(_w(I, H, 67)))
+    cases = [("scale", t["scale"][:, ::2], "LR153", ".weight_scale"), ("weight", t["weight"][:-1], "LR153", ".weight_scale"),
+             ("scale", t["scale"].float(), "LR157", ".weight_scale"),
+             ("weight", t["weight"].to(torch.bfloat16), "LR157", ".weight")]
+    for role, bad, code, suffix in cases:
+        with pytest.raises(FormatError) as info:
+            dequantize(nvfp4(), {**t, role: bad}, name="experts.0.gate_proj")
+        assert info.value.code == code and f"experts.0.gate_proj{suffix}:" in str(info.value), str(info.value)
+    with pytest.raises(FormatError) as info:
+        dequantize(nvfp4(), {k: v for k, v in t.items() if k != "global_scale"}, name="experts.0.up_proj")
+    assert info.value.code == "LR112" and "experts.0.up_proj.weight_scale_2" in str(info.value)
+
+
 # --------------------------------------------------------------------------- config.json
 
 def _config(model_type: str, quant: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
@@ -393,6 +482,74 @@ def test_agrees_with_audits_config_reader(quant: str, act_order: bool) -> None:
         assert audit.group_size == scheme.group_size == 64
 
 
+NVFP4_CT_GROUP = {"targets": ["Linear"],
+                  "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
+                              "symmetric": True, "dynamic": False, "observer": "minmax"},
+                  "input_activations": {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16,
+                                        "symmetric": True, "dynamic": "local", "observer": "minmax"}}
+#: As the writers store them: ModelOpt's config.json (flat; skip list "ignore") and its
+#: hf_quant_config.json nesting ({"producer", "quantization": {...}}: "exclude_modules"), the
+#: W4A16 variant, and llm-compressor's nvfp4-pack-quantized (W4A4 and W4A16).
+NVFP4_CONFIGS: dict[str, tuple[dict[str, Any], str, bool]] = {
+    "modelopt": ({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "kv_cache_scheme": None,
+                  "ignore": ["lm_head", "model.layers.*.self_attn*", "*.mlp.gate"]}, "modelopt", True),
+    "modelopt-nested": ({"quant_method": "modelopt", "producer": {"name": "modelopt", "version": "0.29.0"},
+                         "quantization": {"quant_algo": "NVFP4", "group_size": 16, "kv_cache_quant_algo": None,
+                                          "exclude_modules": ["lm_head", "model.layers.0.self_attn*"]}},
+                        "modelopt", True),
+    "modelopt-w4a16": ({"quant_method": "modelopt", "quant_algo": "W4A16_NVFP4", "group_size": 16}, "modelopt", False),
+    "ct": ({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "ignore": ["lm_head"],
+            "config_groups": {"group_0": NVFP4_CT_GROUP}}, "compressed-tensors", True),
+    "ct-w4a16": ({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "ignore": ["lm_head"],
+                  "config_groups": {"group_0": dict(NVFP4_CT_GROUP, input_activations=None)}},
+                 "compressed-tensors", False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NVFP4_CONFIGS))
+def test_nvfp4_configs_read(case: str) -> None:
+    """Each NVFP4 config -> the nvfp4 scheme under the writer's tensor names."""
+    quant, method, static = NVFP4_CONFIGS[case]
+    scheme = read_quantization(_config("qwen3_moe", quant))
+    assert scheme is not None and (scheme.name, scheme.method, scheme.group_size) == ("nvfp4", method, 16)
+    suffixes = {t.role: t.suffix for t in scheme.tensors}
+    ct = method == "compressed-tensors"
+    assert suffixes["weight"] == (".weight_packed" if ct else ".weight") and suffixes["scale"] == ".weight_scale"
+    assert suffixes["global_scale"] == (".weight_global_scale" if ct else ".weight_scale_2")
+    assert scheme.global_inverse == ct and ("input_scale" in suffixes) == static
+    names = tensor_names(scheme, describe_qwen(), 1, 3)
+    assert names["down"]["global_scale"] == "model.layers.1.mlp.experts.3.down_proj" + suffixes["global_scale"]
+
+
+def describe_qwen() -> Any:
+    from layoutc.tools.checkpoints.formats import FORMATS
+    return FORMATS["qwen3_moe"]
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize("case", sorted(NVFP4_CONFIGS))
+def test_nvfp4_configs_parse_in_vllm(case: str) -> None:
+    """vLLM 0.32's own config classes read the same configs the same way: ModelOptNvFp4Config
+    (quant_method NVFP4 / W4A16_NVFP4, group_size 16, the routed experts not excluded) and
+    CompressedTensorsConfig (its Linear scheme's weights and activations are NVFP4, or
+    activations None for W4A16)."""
+    _vllm()
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsConfig
+    from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4Config
+    quant, method, static = NVFP4_CONFIGS[case]
+    scheme = read_quantization(_config("qwen3_moe", quant))
+    assert scheme is not None
+    if method == "modelopt":
+        v = ModelOptNvFp4Config.from_config(quant)
+        assert v.group_size == scheme.group_size and (v.quant_method == "NVFP4") == static
+        assert not any(v.is_layer_excluded(f"model.layers.{i}.mlp.experts") for i in range(2))
+    else:
+        c = CompressedTensorsConfig.from_config(quant)
+        linear = c.target_scheme_map["Linear"]
+        assert c._is_nvfp4_format(linear["weights"])
+        assert (linear["input_activations"] is not None and c._is_nvfp4_format(linear["input_activations"])) == static
+
+
 def test_unquantized_reads_none() -> None:
     assert read_quantization(_config("qwen3_moe", None)) is None
 
@@ -411,7 +568,14 @@ def test_unquantized_reads_none() -> None:
      "type 'int', 4-bit, strategy 'group'"),
     ({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "config_groups": {"group_0": {
         "targets": ["Linear"], "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group"}}}},
-     "type 'float', 4-bit, strategy 'tensor_group'"),
+     "strategy 'tensor_group', group_size None"),
+    ({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 4, "type": "float", "strategy": "group", "group_size": 32}}}},
+     "strategy 'group', group_size 32"),
+    ({"quant_method": "modelopt", "quant_algo": "FP8"}, "quant_algo 'FP8'"),
+    ({"quant_method": "modelopt", "quantization": {"quant_algo": "W4A8_AWQ", "group_size": 128}}, "'W4A8_AWQ'"),
+    ({"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4", "group_size": 32}}, "group_size 32"),
+    ({"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION"}, "'MIXED_PRECISION'"),
 ])
 def test_undeclared_schemes_are_named(quant: dict[str, Any], named: str) -> None:
     with pytest.raises(FormatError) as info:
@@ -433,6 +597,10 @@ def test_undeclared_schemes_are_named(quant: dict[str, Any], named: str) -> None
      "-:.*experts.*"),
     ("qwen3_moe", {"quant_method": "gptq", "bits": 4, "group_size": 64,
                    "dynamic": {r"+:.*\.1\..*": {"bits": 8}}}, "overrides"),
+    ("qwen3_moe", {"quant_method": "modelopt", "quantization": {"quant_algo": "NVFP4", "group_size": 16,
+                                                                "exclude_modules": ["model.layers.1.mlp*"]}},
+     "model.layers.1.mlp*"),
+    ("qwen3_moe", {"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["experts"]}, "'experts'"),
 ])
 def test_skip_lists_that_reach_the_experts(family: str, quant: dict[str, Any], entry: str) -> None:
     with pytest.raises(FormatError) as info:
@@ -694,3 +862,74 @@ def test_dequantize_checks_shapes_too() -> None:
     with pytest.raises(FormatError) as info:
         dequantize(gptq(4, 64, sym=True, act_order=False), t, name="experts.0.gate_proj")
     assert info.value.code == "LR153" and "experts.0.gate_proj.scales" in str(info.value)
+
+
+@functools.cache
+def _nvfp4_layer(ct: bool) -> dict[str, Any]:
+    from layoutc.tools.checkpoints.formats import FORMATS
+    tensors: dict[str, Any] = {}
+    for e in range(8):
+        for proj, name in FORMATS["qwen3_moe"].names(0, e).items():
+            shape = (H, I) if proj == "down" else (I, H)
+            for suffix, t in qp.pack_nvfp4(_w(*shape, 100 + e), compressed_tensors=ct).items():
+                tensors[name.removesuffix(".weight") + suffix] = t
+    return tensors
+
+
+def _nvfp4_folder(folder: Path, quant: str, edit: Any = None) -> Path:
+    """A qwen3_moe folder holding layer 0's routed experts in NVFP4 (tests/quant_pack.py), under
+    NVFP4_CONFIGS[quant]'s names, with `edit(tensors)` applied before writing."""
+    from safetensors.torch import save_file
+
+    config = _config("qwen3_moe", NVFP4_CONFIGS[quant][0], num_hidden_layers=1)
+    tensors = dict(_nvfp4_layer(NVFP4_CONFIGS[quant][1] == "compressed-tensors"))
+    if edit is not None:
+        edit(tensors)
+    folder.mkdir()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quant", ["modelopt", "ct"])
+def test_nvfp4_checkpoint_validates_and_dequantizes(tmp_path: Path, quant: str) -> None:
+    """An NVFP4 layer on disk: validate (headers) passes, and every expert's projections
+    dequantize to the weights the packer was given (relative error < 0.12: E2M1's grid)."""
+    from layoutc.tools.checkpoints.formats import FORMATS
+    folder = _nvfp4_folder(tmp_path / "q", quant)
+    scheme = read_quantization(json.loads((folder / "config.json").read_text()))
+    assert scheme is not None and scheme.name == "nvfp4"
+    with _open(folder) as ckpt:
+        validate(scheme, ckpt, 0)
+        for e in (0, 7):
+            for proj, roles in tensor_names(scheme, FORMATS["qwen3_moe"], 0, e).items():
+                got = dequantize(scheme, _stored(ckpt, roles), name=roles["weight"])
+                want = _w(*((H, I) if proj == "down" else (I, H)), 100 + e)
+                assert _rel(got, want) < 0.12, (proj, e, _rel(got, want))
+
+
+NV = "model.layers.0.mlp.experts.5."
+NVFP4_BAD = [
+    ("block scale per 32", "modelopt", _set(NV + "gate_proj.weight_scale", lambda s: s[:, ::2]), "LR153",
+     NV + "gate_proj.weight_scale"),
+    ("weight a byte short", "modelopt", _set(NV + "down_proj.weight", lambda w: w[:, :-1]), "LR154",
+     NV + "down_proj.weight"),
+    ("packed a byte short", "ct", _set(NV + "up_proj.weight_packed", lambda w: w[:, :-1]), "LR154",
+     NV + "up_proj.weight_packed"),
+    ("block scale float32", "modelopt", _set(NV + "up_proj.weight_scale", lambda s: s.float()), "LR157",
+     NV + "up_proj.weight_scale"),
+    ("global scale bf16", "ct", _set(NV + "down_proj.weight_global_scale", lambda s: s.to(torch.bfloat16)), "LR157",
+     NV + "down_proj.weight_global_scale"),
+    ("weight_scale_2 missing", "modelopt", lambda t: t.pop(NV + "gate_proj.weight_scale_2"), "LR112",
+     NV + "gate_proj.weight_scale_2"),
+    ("bf16 weight under ct", "ct", lambda t: t.update({NV + "gate_proj.weight": torch.zeros(I, H, dtype=torch.bfloat16)})
+     or t.pop(NV + "gate_proj.weight_packed"), "LR157", NV + "gate_proj.weight as bfloat16"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("case", "quant", "edit", "code", "named"), NVFP4_BAD, ids=[b[0] for b in NVFP4_BAD])
+def test_nvfp4_bad_input_is_named(tmp_path: Path, case: str, quant: str, edit: Any, code: str, named: str) -> None:
+    err = _validate(_nvfp4_folder(tmp_path / "bad", quant, edit))
+    assert err.code == code and named in str(err), str(err)

@@ -177,6 +177,12 @@ REFERENCE_ONLY: dict[str, tuple[tuple[str, ...], str | None, str | None, str, tu
                       "transformers GptOssExperts", (1, 2, 4), {}),
     "mxfp4_gpt_oss_flashinfer": (("--family", "gpt_oss", "--quant", "mxfp4"), "flashinfer_trtllm_mxfp4_moe",
                                  "flashinfer_trtllm_mxfp4_moe", "transformers GptOssExperts", (1, 2, 4), {}),
+    # ModelOpt NVFP4: w13 reordered to [up | gate] and split-padded per half (176 -> 192 at tp 4)
+    "nvfp4_modelopt": (("--quant", "nvfp4"), None, "flashinfer_nvfp4_moe", "transformers Qwen3MoeExperts",
+                       (1, 2, 4), {}),
+    # llm-compressor NVFP4: weight_packed, and weight_global_scale stored as the reciprocal
+    "nvfp4_compressed_tensors": (("--quant", "nvfp4_ct"), None, "flashinfer_nvfp4_moe",
+                                 "transformers Qwen3MoeExperts", (1, 2, 4), {}),
 }
 
 
@@ -330,3 +336,25 @@ def test_the_contract_slot_order_is_the_one_the_codes_are_read_in() -> None:
     wrong = dataclasses.replace(t, axes=tuple(identity if i == axis else a for i, a in enumerate(t.axes)))
     with pytest.raises(RunError, match="slot order"):
         padded._packing(S.awq(128), wrong)
+
+
+@pytest.mark.slow
+@pytest.mark.transformers
+def test_nvfp4_up_global_scale_differing_from_gates_mismatches(tmp_path, capsys):
+    """flashinfer_nvfp4_moe holds one w13 global scale per expert, loaded from the gate's
+    `weight_scale_2` (vLLM 0.32 ModelOptNvFp4FusedMoE.process_weights_after_loading keeps
+    w13_weight_scale_2[:, 0] and warns "w1_weight_scale_2 must match w3_weight_scale_2"). With
+    one expert's up_proj.weight_scale_2 doubled the checkpoint's own decode (the independent
+    dequantizer) and the contract's differ, so the row MISMATCHes (exit 1); the unedited
+    checkpoint matches (test_reference_only_rows_through_the_contract_loaders)."""
+    from safetensors.torch import load_file, save_file
+
+    folder = _make(tmp_path / "ckpt", "--quant", "nvfp4")
+    st = folder / "model.safetensors"
+    tensors = load_file(str(st))
+    name = "model.layers.0.mlp.experts.3.up_proj.weight_scale_2"
+    tensors[name] = tensors[name] * 2
+    save_file(tensors, str(st), metadata={"format": "pt"})
+    code, report = _run(capsys, folder, tp="1")
+    assert code == 1 and [r["tp_size"] for r in report["rows"]] == [1]
+    assert not report["rows"][0]["ok"] and report["rows"][0]["rel_error"] > 1e-3, report["rows"]

@@ -30,7 +30,7 @@ class CheckpointFormat:
 
     Attributes:
         key: ``unquantized``; the scheme's name (``gptq_int4``, ``gptq_int8``, ``awq_int4``,
-            ``fp8_channel``, ``fp8_tensor``, ``mxfp4``), with block FP8 keyed by its block
+            ``fp8_channel``, ``fp8_tensor``, ``mxfp4``, ``nvfp4``), with block FP8 keyed by its block
             (``fp8_block128`` for [128, 128], ``mxfp8`` for [1, 32], else ``fp8_block``);
             ``unsupported`` when the reader refuses the config.
         label: how to name it in messages, e.g. ``"block-FP8 [128, 128]"``.
@@ -54,6 +54,7 @@ FORMAT_LABELS: dict[str, str] = {
     "fp8_channel": "FP8 per channel",
     "fp8_tensor": "FP8 per tensor",
     "mxfp4": "MXFP4",
+    "nvfp4": "NVFP4",
 }
 
 # Contracts whose tensors do not say which checkpoint they take: AITER's contracts write the
@@ -103,7 +104,7 @@ def checkpoint_format(model: MoEModelConfig) -> CheckpointFormat:
 
     * no ``quantization_config`` -> ``unquantized``
     * a config the reader refuses -> ``unsupported``, with its code and message (LR150 ...)
-    * else the scheme: GPTQ int4 / int8, AWQ int4, FP8 block / channel / tensor, MXFP4.
+    * else the scheme: GPTQ int4 / int8, AWQ int4, FP8 block / channel / tensor, MXFP4, NVFP4.
     """
     if model.quant_method is None and model.quant_error is None:
         return CheckpointFormat("unquantized", FORMAT_LABELS["unquantized"])

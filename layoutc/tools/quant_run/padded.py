@@ -47,13 +47,15 @@ from layoutc.tools.runplan import RunError
 
 #: The contract whose loaders and decode a method's reference-only rows run through, in order
 #: of preference (`--contract` overrides). Sources: vLLM 0.32 int_wna16.py (GPTQ int4 / int8,
-#: AWQ on Marlin), fp8.py (block FP8 on Marlin), mxfp4.py (gpt-oss: CPU or FlashInfer TRT-LLM).
+#: AWQ on Marlin), fp8.py (block FP8 on Marlin), mxfp4.py (gpt-oss: CPU or FlashInfer TRT-LLM),
+#: modelopt.py ModelOptNvFp4FusedMoE / compressed_tensors_moe_w4a4_nvfp4.py (NVFP4: FlashInfer).
 REFERENCE_CONTRACTS: dict[str, tuple[str, ...]] = {
     "gptq_int4": ("marlin_moe_wna16",),
     "gptq_int8": ("marlin_moe_gptq_int8",),
     "awq_int4": ("marlin_moe_awq",),
     "fp8_block": ("marlin_moe_fp8",),
     "mxfp4": ("vllm_cpu_mxfp4_gpt_oss_moe", "flashinfer_trtllm_mxfp4_moe"),
+    "nvfp4": ("flashinfer_nvfp4_moe",),
 }
 #: contract tensor kind -> the scheme's role of the stored tensor it is loaded from
 _ROLE = {"weight": "weight", "scale": "scale", "zero": "zero"}
@@ -105,7 +107,8 @@ def plan_values(layout: Any, moe: ModelMoE, scheme: S.QuantScheme, tp: int, dtyp
                 stored_scale_dtype: str | None) -> dict[str, Any]:
     """The `plan()` arguments for this layer and scheme. `dtype` is the model dtype; a contract
     whose dtype domain lacks it (Marlin: float16 / bfloat16) stores its scales in the dtype the
-    checkpoint stores them in; block FP8's `scheme` / `block` / `scale_dtype` come from its block
+    checkpoint stores them in (NVFP4's float8 scales, not a model dtype: the domain's first, an
+    activation dtype no loader reads); block FP8's `scheme` / `block` / `scale_dtype` come from its block
     and its stored scales. RunError LR162 for a required parameter the scheme does not give."""
     values: dict[str, Any] = {"num_experts": moe.num_experts, "hidden_size": moe.hidden_size,
                               "intermediate_size": moe.intermediate_size, "tp_size": tp,
@@ -120,7 +123,13 @@ def plan_values(layout: Any, moe: ModelMoE, scheme: S.QuantScheme, tp: int, dtyp
     param = layout.param("dtype")
     if param is not None:
         domain = tuple(str(v) for v in param.values)
-        values["dtype"] = dtype if dtype in domain or not domain else (stored_scale_dtype or dtype)
+        if dtype in domain or not domain:
+            values["dtype"] = dtype
+        elif stored_scale_dtype == "float8_e4m3fn":
+            # the scales are float8 bytes (NVFP4's e4m3fn): not a model dtype; dtype is the activations'
+            values["dtype"] = domain[0]
+        else:
+            values["dtype"] = stored_scale_dtype or dtype
     missing = layout.missing_params(values)
     if missing:
         raise RunError("LR162", f"contract {layout.contract} needs {', '.join(missing)}, which the {scheme.name} "
@@ -154,15 +163,23 @@ def expert_sources(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer
     """The stored tensors of `layer`, by (projection role "gate" / "up" / "down", scheme role),
     one per expert, in the checkpoint's own dtype and dims. A fused gpt-oss tensor [E, 2I, ...]
     is split into its interleaved gate (even rows) and up (odd rows); MXFP4 blocks
-    [.., G, 16] are merged to [.., G * 16] (the contract's `pack 2` axis of bytes)."""
+    [.., G, 16] are merged to [.., G * 16] (the contract's `pack 2` axis of bytes). A per-tensor
+    value (NVFP4's global scale) is one 0-dim tensor per expert, the multiplier (compressed-
+    tensors' stored reciprocal inverted, as vLLM 0.32's process_weights_after_loading does)."""
     out: dict[tuple[str, str], list[torch.Tensor]] = {}
     fmt = moe.format
     if not fmt.fused:
+        scalars = {t.role for t in scheme.tensors if t.scalar}
         for e in range(moe.num_experts):
             for proj, roles in S.tensor_names(scheme, fmt, layer, e).items():
                 for role, name in roles.items():
                     if ckpt.has(name):
-                        out.setdefault((proj, role), []).append(ckpt.tensor(name))
+                        t = ckpt.tensor(name)
+                        if role in scalars:  # stored () or (1,): one value per expert
+                            t = t.reshape(())
+                        if role == "global_scale" and scheme.global_inverse:
+                            t = 1.0 / t  # vLLM's compressed-tensors NVFP4 hands the kernel 1 / weight_global_scale
+                        out.setdefault((proj, role), []).append(t)
         return out
     names = S.tensor_names(scheme, fmt, layer)
     for proj, roles in names.items():
@@ -194,7 +211,8 @@ def load_rank(layout: Any, contract: ir.Contract, plan: Any, rank: int,
               sources: dict[tuple[str, str], list[torch.Tensor]]) -> Loaded:
     """Rank `rank`'s padded tensors: every contract tensor allocated by its generated `alloc`
     and each expert's stored tensor loaded into its slice by the generated `load` (role gate /
-    up for w13, down for w2). An optional tensor with no stored source (a bias the checkpoint
+    up for w13, down for w2; a per-tensor global scale, NVFP4's, into a scale with no n / k
+    axis). An optional tensor with no stored source (a bias the checkpoint
     lacks) is left out. RunError LR164 for a required one; the module's LayoutContractError
     for a stored tensor of the wrong shape."""
     try:
@@ -203,9 +221,16 @@ def load_rank(layout: Any, contract: ir.Contract, plan: Any, rank: int,
         raise RunError("LR160", f"contract {contract.name} ({contract.file}): its lets do not evaluate at the "
                        f"module's plan ({exc}); the module and its contract file disagree") from None
     tensors: dict[str, torch.Tensor] = {}
+    irs = {t.name: t for t in contract.tensors}
     for entry in layout.tensors:
         role = "bias" if entry.kind == "bias" else _ROLE.get(entry.kind)
-        parts = ("gate", "up") if entry.projection == "w13" else ("down",)
+        parts: tuple[str, ...] = ("gate", "up") if entry.projection == "w13" else ("down",)
+        whole = False  # the source is loaded with role None (a tensor with no n axis to place it in)
+        if _is_global(irs.get(entry.name), sources):
+            # NVFP4's per-expert global scale: one for w13, vLLM 0.32 ModelOptNvFp4FusedMoE's
+            # w13_weight_scale_2[:, 0] (the gate's; it warns when up's differs)
+            role, whole = "global_scale", True
+            parts = parts[:1]
         srcs = {p: sources.get((p, role or "")) for p in parts}
         if any(s is None for s in srcs.values()):
             if entry.optional or entry.kind == "zero":
@@ -218,9 +243,15 @@ def load_rank(layout: Any, contract: ir.Contract, plan: Any, rank: int,
             for e, src in enumerate(per_expert):
                 if dst.is_floating_point() and dst.dtype.itemsize > 1 and src.dtype != dst.dtype:
                     src = src.to(dst.dtype)
-                entry.load(dst, src, plan, rank, expert=e, role=part)
+                entry.load(dst, src, plan, rank, expert=e, role=None if whole else part)
         tensors[entry.name] = dst
     return Loaded(contract, env, tensors)
+
+
+def _is_global(t: ir.Tensor | None, sources: dict[tuple[str, str], list[torch.Tensor]]) -> bool:
+    """A contract scale with no n / k axis, where the checkpoint stores a per-tensor global scale."""
+    return (t is not None and t.kind == "scale" and any(role == "global_scale" for _, role in sources)
+            and not any(a.name in _AXIS for a in t.axes))
 
 
 def _param(value: Any) -> Any:

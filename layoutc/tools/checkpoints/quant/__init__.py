@@ -6,7 +6,8 @@ held to the safetensors headers (`validate.validate`) and dequantized independen
 Declared: GPTQ int4 / int8 (sym or asym, desc_act on or off, checkpoint_format gptq or
 gptq_v2), AWQ int4 GEMM, FP8 E4M3 per block (DeepSeek-V3 / MiniMax-M2 `weight_scale_inv`),
 per channel and per tensor (compressed-tensors `weight_scale`; "fp8" without blocks), and
-gpt-oss MXFP4 (`*_blocks` / `*_scales`).
+gpt-oss MXFP4 (`*_blocks` / `*_scales`), and NVFP4 (ModelOpt `quant_algo` NVFP4 / W4A16_NVFP4,
+compressed-tensors nvfp4-pack-quantized).
 
 Error codes (FormatError): LR150 an undeclared method, bit width, version or scheme (named,
 read from the config before any tensor); LR151 a malformed quantization_config value;
@@ -28,10 +29,11 @@ from layoutc.tools.checkpoints.quant.scheme import (
     fp8,
     gptq,
     mxfp4,
+    nvfp4,
     projection_extents,
     tensor_names,
 )
 from layoutc.tools.checkpoints.quant.validate import validate
 
 __all__ = ["AWQ_ORDER", "Dim", "Packing", "QuantScheme", "TensorSpec", "awq", "find_quantization_config", "fp8",
-           "gptq", "mxfp4", "projection_extents", "read_quantization", "tensor_names", "validate"]
+           "gptq", "mxfp4", "nvfp4", "projection_extents", "read_quantization", "tensor_names", "validate"]

@@ -21,6 +21,12 @@ Keys, per method, as the tools that write and read them spell them:
   ignore ("re:" regexes or exact names).
 - "mxfp4" (gpt-oss; vLLM mxfp4.py GptOssMxfp4Config, transformers Mxfp4Config):
   modules_to_not_convert.
+- "modelopt" / "modelopt_fp4" (NVIDIA ModelOpt NVFP4; vLLM 0.32 modelopt.py
+  ModelOptQuantConfigBase.from_config, ModelOptNvFp4Config): quant_algo (NVFP4, W4A16_NVFP4),
+  group_size (16), exclude_modules, either flat in quantization_config or nested as
+  hf_quant_config.json's {"quantization": {...}}; the flat form's skip list is "ignore".
+  compressed-tensors' "nvfp4-pack-quantized" format (float 4-bit, tensor_group, group 16)
+  is the same NVFP4 under other names.
 transformers' own skip rule (quantizers_utils.should_convert_module: a regex match at the
 start, or a suffix) is applied to every method's skip list as well.
 """
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from fnmatch import fnmatch
 from typing import Any
 
 from layoutc.tools.checkpoints.formats import FORMATS, CheckpointFormat, FormatError, describe
@@ -36,7 +43,11 @@ from layoutc.tools.checkpoints.quant import scheme as S
 
 DECLARED = ("gptq (int4, int8; sym or asym; desc_act on or off; v1 or gptq_v2)",
             "awq (int4 GEMM with zero points)", "fp8 (block, per tensor)",
-            "compressed-tensors (float 8-bit: channel, tensor, block)", "mxfp4 (gpt-oss)")
+            "compressed-tensors (float 8-bit: channel, tensor, block; nvfp4-pack-quantized)", "mxfp4 (gpt-oss)",
+            "modelopt (NVFP4, W4A16_NVFP4; group_size 16)")
+#: ModelOpt quant_algo values whose weights are NVFP4 (vLLM 0.32 modelopt.py LINEAR_ALGOS owned by
+#: modelopt_fp4) -> whether activations are NVFP4 too (a static input_scale per projection).
+MODELOPT_NVFP4 = {"NVFP4": True, "W4A16_NVFP4": False}
 GPTQ_FORMATS = {"gptq": False, "gptq_v2": True}
 FP8_FMTS = (None, "e4m3", "float8_e4m3fn")
 CT_FORMATS = ("float-quantized", "naive-quantized")
@@ -77,7 +88,7 @@ def read_quantization(config: dict[str, Any], fmt: CheckpointFormat | None = Non
         raise FormatError("LR151", f"quantization_config.quant_method = {method!r} is not a string")
     method = method.lower()
     readers = {"gptq": _gptq, "awq": _awq, "fp8": _fp8, "compressed-tensors": _compressed_tensors,
-               "mxfp4": _mxfp4}
+               "mxfp4": _mxfp4, "modelopt": _modelopt, "modelopt_fp4": _modelopt}
     if method not in readers:
         raise FormatError("LR150", f"quantization_config.quant_method {method!r} is not a declared quantized "
                           f"format; declared: {'; '.join(DECLARED)}")
@@ -131,8 +142,9 @@ def _transformers_skips(name: str, key: str) -> bool:
 
 def _check_skips(entries: Any, key: str, names: _ExpertNames, vllm_mode: str | None) -> None:
     """LR152 when a skip list entry reaches the experts, under transformers' rule or vLLM's
-    (`vllm_mode`: "exact", "substring" as vLLM's is_layer_skipped, or None when vLLM ignores
-    the list for MoE layers)."""
+    (`vllm_mode`: "exact", "substring" as vLLM's is_layer_skipped, "modelopt" as vLLM 0.32's
+    ModelOptQuantConfigBase.is_layer_excluded: exact, substring or fnmatch wildcard, or None
+    when vLLM ignores the list for MoE layers)."""
     if entries is None:
         return
     if not isinstance(entries, list) or not all(isinstance(x, str) for x in entries):
@@ -140,7 +152,8 @@ def _check_skips(entries: Any, key: str, names: _ExpertNames, vllm_mode: str | N
     for name in names.modules():
         for entry in entries:
             hit_vllm = ((vllm_mode == "exact" and (name == entry or ("experts" in entry and name in entry)))
-                        or (vllm_mode == "substring" and entry in name))
+                        or (vllm_mode == "substring" and entry in name)
+                        or (vllm_mode == "modelopt" and (name == entry or entry in name or fnmatch(name, entry))))
             if hit_vllm or _transformers_skips(name, entry):
                 raise FormatError("LR152", f"quantization_config.{key} entry {entry!r} leaves the routed experts "
                                   f"{name} unquantized ({'vLLM' if hit_vllm else 'transformers'} skips them); "
@@ -252,6 +265,30 @@ def _mxfp4(quant: dict[str, Any], names: _ExpertNames) -> S.QuantScheme:
     return S.mxfp4()
 
 
+def _modelopt(quant: dict[str, Any], names: _ExpertNames) -> S.QuantScheme:
+    """ModelOpt NVFP4 (module docstring). LR150 a quant_algo other than NVFP4 / W4A16_NVFP4
+    (ModelOpt's FP8, W4A8_AWQ, MXFP8, MIXED_PRECISION ... are not declared) or a group_size
+    other than 16; LR151 a malformed value; LR152 a skip list entry that reaches the experts."""
+    nested = "quantization" in quant
+    body = quant["quantization"] if nested else quant
+    where = "quantization_config.quantization" if nested else "quantization_config"
+    if not isinstance(body, dict):
+        raise FormatError("LR151", f"{where} = {body!r} is not a JSON object")
+    algo = body.get("quant_algo")
+    if not isinstance(algo, str):
+        raise FormatError("LR151", f"{where}.quant_algo = {algo!r} is not a string (ModelOpt names its scheme there)")
+    if algo.upper() not in MODELOPT_NVFP4:
+        raise FormatError("LR150", f"ModelOpt quant_algo {algo!r} is not declared (declared: "
+                          f"{', '.join(MODELOPT_NVFP4)}: NVFP4 weights)")
+    group = _int(body, ("group_size",), "NVFP4 block size along the input dim", default=S.NVFP4_GROUP)
+    if group != S.NVFP4_GROUP:
+        raise FormatError("LR150", f"ModelOpt NVFP4 group_size {group} is not declared (NVFP4 scales blocks of "
+                          f"{S.NVFP4_GROUP}: one float8_e4m3fn scale per 16 values)")
+    for key in ("exclude_modules", "ignore"):
+        _check_skips(body.get(key), f"{'quantization.' if nested else ''}{key}", names, "modelopt")
+    return S.nvfp4("modelopt", static_input=MODELOPT_NVFP4[algo.upper()])
+
+
 def _compressed_tensors(quant: dict[str, Any], names: _ExpertNames) -> S.QuantScheme:
     groups = quant.get("config_groups")
     if not isinstance(groups, dict) or not groups:
@@ -269,12 +306,45 @@ def _compressed_tensors(quant: dict[str, Any], names: _ExpertNames) -> S.QuantSc
     if not chosen:
         raise FormatError("LR152", "no compressed-tensors config group targets the routed experts "
                           f"(groups: {', '.join(sorted(groups))}); they would stay unquantized")
+    nvfp4 = {gname for gname, g in chosen if _ct_is_nvfp4(g, quant)}
+    if nvfp4:
+        if len(nvfp4) != len(chosen):
+            raise FormatError("LR150", f"compressed-tensors config groups {', '.join(n for n, _ in chosen)} quantize "
+                              "the experts differently; one scheme for all experts is declared")
+        return _ct_nvfp4(chosen)
     parsed = {_ct_group(gname, g, quant) for gname, g in chosen}
     if len(parsed) > 1:
         raise FormatError("LR150", f"compressed-tensors config groups {', '.join(n for n, _ in chosen)} quantize "
                           "the experts differently; one scheme for all experts is declared")
     strategy, block, static = parsed.pop()
     return S.fp8(strategy, block=block, scale_suffix=".weight_scale", method="compressed-tensors", static=static)
+
+
+def _ct_is_nvfp4(group: Any, quant: dict[str, Any]) -> bool:
+    """A group in compressed-tensors' nvfp4-pack-quantized format (compressed-tensors 0.17
+    config/format.py: float 4-bit weights with group_size 16 compress to NVFP4PackedCompressor)."""
+    return isinstance(group, dict) and (group.get("format") or quant.get("format")) == "nvfp4-pack-quantized"
+
+
+def _ct_nvfp4(chosen: list[tuple[str, Any]]) -> S.QuantScheme:
+    """compressed-tensors NVFP4: float 4-bit weights, strategy tensor_group, group_size 16,
+    symmetric (NVFP4PackedCompressor.can_compress; vLLM 0.32 compressed_tensors.py
+    _is_fp4a4_nvfp4 / _is_fp4a16_nvfp4). Activations tensor_group too: W4A4 (input_global_scale)."""
+    statics = set()
+    for gname, group in chosen:
+        w = group.get("weights")
+        if not isinstance(w, dict):
+            raise FormatError("LR151", f"compressed-tensors config group {gname!r} has no weights object")
+        kind = (w.get("type"), w.get("num_bits"), w.get("strategy"), w.get("group_size"))
+        if kind != ("float", 4, "tensor_group", S.NVFP4_GROUP) or w.get("symmetric") is False:
+            raise FormatError("LR150", f"compressed-tensors group {gname!r}: format nvfp4-pack-quantized with type "
+                              f"{kind[0]!r}, {kind[1]}-bit, strategy {kind[2]!r}, group_size {kind[3]} is not "
+                              "declared (NVFP4 is float 4-bit, tensor_group, group_size 16, symmetric)")
+        act = group.get("input_activations")
+        statics.add(isinstance(act, dict) and act.get("strategy") == "tensor_group")
+    if len(statics) > 1:
+        raise FormatError("LR150", "compressed-tensors NVFP4 groups disagree on activation quantization")
+    return S.nvfp4("compressed-tensors", static_input=statics.pop())
 
 
 def _ct_match(name: str, target: str) -> bool:

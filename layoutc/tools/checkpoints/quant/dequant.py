@@ -6,7 +6,9 @@ each element through layoutc/runtime/numformats.py's tables (E4M3FN bytes, E2M1 
 E8M0 scale bytes: torch lookup tables built from those functions, not torch's float8
 casts), subtract the zero point (implicit, or the stored one plus its offset), and
 multiply by the scale, each broadcast to `[out, in]` through its groups (`k // group`,
-GPTQ's `g_idx[k]`, FP8's `n // block_n, k // block_k` with a ragged last block).
+GPTQ's `g_idx[k]`, FP8's `n // block_n, k // block_k` with a ragged last block); NVFP4's
+per-tensor global scale multiplies the block scale (ModelOpt `weight_scale_2`) or divides it
+(compressed-tensors `weight_global_scale`) before the codes are scaled.
 
 tests/test_quant_formats.py holds it to vLLM's and transformers' own unpackers and
 dequantizers.
@@ -95,7 +97,7 @@ def dequantize(scheme: S.QuantScheme, tensors: Mapping[str, torch.Tensor], *, na
     """One projection's weight, float32 `[out, in]` (`[E, out, in]` when the weight carries a
     leading experts dim, as gpt-oss's fused tensors do).
 
-    tensors: by role ("weight", "scale", "zero", "g_idx"), as stored (dtypes and shapes of
+    tensors: by role ("weight", "scale", "zero", "g_idx", "global_scale"), as stored (dtypes and shapes of
     the scheme's TensorSpecs); name: the projection's module name, for messages. `[out, in]`
     follows the stored rows: gpt-oss's gate_up rows stay interleaved (gate, up) pairs.
     Raises FormatError: LR112 a required role is missing; LR153 / LR154 / LR157 shapes or
@@ -131,4 +133,9 @@ def dequantize(scheme: S.QuantScheme, tensors: Mapping[str, torch.Tensor], *, na
         assert zspec is not None
         zero = unpack(zspec, tensors["zero"]).to(torch.float32) + scheme.zero_offset
         values = values - _expand(zero, zspec, extents, g_idx)
-    return values * _expand(_decode(sspec, scale_t), sspec, extents, g_idx)
+    scale = _expand(_decode(sspec, scale_t), sspec, extents, g_idx)
+    gspec = scheme.spec("global_scale")
+    if gspec is not None:  # NVFP4's second level, folded into the block scale first (as vLLM and CT do)
+        glob = tensors["global_scale"].to(torch.float32).reshape(())
+        scale = scale / glob if scheme.global_inverse else scale * glob
+    return values * scale

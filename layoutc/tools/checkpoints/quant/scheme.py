@@ -11,8 +11,10 @@ tensor's orientation is its dims, never `CheckpointFormat.transposed` (which des
 bf16 tensors: gpt-oss stores bf16 experts `[E, in, out]` but MXFP4 blocks `[E, out, ...]`).
 
 Roles are the contracts' tensor roles: `weight` (the codes), `scale`, `zero` (zero points),
-`g_idx` (GPTQ's input-channel -> group map), and `input_scale` (a static FP8 activation
-scale, which the weights' decode does not use).
+`g_idx` (GPTQ's input-channel -> group map), `input_scale` (a static FP8 / NVFP4 activation
+scale, which the weights' decode does not use), and `global_scale` (NVFP4's per-tensor second
+level: ModelOpt's `weight_scale_2`, a multiplier; compressed-tensors' `weight_global_scale`,
+its reciprocal, `QuantScheme.global_inverse`).
 
 Element formats of stored values: `uint4` / `uint8` (unsigned integer codes), `e4m3fn`
 (float8 bytes), `e2m1` (FP4 nibbles), `float` (a float tensor's own value), `e8m0` (an
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 from layoutc.tools.checkpoints.formats import CheckpointFormat, FormatError
 
 AXES = ("out", "in")
-ROLES = ("weight", "scale", "zero", "g_idx", "input_scale")
+ROLES = ("weight", "scale", "zero", "g_idx", "input_scale", "global_scale")
 FLOAT_SCALES = (("float32", "float"), ("bfloat16", "float"), ("float16", "float"))
 E8M0_SCALES = (("uint8", "e8m0"), ("float8_e8m0fnu", "e8m0"))
 #: AutoAWQ's order inside an int32: slot i (bits 4i..4i+3) holds element ORDER[i] of 8.
@@ -154,6 +156,8 @@ class QuantScheme:
     tensor, plus `zero_offset`: GPTQ's v1 checkpoint format stores z - 1).
     act_order: GPTQ desc_act (g_idx is then required and may permute groups).
     activation_scheme: FP8 "dynamic" or "static" (static adds `input_scale`), else None.
+    global_inverse: the `global_scale` tensor holds the reciprocal of the multiplier
+    (compressed-tensors' NVFP4 `weight_global_scale`; vLLM uses 1 / it).
     decode: the formula, in the contracts' terms; source: where each fact comes from.
     """
 
@@ -171,6 +175,7 @@ class QuantScheme:
     zero_offset: int = 0
     act_order: bool = False
     activation_scheme: str | None = None
+    global_inverse: bool = False
 
     def spec(self, role: str) -> TensorSpec | None:
         return next((t for t in self.tensors if t.role == role), None)
@@ -286,6 +291,46 @@ def mxfp4() -> QuantScheme:
         "[E, out, G, 16], scales [E, out, G], low nibble = even element, ldexp(value, scale - 127), "
         "transpose to [E, in, out]); vLLM 0.32 models/gpt_oss.py _load_weights_mxfp4 (w13 rows 2I, "
         "scales per 32 of K); OCP MX v1.0 sections 5.3.3 (E2M1) and 5.4 (E8M0)")
+
+
+#: ModelOpt and compressed-tensors NVFP4: block size along `in` (one E4M3 scale per 16 values).
+NVFP4_GROUP = 16
+
+
+def nvfp4(method: str = "modelopt", *, static_input: bool = True) -> QuantScheme:
+    """NVFP4 per-expert projections, as ModelOpt and llm-compressor store them.
+
+    weight uint8 [out, in / 2] (two E2M1 codes a byte, low nibble = even element), block
+    scale float8_e4m3fn [out, in / 16] (in must be whole blocks), a float32 per-tensor global
+    scale, and, for W4A4 (`static_input`), a float32 per-tensor activation scale.
+    method "modelopt": `.weight`, `.weight_scale`, `.weight_scale_2` (a multiplier),
+    `.input_scale`; "compressed-tensors" (nvfp4-pack-quantized): `.weight_packed`,
+    `.weight_scale`, `.weight_global_scale` (the reciprocal: value = ... / global),
+    `.input_global_scale`. Decode: e2m1(code) * e4m3fn(scale[n, k // 16]) * global
+    (ModelOpt) or / global (compressed-tensors).
+    """
+    pack = Packing(4, 8, (0, 1))
+    ct = method == "compressed-tensors"
+    weight = TensorSpec("weight", ".weight_packed" if ct else ".weight", (("uint8", "e2m1"),),
+                        (Dim("out"), Dim("in", pack=2)), pack)
+    scale = TensorSpec("scale", ".weight_scale", (("float8_e4m3fn", "e4m3fn"),),
+                       (Dim("out"), Dim("in", group=NVFP4_GROUP, exact=True)))
+    glob = TensorSpec("global_scale", ".weight_global_scale" if ct else ".weight_scale_2",
+                      (("float32", "float"),), scalar=True)
+    inputs = (TensorSpec("input_scale", ".input_global_scale" if ct else ".input_scale", (("float32", "float"),),
+                         scalar=True),) if static_input else ()
+    g = glob.suffix[1:]
+    return QuantScheme(
+        name="nvfp4", method=method, bits=4, layout="per_expert", tensors=(weight, scale, glob, *inputs),
+        group_size=NVFP4_GROUP, global_inverse=ct, activation_scheme="static" if static_input else None,
+        decode=f"e2m1(code) * e4m3fn(weight_scale[n, k // 16]) {'/' if ct else '*'} {g}",
+        source="vLLM 0.32 modelopt.py ModelOptNvFp4Config.from_config (quant_algo NVFP4 / W4A16_NVFP4, "
+        "group_size 16, exclude_modules / ignore), ModelOptNvFp4FusedMoE.create_weights (w13_weight uint8 "
+        "[E, 2I, H / 2], w13_weight_scale float8_e4m3fn [E, 2I, H / 16], w13_weight_scale_2 float32 [E, 2], "
+        "w13_input_scale float32); compressed_tensors_moe_w4a4_nvfp4.py (weight_packed, weight_global_scale, "
+        "process_weights_after_loading: w13_scale_2 = 1.0 / w13_weight_global_scale); "
+        "utils/nvfp4_emulation_utils.py break_fp4_bytes (low nibble first); compressed-tensors 0.17 "
+        "compressors/nvfp4/base.py NVFP4PackedCompressor")
 
 
 def projection_extents(role: str, hidden: int, intermediate: int) -> dict[str, int]:
