@@ -10,6 +10,8 @@ offset does not match it, so the comparison can fail.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -36,7 +38,12 @@ def test_the_contract_decode_is_what_int8pack_computes(dtype: str, tol: float, p
                     activation="silu", dtype=dtype)
     assert (plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded) == (24, padded)
     layout, contract = module_layout(mod), P.contract_ir(mod)
-    scheme = S.gptq(8, -1, sym=True, act_order=False)
+    # the sources below are unpacked codes (one a value, as quant_run/codes.py unpacks GPTQ's words
+    # before this contract's loaders): the scheme they are decoded with stores its weight so
+    packed = S.gptq(8, -1, sym=True, act_order=False)
+    words = packed.weight()
+    codes = dataclasses.replace(words, packing=None, dims=(S.Dim("out"), S.Dim("in")))
+    scheme = dataclasses.replace(packed, tensors=tuple(codes if t is words else t for t in packed.tensors))
     gen = torch.Generator().manual_seed(0)
     sources: dict[tuple[str, str], list[torch.Tensor]] = {}
     for role, (out, inn) in (("gate", (INTER, H)), ("up", (INTER, H)), ("down", (H, INTER))):

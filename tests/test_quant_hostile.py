@@ -24,6 +24,7 @@ SCHEMES = {
     "awq_int4": S.awq(64),
     "fp8_block": S.fp8("block", block=(128, 128)),
     "mxfp4": S.mxfp4(),
+    "nvfp4": S.nvfp4(),
 }
 
 
