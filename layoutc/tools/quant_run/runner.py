@@ -259,17 +259,25 @@ def int4_layer(mod: Any, experts: list[Any], moe: ModelMoE, scheme: S.QuantSchem
     plan = _int4_plan(layout, moe, scheme, tp, dtype)
     tdtype = getattr(torch, dtype)
     cfg = R.kernel_config(mod, plan, tdtype)
+    total, load_s, kernel_s = _sum_ranks(tp, lambda r: R.load_rank(layout, plan, r, experts, tdtype),
+                                         lambda tensors: R.forward(cfg, tensors, x, weights, ids))
+    return total, plan, load_s, kernel_s
+
+
+def _sum_ranks(tp: int, load: Any, forward: Any) -> tuple[Any, float, float]:
+    """(the ranks' outputs summed in their dtype: the all-reduce, the slowest rank's `load(rank)`
+    seconds, the slowest rank's `forward(tensors)` seconds) over ranks 0..tp-1."""
     total = None
     load_s = kernel_s = 0.0
     for r in range(tp):
         t0 = time.perf_counter()
-        tensors = R.load_rank(layout, plan, r, experts, tdtype)
+        tensors = load(r)
         t1 = time.perf_counter()
-        part = R.forward(cfg, tensors, x, weights, ids)
+        part = forward(tensors)
         t2 = time.perf_counter()
         total = part.clone() if total is None else total.add_(part)
         load_s, kernel_s = max(load_s, t1 - t0), max(kernel_s, t2 - t1)
-    return total, plan, load_s, kernel_s
+    return total, load_s, kernel_s
 
 
 def int8_layer(mod: Any, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: int, tp: int, dtype: str,
@@ -291,16 +299,8 @@ def int8_layer(mod: Any, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme,
     plan = _int4_plan(layout, moe, scheme, tp, dtype)
     experts = [expert_codes(ckpt, moe, scheme, layer, e) for e in range(moe.num_experts)]
     cfg = rank8.kernel_config(mod, plan, getattr(torch, dtype))
-    total = None
-    load_s = kernel_s = 0.0
-    for r in range(tp):
-        t0 = time.perf_counter()
-        tensors = rank8.load_rank(layout, plan, r, experts)
-        t1 = time.perf_counter()
-        part = rank8.forward(cfg, tensors, x, weights, ids)
-        t2 = time.perf_counter()
-        total = part.clone() if total is None else total.add_(part)
-        load_s, kernel_s = max(load_s, t1 - t0), max(kernel_s, t2 - t1)
+    total, load_s, kernel_s = _sum_ranks(tp, lambda r: rank8.load_rank(layout, plan, r, experts),
+                                         lambda tensors: rank8.forward(cfg, tensors, x, weights, ids))
     return total, plan, load_s, kernel_s
 
 
