@@ -14,6 +14,7 @@ check raise: a code that came after them could not be the one printed.
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,23 @@ def test_gloo_runner_refuses_ep_above_the_experts_before_any_rank(tmp_path: Path
     ckpt = make_qwen3(tmp_path / "m")
     with pytest.raises(ExpertParallelError, match=rf"\[EP01\] ep_size=4 exceeds the {E} experts"):
         tp_checkpoint.run_tp_checkpoint(str(ckpt), tp_size=1, ep_size=4, use_transformers=False)
+
+
+@pytest.mark.conformance
+def test_round_robin_on_a_model_vllm_places_linearly_is_noted() -> None:
+    """vLLM 0.32 keeps round_robin only with more than one expert group (determine_expert_placement_strategy,
+    called here as the oracle); the run's note says so exactly where vLLM would fall back."""
+    from vllm.model_executor.layers.fused_moe.expert_map_manager import determine_expert_placement_strategy
+
+    from layoutc.tools.ep_run import vllm_placement_note
+
+    parallel = types.SimpleNamespace(use_all2all_kernels=False, needs_round_robin_routing_tables=False)
+    for config in ({"model_type": "qwen3_moe"}, {"n_group": 1}, {"n_group": 8}, {"text_config": {"n_group": 4}},
+                   {"num_expert_group": 2}, {"n_group": True}):
+        inner = config.get("text_config", config)
+        groups = next((inner[k] for k in ("n_group", "num_expert_group") if k in inner), None)
+        groups = None if isinstance(groups, bool) else groups
+        served = determine_expert_placement_strategy("round_robin", parallel, groups, 0, False)
+        note = vllm_placement_note(config, "round_robin")
+        assert (note is None) == (served == "round_robin"), (config, served, note)
+        assert vllm_placement_note(config, "linear") is None

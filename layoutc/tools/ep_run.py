@@ -208,3 +208,31 @@ def placement_lines(rows: list[Any]) -> list[str]:
         ranks = "; ".join(f"rank {i}: {_ids_text(ids)}" for i, ids in enumerate(r.experts_by_rank))
         out.append(f"experts at ep {r.ep_size}, {r.placement} placement: {ranks}")
     return out
+
+
+#: config.json keys for the number of expert groups (DeepSeek-V2/V3 `n_group`; vLLM's FusedMoE
+#: argument `num_expert_group`)
+EXPERT_GROUP_KEYS = ("n_group", "num_expert_group")
+
+
+def vllm_placement_note(config: dict[str, Any], placement: str) -> str | None:
+    """The note a round_robin run needs when vLLM 0.32 would not serve this model round-robin, else None.
+
+    vLLM 0.32 `fused_moe/expert_map_manager.py` determine_expert_placement_strategy keeps
+    round_robin only for a model with more than one expert group (`num_expert_group`, from the
+    config's `n_group`), no redundant experts and EPLB off, and otherwise falls back to linear
+    with a warning. layoutc runs the placement asked for (the contract's round_robin layout is
+    still checked), and says so.
+    """
+    if placement != "round_robin":
+        return None
+    scopes = [config, *(config.get(k) for k in ("text_config", "llm_config", "language_config"))]
+    groups = next((s[k] for s in scopes if isinstance(s, dict) for k in EXPERT_GROUP_KEYS
+                   if isinstance(s.get(k), int) and not isinstance(s.get(k), bool)), None)
+    if groups is not None and groups > 1:
+        return None
+    have = "no expert groups" if groups is None else f"{groups} expert group"
+    return (f"note: vLLM 0.32 serves this model ({have}) with linear expert placement: round_robin needs more "
+            "than one expert group (determine_expert_placement_strategy falls back to linear with a warning); "
+            "the round_robin rows check the contract's round_robin layout, not the placement vLLM would use")
+

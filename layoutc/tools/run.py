@@ -52,7 +52,13 @@ from typing import Any
 
 from layoutc.runtime.vocab import MODEL_DTYPES
 from layoutc.tools.contract_module import GENERATED_PACKAGE, NoKernelError, kernel_of
-from layoutc.tools.ep_run import check_ep_options, check_expert_count, check_served_placement, placement_lines
+from layoutc.tools.ep_run import (
+    check_ep_options,
+    check_expert_count,
+    check_served_placement,
+    placement_lines,
+    vllm_placement_note,
+)
 from layoutc.tools.runplan import KernelRun, RunError, checkpoint_plan, module_layout
 
 #: Relative tolerance of the kernel's output against the reference, per model dtype
@@ -530,6 +536,9 @@ def _run(args: argparse.Namespace) -> int:
             moe = _prove(args, ckpt, candidates, layers[0], oracle)
         if args.write_format:
             _write_format(args.write_format, moe.format)
+        note = vllm_placement_note(ckpt.config, placement) if any(e > 1 for e in eps) else None
+        if note and args.format == "text":
+            print(note)
         if moe.format.shared_expert and args.format == "text":
             print(f"note: the shared expert ({moe.format.shared_expert}) is a dense MLP outside the routed "
                   "experts: the kernel does not run it, and the reference's routed output leaves it out")
