@@ -796,7 +796,29 @@ def _nan_scale(s: Any) -> Any:
     return s
 
 
+def _poke(index: tuple[int, ...], value: float) -> Any:
+    def fn(t: Any) -> Any:
+        t = t.clone()
+        t[index] = value
+        return t
+    return fn
+
+
+def _fp8_nan_byte(w: Any) -> Any:
+    raw = w.view(torch.uint8).clone()
+    raw[3, 5] = 0xFF
+    return raw.view(w.dtype)
+
+
 BAD = [
+    ("gptq scale nan", "gptq4", {"group_size": 64}, _set(E0 + "up_proj.scales", _poke((1, 2), float("nan"))), None,
+     "LR156", E0 + "up_proj.scales[1, 2]"),
+    ("awq scale inf", "awq4", {"group_size": 64}, _set(E0 + "down_proj.scales", _poke((0, 4), float("inf"))), None,
+     "LR156", E0 + "down_proj.scales[0, 4]"),
+    ("fp8 block scale nan", "fp8_block", {}, _set(E0 + "gate_proj.weight_scale_inv", _poke((0, 0), float("nan"))),
+     None, "LR156", E0 + "gate_proj.weight_scale_inv[0, 0]"),
+    ("fp8 weight nan byte", "fp8_channel", {}, _set(E0 + "down_proj.weight", _fp8_nan_byte), None,
+     "LR114", E0 + "down_proj.weight[3, 5]"),
     ("scales rows", "gptq4", {"group_size": 64}, _set(E0 + "down_proj.scales", lambda s: s[:-1]), None,
      "LR153", E0 + "down_proj.scales"),
     ("qzeros cols", "awq4", {"group_size": 64}, _set(E0 + "up_proj.qzeros", lambda s: s[:, :-1]), None,

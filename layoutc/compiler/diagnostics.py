@@ -162,7 +162,7 @@ CODES: dict[str, str] = {
     "LR153": "quantized checkpoint: a scale, zero-point or g_idx whose shape does not match its weight",
     "LR154": "quantized checkpoint: a packed tensor with the wrong byte count",
     "LR155": "quantized checkpoint: a g_idx out of range",
-    "LR156": "quantized checkpoint: an E8M0 scale byte 255 (NaN)",
+    "LR156": "quantized checkpoint: a scale that is not finite (an E8M0 byte 255, a NaN or infinite float scale)",
     "LR157": "quantized checkpoint: the config disagrees with the tensors (dtype, bit width, unquantized tensors)",
     "LR158": "quantized checkpoint: a scheme whose layout the family's format cannot hold",
     "LR159": "quantized checkpoint: a topology the quantized runner does not run (expert parallelism, --ep > 1)",

@@ -1,12 +1,13 @@
 """`validate`: hold one MoE layer's quantized tensors to the declared scheme before any
-kernel runs, from the safetensors headers (names, dtypes, shapes); only g_idx and E8M0
-scales are read, since their values are what can be wrong.
+kernel runs, from the safetensors headers (names, dtypes, shapes); only g_idx, the scales and
+FP8 weights are read, since their values are what can be wrong (indices, non-finite values).
 
 Errors (FormatError, each naming the tensor): LR112 a required tensor is absent; LR153 a
 scale, zero-point or g_idx whose shape does not match its weight; LR154 a packed tensor
 with the wrong byte count; LR155 a g_idx value outside its groups (or a g_idx other than
 k // group_size where the config says no act-order, which vLLM would read as k // group_size);
-LR156 an E8M0 scale byte 255 (NaN); LR157 the quantization_config disagrees with the
+LR156 a scale that is not finite (an E8M0 byte 255, a NaN or infinite float scale); LR114
+an FP8 weight byte that is NaN; LR157 the quantization_config disagrees with the
 tensors (a dtype the scheme does not store, a weight sized for another bit width or packed
 as another method packs it, a scale stored under another format's name, bf16 weights where
 quantized ones are declared).
@@ -140,8 +141,13 @@ def validate(scheme: S.QuantScheme, ckpt: Checkpoint, layer: int, moe: ModelMoE 
                 check_stored(scheme, spec, name, dtype, shape, extents, moe.num_experts if fused else None)
                 if spec.role == "g_idx":
                     check_g_idx(scheme, name, ckpt.tensor(name), extents)
-                if spec.role == "scale" and "e8m0" in (spec.element(dtype),):
+                element = spec.element(dtype) if dtype in spec.dtypes() else None
+                if spec.role == "scale" and element == "e8m0":
                     check_e8m0(name, ckpt.tensor(name))
+                elif spec.role in SCALE_ROLES and element in ("float", "e4m3fn"):
+                    check_finite_scale(name, ckpt.tensor(name))
+                elif spec.role == "weight" and element == "e4m3fn":
+                    check_fp8_weight(name, ckpt.tensor(name))
 
 
 def _missing(scheme: S.QuantScheme, ckpt: Checkpoint, name: str, roles: dict[str, str]) -> None:
@@ -199,3 +205,36 @@ def check_e8m0(name: str, scales: Any) -> None:
         where = ", ".join(str(int(i)) for i in nan[0])
         raise FormatError("LR156", f"{name}[{where}] is the E8M0 byte 255, which decodes to NaN "
                           f"({nan.shape[0]} of its bytes are 255)")
+
+
+#: the roles whose values multiply the decoded codes (a non-finite one makes every value it scales NaN)
+SCALE_ROLES = ("scale", "global_scale", "input_scale")
+
+
+def _first(bad: Any) -> str:
+    return ", ".join(str(int(i)) for i in bad.nonzero()[0])
+
+
+def check_finite_scale(name: str, scales: Any) -> None:
+    """Float (or float8_e4m3fn) scales must be finite: a NaN or an infinity makes every weight it
+    scales NaN, and the run would only show a mismatch. Raises FormatError LR156 naming the
+    tensor, the first such entry's index and how many there are."""
+    import torch
+
+    bad = ~torch.isfinite(scales.to(torch.float32))
+    if bool(bad.any()):
+        raise FormatError("LR156", f"{name}[{_first(bad)}] is {float(scales[tuple(bad.nonzero()[0])])}: a scale "
+                          f"that is not finite ({int(bad.sum())} of its {scales.numel()} entries)")
+
+
+def check_fp8_weight(name: str, weight: Any) -> None:
+    """float8_e4m3fn weight bytes 0x7F / 0xFF are NaN (E4M3FN has no infinity). Raises FormatError
+    LR114 naming the tensor, the first such byte's index and how many there are."""
+    import torch
+
+    raw = weight.view(torch.uint8)
+    bad = (raw & 0x7F) == 0x7F
+    if bool(bad.any()):
+        raise FormatError("LR114", f"{name}[{_first(bad)}] is a float8_e4m3fn NaN byte (0x{int(raw[tuple(bad.nonzero()[0])]):02X}; "
+                          f"{int(bad.sum())} of its bytes): the checkpoint is damaged")
+
