@@ -47,7 +47,7 @@ def run(model: str, tp: int, mode: str, tokens: int, n_prompts: int, repeat: int
               skip_tokenizer_init=True, seed=0, distributed_executor_backend="mp",
               enable_expert_parallel=ep)
     load_s = time.perf_counter() - start
-    params = SamplingParams(max_tokens=tokens, temperature=0.0, logprobs=1, detokenize=False, ignore_eos=True)
+    params = SamplingParams(max_tokens=tokens, temperature=0.0, logprobs=2, detokenize=False, ignore_eos=True)
     batch = [{"prompt_token_ids": p} for p in prompts(n_prompts)]
     outs = llm.generate(batch, params, use_tqdm=False)
     decode = []
@@ -56,12 +56,14 @@ def run(model: str, tp: int, mode: str, tokens: int, n_prompts: int, repeat: int
         llm.generate(batch, params, use_tqdm=False)
         decode.append(time.perf_counter() - start)
     result = {"mode": mode, "tp": tp, "ep": ep, "load_s": load_s, "decode_s": decode, "generated": n_prompts * tokens,
-              "tokens": [], "logprobs": []}
+              "tokens": [], "logprobs": [], "gaps": []}
     for out in outs:
         seq = out.outputs[0]
         result["tokens"].append(list(seq.token_ids))
         result["logprobs"].append([float(step[tok].logprob)
                                    for tok, step in zip(seq.token_ids, seq.logprobs, strict=True)])
+        # the greedy choice's margin: top-1 minus top-2 logprob (a near-tie may flip across tp)
+        result["gaps"].append([_gap(step) for step in seq.logprobs])
     engine = getattr(llm, "llm_engine", None)
     core = getattr(engine, "engine_core", None)
     if core is not None and hasattr(core, "shutdown"):
@@ -69,6 +71,12 @@ def run(model: str, tp: int, mode: str, tokens: int, n_prompts: int, repeat: int
     del llm, engine, core
     gc.collect()
     return result
+
+
+def _gap(step: dict) -> float:
+    """Top-1 minus top-2 logprob of one decode step (logprobs=2); inf with a single candidate."""
+    best = sorted((float(v.logprob) for v in step.values()), reverse=True)
+    return best[0] - best[1] if len(best) > 1 else float("inf")
 
 
 def main() -> None:
