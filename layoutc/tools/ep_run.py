@@ -224,9 +224,11 @@ def vllm_placement_note(config: dict[str, Any], placement: str) -> str | None:
     with a warning. layoutc runs the placement asked for (the contract's round_robin layout is
     still checked), and says so.
     """
+    from layoutc.tools.checkpoints.quant.config import WRAPPER_KEYS
+
     if placement != "round_robin":
         return None
-    scopes = [config, *(config.get(k) for k in ("text_config", "llm_config", "language_config"))]
+    scopes = [config, *(config.get(k) for k in WRAPPER_KEYS)]
     groups = next((s[k] for s in scopes if isinstance(s, dict) for k in EXPERT_GROUP_KEYS
                    if isinstance(s.get(k), int) and not isinstance(s.get(k), bool)), None)
     if groups is not None and groups > 1:
