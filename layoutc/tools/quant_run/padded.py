@@ -7,9 +7,9 @@ expressions, and run through the reference; the ranks are summed. A pad the cont
 wrong (not inert under decode) or a slice in the wrong place makes the row MISMATCH.
 
 Decoding (`decode_rank`): a tensor's stored values are unpacked along its `pack N` axis in
-the bit order of the checkpoint's scheme (checkpoints/quant/scheme.py `Packing.order`: the
-loaders copy the checkpoint's words unchanged, so the order is the checkpoint's; its
-`per_element` must be the contract's N, RunError LR161 otherwise). A decode that applies a
+the contract's slot order (`pack N order (...)`, ir.Axis.slot_of). The loaders copy the
+checkpoint's words unchanged, so the scheme's `Packing` (checkpoints/quant/scheme.py) must
+pack the contract's N along the contract's axis in the same order: RunError LR161 otherwise. A decode that applies a
 number format to `code` (`e4m3fn(code)`, `e2m1(code)`, `e8m0(code)`) reads the stored bytes
 through layoutc/runtime/numformats.py's DECODERS (the verifier's one definition; NaN codes
 become NaN); any other `code` is the stored value. `tensor` terms are the named tensor's
