@@ -17,16 +17,22 @@ int32 words (every word is eight valid 4-bit codes); the names come from the run
 marlin_moe_wna16 admits at this shape and tp 4 (I_pp = 176: no group of 32, 64 or 128
 divides it; `layoutc audit` says the same), padded to 192 (round_up(176, 64)).
 
-Two paths, each in its own fresh subprocess (1 torch thread, `THREADS`), alternating, rank 1:
+Three paths, each in its own fresh subprocess (1 torch thread, `THREADS`), alternating, rank 1:
 
-* ours: `plan()`, then `alloc_*` for the six tensors (pads written once), then per expert
+* ours: layoutc's checkpoint reader (`Checkpoint(folder)`: the header read and checked, each
+  tensor a `MappedSlice`, a zero-copy read-only view of the memory-mapped file), `plan()`,
+  then `alloc_*` for the six tensors (pads written once), then per expert
   `load_w13_qweight/scales/qzeros(..., expert=e, role="gate"/"up")` and `load_w2_*` from
-  `safe_open(...).get_slice(name)` (memory-mapped: only the rank's columns or rows are read).
+  `ckpt.slice(name)`: only the rank's columns or rows are touched, each byte copied once.
 * copy: the same six outputs preallocated with `torch.empty` (no pad written), then per
-  expert the same slices of the same safetensors slices copied with hand-written indices
-  (`dst[e, :, 0:176].copy_(sl[:, 176:352])`, ...): the bound, the packed bytes moved once.
+  expert the same slices of safetensors' own `safe_open(...).get_slice(name)` copied with
+  hand-written indices (`dst[e, :, 0:176].copy_(sl[:, 176:352])`, ...): the plain slice copy
+  of the packed bytes, the issue's bound (safetensors materialises each read, then `copy_`
+  moves it again).
+* mapped: the hand-written copies of `copy`, from ours' mapped views instead (one copy per
+  byte, no checks, no pads): how far ours is from moving the bytes once with the same reader.
 
-Each path also runs with pre-faulted outputs (`ours-prefault`, `copy-prefault`): the six
+Each path also runs with pre-faulted outputs (`ours-prefault`, `copy-prefault`, ...): the six
 outputs allocated and filled with 7 before the clock (ours passes them as `alloc_*(..., out=)`,
 which writes their pads within the clock), so the kernel's first-touch page faults, which
 dominate a cold run on this VM, are timed in neither.
@@ -77,7 +83,7 @@ _SUFFIX = {"qweight": "weight", "scales": "scale", "qzeros": "zero"}
 #: stall on each other's barrier whenever another process holds a core (docs/benchmarks.md)
 THREADS = 1
 #: the children: cold outputs (their page faults timed), and pre-faulted outputs (`out=` for ours)
-PATHS = ("ours", "copy", "ours-prefault", "copy-prefault")
+PATHS = ("ours", "copy", "mapped", "ours-prefault", "copy-prefault", "mapped-prefault")
 
 
 def config() -> dict[str, Any]:
@@ -159,17 +165,17 @@ def _live(name: str, t: Any, plan: Any) -> Any:
 
 def child_ours(folder: Path, by_expert: list[dict[str, dict[str, str]]],
                pre: dict[str, Any] | None = None) -> tuple[dict[str, Any], Any]:
-    from safetensors import safe_open
+    from layoutc.tools.checkpoints.reader import Checkpoint
 
     mod, plan = _plan()
     out = {name: getattr(mod, f"alloc_{name}")(plan, RANK, out=None if pre is None else pre[name])
            for name in dict.fromkeys(t for t, _, _ in TENSORS)}
     loaders = {name: getattr(mod, f"load_{name}") for name in out}
-    with safe_open(str(folder / FILE), framework="pt") as f:
+    with Checkpoint(str(folder)) as ckpt:
         for e in range(E):
             by_proj = by_expert[e]
             for name, proj, role in TENSORS:
-                src = f.get_slice(by_proj[proj][_SUFFIX[name.split("_", 1)[1]]])
+                src = ckpt.slice(by_proj[proj][_SUFFIX[name.split("_", 1)[1]]])
                 loaders[name](out[name], src, plan, RANK, expert=e, role=role)
     return out, plan
 
@@ -186,19 +192,27 @@ def outputs() -> dict[str, Any]:
 
 
 def child_copy(folder: Path, by_expert: list[dict[str, dict[str, str]]],
-               pre: dict[str, Any] | None = None) -> tuple[dict[str, Any], Any]:
-    """The same reads and writes with hand-written indices into torch.empty outputs (no pads written)."""
+               pre: dict[str, Any] | None = None, mapped: bool = False) -> tuple[dict[str, Any], Any]:
+    """The same reads and writes with hand-written indices into torch.empty outputs (no pads
+    written), from safetensors' get_slice, or (`mapped`) from layoutc's mapped views."""
+    from contextlib import AbstractContextManager
+
     from safetensors import safe_open
+
+    from layoutc.tools.checkpoints.reader import Checkpoint
 
     _, plan = _plan()
     i_pp, p = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
     out = outputs() if pre is None else pre
     lo, hi = RANK * i_pp, (RANK + 1) * i_pp
-    with safe_open(str(folder / FILE), framework="pt") as f:
+    reader: AbstractContextManager[Any] = Checkpoint(str(folder)) if mapped \
+        else safe_open(str(folder / FILE), framework="pt")
+    with reader as f:
+        get = f.slice if mapped else f.get_slice
         for e in range(E):
             by_proj = by_expert[e]
             for name, proj, _ in TENSORS:
-                sl = f.get_slice(by_proj[proj][_SUFFIX[name.split("_", 1)[1]]])
+                sl = get(by_proj[proj][_SUFFIX[name.split("_", 1)[1]]])
                 dst = out[name][e]
                 if name.startswith("w13"):
                     div = 8 if name == "w13_qzeros" else 1
@@ -217,7 +231,9 @@ def child(which: str, folder: Path) -> None:
     torch.set_num_threads(THREADS)
     import safetensors  # noqa: F401 (imported before the baseline)
 
-    import layoutc.tools.checkpoints.quant  # noqa: F401
+    import layoutc.tools.checkpoints.quant
+    import layoutc.tools.checkpoints.reader
+    import layoutc.tools.hfconfig.jsonread  # noqa: F401 (config.json's reader: imported on first use)
     from bench._common import wait_for_quiet
     from generated import marlin_moe_wna16  # noqa: F401
 
@@ -247,7 +263,8 @@ def child(which: str, folder: Path) -> None:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     t0, c0 = time.perf_counter(), time.process_time()
-    out, plan = (child_ours if path == "ours" else child_copy)(folder, by_expert, pre)
+    out, plan = child_ours(folder, by_expert, pre) if path == "ours" \
+        else child_copy(folder, by_expert, pre, mapped=path == "mapped")
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     done.set()
     sampler.join()
@@ -333,6 +350,8 @@ def main() -> int:
                                         / statistics.median(x["seconds"] for x in runs["copy"])),
         "cpu_ratio_ours_over_copy_best": cpu["ours"] / cpu["copy"],
         "cpu_ratio_prefault_ours_over_copy_best": cpu["ours-prefault"] / cpu["copy-prefault"],
+        "cpu_ratio_ours_over_mapped_best": cpu["ours"] / cpu["mapped"],
+        "cpu_ratio_prefault_ours_over_mapped_best": cpu["ours-prefault"] / cpu["mapped-prefault"],
         "live_bytes_equal_sha256": same, "pads_zero": all(x["pads_zero"] for x in runs["ours"]),
         "live_sha256": json.loads(next(iter(sha["ours"]))),
         "runs": runs, "load_average_before": load_before, "load_average": os.getloadavg(),

@@ -46,6 +46,7 @@ what was wrong (shape, role, expert, layout, rank, destination).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from dataclasses import dataclass
@@ -170,6 +171,8 @@ class _Table:
     padded: tuple[int, ...]
     seg: int | None
     prepared: dict[tuple[object, ...], _Prepared]
+    #: (roles, role, source_layout, source_roles) -> (segs, order), each declaration checked once
+    calls: dict[tuple[object, ...], tuple[tuple[int, ...] | None, tuple[int, ...]]]
 
 
 #: id(axes) -> (axes, its _Table). The entry holds `axes` itself, so the id cannot be reused by
@@ -184,7 +187,7 @@ def _table(axes: tuple[Axis, ...]) -> _Table:
     hit = _TABLES.get(id(axes))
     if hit is not None and hit[0] is axes:
         return hit[1]
-    table = _Table(padded_shape(axes), _segmented(axes), {})
+    table = _Table(padded_shape(axes), _segmented(axes), {}, {})
     if type(axes) is tuple:
         if len(_TABLES) >= _TABLES_LIMIT:
             _TABLES.clear()
@@ -270,6 +273,8 @@ def _read(src: Any, index: tuple[slice, ...], want: tuple[int, ...]) -> torch.Te
     source's checked shape (a foreign slice object that returns anything else is refused,
     never broadcast)."""
     part = src[index]
+    if type(part) is torch.Tensor and part.shape == want and not part.is_meta:
+        return part  # the common case, in one test (1152 reads per quantized layer)
     if not isinstance(part, torch.Tensor):
         raise LayoutContractError(f"reading a slice gave {type(part).__name__}, not a torch tensor "
                                   "(open the checkpoint with safe_open(..., framework='pt'))")
@@ -348,30 +353,17 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
     memory with `dst`, a read of the wrong shape, role, expert index, source layout, source
     roles that are not an ordering of `roles`, rank or destination.
     """
-    r = check_rank(who, what, rank, tp_size)
+    r = rank if type(rank) is int and 0 <= rank < tp_size else check_rank(who, what, rank, tp_size)
     table = _table(axes)
     dst_t = check_tensor(who, f"destination for {what}", dst, table.padded, dtype)
-    if source_layout not in SOURCE_LAYOUTS:
-        raise LayoutContractError(f"{who}: source_layout={source_layout!r} for {what}; declare one of "
-                                  f"{', '.join(SOURCE_LAYOUTS)}")
-    seg = table.seg
-    segs: tuple[int, ...] | None
-    if role in _WHOLE_ROLES or (role == "down" and seg is None):
-        segs = None
-    elif seg is not None and role in roles:
-        segs = (roles.index(role),)
-    else:
-        allowed = (*roles, "gate_up", "None") if seg is not None else ("down", "None")
-        raise LayoutContractError(f"{who}: role={role!r} is not a role of {what}; use one of "
-                                  f"{', '.join(allowed)}")
+    segs, order = _call_shape(who, what, table, axes, roles, role, source_layout, source_roles)
     e: int | None = None
     if expert is not None:
-        if isinstance(expert, bool) or not isinstance(expert, int) or not 0 <= expert < axes[0].logical:
+        if (type(expert) is not int and (isinstance(expert, bool) or not isinstance(expert, int))) \
+                or not 0 <= expert < axes[0].logical:
             raise LayoutContractError(f"{who}: expert={expert!r} for {what} must be an int in "
                                       f"0..{axes[0].logical - 1}")
         e = expert
-    order = _segment_order(who, what, roles, source_roles, axes[seg].segments) \
-        if seg is not None and segs is None else ()
     prep = _prepared(who, what, table, axes, r, tp_size, segs, source_layout, order, bool(transposed), e is not None)
     _check_source_dtype(who, what, src, dtype)
     shape = _source_shape(src)
@@ -385,27 +377,67 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
             hint = f"; it matches with the last two dims swapped: declare transposed={not transposed}"
         raise LayoutContractError(f"{who}: source for {what} (rank {r}, expert={e}, role={role}) has shape "
                                   f"{shape}, expected {expected}{hint}")
-    if isinstance(src, torch.Tensor) and src.is_meta:
-        raise LayoutContractError(f"{who}: the source for {what} is a meta tensor (shape {shape}, no data); "
-                                  "load the checkpoint's tensor itself")
-    if isinstance(src, torch.Tensor) and src.is_cpu:
-        a, b = byte_range(dst_t), byte_range(src)
-        if a[0] < b[1] and b[0] < a[1]:  # the copy would overwrite source rows before reading them
-            raise LayoutContractError(f"{who}: the source for {what} shares memory with its destination; "
-                                      "load from a separate tensor (e.g. .clone())")
+    grad = dst_t.requires_grad
+    if isinstance(src, torch.Tensor):
+        if src.is_meta:
+            raise LayoutContractError(f"{who}: the source for {what} is a meta tensor (shape {shape}, no data); "
+                                      "load the checkpoint's tensor itself")
+        if src.is_cpu:
+            a, b = byte_range(dst_t), byte_range(src)
+            if a[0] < b[1] and b[0] < a[1]:  # the copy would overwrite source rows before reading them
+                raise LayoutContractError(f"{who}: the source for {what} shares memory with its destination; "
+                                          "load from a separate tensor (e.g. .clone())")
+        grad = grad or src.requires_grad
     if once and r != 0:
         return  # the parameter is zeros on this rank: the bias is added once, on rank 0
-    with torch.no_grad():  # dst's data is written, never recorded: no graph to a source that requires grad
+    # dst's data is written, never recorded: no graph to a source that requires grad (when neither
+    # side requires grad, autograd records nothing and the guard is skipped)
+    with torch.no_grad() if grad else contextlib.nullcontext():
         for dst_index, index, sub, want in prep.reads:
-            # each read's dtype is checked as the declared one is (a slice whose get_dtype() names
-            # no known dtype is judged by what it reads)
             part = _read(src, index, want)
-            _check_source_dtype(who, what, part, dst_t.dtype)
+            if part.dtype != dst_t.dtype:  # each read's dtype is checked as the declared one is (a
+                # slice whose get_dtype() names no known dtype is judged by what it reads)
+                _check_source_dtype(who, what, part, dst_t.dtype)
             if sub is not None:
                 part = part[sub]
             if transposed:
                 part = part.transpose(-1, -2)
             dst_t[dst_index if e is None else (e, *dst_index)].copy_(part)
+
+
+def _call_shape(who: str, what: str, table: _Table, axes: tuple[Axis, ...], roles: tuple[str, ...],
+                role: object, source_layout: object, source_roles: object
+                ) -> tuple[tuple[int, ...] | None, tuple[int, ...]]:
+    """(segments the call writes or None for all, segment order of a fused source) for one
+    call's role declarations, checked once per distinct declaration and remembered in `table`.
+    Raises LayoutContractError on an unknown source layout, a role that is not one of `roles`
+    (or "down" for an unsegmented tensor, None / "gate_up" for all), or `source_roles` that
+    are not an ordering of `roles`."""
+    key: tuple[object, ...] | None = (roles, role, source_layout, source_roles)
+    try:
+        hit = table.calls.get(key)  # type: ignore[arg-type]
+    except TypeError:  # an unhashable declaration: checked below, never remembered
+        key, hit = None, None
+    if hit is not None:
+        return hit
+    if source_layout not in SOURCE_LAYOUTS:
+        raise LayoutContractError(f"{who}: source_layout={source_layout!r} for {what}; declare one of "
+                                  f"{', '.join(SOURCE_LAYOUTS)}")
+    seg = table.seg
+    segs: tuple[int, ...] | None
+    if role in _WHOLE_ROLES or (role == "down" and seg is None):
+        segs = None
+    elif seg is not None and role in roles:
+        segs = (roles.index(str(role)),)
+    else:
+        allowed = (*roles, "gate_up", "None") if seg is not None else ("down", "None")
+        raise LayoutContractError(f"{who}: role={role!r} is not a role of {what}; use one of "
+                                  f"{', '.join(allowed)}")
+    order = _segment_order(who, what, roles, source_roles, axes[seg].segments) \
+        if seg is not None and segs is None else ()
+    if key is not None:
+        table.calls[key] = (segs, order)
+    return segs, order
 
 
 def _chunked(moves: list[list[_Move]], one_expert: bool) -> list[tuple[_Move, ...]]:

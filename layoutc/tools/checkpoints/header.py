@@ -38,11 +38,14 @@ FLOAT_NAMES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "f
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """One tensor's header entry: safetensors dtype ("BF16", ...), shape, and the file holding it."""
+    """One tensor's header entry: safetensors dtype ("BF16", ...), shape, the file holding it,
+    and `start`, the byte offset of its data from the start of that file (8 + header length +
+    its first data offset; the header has checked that the data ends inside the file)."""
 
     dtype: str
     shape: tuple[int, ...]
     file: str
+    start: int
 
 
 def read_json_object(path: str, code: str, what: str) -> dict[str, Any]:
@@ -123,6 +126,7 @@ def read_header(path: str, file: str) -> dict[str, TensorInfo]:
     import json
 
     raw, data_size = _raw_header(path)
+    data_start = 8 + len(raw)
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -134,11 +138,11 @@ def read_header(path: str, file: str) -> dict[str, TensorInfo]:
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        out[name] = _entry(path, file, name, entry, data_size)
+        out[name] = _entry(path, file, name, entry, data_size, data_start)
     return out
 
 
-def _entry(path: str, file: str, name: str, entry: Any, data_size: int) -> TensorInfo:
+def _entry(path: str, file: str, name: str, entry: Any, data_size: int, data_start: int) -> TensorInfo:
     bad = f"{path}: corrupt safetensors header: tensor {name!r}"
     if not isinstance(entry, dict):
         raise FormatError("LR115", f"{bad} is not an object")
@@ -162,4 +166,4 @@ def _entry(path: str, file: str, name: str, entry: Any, data_size: int) -> Tenso
     if offsets[1] > data_size:
         raise FormatError("LR115", f"{path}: truncated safetensors file: tensor {name!r} ends at byte "
                           f"{offsets[1]} of the data, which has {data_size}")
-    return TensorInfo(dtype, tuple(shape), file)
+    return TensorInfo(dtype, tuple(shape), file, data_start + offsets[0])

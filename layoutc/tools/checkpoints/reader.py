@@ -1,15 +1,27 @@
 """A safetensors checkpoint folder: one file or shards with model.safetensors.index.json.
 
-`Checkpoint(folder)` reads config.json and the tensor index; `slice(name)` returns
-the memory-mapped `get_slice` object of one tensor (nothing is read until it is
-indexed); `tensor(name)` materialises a small tensor (routers, norms). Needs
-`safetensors` and torch (framework "pt").
+`Checkpoint(folder)` reads config.json and the tensor index; `slice(name)` returns a
+memory-mapped slice object of one tensor (nothing is read until it is indexed);
+`tensor(name)` materialises a small tensor (routers, norms). Needs `safetensors` and torch
+(framework "pt").
+
+A slice is a `MappedSlice` where it can be: a zero-copy, read-only torch view of the file's
+bytes (`mmap.ACCESS_READ`, so a write through it faults instead of corrupting later reads),
+at the offset the checked header gives. Indexing it returns a view, so a loader's `copy_`
+moves each byte once, from the page cache into the padded parameter; safetensors'
+`get_slice` materialises every read into a fresh tensor first (a second copy, and about
+12 us per read: bench/quant_load_bench.py). A tensor whose dtype torch cannot view
+(F4, F6), whose offset is not a multiple of its element size, or on a big-endian host falls
+back to safetensors' own `get_slice`.
 """
 
 from __future__ import annotations
 
 import difflib
+import mmap
 import os
+import sys
+import warnings
 from contextlib import ExitStack
 from typing import Any, Self
 
@@ -36,10 +48,13 @@ class Checkpoint:
         if not os.path.isdir(folder) or not os.path.lexists(cfg_path):
             raise FormatError("LR110", f"{folder}: not a checkpoint folder (no config.json)")
         self.config: dict[str, Any] = read_json_object(cfg_path, "LR110", "config.json")
+        self._single: dict[str, TensorInfo] | None = None  # a single file's header, read by _weight_map
         self.weight_map = self._weight_map()
         self.tensors = self._headers()
         self._stack = ExitStack()
         self._open: dict[str, Any] = {}
+        self._maps: dict[str, Any] = {}  # file -> its bytes as a read-only uint8 torch tensor (mmap)
+        self._typed_maps: dict[tuple[str, Any], Any] = {}  # (file, dtype) -> those bytes viewed as dtype
 
     def _weight_map(self) -> dict[str, str]:
         index = os.path.join(self.folder, INDEX)
@@ -55,14 +70,16 @@ class Checkpoint:
         single = os.path.join(self.folder, SINGLE)
         if not os.path.isfile(single):
             raise FormatError("LR111", f"{self.folder}: no {SINGLE} and no {INDEX}")
-        return {k: SINGLE for k in read_header(single, SINGLE)}
+        self._single = read_header(single, SINGLE)  # kept: _headers reads each file's header once
+        return {k: SINGLE for k in self._single}
 
     def _headers(self) -> dict[str, TensorInfo]:
         """Every tensor's header entry (dtype, shape, file), read from each file's header once;
         FormatError LR115 for a corrupt file, LR111 for an index naming a tensor its shard lacks."""
         out: dict[str, TensorInfo] = {}
         for fname in sorted(set(self.weight_map.values())):
-            out.update(read_header(os.path.join(self.folder, fname), fname))
+            out.update(self._single if self._single is not None
+                       else read_header(os.path.join(self.folder, fname), fname))
         for name, fname in self.weight_map.items():
             if out.get(name) is None or out[name].file != fname:
                 raise FormatError("LR111", f"{os.path.join(self.folder, INDEX)}: names tensor {name!r} in "
@@ -79,6 +96,8 @@ class Checkpoint:
         """Close every safetensors file this checkpoint opened."""
         self._stack.close()
         self._open.clear()
+        self._maps.clear()  # each map is unmapped when the last view of it is dropped
+        self._typed_maps.clear()
 
     def has(self, name: str) -> bool:
         """Whether the checkpoint's weight map names tensor `name`."""
@@ -107,8 +126,56 @@ class Checkpoint:
         return self._open[fname]
 
     def slice(self, name: str) -> Any:
-        """The memory-mapped slice object of `name` (index it to read a region)."""
-        return self._handle(name).get_slice(name)
+        """The memory-mapped slice object of `name` (index it to read a region): a `MappedSlice`
+        (zero-copy views) where torch can view the bytes, else safetensors' `get_slice`.
+        Raises FormatError LR112 (no such tensor), LR111 (the file cannot be opened), LR115 (the
+        file is now shorter than its header says)."""
+        self._check(name)
+        info = self.tensors[name]
+        if not _TORCH_DTYPES:
+            _torch_dtypes()
+        dtype = _TORCH_DTYPES.get(info.dtype)
+        if dtype is None or sys.byteorder != "little":
+            return self._handle(name).get_slice(name)
+        base = self._typed(info.file, dtype)
+        size = base.element_size()
+        count, strides = 1, []
+        for n in reversed(info.shape):
+            strides.append(count)
+            count *= n
+        if info.start % size:  # not aligned to its element size: torch cannot view it
+            return self._handle(name).get_slice(name)
+        if info.start // size + count > base.numel():
+            raise FormatError("LR115", f"{os.path.join(self.folder, info.file)}: truncated safetensors file: "
+                              f"tensor {name!r} ends at byte {info.start + count * size} of "
+                              f"{base.numel() * size}")
+        return MappedSlice(base.as_strided(info.shape, strides[::-1], info.start // size), info.dtype)
+
+    def _typed(self, fname: str, dtype: Any) -> Any:
+        """File `fname`'s whole bytes viewed as `dtype` (its trailing partial element dropped), one
+        view per (file, dtype): a tensor is then one `as_strided` of it."""
+        key = (fname, dtype)
+        if key not in self._typed_maps:
+            data = self._map(fname)
+            size = dtype.itemsize
+            self._typed_maps[key] = data[: data.numel() // size * size].view(dtype)
+        return self._typed_maps[key]
+
+    def _map(self, fname: str) -> Any:
+        """File `fname`'s bytes as a read-only uint8 tensor backed by mmap (mapped once)."""
+        if fname not in self._maps:
+            import torch
+
+            path = os.path.join(self.folder, fname)
+            try:
+                with open(path, "rb") as f:
+                    mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as exc:
+                raise FormatError("LR111", f"{fname}: cannot map: {exc}") from None
+            with warnings.catch_warnings():  # torch warns that the buffer is not writable: by design
+                warnings.simplefilter("ignore", UserWarning)
+                self._maps[fname] = torch.frombuffer(mapped, dtype=torch.uint8)
+        return self._maps[fname]
 
     def experts_slice(self, name: str, experts: int, flattened: bool) -> Any:
         """A fused tensor's slice with a leading experts axis: as stored, or, for a tensor that
@@ -136,6 +203,40 @@ class Checkpoint:
         """`name`'s stored safetensors dtype ("BF16", "F32", ...), from the header."""
         self._check(name)
         return self.tensors[name].dtype
+
+
+#: safetensors dtype -> the torch dtype its bytes are viewed as (names as in the format's README)
+_TORCH_DTYPES: dict[str, Any] = {}
+
+
+def _torch_dtypes() -> None:
+    import torch
+
+    _TORCH_DTYPES.update({"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
+                          "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+                          "U64": torch.uint64, "U32": torch.uint32, "U16": torch.uint16, "U8": torch.uint8,
+                          "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+                          "F8_E8M0": torch.float8_e8m0fnu, "BOOL": torch.bool})
+
+
+class MappedSlice:
+    """One checkpoint tensor as a read-only view of its memory-mapped file, with safetensors'
+    slice interface: `get_shape()` (list of ints), `get_dtype()` (the safetensors name, "BF16",
+    "I32", ...) and `[index]`, which returns a torch view of that region (nothing is copied;
+    the pages are read when the view is copied from). Writing to a view faults (the map is
+    read-only): copy it first (`.clone()`) to modify it."""
+
+    def __init__(self, view: Any, dtype: str) -> None:
+        self.view, self.dtype = view, dtype
+
+    def get_shape(self) -> list[int]:
+        return list(self.view.shape)
+
+    def get_dtype(self) -> str:
+        return self.dtype
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.view[index]
 
 
 class _Unflattened:

@@ -1,0 +1,124 @@
+"""layoutc's checkpoint reader serves each tensor as a zero-copy view of the memory-mapped
+file (layoutc/tools/checkpoints/reader.py `MappedSlice`). The oracle is safetensors' own
+reader: every tensor and every region read through a view equals `safe_open`'s `get_tensor`
+byte for byte, shape and dtype name equal `get_slice`'s, a tensor torch cannot view at its
+offset falls back to safetensors' slice, and a file truncated after it was opened is LR115,
+never a read past the end."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+from safetensors import safe_open  # noqa: E402
+
+from layoutc.tools.checkpoints.formats import FormatError  # noqa: E402
+from layoutc.tools.checkpoints.reader import Checkpoint, MappedSlice  # noqa: E402
+
+
+def _tensors() -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(3)
+    f32 = torch.randn(5, 7, generator=gen)
+    return {
+        "a.f32": f32,
+        "a.bf16": torch.randn(3, 9, generator=gen).to(torch.bfloat16),
+        "a.f16": torch.randn(4, 6, generator=gen).to(torch.float16),
+        "a.i32": torch.randint(-2**31, 2**31 - 1, (11, 3), generator=gen, dtype=torch.int32),
+        "a.i64": torch.randint(-2**40, 2**40, (2, 5), generator=gen, dtype=torch.int64),
+        "a.u8": torch.randint(0, 256, (7, 5), generator=gen, dtype=torch.uint8),
+        "a.e4m3": (f32 * 3).to(torch.float8_e4m3fn),
+        "a.e8m0": torch.randint(0, 255, (6, 4), generator=gen, dtype=torch.uint8).view(torch.float8_e8m0fnu),
+        "a.bool": torch.rand(3, 3, generator=gen) > 0.5,
+        "a.scalar": torch.tensor(2.5),
+        "a.empty": torch.zeros(0, 4),
+        "a.3d": torch.randn(2, 3, 4, generator=gen),
+    }
+
+
+def _folder(tmp_path: Path, tensors: dict[str, torch.Tensor]) -> Path:
+    safetensors_torch.save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_moe"}), encoding="utf-8")
+    return tmp_path
+
+
+def _bytes(t: torch.Tensor) -> bytes:
+    return bytes(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+
+
+def test_views_equal_safetensors_reads(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, _tensors())
+    with Checkpoint(str(folder)) as ckpt, safe_open(str(folder / "model.safetensors"), framework="pt") as f:
+        for name in f.keys():  # noqa: SIM118 (safe_open has no __iter__)
+            got, want = ckpt.slice(name), f.get_slice(name)
+            assert isinstance(got, MappedSlice), name
+            assert got.get_shape() == list(want.get_shape()) and got.get_dtype() == want.get_dtype(), name
+            full = got[...]
+            ref = f.get_tensor(name)
+            assert full.dtype == ref.dtype and full.shape == ref.shape, name
+            assert _bytes(full) == _bytes(ref), name
+            if ref.dim() >= 2 and ref.shape[0] > 1 and ref.shape[-1] > 1:  # a strided region
+                region = (slice(1, None), slice(1, ref.shape[-1] - 1))
+                assert _bytes(got[region]) == _bytes(want[region]), name
+
+
+def test_a_view_reads_the_file_without_copying(tmp_path: Path) -> None:
+    """Indexing returns a view of the mapped file: two reads share memory, and the bytes are
+    the file's own at the header's offset."""
+    folder = _folder(tmp_path, {"w": torch.arange(64, dtype=torch.int32).reshape(8, 8)})
+    raw = (folder / "model.safetensors").read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    with Checkpoint(str(folder)) as ckpt:
+        sl = ckpt.slice("w")
+        a, b = sl[2:4, 1:5], sl[2:4, 1:5]
+        assert a.data_ptr() == b.data_ptr()
+        assert _bytes(sl[...]) == raw[8 + length: 8 + length + 256]
+
+
+def _handwritten(tmp_path: Path) -> Path:
+    """A valid safetensors file whose I32 tensor starts at data offset 3 (not a multiple of 4):
+    save_file never writes one, the format allows it."""
+    u8 = bytes(range(3))
+    i32 = struct.pack("<4i", 1, -2, 3, -4)
+    header = {"u": {"dtype": "U8", "shape": [3], "data_offsets": [0, 3]},
+              "i": {"dtype": "I32", "shape": [2, 2], "data_offsets": [3, 19]}}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + u8 + i32)
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")
+    return tmp_path
+
+
+def test_an_unaligned_tensor_falls_back_to_safetensors(tmp_path: Path) -> None:
+    folder = _handwritten(tmp_path)
+    with Checkpoint(str(folder)) as ckpt:
+        assert isinstance(ckpt.slice("u"), MappedSlice)
+        sl = ckpt.slice("i")
+        assert not isinstance(sl, MappedSlice)
+        assert sl[:].tolist() == [[1, -2], [3, -4]]
+
+
+def test_a_file_truncated_after_opening_is_lr115(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, {"a": torch.ones(64, 64), "b": torch.ones(64, 64)})
+    path = folder / "model.safetensors"
+    with Checkpoint(str(folder)) as ckpt:
+        size = path.stat().st_size
+        with open(path, "r+b") as f:
+            f.truncate(size - 4096)
+        with pytest.raises(FormatError) as err:
+            for name in ("a", "b"):
+                ckpt.slice(name)
+        assert err.value.code == "LR115" and "truncated" in str(err.value)
+
+
+def test_views_survive_closing_the_checkpoint(tmp_path: Path) -> None:
+    """A view taken before close() stays readable (the map lives while a view does)."""
+    folder = _folder(tmp_path, {"w": torch.arange(16.0).reshape(4, 4)})
+    with Checkpoint(str(folder)) as ckpt:
+        view = ckpt.slice("w")[1:3]
+    assert view.tolist() == [[4.0, 5.0, 6.0, 7.0], [8.0, 9.0, 10.0, 11.0]]
