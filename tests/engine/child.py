@@ -11,7 +11,8 @@ model, load the plugin in that mode. The engine core runs in this process
 (VLLM_ENABLE_V1_MULTIPROCESSING=0), so the child imports vLLM once for all modes.
 The parent sets LAYOUTC_TEST_BLOCK_ZENTORCH / LAYOUTC_TEST_BREAK with
 tests/engine/site on PYTHONPATH. Writes {"runs": [{"mode", "tp", "tokens",
-"logprobs", "load_s", "decode_s", "generated"}, ...]}, rewritten atomically after
+"logprobs", "load_s", "load_cpu_s", "decode_s", "decode_cpu_s", "generated"}, ...]}
+(`*_cpu_s`: CPU seconds of this process and its live workers, `tree_cpu_s`), rewritten atomically after
 each run (so the runs before a failing one are kept).
 A failing load propagates: the child exits non-zero with vLLM's error output; with
 --keep-going it is recorded instead ({"mode", "tp", "ep", "error"}) and the next run goes
@@ -35,6 +36,35 @@ def prompts(n: int, vocab: int = 512, length: int = 6) -> list[list[int]]:
     return [[(7 + 31 * i + 17 * j) % vocab for j in range(length)] for i in range(n)]
 
 
+def tree_cpu_s() -> float:
+    """CPU seconds (user + system, every thread) of this process and every live descendant
+    (vLLM's workers), from /proc/<pid>/stat; 0.0 where /proc is absent. A process that has
+    already exited is not counted."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    stats: dict[int, tuple[int, float]] = {}  # pid -> (ppid, cpu seconds)
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return 0.0
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited while listed
+        stats[int(name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    mine, frontier = {os.getpid()}, [os.getpid()]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, _) in stats.items():
+            if ppid == parent and pid not in mine:
+                mine.add(pid)
+                frontier.append(pid)
+    return sum(stats[pid][1] for pid in mine if pid in stats)
+
+
 def run(model: str, tp: int, mode: str, tokens: int, n_prompts: int, repeat: int, ep: bool = False) -> dict:
     from vllm import LLM, SamplingParams
 
@@ -42,20 +72,22 @@ def run(model: str, tp: int, mode: str, tokens: int, n_prompts: int, repeat: int
         os.environ.pop("LAYOUTC_VLLM", None)
     else:
         os.environ["LAYOUTC_VLLM"] = mode
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), tree_cpu_s()
     llm = LLM(model=model, dtype="bfloat16", tensor_parallel_size=tp, enforce_eager=True, max_model_len=64,
               skip_tokenizer_init=True, seed=0, distributed_executor_backend="mp",
               enable_expert_parallel=ep)
-    load_s = time.perf_counter() - start
+    load_s, load_cpu_s = time.perf_counter() - start, tree_cpu_s() - cpu_start
     params = SamplingParams(max_tokens=tokens, temperature=0.0, logprobs=2, detokenize=False, ignore_eos=True)
     batch = [{"prompt_token_ids": p} for p in prompts(n_prompts)]
     outs = llm.generate(batch, params, use_tqdm=False)
-    decode = []
+    decode, decode_cpu = [], []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), tree_cpu_s()
         llm.generate(batch, params, use_tqdm=False)
         decode.append(time.perf_counter() - start)
-    result = {"mode": mode, "tp": tp, "ep": ep, "load_s": load_s, "decode_s": decode, "generated": n_prompts * tokens,
+        decode_cpu.append(tree_cpu_s() - cpu_start)
+    result = {"mode": mode, "tp": tp, "ep": ep, "load_s": load_s, "load_cpu_s": load_cpu_s, "decode_s": decode,
+              "decode_cpu_s": decode_cpu, "generated": n_prompts * tokens,
               "tokens": [], "logprobs": [], "gaps": []}
     for out in outs:
         seq = out.outputs[0]
