@@ -7,9 +7,10 @@ parameter once (pad positions written with the pad code, exactly once; live
 positions left to be filled), then `load` copies one checkpoint tensor into its
 rows: one expert's gate, up or down projection (`expert=e`, `role=...`), or a
 fused per-layer tensor holding every expert (`expert=None`). Only the rank's
-slice of the source is read: `src` may be a torch tensor or a safetensors slice
-(`safe_open(...).get_slice(name)`, memory-mapped), which is indexed before it is
-materialised, in chunks of at most `CHUNK_ELEMENTS` elements, so peak memory is
+slice of the source is read: `src` may be a torch tensor or a slice object
+(`get_shape()`, `get_dtype()`, `[index]`: safetensors' `safe_open(...).get_slice(name)`, or
+the checkpoint reader's `MappedSlice`, whose reads are views of the mapped file), which is
+indexed before it is materialised, in chunks of at most `CHUNK_ELEMENTS` elements, so peak memory is
 the padded parameter plus one chunk.
 
 Source orientation is the caller's declaration, never inferred (with
@@ -269,7 +270,8 @@ def _source_shape(src: object) -> tuple[int, ...] | None:
 
 
 def _read(src: Any, index: tuple[slice, ...], want: tuple[int, ...]) -> torch.Tensor:
-    """Materialise `src[index]` (a safetensors slice reads only that region of the file).
+    """Read `src[index]` (a slice object reads only that region of the file: safetensors'
+    materialises it, a `MappedSlice` returns a view).
 
     The read must be a torch tensor of exactly `want`, the requested region's shape in the
     source's checked shape (a foreign slice object that returns anything else is refused,
