@@ -531,22 +531,39 @@ def load_kernel() -> None:
     _glue.load_kernel(CONTRACT)
 
 
-def prepack_padded(padded_w13: torch.Tensor, padded_w2: torch.Tensor,
-                   plan: Plan) -> tuple[PackedWeight, PackedWeight]:
+def prepack_padded(
+    padded_w13: torch.Tensor, padded_w2: torch.Tensor, plan: Plan, *,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[PackedWeight, PackedWeight]:
     """Prepack already padded weights (from `pad_*` or `shard_*`) for `fused_moe`.
 
     padded_w13: [local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
     padded_w2: [local_num_experts, hidden_size, intermediate_size_per_partition_padded]
     Both in the weights' storage dtype, contiguous CPU. Returns the two
     `PackedWeight` that `fused_moe` takes (it refuses anything else).
-    Raises LayoutContractError on wrong tensors, KernelUnavailableError when the
+    out: (w13, w2) contiguous CPU tensors of the padded shapes and dtype, sharing no memory
+    with the inputs, that the packed bytes are written into instead of new tensors (e.g.
+    a whole layer's packed tensor, filled a chunk of experts at a time), where the
+    kernel's packed form is such a tensor.
+    Raises LayoutContractError on wrong tensors or `out` (or `out` for a kernel whose
+    packed form is not a tensor of the padded shape), KernelUnavailableError when the
     kernel cannot run here.
     """
     _PLANS.require(plan)
     cfg = _config(plan)
     w13 = _layout.check_tensor(CONTRACT, "padded_w13", padded_w13, w13_shapes(plan)[1], cfg.dtype)
     w2 = _layout.check_tensor(CONTRACT, "padded_w2", padded_w2, w2_shapes(plan)[1], cfg.dtype)
-    return _glue.prepack_padded(cfg, w13, w2)
+    dst = None
+    if out is not None:
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise LayoutContractError(
+                f"{CONTRACT}: prepack_padded out= must be a (w13, w2) tuple of tensors"
+            )
+        dst = (
+            _layout.check_out(CONTRACT, "packed w13", out[0], w13, w13_shapes(plan)[1], cfg.dtype),
+            _layout.check_out(CONTRACT, "packed w2", out[1], w2, w2_shapes(plan)[1], cfg.dtype),
+        )
+    return _glue.prepack_padded(cfg, w13, w2, dst)
 
 
 def prepack(w13: torch.Tensor, w2: torch.Tensor, plan: Plan) -> tuple[PackedWeight, PackedWeight]:

@@ -82,3 +82,47 @@ def test_apply_router_weight_on_input_weights_the_input(name: str) -> None:
     on_output = mod.fused_moe(x, p13, p2, w1, ids1, plan)
     assert torch.allclose(out, scaled, atol=1e-6, rtol=1e-5)
     assert not torch.allclose(out, on_output, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_prepack_padded_into_out_equals_new_tensors(name: str) -> None:
+    """`prepack_padded(..., out=)` writes the bytes a plain call returns into the given tensors
+    (the chunked loader fills a whole layer's packed tensors through it), and the forward on
+    them equals the forward on the plain call's."""
+    mod, plan, _, _, x, ids, tw = _setup(name)
+    torch.manual_seed(1)
+    w13 = mod.pad_w13(torch.randn(*mod.w13_shapes(plan)[0]) * 0.1, plan).contiguous()
+    w2 = mod.pad_w2(torch.randn(*mod.w2_shapes(plan)[0]) * 0.1, plan).contiguous()
+    a13, a2 = mod.prepack_padded(w13, w2, plan)
+    o13, o2 = torch.full_like(w13, 7.0), torch.full_like(w2, 7.0)
+    b13, b2 = mod.prepack_padded(w13, w2, plan, out=(o13, o2))
+    assert b13.data is o13 and b2.data is o2
+    assert torch.equal(o13, a13.data) and torch.equal(o2, a2.data)
+    assert torch.equal(mod.fused_moe(x, b13, b2, tw, ids, plan), mod.fused_moe(x, a13, a2, tw, ids, plan))
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("bad", ["aliases_input", "wrong_shape", "wrong_dtype", "not_a_pair", "requires_grad"])
+def test_prepack_padded_out_is_checked(name: str, bad: str) -> None:
+    mod, plan, _, _, _, _, _ = _setup(name)
+    w13 = mod.pad_w13(torch.randn(*mod.w13_shapes(plan)[0]), plan).contiguous()
+    w2 = mod.pad_w2(torch.randn(*mod.w2_shapes(plan)[0]), plan).contiguous()
+    out: Any = {"aliases_input": (w13, torch.empty_like(w2)),
+                "wrong_shape": (torch.empty(1), torch.empty_like(w2)),
+                "wrong_dtype": (w13.to(torch.float64), torch.empty_like(w2)),
+                "not_a_pair": [torch.empty_like(w13), torch.empty_like(w2)],
+                "requires_grad": (torch.empty_like(w13).requires_grad_(), torch.empty_like(w2))}[bad]
+    before = w13.clone()
+    with pytest.raises(mod.LayoutContractError):
+        mod.prepack_padded(w13, w2, plan, out=out)
+    assert torch.equal(w13, before)  # nothing was written through an aliasing out=
+
+
+def test_prepack_padded_out_is_refused_where_the_packed_form_is_not_a_tensor() -> None:
+    mod = load_generated(ROOT / "generated", "torch_int4pack_moe", package="_hostile_glue_generated")
+    plan = mod.plan(num_experts=2, hidden_size=256, intermediate_size=256, tp_size=1, group_size=128,
+                    activation="silu", dtype="bfloat16")
+    w13 = torch.zeros(mod.w13_shapes(plan)[1], dtype=torch.bfloat16)
+    w2 = torch.zeros(mod.w2_shapes(plan)[1], dtype=torch.bfloat16)
+    with pytest.raises(mod.LayoutContractError, match="not supported"):
+        mod.prepack_padded(w13, w2, plan, out=(torch.empty_like(w13), torch.empty_like(w2)))

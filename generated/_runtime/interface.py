@@ -205,9 +205,17 @@ class LoadFn(Protocol):
 
 
 class PrepackFn(Protocol):
-    """`prepack` / `prepack_padded`: (w13, w2, plan) -> (packed w13, packed w2)."""
+    """`prepack`: (w13, w2, plan) -> (packed w13, packed w2)."""
 
     def __call__(self, w13: Any, w2: Any, plan: Any, /) -> tuple[Any, Any]: ...
+
+
+class PrepackPaddedFn(Protocol):
+    """`prepack_padded`: (padded w13, padded w2, plan, out=None) -> (packed w13, packed w2);
+    `out=(w13, w2)`: tensors the packed bytes are written into, where the kernel's packed
+    form is a tensor of the padded shape."""
+
+    def __call__(self, w13: Any, w2: Any, plan: Any, /, *, out: tuple[Any, Any] | None = None) -> tuple[Any, Any]: ...
 
 
 class ConfigFn(Protocol):
@@ -295,7 +303,7 @@ class KernelEntry:
     config: ConfigFn
     load_kernel: Callable[[], None]
     prepack: PrepackFn
-    prepack_padded: PrepackFn
+    prepack_padded: PrepackPaddedFn
     fused_moe: Callable[..., Any]
 
 
@@ -401,6 +409,6 @@ class GluedModule(GeneratedModule, Protocol):
     @property
     def prepack(self) -> PrepackFn: ...
     @property
-    def prepack_padded(self) -> PrepackFn: ...
+    def prepack_padded(self) -> PrepackPaddedFn: ...
     @property
     def fused_moe(self) -> Callable[..., Any]: ...

@@ -53,10 +53,13 @@ def load_kernel(who: str) -> None:
     del who
 
 
-def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor,
-                   padded_w2: torch.Tensor) -> tuple[PackedWeight, PackedWeight]:
-    """The op reads the padded [E, N, K] weights as they are (transposed views at call time)."""
+def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor, padded_w2: torch.Tensor,
+                   out: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[PackedWeight, PackedWeight]:
+    """The op reads the padded [E, N, K] weights as they are (transposed views at call time);
+    with `out` (same shapes and dtype), copies of them in those tensors."""
     check_strides(cfg)
+    if out is not None:
+        padded_w13, padded_w2 = out[0].copy_(padded_w13), out[1].copy_(padded_w2)
     return PackedWeight("w13", cfg, padded_w13), PackedWeight("w2", cfg, padded_w2)
 
 

@@ -95,24 +95,29 @@ def load_kernel(who: str) -> None:
     del who
 
 
-def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor,
-                   padded_w2: torch.Tensor) -> tuple[PackedWeight, PackedWeight]:
+def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor, padded_w2: torch.Tensor,
+                   out: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[PackedWeight, PackedWeight]:
     """Quantize each padded expert to int4 per group and pack it with the real convert op.
 
     The padded intermediate is a whole number of quant groups (the contract proves
     it), so w2's pad columns form all-zero groups or share one with live columns
     and meet only the exactly-zero pad lanes of w13.
+    `out` is refused (LayoutContractError): the packed form is per-expert
+    codes and tables, not a tensor of the padded shape.
     """
+    if out is not None:
+        raise LayoutContractError(f"{cfg.contract}: prepack_padded(out=...) is not supported: this kernel's "
+                                  "packed form is per-expert codes and tables, not tensors of the padded shape")
     group_size, tiles = check_shapes(cfg), int(cfg.arg("inner_k_tiles"))
-    out = []
+    result = []
     for role, padded in (("w13", padded_w13), ("w2", padded_w2)):
         packed, tables = [], []
         for expert in padded:
             codes, table = quantize_int4(expert, group_size)
             packed.append(op(CONVERT_OP)(codes.contiguous(), tiles))
             tables.append(table)
-        out.append(PackedWeight(role, cfg, Int4Weights(tuple(packed), tuple(tables))))
-    return out[0], out[1]
+        result.append(PackedWeight(role, cfg, Int4Weights(tuple(packed), tuple(tables))))
+    return result[0], result[1]
 
 
 def pack_codes(cfg: KernelConfig, role: str, codes: torch.Tensor, scales: torch.Tensor,

