@@ -7,10 +7,11 @@ The layer (written once as safetensors, bf16, in the Gemma-4 format: fused
 `experts.gate_up_proj` [E, 2I, H] and `experts.down_proj` [E, H, I]): 128 experts,
 hidden 2816, intermediate 704; tp 4: I_pp 176 -> 192 (vLLM CPU kernel, isa vec).
 
-* layoutc ("ours"): `Checkpoint` + `load_layer_rank_packed`: 8 experts at a time, the
-  generated `alloc_w13/w2` + `load_w13/w2` read only the rank's rows through
-  `get_slice` into a padded staging pair, the module's `prepack_padded`
-  (`_C::prepack_moe_weight`) packs it, and it is copied into the layer's packed tensors.
+* layoutc ("ours"): `Checkpoint` + `load_layer_rank_packed`: 4 experts at a time, the
+  generated `alloc_w13/w2` (into one staging pair, reused) + `load_w13/w2` read only the
+  rank's rows, as views of the memory-mapped file (`MappedSlice`), into the padded staging
+  pair, and the module's `prepack_padded` (`_C::prepack_moe_weight`) packs it straight into
+  the layer's packed tensors (`out=`).
 * layoutc whole-layer ("ours-whole"): `load_layer_rank` (the whole rank's padded
   parameters), then one `prepack_padded`.
 * vLLM 0.32 (its functions, imported from the installed wheel): the weights iterator's
@@ -226,7 +227,8 @@ def child(which: str, folder: Path) -> None:
     if which.startswith("ours"):
         from layoutc_generated import vllm_cpu_grouped_gemm as mod
         mod.load_kernel()
-        import layoutc.tools.checkpoints.loader  # noqa: F401 (imports before the baseline)
+        import layoutc.tools.checkpoints.loader
+        import layoutc.tools.hfconfig.jsonread  # noqa: F401 (config.json's reader, imported on first use)
     else:
         import vllm._custom_ops
         import vllm.model_executor.layers.fused_moe.experts.cpu_moe  # noqa: F401

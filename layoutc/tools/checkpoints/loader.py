@@ -157,11 +157,11 @@ def load_layer_experts(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleT
 
 
 def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType, plan: Any,
-                           rank: int, *, chunk_experts: int = 8) -> tuple[Any, Any, RankWeights]:
+                           rank: int, *, chunk_experts: int = 4) -> tuple[Any, Any, RankWeights]:
     """Rank `rank`'s prepacked (w13, w2) of `layer`, built `chunk_experts` experts at a time.
 
     Only the packed weights of the whole layer are ever held, plus one chunk's padded
-    staging buffers: each chunk is loaded (the rank's rows only) into a padded staging
+    staging buffers (allocated once, reused by every chunk): each chunk is loaded (the rank's rows only) into a padded staging
     pair and prepacked with the module's `prepack_padded` under a plan for that many
     experts, straight into its experts' rows of the layer's packed tensors (`out=`). Valid for kernels whose
     prepack re-blocks each expert independently (checked for `_C::prepack_moe_weight`
@@ -181,10 +181,16 @@ def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: Mod
     full13: torch.Tensor | None = None
     full2: torch.Tensor | None = None
     packed_type = None
+    stage: tuple[torch.Tensor, torch.Tensor] | None = None  # one staging pair, reused by every chunk
     for lo in range(0, moe.num_experts, chunk_experts):
         hi = min(moe.num_experts, lo + chunk_experts)
         cplan = layout.replan(plan, num_experts=hi - lo)
-        s13, s2 = t13.alloc(cplan, rank), t2.alloc(cplan, rank)
+        if stage is None:
+            s13, s2 = t13.alloc(cplan, rank), t2.alloc(cplan, rank)
+            stage = (s13, s2)
+        else:  # the first rows of the staging pair (contiguous), pads written again
+            s13 = t13.alloc(cplan, rank, out=stage[0][: hi - lo])
+            s2 = t2.alloc(cplan, rank, out=stage[1][: hi - lo])
         if fmt.fused:
             n = fmt.names(layer)
             for role in ("gate_up",) if "gate_up" in n else ("gate", "up"):
