@@ -23,7 +23,7 @@ hidden 2816, intermediate 704; tp 4: I_pp 176 -> 192 (vLLM CPU kernel, isa vec).
   process_weights_after_loading).
 
 Each path runs in its own fresh subprocess (2 torch threads), alternating, so one
-process's allocator state never helps the other. Measured there: wall seconds of the
+process's allocator state never helps the other; each calls `gc.freeze()` after its imports. Measured there: wall seconds of the
 whole load (open to packed weights) and peak RSS growth over the post-import
 baseline, two ways: VmHWM after resetting it via /proc/self/clear_refs (MiB; this
 counts the page-cache pages of the memory-mapped file that the reads fault in, which
@@ -47,6 +47,7 @@ Results: bench/results/load.json.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -236,6 +237,10 @@ def child(which: str, folder: Path) -> None:
 
     import safetensors  # noqa: F401
 
+    # The import-time objects (torch, vLLM, layoutc) to the permanent generation, in every path: a
+    # full collection over them (about 77 ms; bench/quant_load_bench.py) otherwise lands in whichever
+    # path's allocations trigger it, and is no cost of loading.
+    gc.freeze()
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     base, base_anon = _status_kib("VmRSS"), _status_kib("RssAnon")
