@@ -319,6 +319,9 @@ def main() -> int:
         "pads byte-identical to vLLM's _pad_moe_intermediate": all(pads[w]["bytes_equal_vllm_pad"]
                                                                    for w in ("w13", "w2")),
     }
+    from bench._common import git_state, machine
+
+    summary["git"], summary["machine"] = git_state(), machine()
     out_path = ROOT / "bench" / "results" / "load.json"
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_suffix(".json.tmp")

@@ -16,6 +16,14 @@ CPU time (issue 26: where wall time cannot resolve 1 %): each load's and each ti
 decode call's CPU seconds of the child and its live workers (tests/engine/child.py
 `tree_cpu_s`, /proc), decode as ms per generated token; ratios on the median and best.
 Goals: decode overhead <= 1%, load overhead <= 10%.
+
+`--hook-cost` (no engine, seconds): the plugin's only code on the decode path. In check mode
+the plugin runs nothing per step; in replace mode vLLM's own `apply` runs on the installed
+weights behind one wrapper (layoutc/tools/vllm_plugin/ep.py `install`), which, for a layer
+without an expert map, looks the map up and calls vLLM's method. Measured: the CPU time per
+call of that wrapper, installed by ep.install itself on a stand-in class whose `apply` does
+nothing, minus the bare call, best of 7 runs of 200k calls, and next to it one decode call's
+CPU per generated token from the engine run (`--from`, a results file of this script).
 """
 
 from __future__ import annotations
@@ -53,7 +61,12 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--route", choices=("grouped_gemm", "zentorch"), default="grouped_gemm")
     ap.add_argument("--out", type=Path, default=RESULTS / "vllm_plugin.json")
+    ap.add_argument("--hook-cost", action="store_true", help="measure the decode-path wrapper's CPU cost only")
+    ap.add_argument("--from", dest="engine_results", type=Path, default=None,
+                    help="with --hook-cost: an engine results file for the decode CPU per token")
     args = ap.parse_args()
+    if args.hook_cost:
+        return hook_cost(args)
 
     from tests.engine import checkpoints
 
@@ -131,6 +144,51 @@ def main() -> int:
               f"median {r['decode_median']:.3f}, decode CPU per token best {r['decode_cpu_best']:.3f}, "
               f"median {r['decode_cpu_median']:.3f}")
     print(f"same greedy tokens in all modes: {same}")
+    return 0
+
+
+def hook_cost(args: argparse.Namespace) -> int:
+    """CPU seconds per call of replace mode's `apply` wrapper over the bare method (see the module doc)."""
+    import time
+    import types
+
+    from layoutc.tools.vllm_plugin import ep
+
+    class Experts:
+        def apply(self, layer: object, x: object, topk_weights: object, topk_ids: object) -> object:
+            return x
+
+    bare = Experts.apply
+    stand_in = types.SimpleNamespace(CPUUnquantizedExperts=Experts)
+    ep.install(stand_in)
+    wrapped = Experts.apply
+    assert wrapped is not bare and getattr(wrapped, "__wrapped__", None) is bare
+    obj, n = Experts(), 200_000
+
+    def per_call(fn: object) -> float:
+        best = float("inf")
+        for _ in range(7):
+            c0 = time.process_time()
+            for _ in range(n):
+                fn(obj, None, None, None, None)  # type: ignore[operator]
+            best = min(best, time.process_time() - c0)
+        return best / n
+
+    wrapper_s = per_call(wrapped) - per_call(bare)
+    result: dict = {"bench": "vllm_plugin_hook_cost", "commit": _commit(), "machine": machine(), "load": load(),
+                    "wrapper_us_per_moe_layer_step": wrapper_s * 1e6}
+    if args.engine_results is not None:
+        engine = json.loads(args.engine_results.read_text())
+        off = engine["per_mode"]["off"]
+        tokens_per_step = int(engine["args"]["prompts"])  # one decode step yields one token per prompt
+        step_cpu_s = off["decode_cpu_median_ms_per_token"] * 1e-3 * tokens_per_step
+        result.update({"engine_results": str(args.engine_results), "decode_step_cpu_ms_median": step_cpu_s * 1e3,
+                       "moe_layers": 1, "wrapper_share_of_step": wrapper_s / step_cpu_s})
+    out = RESULTS / "vllm_plugin_hook_cost.json"
+    tmp_out = out.with_suffix(".tmp")
+    tmp_out.write_text(json.dumps(result, indent=1))
+    tmp_out.replace(out)
+    print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=1))
     return 0
 
 
