@@ -122,3 +122,46 @@ def test_views_survive_closing_the_checkpoint(tmp_path: Path) -> None:
     with Checkpoint(str(folder)) as ckpt:
         view = ckpt.slice("w")[1:3]
     assert view.tolist() == [[4.0, 5.0, 6.0, 7.0], [8.0, 9.0, 10.0, 11.0]]
+
+
+def _raw_file(tmp_path: Path, header: dict[str, object], data: bytes) -> Path:
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + data)
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")
+    return tmp_path
+
+
+_F32 = struct.pack("<4f", 1.0, 2.0, 3.0, 4.0)
+
+
+@pytest.mark.parametrize("header", [
+    {"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},  # two names on the same bytes
+     "b": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}},
+    {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},  # overlapping by one element
+     "b": {"dtype": "F32", "shape": [3], "data_offsets": [4, 16]}},
+    {"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}},  # a gap before the first tensor
+    {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}},  # bytes after the last tensor
+], ids=["same_bytes", "overlap", "gap", "trailing"])
+def test_a_header_safetensors_refuses_is_lr115(tmp_path: Path, header: dict[str, object]) -> None:
+    """Views are served at the header's offsets without safetensors' own header checks, so the
+    reader must refuse what safetensors refuses (the oracle) instead of serving aliased bytes."""
+    folder = _raw_file(tmp_path, header, _F32)
+    with pytest.raises(Exception, match=r"invalid offset|not fully covered"):
+        safe_open(str(folder / "model.safetensors"), framework="pt")
+    with pytest.raises(FormatError) as err:
+        Checkpoint(str(folder))
+    assert err.value.code == "LR115" and "corrupt safetensors header" in str(err.value)
+
+
+def test_zero_size_tensors_and_a_tensor_ending_at_eof_are_read(tmp_path: Path) -> None:
+    """Zero-size tensors share an offset with their neighbours and the last tensor ends at the
+    last byte of the file: valid for safetensors, and read identically."""
+    header = {"z0": {"dtype": "F32", "shape": [0, 3], "data_offsets": [0, 0]},
+              "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+              "z1": {"dtype": "BF16", "shape": [2, 0], "data_offsets": [16, 16]}}
+    folder = _raw_file(tmp_path, header, _F32)
+    with Checkpoint(str(folder)) as ckpt, safe_open(str(folder / "model.safetensors"), framework="pt") as f:
+        for name in header:
+            got, ref = ckpt.slice(name)[...], f.get_tensor(name)
+            assert got.shape == ref.shape and got.dtype == ref.dtype and torch.equal(got, ref), name
