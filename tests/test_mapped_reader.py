@@ -165,3 +165,18 @@ def test_zero_size_tensors_and_a_tensor_ending_at_eof_are_read(tmp_path: Path) -
         for name in header:
             got, ref = ckpt.slice(name)[...], f.get_tensor(name)
             assert got.shape == ref.shape and got.dtype == ref.dtype and torch.equal(got, ref), name
+
+
+def test_a_file_truncated_after_it_was_mapped_is_lr115(tmp_path: Path) -> None:
+    """The file is mapped by the first slice; truncated afterwards, the next slice past the new end
+    is LR115 (checked against the file's size now, not the map's), never a view whose first read
+    faults (SIGBUS). Nothing past the end is read here."""
+    folder = _folder(tmp_path, {"a": torch.ones(64, 64), "b": torch.ones(64, 64)})
+    path = folder / "model.safetensors"
+    with Checkpoint(str(folder)) as ckpt:
+        assert isinstance(ckpt.slice("a"), MappedSlice)  # maps the file
+        with open(path, "r+b") as f:
+            f.truncate(path.stat().st_size - 4096)
+        with pytest.raises(FormatError) as err:
+            ckpt.slice("b")
+        assert err.value.code == "LR115" and "truncated" in str(err.value)
