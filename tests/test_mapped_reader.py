@@ -180,3 +180,17 @@ def test_a_file_truncated_after_it_was_mapped_is_lr115(tmp_path: Path) -> None:
         with pytest.raises(FormatError) as err:
             ckpt.slice("b")
         assert err.value.code == "LR115" and "truncated" in str(err.value)
+
+
+@pytest.mark.parametrize("shape", [[0, 2**40, 2**40], [2**62, 0], [0, 2**63], [0, 2**64 - 1], [2**31, 2**31, 0]])
+def test_a_zero_size_tensor_with_huge_dims_is_served_as_safetensors_does(tmp_path: Path, shape: list[int]) -> None:
+    """A zero-size tensor may name any dims (no bytes): the reader serves it with safetensors'
+    shape (a view where torch can size it, safetensors' slice where a dim passes int64), never
+    a raw TypeError from an int64 stride overflow."""
+    folder = _raw_file(tmp_path, {"a": {"dtype": "BF16", "shape": shape, "data_offsets": [0, 0]}}, b"")
+    with Checkpoint(str(folder)) as ckpt, safe_open(str(folder / "model.safetensors"), framework="pt") as f:
+        sl = ckpt.slice("a")
+        assert sl.get_shape() == list(f.get_slice("a").get_shape()) == shape
+        assert isinstance(sl, MappedSlice) == all(n < 2**63 for n in shape)
+        if isinstance(sl, MappedSlice):
+            assert sl[...].numel() == 0 and list(sl[...].shape) == shape

@@ -12,7 +12,7 @@ moves each byte once, from the page cache into the padded parameter; safetensors
 `get_slice` materialises every read into a fresh tensor first (a second copy, and about
 12 us per read: bench/quant_load_bench.py). A tensor whose dtype torch cannot view
 (F4, F6), whose offset is not a multiple of its element size, or on a big-endian host falls
-back to safetensors' own `get_slice`.
+back to safetensors' own `get_slice` (so does a zero-size tensor naming a dim past int64).
 """
 
 from __future__ import annotations
@@ -139,14 +139,16 @@ class Checkpoint:
         if not _TORCH_DTYPES:
             _torch_dtypes()
         dtype = _TORCH_DTYPES.get(info.dtype)
-        if dtype is None or sys.byteorder != "little":
-            return self._handle(name).get_slice(name)
+        if dtype is None or sys.byteorder != "little" or any(n > _MAX_DIM for n in info.shape):
+            return self._handle(name).get_slice(name)  # (a zero-size tensor's dim past int64: no torch view)
         base = self._typed(info.file, dtype)
         size = base.element_size()
         count, strides = 1, []
         for n in reversed(info.shape):
             strides.append(count)
             count *= n
+        if not count:  # any strides view an empty tensor; its contiguous ones can pass int64 ([0, 2**40, 2**40])
+            strides = [1] * len(strides)
         if info.start % size:  # not aligned to its element size: torch cannot view it
             return self._handle(name).get_slice(name)
         # the file as it is now (one fstat of the map's own descriptor): a file truncated after it
@@ -212,6 +214,8 @@ class Checkpoint:
         return self.tensors[name].dtype
 
 
+#: the largest dim a torch tensor has (int64 sizes); only a zero-size tensor can name a larger one
+_MAX_DIM = (1 << 63) - 1
 #: safetensors dtype -> the torch dtype its bytes are viewed as (names as in the format's README)
 _TORCH_DTYPES: dict[str, Any] = {}
 
