@@ -126,3 +126,29 @@ def test_prepack_padded_out_is_refused_where_the_packed_form_is_not_a_tensor() -
     w2 = torch.zeros(mod.w2_shapes(plan)[1], dtype=torch.bfloat16)
     with pytest.raises(mod.LayoutContractError, match="not supported"):
         mod.prepack_padded(w13, w2, plan, out=(torch.empty_like(w13), torch.empty_like(w2)))
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("bad", ["w13_out_on_w2_input", "w2_out_on_w13_input", "outs_overlap"])
+def test_prepack_padded_out_overlapping_the_other_side_is_refused(name: str, bad: str) -> None:
+    """An `out=` tensor sharing memory with the OTHER input or with the other `out` would be
+    written before that memory is read (w13 is packed first): refused, nothing written."""
+    import math
+
+    mod, plan, _, _, _, _, _ = _setup(name)
+    s13, s2 = mod.w13_shapes(plan)[1], mod.w2_shapes(plan)[1]
+    w13 = mod.pad_w13(torch.randn(*mod.w13_shapes(plan)[0]), plan).contiguous()
+    w2 = mod.pad_w2(torch.randn(*mod.w2_shapes(plan)[0]), plan).contiguous()
+    buf = torch.zeros(math.prod(s13) + math.prod(s2))  # one storage holding both sides
+    if bad == "w13_out_on_w2_input":
+        w2 = buf[: w2.numel()].view(s2).copy_(w2)
+        out = (buf[: math.prod(s13)].view(s13), torch.empty(s2))
+    elif bad == "w2_out_on_w13_input":
+        w13 = buf[: w13.numel()].view(s13).copy_(w13)
+        out = (torch.empty(s13), buf[: math.prod(s2)].view(s2))
+    else:
+        out = (buf[: math.prod(s13)].view(s13), buf[: math.prod(s2)].view(s2))
+    before = buf.clone()
+    with pytest.raises(mod.LayoutContractError, match="overlaps"):
+        mod.prepack_padded(w13, w2, plan, out=out)
+    assert torch.equal(buf, before)

@@ -66,6 +66,49 @@ def test_loader_writes_a_parameter_like_a_plain_tensor(case: str, tensor: str) -
             assert torch.equal(into.view(torch.uint8), plain.view(torch.uint8)), (tensor, rank)
 
 
+class _SliceOf:
+    """A slice object over a tensor (get_shape / get_dtype / [index]), as the checkpoint loader's
+    `_OneExpert` / `_ExpertRange` wrap a fused tensor: its reads are views of that tensor."""
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.t = t
+
+    def get_shape(self) -> list[int]:
+        return list(self.t.shape)
+
+    def get_dtype(self) -> str:
+        return {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}[self.t.dtype]
+
+    def __getitem__(self, index: Any) -> torch.Tensor:
+        return self.t[index]
+
+
+def _float_tensor(case: str, tensor: str) -> bool:
+    module, config = CASES[case]
+    dtype = getattr(module, f"alloc_{tensor}")(module.plan(**config), 0).dtype
+    return bool(dtype.is_floating_point and dtype.itemsize >= 2)
+
+
+FLOAT_TENSORS = [(c, t) for c, t in TENSORS if _float_tensor(c, t)]  # codes and packed storage never require grad
+
+
+@pytest.mark.parametrize(("case", "tensor"), FLOAT_TENSORS, ids=[f"{c}-{t}" for c, t in FLOAT_TENSORS])
+def test_a_slice_object_whose_reads_require_grad_leaves_no_graph(case: str, tensor: str) -> None:
+    """The source is not a tensor, but what it reads requires grad (a slice object over a
+    transformers parameter): the destination stays a plain tensor with no graph to it, as for a
+    tensor source (before the fix: dst.grad_fn was CopySlices, dst no longer a leaf)."""
+    module, config = CASES[case]
+    plan = module.plan(**config)
+    alloc, load = getattr(module, f"alloc_{tensor}"), getattr(module, f"load_{tensor}")
+    plain = alloc(plan, 0)
+    src = _source(tuple(getattr(module, f"{tensor}_full_shape")(plan)), plain.dtype, seed=5)
+    load(plain, src, plan, 0)
+    into = alloc(plan, 0)
+    load(into, _SliceOf(torch.nn.Parameter(src.clone())), plan, 0)
+    assert into.is_leaf and not into.requires_grad and into.grad_fn is None
+    assert torch.equal(into.view(torch.uint8), plain.view(torch.uint8))
+
+
 @pytest.mark.parametrize(("case", "tensor"), TENSORS, ids=[f"{c}-{t}" for c, t in TENSORS])
 def test_loader_refuses_a_meta_source_by_name(case: str, tensor: str) -> None:
     module, config = CASES[case]

@@ -122,3 +122,75 @@ def test_views_survive_closing_the_checkpoint(tmp_path: Path) -> None:
     with Checkpoint(str(folder)) as ckpt:
         view = ckpt.slice("w")[1:3]
     assert view.tolist() == [[4.0, 5.0, 6.0, 7.0], [8.0, 9.0, 10.0, 11.0]]
+
+
+def _raw_file(tmp_path: Path, header: dict[str, object], data: bytes) -> Path:
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + data)
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")
+    return tmp_path
+
+
+_F32 = struct.pack("<4f", 1.0, 2.0, 3.0, 4.0)
+
+
+@pytest.mark.parametrize("header", [
+    {"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},  # two names on the same bytes
+     "b": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}},
+    {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},  # overlapping by one element
+     "b": {"dtype": "F32", "shape": [3], "data_offsets": [4, 16]}},
+    {"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}},  # a gap before the first tensor
+    {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}},  # bytes after the last tensor
+], ids=["same_bytes", "overlap", "gap", "trailing"])
+def test_a_header_safetensors_refuses_is_lr115(tmp_path: Path, header: dict[str, object]) -> None:
+    """Views are served at the header's offsets without safetensors' own header checks, so the
+    reader must refuse what safetensors refuses (the oracle) instead of serving aliased bytes."""
+    folder = _raw_file(tmp_path, header, _F32)
+    with pytest.raises(Exception, match=r"invalid offset|not fully covered"):
+        safe_open(str(folder / "model.safetensors"), framework="pt")
+    with pytest.raises(FormatError) as err:
+        Checkpoint(str(folder))
+    assert err.value.code == "LR115" and "corrupt safetensors header" in str(err.value)
+
+
+def test_zero_size_tensors_and_a_tensor_ending_at_eof_are_read(tmp_path: Path) -> None:
+    """Zero-size tensors share an offset with their neighbours and the last tensor ends at the
+    last byte of the file: valid for safetensors, and read identically."""
+    header = {"z0": {"dtype": "F32", "shape": [0, 3], "data_offsets": [0, 0]},
+              "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+              "z1": {"dtype": "BF16", "shape": [2, 0], "data_offsets": [16, 16]}}
+    folder = _raw_file(tmp_path, header, _F32)
+    with Checkpoint(str(folder)) as ckpt, safe_open(str(folder / "model.safetensors"), framework="pt") as f:
+        for name in header:
+            got, ref = ckpt.slice(name)[...], f.get_tensor(name)
+            assert got.shape == ref.shape and got.dtype == ref.dtype and torch.equal(got, ref), name
+
+
+def test_a_file_truncated_after_it_was_mapped_is_lr115(tmp_path: Path) -> None:
+    """The file is mapped by the first slice; truncated afterwards, the next slice past the new end
+    is LR115 (checked against the file's size now, not the map's), never a view whose first read
+    faults (SIGBUS). Nothing past the end is read here."""
+    folder = _folder(tmp_path, {"a": torch.ones(64, 64), "b": torch.ones(64, 64)})
+    path = folder / "model.safetensors"
+    with Checkpoint(str(folder)) as ckpt:
+        assert isinstance(ckpt.slice("a"), MappedSlice)  # maps the file
+        with open(path, "r+b") as f:
+            f.truncate(path.stat().st_size - 4096)
+        with pytest.raises(FormatError) as err:
+            ckpt.slice("b")
+        assert err.value.code == "LR115" and "truncated" in str(err.value)
+
+
+@pytest.mark.parametrize("shape", [[0, 2**40, 2**40], [2**62, 0], [0, 2**63], [0, 2**64 - 1], [2**31, 2**31, 0]])
+def test_a_zero_size_tensor_with_huge_dims_is_served_as_safetensors_does(tmp_path: Path, shape: list[int]) -> None:
+    """A zero-size tensor may name any dims (no bytes): the reader serves it with safetensors'
+    shape (a view where torch can size it, safetensors' slice where a dim passes int64), never
+    a raw TypeError from an int64 stride overflow."""
+    folder = _raw_file(tmp_path, {"a": {"dtype": "BF16", "shape": shape, "data_offsets": [0, 0]}}, b"")
+    with Checkpoint(str(folder)) as ckpt, safe_open(str(folder / "model.safetensors"), framework="pt") as f:
+        sl = ckpt.slice("a")
+        assert sl.get_shape() == list(f.get_slice("a").get_shape()) == shape
+        assert isinstance(sl, MappedSlice) == all(n < 2**63 for n in shape)
+        if isinstance(sl, MappedSlice):
+            assert sl[...].numel() == 0 and list(sl[...].shape) == shape

@@ -159,15 +159,20 @@ def byte_range(t: torch.Tensor) -> tuple[int, int]:
     return (int(start), int(start) + (extent + 1) * t.element_size())
 
 
-def check_out(who: str, what: str, out: object, source: torch.Tensor, shape: tuple[int, ...],
-              dtype: torch.dtype) -> torch.Tensor:
-    """`out=`: a contiguous CPU tensor of the padded shape, not requiring grad, sharing no memory with `source`."""
+def check_out(who: str, what: str, out: object, source: torch.Tensor | tuple[torch.Tensor, ...],
+              shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """`out=`: a contiguous CPU tensor of the padded shape, not requiring grad, sharing no memory with
+    `source` (one tensor, or every tensor the call reads or writes besides `out`: prepack_padded's
+    w13 out= is written before its w2 input is read, and the two outs must not overlap)."""
     checked = check_tensor(who, f"out= for {what}", out, shape, dtype)
     if checked.requires_grad:
         raise LayoutContractError(f"{who}: out= for {what} requires grad; pass a plain tensor")
-    a, b = byte_range(checked), byte_range(source)
-    if a[0] < b[1] and b[0] < a[1]:
-        raise LayoutContractError(f"{who}: out= for {what} overlaps the input's memory; pass a separate buffer")
+    a = byte_range(checked)
+    for other in source if isinstance(source, tuple) else (source,):
+        b = byte_range(other)
+        if a[0] < b[1] and b[0] < a[1]:
+            raise LayoutContractError(f"{who}: out= for {what} overlaps the input's memory (an input of the "
+                                      "call or the other out=); pass a separate buffer")
     return checked
 
 

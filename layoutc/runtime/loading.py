@@ -393,7 +393,8 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
     if once and r != 0:
         return  # the parameter is zeros on this rank: the bias is added once, on rank 0
     # dst's data is written, never recorded: no graph to a source that requires grad (when neither
-    # side requires grad, autograd records nothing and the guard is skipped)
+    # side requires grad, autograd records nothing and the guard is skipped; a slice object's reads
+    # are not known before they are made, so each one that requires grad is copied under the guard)
     with torch.no_grad() if grad else contextlib.nullcontext():
         for dst_index, index, sub, want in prep.reads:
             part = _read(src, index, want)
@@ -404,7 +405,12 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
                 part = part[sub]
             if transposed:
                 part = part.transpose(-1, -2)
-            dst_t[dst_index if e is None else (e, *dst_index)].copy_(part)
+            target = dst_t[dst_index if e is None else (e, *dst_index)]
+            if part.requires_grad and not grad:  # a slice object whose reads require grad (one over
+                with torch.no_grad():  # a parameter): no graph to it either
+                    target.copy_(part)
+            else:
+                target.copy_(part)
 
 
 def _call_shape(who: str, what: str, table: _Table, axes: tuple[Axis, ...], roles: tuple[str, ...],

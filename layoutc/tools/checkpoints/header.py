@@ -11,8 +11,9 @@ with the caller's code naming the file.
 that many bytes of JSON: name -> {dtype, shape, data_offsets}) and checks it against the
 file: the length fits the file and is at most `MAX_HEADER_BYTES`, every entry has a dtype,
 a shape of non-negative integers and offsets whose span is the shape's byte size and that
-end inside the file. So a truncated or corrupt file is named (FormatError LR115) before
-any tensor is read. Source of the format: github.com/huggingface/safetensors (README,
+end inside the file, and that the tensors' data tile the data section (no overlap, no gap,
+nothing after the last: safetensors' own rule). So a truncated or corrupt file is named
+(FormatError LR115) before any tensor is read. Source of the format: github.com/huggingface/safetensors (README,
 "Format"). Standard library only.
 """
 
@@ -39,13 +40,15 @@ FLOAT_NAMES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "f
 @dataclass(frozen=True)
 class TensorInfo:
     """One tensor's header entry: safetensors dtype ("BF16", ...), shape, the file holding it,
-    and `start`, the byte offset of its data from the start of that file (8 + header length +
-    its first data offset; the header has checked that the data ends inside the file)."""
+    and `start` / `end`, the byte offsets of its data from the start of that file (8 + header
+    length + its data offsets; the header has checked that the data ends inside the file and
+    that the tensors tile the data section)."""
 
     dtype: str
     shape: tuple[int, ...]
     file: str
     start: int
+    end: int
 
 
 def read_json_object(path: str, code: str, what: str) -> dict[str, Any]:
@@ -139,7 +142,27 @@ def read_header(path: str, file: str) -> dict[str, TensorInfo]:
         if name == "__metadata__":
             continue
         out[name] = _entry(path, file, name, entry, data_size, data_start)
+    _check_coverage(path, out, data_size, data_start)
     return out
+
+
+def _check_coverage(path: str, tensors: dict[str, TensorInfo], data_size: int, data_start: int) -> None:
+    """The tensors' data, in offset order, tile the data section exactly: each starts where the
+    previous one ended and the last ends at the end of the file (safetensors' own rule,
+    `Metadata::validate` / `read_metadata`: InvalidOffset, MetadataIncompleteBuffer). The mapped
+    reader serves views at these offsets without safetensors' checks, so a file safetensors
+    refuses (two names on the same bytes, a gap, bytes after the last tensor) is refused here.
+    Raises FormatError LR115."""
+    end = 0
+    for name, info in sorted(tensors.items(), key=lambda kv: (kv[1].start, kv[1].end)):
+        if info.start - data_start != end:
+            what = "overlaps the tensor before it" if info.start - data_start < end else "leaves a gap before it"
+            raise FormatError("LR115", f"{path}: corrupt safetensors header: tensor {name!r} starts at byte "
+                              f"{info.start - data_start} of the data, which {what} (ends at byte {end})")
+        end = info.end - data_start
+    if end != data_size:
+        raise FormatError("LR115", f"{path}: corrupt safetensors header: the tensors cover {end} bytes of the "
+                          f"data section, which has {data_size} (bytes no tensor names)")
 
 
 def _entry(path: str, file: str, name: str, entry: Any, data_size: int, data_start: int) -> TensorInfo:
@@ -166,4 +189,4 @@ def _entry(path: str, file: str, name: str, entry: Any, data_size: int, data_sta
     if offsets[1] > data_size:
         raise FormatError("LR115", f"{path}: truncated safetensors file: tensor {name!r} ends at byte "
                           f"{offsets[1]} of the data, which has {data_size}")
-    return TensorInfo(dtype, tuple(shape), file, data_start + offsets[0])
+    return TensorInfo(dtype, tuple(shape), file, data_start + offsets[0], data_start + offsets[1])

@@ -12,7 +12,7 @@ moves each byte once, from the page cache into the padded parameter; safetensors
 `get_slice` materialises every read into a fresh tensor first (a second copy, and about
 12 us per read: bench/quant_load_bench.py). A tensor whose dtype torch cannot view
 (F4, F6), whose offset is not a multiple of its element size, or on a big-endian host falls
-back to safetensors' own `get_slice`.
+back to safetensors' own `get_slice` (so does a zero-size tensor naming a dim past int64).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ class Checkpoint:
         self._stack = ExitStack()
         self._open: dict[str, Any] = {}
         self._maps: dict[str, Any] = {}  # file -> its bytes as a read-only uint8 torch tensor (mmap)
+        self._mmaps: dict[str, mmap.mmap] = {}  # file -> its map (whose size() is the file's size now)
         self._typed_maps: dict[tuple[str, Any], Any] = {}  # (file, dtype) -> those bytes viewed as dtype
 
     def _weight_map(self) -> dict[str, str]:
@@ -97,6 +98,7 @@ class Checkpoint:
         self._stack.close()
         self._open.clear()
         self._maps.clear()  # each map is unmapped when the last view of it is dropped
+        self._mmaps.clear()
         self._typed_maps.clear()
 
     def has(self, name: str) -> bool:
@@ -129,26 +131,32 @@ class Checkpoint:
         """The memory-mapped slice object of `name` (index it to read a region): a `MappedSlice`
         (zero-copy views) where torch can view the bytes, else safetensors' `get_slice`.
         Raises FormatError LR112 (no such tensor), LR111 (the file cannot be opened), LR115 (the
-        file is now shorter than its header says)."""
+        file is now shorter than its header says: checked against the file's size at each call,
+        so a file truncated between calls is named; one truncated while a view is being read
+        still faults, as safetensors' own map does)."""
         self._check(name)
         info = self.tensors[name]
         if not _TORCH_DTYPES:
             _torch_dtypes()
         dtype = _TORCH_DTYPES.get(info.dtype)
-        if dtype is None or sys.byteorder != "little":
-            return self._handle(name).get_slice(name)
+        if dtype is None or sys.byteorder != "little" or any(n > _MAX_DIM for n in info.shape):
+            return self._handle(name).get_slice(name)  # (a zero-size tensor's dim past int64: no torch view)
         base = self._typed(info.file, dtype)
         size = base.element_size()
         count, strides = 1, []
         for n in reversed(info.shape):
             strides.append(count)
             count *= n
+        if not count:  # any strides view an empty tensor; its contiguous ones can pass int64 ([0, 2**40, 2**40])
+            strides = [1] * len(strides)
         if info.start % size:  # not aligned to its element size: torch cannot view it
             return self._handle(name).get_slice(name)
-        if info.start // size + count > base.numel():
+        # the file as it is now (one fstat of the map's own descriptor): a file truncated after it
+        # was mapped would fault (SIGBUS) on the first read past its new end, not raise
+        now = min(base.numel() * size, self._mmaps[info.file].size())
+        if info.start + count * size > now:
             raise FormatError("LR115", f"{os.path.join(self.folder, info.file)}: truncated safetensors file: "
-                              f"tensor {name!r} ends at byte {info.start + count * size} of "
-                              f"{base.numel() * size}")
+                              f"tensor {name!r} ends at byte {info.start + count * size} of {now}")
         return MappedSlice(base.as_strided(info.shape, strides[::-1], info.start // size), info.dtype)
 
     def _typed(self, fname: str, dtype: Any) -> Any:
@@ -175,6 +183,7 @@ class Checkpoint:
             with warnings.catch_warnings():  # torch warns that the buffer is not writable: by design
                 warnings.simplefilter("ignore", UserWarning)
                 self._maps[fname] = torch.frombuffer(mapped, dtype=torch.uint8)
+            self._mmaps[fname] = mapped
         return self._maps[fname]
 
     def experts_slice(self, name: str, experts: int, flattened: bool) -> Any:
@@ -205,6 +214,8 @@ class Checkpoint:
         return self.tensors[name].dtype
 
 
+#: the largest dim a torch tensor has (int64 sizes); only a zero-size tensor can name a larger one
+_MAX_DIM = (1 << 63) - 1
 #: safetensors dtype -> the torch dtype its bytes are viewed as (names as in the format's README)
 _TORCH_DTYPES: dict[str, Any] = {}
 
