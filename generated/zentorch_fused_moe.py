@@ -707,9 +707,14 @@ def prepack_padded(
             raise LayoutContractError(
                 f"{CONTRACT}: prepack_padded out= must be a (w13, w2) tuple of tensors"
             )
-        # each out= shares memory with neither input (w13 is packed before w2 is read) nor the other out=
-        o13 = _layout.check_out(CONTRACT, "packed w13", out[0], (w13, w2), w13_shapes(plan)[1], cfg.dtype)
-        o2 = _layout.check_out(CONTRACT, "packed w2", out[1], (w13, w2, o13), w2_shapes(plan)[1], cfg.dtype)
+        # each out= shares memory with neither input (w13 is packed before w2 is read)
+        # nor the other out=
+        o13 = _layout.check_out(
+            CONTRACT, "packed w13", out[0], (w13, w2), w13_shapes(plan)[1], cfg.dtype
+        )
+        o2 = _layout.check_out(
+            CONTRACT, "packed w2", out[1], (w13, w2, o13), w2_shapes(plan)[1], cfg.dtype
+        )
         dst = (o13, o2)
     return _glue.prepack_padded(cfg, w13, w2, dst)
 
