@@ -228,8 +228,11 @@ def child(which: str, folder: Path) -> None:
     if which.startswith("ours"):
         from layoutc_generated import vllm_cpu_grouped_gemm as mod
         mod.load_kernel()
+        # imports before the baseline, with those the reader makes on first use (its dtype table in
+        # layoutc.runtime.loading, config.json's reader)
+        import layoutc.runtime.loading
         import layoutc.tools.checkpoints.loader
-        import layoutc.tools.hfconfig.jsonread  # noqa: F401 (config.json's reader, imported on first use)
+        import layoutc.tools.hfconfig.jsonread  # noqa: F401
     else:
         import vllm._custom_ops
         import vllm.model_executor.layers.fused_moe.experts.cpu_moe  # noqa: F401

@@ -231,9 +231,12 @@ def child(which: str, folder: Path) -> None:
     torch.set_num_threads(THREADS)
     import safetensors  # noqa: F401 (imported before the baseline)
 
+    # before the baseline too: the reader imports its dtype table (layoutc.runtime.loading) and
+    # config.json's reader (hfconfig.jsonread) on first use
+    import layoutc.runtime.loading
     import layoutc.tools.checkpoints.quant
     import layoutc.tools.checkpoints.reader
-    import layoutc.tools.hfconfig.jsonread  # noqa: F401 (config.json's reader: imported on first use)
+    import layoutc.tools.hfconfig.jsonread  # noqa: F401
     from bench._common import wait_for_quiet
     from generated import marlin_moe_wna16  # noqa: F401
 

@@ -183,7 +183,7 @@ def hook_cost(args: argparse.Namespace) -> int:
         tokens_per_step = int(engine["args"]["prompts"])  # one decode step yields one token per prompt
         step_cpu_s = off["decode_cpu_median_ms_per_token"] * 1e-3 * tokens_per_step
         result.update({"engine_results": str(args.engine_results), "decode_step_cpu_ms_median": step_cpu_s * 1e3,
-                       "moe_layers": 1, "wrapper_share_of_step": wrapper_s / step_cpu_s})
+                       "wrapper_share_of_step_per_moe_layer": wrapper_s / step_cpu_s})
     out = RESULTS / "vllm_plugin_hook_cost.json"
     tmp_out = out.with_suffix(".tmp")
     tmp_out.write_text(json.dumps(result, indent=1))

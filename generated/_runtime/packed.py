@@ -89,6 +89,14 @@ def check_packed(who: str, what: str, packed: object, role: str, config: KernelC
     return packed.data
 
 
+def refuse_prepack_out(cfg: KernelConfig, out: object) -> None:
+    """`prepack_padded(out=...)` for a kernel whose packed form is per-expert codes and tables,
+    not tensors of the padded shape (int4pack, int8pack): LayoutContractError unless `out` is None."""
+    if out is not None:
+        raise LayoutContractError(f"{cfg.contract}: prepack_padded(out=...) is not supported: this kernel's "
+                                  "packed form is per-expert codes and tables, not tensors of the padded shape")
+
+
 def check_bias(who: str, what: str, bias: object, config: KernelConfig) -> torch.Tensor | None:
     """An optional bias of the padded shape the contract gives `what` ("w13_bias" / "w2_bias")."""
     if bias is None:

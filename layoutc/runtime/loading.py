@@ -304,7 +304,7 @@ def _check_source_dtype(who: str, what: str, src: object, dtype: torch.dtype) ->
     get_dtype = getattr(src, "get_dtype", None)
     if src_dtype is None and callable(get_dtype):  # a safetensors slice names it ("BF16", "U8", ...)
         try:
-            src_dtype = _SAFETENSORS_DTYPES.get(str(get_dtype()))
+            src_dtype = SAFETENSORS_DTYPES.get(str(get_dtype()))
         except Exception:  # a foreign object whose get_dtype fails: its reads are checked instead
             src_dtype = None
     if not isinstance(src_dtype, torch.dtype) or src_dtype == dtype:
@@ -318,7 +318,9 @@ def _check_source_dtype(who: str, what: str, src: object, dtype: torch.dtype) ->
                               f"loaded as stored){hint}")
 
 
-_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
+#: safetensors dtype name -> torch dtype (the names of the format's README); also the dtypes the
+#: checkpoint reader views a file's bytes as (layoutc/tools/checkpoints/reader.py)
+SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
                        "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
                        "U64": torch.uint64, "U32": torch.uint32, "U16": torch.uint16, "U8": torch.uint8,
                        "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
@@ -392,25 +394,20 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
         grad = grad or src.requires_grad
     if once and r != 0:
         return  # the parameter is zeros on this rank: the bias is added once, on rank 0
-    # dst's data is written, never recorded: no graph to a source that requires grad (when neither
-    # side requires grad, autograd records nothing and the guard is skipped; a slice object's reads
-    # are not known before they are made, so each one that requires grad is copied under the guard)
-    with torch.no_grad() if grad else contextlib.nullcontext():
-        for dst_index, index, sub, want in prep.reads:
-            part = _read(src, index, want)
-            if part.dtype != dst_t.dtype:  # each read's dtype is checked as the declared one is (a
-                # slice whose get_dtype() names no known dtype is judged by what it reads)
-                _check_source_dtype(who, what, part, dst_t.dtype)
-            if sub is not None:
-                part = part[sub]
-            if transposed:
-                part = part.transpose(-1, -2)
-            target = dst_t[dst_index if e is None else (e, *dst_index)]
-            if part.requires_grad and not grad:  # a slice object whose reads require grad (one over
-                with torch.no_grad():  # a parameter): no graph to it either
-                    target.copy_(part)
-            else:
-                target.copy_(part)
+    for dst_index, index, sub, want in prep.reads:
+        part = _read(src, index, want)
+        if part.dtype != dst_t.dtype:  # each read's dtype is checked as the declared one is (a
+            # slice whose get_dtype() names no known dtype is judged by what it reads)
+            _check_source_dtype(who, what, part, dst_t.dtype)
+        if sub is not None:
+            part = part[sub]
+        if transposed:
+            part = part.transpose(-1, -2)
+        # dst's data is written, never recorded: no graph to a source that requires grad (a slice
+        # object's reads are only known once made); when neither side requires grad, autograd
+        # records nothing and the guard is skipped
+        with torch.no_grad() if grad or part.requires_grad else contextlib.nullcontext():
+            dst_t[dst_index if e is None else (e, *dst_index)].copy_(part)
 
 
 def _call_shape(who: str, what: str, table: _Table, axes: tuple[Axis, ...], roles: tuple[str, ...],

@@ -22,7 +22,7 @@ from ..errors import LayoutContractError
 from ..interface import GATED_HALVES, WEIGHTS, GlueInterface
 from ..layout import check_tensor
 from ..ops import op
-from ..packed import KernelConfig, PackedWeight, check_forward
+from ..packed import KernelConfig, PackedWeight, check_forward, refuse_prepack_out
 from ._loop import expert_loop
 
 INTERFACE = GlueInterface(
@@ -109,9 +109,7 @@ def prepack_padded(cfg: KernelConfig, padded_w13: torch.Tensor, padded_w2: torch
     `out` is refused (LayoutContractError): the packed form is per-expert
     codes and tables, not a tensor of the padded shape.
     """
-    if out is not None:
-        raise LayoutContractError(f"{cfg.contract}: prepack_padded(out=...) is not supported: this kernel's "
-                                  "packed form is per-expert codes and tables, not tensors of the padded shape")
+    refuse_prepack_out(cfg, out)
     result = []
     for role, padded in (("w13", padded_w13), ("w2", padded_w2)):
         check_k(cfg.contract, role, int(padded.shape[2]), cfg.dtype)

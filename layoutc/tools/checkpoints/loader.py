@@ -178,16 +178,19 @@ def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: Mod
     kernel = _kernel(layout)
     t13, t2 = layout.weight("w13"), layout.weight("w2")
     load13, load2 = t13.load, t2.load
-    full13: torch.Tensor | None = None
-    full2: torch.Tensor | None = None
     packed_type = None
     stage: tuple[torch.Tensor, torch.Tensor] | None = None  # one staging pair, reused by every chunk
+    full: tuple[torch.Tensor, torch.Tensor] | None = None  # the layer's packed w13 / w2
+    cplans: dict[int, Any] = {}  # chunk length -> its plan (one object per length: the loads' reads are remembered by it)
     for lo in range(0, moe.num_experts, chunk_experts):
         hi = min(moe.num_experts, lo + chunk_experts)
-        cplan = layout.replan(plan, num_experts=hi - lo)
-        if stage is None:
-            s13, s2 = t13.alloc(cplan, rank), t2.alloc(cplan, rank)
-            stage = (s13, s2)
+        if hi - lo not in cplans:
+            cplans[hi - lo] = layout.replan(plan, num_experts=hi - lo)
+        cplan = cplans[hi - lo]
+        if stage is None or full is None:
+            s13, s2 = stage = (t13.alloc(cplan, rank), t2.alloc(cplan, rank))
+            full = (torch.empty((moe.num_experts, *s13.shape[1:]), dtype=s13.dtype),
+                    torch.empty((moe.num_experts, *s2.shape[1:]), dtype=s2.dtype))
         else:  # the first rows of the staging pair (contiguous), pads written again
             s13 = t13.alloc(cplan, rank, out=stage[0][: hi - lo])
             s2 = t2.alloc(cplan, rank, out=stage[1][: hi - lo])
@@ -207,15 +210,12 @@ def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: Mod
                        transposed=fmt.transposed)
                 load2(s2, ckpt.slice(n["down"]), cplan, rank, expert=e - lo, role="down",
                       transposed=fmt.down_transposed)
-        if full13 is None or full2 is None:
-            full13 = torch.empty((moe.num_experts, *s13.shape[1:]), dtype=s13.dtype)
-            full2 = torch.empty((moe.num_experts, *s2.shape[1:]), dtype=s2.dtype)
         # the chunk's packed bytes go straight into the layer's tensors (a leading-axis slice of
         # a contiguous tensor is contiguous): no packed copy of the chunk is made
-        p13, p2 = kernel.prepack_padded(s13, s2, cplan, out=(full13[lo:hi], full2[lo:hi]))
+        p13, _ = kernel.prepack_padded(s13, s2, cplan, out=(full[0][lo:hi], full[1][lo:hi]))
         packed_type = type(p13)
-        del s13, s2, p13, p2
-    assert packed_type is not None
+    assert packed_type is not None and full is not None
+    full13, full2 = full
     config = kernel.config(plan)  # the whole layer's configuration, as prepack_padded would record it
     biases = RankWeights(None, None)
     if fmt.gate_up_bias is not None:

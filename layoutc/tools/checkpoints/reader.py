@@ -53,9 +53,8 @@ class Checkpoint:
         self.tensors = self._headers()
         self._stack = ExitStack()
         self._open: dict[str, Any] = {}
-        self._maps: dict[str, Any] = {}  # file -> its bytes as a read-only uint8 torch tensor (mmap)
-        self._mmaps: dict[str, mmap.mmap] = {}  # file -> its map (whose size() is the file's size now)
-        self._typed_maps: dict[tuple[str, Any], Any] = {}  # (file, dtype) -> those bytes viewed as dtype
+        self._mmaps: dict[str, mmap.mmap] = {}  # file -> its read-only map (whose size() is the file's size now)
+        self._typed_maps: dict[tuple[str, Any], Any] = {}  # (file, dtype) -> the mapped bytes viewed as dtype
 
     def _weight_map(self) -> dict[str, str]:
         index = os.path.join(self.folder, INDEX)
@@ -97,8 +96,7 @@ class Checkpoint:
         """Close every safetensors file this checkpoint opened."""
         self._stack.close()
         self._open.clear()
-        self._maps.clear()  # each map is unmapped when the last view of it is dropped
-        self._mmaps.clear()
+        self._mmaps.clear()  # each map is unmapped when the last view of it is dropped
         self._typed_maps.clear()
 
     def has(self, name: str) -> bool:
@@ -136,21 +134,22 @@ class Checkpoint:
         still faults, as safetensors' own map does)."""
         self._check(name)
         info = self.tensors[name]
-        if not _TORCH_DTYPES:
-            _torch_dtypes()
-        dtype = _TORCH_DTYPES.get(info.dtype)
-        if dtype is None or sys.byteorder != "little" or any(n > _MAX_DIM for n in info.shape):
-            return self._handle(name).get_slice(name)  # (a zero-size tensor's dim past int64: no torch view)
+        from layoutc.runtime.loading import SAFETENSORS_DTYPES  # torch: not at import (audit reads headers)
+
+        dtype = SAFETENSORS_DTYPES.get(info.dtype)
+        if dtype is None or sys.byteorder != "little" or any(n > _MAX_DIM for n in info.shape) \
+                or info.start % dtype.itemsize:
+            # no torch view: a dtype torch lacks, a big-endian host, a zero-size tensor's dim past
+            # int64, or data not aligned to its element size
+            return self._handle(name).get_slice(name)
         base = self._typed(info.file, dtype)
-        size = base.element_size()
+        size = dtype.itemsize
         count, strides = 1, []
         for n in reversed(info.shape):
             strides.append(count)
             count *= n
         if not count:  # any strides view an empty tensor; its contiguous ones can pass int64 ([0, 2**40, 2**40])
             strides = [1] * len(strides)
-        if info.start % size:  # not aligned to its element size: torch cannot view it
-            return self._handle(name).get_slice(name)
         # the file as it is now (one fstat of the map's own descriptor): a file truncated after it
         # was mapped would fault (SIGBUS) on the first read past its new end, not raise
         now = min(base.numel() * size, self._mmaps[info.file].size())
@@ -164,27 +163,24 @@ class Checkpoint:
         view per (file, dtype): a tensor is then one `as_strided` of it."""
         key = (fname, dtype)
         if key not in self._typed_maps:
-            data = self._map(fname)
-            size = dtype.itemsize
-            self._typed_maps[key] = data[: data.numel() // size * size].view(dtype)
-        return self._typed_maps[key]
-
-    def _map(self, fname: str) -> Any:
-        """File `fname`'s bytes as a read-only uint8 tensor backed by mmap (mapped once)."""
-        if fname not in self._maps:
             import torch
 
+            mapped = self._map(fname)
+            with warnings.catch_warnings():  # torch warns that the buffer is not writable: by design
+                warnings.simplefilter("ignore", UserWarning)
+                self._typed_maps[key] = torch.frombuffer(mapped, dtype=dtype, count=len(mapped) // dtype.itemsize)
+        return self._typed_maps[key]
+
+    def _map(self, fname: str) -> mmap.mmap:
+        """File `fname` mapped read-only (once)."""
+        if fname not in self._mmaps:
             path = os.path.join(self.folder, fname)
             try:
                 with open(path, "rb") as f:
-                    mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    self._mmaps[fname] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             except (OSError, ValueError) as exc:
                 raise FormatError("LR111", f"{fname}: cannot map: {exc}") from None
-            with warnings.catch_warnings():  # torch warns that the buffer is not writable: by design
-                warnings.simplefilter("ignore", UserWarning)
-                self._maps[fname] = torch.frombuffer(mapped, dtype=torch.uint8)
-            self._mmaps[fname] = mapped
-        return self._maps[fname]
+        return self._mmaps[fname]
 
     def experts_slice(self, name: str, experts: int, flattened: bool) -> Any:
         """A fused tensor's slice with a leading experts axis: as stored, or, for a tensor that
@@ -216,20 +212,6 @@ class Checkpoint:
 
 #: the largest dim a torch tensor has (int64 sizes); only a zero-size tensor can name a larger one
 _MAX_DIM = (1 << 63) - 1
-#: safetensors dtype -> the torch dtype its bytes are viewed as (names as in the format's README)
-_TORCH_DTYPES: dict[str, Any] = {}
-
-
-def _torch_dtypes() -> None:
-    import torch
-
-    _TORCH_DTYPES.update({"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
-                          "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-                          "U64": torch.uint64, "U32": torch.uint32, "U16": torch.uint16, "U8": torch.uint8,
-                          "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
-                          "F8_E8M0": torch.float8_e8m0fnu, "BOOL": torch.bool})
-
-
 class MappedSlice:
     """One checkpoint tensor as a read-only view of its memory-mapped file, with safetensors'
     slice interface: `get_shape()` (list of ints), `get_dtype()` (the safetensors name, "BF16",
