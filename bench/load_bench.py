@@ -60,6 +60,8 @@ from typing import Any
 E, H, I, TP, RANK = 128, 2816, 704, 4, 1  # noqa: E741 (the field's names)
 CHUNKED = True  # set by --child ours-whole
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench._common import git_state, machine  # noqa: E402
 
 
 def _status_kib(key: str) -> int:
@@ -322,8 +324,6 @@ def main() -> int:
         "pads byte-identical to vLLM's _pad_moe_intermediate": all(pads[w]["bytes_equal_vllm_pad"]
                                                                    for w in ("w13", "w2")),
     }
-    from bench._common import git_state, machine
-
     summary["git"], summary["machine"] = git_state(), machine()
     out_path = ROOT / "bench" / "results" / "load.json"
     out_path.parent.mkdir(parents=True, exist_ok=True)
