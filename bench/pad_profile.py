@@ -1,4 +1,4 @@
-"""Why `pad_*` is slower than a plain copy where it is: the generated pad taken apart.
+"""The generated pad taken apart, next to a plain copy and the alternatives measured for it.
 
     python bench/pad_profile.py            # writes bench/results/pad_profile.json
     python bench/pad_profile.py --thp      # the fresh-output rows again with THP_MEM_ALLOC_ENABLE=1
@@ -6,7 +6,8 @@
 Same tensors as bench/pad_bench.py (gemma-4-26B-A4B tp 4 on vllm_cpu_grouped_gemm,
 Qwen3-235B-A22B tp 8 on aiter_fused_moe), bf16, 2 threads. For each tensor it times:
 
-* `pad_out`: the generated `pad_*(t, plan, out=out)`;
+* `pad_out`: the generated `pad_*(t, plan, out=out)` (for w2 since 6e32068 the one-pass
+  bit-mask path, `layout._masked_rows`; before it, copy then fill as in `op:*` below);
 * `copy`: `out.copy_(same_shape_source)` (the bound);
 * each torch op the generated `_scatter` issues, alone (`op:copy[...]`, `op:fill[...]`);
 * `merged`: what `_scatter` could issue instead: the gate/up segments as one extra
