@@ -302,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("layoutc: interrupted\n")
         return 2
     except BrokenPipeError:
-        return 2
+        return _closed_stdout()
     except BaseException as exc:
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()[:2000]
         sys.stderr.write(f"layoutc: error[LC900]: internal error: {detail}\n"
@@ -310,6 +310,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("LAYOUTC_TRACEBACK"):
             traceback.print_exc()
         return 2
+
+
+#: Exit status when the reader of stdout went away (`layoutc explain ... | head -1`): the shell's
+#: 128 + SIGPIPE, what a tool killed by the signal reports; nothing more is printed.
+EXIT_PIPE = 141
+
+
+def _closed_stdout() -> int:
+    """Point stdout at /dev/null (so the interpreter's final flush cannot fail again) and return
+    EXIT_PIPE."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return EXIT_PIPE
 
 
 def entry() -> None:

@@ -34,6 +34,7 @@ from typing import Any
 
 import pytest
 
+from layoutc.runtime.errors import LayoutContractError
 from tests.conftest import ROOT, require_package
 
 pytestmark = [pytest.mark.kernel, pytest.mark.transformers, pytest.mark.slow]
@@ -636,6 +637,10 @@ def test_chunked_prepack_equals_whole_layer(ckpts: dict[tuple[str, str], Path]) 
         ids = torch.tensor([[0, 1]] * 4, dtype=torch.int32)
         w = torch.full((4, 2), 0.5)
         assert torch.equal(mod.fused_moe(x, c13, c2, w, ids, p), mod.fused_moe(x, w13, w2, w, ids, p))
+        for bad in (0, -2, 1.5, True, "4"):
+            with pytest.raises(LayoutContractError, match="chunk_experts"), \
+                    Checkpoint(str(ckpts[(family, "bfloat16")])) as ckpt:
+                load_layer_rank_packed(ckpt, moe, 0, mod, p, 3, chunk_experts=bad)  # type: ignore[arg-type]
 
 
 def test_a_gpt_oss_checkpoint_with_another_clamp_is_refused_by_the_contract(

@@ -163,3 +163,17 @@ def test_hostile_input_diagnostics_in_machine_formats(fmt: str, tmp_path: Path) 
             assert diags and all(d["code"].startswith("LC") and d["span"]["line"] >= 1 for d in diags), res.out
         else:
             assert re.search(r"^::error file=.+,line=\d+,col=\d+,title=layoutc LC\d{3}::", res.out, re.M), res.out
+
+
+def test_a_reader_that_closes_stdout_early_gets_the_pipe_status_and_no_noise() -> None:
+    """`layoutc explain ... | head -1`: 141 (128 + SIGPIPE), as a tool killed by the signal, and
+    nothing on stderr (it was exit 2, the status of a usage error, before)."""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-m", "layoutc", "explain", CONTRACT, *SET],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first write: that write fails (EPIPE)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=BOUND_S) == 141, err
+    assert err == b"", err

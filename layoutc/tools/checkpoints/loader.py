@@ -15,6 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from layoutc.runtime.algebra import Word
+from layoutc.runtime.errors import LayoutContractError
 from layoutc.runtime.interface import KernelEntry, ModuleLayout, TensorEntry
 from layoutc.tools.checkpoints.formats import FormatError, ModelMoE
 from layoutc.tools.checkpoints.reader import Checkpoint
@@ -169,10 +170,14 @@ def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: Mod
     tests/test_checkpoints.py). Returns (packed_w13, packed_w2, biases in a RankWeights
     with w13/w2 None). Raises as `load_layer_rank`, FormatError LR120 for a contract
     without a glue (nothing to prepack with), and LayoutContractError for a kernel whose
-    packed form is not a tensor of the padded shape (int4pack / int8pack: no `out=`).
+    packed form is not a tensor of the padded shape (int4pack / int8pack: no `out=`) or a
+    `chunk_experts` that is not a positive integer.
     """
     import torch
 
+    if isinstance(chunk_experts, bool) or not isinstance(chunk_experts, int) or chunk_experts < 1:
+        raise LayoutContractError(f"load_layer_rank_packed: chunk_experts={chunk_experts!r} must be a positive "
+                                  "integer (experts per chunk)")
     fmt = moe.format
     layout = _layout(mod)
     kernel = _kernel(layout)
