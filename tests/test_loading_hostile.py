@@ -195,3 +195,25 @@ def test_a_source_sharing_the_destinations_memory_is_refused() -> None:
     assert module.alloc_w13(plan, 0, out=dst) is dst
     module.load_w13(dst, source, plan, 0)
     assert torch.equal(dst, want)
+
+
+def test_a_slice_object_reading_the_destinations_memory_is_refused() -> None:
+    """The same in-place padding through a slice object (its reads are views of the
+    destination, as `_SliceOf` wraps a fused tensor): the source is not a tensor, so its memory
+    is only known once read; each read is checked before it is copied."""
+    from generated import vllm_cpu_grouped_gemm as module
+
+    plan = module.plan(num_experts=2, hidden_size=256, intermediate_size=200, tp_size=1, dtype="float32",
+                       isa="vec", activation="silu")
+    full = tuple(module.w13_full_shape(plan))
+    checkpoint = torch.randn(full, generator=torch.Generator().manual_seed(0))
+    want = module.alloc_w13(plan, 0)
+    module.load_w13(want, checkpoint, plan, 0)
+    dst = module.alloc_w13(plan, 0)
+    dst[:, :full[1]] = checkpoint
+    with pytest.raises(module.LayoutContractError,
+                       match="a read of the source slice for w13 shares memory with its destination"):
+        module.load_w13(dst, _SliceOf(dst[:, :full[1]]), plan, 0)
+    into = module.alloc_w13(plan, 0)  # a slice over a separate tensor loads as the tensor does
+    module.load_w13(into, _SliceOf(checkpoint), plan, 0)
+    assert torch.equal(into, want)

@@ -73,7 +73,8 @@ def test_through_scatter_and_the_public_pad() -> None:
 
 
 @pytest.mark.parametrize("case", ["pad wider than a row", "non-zero fill", "fill uninit", "tail",
-                                  "strided source", "outer pad", "one row", "grad"])
+                                  "strided source", "outer pad", "one row", "grad", "neg view", "conj view",
+                                  "bool", "inference out", "run past the row"])
 def test_other_plans_are_left_to_the_general_path(case: str) -> None:
     src = hostile((2, 3, 8), torch.float32, seed=3)
     dst = torch.empty(2, 3, 12, dtype=torch.float32)
@@ -97,11 +98,28 @@ def test_other_plans_are_left_to_the_general_path(case: str) -> None:
         plan = pad_plan(src.shape, 12)
     elif case == "grad":
         src = src.clone().requires_grad_()
+    elif case == "neg view":  # a lazy negation: its bits are not the values copy_ writes
+        src = torch._neg_view(torch.arange(48.0).view(2, 3, 8) - 20)
+    elif case == "conj view":
+        src = torch.complex(torch.arange(48.0), -torch.arange(48.0)).view(2, 3, 8).conj()
+        dst = torch.empty(2, 3, 12, dtype=torch.complex64)
+    elif case == "bool":  # copy_ writes a bool's byte as 0/1; an AND would keep byte 2
+        src = torch.tensor([2, 0, 1, 3, 2, 2, 0, 1] * 6, dtype=torch.uint8).view(torch.bool).view(2, 3, 8)
+        dst = torch.empty(2, 3, 12, dtype=torch.bool)
+    elif case == "inference out":  # copy_ refuses to write it outside inference mode: so must this
+        with torch.inference_mode():
+            dst = torch.empty(2, 3, 12, dtype=torch.float32)
+    elif case == "run past the row":
+        plan = [*plan[:-1], ([(2, 0, 8)], [(8, 12)], [])]
     assert not layout._masked_rows(src, dst, plan, fill, tail)
+    if case in ("inference out", "run past the row"):
+        return  # the general path raises for these (torch's error; a slice past the end): callers check first
     with torch.no_grad():
         layout.scatter(src, dst, plan, fill, tail)  # and the general path still runs
     if case == "pad wider than a row":
         assert same_bits(dst, F.pad(src, (0, 32)))
+    if case in ("neg view", "conj view", "bool"):
+        assert torch.equal(dst[..., :8], src) and not dst[..., 8:].any()
 
 
 def test_reads_stay_inside_the_source() -> None:

@@ -218,6 +218,23 @@ def test_out_overlapping_the_input_is_refused(m) -> None:  # type: ignore[no-unt
         m.shard_w13(buffer[: 4 * 352 * 64].view(4, 352, 64), 1, plan, out=out)
 
 
+def test_an_inference_out_is_refused_outside_inference_mode(m) -> None:  # type: ignore[no-untyped-def]
+    """An out= made under torch.inference_mode() cannot be written outside it: refused by name for
+    every pad, whichever path the shape takes (copy_ raised torch's RuntimeError for w13; w2's
+    one-pass AND wrote it), and accepted inside inference mode."""
+    plan = m.plan(num_experts=2, hidden_size=64, intermediate_size=176, tp_size=4, isa="vec",
+                  activation="silu", dtype="float32")
+    w13, w2 = torch.randn(2, 88, 64), torch.randn(2, 64, 44)
+    with torch.inference_mode():
+        out13, out2 = torch.empty(2, 128, 64), torch.empty(2, 64, 64)
+    for pad, src, out in ((m.pad_w13, w13, out13), (m.pad_w2, w2, out2)):
+        with pytest.raises(m.LayoutContractError, match=r"was made under torch\.inference_mode"):
+            pad(src, plan, out=out)
+        with torch.inference_mode():
+            assert pad(src, plan, out=out) is out
+        assert torch.equal(out, pad(src, plan))
+
+
 def test_rank_accepts_integer_like_values_only(m) -> None:  # type: ignore[no-untyped-def]
     import numpy as np
 

@@ -61,11 +61,11 @@ from . import algebra
 from .errors import LayoutContractError
 from .layout import (
     Axis,
-    byte_range,
     check_rank,
     check_tensor,
     extent,
     fill_runs,
+    overlaps,
     padded_shape,
     rank_runs,
     segment_length,
@@ -356,7 +356,8 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
     requires grad leaves `dst` a leaf with no graph to it.
     Raises LayoutContractError on a wrong shape (saying when the transposed shape would
     match), a source dtype that cannot be cast, a meta source (no data), a source sharing
-    memory with `dst`, a read of the wrong shape, role, expert index, source layout, source
+    memory with `dst` (a slice object's reads are checked as each is made), a read of the
+    wrong shape, role, expert index, source layout, source
     roles that are not an ordering of `roles`, rank or destination.
     """
     r = rank if type(rank) is int and 0 <= rank < tp_size else check_rank(who, what, rank, tp_size)
@@ -388,16 +389,18 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
         if src.is_meta:
             raise LayoutContractError(f"{who}: the source for {what} is a meta tensor (shape {shape}, no data); "
                                       "load the checkpoint's tensor itself")
-        if src.is_cpu:
-            a, b = byte_range(dst_t), byte_range(src)
-            if a[0] < b[1] and b[0] < a[1]:  # the copy would overwrite source rows before reading them
-                raise LayoutContractError(f"{who}: the source for {what} shares memory with its destination; "
-                                          "load from a separate tensor (e.g. .clone())")
+        if src.is_cpu and overlaps(dst_t, src):  # the copy would overwrite source rows before reading them
+            raise LayoutContractError(f"{who}: the source for {what} shares memory with its destination; "
+                                      "load from a separate tensor (e.g. .clone())")
         grad = grad or src.requires_grad
     if once and r != 0:
         return  # the parameter is zeros on this rank: the bias is added once, on rank 0
+    sliced = not isinstance(src, torch.Tensor)  # a slice object: what it reads is only known once read
     for dst_index, index, sub, want in prep.reads:
         part = _read(src, index, want)
+        if sliced and part.is_cpu and overlaps(dst_t, part):
+            raise LayoutContractError(f"{who}: a read of the source slice for {what} shares memory with its "
+                                      "destination; load from a separate tensor or file")
         if part.dtype != dst_t.dtype:  # each read's dtype is checked as the declared one is (a
             # slice whose get_dtype() names no known dtype is judged by what it reads)
             _check_source_dtype(who, what, part, dst_t.dtype)

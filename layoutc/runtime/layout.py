@@ -159,18 +159,27 @@ def byte_range(t: torch.Tensor) -> tuple[int, int]:
     return (int(start), int(start) + (extent + 1) * t.element_size())
 
 
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the byte ranges that `a` and `b` can touch intersect (`byte_range`)."""
+    x, y = byte_range(a), byte_range(b)
+    return x[0] < y[1] and y[0] < x[1]
+
+
 def check_out(who: str, what: str, out: object, source: torch.Tensor | tuple[torch.Tensor, ...],
               shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """`out=`: a contiguous CPU tensor of the padded shape, not requiring grad, sharing no memory with
     `source` (one tensor, or every tensor the call reads or writes besides `out`: prepack_padded's
-    w13 out= is written before its w2 input is read, and the two outs must not overlap)."""
+    w13 out= is written before its w2 input is read, and the two outs must not overlap), and
+    writable here (an inference tensor only inside torch.inference_mode()).
+    Raises LayoutContractError naming what was wrong."""
     checked = check_tensor(who, f"out= for {what}", out, shape, dtype)
     if checked.requires_grad:
         raise LayoutContractError(f"{who}: out= for {what} requires grad; pass a plain tensor")
-    a = byte_range(checked)
+    if checked.is_inference() and not torch.is_inference_mode_enabled():
+        raise LayoutContractError(f"{who}: out= for {what} was made under torch.inference_mode() and can be "
+                                  "written only inside it; call there, or pass a tensor made outside it")
     for other in source if isinstance(source, tuple) else (source,):
-        b = byte_range(other)
-        if a[0] < b[1] and b[0] < a[1]:
+        if overlaps(checked, other):
             raise LayoutContractError(f"{who}: out= for {what} overlaps the input's memory (an input of the "
                                       "call or the other out=); pass a separate buffer")
     return checked
@@ -243,6 +252,10 @@ def _masked_rows(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: f
     """
     if fill != 0 or tail_fill not in (None, 0) or src.dim() != dst.dim() or src.dim() < 2 or src.requires_grad:
         return False
+    if dst.dtype == torch.bool or src.is_neg() or src.is_conj() or dst.is_neg() or dst.is_conj() \
+            or (dst.is_inference() and not torch.is_inference_mode_enabled()):
+        return False  # a bool copy normalises bytes to 0/1; a lazy neg/conj view has no bit view;
+        # an inference tensor outside inference mode is refused by copy_, and must be here too
     if any(c != [(0, 0, n)] or p or t or src.shape[d] != n
            for d, ((c, p, t), n) in enumerate(zip(plan[:-1], dst.shape[:-1], strict=True))):
         return False
@@ -252,6 +265,8 @@ def _masked_rows(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: f
             or src.stride(-1) != 1 or dst.element_size() not in _BITS or dst.dtype != src.dtype:
         return False
     start, n = c[0][0], c[0][2]
+    if start + n > src.shape[-1]:
+        return False  # a plan that reads past the source's row is not this function's to judge
     rows = dst.numel() // width
     row_stride = src.stride(-2)
     if any(src.stride(d) != src.stride(d + 1) * src.shape[d + 1] for d in range(src.dim() - 2)) \
