@@ -174,11 +174,9 @@ def test_a_slice_is_judged_by_what_it_reads(name: str) -> None:
         module.load_w13_qweight(dst, source, plan, 0)
 
 
-def test_a_source_sharing_the_destinations_memory_is_refused() -> None:
-    """Padding in place (the checkpoint copied into the parameter's first rows, then loaded from
-    that view) overwrote source rows before reading them: 102,400 of vllm_cpu_grouped_gemm's
-    w13 values at I = 200, tp 1 differed from a load of the same checkpoint from its own
-    tensor. pad_*(out=) already refuses an overlapping buffer (layout.check_out); load_* now too."""
+def _in_place_case() -> tuple[Any, Any, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """vllm_cpu_grouped_gemm's w13 at I = 200, tp 1, float32: (module, plan, checkpoint, its load
+    from its own tensor, a destination holding the checkpoint in its first rows, those rows)."""
     from generated import vllm_cpu_grouped_gemm as module
 
     plan = module.plan(num_experts=2, hidden_size=256, intermediate_size=200, tp_size=1, dtype="float32",
@@ -189,9 +187,18 @@ def test_a_source_sharing_the_destinations_memory_is_refused() -> None:
     module.load_w13(want, checkpoint, plan, 0)
     dst = module.alloc_w13(plan, 0)
     dst[:, :full[1]] = checkpoint
+    return module, plan, checkpoint, want, dst, full[1]
+
+
+def test_a_source_sharing_the_destinations_memory_is_refused() -> None:
+    """Padding in place (the checkpoint copied into the parameter's first rows, then loaded from
+    that view) overwrote source rows before reading them: 102,400 of vllm_cpu_grouped_gemm's
+    w13 values at I = 200, tp 1 differed from a load of the same checkpoint from its own
+    tensor. pad_*(out=) already refuses an overlapping buffer (layout.check_out); load_* now too."""
+    module, plan, _, want, dst, rows = _in_place_case()
     with pytest.raises(module.LayoutContractError, match="the source for w13 shares memory with its destination"):
-        module.load_w13(dst, dst[:, :full[1]], plan, 0)
-    source = dst[:, :full[1]].clone()  # the way that works: a separate source, the pads rewritten by alloc(out=)
+        module.load_w13(dst, dst[:, :rows], plan, 0)
+    source = dst[:, :rows].clone()  # the way that works: a separate source, the pads rewritten by alloc(out=)
     assert module.alloc_w13(plan, 0, out=dst) is dst
     module.load_w13(dst, source, plan, 0)
     assert torch.equal(dst, want)
@@ -201,19 +208,10 @@ def test_a_slice_object_reading_the_destinations_memory_is_refused() -> None:
     """The same in-place padding through a slice object (its reads are views of the
     destination, as `_SliceOf` wraps a fused tensor): the source is not a tensor, so its memory
     is only known once read; each read is checked before it is copied."""
-    from generated import vllm_cpu_grouped_gemm as module
-
-    plan = module.plan(num_experts=2, hidden_size=256, intermediate_size=200, tp_size=1, dtype="float32",
-                       isa="vec", activation="silu")
-    full = tuple(module.w13_full_shape(plan))
-    checkpoint = torch.randn(full, generator=torch.Generator().manual_seed(0))
-    want = module.alloc_w13(plan, 0)
-    module.load_w13(want, checkpoint, plan, 0)
-    dst = module.alloc_w13(plan, 0)
-    dst[:, :full[1]] = checkpoint
+    module, plan, checkpoint, want, dst, rows = _in_place_case()
     with pytest.raises(module.LayoutContractError,
                        match="a read of the source slice for w13 shares memory with its destination"):
-        module.load_w13(dst, _SliceOf(dst[:, :full[1]]), plan, 0)
+        module.load_w13(dst, _SliceOf(dst[:, :rows]), plan, 0)
     into = module.alloc_w13(plan, 0)  # a slice over a separate tensor loads as the tensor does
     module.load_w13(into, _SliceOf(checkpoint), plan, 0)
     assert torch.equal(into, want)

@@ -108,12 +108,17 @@ def test_pad_rejects_wrong_tensors(m) -> None:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.kernel
+@pytest.mark.parametrize("isa", ["vec", "amx"])
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
-def test_real_kernel_matches_unpadded_reference(kernel, tp: int) -> None:  # type: ignore[no-untyped-def]
+def test_real_kernel_matches_unpadded_reference(kernel, tp: int, isa: str) -> None:  # type: ignore[no-untyped-def]
+    """Both x86 paths of the kernel on the padded layout: vec everywhere; amx (its reduction tile
+    of 32 pads I_pp 176 and 88 to 192 and 96) where the CPU has AMX tiles."""
+    if isa == "amx" and not torch.cpu._is_amx_tile_supported():
+        pytest.skip("isa='amx' needs AMX tiles; this CPU has none (test_isa_the_cpu_lacks_is_refused runs)")
     m = kernel
     torch.manual_seed(tp)
     experts, hidden, intermediate, tokens, top_k = 8, 256, 704, 16, 4
-    plan = m.plan(num_experts=experts, hidden_size=hidden, intermediate_size=intermediate, tp_size=tp, isa="vec",
+    plan = m.plan(num_experts=experts, hidden_size=hidden, intermediate_size=intermediate, tp_size=tp, isa=isa,
                   activation="gelu_tanh", dtype="bfloat16")
     i_pp = plan.intermediate_size_per_partition
     w13 = (torch.randn(experts, 2 * i_pp, hidden) / hidden**0.5).to(torch.bfloat16)
@@ -130,11 +135,15 @@ def test_real_kernel_matches_unpadded_reference(kernel, tp: int) -> None:  # typ
 
 
 @pytest.mark.kernel
-def test_end_padding_on_the_real_kernel_is_wrong(kernel) -> None:  # type: ignore[no-untyped-def]
-    """The layout the verifier rejects really breaks the kernel (domain.md: rel. error ~1.4)."""
+@pytest.mark.parametrize("isa", ["vec", "amx"])
+def test_end_padding_on_the_real_kernel_is_wrong(kernel, isa: str) -> None:  # type: ignore[no-untyped-def]
+    """The layout the verifier rejects really breaks the kernel (domain.md: rel. error ~1.4), on
+    each x86 path the CPU has."""
+    if isa == "amx" and not torch.cpu._is_amx_tile_supported():
+        pytest.skip("isa='amx' needs AMX tiles; this CPU has none")
     m = kernel
     torch.manual_seed(0)
-    plan = m.plan(num_experts=4, hidden_size=256, intermediate_size=176, tp_size=1, isa="vec",
+    plan = m.plan(num_experts=4, hidden_size=256, intermediate_size=176, tp_size=1, isa=isa,
                   activation="silu", dtype="bfloat16")
     w13 = (torch.randn(4, 352, 256) / 16).to(torch.bfloat16)
     w2 = (torch.randn(4, 256, 176) / 13).to(torch.bfloat16)
@@ -191,6 +200,32 @@ def test_isa_the_cpu_lacks_is_refused(m) -> None:  # type: ignore[no-untyped-def
                   activation="silu", dtype="bfloat16")
     with pytest.raises(m.KernelUnavailableError, match="isa='amx' needs"):
         m.prepack(torch.zeros(2, 128, 64, dtype=torch.bfloat16), torch.zeros(2, 64, 64, dtype=torch.bfloat16), plan)
+
+
+@pytest.mark.kernel
+def test_amx_reduction_tile_is_the_kernels(kernel) -> None:  # type: ignore[no-untyped-def]
+    """The contract's amx reduction alignment (32) is the kernel's own: `_C::prepack_moe_weight`
+    with isa='amx' on an I_pp of 176 (a multiple of 16, not of 32) aborts the whole process
+    (cpu_micro_gemm_amx.hpp: "Check failed: input_size % (16 * elem_num_per_group)"), so the
+    glue's tile check must refuse such a size first, by name."""
+    if not torch.cpu._is_amx_tile_supported():
+        pytest.skip("isa='amx' needs AMX tiles; this CPU has none")
+    import dataclasses
+    import subprocess
+    import sys
+
+    code = ("import torch; from layoutc_generated import vllm_cpu_grouped_gemm as m; m.load_kernel(); "
+            "w = torch.ones(2, 256, 176, dtype=torch.bfloat16); "
+            "torch.ops._C.prepack_moe_weight(w, torch.empty_like(w), 'amx'); print('packed')")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode != 0 and "packed" not in run.stdout, run.stdout
+    assert "input_size %" in run.stderr, run.stderr[-2000:]
+    plan = kernel.plan(num_experts=2, hidden_size=256, intermediate_size=176, tp_size=1, isa="amx",
+                       activation="silu", dtype="bfloat16")
+    assert plan.intermediate_size_per_partition_padded == 192  # the contract pads to the tile
+    cfg = dataclasses.replace(kernel._config(plan), intermediate_padded=176)
+    with pytest.raises(kernel.LayoutContractError, match=r"is 176; .*isa='amx' needs a multiple of 32"):
+        kernel._glue.check_tiles(cfg, "amx")  # the generated module's own copy of the glue
 
 
 def test_a_modified_plan_is_refused(m) -> None:  # type: ignore[no-untyped-def]
