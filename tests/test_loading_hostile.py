@@ -11,7 +11,7 @@ order and channelwise groups, the fused gate/up source of an (up, gate) contract
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any
+from typing import Any, Self
 
 import pytest
 import torch
@@ -215,3 +215,120 @@ def test_a_slice_object_reading_the_destinations_memory_is_refused() -> None:
     into = module.alloc_w13(plan, 0)  # a slice over a separate tensor loads as the tensor does
     module.load_w13(into, _SliceOf(checkpoint), plan, 0)
     assert torch.equal(into, want)
+
+
+class _Wrapper(torch.Tensor):
+    """A wrapper tensor subclass (as torch's FakeTensor / DTensor and functional tensors are made):
+    its operations run on the tensor it wraps, and it has no storage of its own whose address
+    can be read (`untyped_storage().data_ptr()` raises torch's RuntimeError)."""
+
+    inner: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor) -> Self:
+        made = torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype, device=inner.device,
+                                                   strides=inner.stride())
+        made.inner = inner
+        return made  # type: ignore[no-any-return]
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        from torch.utils._pytree import tree_map
+
+        def unwrap(x: Any) -> Any:
+            return x.inner if isinstance(x, _Wrapper) else x
+
+        return func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+
+
+class _Reads(_Slice):
+    """A slice object whose every read is `make(region)` (a region of `data`)."""
+
+    def __init__(self, data: torch.Tensor, make: Any) -> None:
+        super().__init__(data, "F32")
+        self.make = make
+
+    def __getitem__(self, index: Any) -> torch.Tensor:
+        return self.make(self.data[index])  # type: ignore[no-any-return]
+
+
+def _w2_case() -> tuple[Any, Any, torch.Tensor]:
+    """vllm_cpu_grouped_gemm's w2 at I = 200 (padded to 224), tp 1, float32, and a checkpoint."""
+    from generated import vllm_cpu_grouped_gemm as module
+
+    plan = module.plan(num_experts=2, hidden_size=256, intermediate_size=200, tp_size=1, dtype="float32",
+                       isa="vec", activation="silu")
+    return module, plan, torch.randn(tuple(module.w2_full_shape(plan)), generator=torch.Generator().manual_seed(1))
+
+
+# what each source or read is, and what the refusal says; before the fix the address-less ones
+# raised torch's RuntimeError from the memory-sharing check, the others NotImplementedError
+HOSTILE = {
+    "zero-tensor": (lambda t: torch._efficientzerotensor(tuple(t.shape)), "torch's zero tensor of shape"),
+    "wrapper-subclass": (lambda t: _Wrapper(t.contiguous()), r"a _Wrapper \(tensor subclass\) of shape"),
+    "sparse": (lambda t: t.to_sparse(), "layout torch.sparse_coo"),
+    "mkldnn": (lambda t: t.contiguous().to_mkldnn(), "layout torch._mkldnn"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+@pytest.mark.parametrize("through", ["tensor", "slice"])
+def test_a_source_that_is_not_a_plain_dense_tensor_is_refused_by_name(kind: str, through: str) -> None:
+    """A source (or a slice object's read) that is sparse, mkldnn, torch's zero tensor or a wrapper
+    subclass: whether it shares the destination's memory cannot be told, or the copy cannot be
+    made; each is refused with the module's LayoutContractError, and the destination keeps the
+    pads alloc wrote. A plain tensor of the same values then loads."""
+    module, plan, checkpoint = _w2_case()
+    make, says = HOSTILE[kind]
+    dst = module.alloc_w2(plan, 0)
+    pads = dst.clone()
+    source: Any = make(checkpoint) if through == "tensor" else _Reads(checkpoint, make)
+    with pytest.raises(module.LayoutContractError, match=says):
+        module.load_w2(dst, source, plan, 0)
+    assert torch.equal(dst[..., 200:], pads[..., 200:])  # the pads are as alloc wrote them
+    module.load_w2(dst, checkpoint.clone(), plan, 0)
+    assert torch.equal(dst[..., :200], checkpoint)
+
+
+@pytest.mark.parametrize("kind", ["zero-tensor", "wrapper-subclass"])
+def test_a_pad_whose_input_address_cannot_be_read_refuses_out(kind: str) -> None:
+    """pad_w2(t, out=): out= must share no memory with t, which cannot be told for t without a
+    readable address: refused by name (before: torch's RuntimeError), out= left as it was.
+    Without out= the pad reads it as any tensor (a fresh output cannot alias it)."""
+    module, plan, checkpoint = _w2_case()
+    make, says = HOSTILE[kind]
+    out = torch.full(tuple(module.w2_shapes(plan)[1]), 7.0)
+    with pytest.raises(module.LayoutContractError, match=f"out= for w2 and its input: {says}"):
+        module.pad_w2(make(checkpoint), plan, out=out)
+    assert bool((out == 7).all())
+    assert torch.equal(module.pad_w2(make(checkpoint), plan), module.pad_w2(make(checkpoint).clone(), plan))
+
+
+def test_a_zero_tensor_out_is_refused_as_unwritable() -> None:
+    module, plan, checkpoint = _w2_case()
+    padded = tuple(module.w2_shapes(plan)[1])
+    with pytest.raises(module.LayoutContractError, match="out= for w2 is torch's zero tensor, which cannot be written"):
+        module.pad_w2(checkpoint, plan, out=torch._efficientzerotensor(padded))
+    with pytest.raises(module.LayoutContractError, match="out= for w2 is torch's zero tensor"):
+        module.alloc_w2(plan, 0, out=torch._efficientzerotensor(padded))
+
+
+def test_an_inference_tensor_is_loaded_only_inside_inference_mode() -> None:
+    """alloc_w2(out=) and load_w2(dst) on a tensor made under torch.inference_mode(), called
+    outside it: refused by name before anything is written (before: torch's RuntimeError
+    'Inplace update to inference tensor outside InferenceMode', after alloc had begun). Inside
+    inference mode both work and load what a plain tensor loads."""
+    module, plan, checkpoint = _w2_case()
+    want = module.alloc_w2(plan, 0)
+    module.load_w2(want, checkpoint, plan, 0)
+    with torch.inference_mode():
+        made = torch.full(tuple(want.shape), 7.0)
+    with pytest.raises(module.LayoutContractError, match=r"out= for w2 was made under torch\.inference_mode\(\)"):
+        module.alloc_w2(plan, 0, out=made)
+    with pytest.raises(module.LayoutContractError, match=r"destination for w2 was made under torch\.inference_mode\(\)"):
+        module.load_w2(made, checkpoint, plan, 0)
+    assert bool((made == 7).all())
+    with torch.inference_mode():
+        assert module.alloc_w2(plan, 0, out=made) is made
+        module.load_w2(made, checkpoint, plan, 0)
+    assert torch.equal(made, want)

@@ -152,19 +152,56 @@ def check_tensor(who: str, what: str, t: object, shape: tuple[int, ...], dtype: 
     raise LayoutContractError(f"{who}: {what} must be contiguous (shape {shape})")
 
 
-def byte_range(t: torch.Tensor) -> tuple[int, int]:
-    """[first, last + 1) byte address that `t` can touch (empty tensors: (0, 0))."""
+def byte_range(t: torch.Tensor) -> tuple[int, int] | None:
+    """[first, last + 1) byte address that `t` can touch (empty tensors: (0, 0)); None when `t` has
+    no storage whose address can be read (a wrapper tensor subclass, torch's zero tensor)."""
     if t.numel() == 0:
         return (0, 0)
-    start = t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
+    try:
+        base = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # torch raises these for storage it does not expose
+        return None
+    start = base + t.storage_offset() * t.element_size()
     extent = sum((int(size) - 1) * abs(int(stride)) for size, stride in zip(t.shape, t.stride(), strict=True))
     return (int(start), int(start) + (extent + 1) * t.element_size())
 
 
-def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether the byte ranges that `a` and `b` can touch intersect (`byte_range`)."""
-    x, y = byte_range(a), byte_range(b)
+def overlaps(who: str, what: str, a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the byte ranges that `a` and `b` can touch intersect (`byte_range`).
+
+    Two mappings of one file (two `torch.from_file(..., shared=True)` of the same path) are two
+    address ranges; their sharing cannot be seen here, and is the caller's to avoid.
+    Raises LayoutContractError, naming `what`, when either tensor is not dense (strided) or has no
+    storage whose address can be read: whether it aliases the other cannot be known."""
+    x, y = _addressable(who, what, a), _addressable(who, what, b)
     return x[0] < y[1] and y[0] < x[1]
+
+
+def _addressable(who: str, what: str, t: torch.Tensor) -> tuple[int, int]:
+    if t.layout != torch.strided:
+        raise LayoutContractError(f"{who}: {what}: a tensor has layout {t.layout}; pass a dense (strided) "
+                                  "tensor (e.g. .to_dense())")
+    found = byte_range(t)
+    if found is None:
+        kind = "torch's zero tensor" if t._is_zerotensor() else f"a {type(t).__name__} (tensor subclass)"
+        raise LayoutContractError(f"{who}: {what}: {kind} of shape {tuple(t.shape)} has no storage whose "
+                                  "address can be read, so sharing memory with the other cannot be ruled "
+                                  "out; pass a plain tensor (e.g. .clone())")
+    return found
+
+
+def check_writable(who: str, what: str, t: torch.Tensor) -> torch.Tensor:
+    """`t` (already shape-checked) can be written in place here: an inference tensor only inside
+    torch.inference_mode() (torch refuses in-place updates to it outside, after a partial write).
+    torch's zero tensor (`torch._efficientzerotensor`) is never writable.
+    Raises LayoutContractError naming `what`."""
+    if t._is_zerotensor():
+        raise LayoutContractError(f"{who}: {what} is torch's zero tensor, which cannot be written; pass a "
+                                  "plain tensor (e.g. torch.empty)")
+    if t.is_inference() and not torch.is_inference_mode_enabled():
+        raise LayoutContractError(f"{who}: {what} was made under torch.inference_mode() and can be "
+                                  "written only inside it; call there, or pass a tensor made outside it")
+    return t
 
 
 def check_out(who: str, what: str, out: object, source: torch.Tensor | tuple[torch.Tensor, ...],
@@ -173,15 +210,13 @@ def check_out(who: str, what: str, out: object, source: torch.Tensor | tuple[tor
     `source` (one tensor, or every tensor the call reads or writes besides `out`: prepack_padded's
     w13 out= is written before its w2 input is read, and the two outs must not overlap), and
     writable here (an inference tensor only inside torch.inference_mode()).
-    Raises LayoutContractError naming what was wrong."""
-    checked = check_tensor(who, f"out= for {what}", out, shape, dtype)
+    `out` must not be another mapping of a file that a source maps: that cannot be seen (`overlaps`).
+    Raises LayoutContractError naming what was wrong (also for a tensor whose address cannot be read)."""
+    checked = check_writable(who, f"out= for {what}", check_tensor(who, f"out= for {what}", out, shape, dtype))
     if checked.requires_grad:
         raise LayoutContractError(f"{who}: out= for {what} requires grad; pass a plain tensor")
-    if checked.is_inference() and not torch.is_inference_mode_enabled():
-        raise LayoutContractError(f"{who}: out= for {what} was made under torch.inference_mode() and can be "
-                                  "written only inside it; call there, or pass a tensor made outside it")
     for other in source if isinstance(source, tuple) else (source,):
-        if overlaps(checked, other):
+        if overlaps(who, f"out= for {what} and its input", checked, other):
             raise LayoutContractError(f"{who}: out= for {what} overlaps the input's memory (an input of the "
                                       "call or the other out=); pass a separate buffer")
     return checked

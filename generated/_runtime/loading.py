@@ -63,6 +63,7 @@ from .layout import (
     Axis,
     check_rank,
     check_tensor,
+    check_writable,
     extent,
     fill_runs,
     overlaps,
@@ -99,12 +100,13 @@ def allocate(who: str, what: str, axes: tuple[Axis, ...], dtype: torch.dtype, fi
     tensor on a rank other than 0 is all zeros (it is never loaded there).
     `out`: a preallocated tensor of that shape and dtype to use instead (its pads are
     written, its live positions left as they are).
-    Raises LayoutContractError on a bad rank or a wrong `out`.
+    Raises LayoutContractError on a bad rank or a wrong `out` (also an inference tensor outside
+    torch.inference_mode(), which torch would refuse after a partial write).
     """
     r = check_rank(who, what, rank, tp_size)
     shape = padded_shape(axes)
-    dst = torch.empty(shape, dtype=dtype) if out is None else check_tensor(who, f"out= for {what}", out,
-                                                                          shape, dtype)
+    dst = torch.empty(shape, dtype=dtype) if out is None else \
+        check_writable(who, f"out= for {what}", check_tensor(who, f"out= for {what}", out, shape, dtype))
     with torch.no_grad():  # an nn.Parameter's data is written, not recorded (as engines' loaders do)
         if once and r != 0:
             dst.zero_()
@@ -277,11 +279,14 @@ def _read(src: Any, index: tuple[slice, ...], want: tuple[int, ...]) -> torch.Te
     source's checked shape (a foreign slice object that returns anything else is refused,
     never broadcast)."""
     part = src[index]
-    if type(part) is torch.Tensor and part.shape == want and not part.is_meta:
+    if type(part) is torch.Tensor and part.shape == want and part.layout == torch.strided and not part.is_meta:
         return part  # the common case, in one test (1152 reads per quantized layer)
     if not isinstance(part, torch.Tensor):
         raise LayoutContractError(f"reading a slice gave {type(part).__name__}, not a torch tensor "
                                   "(open the checkpoint with safe_open(..., framework='pt'))")
+    if part.layout != torch.strided:
+        raise LayoutContractError(f"reading the slice {_show(index)} gave a tensor of layout {part.layout}, "
+                                  "not a dense (strided) one")
     if part.is_meta:
         raise LayoutContractError(f"reading the slice {_show(index)} gave a meta tensor (no data)")
     if part.shape != want:
@@ -356,13 +361,17 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
     requires grad leaves `dst` a leaf with no graph to it.
     Raises LayoutContractError on a wrong shape (saying when the transposed shape would
     match), a source dtype that cannot be cast, a meta source (no data), a source sharing
-    memory with `dst` (a slice object's reads are checked as each is made), a read of the
+    memory with `dst` (a slice object's reads are checked as each is made; another mapping of
+    the same file cannot be seen and must not be passed), a source or read that is not dense or
+    whose address cannot be read (a tensor subclass, a zero tensor), an inference-tensor `dst`
+    outside torch.inference_mode(), a read of the
     wrong shape, role, expert index, source layout, source
     roles that are not an ordering of `roles`, rank or destination.
     """
     r = rank if type(rank) is int and 0 <= rank < tp_size else check_rank(who, what, rank, tp_size)
     table = _table(axes)
-    dst_t = check_tensor(who, f"destination for {what}", dst, table.padded, dtype)
+    dst_t = check_writable(who, f"destination for {what}", check_tensor(who, f"destination for {what}", dst,
+                                                                        table.padded, dtype))
     segs, order = _call_shape(who, what, table, axes, roles, role, source_layout, source_roles)
     e: int | None = None
     if expert is not None:
@@ -389,16 +398,21 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
         if src.is_meta:
             raise LayoutContractError(f"{who}: the source for {what} is a meta tensor (shape {shape}, no data); "
                                       "load the checkpoint's tensor itself")
-        if src.is_cpu and overlaps(dst_t, src):  # the copy would overwrite source rows before reading them
+        if src.layout != torch.strided:
+            raise LayoutContractError(f"{who}: the source for {what} has layout {src.layout}; pass a dense "
+                                      f"(strided) tensor of shape {shape} (e.g. .to_dense())")
+        # the copy would overwrite source rows before reading them
+        if src.is_cpu and overlaps(who, f"the source for {what} and its destination", dst_t, src):
             raise LayoutContractError(f"{who}: the source for {what} shares memory with its destination; "
                                       "load from a separate tensor (e.g. .clone())")
         grad = grad or src.requires_grad
     if once and r != 0:
         return  # the parameter is zeros on this rank: the bias is added once, on rank 0
     sliced = not isinstance(src, torch.Tensor)  # a slice object: what it reads is only known once read
+    read_what = f"a read of the source slice for {what} and its destination"
     for dst_index, index, sub, want in prep.reads:
         part = _read(src, index, want)
-        if sliced and part.is_cpu and overlaps(dst_t, part):
+        if sliced and part.is_cpu and overlaps(who, read_what, dst_t, part):
             raise LayoutContractError(f"{who}: a read of the source slice for {what} shares memory with its "
                                       "destination; load from a separate tensor or file")
         if part.dtype != dst_t.dtype:  # each read's dtype is checked as the declared one is (a
