@@ -332,3 +332,128 @@ def test_an_inference_tensor_is_loaded_only_inside_inference_mode() -> None:
         assert module.alloc_w2(plan, 0, out=made) is made
         module.load_w2(made, checkpoint, plan, 0)
     assert torch.equal(made, want)
+
+
+def _nested(t: torch.Tensor) -> torch.Tensor:
+    """A strided nested tensor of `t`'s experts: it reports layout torch.strided and has no `.shape`."""
+    return torch.nested.nested_tensor(list(t.contiguous()))
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype stage")
+def test_a_nested_tensor_is_refused_by_name() -> None:
+    """A strided nested tensor reports layout torch.strided, and its `.shape` raises torch's
+    RuntimeError ("NestedTensorImpl doesn't support sizes"), which every tensor function hit
+    before: as pad's input, as out=, as load's source and as a slice object's read."""
+    module, plan, checkpoint = _w2_case()
+    logical, padded = (tuple(s) for s in module.w2_shapes(plan))
+    with pytest.raises(module.LayoutContractError, match="w2 is a nested tensor"):
+        module.pad_w2(_nested(torch.randn(logical)), plan)
+    with pytest.raises(module.LayoutContractError, match="out= for w2 is a nested tensor"):
+        module.pad_w2(torch.randn(logical), plan, out=_nested(torch.empty(padded)))
+    dst = module.alloc_w2(plan, 0)
+    with pytest.raises(module.LayoutContractError, match="the source for w2 is a nested tensor"):
+        module.load_w2(dst, _nested(checkpoint), plan, 0)
+    with pytest.raises(module.LayoutContractError, match=r"reading the slice \[0:2, 0:256, 0:200\] gave a nested"):
+        module.load_w2(dst, _Reads(checkpoint, lambda part: _nested(part)), plan, 0)
+
+
+def test_a_tensor_whose_storage_was_freed_is_refused_by_name() -> None:
+    """A parameter whose storage was resized to 0 after it was made (FSDP frees one so) or to a
+    quarter: every read or write would run past its memory; torch raised a RuntimeError
+    ("out of bounds for storage") from inside the copy. Refused by name before anything runs."""
+    module, plan, checkpoint = _w2_case()
+    logical = tuple(module.w2_shapes(plan)[0])
+    for keep in (0, 4096):
+        dst = module.alloc_w2(plan, 0)
+        dst.untyped_storage().resize_(keep)
+        with pytest.raises(module.LayoutContractError, match=f"destination for w2 reaches byte .* of a storage of "
+                                                             f"{keep} bytes"):
+            module.load_w2(dst, checkpoint, plan, 0)
+        with pytest.raises(module.LayoutContractError, match="out= for w2 reaches byte"):
+            module.alloc_w2(plan, 0, out=dst)
+        with pytest.raises(module.LayoutContractError, match="out= for w2 reaches byte"):
+            module.pad_w2(torch.randn(logical), plan, out=dst)
+        with pytest.raises(module.LayoutContractError, match=r"vllm_cpu_grouped_gemm: w2 reaches byte"):
+            module.pad_w2(_freed(torch.randn(logical), keep), plan)
+        with pytest.raises(module.LayoutContractError, match="the source for w2 reaches byte"):
+            module.load_w2(module.alloc_w2(plan, 0), _freed(checkpoint, keep), plan, 0)
+
+
+def _freed(t: torch.Tensor, keep: int) -> torch.Tensor:
+    made = t.clone()
+    made.untyped_storage().resize_(keep)
+    return made
+
+
+def test_out_is_a_buffer_written_without_a_graph() -> None:
+    """pad_w2 / shard_w2 with out= and a source that requires grad (a module's weight): out= is
+    written under no_grad, as load_* writes its destination. Before, the copy ran with grad
+    on: out= became part of a graph (grad_fn CopySlices), and an out= that is one of several
+    views (`chunk`) or a view made under inference mode raised torch's RuntimeError."""
+    module, plan, checkpoint = _w2_case()
+    logical, padded = (tuple(s) for s in module.w2_shapes(plan))
+    weight = torch.nn.Parameter(torch.randn(logical, generator=torch.Generator().manual_seed(2)))
+    want = module.pad_w2(weight.detach().clone(), plan)
+    base = torch.zeros(padded)
+    with torch.inference_mode():
+        inference_view = base.view(padded)
+    for out in (torch.empty(padded), torch.empty(2 * padded[0], *padded[1:]).chunk(2)[0], inference_view):
+        assert module.pad_w2(weight, plan, out=out) is out
+        assert out.grad_fn is None and not out.requires_grad
+        assert torch.equal(out, want)
+    full = torch.nn.Parameter(checkpoint.clone())
+    shard = torch.empty(2 * padded[0], *padded[1:]).chunk(2)[1]
+    assert module.shard_w2(full, 0, plan, out=shard) is shard
+    assert shard.grad_fn is None and torch.equal(shard, module.shard_w2(checkpoint, 0, plan))
+
+
+def test_fake_tensors_are_refused_by_name() -> None:
+    """torch's FakeTensor (a shape with no data): outside its mode torch raised an
+    AssertionError from the pad; inside it every pair of storages sits at address 0, so an
+    out= was refused as overlapping its input, which it does not. Both are now named."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    module, plan, _ = _w2_case()
+    logical, padded = (tuple(s) for s in module.w2_shapes(plan))
+    mode = FakeTensorMode()
+    with mode:
+        fake_in, fake_out = torch.empty(logical), torch.empty(padded)
+    with pytest.raises(module.LayoutContractError, match="w2 is a fake tensor"):
+        module.pad_w2(fake_in, plan)
+    with pytest.raises(module.LayoutContractError, match="destination for w2 is a fake tensor"):
+        module.load_w2(fake_out, torch.randn(tuple(module.w2_full_shape(plan))), plan, 0)
+    with mode, pytest.raises(module.LayoutContractError, match="w2 is a fake tensor"):
+        module.pad_w2(fake_in, plan, out=fake_out)
+
+
+def test_vmap_is_refused_by_name() -> None:
+    """torch.func.vmap over pad_w2 / shard_w2: the result is a new tensor written in place,
+    which vmap cannot batch (torch's RuntimeError from a batching rule before)."""
+    module, plan, checkpoint = _w2_case()
+    logical = tuple(module.w2_shapes(plan)[0])
+    with pytest.raises(module.LayoutContractError, match=r"w2 is batched by torch\.func\.vmap"):
+        torch.func.vmap(lambda t: module.pad_w2(t, plan))(torch.randn(3, *logical))
+    with pytest.raises(module.LayoutContractError, match=r"full w2 is batched by torch\.func\.vmap"):
+        torch.func.vmap(lambda t: module.shard_w2(t, 0, plan))(torch.stack([checkpoint] * 2))
+
+
+def test_an_allocation_the_machine_refuses_is_a_memory_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.empty's CPU allocator refusal ("can't allocate memory", a RuntimeError) becomes a
+    MemoryError naming the tensor and the bytes (the real case: plan() admits a w2 of 8 TiB)."""
+    module, plan, checkpoint = _w2_case()
+    real = torch.empty
+
+    def refuse(*args: Any, **kwargs: Any) -> torch.Tensor:
+        if isinstance(args[0], tuple) and len(args[0]) == 3:
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "empty", refuse)
+    padded = tuple(module.w2_shapes(plan)[1])
+    nbytes = padded[0] * padded[1] * padded[2] * 4
+    with pytest.raises(MemoryError, match=rf"w2 of shape \(2, 256, 224\) \(torch.float32\) needs {nbytes} bytes"):
+        module.alloc_w2(plan, 0)
+    with pytest.raises(MemoryError, match="padded w2 of shape"):
+        module.pad_w2(checkpoint, plan)
+    with pytest.raises(MemoryError, match="unpadded w2 of shape"):
+        module.unpad_w2(real(padded), plan)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -133,34 +134,90 @@ def check_tensor(who: str, what: str, t: object, shape: tuple[int, ...], dtype: 
     """`t` as a dense (strided) CPU tensor of `shape` and `dtype`; contiguous unless told otherwise.
 
     Raises LayoutContractError naming `what`, the expected shape and what was wrong
-    (not a tensor, sparse or other layout, shape, dtype, device, contiguity).
+    (not a tensor, nested, sparse or other layout, a fake tensor, shape, dtype, device, contiguity).
     """
-    if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.shape == shape and t.dtype == dtype \
-            and t.is_cpu and (not contiguous or t.is_contiguous()):
+    if (type(t) is torch.Tensor or type(t) is torch.nn.Parameter) and t.layout == torch.strided \
+            and not t.is_nested and t.shape == shape and t.dtype == dtype and t.is_cpu \
+            and (not contiguous or t.is_contiguous()):
         return t  # the common case, in one test (this runs on every forward)
     if not isinstance(t, torch.Tensor):
         raise LayoutContractError(f"{who}: {what} must be a torch.Tensor, got {type(t).__name__}")
-    if t.layout != torch.strided:
-        raise LayoutContractError(f"{who}: {what} has layout {t.layout}; pass a dense (strided) tensor "
+    if t.is_nested or t.layout != torch.strided:
+        kind = "is a nested tensor" if t.is_nested else f"has layout {t.layout}"
+        raise LayoutContractError(f"{who}: {what} {kind}; pass a dense (strided) tensor "
                                   f"of shape {shape} (e.g. .to_dense())")
+    if _is_fake(t):
+        raise LayoutContractError(f"{who}: {what} is a fake tensor (torch's FakeTensor: a shape with no data); "
+                                  f"pass a real tensor of shape {shape}")
     if tuple(t.shape) != shape:
         raise LayoutContractError(f"{who}: {what} has shape {tuple(t.shape)}, expected {shape}")
     if t.dtype != dtype:
         raise LayoutContractError(f"{who}: {what} has dtype {t.dtype}, expected {dtype} (shape {shape})")
     if t.device.type != "cpu":
         raise LayoutContractError(f"{who}: {what} is on {t.device}, expected a CPU tensor (shape {shape})")
-    raise LayoutContractError(f"{who}: {what} must be contiguous (shape {shape})")
+    if contiguous and not t.is_contiguous():
+        raise LayoutContractError(f"{who}: {what} must be contiguous (shape {shape})")
+    return t  # a tensor subclass that is otherwise right
+
+
+def _is_fake(t: torch.Tensor) -> bool:
+    """Whether `t` is torch's FakeTensor (its module is loaded once one exists)."""
+    fake = sys.modules.get("torch._subclasses.fake_tensor")
+    return fake is not None and isinstance(t, fake.FakeTensor)
+
+
+def check_data(who: str, what: str, t: torch.Tensor) -> torch.Tensor:
+    """`t` (already checked by `check_tensor`) lies within its storage: a storage resized
+    smaller after the tensor was made (as FSDP frees a parameter: `untyped_storage().resize_(0)`)
+    leaves a tensor that every read or write would take past its memory.
+    A tensor batched by torch.func.vmap is refused too: the padded result is a new tensor written
+    in place, which vmap cannot batch (call the function per item).
+    Raises LayoutContractError naming `what`."""
+    if torch._C._functorch.is_batchedtensor(t):
+        raise LayoutContractError(f"{who}: {what} is batched by torch.func.vmap; the result is a new tensor "
+                                  "written in place, which vmap cannot batch: call the function per item")
+    if t.numel() == 0:
+        return t
+    try:
+        nbytes = t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):  # no storage to measure (a wrapper subclass, a zero tensor)
+        return t
+    last = t.storage_offset() + sum((int(size) - 1) * abs(int(stride)) for size, stride in zip(t.shape, t.stride(),
+                                                                                              strict=True))
+    if (last + 1) * t.element_size() > nbytes:
+        raise LayoutContractError(f"{who}: {what} reaches byte {(last + 1) * t.element_size()} of a storage of "
+                                  f"{nbytes} bytes (the storage was resized after the tensor was made, e.g. "
+                                  "freed by FSDP); pass a tensor whose memory is allocated")
+    return t
+
+
+def empty(who: str, what: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """torch.empty(shape, dtype), or MemoryError naming `what` and the bytes asked for when the
+    allocator refuses (torch raises a RuntimeError for that on the CPU)."""
+    try:
+        return torch.empty(shape, dtype=dtype)
+    except RuntimeError as err:
+        if "can't allocate memory" not in str(err) and not isinstance(err, torch.OutOfMemoryError):
+            raise
+        nbytes = dtype.itemsize
+        for n in shape:
+            nbytes *= n
+        raise MemoryError(f"{who}: {what} of shape {shape} ({dtype}) needs {nbytes} bytes, more than can be "
+                          "allocated here") from None
 
 
 def byte_range(t: torch.Tensor) -> tuple[int, int] | None:
     """[first, last + 1) byte address that `t` can touch (empty tensors: (0, 0)); None when `t` has
-    no storage whose address can be read (a wrapper tensor subclass, torch's zero tensor)."""
+    no storage whose address can be read (a wrapper tensor subclass, torch's zero tensor, a tensor
+    inside torch.func.vmap / functionalize, a fake tensor's storage at address 0)."""
     if t.numel() == 0:
         return (0, 0)
     try:
         base = t.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError):  # torch raises these for storage it does not expose
         return None
+    if base == 0:
+        return None  # storage with no memory behind it (a fake tensor's)
     start = base + t.storage_offset() * t.element_size()
     extent = sum((int(size) - 1) * abs(int(stride)) for size, stride in zip(t.shape, t.stride(), strict=True))
     return (int(start), int(start) + (extent + 1) * t.element_size())
@@ -183,7 +240,9 @@ def _addressable(who: str, what: str, t: torch.Tensor) -> tuple[int, int]:
                                   "tensor (e.g. .to_dense())")
     found = byte_range(t)
     if found is None:
-        kind = "torch's zero tensor" if t._is_zerotensor() else f"a {type(t).__name__} (tensor subclass)"
+        kind = "torch's zero tensor" if t._is_zerotensor() else f"a {type(t).__name__} (tensor subclass)" \
+            if type(t) not in (torch.Tensor, torch.nn.Parameter) else "a tensor inside torch.func (vmap, " \
+            "functionalize) or without memory"
         raise LayoutContractError(f"{who}: {what}: {kind} of shape {tuple(t.shape)} has no storage whose "
                                   "address can be read, so sharing memory with the other cannot be ruled "
                                   "out; pass a plain tensor (e.g. .clone())")
@@ -213,9 +272,11 @@ def check_out(who: str, what: str, out: object, source: torch.Tensor | tuple[tor
     `out` must not be another mapping of a file that a source maps: that cannot be seen (`overlaps`).
     Raises LayoutContractError naming what was wrong (also for a tensor whose address cannot be read)."""
     checked = check_writable(who, f"out= for {what}", check_tensor(who, f"out= for {what}", out, shape, dtype))
+    check_data(who, f"out= for {what}", checked)
     if checked.requires_grad:
         raise LayoutContractError(f"{who}: out= for {what} requires grad; pass a plain tensor")
     for other in source if isinstance(source, tuple) else (source,):
+        check_data(who, f"an input beside out= for {what}", other)
         if overlaps(who, f"out= for {what} and its input", checked, other):
             raise LayoutContractError(f"{who}: out= for {what} overlaps the input's memory (an input of the "
                                       "call or the other out=); pass a separate buffer")
@@ -289,6 +350,8 @@ def _masked_rows(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: f
     """
     if fill != 0 or tail_fill not in (None, 0) or src.dim() != dst.dim() or src.dim() < 2 or src.requires_grad:
         return False
+    if torch._C._functorch.is_functorch_wrapped_tensor(src) or torch._C._functorch.is_functorch_wrapped_tensor(dst):
+        return False  # inside torch.func (vmap has no batching rule for an out= AND)
     if dst.dtype == torch.bool or src.is_neg() or src.is_conj() or dst.is_neg() or dst.is_conj() \
             or (dst.is_inference() and not torch.is_inference_mode_enabled()):
         return False  # a bool copy normalises bytes to 0/1; a lazy neg/conj view has no bit view;
@@ -380,22 +443,24 @@ def pad(who: str, what: str, t: object, axes: tuple[Axis, ...], dtype: torch.dty
         out: torch.Tensor | None) -> torch.Tensor:
     """Logical -> padded. Returns `t` itself when nothing is padded and `out` is None."""
     logical, padded = logical_shape(axes), padded_shape(axes)
-    src = check_tensor(who, what, t, logical, dtype, contiguous=False)
+    src = check_data(who, what, check_tensor(who, what, t, logical, dtype, contiguous=False))
     if out is None:
         if logical == padded:
             return src
-        out = torch.empty(padded, dtype=dtype)
-    else:
-        out = check_out(who, what, out, src, padded, dtype)
-    scatter(src, out, [runs(a) for a in axes], fill)
+        made = empty(who, f"padded {what}", padded, dtype)
+        scatter(src, made, [runs(a) for a in axes], fill)
+        return made
+    out = check_out(who, what, out, src, padded, dtype)
+    with torch.no_grad():  # out= is a buffer: written, never recorded (as load_* writes its destination)
+        scatter(src, out, [runs(a) for a in axes], fill)
     return out
 
 
 def unpad(who: str, what: str, t: object, axes: tuple[Axis, ...], dtype: torch.dtype) -> torch.Tensor:
     """Padded -> logical, as a new tensor."""
     logical, padded = logical_shape(axes), padded_shape(axes)
-    src = check_tensor(who, what, t, padded, dtype, contiguous=False)
-    out = torch.empty(logical, dtype=dtype)
+    src = check_data(who, what, check_tensor(who, what, t, padded, dtype, contiguous=False))
+    out = empty(who, f"unpadded {what}", logical, dtype)
     for combo in itertools.product(*[copies(a) for a in axes]):
         out[tuple(slice(s, s + n) for s, _, n in combo)].copy_(src[tuple(slice(d, d + n) for _, d, n in combo)])
     return out
@@ -414,10 +479,17 @@ def shard(who: str, what: str, full: object, rank: object, tp_size: int, axes: t
     """
     r = check_rank(who, what, rank, tp_size)
     padded = padded_shape(axes)
-    src = check_tensor(who, f"full {what}", full, full_shape(axes, tp_size), dtype, contiguous=False)
-    out = torch.empty(padded, dtype=dtype) if out is None else check_out(who, what, out, src, padded, dtype)
-    if once and r != 0:
-        out.zero_()
-        return out
-    scatter(src, out, [rank_runs(a, r, tp_size) for a in axes], fill, tail_fill)
+    src = check_data(who, f"full {what}", check_tensor(who, f"full {what}", full, full_shape(axes, tp_size), dtype,
+                                                      contiguous=False))
+    if out is None:
+        made = empty(who, f"{what} shard", padded, dtype)
+        if once and r != 0:
+            return made.zero_()
+        scatter(src, made, [rank_runs(a, r, tp_size) for a in axes], fill, tail_fill)
+        return made
+    out = check_out(who, what, out, src, padded, dtype)
+    with torch.no_grad():  # out= is a buffer: written, never recorded (as load_* writes its destination)
+        if once and r != 0:
+            return out.zero_()
+        scatter(src, out, [rank_runs(a, r, tp_size) for a in axes], fill, tail_fill)
     return out

@@ -61,9 +61,11 @@ from . import algebra
 from .errors import LayoutContractError
 from .layout import (
     Axis,
+    check_data,
     check_rank,
     check_tensor,
     check_writable,
+    empty,
     extent,
     fill_runs,
     overlaps,
@@ -105,8 +107,8 @@ def allocate(who: str, what: str, axes: tuple[Axis, ...], dtype: torch.dtype, fi
     """
     r = check_rank(who, what, rank, tp_size)
     shape = padded_shape(axes)
-    dst = torch.empty(shape, dtype=dtype) if out is None else \
-        check_writable(who, f"out= for {what}", check_tensor(who, f"out= for {what}", out, shape, dtype))
+    dst = empty(who, what, shape, dtype) if out is None else check_data(who, f"out= for {what}", check_writable(
+        who, f"out= for {what}", check_tensor(who, f"out= for {what}", out, shape, dtype)))
     with torch.no_grad():  # an nn.Parameter's data is written, not recorded (as engines' loaders do)
         if once and r != 0:
             dst.zero_()
@@ -259,8 +261,11 @@ def _segment_order(who: str, what: str, roles: tuple[str, ...], source_roles: ob
     return tuple(roles.index(str(role)) for role in source_roles)
 
 
-def _source_shape(src: object) -> tuple[int, ...] | None:
+def _source_shape(who: str, what: str, src: object) -> tuple[int, ...] | None:
     if isinstance(src, torch.Tensor):
+        if src.is_nested:
+            raise LayoutContractError(f"{who}: the source for {what} is a nested tensor; pass a dense (strided) "
+                                      "tensor")
         return tuple(src.shape)
     get_shape = getattr(src, "get_shape", None)
     if callable(get_shape):
@@ -279,14 +284,15 @@ def _read(src: Any, index: tuple[slice, ...], want: tuple[int, ...]) -> torch.Te
     source's checked shape (a foreign slice object that returns anything else is refused,
     never broadcast)."""
     part = src[index]
-    if type(part) is torch.Tensor and part.shape == want and part.layout == torch.strided and not part.is_meta:
+    if type(part) is torch.Tensor and part.layout == torch.strided and not part.is_nested and part.shape == want \
+            and not part.is_meta:
         return part  # the common case, in one test (1152 reads per quantized layer)
     if not isinstance(part, torch.Tensor):
         raise LayoutContractError(f"reading a slice gave {type(part).__name__}, not a torch tensor "
                                   "(open the checkpoint with safe_open(..., framework='pt'))")
-    if part.layout != torch.strided:
-        raise LayoutContractError(f"reading the slice {_show(index)} gave a tensor of layout {part.layout}, "
-                                  "not a dense (strided) one")
+    if part.is_nested or part.layout != torch.strided:
+        kind = "a nested tensor" if part.is_nested else f"a tensor of layout {part.layout}"
+        raise LayoutContractError(f"reading the slice {_show(index)} gave {kind}, not a dense (strided) one")
     if part.is_meta:
         raise LayoutContractError(f"reading the slice {_show(index)} gave a meta tensor (no data)")
     if part.shape != want:
@@ -370,8 +376,8 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
     """
     r = rank if type(rank) is int and 0 <= rank < tp_size else check_rank(who, what, rank, tp_size)
     table = _table(axes)
-    dst_t = check_writable(who, f"destination for {what}", check_tensor(who, f"destination for {what}", dst,
-                                                                        table.padded, dtype))
+    dst_t = check_data(who, f"destination for {what}", check_writable(
+        who, f"destination for {what}", check_tensor(who, f"destination for {what}", dst, table.padded, dtype)))
     segs, order = _call_shape(who, what, table, axes, roles, role, source_layout, source_roles)
     e: int | None = None
     if expert is not None:
@@ -382,7 +388,7 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
         e = expert
     prep = _prepared(who, what, table, axes, r, tp_size, segs, source_layout, order, bool(transposed), e is not None)
     _check_source_dtype(who, what, src, dtype)
-    shape = _source_shape(src)
+    shape = _source_shape(who, what, src)
     if shape is None:
         raise LayoutContractError(f"{who}: the source for {what} must be a torch.Tensor or a safetensors "
                                   f"slice (get_slice), got {type(src).__name__}")
@@ -401,6 +407,7 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
         if src.layout != torch.strided:
             raise LayoutContractError(f"{who}: the source for {what} has layout {src.layout}; pass a dense "
                                       f"(strided) tensor of shape {shape} (e.g. .to_dense())")
+        check_data(who, f"the source for {what}", src)
         # the copy would overwrite source rows before reading them
         if src.is_cpu and overlaps(who, f"the source for {what} and its destination", dst_t, src):
             raise LayoutContractError(f"{who}: the source for {what} shares memory with its destination; "
