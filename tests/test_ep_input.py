@@ -158,6 +158,11 @@ def test_one_expert_view_reads_only_that_expert() -> None:
     stacked = _OneExpert(_Unflattened(Stacked(), 4, 6, 5), 3)
     assert stacked.get_shape() == [6, 5]
     assert torch.equal(stacked[(slice(0, 6), slice(2, 5))], fused[3, :, 2:5]) and reads == [(18, 24)]
+    whole = _Unflattened(Stacked(), 4, 6, 5)  # a slice's step and an empty range are kept, as a tensor keeps them
+    for first in (slice(0, 4, 2), slice(3, 0, -1), slice(1, 4, 3), slice(2, 2), slice(3, 1), slice(None)):
+        experts = list(range(*first.indices(4)))  # (torch's own slices take no negative step)
+        assert torch.equal(whole[first, 1:5, 0:3], fused[experts][:, 1:5, 0:3]), first
+    assert torch.equal(whole[1], fused[1])
 
 
 def test_a_repeated_degree_runs_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

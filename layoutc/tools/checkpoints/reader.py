@@ -253,6 +253,11 @@ class _Unflattened:
         if isinstance(first, int):
             block = self.src[first * self.rows:(first + 1) * self.rows, cols]
             return block[rows]
-        lo, hi, _ = first.indices(self.experts)
-        block = self.src[lo * self.rows:hi * self.rows, cols]
-        return block.reshape(hi - lo, self.rows, -1)[:, rows]
+        picked = range(*first.indices(self.experts))
+        if picked.step != 1 and len(picked) > 1:  # every step-th expert: each one's row block, stacked
+            import torch
+
+            return torch.stack([self[e, rows, cols] for e in picked])
+        lo, n = (picked.start, len(picked)) if picked else (0, 0)
+        block = self.src[lo * self.rows:(lo + n) * self.rows, cols]
+        return block.reshape(n, self.rows, block.shape[-1])[:, rows]
