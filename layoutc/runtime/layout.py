@@ -29,7 +29,9 @@ tensor and the expected shape; nothing writes outside the tensor it returns.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import math
 import operator
 import sys
 from dataclasses import dataclass
@@ -164,6 +166,12 @@ def _is_fake(t: torch.Tensor) -> bool:
     return fake is not None and isinstance(t, fake.FakeTensor)
 
 
+def last_element(t: torch.Tensor) -> int:
+    """Storage index of the last element a non-empty `t` can touch (its offset plus its extent)."""
+    return int(t.storage_offset()) + sum((int(size) - 1) * abs(int(stride))
+                                         for size, stride in zip(t.shape, t.stride(), strict=True))
+
+
 def check_data(who: str, what: str, t: torch.Tensor) -> torch.Tensor:
     """`t` (already checked by `check_tensor`) lies within its storage: a storage resized
     smaller after the tensor was made (as FSDP frees a parameter: `untyped_storage().resize_(0)`)
@@ -180,10 +188,9 @@ def check_data(who: str, what: str, t: torch.Tensor) -> torch.Tensor:
         nbytes = t.untyped_storage().nbytes()
     except (RuntimeError, NotImplementedError):  # no storage to measure (a wrapper subclass, a zero tensor)
         return t
-    last = t.storage_offset() + sum((int(size) - 1) * abs(int(stride)) for size, stride in zip(t.shape, t.stride(),
-                                                                                              strict=True))
-    if (last + 1) * t.element_size() > nbytes:
-        raise LayoutContractError(f"{who}: {what} reaches byte {(last + 1) * t.element_size()} of a storage of "
+    end = (last_element(t) + 1) * t.element_size()
+    if end > nbytes:
+        raise LayoutContractError(f"{who}: {what} reaches byte {end} of a storage of "
                                   f"{nbytes} bytes (the storage was resized after the tensor was made, e.g. "
                                   "freed by FSDP); pass a tensor whose memory is allocated")
     return t
@@ -197,10 +204,8 @@ def empty(who: str, what: str, shape: tuple[int, ...], dtype: torch.dtype) -> to
     except RuntimeError as err:
         if "can't allocate memory" not in str(err) and not isinstance(err, torch.OutOfMemoryError):
             raise
-        nbytes = dtype.itemsize
-        for n in shape:
-            nbytes *= n
-        raise MemoryError(f"{who}: {what} of shape {shape} ({dtype}) needs {nbytes} bytes, more than can be "
+        raise MemoryError(f"{who}: {what} of shape {shape} ({dtype}) needs {math.prod(shape) * dtype.itemsize} "
+                          "bytes, more than can be "
                           "allocated here") from None
 
 
@@ -216,9 +221,7 @@ def byte_range(t: torch.Tensor) -> tuple[int, int] | None:
         return None
     if base == 0:
         return None  # storage with no memory behind it (a fake tensor's)
-    start = base + t.storage_offset() * t.element_size()
-    extent = sum((int(size) - 1) * abs(int(stride)) for size, stride in zip(t.shape, t.stride(), strict=True))
-    return (int(start), int(start) + (extent + 1) * t.element_size())
+    return (base + int(t.storage_offset()) * t.element_size(), base + (last_element(t) + 1) * t.element_size())
 
 
 def overlaps(who: str, what: str, a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -238,9 +241,12 @@ def _addressable(who: str, what: str, t: torch.Tensor) -> tuple[int, int]:
                                   "tensor (e.g. .to_dense())")
     found = byte_range(t)
     if found is None:
-        kind = "torch's zero tensor" if t._is_zerotensor() else f"a {type(t).__name__} (tensor subclass)" \
-            if type(t) not in (torch.Tensor, torch.nn.Parameter) else "a tensor inside torch.func (vmap, " \
-            "functionalize) or without memory"
+        if t._is_zerotensor():
+            kind = "torch's zero tensor"
+        elif type(t) not in (torch.Tensor, torch.nn.Parameter):
+            kind = f"a {type(t).__name__} (tensor subclass)"
+        else:
+            kind = "a tensor inside torch.func (vmap, functionalize) or without memory"
         raise LayoutContractError(f"{who}: {what}: {kind} of shape {tuple(t.shape)} has no storage whose "
                                   "address can be read, so sharing memory with the other cannot be ruled "
                                   "out; pass a plain tensor (e.g. .clone())")
@@ -261,6 +267,12 @@ def check_writable(who: str, what: str, t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def check_dest(who: str, what: str, t: object, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A tensor to be written in place (an `out=`, a load's destination): `check_tensor`, then
+    `check_writable` and `check_data`. Raises LayoutContractError naming `what`."""
+    return check_data(who, what, check_writable(who, what, check_tensor(who, what, t, shape, dtype)))
+
+
 def check_out(who: str, what: str, out: object, source: torch.Tensor | tuple[torch.Tensor, ...],
               shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """`out=`: a contiguous CPU tensor of the padded shape, not requiring grad, sharing no memory with
@@ -269,8 +281,7 @@ def check_out(who: str, what: str, out: object, source: torch.Tensor | tuple[tor
     writable here (an inference tensor only inside torch.inference_mode()).
     `out` must not be another mapping of a file that a source maps: that cannot be seen (`overlaps`).
     Raises LayoutContractError naming what was wrong (also for a tensor whose address cannot be read)."""
-    checked = check_writable(who, f"out= for {what}", check_tensor(who, f"out= for {what}", out, shape, dtype))
-    check_data(who, f"out= for {what}", checked)
+    checked = check_dest(who, f"out= for {what}", out, shape, dtype)
     if checked.requires_grad:
         raise LayoutContractError(f"{who}: out= for {what} requires grad; pass a plain tensor")
     for other in source if isinstance(source, tuple) else (source,):
@@ -348,8 +359,6 @@ def _masked_rows(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: f
     """
     if fill != 0 or tail_fill not in (None, 0) or src.dim() != dst.dim() or src.dim() < 2 or src.requires_grad:
         return False
-    if torch._C._functorch.is_functorch_wrapped_tensor(src) or torch._C._functorch.is_functorch_wrapped_tensor(dst):
-        return False  # inside torch.func (vmap has no batching rule for an out= AND)
     if dst.dtype == torch.bool or src.is_neg() or src.is_conj() or dst.is_neg() or dst.is_conj() \
             or (dst.is_inference() and not torch.is_inference_mode_enabled()):
         return False  # a bool copy normalises bytes to 0/1; a lazy neg/conj view has no bit view;
@@ -370,9 +379,7 @@ def _masked_rows(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: f
     if any(src.stride(d) != src.stride(d + 1) * src.shape[d + 1] for d in range(src.dim() - 2)) \
             or rows < 2 or row_stride < n:
         return False
-    last = src.storage_offset() + sum((size - 1) * stride for size, stride in zip(src.shape, src.stride(),
-                                                                               strict=True))
-    if src.storage_offset() + start + (rows - 2) * row_stride + width - 1 > last:
+    if src.storage_offset() + start + (rows - 2) * row_stride + width - 1 > last_element(src):
         return False  # the pad is wider than a row: the reads would leave `src`
     bits = _BITS[dst.element_size()]
     base = src.view(bits)
@@ -441,17 +448,25 @@ def pad(who: str, what: str, t: object, axes: tuple[Axis, ...], dtype: torch.dty
         out: torch.Tensor | None) -> torch.Tensor:
     """Logical -> padded. Returns `t` itself when nothing is padded and `out` is None."""
     logical, padded = logical_shape(axes), padded_shape(axes)
-    src = check_data(who, what, check_tensor(who, what, t, logical, dtype, contiguous=False))
+    src = check_tensor(who, what, t, logical, dtype, contiguous=False)
     if out is None:
+        check_data(who, what, src)
         if logical == padded:
             return src
-        made = empty(who, f"padded {what}", padded, dtype)
-        scatter(src, made, [runs(a) for a in axes], fill)
-        return made
-    out = check_out(who, what, out, src, padded, dtype)
-    with torch.no_grad():  # out= is a buffer: written, never recorded (as load_* writes its destination)
-        scatter(src, out, [runs(a) for a in axes], fill)
-    return out
+    dst, recording = _destination(who, what, f"padded {what}", out, src, padded, dtype)
+    with recording:
+        scatter(src, dst, [runs(a) for a in axes], fill)
+    return dst
+
+
+def _destination(who: str, what: str, made: str, out: torch.Tensor | None, src: torch.Tensor, shape: tuple[int, ...],
+                 dtype: torch.dtype) -> tuple[torch.Tensor, contextlib.AbstractContextManager[object]]:
+    """pad/shard's result and how it is written: a new tensor (named `made` if it cannot be allocated),
+    recorded by autograd as any op is; or `out=` (checked against `src`, whose storage check_out makes),
+    a buffer written under no_grad, as load_* writes its destination."""
+    if out is None:
+        return empty(who, made, shape, dtype), contextlib.nullcontext()
+    return check_out(who, what, out, src, shape, dtype), torch.no_grad()
 
 
 def unpad(who: str, what: str, t: object, axes: tuple[Axis, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -477,17 +492,12 @@ def shard(who: str, what: str, full: object, rank: object, tp_size: int, axes: t
     """
     r = check_rank(who, what, rank, tp_size)
     padded = padded_shape(axes)
-    src = check_data(who, f"full {what}", check_tensor(who, f"full {what}", full, full_shape(axes, tp_size), dtype,
-                                                      contiguous=False))
+    src = check_tensor(who, f"full {what}", full, full_shape(axes, tp_size), dtype, contiguous=False)
     if out is None:
-        made = empty(who, f"{what} shard", padded, dtype)
+        check_data(who, f"full {what}", src)
+    dst, recording = _destination(who, what, f"{what} shard", out, src, padded, dtype)
+    with recording:
         if once and r != 0:
-            return made.zero_()
-        scatter(src, made, [rank_runs(a, r, tp_size) for a in axes], fill, tail_fill)
-        return made
-    out = check_out(who, what, out, src, padded, dtype)
-    with torch.no_grad():  # out= is a buffer: written, never recorded (as load_* writes its destination)
-        if once and r != 0:
-            return out.zero_()
-        scatter(src, out, [rank_runs(a, r, tp_size) for a in axes], fill, tail_fill)
-    return out
+            return dst.zero_()
+        scatter(src, dst, [rank_runs(a, r, tp_size) for a in axes], fill, tail_fill)
+    return dst

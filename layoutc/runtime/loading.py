@@ -60,9 +60,8 @@ from .errors import LayoutContractError
 from .layout import (
     Axis,
     check_data,
+    check_dest,
     check_rank,
-    check_tensor,
-    check_writable,
     empty,
     extent,
     fill_runs,
@@ -105,8 +104,7 @@ def allocate(who: str, what: str, axes: tuple[Axis, ...], dtype: torch.dtype, fi
     """
     r = check_rank(who, what, rank, tp_size)
     shape = padded_shape(axes)
-    dst = empty(who, what, shape, dtype) if out is None else check_data(who, f"out= for {what}", check_writable(
-        who, f"out= for {what}", check_tensor(who, f"out= for {what}", out, shape, dtype)))
+    dst = empty(who, what, shape, dtype) if out is None else check_dest(who, f"out= for {what}", out, shape, dtype)
     with torch.no_grad():  # an nn.Parameter's data is written, not recorded (as engines' loaders do)
         if once and r != 0:
             dst.zero_()
@@ -374,8 +372,7 @@ def load(who: str, what: str, dst: object, src: object, axes: tuple[Axis, ...], 
     """
     r = rank if type(rank) is int and 0 <= rank < tp_size else check_rank(who, what, rank, tp_size)
     table = _table(axes)
-    dst_t = check_data(who, f"destination for {what}", check_writable(
-        who, f"destination for {what}", check_tensor(who, f"destination for {what}", dst, table.padded, dtype)))
+    dst_t = check_dest(who, f"destination for {what}", dst, table.padded, dtype)
     segs, order = _call_shape(who, what, table, axes, roles, role, source_layout, source_roles)
     e: int | None = None
     if expert is not None:
