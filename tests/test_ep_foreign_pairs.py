@@ -36,8 +36,17 @@ def _module(name: str) -> Any:
 
 def _plan(m: Any, experts: int, ep: int, placement: str) -> Any:
     extra = {"isa": "vec"} if m.CONTRACT == "vllm_cpu_grouped_gemm" else {}
-    return m.plan(num_experts=experts, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, tp_size=1,
-                  activation="silu", dtype="float16", ep_size=ep, expert_placement=placement, **extra)
+    return m.plan(
+        num_experts=experts,
+        hidden_size=HIDDEN,
+        intermediate_size=INTERMEDIATE,
+        tp_size=1,
+        activation="silu",
+        dtype="float16",
+        ep_size=ep,
+        expert_placement=placement,
+        **extra,
+    )
 
 
 def _held(m: Any, plan: Any, rank: int, experts: int) -> list[int]:
@@ -50,19 +59,26 @@ def _held(m: Any, plan: Any, rank: int, experts: int) -> list[int]:
 def _rank_weights(m: Any, plan: Any, held: list[int], w13: torch.Tensor, w2: torch.Tensor) -> Any:
     local13 = torch.zeros(plan.local_num_experts, 2 * INTERMEDIATE, HIDDEN, dtype=torch.float16)
     local2 = torch.zeros(plan.local_num_experts, HIDDEN, INTERMEDIATE, dtype=torch.float16)
-    local13[:len(held)], local2[:len(held)] = w13[held], w2[held]
+    local13[: len(held)], local2[: len(held)] = w13[held], w2[held]
     return m.prepack(local13, local2, plan)
 
 
 # the scales; torch_grouped_mm's contract serves linear placement only
-CASES = [(c, s, e, p) for c, s, places in (("torch_grouped_mm", 30.0, ("linear",)),
-                                           ("vllm_cpu_grouped_gemm", 300.0, ("linear", "round_robin")))
-         for p in places for e in (4, 5)]
+CASES = [
+    (c, s, e, p)
+    for c, s, places in (
+        ("torch_grouped_mm", 30.0, ("linear",)),
+        ("vllm_cpu_grouped_gemm", 300.0, ("linear", "round_robin")),
+    )
+    for p in places
+    for e in (4, 5)
+]
 
 
 @pytest.mark.parametrize(("contract", "scale", "experts", "placement"), CASES)
-def test_no_rank_computes_an_expert_it_was_not_routed(contract: str, scale: float, experts: int,
-                                                      placement: str) -> None:
+def test_no_rank_computes_an_expert_it_was_not_routed(
+    contract: str, scale: float, experts: int, placement: str
+) -> None:
     m = _module(contract)
     ep = 2
     plan = _plan(m, experts, ep, placement)
@@ -124,6 +140,13 @@ def test_input_weighting_top1_under_ep(placement: str) -> None:
         assert torch.equal(part[mine], want[mine]) and bool((part[~mine] == 0).all())
         total += part.float()
         with pytest.raises(m.LayoutContractError, match="apply_router_weight_on_input needs top_k == 1"):
-            m.fused_moe(x, *packed, weights.repeat(1, 2), torch.cat([ids, (ids + 1) % experts], 1), plan,
-                        expert_map=emap, apply_router_weight_on_input=True)
+            m.fused_moe(
+                x,
+                *packed,
+                weights.repeat(1, 2),
+                torch.cat([ids, (ids + 1) % experts], 1),
+                plan,
+                expert_map=emap,
+                apply_router_weight_on_input=True,
+            )
     assert torch.equal(total.to(torch.float16), want)

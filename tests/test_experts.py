@@ -165,3 +165,35 @@ def test_a_second_ep_declaration_is_lc206() -> None:
     _, errors = _load("experts num_experts over ep_size placement linear\n"
                       "experts num_experts over ep_size placement round_robin")
     assert [c for c, _ in errors] == ["LC206"]
+
+
+@pytest.mark.parametrize(("mode", "status"), [("dropped", "proved"), ("masked", "counterexample"),
+                                              ("raw", "counterexample"), ("sentinel", "counterexample")])
+def test_expert_coverage_reads_the_glues_declared_foreign_pairs(monkeypatch: pytest.MonkeyPatch, mode: str,
+                                                                 status: str) -> None:
+    """Issue 39: `expert-coverage` models the pairs a rank's kernel computes from the bound glue's
+    declared `foreign_pairs`; a glue that would hand it a foreign pair (weight 0 on local id 0,
+    a raw id, or a mode it does not model) is refused with a counterexample naming the pair."""
+    import dataclasses
+
+    from layoutc.compiler import glues
+    from layoutc.compiler.source import load
+    from layoutc.compiler.verify.prove import verify
+    from tests.conftest import ROOT
+
+    shipped = glues.registry()
+    assert {g.interface.foreign_pairs for g in shipped.values()} == {"dropped"}
+    patched = {k: dataclasses.replace(g, interface=dataclasses.replace(g.interface, foreign_pairs=mode))
+               for k, g in shipped.items()}
+    monkeypatch.setattr(glues, "registry", lambda: patched)
+    contract, diags, _ = load(str(ROOT / "contracts" / "vllm_cpu_grouped_gemm.moe"))
+    assert contract is not None, diags
+    verdict = next(v for v in verify(contract) if v.property == "expert-coverage")
+    assert verdict.status == status, (verdict.status, verdict.detail)
+    if status == "counterexample":
+        assert verdict.counterexample is not None
+        message = verdict.counterexample.message
+        assert "every computed pair is routed and local" in verdict.detail, verdict.detail
+        assert ("does not model" if mode == "sentinel" else "never routed to it") in message, message
+        if mode == "masked":
+            assert "local id 0 at weight 0 (glue vllm_cpu_moe's declared foreign_pairs)" in message, message
