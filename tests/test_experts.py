@@ -80,6 +80,14 @@ def test_local_pairs_hand_the_kernel_only_routed_local_pairs() -> None:
         return xs * w
     assert run_local("m", kernel, x, weights, ids, emap).tolist() == [[0.0, 0.25], [1.0, 1.5], [0.0, 0.0]]
     assert seen == [[[0], [2]]]
+    # zentorch refuses rows reaching one expert: a spare all-zero row, weight 0, on another local
+    # expert, which is no token's (scatter drops it)
+    one = local_pairs("m", weights, torch.tensor([[1, 2], [0, 1], [4, 2]]), emap)
+    xs, ws, ids_spare = one.with_spare(one.gather(x), 3)
+    assert ids_spare.tolist() == [[0], [0], [1]] and ws.tolist() == [[0.25], [0.5], [0.0]]
+    assert xs[:2].tolist() == one.gather(x).tolist() and xs[2].tolist() == [0.0, 0.0]
+    assert one.scatter(torch.ones(3, 2)).tolist() == [[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]]
+    assert pairs.with_spare(pairs.gather(x), 3)[2] is pairs.ids  # two experts active: unchanged
     every = local_pairs("m", weights, torch.tensor([[1, 3], [5, 1], [3, 3]]), emap)  # all local: fast path
     assert every.rows is None and every.ids.tolist() == [[0, 1], [2, 0], [1, 1]] and every.weights is weights
     with pytest.raises(ValueError, match=r"global topk_ids must lie in \[0, 6\)"):

@@ -68,8 +68,27 @@ class LocalPairs:
         """The kernel's input rows: hidden_states [tokens, H] itself, or its rows `rows`."""
         return hidden_states if self.rows is None else hidden_states.index_select(0, self.rows).contiguous()
 
+    def with_spare(self, x: torch.Tensor, local_experts: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(x, weights, ids) for a kernel that refuses a call whose rows reach one expert.
+
+        zentorch_fused_moe raises "requires at least 2 active experts" (zentorch 2.13.0.1
+        FusedMoE.cpp). When the compacted rows (x: `gather`'s [n, H]) reach one expert and
+        the rank holds more, one spare row is appended: all zeros, weight 0, on another local
+        expert. It is no token's row (`scatter` drops its output), so no token runs an
+        expert it was not routed to. Otherwise (or on the fast path) returned unchanged.
+        """
+        if self.rows is None or not int(self.rows.shape[0]) or local_experts < 2:
+            return x, self.weights, self.ids
+        active = torch.unique(self.ids)
+        if int(active.numel()) >= 2:
+            return x, self.weights, self.ids
+        other = 1 if int(active[0]) == 0 else 0
+        return (torch.cat([x, x.new_zeros(1, x.shape[1])]), torch.cat([self.weights, self.weights.new_zeros(1, 1)]),
+                torch.cat([self.ids, self.ids.new_full((1, 1), other)]))
+
     def scatter(self, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """The rank's partial sum [tokens, H] from the kernel's output y [n, H] (same dtype).
+        """The rank's partial sum [tokens, H] from the kernel's output y [n, H] (same dtype;
+        rows past n, a `with_spare` row, are dropped).
 
         Each token's local pairs are added in float32 and rounded once to y's dtype; a token
         with no local pair is exactly 0. `out`: write there ([tokens, H], y's dtype) instead.
@@ -77,7 +96,7 @@ class LocalPairs:
         if self.rows is None:
             return y if out is None else out.copy_(y)
         acc = torch.zeros(self.tokens, y.shape[1], dtype=torch.float32, device=y.device)
-        acc.index_add_(0, self.rows, y.float())
+        acc.index_add_(0, self.rows, y[: int(self.rows.shape[0])].float())
         return acc.to(y.dtype) if out is None else out.copy_(acc)
 
 

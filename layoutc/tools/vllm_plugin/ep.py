@@ -10,7 +10,8 @@ check). Under `enable_expert_parallel` the plugin therefore:
   experts, with the local ids of the contract's `local_experts(ep_rank, plan)` map
   (layoutc.runtime.expert_map.local_pairs, the generated modules' path): when a token has a
   foreign pair (vLLM's expert_map -1), each local pair is its own top_k-1 row and the rows
-  are added back per token in float32; a token with no local pair is 0 on this rank. No
+  are added back per token in float32; a token with no local pair is 0 on this rank (zentorch,
+  which refuses rows that reach one expert, gets one spare all-zero row that is no token's). No
   foreign pair runs any expert: weight 0 on some local expert still runs it, and 0 x an
   overflowed float16 activation is NaN (issue 39);
 - check: refuses the layer at load (`refusal`), since vLLM's own forward would read
@@ -102,8 +103,11 @@ def install(cpu_moe: Any) -> None:
         if not int(pairs.rows.shape[0]):  # no pair on this rank: it adds exactly 0, no kernel call
             output.zero_()
             return None
-        args_["hidden_states"] = pairs.gather(args_["hidden_states"])
-        args_["output"] = output.new_empty((int(pairs.rows.shape[0]), *output.shape[1:]))
+        x, weights, local = pairs.gather(args_["hidden_states"]), pairs.weights, pairs.ids
+        if getattr(self, "_use_zentorch", False):  # zentorch refuses rows that reach one expert
+            x, weights, local = pairs.with_spare(x, int(args_["w1"].shape[0]))
+        args_["hidden_states"], args_["topk_weights"], args_["topk_ids"] = x, weights, local.to(ids.dtype)
+        args_["output"] = output.new_empty((int(x.shape[0]), *output.shape[1:]))
         original(*bound.args, **bound.kwargs)
         pairs.scatter(args_["output"], out=output)
         return None
