@@ -600,21 +600,26 @@ def fused_moe(
     topk_weights / topk_ids: [num_tokens, top_k]; ids in [0, num_experts) of the
     weights' experts axis.
     expert_map: this EP rank's map from `local_experts` when topk_ids are the router's
-    global ids: they are remapped to local ids and a foreign expert gets weight 0, so it
-    adds 0 on this rank (vLLM's -1). Without it, under ep_size > 1 the ids must
-    already be local: one at or above the rank's experts axis is refused (EP05).
+    global ids: the kernel computes only the pairs routed to this rank's experts, with
+    local ids (`_runtime.expert_map.local_pairs`: a pair whose expert is foreign, vLLM's -1,
+    is never computed; a token with none adds exactly 0). Without it, under ep_size > 1
+    the ids must already be local: one at or above the rank's experts axis is refused (EP05).
     Returns a new [num_tokens, hidden_size] tensor: this rank's partial sum (under
     TP, all-reduce over the ranks).
     Raises LayoutContractError on any wrong input, KernelUnavailableError when
     the kernel cannot run here.
     """
     _PLANS.require(plan)
-    if expert_map is not None:
-        topk_weights, topk_ids = _expert_map.to_local(CONTRACT, topk_weights, topk_ids, expert_map)
-    elif isinstance(topk_ids, torch.Tensor):
+
+    def kernel(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return _glue.fused_moe(
+            _config(plan), x, packed_w13, packed_w2, weights, ids,
+        )
+
+    if expert_map is None and isinstance(topk_ids, torch.Tensor):
         _expert_map.refuse_global(CONTRACT, topk_ids, plan.local_num_experts, plan.ep_size)
-    return _glue.fused_moe(
-        _config(plan), hidden_states, packed_w13, packed_w2, topk_weights, topk_ids,
+    return _expert_map.run_local(
+        CONTRACT, kernel, hidden_states, topk_weights, topk_ids, expert_map,
     )
 
 # ---- loading: one checkpoint tensor at a time into a rank's padded parameter ----

@@ -10,7 +10,7 @@ expected outcome of each mutant is pinned in tests/test_mutants.py.
 A baseline that states expert parallelism (`experts ... over ep_size`) is mutated without
 it (`without_ep`): these fault classes are of the intermediate/TP layout, each pinned
 against the contract as it reads with one EP rank, and EP has its own cases
-(tests/cases/unsound/ep_*).
+(tests/cases/unsound/ep_*, and the `ep=True` mutants below, which keep it).
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ class Mutant:
     fault: str
     edit: str
     subs: tuple[tuple[str, str, int], ...]  # (old, new, expected count; 0 = regex, any count >= 1)
+    ep: bool = False  # mutate the baseline with its EP declaration (an EP fault class)
 
 
 def m(name: str, base: str, fault: str, edit: str, *subs: tuple[str, str] | tuple[str, str, int]) -> Mutant:
@@ -582,6 +583,18 @@ RT_MUTANTS: list[Mutant] = [
 ]
 MUTANTS += RT_MUTANTS
 
+# issue 39 item 2: the glue hands a foreign pair to local expert 0 at weight 0 (layoutc's own EP
+# path before issue 39): that expert still runs on the token, 0 x an overflowed fp16 activation is NaN
+EP_MUTANTS = [
+    Mutant("v_ep_foreign_masked", "v", "ep-foreign-computed", "`foreign masked` on the EP declaration",
+           (("experts num_experts over ep_size placement linear, round_robin\n",
+             "experts num_experts over ep_size placement linear, round_robin foreign masked\n", 1),), ep=True),
+    Mutant("g_ep_foreign_masked", "g", "ep-foreign-computed", "`foreign masked` on the EP declaration",
+           (("placement linear redundant num_redundant_experts\n",
+             "placement linear redundant num_redundant_experts foreign masked\n", 1),), ep=True),
+]
+MUTANTS += EP_MUTANTS
+
 
 def without_ep(text: str) -> str:
     """`text` with its EP declaration removed: the `# Expert parallelism` comment block, the
@@ -595,7 +608,8 @@ def without_ep(text: str) -> str:
 
 
 def render(mut: Mutant) -> str:
-    base = without_ep((ROOT / "contracts" / f"{BASE[mut.base]}.moe").read_text(encoding="utf-8"))
+    base = (ROOT / "contracts" / f"{BASE[mut.base]}.moe").read_text(encoding="utf-8")
+    base = base if mut.ep else without_ep(base)
     text = base
     for old, new, count in mut.subs:
         if count == 0:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from layoutc.runtime import experts as X
-from layoutc.runtime.expert_map import local_experts, refuse_global, to_local
+from layoutc.runtime.expert_map import local_experts, local_pairs, refuse_global, run_local
 
 
 @pytest.mark.parametrize("placement", X.PLACEMENTS)
@@ -59,19 +59,48 @@ def test_redundant_experts_replicate_logical_ones() -> None:
     assert count == 3 and emap is not None and emap.tolist() == [-1, -1, -1, 0, 1, 2]
 
 
-def test_to_local_masks_foreign_experts() -> None:
+def test_local_pairs_hand_the_kernel_only_routed_local_pairs() -> None:
+    """Issue 39: a foreign pair is never computed, not even at weight 0 on some local expert."""
     _, emap = local_experts(1, SimpleNamespace(num_experts=6, ep_size=2, expert_placement="round_robin"))
     assert emap is not None and emap.tolist() == [-1, 0, -1, 1, -1, 2]
-    ids = torch.tensor([[1, 2], [4, 5]])
-    weights = torch.tensor([[0.25, 0.75], [0.5, 0.5]])
-    w, local = to_local("m", weights, ids, emap)
-    assert local.dtype == torch.int32 and local.tolist() == [[0, 0], [0, 2]]
-    assert w.tolist() == [[0.25, 0.0], [0.0, 0.5]]
+    ids = torch.tensor([[1, 2], [4, 5], [0, 2]])
+    weights = torch.tensor([[0.25, 0.75], [0.5, 0.5], [0.125, 0.875]])
+    pairs = local_pairs("m", weights, ids, emap)
+    assert pairs.rows is not None and pairs.rows.tolist() == [0, 1] and pairs.tokens == 3
+    assert pairs.ids.dtype == torch.int32 and pairs.ids.tolist() == [[0], [2]]
+    assert pairs.weights.tolist() == [[0.25], [0.5]]
+    x = torch.arange(6.0).reshape(3, 2)
+    assert pairs.gather(x).tolist() == [[0.0, 1.0], [2.0, 3.0]]
+    # the rank's sum per token; token 2 has no pair here and is exactly 0
+    assert pairs.scatter(torch.tensor([[1.0, 2.0], [3.0, 4.0]])).tolist() == [[1.0, 2.0], [3.0, 4.0], [0.0, 0.0]]
+    seen = []
+
+    def kernel(xs: torch.Tensor, w: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+        seen.append(i.tolist())
+        return xs * w
+    assert run_local("m", kernel, x, weights, ids, emap).tolist() == [[0.0, 0.25], [1.0, 1.5], [0.0, 0.0]]
+    assert seen == [[[0], [2]]]
+    # zentorch refuses rows reaching one expert: a spare all-zero row, weight 0, on another local
+    # expert, which is no token's (scatter drops it)
+    one = local_pairs("m", weights, torch.tensor([[1, 2], [0, 1], [4, 2]]), emap)
+    xs, ws, ids_spare = one.with_spare(one.gather(x), 3)
+    assert ids_spare.tolist() == [[0], [0], [1]] and ws.tolist() == [[0.25], [0.5], [0.0]]
+    assert xs[:2].tolist() == one.gather(x).tolist() and xs[2].tolist() == [0.0, 0.0]
+    assert one.scatter(torch.ones(3, 2)).tolist() == [[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]]
+    assert pairs.with_spare(pairs.gather(x), 3)[2] is pairs.ids  # two experts active: unchanged
+    every = local_pairs("m", weights, torch.tensor([[1, 3], [5, 1], [3, 3]]), emap)  # all local: fast path
+    assert every.rows is None and every.ids.tolist() == [[0, 1], [2, 0], [1, 1]] and every.weights is weights
     with pytest.raises(ValueError, match=r"global topk_ids must lie in \[0, 6\)"):
-        to_local("m", weights, torch.tensor([[1, 6], [0, 0]]), emap)
+        local_pairs("m", weights, torch.tensor([[1, 6], [0, 0], [0, 0]]), emap)
+    with pytest.raises(ValueError, match=r"topk_weights the same shape"):
+        local_pairs("m", weights[:2], ids, emap)
+    with pytest.raises(ValueError, match=r"apply_router_weight_on_input needs top_k == 1, got top_k 2"):
+        local_pairs("m", weights, ids, emap, input_weighted=True)
+    with pytest.raises(ValueError, match=r"hidden_states must be \[tokens, hidden_size\] with the router's 3"):
+        run_local("m", kernel, x[:2], weights, ids, emap)
     with pytest.raises(X.ExpertParallelError, match=r"\[EP05\] m: expert id 5 reaches a kernel"):
         refuse_global("m", ids, 3, 2)
-    refuse_global("m", local, 3, 2)  # remapped ids pass
+    refuse_global("m", pairs.ids, 3, 2)  # remapped ids pass
 
 
 def test_parallel_config_flattens() -> None:
@@ -144,3 +173,35 @@ def test_a_second_ep_declaration_is_lc206() -> None:
     _, errors = _load("experts num_experts over ep_size placement linear\n"
                       "experts num_experts over ep_size placement round_robin")
     assert [c for c, _ in errors] == ["LC206"]
+
+
+@pytest.mark.parametrize(("mode", "status"), [("dropped", "proved"), ("masked", "counterexample"),
+                                              ("raw", "counterexample"), ("sentinel", "counterexample")])
+def test_expert_coverage_reads_the_glues_declared_foreign_pairs(monkeypatch: pytest.MonkeyPatch, mode: str,
+                                                                 status: str) -> None:
+    """Issue 39: `expert-coverage` models the pairs a rank's kernel computes from the bound glue's
+    declared `foreign_pairs`; a glue that would hand it a foreign pair (weight 0 on local id 0,
+    a raw id, or a mode it does not model) is refused with a counterexample naming the pair."""
+    import dataclasses
+
+    from layoutc.compiler import glues
+    from layoutc.compiler.source import load
+    from layoutc.compiler.verify.prove import verify
+    from tests.conftest import ROOT
+
+    shipped = glues.registry()
+    assert {g.interface.foreign_pairs for g in shipped.values()} == {"dropped"}
+    patched = {k: dataclasses.replace(g, interface=dataclasses.replace(g.interface, foreign_pairs=mode))
+               for k, g in shipped.items()}
+    monkeypatch.setattr(glues, "registry", lambda: patched)
+    contract, diags, _ = load(str(ROOT / "contracts" / "vllm_cpu_grouped_gemm.moe"))
+    assert contract is not None, diags
+    verdict = next(v for v in verify(contract) if v.property == "expert-coverage")
+    assert verdict.status == status, (verdict.status, verdict.detail)
+    if status == "counterexample":
+        assert verdict.counterexample is not None
+        message = verdict.counterexample.message
+        assert "every computed pair is routed and local" in verdict.detail, verdict.detail
+        assert ("does not model" if mode == "sentinel" else "never routed to it") in message, message
+        if mode == "masked":
+            assert "local id 0 at weight 0 (glue vllm_cpu_moe's declared foreign_pairs)" in message, message

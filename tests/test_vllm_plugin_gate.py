@@ -103,7 +103,9 @@ def test_check_names_vllms_real_reason_and_the_contracts_verdict(cpu_moe) -> Non
 @pytest.mark.parametrize("placement", ["linear", "round_robin"])
 def test_replace_apply_maps_global_ids_as_vllms_expert_map(cpu_moe, monkeypatch: pytest.MonkeyPatch, experts: int,
                                                            ep_size: int, placement: str) -> None:  # type: ignore[no-untyped-def]
-    """vLLM's apply wrapped: the kernel sees the rank's local ids, and weight 0 on a foreign expert."""
+    """vLLM's apply wrapped: the kernel sees only the pairs routed to the rank's experts, with
+    their local ids (never a foreign pair, not even at weight 0: issue 39), and the rank's
+    output is its pairs' sum per token."""
     import torch
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.expert_map_manager import determine_expert_map
@@ -111,14 +113,21 @@ def test_replace_apply_maps_global_ids_as_vllms_expert_map(cpu_moe, monkeypatch:
     from layoutc.tools.vllm_plugin import check, ep, hook
 
     seen: list[tuple[torch.Tensor, torch.Tensor]] = []
-    monkeypatch.setattr(cpu_moe, "cpu_fused_moe", lambda *a: seen.append((a[6].clone(), a[7].clone())))
+
+    def kernel(*a):  # type: ignore[no-untyped-def]
+        # output = sum_k w * (id + 1) * x: which pairs ran shows in the output
+        seen.append((a[6].clone(), a[7].clone()))
+        a[0].copy_((a[6] * (a[7].float() + 1)).sum(1, keepdim=True) * a[1].float())
+
+    monkeypatch.setattr(cpu_moe, "cpu_fused_moe", kernel)
     hook.install("replace")
     gen = check.module("grouped_gemm")
     lay = check.layout(gen)
     tokens = torch.Generator().manual_seed(experts)
     ids = torch.randint(0, experts, (64, 4), generator=tokens, dtype=torch.int32)
     weights = torch.rand(64, 4, generator=tokens)
-    total = torch.zeros_like(weights)
+    x = torch.randn(64, 8, generator=tokens)
+    total = torch.zeros(64)
     for rank in range(ep_size):
         local, vllm_map, _ = determine_expert_map(ep_size, rank, experts, placement)
         info = check.LayerInfo("layer", local, 256, 704, 1, "silu", torch.bfloat16, "vec", ep_size=ep_size,
@@ -126,18 +135,23 @@ def test_replace_apply_maps_global_ids_as_vllms_expert_map(cpu_moe, monkeypatch:
         ex = object.__new__(cpu_moe.CPUUnquantizedExperts)
         ex._use_zentorch, ex.quant_config = False, SimpleNamespace(w1_bias=None, w2_bias=None)
         setattr(ex, ep.MAP_ATTR, ep.expert_map(lay, check.admit(gen, info), rank, vllm_map, "layer", local))
-        ex.apply(output=None, hidden_states=None, w1=None, w2=None, topk_weights=weights, topk_ids=ids,
+        output = torch.full((64, 8), float("nan"))
+        ex.apply(output=output, hidden_states=x, w1=None, w2=None, topk_weights=weights, topk_ids=ids,
                  activation=MoEActivation.SILU, global_num_experts=experts, expert_map=vllm_map, a1q_scale=None,
                  a2_scale=None, workspace13=None, workspace2=None, expert_tokens_meta=None,
                  apply_router_weight_on_input=False)
         got_w, got_ids = seen[-1]
         want = vllm_map[ids.long()]
         mine = want >= 0
-        assert got_ids.dtype == ids.dtype and bool((got_ids[mine] == want[mine]).all())
-        assert bool((got_ids[~mine] == 0).all()) and bool((got_w[~mine] == 0).all())
-        assert torch.equal(got_w[mine], weights[mine]) and int(got_ids.max()) < local
-        total += got_w
-    assert torch.equal(total, weights)  # every routed expert is on exactly one rank
+        assert got_ids.dtype == ids.dtype and got_ids.shape == got_w.shape
+        # exactly the routed local pairs, each once, in token order
+        assert sorted(got_ids.reshape(-1).tolist()) == sorted(want[mine].tolist())
+        assert sorted(got_w.reshape(-1).tolist()) == sorted(weights[mine].tolist())
+        assert int(got_ids.min()) >= 0 and int(got_ids.max()) < local
+        per_token = (weights * (want.float() + 1) * mine).sum(1, keepdim=True) * x
+        assert torch.allclose(output, per_token, rtol=1e-6, atol=1e-6)
+        total += (weights * mine).sum(1)
+    assert torch.allclose(total, weights.sum(1), rtol=1e-6)  # every routed expert is on exactly one rank
 
 
 def test_the_contract_map_is_held_to_vllms(cpu_moe) -> None:  # type: ignore[no-untyped-def]

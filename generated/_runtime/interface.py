@@ -92,6 +92,13 @@ class GlueInterface:
         (Llama-4: "input") must be one of these.
     router_weight_input_top_k: the only top_k at which "input" is computed (vLLM's CPU
         kernels: 1), or None for any.
+    foreign_pairs: under expert parallelism, what the kernel is handed for a (token, expert)
+        pair whose expert another rank holds (vLLM's expert map -1). "dropped": nothing, the
+        generated `fused_moe` hands the kernel only the rank's routed, local pairs
+        (runtime/expert_map.py `run_local`); "masked": local id 0 at weight 0 (the kernel still
+        runs that expert on the token); "raw": the router's global id. The verifier's
+        `expert-coverage` proves every pair the kernel computes is routed and local from
+        this (a contract's `foreign raw|masked` states it instead); only "dropped" proves.
     """
 
     kind: str
@@ -108,6 +115,7 @@ class GlueInterface:
     forward_options: tuple[str, ...] = ()
     router_weight: tuple[str, ...] = ("output",)
     router_weight_input_top_k: int | None = None
+    foreign_pairs: str = "dropped"
 
     def activation(self, name: str) -> Activation | None:
         """The declared activation `name`, or None when the kernel does not compute it."""

@@ -92,6 +92,24 @@ def registry() -> dict[str, Glue]:
     return out
 
 
+FOREIGN_PAIRS = ("dropped", "masked", "raw")
+
+
+def foreign_pairs(contract: Any) -> tuple[str, str]:
+    """(mode, who states it) of what an EP rank's kernel is handed for a foreign pair.
+
+    The contract's `foreign raw|masked` if it states one, else its bound glue's declared
+    `GlueInterface.foreign_pairs`; a contract that binds no glue runs no kernel ("dropped").
+    """
+    ep = contract.ep
+    if ep is not None and ep.foreign is not None:
+        return ep.foreign, f"the contract's `foreign {ep.foreign}`"
+    glue = registry().get(contract.glue.kind) if contract.glue is not None else None
+    if glue is None:
+        return "dropped", "no glue is bound"
+    return glue.interface.foreign_pairs, f"glue {glue.interface.kind}'s declared foreign_pairs"
+
+
 def runtime_files() -> list[tuple[str, str]]:
     """(relative path, text) of every runtime source file, for `layoutc compile` to copy."""
     root = resources.files("layoutc").joinpath("runtime")

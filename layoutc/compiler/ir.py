@@ -362,7 +362,9 @@ class ExpertParallel:
     `redundant` the EPLB redundant-expert count (physical p holds logical p % experts), or
     None. `stride`: the loader reads experts [rank * stride, rank * stride + L) of the
     checkpoint (L the tensors' experts axis); None: exactly the rank's experts of vLLM's
-    expert map. `foreign`: the glue masks foreign experts (weight 0) or passes raw ids.
+    expert map. `foreign`: the contract's statement of what a rank's kernel is handed for a
+    pair whose expert is foreign (`foreign raw`: the global id; `foreign masked`: local id 0 at
+    weight 0), or None: the bound glue's declared `foreign_pairs` (runtime/interface.py).
     `unpadded`: the intermediate pad is skipped under EP (vllm#51131)."""
 
     experts: str
@@ -372,7 +374,7 @@ class ExpertParallel:
     span: Span
     redundant: str | None = None
     stride: Expr | None = None
-    foreign: Literal["masked", "raw"] = "masked"
+    foreign: Literal["raw", "masked"] | None = None
     unpadded: bool = False
 
 

@@ -220,7 +220,7 @@ DISPATCHED: dict[str, frozenset[str]] = {
     "view": frozenset(get_args(ViewRule)), "glue clause": frozenset(get_args(GlueClauseRule)),
     "expression": frozenset(get_args(ExprRule)),
 }
-EpClauseRule = Literal["ep_redundant", "ep_load_stride", "ep_foreign_raw", "ep_unpadded"]
+EpClauseRule = Literal["ep_redundant", "ep_load_stride", "ep_foreign_raw", "ep_foreign_masked", "ep_unpadded"]
 DISPATCHED["ep clause"] = frozenset(get_args(EpClauseRule))
 STRUCTURAL = frozenset({"start", "signed", "shard_blocks", "ep_placements", "optional", "pack", "pack_order", "axis_refs", "axis_ref", "arm"})
 
@@ -533,7 +533,8 @@ class _Builder:
         """`experts NUM over EP placement P` and its clauses (the first of a repeated one counts)."""
         redundant: str | None = None
         stride: A.Expr | None = None
-        raw = unpadded = False
+        foreign: Literal["raw", "masked"] | None = None
+        unpadded = False
         for cl in map(_tree, clauses):
             rule = _rule(cl, "ep clause", _EP_CLAUSE_RULES)
             match rule:
@@ -542,12 +543,14 @@ class _Builder:
                 case "ep_load_stride":
                     stride = stride or self.expr(cl.children[0])
                 case "ep_foreign_raw":
-                    raw = True
+                    foreign = foreign or "raw"
+                case "ep_foreign_masked":
+                    foreign = foreign or "masked"
                 case "ep_unpadded":
                     unpadded = True
                 case _:
                     assert_never(rule)
-        return A.EpDecl(experts, count, placement, span, redundant, stride, raw, unpadded)
+        return A.EpDecl(experts, count, placement, span, redundant, stride, foreign, unpadded)
 
     # ---- expressions ----
     def expr(self, child: object) -> A.Expr:

@@ -133,7 +133,7 @@ class SourceDecl:
 
 @dataclass(frozen=True)
 class EpDecl:
-    """`experts NUM over EP placement P [redundant R] [load stride S] [foreign raw]
+    """`experts NUM over EP placement P [redundant R] [load stride S] [foreign raw|masked]
     [intermediate unpadded]`: the experts axis split over EP ranks (docs/language.md)."""
 
     experts: str
@@ -142,7 +142,7 @@ class EpDecl:
     span: Span
     redundant: str | None = None
     stride: Expr | None = None
-    foreign_raw: bool = False
+    foreign: Literal["raw", "masked"] | None = None
     unpadded: bool = False
 
 

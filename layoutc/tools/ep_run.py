@@ -5,7 +5,8 @@ fastest as vLLM orders ranks). Each rank loads its TP shard of the layer through
 generated loaders at the EP plan, reading from the safetensors files only the experts its EP
 rank holds (`local_experts`, vLLM's `determine_expert_map`; checkpoints.loader
 `load_layer_experts`) straight into the kernel's local experts axis, prepacks, and runs the
-real kernel with the router's global ids and its expert map (foreign experts add 0). The
+real kernel with the router's global ids and its expert map (the kernel computes only the rank's
+routed, local pairs: `expert_map.run_local`). The
 ranks' outputs are summed (the all-reduce of the EP and TP groups).
 
 A rank never reads a foreign expert: its peak memory is its own experts' TP shard. Measured

@@ -1,5 +1,5 @@
 """The expert-parallel pass: `experts NUM over EP placement P [redundant R] [load stride S]
-[foreign raw] [intermediate unpadded]` into ``scope.ep`` (LC440 on anything malformed).
+[foreign raw|masked] [intermediate unpadded]` into ``scope.ep`` (LC440 on anything malformed).
 
 The placements are vLLM 0.32's (`vllm.config.parallel.ExpertPlacementStrategy`); their
 arithmetic is `layoutc.runtime.experts` (stdlib), which the verifier encodes and the generated
@@ -39,7 +39,7 @@ def check_ep(scope: Scope, sink: Sink) -> None:
         ok = stride is not None and expect(sink, stride, ir.INT) and ok
     if ok and placement_param is not None:
         scope.ep = ir.ExpertParallel(d.experts, d.count, d.placement, placement_param, d.span, d.redundant,
-                                     stride, "raw" if d.foreign_raw else "masked", d.unpadded)
+                                     stride, d.foreign, d.unpadded)
 
 
 def _int_param(scope: Scope, sink: Sink, d: A.EpDecl, name: str, what: str, *, finite: bool, low: int) -> bool:

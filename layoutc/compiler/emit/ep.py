@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from layoutc.compiler import ir
+from layoutc.compiler import glues, ir
 
 
 def placement_name(ep: ir.ExpertParallel) -> str:
@@ -38,6 +38,10 @@ def ep_view(contract: ir.Contract, render_expr: Callable[[ir.Expr, str], str]) -
         return None
     axis = next(a for a in contract.weight("w13").axes if a.name == "experts") \
         if any(a.name == "experts" for a in contract.weight("w13").axes) else None
+    mode, who = glues.foreign_pairs(contract)
+    # expert-coverage refuses any other mode, and compile emits only proved contracts: the
+    # template's fused_moe runs the kernel through expert_map.run_local (local pairs only)
+    assert mode == "dropped", f"{contract.name}: {who} is {mode!r}: expert-coverage refuses it"
     redundant = ep.redundant or "0"
     placement = placement_name(ep)
     return {"experts": ep.experts, "count": ep.count, "placement": placement, "redundant": redundant,

@@ -402,6 +402,9 @@ def _glue_view(contract: ir.Contract) -> dict[str, Any] | None:
         "shapes": shapes,
         "args": [(k, render_expr(v, "plan.")) for k, v in g.args if k != "activation"],
         "keywords": keywords, "keyword_names": names, "biases": biases,
+        # under EP, run_local refuses input weighting above the top_k the kernel computes it at
+        "input_weighted": "apply_router_weight_on_input" if "apply_router_weight_on_input" in interface.forward_options
+        and interface.router_weight_input_top_k == 1 else None,
         "w13_doc": _shape_doc(contract, w13, "padded"), "w2_doc": _shape_doc(contract, w2, "padded"),
         "w13_logical": _shape_doc(contract, w13, "logical"), "w2_logical": _shape_doc(contract, w2, "logical"),
     }

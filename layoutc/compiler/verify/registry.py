@@ -47,7 +47,7 @@ PROPERTIES: tuple[Property, ...] = (
     Property("coverage", "over all ranks, every element of the full checkpoint is read by exactly one rank",
              "coverage", True),
     Property("expert-coverage", "under expert parallelism every expert is on its rank, once, below the experts "
-             "axis, and foreign experts add 0", "experts", True),
+             "axis, and every pair a rank's kernel computes is a routed, local pair", "experts", True),
     Property("admission", "no admitted configuration breaks a kernel rule or a layout assumption", "admission"),
     Property("waste", "worst-case pad fraction over the domain (informational)", "waste"),
 )

@@ -27,6 +27,7 @@ INTERFACE = GlueInterface(
     pads_hidden=False,
     output_bias="once",
     source="torch 2.13.0 torch._grouped_mm",
+    foreign_pairs="dropped",  # under EP the generated fused_moe hands it local pairs only (expert_map.run_local)
 )
 # Names a generated module re-exports from this glue.
 PUBLIC = ("load_kernel",)

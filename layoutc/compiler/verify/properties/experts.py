@@ -11,9 +11,15 @@ fewer, EP01):
   loader can put another expert there);
 - no expert on a second rank: no rank but p's own holds p in a slot of its experts axis
   (redundant experts are other physical experts, each on the rank of its own slot);
-- foreign ids are masked: a `foreign raw` glue hands a rank's kernel the raw global id of an
-  expert the rank does not hold (the map's -1), which reads a wrong slot or out of bounds
-  instead of contributing 0;
+- every computed pair is routed and local: for a token routed to physical expert p, the pair
+  rank b's kernel computes is (token, local slot s) only where b holds p at s. What the kernel
+  is handed for a foreign pair is modelled from the bound glue's declared
+  `GlueInterface.foreign_pairs` (a contract's `foreign raw|masked` states it instead):
+  "dropped" (the generated fused_moe hands the kernel the rank's routed, local pairs only,
+  runtime/expert_map.py `run_local`) computes nothing; "masked" computes local slot 0 at
+  weight 0, an expert the token was never routed to (0 x a non-finite activation is NaN, not
+  0: the same rule floating-point inertness holds pad lanes to; issue 39); "raw" computes slot
+  p, a wrong slot or out of bounds. Weight 0 is never counted as adding 0;
 - `intermediate unpadded`: at every degree above 1 the intermediate axes hold no pad (vllm#51131).
 
 The placement arithmetic is `layoutc.runtime.experts`'s, written here over z3 terms with the
@@ -28,7 +34,7 @@ from typing import Any
 
 import z3  # type: ignore[import-untyped]
 
-from layoutc.compiler import ir
+from layoutc.compiler import glues, ir
 from layoutc.compiler.verify.obligations import Obligation, decide
 from layoutc.compiler.verify.run import Run
 from layoutc.compiler.verify.verdicts import Verdict
@@ -127,8 +133,7 @@ def obligations(run: Run) -> list[Obligation]:
                           p < physical)
             tag = f"ep_size {degree}, {placement}"
             obs += _rank_obligations(run, terms, here, tag, p, slot, other)
-            if ep.foreign == "raw":
-                obs.append(_foreign(run, terms, here, tag, p))
+            obs.append(_computed_pairs(run, terms, here, tag, p, slot))
     if ep.unpadded:
         obs += _unpadded(run, ep)
     return obs
@@ -180,16 +185,40 @@ def _rank_obligations(run: Run, terms: _Terms, here: z3.BoolRef, tag: str, p: z3
     return obs
 
 
-def _foreign(run: Run, terms: _Terms, here: z3.BoolRef, tag: str, p: z3.ArithRef) -> Obligation:
+def _computed(mode: str, terms: _Terms, p: z3.ArithRef, rank: int, slot: z3.ArithRef) -> z3.BoolRef:
+    """Rank `rank`'s kernel computes local slot `slot` for a token routed to physical expert p."""
+    if mode == "dropped":  # expert_map.local_pairs: a pair is handed on only where the map holds it
+        return z3.And(terms.owns(p, rank), terms.routed(p, rank, slot))
+    if mode == "masked":  # the pre-issue-39 glue: a foreign pair goes to local id 0 at weight 0
+        return z3.If(terms.owns(p, rank), terms.routed(p, rank, slot), slot == 0)
+    if mode == "raw":  # the router's global id, unmapped
+        return slot == p
+    return z3.BoolVal(True, terms.run.ctx)  # a mode the verifier does not model computes anything
+
+
+def _computed_pairs(run: Run, terms: _Terms, here: z3.BoolRef, tag: str, p: z3.ArithRef,
+                    slot: z3.ArithRef) -> Obligation:
+    mode, who = glues.foreign_pairs(run.contract)
     rank = z3.Int("ep_rank", run.ctx)
-    foreign = z3.Or([z3.And(z3.Not(terms.owns(p, b)), rank == b) for b in range(terms.degree)])
+    bad = z3.Or([z3.And(rank == b, _computed(mode, terms, p, b, slot),
+                        z3.Not(z3.And(terms.owns(p, b), terms.routed(p, b, slot)))) for b in range(terms.degree)])
 
     def explain(m):  # type: ignore[no-untyped-def]
-        e, b = run.val(m, p), run.val(m, rank)
-        return (f"rank {b}: expert {e} is foreign (expert_map -1) but `foreign raw` hands its global id {e} to "
-                f"the kernel, which reads local slot {e} (or past the experts axis) instead of adding 0",
-                "routing")
-    return Obligation(f"foreign ids are masked ({tag})", terms.ep.span, z3.And(here, foreign), explain)
+        e, b, s = run.val(m, p), run.val(m, rank), run.val(m, slot)
+        held = run.val(m, terms.loaded(b, z3.IntVal(s, run.ctx)))
+        owner = next((r for r in range(terms.degree) if z3.is_true(m.eval(terms.owns(z3.IntVal(e, run.ctx), r)))), None)
+        what = f"expert {held}" if held >= 0 else "no expert (a pad, or past the experts axis)"
+        if mode not in glues.FOREIGN_PAIRS:
+            return (f"{who} is {mode!r}, which the verifier does not model (it knows "
+                    f"{', '.join(glues.FOREIGN_PAIRS)}): no computed pair is proved routed ({tag})", "routing")
+        how = {"masked": "local id 0 at weight 0", "raw": f"its global id {e} unmapped"}.get(mode, f"local id {s}")
+        where = "foreign to it" if owner != b else "held by it at another local id"
+        why = ("; weight 0 does not make that pair add 0: 0 x a non-finite activation is NaN" if mode == "masked"
+               else " at the router's weight")
+        return (f"rank {b}: a token routed to expert {e} (on rank {owner}, {where}) is handed to the kernel as "
+                f"{how} ({who}): the kernel computes local slot {s}, {what}, on a token never routed to it{why} "
+                f"({tag})", "routing")
+    return Obligation(f"every computed pair is routed and local ({tag})", terms.ep.span, z3.And(here, bad), explain)
 
 
 def _unpadded(run: Run, ep: ir.ExpertParallel) -> list[Obligation]:
