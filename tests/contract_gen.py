@@ -408,8 +408,11 @@ class CleanGen:
             out.append("tensor w13_bias: bias w13 optional {\n  axis experts = num_experts\n  axis n = like w13.n\n"
                        f"  storage {storage}\n  fill 0\n}}")
         view = "linear" if layout == "pad(" else ("interleave(gate | up)" if "interleave" in layout else "halves(gate | up)")
+        # the last align reads every parameter the tensors may not (g, flag, isa): a parameter nothing
+        # the contract states reads is LC309 (issue 39); it draws nothing from `r`
         out.append(f"kernel k {{\n  view w13.n {view}\n  activation {r.choice(('silu', 'relu2'))}\n"
-                   f"  align w2.k % {r.choice(('1', '2', '4'))} == 0 : \"w2.k\"\n}}")
+                   f"  align w2.k % {r.choice(('1', '2', '4'))} == 0 : \"w2.k\"\n"
+                   "  align (w2.k + g) % 1 == 0 or flag or isa == vec : \"reads g, flag and isa\"\n}")
         return "\n".join(out) + "\n"
 
 

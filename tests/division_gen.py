@@ -127,5 +127,10 @@ class DivGen:
             )))
         if r.random() < 0.4:
             kl.append(f"  arg pad_k = round_down(ippp - ipp, {self.divisor()}) trims w2.k by pad_k")
+        stated = "\n".join(line for line in out + kl if line.startswith(("tensor", "shard", "  ")))
+        if not re.search(r"\bblock\b", stated) and not (re.search(r"\bd1\b", stated) and "block" in out[10]):
+            # `scheme` reaches nothing stated (only `block` reads it): a parameter nothing the contract
+            # states reads is LC309 (issue 39); this align always holds and draws nothing from `r`
+            kl.append('  align w2.k % block >= 0 : "reads the scheme"')
         out.append("kernel k {\n" + "\n".join(kl) + "\n}")
         return "\n".join(out) + "\n"

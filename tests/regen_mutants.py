@@ -595,6 +595,26 @@ EP_MUTANTS = [
 ]
 MUTANTS += EP_MUTANTS
 
+# Issue 39 items 1 and 3 (the language's own scope): mutants of shipped contracts whose kernels do
+# not run here (Marlin, FlashInfer: GPU). Each is pinned in tests/test_language_mutants.py, against
+# torch's own float8 decode of the bytes the generated module writes, or as a checker refusal.
+LANG_BASE = {
+    "mfp8": "marlin_moe_fp8",
+    "nvfp4": "flashinfer_nvfp4_moe",
+    "wna16": "marlin_moe_wna16",
+}
+NVFP4_W13_SCALE = "  storage float8_e4m3fn\n  decode = e4m3fn(code)\n  fill 0\n}\n\n# Per-expert global scale (w13"
+LANG_MUTANTS: list[Mutant] = [
+    m("mfp8_rt_pad_code1", "mfp8", "fill-byte", "`code 1..255` on both float8 weights: `fill decoded 0` resolves "
+      "to code 128 (byte 0x80, -0.0), not 0", ("  code 0..255\n", "  code 1..255\n", 2)),
+    m("nvfp4_rt_scale_fill128", "nvfp4", "fill-byte", "w13's float8 block-scale pad `fill 128` (byte 0x80, -0.0)",
+      (NVFP4_W13_SCALE, NVFP4_W13_SCALE.replace("fill 0", "fill 128"))),
+    m("wna16_rt_no_act_order_require", "wna16", "unstated-param",
+      "`require not act_order or group_size == -1` dropped: act_order is read by nothing the contract states",
+      ("require not act_order or group_size == -1 : \"GPTQ group activation ordering (desc_act=True) is no longer "
+       "supported (vLLM 0.32); with group_size -1 act-order is a no-op\"\n", "")),
+]
+
 
 def without_ep(text: str) -> str:
     """`text` with its EP declaration removed: the `# Expert parallelism` comment block, the
@@ -608,7 +628,8 @@ def without_ep(text: str) -> str:
 
 
 def render(mut: Mutant) -> str:
-    base = (ROOT / "contracts" / f"{BASE[mut.base]}.moe").read_text(encoding="utf-8")
+    stem = {**BASE, **LANG_BASE}[mut.base]
+    base = (ROOT / "contracts" / f"{stem}.moe").read_text(encoding="utf-8")
     base = base if mut.ep else without_ep(base)
     text = base
     for old, new, count in mut.subs:
@@ -622,22 +643,23 @@ def render(mut: Mutant) -> str:
             assert text.count(old) == count, (mut.name, old, text.count(old))
             text = text.replace(old, new)
     assert text != base, mut.name
-    text = text.replace(f"contract {BASE[mut.base]}\n", f"contract {mut.name}\n", 1)
-    header = (f"# mutant {mut.name} of contracts/{BASE[mut.base]}.moe (written by tests/regen_mutants.py)\n"
+    text = text.replace(f"contract {stem}\n", f"contract {mut.name}\n", 1)
+    header = (f"# mutant {mut.name} of contracts/{stem}.moe (written by tests/regen_mutants.py)\n"
               f"# fault class: {mut.fault}\n# edit: {mut.edit}\n")
     return header + text
 
 
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
-    names = {mut.name for mut in MUTANTS}
-    assert len(names) == len(MUTANTS)
+    every = MUTANTS + LANG_MUTANTS
+    names = {mut.name for mut in every}
+    assert len(names) == len(every)
     for stale in OUT.glob("*.moe"):
         if stale.stem not in names:
             stale.unlink()
-    for mut in MUTANTS:
+    for mut in every:
         (OUT / f"{mut.name}.moe").write_text(render(mut), encoding="utf-8")
-    print(f"wrote {len(MUTANTS)} mutants to {OUT}")
+    print(f"wrote {len(every)} mutants to {OUT}")
     return 0
 
 

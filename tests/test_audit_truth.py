@@ -161,7 +161,9 @@ def test_swiglu_parameters_do_not_multiply_or_skip_other_activations(tmp_path: P
     a silu model gets one row per variant and TP, not a skipped pair."""
     text = (CONTRACTS / "vllm_cpu_grouped_gemm.moe").read_text(encoding="utf-8").replace(
         "param dtype: enum {bfloat16, float16, float32}",
-        "param dtype: enum {bfloat16, float16, float32}\nparam swiglu_limit: int in 1..100")
+        "param dtype: enum {bfloat16, float16, float32}\nparam swiglu_limit: int in 1..100\n"
+        # tied to the activation (a parameter nothing reads or ties is LC309, issue 39)
+        "admit activation != swigluoai or swiglu_limit == 7 : \"the kernel clamps swigluoai at 7\"")
     path = tmp_path / "merged.moe"
     path.write_text(text, encoding="utf-8")
     merged, diags, _ = load(str(path))

@@ -156,12 +156,12 @@ def test_the_tail_holds_the_tail_fill_and_the_pad_the_fill(name: str, F: int, tp
         # exactly once: count the writes fill_runs makes, position by position
         counts = torch.zeros(2, segments * P, 5)
         plan = [layout.rank_runs(a, rank, tp) for a in axes]
-        orig = layout._write
+        orig = layout.write_code
         try:
-            layout._write = lambda piece, value: piece.add_(1)  # type: ignore[assignment]
+            layout.write_code = lambda piece, value: piece.add_(1)  # type: ignore[assignment]
             layout.fill_runs(counts, plan, FILL, TAIL)
         finally:
-            layout._write = orig  # type: ignore[assignment]
+            layout.write_code = orig  # type: ignore[assignment]
         live_mask = torch.tensor([k == "live" for k in kinds]).view(1, -1, 1).expand(2, -1, 5).clone()
         live_mask[..., 3:] = False
         assert torch.equal(counts, (~live_mask).float()), (name, rank)

@@ -162,7 +162,10 @@ def test_case_splitting_is_bounded(tmp_path: Path) -> None:
     """Six finite divisor parameters of 8 values split every unknown query into 8^6 =
     262,144 cases, each allowed the full per-query timeout: verification of a 1 KB
     contract must still end (inconclusive, exit 2) within the wall-time bound."""
-    divisors = "".join(f"param d{i}: int in {{1, 2, 3, 4, 5, 6, 7, 8}}\nlet q{i} = inter / d{i}\n" for i in range(6))
+    # each d_i tied to inter by an admit: a parameter that nothing reads is LC309 (issue 39), and
+    # the contract must reach the verifier
+    divisors = "".join(f"param d{i}: int in {{1, 2, 3, 4, 5, 6, 7, 8}}\nlet q{i} = inter / d{i}\n"
+                       f"admit q{i} >= 0 : \"ties d{i} to inter\"\n" for i in range(6))
     path = _write(tmp_path, "hard_cases", divisors + FERMAT)
     res = run_layoutc(["verify", "--timeout-ms", "50", str(path)], timeout=12)
     assert not res.timed_out, f"`layoutc verify` still running after 12 s (hang)\n{res.describe()}"

@@ -307,13 +307,62 @@ def check_rank(who: str, what: str, rank: object, tp_size: int) -> int:
     return int(value)
 
 
+@dataclass(frozen=True)
+class FormatCode:
+    """A fill code of a tensor whose decode reads its code through a number format
+    (`decode = e4m3fn(code) * scale`): on a 1-byte float storage it is the stored byte, on any
+    other storage the value (vocab.holds_byte, the one rule; `write_code` writes it). The
+    generated modules pass one for a nonzero code of such a tensor that may be stored as a
+    1-byte float; every other fill is a plain number (a value), and 0 is all-zero bits in
+    every storage either way."""
+
+    code: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.code, bool) or not isinstance(self.code, int):
+            raise LayoutContractError(f"FormatCode: code={self.code!r} must be an int")
+
+
+#: A fill: a value (float or int, written by value), or a FormatCode.
+Fill = float | FormatCode
+
+#: Same-width integer dtype per element size: a float storage's bits (`write_code`, `_masked_rows`).
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def write_code(piece: torch.Tensor, fill: Fill) -> None:
+    """Write the stored code `fill` into every element of `piece`: the one write of a pad or tail.
+
+    A `FormatCode` on a 1-byte float storage (float8_e4m3fn, float8_e5m2) is written as the byte
+    through the storage's uint8 view, so the kernel reads exactly the byte the checker resolved
+    and the verifier decoded (`fill decoded 0` on `code 1..255` of `e4m3fn(code)` is byte 0x80,
+    -0.0; `fill_(128.0)` would store 0x70, 128.0). Anything else is written by value (`fill_`),
+    which is the code itself on an integer storage and the float the code names on a float
+    storage read bare (vocab.holds_byte). 0 is all-zero bits in every storage: a memset per run.
+    Raises LayoutContractError for a FormatCode outside 0..255 on a 1-byte float storage."""
+    if isinstance(fill, FormatCode):
+        if piece.dtype.is_floating_point and piece.element_size() == 1:
+            if not 0 <= fill.code <= 0xFF:
+                raise LayoutContractError(f"fill code {fill.code} is not a byte (0..255) of {piece.dtype}")
+            if fill.code == 0:
+                piece.zero_()
+            else:
+                piece.view(torch.uint8).fill_(fill.code)
+            return
+        fill = fill.code
+    if fill == 0:
+        piece.zero_()  # a memset per run
+    else:
+        piece.fill_(fill)
+
+
 #: Output bytes per block when a fill runs along the innermost axis (`scatter`): small enough that
 #: a block's rows are still in the last-level cache when its pad columns are written.
 BLOCK_BYTES = 8 << 20
 
 
-def scatter(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: float | None,
-            tail_fill: float | None = None) -> None:
+def scatter(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: Fill | None,
+            tail_fill: Fill | None = None) -> None:
     """Copy each live run of `src` into `dst` once, then fill the rest once (`fill_runs`).
 
     plan: per axis, (copies, pads, tails) from `runs` / `rank_runs`. `fill` None (a contract's
@@ -340,12 +389,8 @@ def scatter(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: float 
     _scatter(src, dst, plan, fill, tail_fill)
 
 
-#: Same-width integer dtype per element size, for the bit mask of `_masked_rows`.
-_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def _masked_rows(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: float | None,
-                 tail_fill: float | None) -> bool:
+def _masked_rows(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: Fill | None,
+                 tail_fill: Fill | None) -> bool:
     """The zero pad of the innermost axis in the same pass as the copy; False where it does not apply.
 
     Applies when every outer axis is copied whole, the innermost axis is one live run
@@ -357,7 +402,8 @@ def _masked_rows(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: f
     plain copy as copy + fill, 0.94-1.03x this way). The P - n entries read past a row
     belong to the next row of `src` and are masked to zero bits; the last row, whose read
     would run past `src`, is copied and zeroed on its own. Bit patterns are kept exactly
-    (an AND, not a multiply: no NaN or -0.0 from the pad).
+    (an AND, not a multiply: no NaN or -0.0 from the pad), and the pad is all-zero bits: what
+    `write_code` writes for a fill of 0 in every storage (only a plain 0 fill takes this path).
     """
     if fill != 0 or tail_fill not in (None, 0) or src.dim() != dst.dim() or src.dim() < 2 or src.requires_grad:
         return False
@@ -395,8 +441,8 @@ def _masked_rows(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: f
     return True
 
 
-def _scatter(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: float | None,
-             tail_fill: float | None) -> None:
+def _scatter(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: Fill | None,
+             tail_fill: Fill | None) -> None:
     for combo in itertools.product(*[c for c, _, _ in plan]):
         src_index = tuple(slice(s, s + n) for s, _, n in combo)
         dst_index = tuple(slice(d, d + n) for _, d, n in combo)
@@ -404,14 +450,7 @@ def _scatter(src: torch.Tensor, dst: torch.Tensor, plan: list[Runs], fill: float
     fill_runs(dst, plan, fill, tail_fill)
 
 
-def _write(piece: torch.Tensor, value: float) -> None:
-    if value == 0:
-        piece.zero_()  # a memset per run
-    else:
-        piece.fill_(value)
-
-
-def fill_runs(dst: torch.Tensor, plan: list[Runs], fill: float | None, tail_fill: float | None = None) -> None:
+def fill_runs(dst: torch.Tensor, plan: list[Runs], fill: Fill | None, tail_fill: Fill | None = None) -> None:
     """Write every non-live position of `dst` exactly once, touching no live one.
 
     plan: per axis, (copies, pads, tails) from `runs` / `rank_runs`. A position in a pad run
@@ -430,23 +469,23 @@ def fill_runs(dst: torch.Tensor, plan: list[Runs], fill: float | None, tail_fill
         for d, (_, pads, tails) in enumerate(plan):
             for lo, hi in tails + pads:
                 for covered in itertools.product(*live[:d]):
-                    _write(dst[(*(slice(a, b) for a, b in covered), slice(lo, hi))], fill)
+                    write_code(dst[(*(slice(a, b) for a, b in covered), slice(lo, hi))], fill)
         return
     kept = [lv + tails for lv, (_, _, tails) in zip(live, plan, strict=True)]  # not in a pad run
     if fill is not None:
         for d, (_, pads, _) in enumerate(plan):
             for lo, hi in pads:
                 for covered in itertools.product(*kept[:d]):
-                    _write(dst[(*(slice(a, b) for a, b in covered), slice(lo, hi))], fill)
+                    write_code(dst[(*(slice(a, b) for a, b in covered), slice(lo, hi))], fill)
     for d, (_, _, tails) in enumerate(plan):
         for lo, hi in tails:
             for before in itertools.product(*live[:d]):
                 for after in itertools.product(*kept[d + 1:]):
                     index = (*(slice(a, b) for a, b in before), slice(lo, hi), *(slice(a, b) for a, b in after))
-                    _write(dst[index], tail_fill)
+                    write_code(dst[index], tail_fill)
 
 
-def pad(who: str, what: str, t: object, axes: tuple[Axis, ...], dtype: torch.dtype, fill: float | None,
+def pad(who: str, what: str, t: object, axes: tuple[Axis, ...], dtype: torch.dtype, fill: Fill | None,
         out: torch.Tensor | None) -> torch.Tensor:
     """Logical -> padded. Returns `t` itself when nothing is padded and `out` is None."""
     logical, padded = logical_shape(axes), padded_shape(axes)
@@ -482,8 +521,8 @@ def unpad(who: str, what: str, t: object, axes: tuple[Axis, ...], dtype: torch.d
 
 
 def shard(who: str, what: str, full: object, rank: object, tp_size: int, axes: tuple[Axis, ...],
-          dtype: torch.dtype, fill: float | None, out: torch.Tensor | None, *, once: bool = False,
-          tail_fill: float | None = None) -> torch.Tensor:
+          dtype: torch.dtype, fill: Fill | None, out: torch.Tensor | None, *, once: bool = False,
+          tail_fill: Fill | None = None) -> torch.Tensor:
     """Rank `rank`'s padded shard of the full checkpoint tensor (shape `full_shape`), read with
     the logical stride; past a short rank's slice, its logical run holds `tail_fill` (a
     contract's `tail fill`; None: `fill`), and the pad on any axis holds `fill`.

@@ -61,6 +61,7 @@ from . import algebra
 from .errors import LayoutContractError
 from .layout import (
     Axis,
+    Fill,
     check_data,
     check_dest,
     check_rank,
@@ -89,9 +90,9 @@ def _segmented(axes: tuple[Axis, ...]) -> int | None:
     return next((i for i, a in enumerate(axes) if a.segments > 1), None)
 
 
-def allocate(who: str, what: str, axes: tuple[Axis, ...], dtype: torch.dtype, fill: float | None,
+def allocate(who: str, what: str, axes: tuple[Axis, ...], dtype: torch.dtype, fill: Fill | None,
              rank: object, tp_size: int, *, once: bool = False, out: object = None,
-             tail_fill: float | None = None) -> torch.Tensor:
+             tail_fill: Fill | None = None) -> torch.Tensor:
     """A rank's padded parameter: shape `padded_shape(axes)`, `dtype`, CPU, contiguous.
 
     Every pad position is written with `fill` exactly once (None: a contract's

@@ -84,6 +84,9 @@ FORMATS = {"e8m0": e8m0, "e4m3fn": e4m3fn, "e5m2": e5m2}
 NIBBLE_FORMATS = {"e2m1": e2m1}
 #: Every format a contract's `decode` may name: `fmt(code)`.
 DECODERS: dict[str, Callable[[int], Fraction | None]] = {**FORMATS, **NIBBLE_FORMATS}
+#: The byte format of each 1-byte float storage (vocab.DTYPES): a decode on that storage that
+#: reads its code through a format must read it through this one (the kernel reads the byte so; LC416).
+STORAGE_FORMATS = {"float8_e4m3fn": "e4m3fn", "float8_e5m2": "e5m2"}
 #: The codes each format decodes (inclusive): a tensor's `code lo..hi` must lie inside (LC416).
 CODES = {"e8m0": (0, 0xFF), "e4m3fn": (0, 0xFF), "e5m2": (0, 0xFF), "e2m1": (0, 0xF)}
 NAN_NOTE = {"e8m0": "E8M0 0xFF is NaN", "e4m3fn": "float8_e4m3fn 0x7F/0xFF are NaN",

@@ -80,6 +80,7 @@ CODES: dict[str, str] = {
     "LC306": "match does not cover every enum member",
     "LC307": "domain too large to enumerate",
     "LC308": "value out of range",
+    "LC309": "a parameter nothing the contract states reads, and no rule ties to what it states",
     # 4xx: tensors and axes
     "LC401": "unknown or duplicate axis",
     "LC402": "tensor kind mismatch",

@@ -440,6 +440,14 @@ def children(node: Expr) -> tuple[Expr, ...]:
             assert_never(node)
 
 
+def reads_format(decode: Expr | None) -> bool:
+    """Whether `decode` reads the stored code through a number format (`e4m3fn(code)`,
+    `e8m0(code)`, in any arm): then a code on a 1-byte float storage is its byte
+    (vocab.holds_byte, the one rule the checker, verifier, emitter and runtime share)."""
+    return decode is not None and any(isinstance(n, Op) and n.op.kind is vocab.OpKind.DECODE
+                                      and any(isinstance(a, Code) for a in n.args) for n in walk(decode))
+
+
 def walk(expr: Expr) -> Iterator[Expr]:
     """Yield every sub-expression (pre-order, iteratively)."""
     stack = [expr]

@@ -227,6 +227,24 @@ DTYPES: dict[str, DType] = {d.name: d for d in (
     DType("int8", 8, False),
     DType("uint8", 8, False, signed=False),
 )}
+
+
+def holds_byte(dtype: str, reads_format: bool) -> bool:
+    """What a stored code is on storage `dtype` (a key of DTYPES): the one rule (docs/language.md 5.4).
+
+    A code is the stored byte (its bit pattern, 0..255) when `dtype` is a 1-byte float
+    (float8_e4m3fn, float8_e5m2) and the tensor's decode reads the code through a number format
+    (`decode = e4m3fn(code) * scale`, `reads_format`); otherwise it is the stored value: an
+    integer storage holds the code as its integer (its bit pattern too, two's complement for a
+    signed one; a packed storage holds it in each slot), and a float storage read bare (`code *
+    scale`, or no decode) holds the float whose value is the code (LC308: exactly). The checker
+    (which codes fit), the verifier (what a pad decodes to) and the runtime's one write
+    (layout.write_code: the byte through the storage's integer view) all read this.
+    Raises KeyError for a dtype that is not in DTYPES."""
+    d = DTYPES[dtype]
+    return d.floating and d.bits == 8 and reads_format
+
+
 #: The dtypes a model's activations and unquantized weights come in.
 MODEL_DTYPES = ("bfloat16", "float16", "float32")
 #: How Hugging Face configs spell a model dtype (`torch_dtype`, lower-cased) -> its DTYPES name.

@@ -9,7 +9,8 @@ pass is a function of its own module:
 * ``declarations``: every declaration in source order: the once-per-contract table
   (contract, policy, shard, kernel, glue; LC206), sources, params, lets, rules, tensors;
 * ``required``, ``fills``, ``structure``, ``kernel``, ``glue``, ``shard``: the checks
-  that need every tensor; ``build``: the IR, its glue binding and its layout cases.
+  that need every tensor; ``build``: the IR; ``unread``: every parameter is read by what
+  the contract states (LC309); then its glue binding and its layout cases.
 
 Reading a contract file is ``layoutc.compiler.source``'s job.
 """
@@ -27,6 +28,7 @@ from layoutc.compiler.check.kernel import check_kernel
 from layoutc.compiler.check.scope import Pass, Scope, Sink
 from layoutc.compiler.check.shard import check_shard
 from layoutc.compiler.check.structure import check_structure
+from layoutc.compiler.check.unread import check_unread_params
 from layoutc.compiler.diagnostics import Diagnostic
 
 __all__ = ["PASSES", "Scope", "Sink", "check", "run_passes"]
@@ -46,6 +48,7 @@ PASSES: tuple[Pass, ...] = (
     check_tail_fills,     # a `tail fill` needs a block shard
     check_ep,             # the expert parallelism (`experts ... over`)
     build_contract,       # the IR, from a contract with no error
+    check_unread_params,  # LC309: every parameter is read by a statement, or tied to one
     bind_glue,            # the IR against its glue's interface
     enumerable_cases,     # and its layout cases enumerable
 )

@@ -11,7 +11,8 @@ from layoutc.compiler import ir
 from layoutc.compiler.check.scope import Scope, Sink
 from layoutc.compiler.diagnostics import Span
 from layoutc.compiler.evaluate import EvalError, eval_real
-from layoutc.runtime.vocab import DTYPES, Value
+from layoutc.runtime.numformats import CODES, fits
+from layoutc.runtime.vocab import DTYPES, OpKind, Value, holds_byte
 
 MAX_FILL_WORK = 200_000  # decode evaluations spent resolving one contract's `fill decoded` codes
 
@@ -101,7 +102,8 @@ def _pad_refs(scope: Scope, decode: ir.Expr) -> list[dict[str, Fraction]] | str:
 
 def check_fill_ranges(scope: Scope, sink: Sink) -> None:
     """Pass: a stored pad code (and a `tail fill` code) must fit the storage type (per packed
-    element when packed), and a float storage must represent it exactly (LC308)."""
+    element when packed): a byte on a 1-byte float read through a number format (vocab.holds_byte),
+    and on any other float storage a value it represents exactly (LC308)."""
     for name, t in scope.tensors.items():
         if t.fill_kind != "uninit":
             _check_code(scope, sink, name, t, t.fill, scope.fill_spans[name], "pad")
@@ -117,20 +119,39 @@ def _check_code(scope: Scope, sink: Sink, name: str, t: ir.Tensor, code: int, sp
             names = [m for m in scope.params[param].values if isinstance(m, str)] if param in scope.params else []
         case _:
             assert_never(t.storage)
+    byte = ir.reads_format(t.decode)
+    for fmt in _formats(t.decode):
+        if not fits(fmt, code):
+            lo, hi = CODES[fmt]
+            sink.error("LC308", span, f"{what} code {code} of `{name}` is not a code of {fmt} ({lo}..{hi}), which "
+                       "its decode reads: no stored bits stand for it")
+            return
     for dtype in (n for n in names if n in DTYPES and DTYPES[n].floating):
-        if not DTYPES[dtype].exact(code):
+        if holds_byte(dtype, byte):  # the code is the stored byte (e4m3fn(code)), written as that byte
+            if not 0 <= code <= 0xFF:
+                sink.error("LC308", span, f"{what} code {code} of `{name}` is not a byte (0..255): its decode reads "
+                           f"the code through a number format, so {dtype} stores it as its byte")
+                return
+        elif not DTYPES[dtype].exact(code):
             sink.error("LC308", span, f"{what} value {code} of `{name}` is not exactly representable in {dtype}")
             return
-    stored = DTYPES[t.storage.dtype] if isinstance(t.storage, ir.FixedStorage) else None
-    if stored is None or stored.floating:
-        return
-    pack = max((a.pack for a in t.axes), default=1)
-    width = stored.bits // pack
-    low = -(1 << (width - 1)) if stored.signed or pack > 1 else 0
-    high = (1 << width) - 1 if pack > 1 or not stored.signed else (1 << (width - 1)) - 1
-    if not low <= code <= high:
-        where = f"{width}-bit packed elements" if pack > 1 else stored.name
-        sink.error("LC308", span, f"{what} code {code} of `{name}` does not fit {where} ({low}..{high})")
+    pack = max((a.pack for a in t.axes), default=1)  # packed: a fixed integer storage (LC411)
+    for stored in (DTYPES[n] for n in names if n in DTYPES and not DTYPES[n].floating):
+        width = stored.bits // pack  # every integer member, a dtype parameter's too (fill_ would overflow)
+        low = -(1 << (width - 1)) if stored.signed or pack > 1 else 0
+        high = (1 << width) - 1 if pack > 1 or not stored.signed else (1 << (width - 1)) - 1
+        if not low <= code <= high:
+            where = f"{width}-bit packed elements" if pack > 1 else stored.name
+            sink.error("LC308", span, f"{what} code {code} of `{name}` does not fit {where} ({low}..{high})")
+            return
+
+
+def _formats(decode: ir.Expr | None) -> list[str]:
+    """The number formats `decode` reads the code through (`e2m1(code)`), in any arm."""
+    if decode is None:
+        return []
+    return list(dict.fromkeys(str(n.op.value) for n in ir.walk(decode) if isinstance(n, ir.Op)
+                              and n.op.kind is OpKind.DECODE and isinstance(n.args[0], ir.Code)))
 
 
 def check_tail_fills(scope: Scope, sink: Sink) -> None:

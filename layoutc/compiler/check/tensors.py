@@ -17,8 +17,8 @@ from layoutc.compiler.check.scope import Scope, Sink
 from layoutc.compiler.diagnostics import Related, Span
 from layoutc.compiler.evaluate import TooLarge, finite_values
 from layoutc.runtime.algebra import Word
-from layoutc.runtime.numformats import CODES
-from layoutc.runtime.vocab import DTYPES, OpKind
+from layoutc.runtime.numformats import CODES, STORAGE_FORMATS
+from layoutc.runtime.vocab import DTYPES, OpKind, holds_byte
 
 AXIS_NAMES = ("experts", "n", "k")
 
@@ -45,6 +45,7 @@ def declare_tensor(scope: Scope, sink: Sink, d: A.TensorDecl) -> None:
         code_range = (lo, hi)
     decode, decode_ok = _decode(scope, sink, d, code_range)
     decode_ok = decode_ok and _codes_fit(sink, d, decode, code_range, axes, storage)
+    decode_ok = decode_ok and _own_format(scope, sink, d, decode, storage)
     if not (ok and decode_ok) or storage is None:
         return
     _register(scope, sink, d, axes, guarded, storage, code_range, decode)
@@ -168,6 +169,59 @@ def _codes_fit(sink: Sink, d: A.TensorDecl, decode: ir.Expr | None, code_range: 
                        help=f"declare the codes a {width}-bit element holds, or pack fewer per element")
             ok = False
     return ok
+
+
+def _own_format(scope: Scope, sink: Sink, d: A.TensorDecl, decode: ir.Expr | None,
+                storage: ir.Storage | None) -> bool:
+    """LC416: on a 1-byte float storage whose decode reads the code through a number format, the
+    code is the stored byte (vocab.holds_byte) and the kernel reads that byte in the storage's own
+    format, so every read of `code` (in the arm a `match` on the storage parameter picks for that
+    dtype) is that format: `e4m3fn(code)` on float8_e4m3fn, never `e5m2(code)` or a bare `code`.
+    A wider float (float16, bfloat16, float32) holds the code as its value, so no format reads it
+    there (`match scale_dtype { float32 => code, uint8 => e8m0(code) }` is the way to say both)."""
+    if decode is None or storage is None or not ir.reads_format(decode):
+        return True
+    match storage:
+        case ir.FixedStorage(dtype=fixed):
+            members, subject = [fixed], None
+        case ir.ParamStorage(param=name):
+            param = scope.params.get(name)
+            members, subject = ([str(v) for v in param.values] if param is not None else []), name
+        case _:
+            assert_never(storage)
+    for member in (m for m in members if m in DTYPES and DTYPES[m].floating):
+        reads = _code_reads(decode, subject, member)
+        if not holds_byte(member, True):  # a wider float holds the code as its value: no format reads it
+            fmt, span = next(((f, sp) for f, sp in reads if f is not None), (None, None))
+            if fmt is not None and span is not None:
+                sink.error("LC416", span, f"`{d.name}` may be stored as {member}, which holds the code as its "
+                           f"value, not as a byte: `{fmt}(code)` would read the value as a {fmt} byte",
+                           help=f"store {fmt} codes as uint8 (or their own 1-byte float), or read the value bare")
+                return False
+            continue
+        own = STORAGE_FORMATS[member]
+        for fmt, span in reads:
+            if fmt != own:
+                read = "a bare `code`" if fmt is None else f"`{fmt}(code)`"
+                sink.error("LC416", span, f"`{d.name}` is stored as {member} and its decode reads the code through "
+                           f"a number format, so the code is the stored byte, which the kernel reads as {own}; "
+                           f"{read} reads it otherwise", help=f"read the byte as `{own}(code)`")
+                return False
+    return True
+
+
+def _code_reads(e: ir.Expr, subject: str | None, member: str) -> list[tuple[str | None, Span]]:
+    """Every read of `code` in `e`: (the format it is read through, or None for a bare `code`; where),
+    following only `member`'s arm of a `match` on parameter `subject`."""
+    match e:
+        case ir.Code():
+            return [(None, e.span)]
+        case ir.Op() if e.op.kind is OpKind.DECODE and isinstance(e.args[0], ir.Code):
+            return [(e.op.value, e.span)]
+        case ir.Select() if subject is not None and isinstance(e.subject, ir.Ref) and e.subject.name == subject:
+            arm = next((v for m, v in e.cases if m == member), e.default)
+            return [] if arm is None else _code_reads(arm, subject, member)
+    return [r for c in ir.children(e) for r in _code_reads(c, subject, member)]
 
 
 def _register(scope: Scope, sink: Sink, d: A.TensorDecl, axes: list[ir.Axis], guarded: list[ir.GuardedAxis],

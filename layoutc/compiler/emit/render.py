@@ -20,7 +20,7 @@ from layoutc import __version__
 from layoutc.compiler import glues, ir
 from layoutc.compiler.cases import glue_activation
 from layoutc.compiler.emit.ep import ep_params, ep_view
-from layoutc.runtime.vocab import DTYPES, Op, OpKind
+from layoutc.runtime.vocab import DTYPES, Op, OpKind, holds_byte
 
 VERSION_PREFIX = "# layoutc-version: "
 
@@ -121,14 +121,21 @@ def _names(e: ir.Expr) -> list[str]:
 
 # ---- view model ----------------------------------------------------------------
 
-def _fill_word(tensor: ir.Tensor, code: int | None = None) -> str:
-    """The stored fill value (or `code`, e.g. the tail fill), replicated across packed sub-elements.
+def _fill_word(tensor: ir.Tensor, code: int | None = None, members: tuple[str, ...] = ()) -> str:
+    """The stored fill code (or `code`, e.g. the tail fill) as the runtime writes it, replicated
+    across packed sub-elements.
 
-    A float storage, or a dtype parameter (its members may be floats), takes a float; an
-    integer storage an int; a packed one (always a fixed integer dtype, LC411) the word."""
+    A nonzero code that is a byte on some storage the tensor may have (vocab.holds_byte: a
+    1-byte float read through a number format; `members`: a dtype parameter's members) is a
+    `_layout.FormatCode`, which layout.write_code stores through the integer view. Otherwise a
+    float storage, or a dtype parameter (its members may be floats), takes a float (the value);
+    an integer storage an int; a packed one (always a fixed integer dtype, LC411) the word."""
     value = tensor.fill if code is None else code
     pack = max(a.pack for a in tensor.axes) if tensor.axes else 1
     dtype = DTYPES[tensor.storage.dtype] if isinstance(tensor.storage, ir.FixedStorage) else None
+    stored = (dtype.name,) if dtype is not None else members
+    if value != 0 and any(holds_byte(m, ir.reads_format(tensor.decode)) for m in stored if m in DTYPES):
+        return f"_layout.FormatCode({int(value)})"
     if pack == 1:
         return repr(float(value)) if dtype is None or dtype.floating else repr(int(value))
     if dtype is None or dtype.floating:
@@ -331,6 +338,13 @@ def _block_shard_doc(shard: ir.Shard | None) -> str | None:
     return f"`shard ... in blocks of {_src(shard.blocks)}`, line {shard.span.line}"
 
 
+def _members(contract: ir.Contract, t: ir.Tensor) -> tuple[str, ...]:
+    """The dtypes a tensor stored as a dtype parameter may have (its members); () for a fixed storage."""
+    if isinstance(t.storage, ir.ParamStorage):
+        return tuple(str(v) for v in contract.param(t.storage.param).values)
+    return ()
+
+
 def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> dict[str, Any]:
     # a decoded value only where the contract declares it (`fill decoded V`, which the verifier
     # proves at every pad lane); `fill N` on a quantized tensor is a code, not a value
@@ -339,9 +353,10 @@ def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> dict[str,
     return {
         "name": t.name, "kind": t.kind, "projection": t.projection, "optional": t.optional,
         "table": _axis_table(t, has_tp, contract.block_shard.full if contract.block_shard else None),
-        "fill": "None" if t.fill_kind == "uninit" else _fill_word(t), "dtype": _dtype_expr(t),
+        "fill": "None" if t.fill_kind == "uninit" else _fill_word(t, members=_members(contract, t)),
+        "dtype": _dtype_expr(t),
         # `tail fill`: the value past a short rank's slice, passed only where declared
-        "tail_fill": None if t.tail_fill is None else _fill_word(t, t.tail_fill),
+        "tail_fill": None if t.tail_fill is None else _fill_word(t, t.tail_fill, _members(contract, t)),
         "tail_doc": None if t.tail_fill is None else f"stored code {t.tail_fill}" + (
             " (resolved from `tail fill decoded`)" if t.tail_fill_kind == "decoded" else ""),
         "logical_doc": _shape_doc(contract, t, "logical"), "padded_doc": _shape_doc(contract, t, "padded"),
