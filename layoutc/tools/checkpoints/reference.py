@@ -106,6 +106,28 @@ def _full_w13_w2(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> dict[str, torch
             "down_proj": torch.stack(downs)}
 
 
+#: The median |gate/up pre-activation| the scaled half of `layoutc run`'s inputs reaches: past every
+#: clamp a family declares (gpt-oss 7, hy_v4 / deepseek_v4 10), so a clamp one side computes and
+#: the other does not shows as a MISMATCH (issue 39 item 5).
+REACH = 16.0
+
+
+def reach_scale(x: torch.Tensor, gate_up: torch.Tensor, transposed: bool) -> float:
+    """The factor that brings x's median |gate/up pre-activation| over every expert to REACH
+    (at least 1). x: [T, H]; gate_up: float [E, 2I, H] (or [E, H, 2I] where `transposed`).
+    The scale only chooses inputs; it is never part of a verdict."""
+    w = gate_up.to(torch.float32)
+    h = x.to(torch.float32) @ (w if transposed else w.transpose(1, 2))
+    med = float(h.abs().median()) if h.numel() else 0.0
+    return max(1.0, REACH / med) if med > 0 and med == med else 1.0
+
+
+def layer_gate_up(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> torch.Tensor:
+    """The layer's gate/up weights read through the declared format (float32, `_full_w13_w2`), for
+    `reach_scale` only."""
+    return _full_w13_w2(ckpt, moe, layer)["gate_up_proj"]
+
+
 def transformers_experts(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> torch.nn.Module | None:
     """transformers' experts module of this family (`CheckpointFormat.experts_class`, e.g.
     transformers/models/qwen3_moe/modeling_qwen3_moe.py Qwen3MoeExperts) with the layer's
