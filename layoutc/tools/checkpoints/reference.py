@@ -309,10 +309,11 @@ def _first_line(exc: BaseException) -> str:
     return (text.splitlines()[0] if text else type(exc).__name__)[:200]
 
 
-def transformers_oracle(folder: str, layers: list[int]) -> Oracle:
+def transformers_oracle(folder: str, layers: list[int], **load: Any) -> Oracle:
     """transformers' own sparse-MoE blocks (or experts modules) of `layers`, loaded by
-    `AutoModelForCausalLM.from_pretrained(folder, dtype=float32)` through transformers' weight
-    conversion: independent of the declared formats.
+    `AutoModelForCausalLM.from_pretrained(folder, dtype=float32, **load)` through transformers'
+    weight conversion (then cast to float32: a model transformers dequantizes to bfloat16, e.g.
+    `quantization_config=Mxfp4Config(dequantize=True)`), independent of the declared formats.
 
     Only the first max(layers) + 1 decoder layers are built. `Oracle.missing` says why a
     layer has none: transformers absent, a model_type it does not know, a load failure, or
@@ -330,14 +331,14 @@ def transformers_oracle(folder: str, layers: list[int]) -> Oracle:
     log.disable_progress_bar()  # type: ignore[no-untyped-call]
     log.set_verbosity_error()  # type: ignore[no-untyped-call]
     try:
-        return _load_oracle(transformers, folder, layers)
+        return _load_oracle(transformers, folder, layers, load)
     finally:
         log.set_verbosity(verbosity)
         if bar:
             log.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
-def _load_oracle(transformers: Any, folder: str, layers: list[int]) -> Oracle:
+def _load_oracle(transformers: Any, folder: str, layers: list[int], load: dict[str, Any]) -> Oracle:
     try:
         config = transformers.AutoConfig.from_pretrained(folder)
     except (ValueError, KeyError, OSError) as exc:
@@ -350,8 +351,9 @@ def _load_oracle(transformers: Any, folder: str, layers: list[int]) -> Oracle:
         if isinstance(getattr(text, "layer_types", None), list):
             text.layer_types = text.layer_types[:keep]
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=torch.float32)
-    except (ValueError, KeyError, OSError, TypeError, RuntimeError) as exc:
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=torch.float32, **load)
+        model = model.to(torch.float32)
+    except (ValueError, KeyError, OSError, TypeError, RuntimeError, ImportError, AttributeError) as exc:
         return Oracle(missing=f"transformers could not load the model ({_first_line(exc)})")
     found = moe_modules(model, layers)
     absent = [n for n in layers if n not in found]
