@@ -49,8 +49,25 @@ def _make(out: Path, *flags: str) -> Path:
         spec.loader.exec_module(module)
         _MAKER.append(module)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        assert _MAKER[0].main([str(out), "--layers", "1", "--hidden", "128", "--intermediate", "256",
-                               "--experts", "4", "--dtype", "float32", *flags]) == 0
+        assert (
+            _MAKER[0].main(
+                [
+                    str(out),
+                    "--layers",
+                    "1",
+                    "--hidden",
+                    "128",
+                    "--intermediate",
+                    "256",
+                    "--experts",
+                    "4",
+                    "--dtype",
+                    "float32",
+                    *flags,
+                ]
+            )
+            == 0
+        )
     return out
 
 
@@ -121,8 +138,9 @@ def test_a_swapped_gate_and_up_in_the_format_file_is_not_ok(tmp_path: Path, quan
     for r in json.loads(out)["rows"]:
         assert r["matched"] and r["independent"] and r["kernel_ran"] == (quant == "gptq4"), r
         assert r["result"] == "ok" if quant == "gptq4" else r["result"].startswith("unchecked: no kernel ran"), r
-    code, out, err = _run(str(folder), "--tp", "1,2", "--format", "json", "--format-file",
-                          str(_swapped_format(tmp_path / "swapped.json")))
+    code, out, err = _run(
+        str(folder), "--tp", "1,2", "--format", "json", "--format-file", str(_swapped_format(tmp_path / "swapped.json"))
+    )
     assert code == 1, (out, err)
     rows = json.loads(out)["rows"]
     assert [r["tp_size"] for r in rows] == [1, 2]
@@ -135,8 +153,9 @@ def test_a_swapped_gate_and_up_in_the_format_file_is_not_ok(tmp_path: Path, quan
 @pytest.mark.kernel
 @pytest.mark.transformers
 @pytest.mark.parametrize("quant", ["fp8_tensor", "gptq4"])
-def test_a_block_scaling_its_routed_output_outside_the_experts_is_not_ok(tmp_path: Path, quant: str,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_block_scaling_its_routed_output_outside_the_experts_is_not_ok(
+    tmp_path: Path, quant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A family whose sparse-MoE block multiplies the routed output by 2.5 after its experts
     (stood in for by transformers' Qwen3MoeSparseMoeBlock with its forward so wrapped): the
     kernel does not scale, so the row MISMATCHes (old code: "ok", its reference never ran the
@@ -181,8 +200,9 @@ def test_check_source_compares_the_module_s_text(tmp_path: Path) -> None:
     text = "contract x {}\n"
     path = tmp_path / "x.moe"
     path.write_text(text)
-    mod = types.SimpleNamespace(CONTRACT="x", __name__="layoutc_generated.x",
-                                SOURCE_SHA256=hashlib.sha256(text.encode()).hexdigest())
+    mod = types.SimpleNamespace(
+        CONTRACT="x", __name__="layoutc_generated.x", SOURCE_SHA256=hashlib.sha256(text.encode()).hexdigest()
+    )
     assert check_source(mod, path) == text
     path.write_text(text + " ")
     with pytest.raises(RunError) as exc:
@@ -196,7 +216,14 @@ def test_clamp_settings_read_every_clamp_key() -> None:
     unreadable (None), hidden_act and null values ignored."""
     from layoutc.tools.checkpoints.activation import clamp_settings
 
-    cfg = {"hidden_act": "silu", "swiglu_limit": 10, "swiglu_alpha": None, "swiglu_limits": [0, 7.5, None],
-           "swiglu_limits_shared": [16, 16, 16], "expert_clamp_value": 3.0, "clip_qkv": 8}
+    cfg = {
+        "hidden_act": "silu",
+        "swiglu_limit": 10,
+        "swiglu_alpha": None,
+        "swiglu_limits": [0, 7.5, None],
+        "swiglu_limits_shared": [16, 16, 16],
+        "expert_clamp_value": 3.0,
+        "clip_qkv": 8,
+    }
     assert clamp_settings(cfg, 0) == {"swiglu_limit": 10.0, "expert_clamp_value": None}
     assert clamp_settings(cfg, 1) == {"swiglu_limit": 10.0, "swiglu_limits": 7.5, "expert_clamp_value": None}

@@ -23,7 +23,13 @@ cannot use (none by that name, compiled by an older layoutc, no glue, or no `bia
 for a format with biases), LR130 the kernel is unavailable, LR131 a contract parameter run cannot supply,
 LR132 the contract admits none of the requested TP degrees, LR140 the family weights the
 experts' input and the contract's glue cannot, LR141 input weighting at a top_k the
-contract's kernel does not compute it at, LR199 an unexpected error.
+contract's kernel does not compute it at, LR142 a clamp or alpha in config.json that the
+contract's glue does not compute (layoutc/tools/checkpoints/activation.py), LR199 an
+unexpected error.
+
+The tokens are `--tokens` seeded hidden states and the same scaled so the median |gate/up
+pre-activation| is 16 (`run_inputs`): every branch of a clamped activation is reached, and a
+row's error is the larger of the two halves'.
 
 Fail fast: the options are checked before torch is imported; config.json, the index and
 `--format-file` are read within bounds; every safetensors header is checked against its

@@ -36,9 +36,11 @@ from layoutc.tools.checkpoints.reference import Oracle
 #: a decoder layer's index in a tensor name (`model.layers.3.`, DBRX's `transformer.blocks.3.`)
 _LAYER = re.compile(r"(?:^|\.)(?:layers|blocks)\.(\d+)\.")
 MXFP4_HOW = "transformers' own MXFP4 dequantization (from_pretrained, Mxfp4Config(dequantize=True))"
-PER_TENSOR_HOW = ("each quantized module dequantized on its own, under its own name, by the independent dequantizer "
-                  "(checkpoints/quant/dequant.py), "
-                  "the folder loaded by transformers' from_pretrained: the declared format is not read")
+PER_TENSOR_HOW = (
+    "each quantized module dequantized on its own, under its own name, by the independent dequantizer "
+    "(checkpoints/quant/dequant.py), "
+    "the folder loaded by transformers' from_pretrained: the declared format is not read"
+)
 
 
 def independent_oracle(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layers: list[int]) -> tuple[Oracle, str]:
@@ -52,12 +54,15 @@ def independent_oracle(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, l
             from transformers import Mxfp4Config  # type: ignore[attr-defined]
         except ImportError:
             return Oracle(missing="transformers has no Mxfp4Config"), MXFP4_HOW
-        return transformers_oracle(str(ckpt.folder), layers, quantization_config=Mxfp4Config(dequantize=True),
-                                   experts_implementation="eager"), MXFP4_HOW
+        return transformers_oracle(
+            str(ckpt.folder), layers, quantization_config=Mxfp4Config(dequantize=True), experts_implementation="eager"
+        ), MXFP4_HOW
     if scheme.layout != "per_expert":
-        return Oracle(missing=f"transformers cannot dequantize {scheme.name} for model_type "
-                      f"{moe.format.model_type!r} here, and the per-tensor dequantizer holds per-expert "
-                      "modules only"), ""
+        return Oracle(
+            missing=f"transformers cannot dequantize {scheme.name} for model_type "
+            f"{moe.format.model_type!r} here, and the per-tensor dequantizer holds per-expert "
+            "modules only"
+        ), ""
     with tempfile.TemporaryDirectory(prefix="layoutc-dequant-") as folder:
         write_dequantized(ckpt, scheme, max(layers) + 1, folder)
         return transformers_oracle(folder, layers), PER_TENSOR_HOW
@@ -87,15 +92,21 @@ def write_dequantized(ckpt: Checkpoint, scheme: S.QuantScheme, keep: int, folder
         if not ckpt.has(module + sspec.suffix):
             continue
         roles = {t.role: module + t.suffix for t in scheme.tensors if ckpt.has(module + t.suffix)}
-        out[module + ".weight"] = dequantize(scheme, {r: ckpt.tensor(n) for r, n in roles.items()},
-                                             name=module).to(torch.float32).contiguous()
+        out[module + ".weight"] = (
+            dequantize(scheme, {r: ckpt.tensor(n) for r, n in roles.items()}, name=module)
+            .to(torch.float32)
+            .contiguous()
+        )
         used.update(roles.values())
     for name in names:
         if name in used or name in out:
             continue
         t = ckpt.tensor(name)
-        if not t.is_floating_point() or t.element_size() < 2 or (name.endswith(suffixes) and
-                                                                 not name.endswith(".weight")):
+        if (
+            not t.is_floating_point()
+            or t.element_size() < 2
+            or (name.endswith(suffixes) and not name.endswith(".weight"))
+        ):
             continue  # a float8 weight without a scale, a stray scale: nothing transformers should load
         out[name] = t.to(torch.float32).contiguous()
     save_file(out, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})

@@ -23,15 +23,17 @@ each naming the tensor), and only then is anything run.
   the contract refuses is a `refused:` line with its error (exit 1). Per-channel / per-tensor
   FP8, which no contract declares, split the dequantized weights evenly (LR163 when uneven).
 
-The reference: transformers' own experts module of the family (e.g. Qwen3MoeExperts,
-GptOssExperts, its weights put in the family's layout) with the weights of the independent
-dequantizer (checkpoints/quant/dequant.py, held to vLLM's unpackers in
-tests/test_quant_formats.py), or a float32 loop where the family names no experts class. For
-gpt-oss MXFP4 the full reference is transformers' own dequantization
-(`from_pretrained(..., Mxfp4Config(dequantize=True))`, on CPU without accelerate), and the
-independent dequantizer must agree with it (a `refused:` line otherwise). transformers' own
-GPTQ / AWQ loading needs gptqmodel / autoawq and a GPU kernel, and its FP8 loader needs
-accelerate: absent here. Tolerance: TOLERANCE of layoutc/tools/run.py on ||out - ref|| / ||ref||
+The reference: transformers' own sparse-MoE block of the layer, loaded by transformers from
+the checkpoint (quant_run/oracle.py: gpt-oss MXFP4 through transformers' own dequantization;
+per-expert methods through each quantized module dequantized under its own name by the
+independent dequantizer, checkpoints/quant/dequant.py, and loaded by `from_pretrained`), its
+routed output and its own routing, as the unquantized path (checkpoints/reference.py). A row is
+"ok" only when it matched that reference (`independent`) on a real kernel (`kernel_ran`:
+int4pack / int8pack); a reference-only row, or one compared with the family's experts class
+or a float32 loop over the declared format (no transformers block), is "unchecked" and exits 1.
+The family's activation clamps are held to the kernel's glue first (LR142), and the tokens are
+run.py's `run_inputs` (half of them scaled past every clamp). Tolerance: TOLERANCE of
+layoutc/tools/run.py on ||out - ref|| / ||ref||, the larger of the two halves
 (docs/verification.md, "Quantized checkpoints").
 """
 
