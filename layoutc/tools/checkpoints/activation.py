@@ -74,11 +74,18 @@ def check_activation(moe: Any, mod: Any, contract: str, layers: list[int]) -> No
     generated module (its LAYOUT's kernel glue). Raises RunError LR142 naming the key when the
     glue's activation `moe.activation` does not declare the key's constant at the config's
     value (thousandths), or the key is one layoutc cannot read. A module without a glue, or a
-    glue without the activation, is left to the contract's plan(), which refuses it.
+    glue without the activation, is left to the contract's plan(), which refuses it; so is a
+    key the family's format hands to plan() as a parameter the contract declares (gpt-oss's
+    swiglu_limit -> swiglu_limit_milli, which the contract admits only at the glue's value: LC524).
     """
     from layoutc.tools.runplan import module_layout
 
-    kernel = module_layout(mod).kernel
+    layout = module_layout(mod)
+    kernel = layout.kernel
+    # a key the format hands to plan() (gpt-oss's swiglu keys -> swiglu_*_milli, runplan.checkpoint_plan)
+    # where the contract takes that parameter: plan() refuses another value with the contract's own rule
+    planned = {CLAMP_KEYS[k][0] for k in (moe.format.swiglu or ()) if k in CLAMP_KEYS}
+    planned &= {p.name for p in layout.plan_params}
     interface = kernel.glue if kernel is not None else None
     act = interface.activation(moe.activation) if interface is not None else None
     if interface is None or act is None:  # no kernel, or not this activation: plan() refuses with its own rule
@@ -97,6 +104,8 @@ def check_activation(moe: Any, mod: Any, contract: str, layers: list[int]) -> No
                     "function",
                 )
             constant, meaning = CLAMP_KEYS[key]
+            if constant in planned and key in (moe.format.swiglu or ()):
+                continue
             if constants.get(constant) != round(value * 1000):
                 has = (
                     f"declares {constant} {constants[constant]}" if constant in constants else f"declares no {constant}"
