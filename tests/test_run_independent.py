@@ -213,7 +213,7 @@ def test_check_source_compares_the_module_s_text(tmp_path: Path) -> None:
 def test_clamp_settings_read_every_clamp_key() -> None:
     """clamp_settings: swiglu_limit / swiglu_alpha as numbers, a per-layer swiglu_limits entry (0 and
     null: none), swiglu_limits_shared (a shared expert only) ignored, an unknown clamp-like key
-    unreadable (None), hidden_act and null values ignored."""
+    unreadable (None), hidden_act, null and false values ignored."""
     from layoutc.tools.checkpoints.activation import clamp_settings
 
     cfg = {
@@ -224,6 +224,40 @@ def test_clamp_settings_read_every_clamp_key() -> None:
         "swiglu_limits_shared": [16, 16, 16],
         "expert_clamp_value": 3.0,
         "clip_qkv": 8,
+        "use_swiglu_ffn": False,
     }
     assert clamp_settings(cfg, 0) == {"swiglu_limit": 10.0, "expert_clamp_value": None}
     assert clamp_settings(cfg, 1) == {"swiglu_limit": 10.0, "swiglu_limits": 7.5, "expert_clamp_value": None}
+    assert clamp_settings({**cfg, "use_swiglu_ffn": True}, 0)["use_swiglu_ffn"] is None  # on: unknown, refused
+
+
+def test_check_activation_holds_each_key_to_the_glue_constant() -> None:
+    """check_activation on vllm_cpu_grouped_gemm (glue vllm_cpu_moe): swigluoai's limit 7 (its
+    declared constant swiglu_limit_milli 7000) passes and 8 is LR142 when the format does not
+    hand the key to plan(); silu with any swiglu_limit, and an unknown clamp key, are LR142;
+    null and absent keys pass."""
+    import dataclasses
+    import importlib
+    import types
+
+    from layoutc.tools.checkpoints.activation import check_activation
+    from layoutc.tools.checkpoints.formats import FORMATS
+    from layoutc.tools.runplan import RunError
+
+    mod = importlib.import_module("layoutc_generated.vllm_cpu_grouped_gemm")
+    fmt = dataclasses.replace(FORMATS["gpt_oss"], swiglu=None)
+
+    def check(activation: str, cfg: dict[str, Any]) -> str:
+        moe = types.SimpleNamespace(format=fmt, activation=activation, text_config=cfg)
+        try:
+            check_activation(moe, mod, "vllm_cpu_grouped_gemm", [0])
+        except RunError as exc:
+            return f"{exc.code}: {exc}"
+        return "passed"
+
+    assert check("swigluoai", {"swiglu_limit": 7.0, "swiglu_alpha": 1.702}) == "passed"
+    assert check("swigluoai", {"swiglu_limit": 8.0}).startswith("LR142: config.json's swiglu_limit = 8")
+    assert "declares swiglu_limit_milli 7000" in check("swigluoai", {"swiglu_limit": 8.0})
+    assert check("silu", {"swiglu_limit": 10}).startswith("LR142: config.json's swiglu_limit = 10")
+    assert check("silu", {"moe_clamp": 5}).startswith("LR142: config.json's moe_clamp = 5 may change")
+    assert check("silu", {"swiglu_limit": None}) == check("silu", {}) == "passed"

@@ -50,11 +50,12 @@ SUSPECT = ("swiglu", "clamp", "act_limit", "activation_limit", "glu_limit")
 def clamp_settings(cfg: Mapping[str, Any], layer: int) -> dict[str, float | None]:
     """The activation settings of `layer` in a parsed config (the MoE settings' dict): key ->
     value (a number), or None for a key whose value layoutc cannot read as one (an unknown
-    key, or a value that is not a number). Keys whose value is null, and per-layer entries of
-    0 or null, mean "no clamp" and are left out."""
+    key, or a value that is not a number). Keys whose value is null or false (a switch that is
+    off, e.g. DINOv2's use_swiglu_ffn), and per-layer entries of 0 or null, mean "no clamp" and
+    are left out."""
     found: dict[str, float | None] = {}
     for key, value in cfg.items():
-        if key in SHARED_ONLY or not any(s in key.lower() for s in SUSPECT) or value is None:
+        if key in SHARED_ONLY or not any(s in key.lower() for s in SUSPECT) or value is None or value is False:
             continue
         if key == "swiglu_limits":
             entry = value[layer] if isinstance(value, list) and 0 <= layer < len(value) else None
