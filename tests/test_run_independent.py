@@ -261,3 +261,19 @@ def test_check_activation_holds_each_key_to_the_glue_constant() -> None:
     assert check("silu", {"swiglu_limit": 10}).startswith("LR142: config.json's swiglu_limit = 10")
     assert check("silu", {"moe_clamp": 5}).startswith("LR142: config.json's moe_clamp = 5 may change")
     assert check("silu", {"swiglu_limit": None}) == check("silu", {}) == "passed"
+
+
+@pytest.mark.kernel  # int4pack
+@pytest.mark.transformers
+@pytest.mark.parametrize("flag", ["--no-transformers", "--no-from-pretrained"])
+def test_a_quantized_row_without_transformers_block_is_unchecked(tmp_path: Path, flag: str) -> None:
+    """GPTQ int4 on int4pack (a real kernel) compared with a reference built from the declared
+    format: matched, but independent false, "unchecked: ..." and exit 1."""
+    folder = _make(tmp_path / "ckpt", "--quant", "gptq4", "--group-size", "64")
+    code, out, err = _run(str(folder), "--tp", "1", "--format", "json", flag)
+    assert code == 1, (out, err)
+    report = json.loads(out)
+    assert not report["ok"] and len(report["unchecked"]) == 1, report
+    (r,) = report["rows"]
+    assert r["matched"] and r["kernel_ran"] and not r["independent"] and not r["ok"], r
+    assert r["result"] == f"unchecked: no independent reference ({flag}): a reference built from the declared format"

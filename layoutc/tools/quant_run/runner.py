@@ -452,7 +452,8 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, sch
     refused: list[str] = []
     tol = TOLERANCE[dtype]
     use_tf = not args.no_transformers
-    oracle, how = independent_oracle(ckpt, moe, scheme, layers) if use_tf else (None, "")
+    no_pretrained = bool(getattr(args, "no_from_pretrained", False))
+    oracle, how = independent_oracle(ckpt, moe, scheme, layers) if use_tf and not no_pretrained else (None, "")
     for layer in layers:
         kinds = {r.kind for r in routes}
         experts = [expert_codes(ckpt, moe, scheme, layer, e) for e in range(moe.num_experts)] \
@@ -469,7 +470,7 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, sch
             weights, ids = declared_route(ckpt, moe, layer, x)
             ref, ref_name = reference_output(ckpt, moe, params, x, weights, ids, use_tf)
             independent = False
-            why_ref = "--no-transformers" if not use_tf else \
+            why_ref = "--no-transformers" if not use_tf else "--no-from-pretrained" if no_pretrained else \
                 (oracle.missing if oracle is not None and oracle.missing else f"no transformers block in layer {layer}")
             why_ref = f"no independent reference ({why_ref}): a reference built from the declared format"
         for tp in tps:
