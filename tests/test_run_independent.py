@@ -81,6 +81,7 @@ def _clamped(tmp_path: Path, family: str) -> str:
         return make(str(tmp_path / family), family, **extra)
 
 
+@pytest.mark.slow  # builds the models with transformers
 @pytest.mark.transformers
 @pytest.mark.parametrize("family", ["hy_v4", "deepseek_v4"])
 def test_a_clamp_the_glue_does_not_compute_is_refused(tmp_path: Path, family: str) -> None:
