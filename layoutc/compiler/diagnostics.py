@@ -157,6 +157,7 @@ CODES: dict[str, str] = {
     "LR132": "`run`: the contract admits none of the requested TP degrees (nothing is loaded)",
     "LR140": "`run`: the family weights the experts' input and the contract's glue cannot",
     "LR141": "`run`: input weighting at a top_k the contract's kernel does not compute it at",
+    "LR142": "`run`: the family's activation (a clamp or alpha in config.json) is not the one the contract's glue computes",
     "LR150": "quantized checkpoint: an undeclared method, bit width, version or scheme",
     "LR151": "quantized checkpoint: a malformed quantization_config value",
     "LR152": "quantized checkpoint: a skip list or per-module override reaches the routed experts",
@@ -172,6 +173,7 @@ CODES: dict[str, str] = {
     "LR162": "quantized checkpoint: the contract needs a parameter the scheme does not give, or cannot hold it",
     "LR163": "quantized checkpoint: no contract declares the method and the intermediate does not split evenly",
     "LR164": "quantized checkpoint: a stored tensor the contract's loader needs is absent",
+    "LR165": "quantized checkpoint: the contract text found differs from the text the generated module was compiled from",
     "LR199": "`run`: an unexpected error (set LAYOUTC_TRACEBACK=1 and please report it)",
 }
 

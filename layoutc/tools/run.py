@@ -23,7 +23,13 @@ cannot use (none by that name, compiled by an older layoutc, no glue, or no `bia
 for a format with biases), LR130 the kernel is unavailable, LR131 a contract parameter run cannot supply,
 LR132 the contract admits none of the requested TP degrees, LR140 the family weights the
 experts' input and the contract's glue cannot, LR141 input weighting at a top_k the
-contract's kernel does not compute it at, LR199 an unexpected error.
+contract's kernel does not compute it at, LR142 a clamp or alpha in config.json that the
+contract's glue does not compute (layoutc/tools/checkpoints/activation.py), LR199 an
+unexpected error.
+
+The tokens are `--tokens` seeded hidden states and the same scaled so the median |gate/up
+pre-activation| is 16 (`run_inputs`): every branch of a clamped activation is reached, and a
+row's error is the larger of the two halves'.
 
 Fail fast: the options are checked before torch is imported; config.json, the index and
 `--format-file` are read within bounds; every safetensors header is checked against its
@@ -51,6 +57,7 @@ from types import ModuleType
 from typing import Any
 
 from layoutc.runtime.vocab import MODEL_DTYPES
+from layoutc.tools.checkpoints.activation import check_activation
 from layoutc.tools.contract_module import GENERATED_PACKAGE, NoKernelError, kernel_of
 from layoutc.tools.ep_run import (
     check_ep_options,
@@ -97,6 +104,7 @@ class Row:
     ep_size: int = 1  # `--ep`: the experts split over ep_size ranks, each with tp_size shards
     placement: str = ""  # at --ep > 1: the expert placement the ranks ran with, and each EP rank's experts
     experts_by_rank: list[list[int]] = field(default_factory=list)
+    input_scale: float = 1.0  # the second half of the tokens is the first times this (run_inputs)
 
 
 def _rss_peak_reset() -> bool:
@@ -244,6 +252,35 @@ def hidden_states(moe: Any, layer: int, tokens: int, seed: int, dtype: str) -> A
     return torch.randn(tokens, moe.hidden_size, generator=gen).to(getattr(torch, dtype))
 
 
+def run_inputs(ckpt: Any, moe: Any, layer: int, tokens: int, seed: int, dtype: str,
+               gate_up: Any = None) -> tuple[Any, float]:
+    """(hidden states [2 * tokens, H] in `dtype`, s): the seeded `hidden_states`, then the same
+    times s, where s brings the median |gate/up pre-activation| to reference.REACH (past every
+    clamp a family declares), so every branch of a clamped activation is reached. gate_up: the
+    layer's float [E, 2I, H] weights (default: read through the declared format)."""
+    import torch
+
+    from layoutc.tools.checkpoints.reference import layer_gate_up, reach_scale
+
+    x = hidden_states(moe, layer, tokens, seed, dtype)
+    if gate_up is None:
+        gate_up = layer_gate_up(ckpt, moe, layer)
+        transposed = bool(moe.format.transposed)
+    else:
+        transposed = False
+    scale = reach_scale(x, gate_up, transposed)
+    return torch.cat([x, (x.to(torch.float32) * scale).to(x.dtype)]), scale
+
+
+def halves_error(out: Any, ref: Any) -> float:
+    """The larger `rel_error` of the two halves of `run_inputs`' tokens (the 1x and the scaled
+    inputs): one half's error is not hidden by the other's larger norm."""
+    half = out.shape[0] // 2
+    if half == 0 or out.shape[0] % 2:
+        return rel_error(out, ref)
+    return max(rel_error(out[:half], ref[:half]), rel_error(out[half:], ref[half:]))
+
+
 def inputs(ckpt: Any, moe: Any, layer: int, tokens: int, seed: int, dtype: str) -> tuple[Any, Any, Any]:
     """(hidden states [T, H] in `dtype`, topk_weights, topk_ids) for one layer, seeded; the
     routing is the family's declared one (layoutc.tools.checkpoints.reference.route)."""
@@ -263,13 +300,16 @@ def _result(matched: bool, independent: bool, reference: str, why_not: str) -> s
 
 def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str, isa: str, tokens: int,
               seed: int, use_transformers: bool, oracle: Any = None, why_no_oracle: str = "",
-              on_input: bool = False, ref: Any = None, ep: int = 1, placement: str = "linear") -> Row:
+              on_input: bool = False, ref: Any = None, ep: int = 1, placement: str = "linear",
+              x: Any = None, input_scale: float = 1.0) -> Row:
     """One layer at one TP degree: reference (with the routing the kernel gets), then load +
-    prepack + kernel per rank, sum, compare. `ref`: a `reference()` of this layer to reuse
-    (the same for every TP degree). Raises as `kernel_sum`."""
+    prepack + kernel per rank, sum, compare (`halves_error`). `ref`: a `reference()` of this
+    layer to reuse (the same for every TP degree) on `x` (default `run_inputs`), whose second
+    half is scaled by `input_scale`. Raises as `kernel_sum`."""
     from layoutc.tools.checkpoints.reference import reference
 
-    x = hidden_states(moe, layer, tokens, seed, dtype)
+    if x is None:
+        x, input_scale = run_inputs(ckpt, moe, layer, tokens, seed, dtype)
     if ref is None:
         ref = reference(ckpt, moe, layer, x, use_transformers=use_transformers, oracle=oracle,
                         why_no_oracle=why_no_oracle)
@@ -283,7 +323,7 @@ def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str,
     else:
         k = kernel_sum(ckpt, moe, mod, layer, tp, x, ref.weights, ref.ids, dtype=dtype, isa=isa,
                        apply_router_weight_on_input=on_input)
-    rel = rel_error(k.output, ref.output)
+    rel = halves_error(k.output, ref.output)
     tol = TOLERANCE[dtype]
     plan = k.plan
     matched = rel <= tol
@@ -291,7 +331,7 @@ def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str,
                getattr(plan, "intermediate_size_per_partition_padded", plan.intermediate_size_per_partition),
                rel, tol, matched and ref.independent, k.kernel_s * 1e3, k.load_s * 1e3, k.peak_mib, ref.name,
                ref.routing, ref.independent, matched, moe.format.router_weight,
-               _result(matched, ref.independent, ref.name, ref.why_not), ep, *topology)
+               _result(matched, ref.independent, ref.name, ref.why_not), ep, *topology, input_scale=input_scale)
 
 
 def checkpoint_dtype(ckpt: Any, moe: Any, layer: int) -> str:
@@ -323,6 +363,9 @@ def _table(rows: list[Row], model: str, contract: str) -> str:
         lines.append(f"routing{which}: {routing}")
     if rows:
         lines.append(f"router weight: on each expert's {rows[0].router_weight}")
+        scales = ", ".join(sorted({f"{r.input_scale:.3g}" for r in rows}))
+        lines.append(f"inputs: seeded N(0, 1) hidden states, and the same times {scales} (median |gate/up "
+                     "pre-activation| 16, past any clamp); the larger error of the two halves")
     lines += placement_lines(rows)
     return "\n".join(lines) + "\n"
 
@@ -520,6 +563,7 @@ def _run(args: argparse.Namespace) -> int:
         layout = module_layout(mod)  # LR120 before any work for a module compiled by an older layoutc
         torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
         on_input = router_weight_on_input(moe, mod, args.contract)  # before anything is loaded
+        check_activation(moe, mod, args.contract, layers)  # LR142: a clamp the glue does not compute
         if any(e > 1 for e in eps) and layout.local_experts is None:
             raise RunError("LR104", f"--ep: contract {args.contract} states no expert parallelism "
                            "(`experts ... over ep_size`)")
@@ -561,7 +605,7 @@ def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, 
     rows: list[Row] = []
     refused: list[str] = []
     for layer in layers:
-        x = hidden_states(moe, layer, args.tokens, args.seed, dtype)
+        x, scale = run_inputs(ckpt, moe, layer, args.tokens, args.seed, dtype)
         ref = reference(ckpt, moe, layer, x, use_transformers=not args.no_transformers, oracle=oracle,
                         why_no_oracle=why_no_oracle)
         for tp, ep in tps:
@@ -570,7 +614,7 @@ def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, 
                 rows.append(run_layer(ckpt, moe, mod, layer, tp, dtype=dtype, isa=args.isa,
                                       tokens=args.tokens, seed=args.seed,
                                       use_transformers=not args.no_transformers, on_input=on_input, ref=ref, ep=ep,
-                                      placement=getattr(args, "placement", "linear")))
+                                      placement=getattr(args, "placement", "linear"), x=x, input_scale=scale))
             except contract_error as exc:  # plan() names the rule and the contract line
                 refused.append(f"{where}: {exc}")
             except kernel_error as exc:

@@ -106,6 +106,28 @@ def _full_w13_w2(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> dict[str, torch
             "down_proj": torch.stack(downs)}
 
 
+#: The median |gate/up pre-activation| the scaled half of `layoutc run`'s inputs reaches: past every
+#: clamp a family declares (gpt-oss 7, hy_v4 / deepseek_v4 10), so a clamp one side computes and
+#: the other does not shows as a MISMATCH (issue 39 item 5).
+REACH = 16.0
+
+
+def reach_scale(x: torch.Tensor, gate_up: torch.Tensor, transposed: bool) -> float:
+    """The factor that brings x's median |gate/up pre-activation| over every expert to REACH
+    (at least 1). x: [T, H]; gate_up: float [E, 2I, H] (or [E, H, 2I] where `transposed`).
+    The scale only chooses inputs; it is never part of a verdict."""
+    w = gate_up.to(torch.float32)
+    h = x.to(torch.float32) @ (w if transposed else w.transpose(1, 2))
+    med = float(h.abs().median()) if h.numel() else 0.0
+    return max(1.0, REACH / med) if med > 0 and med == med else 1.0
+
+
+def layer_gate_up(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> torch.Tensor:
+    """The layer's gate/up weights read through the declared format (float32, `_full_w13_w2`), for
+    `reach_scale` only."""
+    return _full_w13_w2(ckpt, moe, layer)["gate_up_proj"]
+
+
 def transformers_experts(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> torch.nn.Module | None:
     """transformers' experts module of this family (`CheckpointFormat.experts_class`, e.g.
     transformers/models/qwen3_moe/modeling_qwen3_moe.py Qwen3MoeExperts) with the layer's
@@ -287,10 +309,11 @@ def _first_line(exc: BaseException) -> str:
     return (text.splitlines()[0] if text else type(exc).__name__)[:200]
 
 
-def transformers_oracle(folder: str, layers: list[int]) -> Oracle:
+def transformers_oracle(folder: str, layers: list[int], **load: Any) -> Oracle:
     """transformers' own sparse-MoE blocks (or experts modules) of `layers`, loaded by
-    `AutoModelForCausalLM.from_pretrained(folder, dtype=float32)` through transformers' weight
-    conversion: independent of the declared formats.
+    `AutoModelForCausalLM.from_pretrained(folder, dtype=float32, **load)` through transformers'
+    weight conversion (then cast to float32: a model transformers dequantizes to bfloat16, e.g.
+    `quantization_config=Mxfp4Config(dequantize=True)`), independent of the declared formats.
 
     Only the first max(layers) + 1 decoder layers are built. `Oracle.missing` says why a
     layer has none: transformers absent, a model_type it does not know, a load failure, or
@@ -308,14 +331,14 @@ def transformers_oracle(folder: str, layers: list[int]) -> Oracle:
     log.disable_progress_bar()  # type: ignore[no-untyped-call]
     log.set_verbosity_error()  # type: ignore[no-untyped-call]
     try:
-        return _load_oracle(transformers, folder, layers)
+        return _load_oracle(transformers, folder, layers, load)
     finally:
         log.set_verbosity(verbosity)
         if bar:
             log.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
-def _load_oracle(transformers: Any, folder: str, layers: list[int]) -> Oracle:
+def _load_oracle(transformers: Any, folder: str, layers: list[int], load: dict[str, Any]) -> Oracle:
     try:
         config = transformers.AutoConfig.from_pretrained(folder)
     except (ValueError, KeyError, OSError) as exc:
@@ -328,8 +351,9 @@ def _load_oracle(transformers: Any, folder: str, layers: list[int]) -> Oracle:
         if isinstance(getattr(text, "layer_types", None), list):
             text.layer_types = text.layer_types[:keep]
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=torch.float32)
-    except (ValueError, KeyError, OSError, TypeError, RuntimeError) as exc:
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, config=config, dtype=torch.float32, **load)
+        model = model.to(torch.float32)
+    except (ValueError, KeyError, OSError, TypeError, RuntimeError, ImportError, AttributeError) as exc:
         return Oracle(missing=f"transformers could not load the model ({_first_line(exc)})")
     found = moe_modules(model, layers)
     absent = [n for n in layers if n not in found]

@@ -21,7 +21,8 @@ LR161 the contract stores the checkpoint's words in another packing (count or ax
 LR162 the contract has a parameter the scheme does not give, or cannot hold the scheme
 (an asymmetric scheme on a contract whose decode has no zero point); LR163 no contract
 declares the method (per-channel / per-tensor FP8), and the intermediate does not split
-evenly for the dequantized-weights fallback; LR164 a stored tensor the contract's loader
+evenly for the dequantized-weights fallback; LR165 the contract text found is not the one the
+generated module was compiled from (its SOURCE_SHA256); LR164 a stored tensor the contract's loader
 needs is absent from the checkpoint.
 """
 
@@ -89,14 +90,34 @@ def contract_ir(mod: Any) -> ir.Contract:
     path = next((c for c in candidates if c.is_file()), None)
     if path is None:
         raise RunError("LR160", f"contract {mod.CONTRACT}: {source} is not installed; its decode cannot be read")
-    return _load_ir(str(path))
+    return _load_ir(str(path), check_source(mod, path))
+
+
+def check_source(mod: Any, path: Path) -> str:
+    """RunError LR165 when the contract text at `path` is not the text `mod` was compiled from
+    (the sha256 of its UTF-8 text, the module's `SOURCE_SHA256`, as emit/render.py computes it):
+    a decode read from another text would check the other contract's loaders, not this
+    module's. Returns the text (what the IR is then built from). LR160 when it cannot be read."""
+    import hashlib
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunError("LR160", f"contract {mod.CONTRACT}: {path} cannot be read ({exc})") from None
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    compiled = str(getattr(mod, "SOURCE_SHA256", ""))
+    if digest != compiled:
+        raise RunError("LR165", f"contract {mod.CONTRACT}: {path} (sha256 {digest[:12]}) is not the text the generated "
+                       f"module {mod.__name__} was compiled from (SOURCE_SHA256 {compiled[:12] or 'absent'}); "
+                       "recompile it (layoutc compile) or install the contract it was compiled from")
+    return text
 
 
 @cache
-def _load_ir(path: str) -> ir.Contract:
+def _load_ir(path: str, text: str) -> ir.Contract:
     from layoutc.compiler.source import load
 
-    contract, diags, _ = load(path)
+    contract, diags, _ = load(path, text)
     if contract is None:
         first = diags[0].message if diags else "no contract"
         raise RunError("LR160", f"{path}: the contract does not load ({first}); its decode cannot be read")

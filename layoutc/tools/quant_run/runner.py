@@ -23,15 +23,17 @@ each naming the tensor), and only then is anything run.
   the contract refuses is a `refused:` line with its error (exit 1). Per-channel / per-tensor
   FP8, which no contract declares, split the dequantized weights evenly (LR163 when uneven).
 
-The reference: transformers' own experts module of the family (e.g. Qwen3MoeExperts,
-GptOssExperts, its weights put in the family's layout) with the weights of the independent
-dequantizer (checkpoints/quant/dequant.py, held to vLLM's unpackers in
-tests/test_quant_formats.py), or a float32 loop where the family names no experts class. For
-gpt-oss MXFP4 the full reference is transformers' own dequantization
-(`from_pretrained(..., Mxfp4Config(dequantize=True))`, on CPU without accelerate), and the
-independent dequantizer must agree with it (a `refused:` line otherwise). transformers' own
-GPTQ / AWQ loading needs gptqmodel / autoawq and a GPU kernel, and its FP8 loader needs
-accelerate: absent here. Tolerance: TOLERANCE of layoutc/tools/run.py on ||out - ref|| / ||ref||
+The reference: transformers' own sparse-MoE block of the layer, loaded by transformers from
+the checkpoint (quant_run/oracle.py: gpt-oss MXFP4 through transformers' own dequantization;
+per-expert methods through each quantized module dequantized under its own name by the
+independent dequantizer, checkpoints/quant/dequant.py, and loaded by `from_pretrained`), its
+routed output and its own routing, as the unquantized path (checkpoints/reference.py). A row is
+"ok" only when it matched that reference (`independent`) on a real kernel (`kernel_ran`:
+int4pack / int8pack); a reference-only row, or one compared with the family's experts class
+or a float32 loop over the declared format (no transformers block), is "unchecked" and exits 1.
+The family's activation clamps are held to the kernel's glue first (LR142), and the tokens are
+run.py's `run_inputs` (half of them scaled past every clamp). Tolerance: TOLERANCE of
+layoutc/tools/run.py on ||out - ref|| / ||ref||, the larger of the two halves
 (docs/verification.md, "Quantized checkpoints").
 """
 
@@ -56,11 +58,27 @@ INT4_CONTRACT = "torch_int4pack_gptq_moe"
 INT8_CONTRACT = "torch_int8pack_gptq_moe"
 NO_KERNEL = "no kernel for this method on this CPU: reference only"
 _ST_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+#: why a reference-only row is "unchecked" although it matched: its kernel side ran no kernel
+NO_KERNEL_WHY = {
+    "padded": "no kernel ran: the rank's padded tensors, decoded by the contract's own decode, went through "
+              "transformers' experts module (the contract's kernel does not run here, and the view it reads is "
+              "only declared)",
+    "even": "no kernel ran: no contract declares the method, and the kernel side is the dequantized weights split "
+            "evenly through a reference",
+}
 
 
 @dataclass(frozen=True)
 class QuantRow:
-    """One layer at one TP degree: the kernel that ran (or NO_KERNEL), the reference, the error."""
+    """One layer at one TP degree: the kernel that ran (or NO_KERNEL), the reference, the error.
+
+    matched: rel_error <= tolerance. independent: the reference is transformers' own block
+    loaded by transformers from the checkpoint (quant_run/oracle.py), not one built from the
+    declared format. kernel_ran: a real kernel computed the kernel side (int4pack / int8pack),
+    not a reference of the declared format (reference-only rows). ok: all three. result:
+    "ok", "MISMATCH" or "unchecked: ..." in words. input_scale: the second half of the tokens
+    is the first times this (layoutc/tools/run.py run_inputs).
+    """
 
     layer: int
     tp_size: int
@@ -73,6 +91,19 @@ class QuantRow:
     reference: str
     kernel_ms: float
     load_ms: float
+    matched: bool = True
+    independent: bool = True
+    kernel_ran: bool = True
+    result: str = "ok"
+    input_scale: float = 1.0
+
+
+def row_result(matched: bool, independent: bool, kernel_ran: bool, why_not: str) -> str:
+    """A row's result in words: "ok" only when it matched an independent reference with a real
+    kernel; "MISMATCH" on an error past the tolerance; else "unchecked: <why>"."""
+    if not matched:
+        return "MISMATCH" if independent and kernel_ran else f"MISMATCH (unchecked: {why_not})"
+    return "ok" if independent and kernel_ran else f"unchecked: {why_not}"
 
 
 def model_dtype(ckpt: Checkpoint, moe: ModelMoE, layer: int, requested: str | None) -> str:
@@ -155,31 +186,6 @@ def reference_output(ckpt: Checkpoint, moe: ModelMoE, params: dict[str, Any], x:
             y = y + down_bias[e]
         out.index_add_(0, tok, y * weights[tok, slot, None].to(torch.float32))
     return out, f"a float32 loop over {source}"
-
-
-def transformers_dequantized(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: int, x: Any,
-                             weights: Any, ids: Any) -> tuple[Any, str] | None:
-    """gpt-oss MXFP4: (float32 [T, H], name) of transformers' own experts module of `layer` as
-    `from_pretrained(..., quantization_config=Mxfp4Config(dequantize=True))` builds it (its
-    own MXFP4 dequantization, on CPU, without accelerate; transformers 5.19
-    integrations/mxfp4.py), or None for another method or where transformers cannot."""
-    import torch
-
-    from layoutc.tools.checkpoints.reference import transformers_forward
-
-    if scheme.method != "mxfp4" or moe.format.model_type != "gpt_oss":
-        return None
-    try:
-        from transformers import AutoModelForCausalLM, Mxfp4Config  # type: ignore[attr-defined]
-        model = AutoModelForCausalLM.from_pretrained(
-            str(ckpt.folder), dtype=torch.float32, quantization_config=Mxfp4Config(dequantize=True),
-            experts_implementation="eager")  # its float32 loop, not torch._grouped_mm
-        experts = model.model.layers[layer].mlp.experts.to(torch.float32)  # it dequantizes to bf16: exact
-    except (ImportError, AttributeError, ValueError, KeyError, OSError, RuntimeError, IndexError):
-        return None
-    return (transformers_forward(experts.eval(), x, weights, ids),
-            f"transformers {type(experts).__name__} of from_pretrained(Mxfp4Config(dequantize=True)): "
-            "its own MXFP4 dequantization")
 
 
 def _module_layout(moe: ModelMoE, name: str, value: Any) -> Any:
@@ -425,34 +431,48 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, sch
     import torch
 
     from layoutc.tools.checkpoints.quant.validate import validate
+    from layoutc.tools.checkpoints.reference import reference
+    from layoutc.tools.checkpoints.reference import route as declared_route
     from layoutc.tools.quant_run import padded
     from layoutc.tools.quant_run.codes import expert_codes
-    from layoutc.tools.run import TOLERANCE, inputs, rel_error
+    from layoutc.tools.quant_run.oracle import independent_oracle
+    from layoutc.tools.run import TOLERANCE, halves_error, run_inputs
 
     for layer in layers:
         validate(scheme, ckpt, layer, moe)
     dtype = model_dtype(ckpt, moe, layers[0], args.dtype)
     routes = _routes(args, scheme)
+    for route_ in routes:  # LR142: a clamp the kernel's glue does not compute, before anything runs
+        if route_.kind in ("int4pack", "int8pack"):
+            from layoutc.tools.checkpoints.activation import check_activation
+            check_activation(moe, route_.mod, str(route_.contract), layers)
     if args.threads:
         torch.set_num_threads(args.threads)
     rows: list[QuantRow] = []
     refused: list[str] = []
     tol = TOLERANCE[dtype]
     use_tf = not args.no_transformers
+    no_pretrained = bool(getattr(args, "no_from_pretrained", False))
+    oracle, how = independent_oracle(ckpt, moe, scheme, layers) if use_tf and not no_pretrained else (None, "")
     for layer in layers:
         kinds = {r.kind for r in routes}
         experts = [expert_codes(ckpt, moe, scheme, layer, e) for e in range(moe.num_experts)] \
             if "int4pack" in kinds else []
         sources = padded.expert_sources(ckpt, moe, scheme, layer) if "padded" in kinds else {}
         params = dequantized(ckpt, moe, scheme, layer)
-        x, weights, ids = inputs(ckpt, moe, layer, args.tokens, args.seed, dtype)
-        ref, ref_name = reference_output(ckpt, moe, params, x, weights, ids, use_tf)
-        own = transformers_dequantized(ckpt, moe, scheme, layer, x, weights, ids) if use_tf else None
-        if own is not None:  # transformers' own dequantization is the stronger oracle; ours must agree with it
-            if rel_error(ref, own[0]) > tol:
-                refused.append(f"layer {layer}: the independent dequantizer's reference disagrees with {own[1]} "
-                               f"(rel {rel_error(ref, own[0]):.2e})")
-            ref, ref_name = own
+        x, scale = run_inputs(ckpt, moe, layer, args.tokens, args.seed, dtype, gate_up=params["gate_up_proj"])
+        entry = oracle.layers.get(layer) if oracle is not None else None
+        if entry is not None and (entry.block or entry.routes_experts):  # transformers' own block: independent
+            own = reference(ckpt, moe, layer, x, oracle=oracle)
+            ref, weights, ids = own.output, own.weights, own.ids
+            ref_name, independent, why_ref = f"{own.name}, over {how}", True, ""
+        else:
+            weights, ids = declared_route(ckpt, moe, layer, x)
+            ref, ref_name = reference_output(ckpt, moe, params, x, weights, ids, use_tf)
+            independent = False
+            why_ref = "--no-transformers" if not use_tf else "--no-from-pretrained" if no_pretrained else \
+                (oracle.missing if oracle is not None and oracle.missing else f"no transformers block in layer {layer}")
+            why_ref = f"no independent reference ({why_ref}): a reference built from the declared format"
         for tp in tps:
             why: list[str] = []
             for route in routes:
@@ -489,9 +509,13 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, sch
                         raise
                     why.append(str(exc))
                     continue
-                rel = rel_error(out, ref)
-                rows.append(QuantRow(layer, tp, pp, pad, rel, tol, rel <= tol, kernel, name,
-                                     kernel_s * 1e3, load_s * 1e3))
+                rel = halves_error(out, ref)
+                ran = route.kind in ("int4pack", "int8pack")
+                no_run = NO_KERNEL_WHY["padded" if route.kind == "padded" else "even"]
+                why_not = "; ".join(w for w in (why_ref, "" if ran else no_run) if w)
+                rows.append(QuantRow(layer, tp, pp, pad, rel, tol, rel <= tol and independent and ran, kernel, name,
+                                     kernel_s * 1e3, load_s * 1e3, rel <= tol, independent, ran,
+                                     row_result(rel <= tol, independent, ran, why_not), scale))
                 break
             else:
                 refused.append(f"layer {layer} tp={tp}: " + "; then ".join(why))
@@ -514,20 +538,33 @@ def int8pack_name() -> str:
 
 def _print(args: argparse.Namespace, moe: ModelMoE, scheme: S.QuantScheme, dtype: str, rows: list[QuantRow],
            refused: list[str]) -> int:
+    """Print the rows (text or JSON); 0 when every row is ok (matched, independent, a real
+    kernel) and nothing was refused, else 1."""
     ok = bool(rows) and all(r.ok for r in rows) and not refused
+    unchecked = [r for r in rows if not (r.independent and r.kernel_ran)]
     if args.format == "json":
         sys.stdout.write(json.dumps({"model": args.model_dir, "model_type": moe.format.model_type,
                                      "quantization": scheme.name, "dtype": dtype, "ok": ok,
-                                     "rows": [asdict(r) for r in rows], "refused": refused}, indent=2) + "\n")
+                                     "rows": [asdict(r) for r in rows], "refused": refused,
+                                     "unchecked": [f"layer {r.layer} tp={r.tp_size}: {r.result}" for r in unchecked]},
+                                    indent=2) + "\n")
         return 0 if ok else 1
     print(f"{args.model_dir} ({moe.format.model_type}, {scheme.name}, group {scheme.group_size}, "
           f"act_order={scheme.act_order}, {dtype})")
     print(f"{'layer':>5} {'tp':>3} {'I_pp -> padded':>15} {'rel error':>10} {'tol':>8} {'kernel ms':>10} "
-          f"{'load ms':>9}  result  kernel | reference")
+          f"{'load ms':>9}  {'indep':>5} {'kernel':>6}  result | kernel | reference")
     for r in rows:
         pad = f"{r.intermediate_size_per_partition} -> {r.intermediate_size_per_partition_padded}"
         print(f"{r.layer:>5} {r.tp_size:>3} {pad:>15} {r.rel_error:>10.2e} {r.tolerance:>8.0e} {r.kernel_ms:>10.2f} "
-              f"{r.load_ms:>9.1f}  {'ok' if r.ok else 'MISMATCH'}  {r.kernel} | {r.reference}")
+              f"{r.load_ms:>9.1f}  {'yes' if r.independent else 'no':>5} {'yes' if r.kernel_ran else 'no':>6}  "
+              f"{r.result} | {r.kernel} | {r.reference}")
+    if rows:
+        scales = ", ".join(sorted({f"{r.input_scale:.3g}" for r in rows}))
+        print(f"inputs: seeded N(0, 1) hidden states, and the same times {scales} (median |gate/up pre-activation| "
+              "16, past any clamp); the larger error of the two halves")
     for line in refused:
         print(f"refused: {line}")
+    if unchecked:
+        print(f"unchecked: {len(unchecked)} of {len(rows)} runs had no independent reference or ran no kernel: "
+              "a reference built from the declared format cannot catch a wrong declaration; exit 1")
     return 0 if ok else 1

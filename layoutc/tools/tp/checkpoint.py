@@ -47,7 +47,7 @@ def _checkpoint_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, 
     from layoutc.tools.checkpoints.formats import describe
     from layoutc.tools.checkpoints.loader import load_layer_rank
     from layoutc.tools.checkpoints.reader import Checkpoint
-    from layoutc.tools.run import checkpoint_plan, rel_error
+    from layoutc.tools.run import checkpoint_plan, halves_error
 
     mod = import_contract_module(module_name)
     ep = cfg.get("ep_size", 1)
@@ -82,7 +82,7 @@ def _checkpoint_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, 
                                   "plan": (plan.intermediate_size_per_partition,
                                            plan.intermediate_size_per_partition_padded)}
         if rank == 0:
-            report.update(rel_error=rel_error(out, tensors["ref"]))
+            report.update(rel_error=halves_error(out, tensors["ref"]))
     return report
 
 
@@ -157,22 +157,26 @@ def _checkpoint_inputs(model_dir: str, module_name: str, layer: int | None, dtyp
                        expert_placement: str = "linear") -> _CheckpointInputs:
     """Hold the EP degree to config.json's experts (ExpertParallelError EP01 before any rank
     starts: each rank would raise it after the spawn) and the family's router weight to the
-    glue, pick the layer and dtype, build the reference."""
+    glue and its activation (RunError LR142), pick the layer and dtype, build the reference on
+    run_inputs' tokens (half scaled past any clamp; the error is the larger of the two halves')."""
+    from layoutc.tools.checkpoints.activation import check_activation
     from layoutc.tools.checkpoints.formats import describe
     from layoutc.tools.checkpoints.reader import Checkpoint
     from layoutc.tools.checkpoints.reference import reference, transformers_oracle
-    from layoutc.tools.run import checkpoint_dtype, hidden_states, router_weight_on_input
+    from layoutc.tools.run import checkpoint_dtype, router_weight_on_input, run_inputs
 
     with Checkpoint(model_dir) as ckpt:
         moe = describe(ckpt.config, checkpoint_format, ckpt.weight_map)
         check_ep(moe.num_experts, ep_size, expert_placement)
-        on_input = router_weight_on_input(moe, import_contract_module(module_name), module_name)
+        mod = import_contract_module(module_name)
+        on_input = router_weight_on_input(moe, mod, module_name)
         if layer is None:
             layer = moe.moe_layers[0]
         if layer not in moe.moe_layers:
             raise ValueError(f"run_tp_checkpoint: layer {layer} is not a MoE layer ({list(moe.moe_layers)})")
+        check_activation(moe, mod, module_name, [layer])  # RunError LR142: a clamp the glue does not compute
         dtype = dtype or checkpoint_dtype(ckpt, moe, layer)
-        x = hidden_states(moe, layer, tokens, seed, dtype)
+        x, _ = run_inputs(ckpt, moe, layer, tokens, seed, dtype)  # 2 * tokens: half scaled past any clamp
         oracle = transformers_oracle(model_dir, [layer]) if use_transformers else None
         ref = reference(ckpt, moe, layer, x, use_transformers=use_transformers, oracle=oracle,
                         why_no_oracle="" if use_transformers else "use_transformers=False")

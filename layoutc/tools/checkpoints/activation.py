@@ -1,0 +1,119 @@
+"""The activation a family's routed experts compute, clamps included, read from config.json and
+held to the activation the contract's glue declares (`GlueInterface.activations`).
+
+`hidden_act` names the activation; a few families change it with further config keys that
+transformers' experts module reads (transformers 5.19):
+
+- `swiglu_limit` L: gate clamped above at L and up to [-L, L] before the activation:
+  HYV4Experts (hy_v4/modeling_hy_v4.py), DeepseekV4Experts (deepseek_v4), Glm5NextTextExperts
+  (glm5_next), and with `swiglu_alpha` GptOssExperts (gpt_oss), MiniMaxM3VLExperts
+  (minimax_m3_vl), OpenAIPrivacyFilterExperts (openai_privacy_filter).
+- `swiglu_alpha` a: `gate * sigmoid(a * gate)` in place of silu (the same swigluoai families).
+- `swiglu_limits` (a list, one entry per layer; 0 or null: none): Step3p7Experts clamps the
+  activation's *output* above at the layer's entry, and up to [-L, L] (step3p7).
+
+A key is computed by the contract only where its glue's activation of that name declares the
+constant with the same value (`Activation.constants`, in thousandths: gpt-oss's swigluoai
+declares swiglu_alpha_milli 1702 and swiglu_limit_milli 7000, as vLLM's kernels fix them).
+Any other value, and any key whose meaning layoutc does not know (a name with "swiglu",
+"clamp" or "act_limit" in it that no family table above reads), is a RunError LR142 naming
+the key: the kernel would compute another function than the model's, and an "ok" from inputs
+that never reach the clamp would be false.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from layoutc.tools.runplan import RunError
+
+#: config.json key -> (the glue constant that computes it, what transformers computes with it)
+CLAMP_KEYS: dict[str, tuple[str, str]] = {
+    "swiglu_limit": (
+        "swiglu_limit_milli",
+        "gate clamped above at L and up to [-L, L] before the activation "
+        "(HYV4Experts, DeepseekV4Experts, Glm5NextTextExperts, GptOssExperts)",
+    ),
+    "swiglu_alpha": ("swiglu_alpha_milli", "gate * sigmoid(alpha * gate) in place of silu (GptOssExperts)"),
+    "swiglu_limits": (
+        "swiglu_output_limit_milli",
+        "the layer's entry clamps the activation's output above and up to [-L, L] (Step3p7Experts)",
+    ),
+}
+#: keys that only a shared (dense) expert reads: the routed output leaves it out (Step3p7MLP)
+SHARED_ONLY = frozenset({"swiglu_limits_shared"})
+#: substrings of a config key that may change the experts' activation
+SUSPECT = ("swiglu", "clamp", "act_limit", "activation_limit", "glu_limit")
+
+
+def clamp_settings(cfg: Mapping[str, Any], layer: int) -> dict[str, float | None]:
+    """The activation settings of `layer` in a parsed config (the MoE settings' dict): key ->
+    value (a number), or None for a key whose value layoutc cannot read as one (an unknown
+    key, or a value that is not a number). Keys whose value is null or false (a switch that is
+    off, e.g. DINOv2's use_swiglu_ffn), and per-layer entries of 0 or null, mean "no clamp" and
+    are left out."""
+    found: dict[str, float | None] = {}
+    for key, value in cfg.items():
+        if key in SHARED_ONLY or not any(s in key.lower() for s in SUSPECT) or value is None or value is False:
+            continue
+        if key == "swiglu_limits":
+            entry = value[layer] if isinstance(value, list) and 0 <= layer < len(value) else None
+            if entry in (None, 0):
+                continue
+            value = entry
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        found[key] = float(value) if number and key in CLAMP_KEYS else None
+    return found
+
+
+def check_activation(moe: Any, mod: Any, contract: str, layers: list[int]) -> None:
+    """Hold the family's activation settings (config.json, `clamp_settings`) of every layer in
+    `layers` to the contract's glue, before anything is loaded.
+
+    moe: `describe()`'s ModelMoE (its activation name and config dict `text_config`); mod: the
+    generated module (its LAYOUT's kernel glue). Raises RunError LR142 naming the key when the
+    glue's activation `moe.activation` does not declare the key's constant at the config's
+    value (thousandths), or the key is one layoutc cannot read. A module without a glue, or a
+    glue without the activation, is left to the contract's plan(), which refuses it; so is a
+    key the family's format hands to plan() as a parameter the contract declares (gpt-oss's
+    swiglu_limit -> swiglu_limit_milli, which the contract admits only at the glue's value: LC524).
+    """
+    from layoutc.tools.runplan import module_layout
+
+    layout = module_layout(mod)
+    kernel = layout.kernel
+    # a key the format hands to plan() (gpt-oss's swiglu keys -> swiglu_*_milli, runplan.checkpoint_plan)
+    # where the contract takes that parameter: plan() refuses another value with the contract's own rule
+    planned = {CLAMP_KEYS[k][0] for k in (moe.format.swiglu or ()) if k in CLAMP_KEYS}
+    planned &= {p.name for p in layout.plan_params}
+    interface = kernel.glue if kernel is not None else None
+    act = interface.activation(moe.activation) if interface is not None else None
+    if interface is None or act is None:  # no kernel, or not this activation: plan() refuses with its own rule
+        return
+    constants = dict(act.constants)
+    glue, formula = f"glue {interface.kind}", f"computes {act.formula}"
+    for layer in layers:
+        for key, value in clamp_settings(moe.text_config, layer).items():
+            where = f"config.json's {key}" + (f" (layer {layer})" if key == "swiglu_limits" else "")
+            if value is None:
+                raise RunError(
+                    "LR142",
+                    f"{where} = {moe.text_config[key]!r} may change what model_type "
+                    f"{moe.format.model_type!r}'s experts compute, and layoutc does not know how; "
+                    f"contract {contract}'s {glue} {formula}; refusing rather than comparing another "
+                    "function",
+                )
+            constant, meaning = CLAMP_KEYS[key]
+            if constant in planned and key in (moe.format.swiglu or ()):
+                continue
+            if constants.get(constant) != round(value * 1000):
+                has = (
+                    f"declares {constant} {constants[constant]}" if constant in constants else f"declares no {constant}"
+                )
+                raise RunError(
+                    "LR142",
+                    f"{where} = {value:g}: model_type {moe.format.model_type!r}: its experts "
+                    f"compute {meaning}, but contract {contract}'s {glue} {formula} and {has} "
+                    f"(its {moe.activation} activation); use a contract whose glue computes the clamp",
+                )
