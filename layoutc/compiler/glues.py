@@ -13,6 +13,7 @@ import ast as pyast
 import functools
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from layoutc.runtime import interface as iface
@@ -77,18 +78,23 @@ def read_interface(source: str) -> iface.GlueInterface:
     return value
 
 
+def interface_files() -> list[Path]:
+    """The glue modules :func:`registry` reads (`layoutc/runtime/glue/*.py` but `_*`), sorted
+    by name. The verdict cache's key hashes them (layoutc/compiler/verify/entries.py)."""
+    folder = Path(__file__).resolve().parent.parent / "runtime" / "glue"
+    return sorted((p for p in folder.iterdir() if p.name.endswith(".py") and not p.name.startswith("_")),
+                  key=lambda p: p.name)
+
+
 @functools.cache
 def registry() -> dict[str, Glue]:
     """kind -> Glue for every glue module shipped in layoutc/runtime/glue."""
     out: dict[str, Glue] = {}
-    folder = resources.files("layoutc").joinpath("runtime", "glue")
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if not entry.name.endswith(".py") or entry.name.startswith("_"):
-            continue
-        text = entry.read_text(encoding="utf-8")
+    for path in interface_files():
+        text = path.read_text(encoding="utf-8")
         interface = read_interface(text)
         public = _assigned(text, "PUBLIC")
-        out[interface.kind] = Glue(entry.name.removesuffix(".py"), interface, tuple(public))
+        out[interface.kind] = Glue(path.name.removesuffix(".py"), interface, tuple(public))
     return out
 
 

@@ -6,7 +6,9 @@ store adds layoutc's version and checks both on every read. An entry is one JSON
 (a reader sees the old entry or the new one, never half of one), holding the payload
 (format, version, key, value) as a string and the SHA-256 of that string. An entry whose
 checksum, format, version or key is wrong, or that is not JSON at all, reads as absent
-(and is overwritten by the next `put`), never trusted. A directory that cannot be read
+(and is overwritten by the next `put`), never trusted. Entries are read through
+`safeio.read_bounded` (at most MAX_ENTRY_BYTES, regular files only, never blocking): an
+entry that is a FIFO, a device or a symlink to one is a miss. A directory that cannot be read
 or written is skipped silently: the store only ever saves time.
 
 Standard library only; it knows nothing of what it stores (the verifier's driver,
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from layoutc import __version__
+from layoutc.compiler.safeio import read_bounded
 
 FORMAT = 2
 MAX_ENTRY_BYTES = 64 << 20  # a larger entry is not one this module wrote
@@ -61,9 +64,9 @@ class Cache:
         another version or format)."""
         path = self._path(key)
         try:
-            if path.stat().st_size > MAX_ENTRY_BYTES:
-                return None
-            outer = json.loads(path.read_text(encoding="utf-8"))
+            # bounded and regular files only: a FIFO, a device or a symlink to /dev/zero planted
+            # as an entry is a miss, never a hang or a read without limit
+            outer = json.loads(read_bounded(path, MAX_ENTRY_BYTES).decode("utf-8"))
             payload = outer["payload"]
             if hashlib.sha256(payload.encode()).hexdigest() != outer["sha256"]:
                 return None
