@@ -47,6 +47,15 @@ def contract_paths(paths: Sequence[str]) -> list[str]:
         raise _Usage(str(exc)) from None
 
 
+def _check_jobs() -> None:
+    """LC801 for a bad `$LAYOUTC_JOBS` before any work (verify.driver.jobs_setting)."""
+    from layoutc.compiler.verify.driver import jobs_setting
+    try:
+        jobs_setting()
+    except UsageError as exc:
+        raise _Usage(str(exc)) from None
+
+
 MAX_BUDGET_S = 86_400.0  # one day per contract
 MAX_TIMEOUT_MS = 3_600_000  # z3 takes an unsigned 32-bit timeout; one hour is plenty
 MAX_SEED = (1 << 32) - 1  # z3's random_seed is unsigned 32-bit
@@ -127,6 +136,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from layoutc.compiler.verify.report import findings, render_github, render_json, render_text_report, summarize
     from layoutc.compiler.verify.verdicts import Options
     options = Options(timeout_ms=args.timeout_ms, seed=args.seed, budget_s=args.budget_s)
+    _check_jobs()
     outcome = verify_files(contract_paths(args.paths), options, use_cache=not args.no_cache)
     diags, sources, results, failures = outcome.diagnostics, outcome.sources, outcome.results, outcome.failures
     if has_errors(diags):
@@ -156,6 +166,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_compile(args: argparse.Namespace) -> int:
     """`layoutc compile PATH... --out DIR [--check]`: one module per contract (or the drift, exit 1)."""
     from layoutc.compiler.emit.compile import compile_contracts
+    if not args.no_verify:
+        _check_jobs()
     loaded, diags, sources = _load_all(args.paths)
     if has_errors(diags):
         emit(diags, sources, args.format)

@@ -273,6 +273,15 @@ def exit_code(diags: list[Diagnostic]) -> int:
     return 2 if unusable else 1
 
 
+def shown(value: str, limit: int = 80) -> str:
+    """An untrusted value (an environment variable, an argument) as a message shows it:
+    Python's ``ascii()`` of its first `limit` characters (non-ASCII and control characters
+    escaped, so a Cyrillic `е` reads `\\u0435`, not `e`), and its length where it is cut."""
+    if len(value) <= limit:
+        return ascii(value)
+    return f"{ascii(value[:limit])}... ({len(value)} characters)"
+
+
 def file_span(path: str, line: int = 1, column: int = 1) -> Span:
     """A span at one position of a file (line/column 1-based; a whole-file finding uses 1:1)."""
     line, column = max(1, line), max(1, column)
