@@ -48,7 +48,7 @@ def contract_paths(paths: Sequence[str]) -> list[str]:
 
 
 def _check_jobs() -> None:
-    """LC801 for a bad `$LAYOUTC_JOBS` before any work (verify.driver.jobs_setting)."""
+    """LC802 for a bad `$LAYOUTC_JOBS` before any work (verify.driver.jobs_setting)."""
     from layoutc.compiler.verify.driver import jobs_setting
     try:
         jobs_setting()

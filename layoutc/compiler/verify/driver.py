@@ -131,13 +131,13 @@ def verify_contract(contract: ir.Contract, options: Options | None = None, fixed
 
 
 def _read(path: str) -> str | None:
-    """The contract's text (a leading byte-order mark dropped), or None: then `source.load`
+    """The contract's text (safeio.contract_text: no byte-order mark, LF line endings), or None: then `source.load`
     reads the file itself and says why it cannot be used. Bounded and non-blocking
     (safeio): a FIFO, a device or /proc file is never waited on."""
-    from layoutc.compiler.safeio import ReadError, read_bounded
+    from layoutc.compiler.safeio import ReadError, contract_text, read_bounded
 
     try:
-        return read_bounded(path, MAX_BYTES).decode("utf-8").removeprefix("\ufeff")
+        return contract_text(read_bounded(path, MAX_BYTES))
     except (ReadError, UnicodeDecodeError):
         return None
 
@@ -219,14 +219,14 @@ def jobs_setting() -> int | None:
     """`$LAYOUTC_JOBS` as a number of worker processes (1 to MAX_JOBS, ASCII digits), or None
     where it is unset or empty (then one per CPU).
 
-    Raises UsageError (LC801) for anything else: `str.isdigit` accepts `²` and `٣`, which
+    Raises UsageError (LC802) for anything else: `str.isdigit` accepts `²` and `٣`, which
     `int` then refuses or reads, so the text is matched against ASCII digits only."""
     env = os.environ.get("LAYOUTC_JOBS", "")
     if env == "":
         return None
     if len(env) <= 4 and all("0" <= ch <= "9" for ch in env) and 1 <= int(env) <= MAX_JOBS:
         return int(env)
-    raise UsageError(f"layoutc: error[LC801]: LAYOUTC_JOBS must be a number of worker processes from 1 to "
+    raise UsageError(f"layoutc: error[LC802]: LAYOUTC_JOBS must be a number of worker processes from 1 to "
                      f"{MAX_JOBS} in ASCII digits (or empty: one per CPU), got {shown(env)}")
 
 
