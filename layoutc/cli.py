@@ -194,8 +194,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_rule(args: argparse.Namespace) -> int:
-    """`layoutc rule CODE`: the code's documentation (docs/language.md); LC801 for an unknown code."""
+    """`layoutc rule CODE`: the code's documentation (docs/language.md); LC801 for an unknown code.
+    `layoutc rule` or `rule --list`: every registered code and its one-line title."""
     from layoutc.compiler.ruledoc import rule_text
+    if args.code is None or args.list:
+        if args.code is not None:
+            raise _Usage("layoutc rule: error[LC801]: give a CODE or --list, not both")
+        sys.stdout.write("".join(f"{code}  {title}\n" for code, title in sorted(CODES.items())))
+        return 0
     text = rule_text(args.code)
     if text is None:
         raise _Usage(f"layoutc rule: error[LC801]: unknown code {args.code[:40]!r}; {len(CODES)} codes are "
@@ -295,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_formats)
 
     p = _sub(sub, "rule", "print a diagnostic code's documentation (e.g. layoutc rule LC201)")
-    p.add_argument("code", metavar="CODE", help=POSITIONALS["rule", "CODE"])
+    p.add_argument("code", metavar="CODE", nargs="?", help=POSITIONALS["rule", "CODE"])
+    p.add_argument("--list", action="store_true", help="list every code with its one-line title")
     p.set_defaults(func=cmd_rule)
     return parser
 
@@ -303,7 +310,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (never raises)."""
     try:
-        args = build_parser().parse_args(list(argv) if argv is not None else None)
+        argv = list(argv) if argv is not None else sys.argv[1:]
+        if not argv:
+            sys.stderr.write(f"{build_parser().format_usage()}layoutc: error[LC801]: no command given; "
+                             "`layoutc --help` describes the commands\n")
+            return 2
+        args = build_parser().parse_args(argv)
         return int(args.func(args))
     except _Usage as exc:
         sys.stderr.write(f"{exc}\n")
