@@ -13,9 +13,9 @@ import ast as pyast
 import functools
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
+from layoutc.compiler.gluefiles import interface_files
 from layoutc.runtime import interface as iface
 
 _CONSTRUCTORS: dict[str, Any] = {"GlueInterface": iface.GlueInterface, "TensorSlot": iface.TensorSlot,
@@ -76,14 +76,6 @@ def read_interface(source: str) -> iface.GlueInterface:
     if not isinstance(value, iface.GlueInterface):
         raise InterfaceError("INTERFACE is not a GlueInterface")
     return value
-
-
-def interface_files() -> list[Path]:
-    """The glue modules :func:`registry` reads (`layoutc/runtime/glue/*.py` but `_*`), sorted
-    by name. The verdict cache's key hashes them (layoutc/compiler/verify/entries.py)."""
-    folder = Path(__file__).resolve().parent.parent / "runtime" / "glue"
-    return sorted((p for p in folder.iterdir() if p.name.endswith(".py") and not p.name.startswith("_")),
-                  key=lambda p: p.name)
 
 
 @functools.cache

@@ -73,61 +73,90 @@ def covered_files() -> tuple[Path, ...]:
     modules they import (absolute and relative imports, read statically from the source
     text, with every enclosing package's __init__.py: `runtime/algebra.py`, `vocab.py`,
     `interface.py`, ...), and the glue modules whose `INTERFACE` the checker reads as text
-    (:func:`layoutc.compiler.glues.interface_files`). Computed once per process.
+    (:func:`layoutc.compiler.gluefiles.interface_files`, the list `glues.registry` reads).
+    Computed once per process.
 
     Raises OSError where a file cannot be read (a broken checkout)."""
     global _covered
     if _covered is None:
-        from layoutc.compiler.glues import interface_files
+        from layoutc.compiler.gluefiles import interface_files
 
-        todo = [COMPILER / rel for rel in _sources(str(COMPILER), "")]
-        seen: set[Path] = set()
+        root = str(PACKAGE.parent) + os.sep
+        todo = [os.path.join(COMPILER, rel) for rel in _sources(str(COMPILER), "")]
+        seen: set[str] = set()
         while todo:
             path = todo.pop()
             if path in seen:
                 continue
             seen.add(path)
-            if path.suffix == ".py":
+            if path.endswith(".py"):
                 with open(path, "rb") as fh:
-                    todo += _imported(path, fh.read())
-        _covered = tuple(sorted(seen.union(interface_files())))  # read as text, never imported
+                    package = tuple(os.path.dirname(path)[len(root):].split(os.sep))  # ("layoutc", "runtime")
+                    todo += _imported(package, fh.read())
+        seen.update(str(p) for p in interface_files())  # read as text, never imported
+        _covered = tuple(Path(p) for p in sorted(seen))
     return _covered
 
 
-def _imported(path: Path, source: bytes) -> list[Path]:
-    """The layoutc files the import statements of `path` (a module of the package) load."""
-    package = path.parent.relative_to(PACKAGE.parent).parts  # ("layoutc", "runtime", ...)
-    out: list[Path] = []
-    for m in _IMPORT.finditer(source):
+def _imported(package: tuple[str, ...], source: bytes) -> list[str]:
+    """The layoutc files the import statements of a module of `package` load."""
+    out: list[str] = []
+    for m in _import_statements(source):
         if m.group(3) is not None:  # import a.b, c as d
-            mods = [n.split()[0] for n in m.group(3).decode("ascii", "replace").split(",") if n.strip()]
-            for mod in mods:
-                out += _module_files(tuple(mod.split(".")))
+            for name in m.group(3).decode("ascii", "replace").split(","):
+                if name.split():
+                    out += _module_files(tuple(name.split()[0].split(".")))
             continue
         base = m.group(1).decode("ascii", "replace")
         dots = len(base) - len(base.lstrip("."))
-        parts = list(package[:len(package) - dots + 1] if dots else ()) + [p for p in base.lstrip(".").split(".") if p]
-        names = m.group(2).decode("ascii", "replace").strip("() \t\n")
-        out += _module_files(tuple(parts))
-        for n in names.replace("\n", " ").split(","):
-            if n.split():
-                out += _module_files((*parts, n.split()[0]))  # `from pkg import module`
+        parts = (package[:len(package) - dots + 1] if dots else ()) + tuple(p for p in base.lstrip(".").split(".") if p)
+        out += _module_files(parts)
+        for name in m.group(2).decode("ascii", "replace").strip("() \t\n").replace("\n", " ").split(","):
+            if name.split():
+                out += _module_files((*parts, name.split()[0]))  # `from pkg import module`
     return out
 
 
+def _import_statements(source: bytes) -> list[re.Match[bytes]]:
+    """Every import statement of `source`: the lines holding the word `import`, each matched
+    from its start (a search for the word first is several times faster than the regex run
+    at every position)."""
+    found = []
+    pos = source.find(b"import")
+    while pos != -1:
+        m = _IMPORT.match(source, source.rfind(b"\n", 0, pos) + 1)
+        if m is not None and m.end() > pos:
+            found.append(m)
+            pos = m.end()
+        pos = source.find(b"import", pos + 1)
+    return found
+
+
 @functools.cache
-def _module_files(parts: tuple[str, ...]) -> tuple[Path, ...]:
+def _module_files(parts: tuple[str, ...]) -> tuple[str, ...]:
     """The files that importing module `parts` of layoutc runs: every enclosing package's
     __init__.py and the module itself (none for a module outside layoutc or not a file)."""
     if not parts or parts[0] != "layoutc":
         return ()
     found = []
-    for depth in range(1, len(parts) + 1):
-        folder = os.path.join(PACKAGE.parent, *parts[:depth])
-        for candidate in (os.path.join(folder, "__init__.py"), folder + ".py"):
-            if os.path.isfile(candidate):
-                found.append(Path(candidate))
+    parent = str(PACKAGE.parent)
+    for name in parts:
+        if name + ".py" in _listing(parent):
+            found.append(os.path.join(parent, name + ".py"))
+        parent = os.path.join(parent, name)
+        if "__init__.py" in _listing(parent):
+            found.append(os.path.join(parent, "__init__.py"))
     return tuple(found)
+
+
+@functools.cache
+def _listing(folder: str) -> frozenset[str]:
+    """The names in `folder` (empty where it is not a readable directory): one listdir per
+    folder instead of a stat per candidate file."""
+    try:
+        return frozenset(os.listdir(folder))
+    except OSError:
+        return frozenset()
 
 
 def _sources(root: str, rel: str) -> list[str]:
