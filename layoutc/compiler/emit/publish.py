@@ -19,7 +19,8 @@ existing output directory keeps its own mode. Entries of the old directory that 
 does not write (a README, a stale module of a removed contract, a sub-folder) are carried
 into the new one (hard links where the file system allows, else copies); `__pycache__`
 and temporaries are not. A stage a killed compile left behind is removed by the next
-compile into the same place once it is 10 minutes old.
+compile into the same place once it is 10 minutes old. The stage needs write permission in the output
+directory's parent (OSError otherwise, before the output directory is touched).
 
 Standard library only. Source: issue 40 (a full disk left 27 `_runtime` files, 2 modules
 and no `__init__.py`; every module had mode 0600).

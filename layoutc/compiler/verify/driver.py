@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from layoutc.compiler.diagnostics import Diagnostic, error, file_span, has_errors, shown
-from layoutc.compiler.safeio import UsageError
+from layoutc.compiler.safeio import UsageError, read_bounded
 from layoutc.compiler.verify import entries
 from layoutc.compiler.verify.cache import Cache, default_dir
 from layoutc.compiler.verify.verdicts import Named, Options, Result, Verdict
@@ -69,7 +69,7 @@ class Outcome:
 
 def verdict_cache() -> Cache:
     """The store of verification entries (cache.default_dir("verdicts"))."""
-    return Cache(default_dir("verdicts"))
+    return Cache(default_dir("verdicts"), read=read_bounded)  # bounded, regular files only
 
 
 def verify_files(paths: Sequence[str], options: Options, use_cache: bool = True) -> Outcome:
@@ -134,7 +134,7 @@ def _read(path: str) -> str | None:
     """The contract's text (safeio.contract_text: no byte-order mark, LF line endings), or None: then `source.load`
     reads the file itself and says why it cannot be used. Bounded and non-blocking
     (safeio): a FIFO, a device or /proc file is never waited on."""
-    from layoutc.compiler.safeio import ReadError, contract_text, read_bounded
+    from layoutc.compiler.safeio import ReadError, contract_text
 
     try:
         return contract_text(read_bounded(path, MAX_BYTES))
