@@ -47,6 +47,15 @@ def contract_paths(paths: Sequence[str]) -> list[str]:
         raise _Usage(str(exc)) from None
 
 
+def _check_jobs() -> None:
+    """LC802 for a bad `$LAYOUTC_JOBS` before any work (verify.driver.jobs_setting)."""
+    from layoutc.compiler.verify.driver import jobs_setting
+    try:
+        jobs_setting()
+    except UsageError as exc:
+        raise _Usage(str(exc)) from None
+
+
 MAX_BUDGET_S = 86_400.0  # one day per contract
 MAX_TIMEOUT_MS = 3_600_000  # z3 takes an unsigned 32-bit timeout; one hour is plenty
 MAX_SEED = (1 << 32) - 1  # z3's random_seed is unsigned 32-bit
@@ -127,6 +136,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from layoutc.compiler.verify.report import findings, render_github, render_json, render_text_report, summarize
     from layoutc.compiler.verify.verdicts import Options
     options = Options(timeout_ms=args.timeout_ms, seed=args.seed, budget_s=args.budget_s)
+    _check_jobs()
     outcome = verify_files(contract_paths(args.paths), options, use_cache=not args.no_cache)
     diags, sources, results, failures = outcome.diagnostics, outcome.sources, outcome.results, outcome.failures
     if has_errors(diags):
@@ -156,6 +166,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_compile(args: argparse.Namespace) -> int:
     """`layoutc compile PATH... --out DIR [--check]`: one module per contract (or the drift, exit 1)."""
     from layoutc.compiler.emit.compile import compile_contracts
+    if not args.no_verify:
+        _check_jobs()
     loaded, diags, sources = _load_all(args.paths)
     if has_errors(diags):
         emit(diags, sources, args.format)
@@ -182,8 +194,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_rule(args: argparse.Namespace) -> int:
-    """`layoutc rule CODE`: the code's documentation (docs/language.md); LC801 for an unknown code."""
+    """`layoutc rule CODE`: the code's documentation (docs/language.md); LC801 for an unknown code.
+    `layoutc rule` or `rule --list`: every registered code and its one-line title."""
     from layoutc.compiler.ruledoc import rule_text
+    if args.code is None or args.list:
+        if args.code is not None:
+            raise _Usage("layoutc rule: error[LC801]: give a CODE or --list, not both")
+        sys.stdout.write("".join(f"{code}  {title}\n" for code, title in sorted(CODES.items())))
+        return 0
     text = rule_text(args.code)
     if text is None:
         raise _Usage(f"layoutc rule: error[LC801]: unknown code {args.code[:40]!r}; {len(CODES)} codes are "
@@ -283,7 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_formats)
 
     p = _sub(sub, "rule", "print a diagnostic code's documentation (e.g. layoutc rule LC201)")
-    p.add_argument("code", metavar="CODE", help=POSITIONALS["rule", "CODE"])
+    p.add_argument("code", metavar="CODE", nargs="?", help=POSITIONALS["rule", "CODE"])
+    p.add_argument("--list", action="store_true", help="list every code with its one-line title")
     p.set_defaults(func=cmd_rule)
     return parser
 
@@ -291,7 +310,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (never raises)."""
     try:
-        args = build_parser().parse_args(list(argv) if argv is not None else None)
+        argv = list(argv) if argv is not None else sys.argv[1:]
+        if not argv:
+            sys.stderr.write(f"{build_parser().format_usage()}layoutc: error[LC801]: no command given; "
+                             "`layoutc --help` describes the commands\n")
+            return 2
+        args = build_parser().parse_args(argv)
         return int(args.func(args))
     except _Usage as exc:
         sys.stderr.write(f"{exc}\n")

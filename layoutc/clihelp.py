@@ -55,8 +55,9 @@ HELP: dict[str, tuple[str, str]] = {
         "exit codes:\n  0  printed\n  2  NAME is not a built-in format (LC801; the built-in ones are listed)"),
     "rule": (
         "Print the documentation of a diagnostic code: the contract codes (LCxxx) and the tools' "
-        "codes (LRxxx of run, ...), from the one diagnostic registry.",
-        "examples:\n  layoutc rule LC201\n  layoutc rule LR116\n\n"
+        "codes (LRxxx of run, ...), from the one diagnostic registry. Without CODE (or with --list), "
+        "list every code with its one-line title.",
+        "examples:\n  layoutc rule LC201\n  layoutc rule LR116\n  layoutc rule --list\n\n"
         "exit codes:\n  0  printed\n  2  the code is not registered (LC801)"),
 }
 
@@ -67,5 +68,5 @@ POSITIONALS: dict[tuple[str, str], str] = {
     ("compile", "PATH"): "a contract file (.moe) or a folder of them",
     ("explain", "CONTRACT"): "a contract file (.moe), e.g. contracts/vllm_cpu_grouped_gemm.moe",
     ("audit", "CONFIG"): "a config.json path, a checkpoint folder, or a bundled model name (e.g. qwen3-30b-a3b)",
-    ("rule", "CODE"): "a diagnostic code, e.g. LC201, LR116",
+    ("rule", "CODE"): "a diagnostic code, e.g. LC201, LR116 (none: list every code)",
 }

@@ -53,11 +53,13 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def run_layoutc(args: list[str], timeout: float = 60, cwd: str | Path | None = None) -> Result:
-    """`python -m layoutc ARGS` with a timeout; a timed-out child is killed (rc None)."""
+def run_layoutc(args: list[str], timeout: float = 60, cwd: str | Path | None = None,
+                env: dict[str, str] | None = None) -> Result:
+    """`python -m layoutc ARGS` with a timeout (`env`: variables set on top of child_env());
+    a timed-out child is killed (rc None)."""
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "layoutc", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=cwd or REPO, env=child_env(),
+                            stderr=subprocess.PIPE, text=True, cwd=cwd or REPO, env={**child_env(), **(env or {})},
                             preexec_fn=limit_child, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)

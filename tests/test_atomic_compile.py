@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import errno
 import filecmp
 import io
 import os
@@ -328,3 +329,84 @@ def test_reference_compiles_match(versions: dict[str, object]) -> None:
     assert _compile_in_process(versions["b"], again) == 0  # type: ignore[arg-type]
     cmp = filecmp.dircmp(ref_b, again)  # type: ignore[arg-type]
     assert not cmp.diff_files and not cmp.left_only and not cmp.right_only
+
+
+def _stages(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if ".layoutc-" in p.name)
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o002, 0o077])
+def test_compiled_files_get_the_umask_mode(mask: int, versions: dict[str, object], tmp_path: Path) -> None:
+    """(d) Modules, `_runtime/` files and folders get 0o666/0o777 less the umask (mkstemp gave 0600)."""
+    old = os.umask(mask)
+    try:
+        out = tmp_path / "gen_out"
+        assert _compile_in_process(versions["b"], out) == 0  # type: ignore[arg-type]
+    finally:
+        os.umask(old)
+    modes = {p.relative_to(out).as_posix(): p.stat().st_mode & 0o777 for p in [out, *out.rglob("*")]
+             if "__pycache__" not in p.parts}
+    want = {name: (0o777 if (out / name).is_dir() else 0o666) & ~mask for name in modes}
+    assert modes == want, {n: (oct(m), oct(want[n])) for n, m in modes.items() if m != want[n]}
+
+
+@pytest.mark.parametrize("fault", ["ENOSPC", "interrupt"])
+@pytest.mark.parametrize("after", [1, 20, 40])
+def test_a_compile_failing_while_writing_writes_nothing(fault: str, after: int, versions: dict[str, object],
+                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(e) A full disk (ENOSPC from the writer) or an interrupt after `after` files: the old
+    package stays whole (no half package: it left 27 `_runtime` files and 2 modules), no stage
+    is left behind, and a compile into a folder that did not exist creates nothing."""
+    from layoutc.compiler.emit import publish
+
+    real = publish.write_file
+    count = {"n": 0}
+
+    def failing(path: str, text: str) -> None:
+        count["n"] += 1
+        if count["n"] > after:
+            if fault == "ENOSPC":
+                raise OSError(errno.ENOSPC, "No space left on device", path)
+            raise KeyboardInterrupt
+        real(path, text)
+
+    monkeypatch.setattr(publish, "write_file", failing)
+    out = tmp_path / "gen_out"
+    shutil.copytree(versions["ref_a"], out)  # type: ignore[arg-type]
+    before = _snapshot(out)
+    for target in (out, tmp_path / "new" / "gen"):
+        count["n"] = 0
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            assert cli.main(["compile", "--no-verify", *map(str, versions["b"]), "--out", str(target)]) == 2
+        if fault == "ENOSPC":
+            assert "error[LC702]" in buf.getvalue() and "nothing was written" in buf.getvalue(), buf.getvalue()
+        else:
+            assert "interrupted" in buf.getvalue(), buf.getvalue()
+    assert _snapshot(out) == before
+    assert not (tmp_path / "new").exists()
+    assert _stages(tmp_path) == []
+
+
+def test_a_compile_replaces_the_package_whole_and_keeps_other_entries(versions: dict[str, object],
+                                                                      tmp_path: Path) -> None:
+    """(e) The package is swapped in whole: a stale `_runtime` file goes, a README and a
+    sub-folder of the user's stay, a symlinked output folder stays a symlink, mode kept."""
+    real = tmp_path / "real_out"
+    shutil.copytree(versions["ref_a"], real)  # type: ignore[arg-type]
+    (real / "_runtime" / "gone.py").write_text("STALE = 1\n", encoding="utf-8")
+    (real / "README.md").write_text("mine\n", encoding="utf-8")
+    (real / "notes").mkdir()
+    (real / "notes" / "a.txt").write_text("a\n", encoding="utf-8")
+    real.chmod(0o750)
+    link = tmp_path / "gen_out"
+    link.symlink_to(real)
+    assert _compile_in_process(versions["b"], link) == 0  # type: ignore[arg-type]
+    assert link.is_symlink() and (real.stat().st_mode & 0o777) == 0o750
+    assert not (real / "_runtime" / "gone.py").exists()
+    assert (real / "README.md").read_text(encoding="utf-8") == "mine\n"
+    assert (real / "notes" / "a.txt").read_text(encoding="utf-8") == "a\n"
+    for name, data in _snapshot(versions["ref_b"]).items():  # type: ignore[arg-type]
+        assert (real / name).read_bytes() == data, name
+    assert _stages(tmp_path) == []
+    _import_package(real)

@@ -100,3 +100,23 @@ def test_entry_exits_at_once_after_torch_and_flushes_its_output() -> None:
     bad = subprocess.run([sys.executable, "-c", code.replace("LR118", "LR999")], capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and "LC801" in bad.stderr
+
+
+@pytest.mark.parametrize("argv", [["rule"], ["rule", "--list"]])
+def test_rule_without_a_code_lists_every_code(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    """Issue 40: `layoutc rule` (or `rule --list`) lists every registered code with its title."""
+    from layoutc.compiler.diagnostics import CODES
+
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"{code}  {title}" for code, title in sorted(CODES.items())]
+    assert main(["rule", "LC201", "--list"]) == 2
+    assert "error[LC801]" in capsys.readouterr().err
+
+
+def test_no_arguments_prints_a_usage_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 40: `layoutc` alone: a usage line and a coded error on stderr, exit 2."""
+    assert main([]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("usage: layoutc ") and "error[LC801]: no command given" in captured.err

@@ -30,6 +30,8 @@ NOT_IN_CORPUS = {
     **{code: "not a `check` diagnostic (verify, compile, explain, audit, the command line): "
        "tests/test_hostile_cli.py and tests/test_diagnostic_channel.py trigger it"
        for code in ("LC601", "LC602", "LC603", "LC604", "LC701", "LC702", "LC703", "LC704", "LC705", "LC801")},
+    "LC802": "an environment variable, not a contract: tests/test_hostile_cli.py (LAYOUTC_JOBS) and "
+             "tests/test_vllm_plugin.py (LAYOUTC_VLLM) trigger it",
 }
 
 TRACEBACK_MARKERS = ("Traceback (most recent call last)", "LC900")

@@ -23,7 +23,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from robust_helpers import REPO, crashed, run_layoutc
+from robust_helpers import REPO, crashed, run_layoutc, run_python
 
 pytestmark = pytest.mark.slow
 
@@ -122,7 +122,91 @@ CASES: dict[str, Case] = {
                               2, "LC702"),
     "rule_unknown_code": (lambda t: ["rule", "LC999"], 2, "LC801"),
     "uppercase_enum_member": (lambda t: ["check", _write(t, "upper.moe", UPPER_ENUM)], 1, "LC204"),
+    # issue 40: the last key silently won
+    "audit_duplicate_key": (lambda t: ["audit", _write(t, "dup.json", json.dumps(_config())[:-1]
+                                                       + ', "num_local_experts": 16}')], 2, "LC704"),
+    "audit_duplicate_nested_key": (lambda t: ["audit", _write(t, "dup.json", json.dumps(_config())[:-1]
+                                                              + ', "rope_scaling": {"a": 1, "a": 2}}')], 2, "LC704"),
 }
+
+# issue 40: hostile environment variables -> (args, variables, exit code, code)
+ENV_CASES: dict[str, tuple[list[str], dict[str, str], int, str]] = {
+    "jobs_superscript_two": (["verify", CONTRACT], {"LAYOUTC_JOBS": "\u00b2"}, 2, "LC802"),  # isdigit, int() fails
+    "jobs_arabic_indic_three": (["verify", CONTRACT], {"LAYOUTC_JOBS": "\u0663"}, 2, "LC802"),  # int() reads 3
+    "jobs_zero": (["verify", CONTRACT], {"LAYOUTC_JOBS": "0"}, 2, "LC802"),
+    "jobs_huge": (["verify", CONTRACT], {"LAYOUTC_JOBS": "9" * 5000}, 2, "LC802"),
+    "jobs_compile": (["compile", CONTRACT, "--out", "/nonexistent/never"], {"LAYOUTC_JOBS": "two"}, 2, "LC802"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENV_CASES))
+def test_hostile_environment_gets_a_coded_error(name: str) -> None:
+    args, env, expected_rc, code = ENV_CASES[name]
+    res = run_layoutc(args, timeout=BOUND_S, env=env)
+    assert not res.timed_out and not crashed(res.out + res.err), res.describe()
+    assert res.rc == expected_rc and f"error[{code}]" in res.err, res.describe()
+    assert len(res.err) < 400 and res.err.isascii(), res.describe()  # cut, and shown escaped
+
+
+def test_cr_only_line_endings_are_lines(tmp_path: Path) -> None:
+    """Issue 40: a contract saved with CR-only (old Mac) or CR LF line endings checks as with LF:
+    the first `#` comment no longer swallows the file, and a diagnostic has the LF line and column."""
+    good = (REPO / "contracts" / "torch_grouped_mm.moe").read_text(encoding="utf-8")
+    for ending in ("\r", "\r\n"):
+        path = tmp_path / "cr.moe"
+        path.write_bytes(good.replace("\n", ending).encode("utf-8"))
+        res = run_layoutc(["check", str(path)], timeout=BOUND_S)
+        assert res.rc == 0 and "ok (torch_grouped_mm)" in res.out, res.describe()
+    lf = run_layoutc(["check", _write(tmp_path, "lf.moe", UPPER_ENUM)], timeout=BOUND_S)
+    assert lf.rc == 1 and "error[LC204]" in lf.err, lf.describe()
+    for ending in ("\r", "\r\n"):
+        path = tmp_path / "upper_cr.moe"
+        path.write_bytes(UPPER_ENUM.replace("\n", ending).encode("utf-8"))
+        res = run_layoutc(["check", str(path)], timeout=BOUND_S)
+        assert res.rc == 1, res.describe()
+        assert LOCATED.search(res.err).group(0).split(":", 1)[1] == LOCATED.search(lf.err).group(0).split(":", 1)[1]
+
+
+def test_audit_accepts_a_byte_order_mark(tmp_path: Path) -> None:
+    """Issue 40: a config.json starting with a UTF-8 byte-order mark is read, as contracts are."""
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(_config()).encode("utf-8"))
+    res = run_layoutc(["audit", str(path), "--format", "json"], timeout=BOUND_S)
+    assert res.rc == 0 and not crashed(res.out + res.err), res.describe()
+    assert json.loads(res.out)["rows"], res.out[:2000]
+
+
+# The CLI in this process, then its peak resident memory (KiB) as the last line of stderr.
+_PEAK = r"""
+import resource, sys
+from layoutc import cli
+try:
+    rc = cli.main(sys.argv[1:])
+finally:
+    print(f"peak_kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", file=sys.stderr)
+sys.exit(rc)
+"""
+
+
+def _peak_kib(args: list[str]) -> tuple[int, int]:
+    res = run_python(_PEAK, args, timeout=BOUND_S)
+    assert not res.timed_out and not crashed(res.out + res.err), res.describe()
+    return res.rc or 0, int(res.err.splitlines()[-1].removeprefix("peak_kib="))
+
+
+@pytest.mark.parametrize("string", ["plain", "escapes"])
+def test_audit_memory_is_a_small_multiple_of_the_config(string: str, tmp_path: Path) -> None:
+    """Issue 40: a 7.9 MiB config holding one long string took 985 MiB (the bounded reader's
+    regex kept a backtracking mark per character). Now the peak stays under the peak of a
+    small config plus 8 times the file."""
+    small = _write(tmp_path, "small.json", json.dumps(_config()))
+    body = "x" * 7_900_000 if string == "plain" else "\\n" * 3_950_000
+    big = _write(tmp_path, "big.json", json.dumps(_config())[:-1] + ', "pad": "' + body + '"}')
+    size_kib = os.path.getsize(big) // 1024
+    rc_small, base = _peak_kib(["audit", small])
+    rc_big, peak = _peak_kib(["audit", big])
+    assert rc_small == rc_big == 0
+    assert peak < base + 8 * size_kib, f"peak {peak} KiB for a {size_kib} KiB config (baseline {base} KiB)"
 
 LOCATED = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): error\[(?P<code>LC\d{3})\]: ", re.M)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from layoutc.cli import main
+from layoutc.compiler.safeio import read_bounded
 from layoutc.compiler.verify import driver, prove
 from layoutc.compiler.verify.cache import Cache
 from layoutc.compiler.verify.registry import PROPERTIES, PROPERTY_IDS
@@ -191,14 +192,14 @@ def test_verdicts_stored_by_compile_are_reused_with_the_warnings(cache: Path, tm
     code, out = _run("verify", "--format", "json", path)
     assert code == 0 and [d["code"] for d in json.loads(out)["diagnostics"]] == ["LC210"]
     (entry,) = cache.glob("*.json")
-    assert Cache(cache).get(entry.stem)["diagnostics"][0]["code"] == "LC210"
+    assert Cache(cache, read=read_bounded).get(entry.stem)["diagnostics"][0]["code"] == "LC210"
 
 
 def test_the_store_checks_version_and_key(tmp_path: Path) -> None:
-    store = Cache(tmp_path, version="1.0")
+    store = Cache(tmp_path, read=read_bounded, version="1.0")
     store.put("ab" * 16, {"x": [1, 2]})
     assert store.get("ab" * 16) == {"x": [1, 2]}
-    assert Cache(tmp_path, version="1.1").get("ab" * 16) is None  # another layoutc
+    assert Cache(tmp_path, read=read_bounded, version="1.1").get("ab" * 16) is None  # another layoutc
     shutil.copy(tmp_path / f"{'ab' * 16}.json", tmp_path / f"{'cd' * 16}.json")
     assert store.get("cd" * 16) is None  # an entry under another key
     with pytest.raises(ValueError, match="hex digest"):

@@ -50,8 +50,24 @@ def test_off_imports_neither_torch_nor_vllm() -> None:
 def test_a_bad_mode_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     from layoutc.tools import vllm_plugin
     monkeypatch.setenv("LAYOUTC_VLLM", "chekc")
-    with pytest.raises(vllm_plugin.LayoutcVllmError, match=r"layoutc: LAYOUTC_VLLM='chekc' is not one of"):
+    with pytest.raises(vllm_plugin.LayoutcVllmError, match=r"layoutc: error\[LC802\]: LAYOUTC_VLLM='chekc' is not one of"):
         vllm_plugin.register()
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    ("ch\u0435ck", "LAYOUTC_VLLM='ch\\u0435ck' is not"),  # Cyrillic U+0435 for e: visibly not `check`
+    ("x" * 131_000, "LAYOUTC_VLLM='" + "x" * 80 + "'... (131000 characters) is not"),
+    ("check\u200b", "LAYOUTC_VLLM='check\\u200b' is not"),  # a zero-width space
+])
+def test_a_bad_mode_is_shown_escaped_and_cut(value: str, shown: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 40: a homoglyph, an invisible character and a 131,000-character value: coded (LC802),
+    escaped, at most 80 characters of the value and its length."""
+    from layoutc.tools import vllm_plugin
+    monkeypatch.setenv("LAYOUTC_VLLM", value)
+    with pytest.raises(vllm_plugin.LayoutcVllmError) as info:
+        vllm_plugin.register()
+    message = str(info.value)
+    assert message.startswith("layoutc: error[LC802]: ") and shown in message and len(message) < 250, message[:300]
 
 
 def test_entry_point_is_registered() -> None:

@@ -130,6 +130,7 @@ CODES: dict[str, str] = {
     "LC705": "`audit`: no contracts to audit against",
     # 8xx: the command line
     "LC801": "bad command-line argument",
+    "LC802": "bad environment variable (LAYOUTC_JOBS, LAYOUTC_VLLM)",
     # 9xx: internal
     "LC900": "internal error in layoutc (please report it)",
     # LRxxx: `layoutc run` and the checkpoint tools (printed as `layoutc run: error[LRxxx]: ...`, exit 2)
@@ -179,7 +180,7 @@ CODES: dict[str, str] = {
 
 # Codes whose error means "the input could not be used", not "the input is wrong":
 # the CLI exits 2 for them (a missing file must not look like a finding).
-EXIT_2_CODES = frozenset({"LC100", "LC603", "LC702", "LC703", "LC704", "LC705", "LC801", "LC900"})
+EXIT_2_CODES = frozenset({"LC100", "LC603", "LC702", "LC703", "LC704", "LC705", "LC801", "LC802", "LC900"})
 
 
 def error(code: str, span: Span, message: str, *, related: tuple[Related, ...] = (),
@@ -274,6 +275,15 @@ def exit_code(diags: list[Diagnostic]) -> int:
     unusable = any(d.code in EXIT_2_CODES and (d.code != "LC100" or d.message.startswith("cannot read"))
                    for d in errors)
     return 2 if unusable else 1
+
+
+def shown(value: str, limit: int = 80) -> str:
+    """An untrusted value (an environment variable, an argument) as a message shows it:
+    Python's ``ascii()`` of its first `limit` characters (non-ASCII and control characters
+    escaped, so a Cyrillic e (U+0435) reads `\\u0435`, not `e`), and its length where it is cut."""
+    if len(value) <= limit:
+        return ascii(value)
+    return f"{value[:limit]!a}... ({len(value)} characters)"
 
 
 def file_span(path: str, line: int = 1, column: int = 1) -> Span:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from layoutc.compiler.gluefiles import interface_files
 from layoutc.runtime import interface as iface
 
 _CONSTRUCTORS: dict[str, Any] = {"GlueInterface": iface.GlueInterface, "TensorSlot": iface.TensorSlot,
@@ -81,14 +82,11 @@ def read_interface(source: str) -> iface.GlueInterface:
 def registry() -> dict[str, Glue]:
     """kind -> Glue for every glue module shipped in layoutc/runtime/glue."""
     out: dict[str, Glue] = {}
-    folder = resources.files("layoutc").joinpath("runtime", "glue")
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if not entry.name.endswith(".py") or entry.name.startswith("_"):
-            continue
-        text = entry.read_text(encoding="utf-8")
+    for path in interface_files():
+        text = path.read_text(encoding="utf-8")
         interface = read_interface(text)
         public = _assigned(text, "PUBLIC")
-        out[interface.kind] = Glue(entry.name.removesuffix(".py"), interface, tuple(public))
+        out[interface.kind] = Glue(path.name.removesuffix(".py"), interface, tuple(public))
     return out
 
 

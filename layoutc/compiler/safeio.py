@@ -21,7 +21,7 @@ import os
 import stat
 from collections.abc import Iterable
 
-__all__ = ["ReadError", "UsageError", "contract_paths", "read_bounded"]
+__all__ = ["ReadError", "UsageError", "contract_paths", "contract_text", "read_bounded"]
 
 
 class ReadError(OSError):
@@ -107,6 +107,15 @@ def read_bounded(path: str | os.PathLike[str], max_bytes: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def contract_text(raw: bytes) -> str:
+    """A contract file's bytes as its text: UTF-8, a leading byte-order mark dropped, and
+    every line ending (CR LF, a lone CR as old Mac files have) made LF, so that a `#`
+    comment ends at the end of its line and lines and columns count as an editor shows them
+    (`str.splitlines` agrees). Raises UnicodeDecodeError."""
+    text = raw.decode("utf-8").removeprefix("\ufeff")
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 class UsageError(ValueError):

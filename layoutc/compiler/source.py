@@ -12,7 +12,7 @@ from layoutc.compiler import ir
 from layoutc.compiler.check import check
 from layoutc.compiler.diagnostics import Diagnostic, Span, error
 from layoutc.compiler.parse import MAX_BYTES, parse
-from layoutc.compiler.safeio import ReadError, read_bounded
+from layoutc.compiler.safeio import ReadError, contract_text, read_bounded
 
 __all__ = ["Loaded", "decode", "load", "load_bytes", "read_text"]
 
@@ -34,15 +34,16 @@ def read_text(path: str) -> tuple[str | None, list[Diagnostic]]:
 
 
 def decode(path: str, raw: bytes) -> tuple[str | None, list[Diagnostic]]:
-    """`raw` as UTF-8 text without a byte-order mark, or None with the first bad byte located (LC100)."""
+    """`raw` as UTF-8 text without a byte-order mark and with LF line endings (safeio.contract_text),
+    or None with the first bad byte located (LC100)."""
     try:
-        text = raw.decode("utf-8")
+        text = contract_text(raw)
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         return None, [error("LC100", Span(path, line, column, line, column + 1),
                             f"contract is not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}")]
-    return text.removeprefix("\ufeff"), []  # a UTF-8 byte-order mark is not part of the contract
+    return text, []
 
 
 def load_bytes(path: str, raw: bytes) -> Loaded:

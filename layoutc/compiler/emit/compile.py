@@ -1,22 +1,22 @@
 """`layoutc compile`: verify, render and write (or `--check`) the generated modules.
 
-Every module is rendered in memory first; only then are files written, each
-through a temporary file in the same directory and an atomic `os.replace`, so
-an interrupted or failed compile leaves every earlier file intact, and two
-concurrent compiles each leave complete files.
+Every module is rendered in memory first; only then is the package written, whole,
+into a directory next to the output directory and swapped in at once
+(`publish.py`): a failed or interrupted compile (a full disk, an exception, a kill)
+leaves the output directory as it was, old and new modules never mix, and two
+concurrent compiles each leave one complete package.
 """
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from layoutc.compiler import ir
 from layoutc.compiler.diagnostics import Diagnostic, error, file_span
+from layoutc.compiler.emit.publish import publish
 from layoutc.compiler.emit.render import VERSION_PREFIX, render, render_init
 from layoutc.compiler.glues import runtime_files
 
@@ -121,38 +121,6 @@ def check_drift(files: dict[str, str], out_dir: str, *, show: bool = True) -> tu
     return (1 if diags else 0), diags
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write `text` to `path` via a temporary file in the same directory and os.replace."""
-    folder = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".layoutc-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _remove_stale_temporaries(out_dir: str, age_s: float = 600.0) -> None:
-    """Temporaries a killed compile left behind (never imported: not *.py); older than
-    `age_s` so that a concurrent compile's live temporaries are kept."""
-    import time
-
-    now = time.time()
-    for name in os.listdir(out_dir):
-        if name.startswith(".layoutc-") and name.endswith(".tmp"):
-            path = os.path.join(out_dir, name)
-            try:
-                if now - os.path.getmtime(path) > age_s:
-                    os.unlink(path)
-            except OSError:
-                pass
-
-
 def compile_contracts(contracts: list[tuple[str, ir.Contract]], out_dir: str, *, check: bool,
                       verify_first: bool = True, fmt: str = "text", use_cache: bool = True
                       ) -> tuple[int, list[Diagnostic]]:
@@ -167,16 +135,10 @@ def compile_contracts(contracts: list[tuple[str, ir.Contract]], out_dir: str, *,
     if check:
         return check_drift(files, out_dir, show=fmt == "text")
     try:
-        os.makedirs(out_dir, exist_ok=True)
-        _remove_stale_temporaries(out_dir)
-        # Modules first and __init__.py last: a run killed midway never leaves an
-        # __init__ that names a module not yet written.
-        for name in sorted(files, key=lambda n: (n == "__init__.py", not n.startswith(RUNTIME_DIR), n)):
-            path = os.path.join(out_dir, name)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_atomic(path, files[name])
+        publish(files, out_dir)  # staged next to out_dir, then swapped in whole
     except OSError as exc:
-        return 2, [error("LC702", file_span(out_dir), f"cannot write to {out_dir}: {exc.strerror or exc}")]
+        return 2, [error("LC702", file_span(out_dir), f"cannot write to {out_dir}: {exc.strerror or exc}; "
+                         "nothing was written")]
     if fmt == "text":
         for name in sorted(files):
             print(f"wrote {os.path.join(out_dir, name)}")

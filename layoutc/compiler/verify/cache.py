@@ -6,7 +6,10 @@ store adds layoutc's version and checks both on every read. An entry is one JSON
 (a reader sees the old entry or the new one, never half of one), holding the payload
 (format, version, key, value) as a string and the SHA-256 of that string. An entry whose
 checksum, format, version or key is wrong, or that is not JSON at all, reads as absent
-(and is overwritten by the next `put`), never trusted. A directory that cannot be read
+(and is overwritten by the next `put`), never trusted. Entries are read with
+the reader the caller gives (the driver: `safeio.read_bounded`, at most MAX_ENTRY_BYTES,
+regular files only, never blocking): an entry that is a FIFO, a device or a symlink to one
+is a miss. A directory that cannot be read
 or written is skipped silently: the store only ever saves time.
 
 Standard library only; it knows nothing of what it stores (the verifier's driver,
@@ -20,6 +23,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +47,18 @@ def default_dir(namespace: str) -> Path:
 class Cache:
     """Entries in one directory, each valid for one layoutc `version` only.
 
+    `read(path, max_bytes)` reads an entry's bytes and raises OSError for anything but a
+    regular file of at most `max_bytes` without blocking: the driver passes
+    `layoutc.compiler.safeio.read_bounded`, so an entry that is a FIFO or a symlink to
+    /dev/zero is a miss, not a hang or a read without limit.
+
     Raises ValueError for a key that is not a lower-case hex digest (16 to 128 digits:
     a key names a file); never raises for anything found on disk.
     """
 
-    def __init__(self, directory: Path, version: str = __version__) -> None:
+    def __init__(self, directory: Path, *, read: Callable[[Path, int], bytes], version: str = __version__) -> None:
         self.directory = directory
+        self.read = read
         self.version = version
 
     def _path(self, key: str) -> Path:
@@ -61,9 +71,9 @@ class Cache:
         another version or format)."""
         path = self._path(key)
         try:
-            if path.stat().st_size > MAX_ENTRY_BYTES:
-                return None
-            outer = json.loads(path.read_text(encoding="utf-8"))
+            # bounded and regular files only: a FIFO, a device or a symlink to /dev/zero planted
+            # as an entry is a miss, never a hang or a read without limit
+            outer = json.loads(self.read(path, MAX_ENTRY_BYTES).decode("utf-8"))
             payload = outer["payload"]
             if hashlib.sha256(payload.encode()).hexdigest() != outer["sha256"]:
                 return None

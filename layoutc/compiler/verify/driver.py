@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from layoutc.compiler.diagnostics import Diagnostic, error, file_span, has_errors
+from layoutc.compiler.diagnostics import Diagnostic, error, file_span, has_errors, shown
+from layoutc.compiler.safeio import UsageError, read_bounded
 from layoutc.compiler.verify import entries
 from layoutc.compiler.verify.cache import Cache, default_dir
 from layoutc.compiler.verify.verdicts import Named, Options, Result, Verdict
@@ -68,7 +69,7 @@ class Outcome:
 
 def verdict_cache() -> Cache:
     """The store of verification entries (cache.default_dir("verdicts"))."""
-    return Cache(default_dir("verdicts"))
+    return Cache(default_dir("verdicts"), read=read_bounded)  # bounded, regular files only
 
 
 def verify_files(paths: Sequence[str], options: Options, use_cache: bool = True) -> Outcome:
@@ -130,13 +131,13 @@ def verify_contract(contract: ir.Contract, options: Options | None = None, fixed
 
 
 def _read(path: str) -> str | None:
-    """The contract's text (a leading byte-order mark dropped), or None: then `source.load`
+    """The contract's text (safeio.contract_text: no byte-order mark, LF line endings), or None: then `source.load`
     reads the file itself and says why it cannot be used. Bounded and non-blocking
     (safeio): a FIFO, a device or /proc file is never waited on."""
-    from layoutc.compiler.safeio import ReadError, read_bounded
+    from layoutc.compiler.safeio import ReadError, contract_text
 
     try:
-        return read_bounded(path, MAX_BYTES).decode("utf-8").removeprefix("\ufeff")
+        return contract_text(read_bounded(path, MAX_BYTES))
     except (ReadError, UnicodeDecodeError):
         return None
 
@@ -211,11 +212,29 @@ def _verify_all(jobs: list[Job]) -> list[FileOutcome]:
     return [_verify_file(j) for j in jobs]
 
 
+MAX_JOBS = 1024
+
+
+def jobs_setting() -> int | None:
+    """`$LAYOUTC_JOBS` as a number of worker processes (1 to MAX_JOBS, ASCII digits), or None
+    where it is unset or empty (then one per CPU).
+
+    Raises UsageError (LC802) for anything else: `str.isdigit` accepts `²` and `٣`, which
+    `int` then refuses or reads, so the text is matched against ASCII digits only."""
+    env = os.environ.get("LAYOUTC_JOBS", "")
+    if env == "":
+        return None
+    if len(env) <= 4 and all("0" <= ch <= "9" for ch in env) and 1 <= int(env) <= MAX_JOBS:
+        return int(env)
+    raise UsageError(f"layoutc: error[LC802]: LAYOUTC_JOBS must be a number of worker processes from 1 to "
+                     f"{MAX_JOBS} in ASCII digits (or empty: one per CPU), got {shown(env)}")
+
+
 def _jobs() -> int:
     """Worker processes: `$LAYOUTC_JOBS`, else the CPUs this process may run on."""
-    env = os.environ.get("LAYOUTC_JOBS", "")
-    if env.isdigit() and int(env) > 0:
-        return int(env)
+    setting = jobs_setting()
+    if setting is not None:
+        return setting
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:

@@ -1,8 +1,9 @@
 """Verification entries of the verdict cache: their keys and their JSON form.
 
-A verdict is a function of the contract's text, the compiler's own code (every module
-and the grammar under layoutc/compiler, hashed, so an edited checkout never reuses a
-stale verdict), the solver (z3's Python modules and library file), the Python version,
+A verdict is a function of the contract's text, the code that checks and proves it (every
+module and the grammar under layoutc/compiler, every layoutc module they import, e.g.
+runtime/algebra.py, and the glue modules whose INTERFACE the checker reads: hashed, so an
+edited checkout never reuses a stale verdict; :func:`covered_files`), the solver (z3's Python modules and library file), the Python version,
 the solver options and the pinned parameters (`fixed`). :func:`key` hashes all of them.
 An entry holds the contract's name, its checker diagnostics (None where the caller had
 none to give: `layoutc compile` verifies contracts it checked itself) and its verdicts;
@@ -14,10 +15,12 @@ No z3, no parser: a fully cached `layoutc verify` imports neither.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -30,18 +33,27 @@ from layoutc.compiler.verify.registry import PROPERTY_IDS
 from layoutc.compiler.verify.verdicts import STATUSES, Counterexample, Options, Verdict
 
 FORMAT = 2
-COMPILER = Path(__file__).resolve().parent.parent  # layoutc/compiler
+PACKAGE = Path(__file__).resolve().parents[2]  # the layoutc package
+COMPILER = PACKAGE / "compiler"
 _code_digest: str | None = None
+_covered: tuple[Path, ...] | None = None
+# An import statement, wherever it is (module level or inside a function): `from X import
+# names` (names possibly parenthesised over several lines) or `import X, Y`. A match in a
+# string or comment only adds a file; nothing a checker or prover imports is missed (a
+# test compares with the modules a verify really loads: tests/test_verdict_cache_key.py).
+_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)"
+                     rb"|import[ \t]+([^\n#;]+))", re.M)
 
 
 def code_digest() -> str:
-    """SHA-256 (hex) over the compiler's modules and grammar, z3's files and the Python version."""
+    """SHA-256 (hex) over every file whose content can change a verdict (:func:`covered_files`),
+    z3's files and the Python version. Computed once per process."""
     global _code_digest
     if _code_digest is None:
         h = hashlib.sha256(f"layoutc {__version__} python {sys.version_info[:2]}".encode())
-        for rel in _sources(str(COMPILER), ""):
-            with open(os.path.join(COMPILER, rel), "rb") as fh:
-                h.update(rel.encode() + b"\0" + fh.read() + b"\0")
+        for path in covered_files():
+            with open(path, "rb") as fh:
+                h.update(path.relative_to(PACKAGE).as_posix().encode() + b"\0" + fh.read() + b"\0")
         spec = importlib.util.find_spec("z3")
         if spec is not None and spec.origin:
             z3dir = Path(spec.origin).parent
@@ -53,6 +65,98 @@ def code_digest() -> str:
                 h.update(f"{lib.name} {st.st_size} {st.st_mtime_ns}".encode())
         _code_digest = h.hexdigest()
     return _code_digest
+
+
+def covered_files() -> tuple[Path, ...]:
+    """Every file of layoutc whose content can change a verdict, sorted: the compiler's
+    modules and grammar (layoutc/compiler/**), the transitive closure of the layoutc
+    modules they import (absolute and relative imports, read statically from the source
+    text, with every enclosing package's __init__.py: `runtime/algebra.py`, `vocab.py`,
+    `interface.py`, ...), and the glue modules whose `INTERFACE` the checker reads as text
+    (:func:`layoutc.compiler.gluefiles.interface_files`, the list `glues.registry` reads).
+    Computed once per process.
+
+    Raises OSError where a file cannot be read (a broken checkout)."""
+    global _covered
+    if _covered is None:
+        from layoutc.compiler.gluefiles import interface_files
+
+        root = str(PACKAGE.parent) + os.sep
+        todo = [os.path.join(COMPILER, rel) for rel in _sources(str(COMPILER), "")]
+        seen: set[str] = set()
+        while todo:
+            path = todo.pop()
+            if path in seen:
+                continue
+            seen.add(path)
+            if path.endswith(".py"):
+                with open(path, "rb") as fh:
+                    package = tuple(os.path.dirname(path)[len(root):].split(os.sep))  # ("layoutc", "runtime")
+                    todo += _imported(package, fh.read())
+        seen.update(str(p) for p in interface_files())  # read as text, never imported
+        _covered = tuple(Path(p) for p in sorted(seen))
+    return _covered
+
+
+def _imported(package: tuple[str, ...], source: bytes) -> list[str]:
+    """The layoutc files the import statements of a module of `package` load."""
+    out: list[str] = []
+    for m in _import_statements(source):
+        if m.group(3) is not None:  # import a.b, c as d
+            for name in m.group(3).decode("ascii", "replace").split(","):
+                if name.split():
+                    out += _module_files(tuple(name.split()[0].split(".")))
+            continue
+        base = m.group(1).decode("ascii", "replace")
+        dots = len(base) - len(base.lstrip("."))
+        parts = (package[:len(package) - dots + 1] if dots else ()) + tuple(p for p in base.lstrip(".").split(".") if p)
+        out += _module_files(parts)
+        for name in m.group(2).decode("ascii", "replace").strip("() \t\n").replace("\n", " ").split(","):
+            if name.split():
+                out += _module_files((*parts, name.split()[0]))  # `from pkg import module`
+    return out
+
+
+def _import_statements(source: bytes) -> list[re.Match[bytes]]:
+    """Every import statement of `source`: the lines holding the word `import`, each matched
+    from its start (a search for the word first is several times faster than the regex run
+    at every position)."""
+    found = []
+    pos = source.find(b"import")
+    while pos != -1:
+        m = _IMPORT.match(source, source.rfind(b"\n", 0, pos) + 1)
+        if m is not None and m.end() > pos:
+            found.append(m)
+            pos = m.end()
+        pos = source.find(b"import", pos + 1)
+    return found
+
+
+@functools.cache
+def _module_files(parts: tuple[str, ...]) -> tuple[str, ...]:
+    """The files that importing module `parts` of layoutc runs: every enclosing package's
+    __init__.py and the module itself (none for a module outside layoutc or not a file)."""
+    if not parts or parts[0] != "layoutc":
+        return ()
+    found = []
+    parent = str(PACKAGE.parent)
+    for name in parts:
+        if name + ".py" in _listing(parent):
+            found.append(os.path.join(parent, name + ".py"))
+        parent = os.path.join(parent, name)
+        if "__init__.py" in _listing(parent):
+            found.append(os.path.join(parent, "__init__.py"))
+    return tuple(found)
+
+
+@functools.cache
+def _listing(folder: str) -> frozenset[str]:
+    """The names in `folder` (empty where it is not a readable directory): one listdir per
+    folder instead of a stat per candidate file."""
+    try:
+        return frozenset(os.listdir(folder))
+    except OSError:
+        return frozenset()
 
 
 def _sources(root: str, rel: str) -> list[str]:

@@ -8,6 +8,7 @@ checkpoints.header (a leaf: it imports nothing of the tools but the error).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from layoutc.tools.hfconfig.model import ModelConfigError
@@ -21,14 +22,19 @@ def _json_depth(text: str) -> int:
     return _json_shape(text)[0]
 
 
+# A JSON string (unrolled, possessive: no backtracking state per character or per escape,
+# so a 7.9 MiB string costs no memory to skip; `"(?:[^"\\]|\\.)*"` held a mark per character,
+# 985 MiB for one such config, issue 40) or a structural character.
+_TOKEN = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"|[\[\]{},]')
+
+
 def _json_shape(text: str, limit: int | None = None) -> tuple[int, int]:
     """(deepest nesting of [ and {, number of containers and separators) outside strings:
-    linear, no recursion, nothing built; the scan stops once the count passes `limit`."""
-    import re
-
+    linear time, memory independent of the text, no recursion, nothing built; the scan
+    stops once the count passes `limit`."""
     depth = deepest = items = 0
     limit = len(text) + 1 if limit is None else limit
-    for match in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{},]', text):
+    for match in _TOKEN.finditer(text):
         token = match.group(0)
         if token in "[{":
             depth += 1
@@ -64,10 +70,25 @@ def _parse_constant(text: str) -> float:
     raise _JsonLimit(f"{text} is not a JSON number")
 
 
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice (json.loads keeps the last one silently; a
+    config whose `num_experts` appears twice has no one meaning)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                from layoutc.compiler.diagnostics import shown  # here: hfconfig imports no compiler module
+
+                raise _JsonLimit(f"the key {shown(key)} appears twice in one object")
+            seen.add(key)
+    return out
+
+
 def parse_json(text: str, source: str) -> dict[str, Any]:
     """The JSON object in `text` (from `source`, named in errors), within the bounds above.
     Raises ModelConfigError: too deep, too many values, a long integer, NaN/Infinity,
-    invalid JSON, or a top level that is not an object."""
+    a key given twice in one object, invalid JSON, or a top level that is not an object."""
     depth, items = _json_shape(text, max_json_items(len(text)))
     if depth > MAX_JSON_DEPTH:
         least = "at least " if items > max_json_items(len(text)) else ""  # the scan stopped early
@@ -81,7 +102,7 @@ def parse_json(text: str, source: str) -> dict[str, Any]:
             source=source,
         )
     try:
-        raw = json.loads(text, parse_int=_parse_int, parse_constant=_parse_constant)
+        raw = json.loads(text, parse_int=_parse_int, parse_constant=_parse_constant, object_pairs_hook=_object)
     except _JsonLimit as error:
         raise ModelConfigError(f"{source}: invalid config: {error}", source=source) from None
     except RecursionError:

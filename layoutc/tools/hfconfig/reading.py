@@ -131,7 +131,7 @@ def _read_text(path: Path | Traversable, source: str) -> str:
     except OSError as error:
         raise ModelConfigError(f"{source}: cannot read: {error.strerror or error}", source=source) from None
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark, as contracts allow
     except UnicodeDecodeError as error:
         raise ModelConfigError(
             f"{source}: cannot read: not UTF-8 (byte 0x{raw[error.start]:02x} at offset {error.start})",

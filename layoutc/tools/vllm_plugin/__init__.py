@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 
+from layoutc.compiler.diagnostics import shown
 from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
 
 ENV = "LAYOUTC_VLLM"
@@ -31,14 +32,16 @@ __all__ = ["ENV", "MODES", "LayoutcVllmError", "mode", "register"]
 def mode() -> str | None:
     """The mode `LAYOUTC_VLLM` asks for: "check", "replace", or None when unset/empty/"off".
 
-    Raises LayoutcVllmError for any other value (so a typo stops the engine
-    instead of silently running unchecked).
+    Raises LayoutcVllmError (LC802) for any other value (so a typo stops the engine
+    instead of silently running unchecked); the message shows the value escaped
+    (non-ASCII as `\\uXXXX`) and cut at 80 characters with its length.
     """
-    value = os.environ.get(ENV, "").strip().lower()
+    raw = os.environ.get(ENV, "")
+    value = raw.strip().lower()
     if value in ("", "0", "off", "none"):
         return None
-    if value not in MODES:
-        raise LayoutcVllmError(f"layoutc: {ENV}={os.environ.get(ENV)!r} is not one of check, replace (or off)")
+    if value not in MODES:  # compared as given: a homoglyph of `check` (Cyrillic U+0435 for e) is refused, and shown escaped
+        raise LayoutcVllmError(f"layoutc: error[LC802]: {ENV}={shown(raw)} is not one of check, replace (or off)")
     return value
 
 
