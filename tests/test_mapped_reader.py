@@ -96,6 +96,7 @@ def test_reads_in_slabs_equal_one_read(tmp_path: Path, index: tuple[object, ...]
         want = f.get_slice("w")[index]
         one = ckpt.slice("w")[index]
         monkeypatch.setattr(reader, "SPAN_BYTES", 0)
+        monkeypatch.setattr(reader, "SPAN_FACTOR", 0)
         slabs = ckpt.slice("w")[index]
     assert _bytes(one) == _bytes(want) and _bytes(slabs) == _bytes(want)
     assert one.shape == want.shape == slabs.shape

@@ -236,12 +236,15 @@ SPAN_FACTOR = 4
 _IOV_BYTES = 1 << 30  # one preadv reads at most this much (Linux returns at most 2 GiB - 4 KiB)
 
 
-def _contiguous(sizes: tuple[int, ...]) -> list[int]:
-    strides, step = [], 1
-    for n in reversed(sizes):
-        strides.append(step)
+def _is_contiguous(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether a region of `sizes` / `strides` is one run of row-major elements (dims of one
+    element may have any stride)."""
+    step = 1
+    for n, s in zip(reversed(sizes), reversed(strides), strict=True):
+        if n != 1 and s != step:
+            return False
         step *= n
-    return strides[::-1]
+    return True
 
 
 def _shown(name: str) -> str:
@@ -289,9 +292,10 @@ class MappedSlice:
               out: Any = None) -> Any:
         """The region `sizes` / `strides` at element `offset` of the tensor, read from the file:
         into `out` (a contiguous tensor of `sizes`) when given, else into a buffer of its own. A
-        contiguous region is read straight into its destination; one whose span is at most
-        SPAN_FACTOR times its elements (or under SPAN_BYTES) in one read of the span; a wider one
-        slab by slab along its first axis of more than one element."""
+        contiguous region is read straight into its destination; one whose slabs along its first
+        axis of more than one element are contiguous (a block of rows of each expert) slab by
+        slab, straight into place; one whose span is over SPAN_BYTES and SPAN_FACTOR times its
+        elements slab by slab too; any other in one read of its span into a staging buffer."""
         count = 1
         for n in sizes:
             count *= n
@@ -299,15 +303,16 @@ class MappedSlice:
             return torch.empty(0, dtype=self.torch_dtype).as_strided(sizes, [1] * len(sizes))
         span = 1 + sum((n - 1) * s for n, s in zip(sizes, strides, strict=True))
         item = self.torch_dtype.itemsize
-        if span == count and all(s == c for n, s, c in zip(sizes, strides, _contiguous(sizes), strict=True) if n > 1):
-            # one run of the file, in order: read straight into the destination (no staging buffer)
+        if _is_contiguous(sizes, strides):  # one run of the file, in order: read straight into the destination
             dst = torch.empty(sizes, dtype=self.torch_dtype) if out is None else out
             self._pread(dst, self.start + offset * item, span * item)
             return dst
-        if span > SPAN_FACTOR * count and span * item > SPAN_BYTES // 64:
-            axis = next(i for i, n in enumerate(sizes) if n > 1)  # span > count: some axis has n > 1
+        axis = next(i for i, n in enumerate(sizes) if n > 1)  # span > count: some axis has n > 1
+        rest, rest_strides = sizes[:axis] + sizes[axis + 1:], strides[:axis] + strides[axis + 1:]
+        if _is_contiguous(rest, rest_strides) or (span > SPAN_FACTOR * count and span * item > SPAN_BYTES):
+            # each slab one run of the file (a block of rows of every expert: read straight into
+            # place), or the span too wide for one staging buffer
             dst = torch.empty(sizes, dtype=self.torch_dtype) if out is None else out
-            rest, rest_strides = sizes[:axis] + sizes[axis + 1:], strides[:axis] + strides[axis + 1:]
             for k in range(sizes[axis]):  # each slab's span is at most the whole span / sizes[axis]
                 self._read(torch, rest, rest_strides, offset + k * strides[axis], dst.select(axis, k))
             return dst
