@@ -119,6 +119,16 @@ def test_a_file_truncated_while_a_slice_is_read_is_lr115(tmp_path: Path) -> None
         assert err.value.code == "LR115"
 
 
+def test_a_slice_read_after_close_is_refused(tmp_path: Path) -> None:
+    """close() closes the descriptors; a slice kept past it must not read whatever file now has
+    that descriptor number."""
+    folder = _folder(tmp_path, {"w": torch.arange(16.0).reshape(4, 4)})
+    with Checkpoint(str(folder)) as ckpt:
+        sl = ckpt.slice("w")
+    with open(folder / "config.json", "rb"), pytest.raises(ValueError, match="closed"):
+        sl[0:2]
+
+
 def test_an_index_other_than_ints_and_slices_is_refused(tmp_path: Path) -> None:
     folder = _folder(tmp_path, {"w": torch.arange(16.0).reshape(4, 4)})
     with Checkpoint(str(folder)) as ckpt, pytest.raises(TypeError):

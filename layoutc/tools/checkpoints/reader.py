@@ -111,8 +111,9 @@ class Checkpoint:
         """Close every safetensors file this checkpoint opened."""
         self._stack.close()
         self._open.clear()
-        fds, self._fds = self._fds, {}
-        for fd in fds.values():
+        fds = list(self._fds.values())
+        self._fds.clear()  # the same dict the slices hold: a slice read after close() is refused
+        for fd in fds:
             os.close(fd)
 
     def has(self, name: str) -> bool:
@@ -162,7 +163,7 @@ class Checkpoint:
         if info.end > now:
             raise FormatError("LR115", f"{path}: truncated safetensors file: tensor {_shown(name)} ends at byte "
                               f"{info.end} of {now}")
-        return MappedSlice(fd, path, name, info.start, info.shape, dtype, info.dtype)
+        return MappedSlice(fd, path, name, info.start, info.shape, dtype, info.dtype, self._fds)
 
     def _fd(self, fname: str) -> int:
         """A read-only descriptor of file `fname` (opened once; a regular file: its header was read)."""
@@ -264,9 +265,10 @@ class MappedSlice:
     can fault (there is no memory map)."""
 
     def __init__(self, fd: int, path: str, name: str, start: int, shape: tuple[int, ...], dtype: Any,
-                 st_dtype: str) -> None:
+                 st_dtype: str, open_fds: dict[str, int] | None = None) -> None:
         self.fd, self.path, self.name, self.start = fd, path, name, start
         self.shape, self.torch_dtype, self.dtype = tuple(shape), dtype, st_dtype
+        self._open_fds = open_fds  # the checkpoint's descriptors: emptied by close()
 
     def get_shape(self) -> list[int]:
         return list(self.shape)
@@ -325,7 +327,11 @@ class MappedSlice:
         return out
 
     def _pread(self, buf: Any, pos: int, nbytes: int) -> None:
-        """Fill `buf` (contiguous, `nbytes` long) from file byte `pos`; FormatError LR115 on a short read."""
+        """Fill `buf` (contiguous, `nbytes` long) from file byte `pos`; FormatError LR115 on a short read,
+        ValueError once the checkpoint is closed (its descriptor number may name another file by then)."""
+        if self._open_fds is not None and self.fd not in self._open_fds.values():
+            raise ValueError(f"{self.path}: the checkpoint was closed; read tensor {_shown(self.name)} before "
+                             "closing it")
         address, done = buf.data_ptr(), 0
         while done < nbytes:
             want = min(nbytes - done, _IOV_BYTES)
