@@ -15,7 +15,8 @@ mismatch, a configuration the contract refuses (its rule is printed), or a row w
 independent reference ("unchecked": compared with a reference built from the declared
 format, under --no-transformers or --no-from-pretrained, or where transformers has no model
 for the checkpoint). 2: a tool error, printed as `layoutc run: error[LRxxx]: ...` (no
-traceback; `layoutc rule LRxxx` explains each): LR101 unknown model_type, LR102 a bad
+traceback; with `--format json`, a JSON list of diagnostics on stdout; `layoutc rule LRxxx`
+explains each): LR101 unknown model_type, LR102 a bad
 config value, LR103 a bad --format-file, LR104 a bad option, LR110-LR112 the checkpoint
 folder, LR113 mixed expert dtypes, LR114 a non-finite weight, LR115 a truncated or corrupt
 safetensors file, LR116 an expert tensor of the wrong shape, LR120 a contract module run
@@ -25,8 +26,10 @@ LR132 the contract admits none of the requested TP degrees, LR140 the family wei
 experts' input and the contract's glue cannot, LR141 input weighting at a top_k the
 contract's kernel does not compute it at, LR199 an unexpected error.
 
-Fail fast: the options are checked before torch is imported; config.json, the index and
-`--format-file` are read within bounds; every safetensors header is checked against its
+Fail fast: the options are checked before torch is imported (a `--write-format` target too:
+never opened before the run, written atomically after the report); config.json, the index and
+`--format-file` are read within bounds (every format key type-checked, its name templates held
+to `{layer}` / `{e}`); every safetensors header is checked against its
 file, and every expert tensor's shape and dtype against the format and config.json, before
 any weight is read (layoutc.tools.checkpoints.preflight); the contract's `plan()` runs at
 every TP degree, and the weights are checked finite, before transformers builds a model.
