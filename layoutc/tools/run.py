@@ -551,10 +551,10 @@ def _run(args: argparse.Namespace) -> int:
     with Checkpoint(args.model_dir) as ckpt:
         found = str(ckpt.config.get("model_type"))
         if fmt is not None and fmt.model_type != found:
-            note = (f"note: --format-file declares model_type {fmt.model_type[:80]!r}, but config.json's is "
-                    f"{found[:80]!r}: the file's format is used")
-            sys.stderr.write(f"layoutc run: {note}\n")
-            warnings.append(note)
+            other = (f"note: --format-file declares model_type {fmt.model_type[:80]!r}, but config.json's is "
+                     f"{found[:80]!r}: the file's format is used")
+            sys.stderr.write(f"layoutc run: {other}\n")
+            warnings.append(other)
         candidates = _candidates(ckpt, fmt)
         moe = describe(ckpt.config, candidates[0] if candidates else fmt, ckpt.weight_map)
         layers = _select_layers(args, moe)

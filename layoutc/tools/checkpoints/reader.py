@@ -287,7 +287,7 @@ class MappedSlice:
             template = torch.empty(0, dtype=self.torch_dtype).as_strided(self.shape, [1] * len(self.shape))
             return template[index]
         region = torch.empty(self.shape, dtype=self.torch_dtype, device="meta")[index]  # shape and strides only
-        sizes, strides, offset = tuple(region.shape), region.stride(), region.storage_offset()
+        sizes, strides, offset = tuple(region.shape), region.stride(), int(region.storage_offset())
         return self._read(torch, sizes, strides, offset)
 
     def _read(self, torch: Any, sizes: tuple[int, ...], strides: tuple[int, ...], offset: int,
