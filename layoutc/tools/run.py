@@ -614,9 +614,11 @@ def _run(args: argparse.Namespace) -> int:
                   "experts: the kernel does not run it, and the reference's routed output leaves it out")
         rows, refused = _run_layers(args, ckpt, moe, mod, layers, [(t, e) for e in eps for t in tps], dtype,
                                     on_input, oracle)
+    if args.write_format and args.format == "json":  # before the report: stdout stays one JSON document
+        _write_format(args.write_format, moe.format)
     code = _print_report(args, moe, dtype, rows, refused_first + refused, warnings)
-    if args.write_format:  # after the table: a target that fails now (a full disk) loses nothing printed
-        sys.stdout.flush()
+    if args.write_format and args.format != "json":  # after the table: a target that fails now (a full
+        sys.stdout.flush()  # disk) loses nothing printed
         _write_format(args.write_format, moe.format)
     return code
 
