@@ -9,7 +9,7 @@ hidden 2816, intermediate 704; tp 4: I_pp 176 -> 192 (vLLM CPU kernel, isa vec).
 
 * layoutc ("ours"): `Checkpoint` + `load_layer_rank_packed`: 4 experts at a time, the
   generated `alloc_w13/w2` (into one staging pair, reused) + `load_w13/w2` read only the
-  rank's rows, as views of the memory-mapped file (`MappedSlice`), into the padded staging
+  rank's rows, read from the file with `os.preadv` (`MappedSlice`), into the padded staging
   pair, and the module's `prepack_padded` (`_C::prepack_moe_weight`) packs it straight into
   the layer's packed tensors (`out=`).
 * layoutc whole-layer ("ours-whole"): `load_layer_rank` (the whole rank's padded

@@ -20,10 +20,10 @@ divides it; `layoutc audit` says the same), padded to 192 (round_up(176, 64)).
 Three paths, each in its own fresh subprocess (1 torch thread, `THREADS`), alternating, rank 1:
 
 * ours: layoutc's checkpoint reader (`Checkpoint(folder)`: the header read and checked, each
-  tensor a `MappedSlice`, a zero-copy read-only view of the memory-mapped file), `plan()`,
+  tensor a `MappedSlice`, whose regions are read from the file with `os.preadv`), `plan()`,
   then `alloc_*` for the six tensors (pads written once), then per expert
   `load_w13_qweight/scales/qzeros(..., expert=e, role="gate"/"up")` and `load_w2_*` from
-  `ckpt.slice(name)`: only the rank's columns or rows are touched, each byte copied once.
+  `ckpt.slice(name)`: only the rank's columns or rows are read.
 * copy: the same six outputs preallocated with `torch.empty` (no pad written), then per
   expert the same slices of safetensors' own `safe_open(...).get_slice(name)` copied with
   hand-written indices (`dst[e, :, 0:176].copy_(sl[:, 176:352])`, ...): the plain slice copy

@@ -1,9 +1,10 @@
-"""layoutc's checkpoint reader serves each tensor as a zero-copy view of the memory-mapped
-file (layoutc/tools/checkpoints/reader.py `MappedSlice`). The oracle is safetensors' own
-reader: every tensor and every region read through a view equals `safe_open`'s `get_tensor`
-byte for byte, shape and dtype name equal `get_slice`'s, a tensor torch cannot view at its
-offset falls back to safetensors' slice, and a file truncated after it was opened is LR115,
-never a read past the end."""
+"""layoutc's checkpoint reader serves each tensor's regions read with `os.preadv` from the
+file (layoutc/tools/checkpoints/reader.py `MappedSlice`; no memory map, so a truncated file
+is a short read, never SIGBUS: issue 40). The oracle is safetensors' own reader: every
+tensor and every region read equals `safe_open`'s `get_tensor` byte for byte, shape and
+dtype name equal `get_slice`'s, a tensor at an offset that is not a multiple of its element
+size reads right, and a file truncated after it was opened, or while a slice is read, is
+LR115, never a read past the end."""
 
 from __future__ import annotations
 
@@ -67,17 +68,71 @@ def test_views_equal_safetensors_reads(tmp_path: Path) -> None:
                 assert _bytes(got[region]) == _bytes(want[region]), name
 
 
-def test_a_view_reads_the_file_without_copying(tmp_path: Path) -> None:
-    """Indexing returns a view of the mapped file: two reads share memory, and the bytes are
-    the file's own at the header's offset."""
+def test_a_read_is_the_files_bytes_in_its_own_buffer(tmp_path: Path) -> None:
+    """Indexing reads the file's own bytes at the header's offset into a buffer of its own:
+    two reads share no memory (writing to one changes neither the other nor the file)."""
     folder = _folder(tmp_path, {"w": torch.arange(64, dtype=torch.int32).reshape(8, 8)})
     raw = (folder / "model.safetensors").read_bytes()
     (length,) = struct.unpack("<Q", raw[:8])
     with Checkpoint(str(folder)) as ckpt:
         sl = ckpt.slice("w")
         a, b = sl[2:4, 1:5], sl[2:4, 1:5]
-        assert a.data_ptr() == b.data_ptr()
+        a.fill_(-1)
+        assert b.tolist() == [[17, 18, 19, 20], [25, 26, 27, 28]]
         assert _bytes(sl[...]) == raw[8 + length: 8 + length + 256]
+    assert (folder / "model.safetensors").read_bytes() == raw
+
+
+@pytest.mark.parametrize("index", [(slice(1, 7), slice(2, 5)), (3,), (slice(None, None, 2), 1), (..., slice(1, 2)),
+                                   (slice(0, 8), slice(0, 1))])
+def test_reads_in_slabs_equal_one_read(tmp_path: Path, index: tuple[object, ...],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A region whose span is much wider than its elements is read in slabs along its first
+    axis (reader.SPAN_BYTES, SPAN_FACTOR): the same values as safetensors' own read."""
+    import layoutc.tools.checkpoints.reader as reader
+
+    folder = _folder(tmp_path, {"w": torch.randn(8, 12, generator=torch.Generator().manual_seed(1))})
+    with Checkpoint(str(folder)) as ckpt, safe_open(str(folder / "model.safetensors"), framework="pt") as f:
+        want = f.get_slice("w")[index]
+        one = ckpt.slice("w")[index]
+        monkeypatch.setattr(reader, "SPAN_BYTES", 0)
+        monkeypatch.setattr(reader, "SPAN_FACTOR", 0)
+        slabs = ckpt.slice("w")[index]
+    assert _bytes(one) == _bytes(want) and _bytes(slabs) == _bytes(want)
+    assert one.shape == want.shape == slabs.shape
+
+
+def test_a_file_truncated_while_a_slice_is_read_is_lr115(tmp_path: Path) -> None:
+    """The slice was taken (the size check passed), then the file shrank: the read is short,
+    LR115 naming the tensor (a memory map would raise SIGBUS here)."""
+    folder = _folder(tmp_path, {"a": torch.ones(64, 64), "b": torch.ones(64, 64)})
+    path = folder / "model.safetensors"
+    with Checkpoint(str(folder)) as ckpt:
+        sl = ckpt.slice("b")
+        with open(path, "r+b") as f:
+            f.truncate(path.stat().st_size - 4096)
+        with pytest.raises(FormatError) as err:
+            sl[32:64]
+        assert err.value.code == "LR115" and "'b'" in str(err.value) and "while it was read" in str(err.value)
+        with pytest.raises(FormatError) as err:
+            ckpt.tensor("b")
+        assert err.value.code == "LR115"
+
+
+def test_a_slice_read_after_close_is_refused(tmp_path: Path) -> None:
+    """close() closes the descriptors; a slice kept past it must not read whatever file now has
+    that descriptor number."""
+    folder = _folder(tmp_path, {"w": torch.arange(16.0).reshape(4, 4)})
+    with Checkpoint(str(folder)) as ckpt:
+        sl = ckpt.slice("w")
+    with open(folder / "config.json", "rb"), pytest.raises(ValueError, match="closed"):
+        sl[0:2]
+
+
+def test_an_index_other_than_ints_and_slices_is_refused(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, {"w": torch.arange(16.0).reshape(4, 4)})
+    with Checkpoint(str(folder)) as ckpt, pytest.raises(TypeError):
+        ckpt.slice("w")[torch.tensor([0, 2])]
 
 
 def _handwritten(tmp_path: Path) -> Path:
@@ -94,13 +149,14 @@ def _handwritten(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_an_unaligned_tensor_falls_back_to_safetensors(tmp_path: Path) -> None:
+def test_an_unaligned_tensor_reads_right(tmp_path: Path) -> None:
+    """An I32 tensor at data offset 3: read into an aligned buffer of its own (no fallback)."""
     folder = _handwritten(tmp_path)
     with Checkpoint(str(folder)) as ckpt:
         assert isinstance(ckpt.slice("u"), MappedSlice)
         sl = ckpt.slice("i")
-        assert not isinstance(sl, MappedSlice)
         assert sl[:].tolist() == [[1, -2], [3, -4]]
+        assert sl[1:, 1:].tolist() == [[-4]]
 
 
 def test_a_file_truncated_after_opening_is_lr115(tmp_path: Path) -> None:
@@ -117,7 +173,7 @@ def test_a_file_truncated_after_opening_is_lr115(tmp_path: Path) -> None:
 
 
 def test_views_survive_closing_the_checkpoint(tmp_path: Path) -> None:
-    """A view taken before close() stays readable (the map lives while a view does)."""
+    """A read taken before close() stays readable (it is the read's own buffer)."""
     folder = _folder(tmp_path, {"w": torch.arange(16.0).reshape(4, 4)})
     with Checkpoint(str(folder)) as ckpt:
         view = ckpt.slice("w")[1:3]

@@ -7,7 +7,7 @@ rows: one expert's gate, up or down projection (`expert=e`, `role=...`), or a
 fused per-layer tensor holding every expert (`expert=None`). Only the rank's
 slice of the source is read: `src` may be a torch tensor or a slice object
 (`get_shape()`, `get_dtype()`, `[index]`: safetensors' `safe_open(...).get_slice(name)`, or
-the checkpoint reader's `MappedSlice`, whose reads are views of the mapped file), which is
+the checkpoint reader's `MappedSlice`, which reads each region from the file), which is
 indexed before it is materialised, in chunks of at most `CHUNK_ELEMENTS` elements, so peak memory is
 the padded parameter plus one chunk.
 
@@ -275,7 +275,7 @@ def _source_shape(who: str, what: str, src: object) -> tuple[int, ...] | None:
 
 def _read(src: Any, index: tuple[slice, ...], want: tuple[int, ...]) -> torch.Tensor:
     """Read `src[index]` (a slice object reads only that region of the file: safetensors'
-    materialises it, a `MappedSlice` returns a view).
+    materialises it, as a `MappedSlice` does with `os.preadv`).
 
     The read must be a torch tensor of exactly `want`, the requested region's shape in the
     source's checked shape (a foreign slice object that returns anything else is refused,

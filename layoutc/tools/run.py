@@ -15,7 +15,8 @@ mismatch, a configuration the contract refuses (its rule is printed), or a row w
 independent reference ("unchecked": compared with a reference built from the declared
 format, under --no-transformers or --no-from-pretrained, or where transformers has no model
 for the checkpoint). 2: a tool error, printed as `layoutc run: error[LRxxx]: ...` (no
-traceback; `layoutc rule LRxxx` explains each): LR101 unknown model_type, LR102 a bad
+traceback; with `--format json`, a JSON list of diagnostics on stdout; `layoutc rule LRxxx`
+explains each): LR101 unknown model_type, LR102 a bad
 config value, LR103 a bad --format-file, LR104 a bad option, LR110-LR112 the checkpoint
 folder, LR113 mixed expert dtypes, LR114 a non-finite weight, LR115 a truncated or corrupt
 safetensors file, LR116 an expert tensor of the wrong shape, LR120 a contract module run
@@ -31,8 +32,10 @@ The tokens are `--tokens` seeded hidden states and the same scaled so the median
 pre-activation| is 16 (`run_inputs`): every branch of a clamped activation is reached, and a
 row's error is the larger of the two halves'.
 
-Fail fast: the options are checked before torch is imported; config.json, the index and
-`--format-file` are read within bounds; every safetensors header is checked against its
+Fail fast: the options are checked before torch is imported (a `--write-format` target too:
+never opened before the run, written atomically after the report); config.json, the index and
+`--format-file` are read within bounds (every format key type-checked, its name templates held
+to `{layer}` / `{e}`); every safetensors header is checked against its
 file, and every expert tensor's shape and dtype against the format and config.json, before
 any weight is read (layoutc.tools.checkpoints.preflight); the contract's `plan()` runs at
 every TP degree, and the weights are checked finite, before transformers builds a model.
@@ -72,6 +75,8 @@ from layoutc.tools.runplan import KernelRun, RunError, checkpoint_plan, module_l
 #: (vocab.MODEL_DTYPES: bfloat16, float16, float32).
 #: `--contract` when none is given (a quantized checkpoint: layoutc/tools/quant_run).
 DEFAULT_CONTRACT = "vllm_cpu_grouped_gemm"
+#: the largest --seed: torch.Generator.manual_seed takes 64-bit seeds, and a layer's seed is seed + layer
+MAX_SEED = (1 << 63) - 1 - 100_000
 TOLERANCE: dict[str, float] = dict(zip(MODEL_DTYPES, (2e-2, 5e-3, 1e-5), strict=True))
 
 
@@ -375,18 +380,66 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
     except RunError as exc:
-        sys.stderr.write(f"layoutc run: error[{exc.code}]: {exc}\n")
-        return 2
+        return _fail(args, exc.code, str(exc))
     except Exception as exc:
         from layoutc.tools.checkpoints.formats import FormatError
         if isinstance(exc, FormatError):
-            sys.stderr.write(f"layoutc run: {exc}\n")
-            return 2
+            return _fail(args, exc.code, str(exc).removeprefix(f"error[{exc.code}]: "))
+        code = _safetensors_code(exc)
+        if code is not None:  # safetensors' own reader (transformers' from_pretrained) found the file damaged
+            return _fail(args, code, f"{args.model_dir}: truncated or corrupt safetensors file: {type(exc).__name__}: "
+                         f"{str(exc)[:500]}")
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()[:2000]
-        sys.stderr.write(f"layoutc run: error[LR199]: {detail}\n")
         if os.environ.get("LAYOUTC_TRACEBACK"):
             traceback.print_exc()
-        return 2
+        return _fail(args, "LR199", detail)
+
+
+def _safetensors_code(exc: BaseException) -> str | None:
+    """LR115 for safetensors' own error (`SafetensorError`, raised by `safe_open` and its reads
+    when a file is truncated or corrupt, e.g. inside transformers' `from_pretrained`), else None."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # the error itself, or one transformers wrapped it in
+        if seen is None:
+            return None
+        if type(seen).__name__ == "SafetensorError" or "safetensors" in type(seen).__module__:
+            return "LR115"
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _fail(args: argparse.Namespace, code: str, message: str) -> int:
+    """Report a tool error (exit 2): `layoutc run: error[CODE]: message` on stderr, or with
+    `--format json` the same JSON diagnostics on stdout as `check`/`verify`/`audit --format json`
+    (layoutc.compiler.diagnostics.to_json: code, severity, message, span of MODEL_DIR)."""
+    if getattr(args, "format", "text") == "json":
+        from layoutc.compiler.diagnostics import error, file_span, to_json
+
+        sys.stdout.write(to_json([error(code, file_span(str(getattr(args, "model_dir", "<command line>"))),
+                                        message)]))
+    else:
+        sys.stderr.write(f"layoutc run: error[{code}]: {message}\n")
+    return 2
+
+
+def check_contract_name(name: str) -> None:
+    """RunError LR120 unless `name` is a contract module of the generated package (a file
+    `<name>.py` there whose name does not start with `_`: `_runtime` is the shared runtime,
+    not a contract). Nothing is imported."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec(GENERATED_PACKAGE)
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    shown = name if len(name) <= 80 else name[:77] + "..."
+    if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) and any(os.path.isfile(os.path.join(d, name + ".py"))
+                                                           for d in folders):
+        return
+    known = sorted({f[:-3] for d in folders if os.path.isdir(d) for f in os.listdir(d)
+                    if f.endswith(".py") and not f.startswith("_")})
+    why = " (names starting with _ are the generated package's runtime)" if name.startswith("_") else ""
+    raise RunError("LR120", f"--contract {shown!r} is not a contract module of {GENERATED_PACKAGE}{why}; "
+                   f"contracts: {', '.join(known) or 'none (run layoutc compile contracts/ --out generated)'}")
 
 
 def _tp_list(text: str, flag: str = "--tp", what: str = "TP") -> list[int]:
@@ -406,9 +459,15 @@ def _check_options(args: argparse.Namespace) -> list[int]:
     """The TP degrees; RunError LR104 naming the first bad option (before torch is imported)."""
     tps = _tp_list(args.tp)
     for option, value, low, high in (("--tokens", args.tokens, 1, 65536), ("--layers", args.layers, 0, 100_000),
-                                     ("--threads", args.threads, 0, 4096)):
+                                     ("--threads", args.threads, 0, 4096), ("--seed", args.seed, 0, MAX_SEED)):
         if not low <= value <= high:
-            raise RunError("LR104", f"{option} {value}: expected an integer in {low}..{high}")
+            shown = str(value) if len(str(value)) <= 24 else f"{str(value)[:20]}... ({len(str(value))} digits)"
+            raise RunError("LR104", f"{option} {shown}: expected an integer in {low}..{high}")
+    if args.contract is not None:
+        check_contract_name(args.contract)
+    if args.write_format:
+        from layoutc.tools.runwrite import check_target
+        check_target(args.write_format, "--write-format")
     return tps
 
 
@@ -513,14 +572,14 @@ def _unproved(model_type: str, candidates: list[Any], why_not: str, written: str
 
 
 def _write_format(path: str, fmt: Any) -> None:
-    """Save `fmt` as a --format-file (RunError LR104 when `path` cannot be written)."""
+    """Save `fmt` as a --format-file, atomically (a temporary file in the target's folder, then
+    `os.replace`: a reader sees the old file or the whole new one, never part of one), and say
+    so on stderr. RunError LR104 when `path` cannot be written (nothing is left behind)."""
     from layoutc.tools.checkpoints.formats import format_json
+    from layoutc.tools.runwrite import write_atomic
 
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(json.dumps(format_json(fmt), indent=2) + "\n")
-    except OSError as exc:
-        raise RunError("LR104", f"--write-format {path}: cannot write: {exc.strerror or exc}") from None
+    write_atomic(path, json.dumps(format_json(fmt), indent=2) + "\n", "--write-format")
+    sys.stderr.write(f"layoutc run: wrote the format to {path}\n")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -531,7 +590,14 @@ def _run(args: argparse.Namespace) -> int:
     tps = _check_options(args)  # no torch before the options, the files and the headers are checked
     eps = _tp_list(getattr(args, "ep", "1"), "--ep", "EP")
     fmt = load_format_file(args.format_file) if args.format_file else None
+    warnings: list[str] = []
     with Checkpoint(args.model_dir) as ckpt:
+        found = str(ckpt.config.get("model_type"))
+        if fmt is not None and fmt.model_type != found:
+            other = (f"note: --format-file declares model_type {fmt.model_type[:80]!r}, but config.json's is "
+                     f"{found[:80]!r}: the file's format is used")
+            sys.stderr.write(f"layoutc run: {other}\n")
+            warnings.append(other)
         candidates = _candidates(ckpt, fmt)
         moe = describe(ckpt.config, candidates[0] if candidates else fmt, ckpt.weight_map)
         layers = _select_layers(args, moe)
@@ -550,6 +616,7 @@ def _run(args: argparse.Namespace) -> int:
         dtype, warning = run_dtype(ckpt, check_experts(ckpt, moe, layers), args.dtype)
         if warning:
             sys.stderr.write(f"layoutc run: {warning}\n")
+            warnings.append(warning)
         if dtype not in TOLERANCE:
             raise RunError("LR102", f"checkpoint dtype {dtype} is not bfloat16, float16 or float32; pass --dtype")
         try:
@@ -562,6 +629,11 @@ def _run(args: argparse.Namespace) -> int:
             raise RunError("LR120", f"no generated contract module {args.contract!r} ({exc})") from None
         layout = module_layout(mod)  # LR120 before any work for a module compiled by an older layoutc
         torch.set_num_threads(max(1, args.threads or torch.get_num_threads()))
+        if layout.kernel is None:  # no glue: a layout for a kernel layoutc does not call (not LR140's weighting)
+            raise RunError("LR120", f"contract {args.contract} binds no glue: it states the layout a kernel "
+                           "layoutc does not call (e.g. a CUDA-only or quantized kernel: `layoutc explain "
+                           f"{args.contract}`), so run has no kernel to run it with; use a contract with a glue "
+                           f"(default {DEFAULT_CONTRACT})")
         on_input = router_weight_on_input(moe, mod, args.contract)  # before anything is loaded
         check_activation(moe, mod, args.contract, layers)  # LR142: a clamp the glue does not compute
         if any(e > 1 for e in eps) and layout.local_experts is None:
@@ -578,8 +650,6 @@ def _run(args: argparse.Namespace) -> int:
             oracle = transformers_oracle(args.model_dir, layers)
         if candidates:
             moe = _prove(args, ckpt, candidates, layers[0], oracle)
-        if args.write_format:
-            _write_format(args.write_format, moe.format)
         note = vllm_placement_note(ckpt.config, placement) if any(e > 1 for e in eps) else None
         if note and args.format == "text":
             print(note)
@@ -588,7 +658,13 @@ def _run(args: argparse.Namespace) -> int:
                   "experts: the kernel does not run it, and the reference's routed output leaves it out")
         rows, refused = _run_layers(args, ckpt, moe, mod, layers, [(t, e) for e in eps for t in tps], dtype,
                                     on_input, oracle)
-    return _print_report(args, moe, dtype, rows, refused_first + refused)
+    if args.write_format and args.format == "json":  # before the report: stdout stays one JSON document
+        _write_format(args.write_format, moe.format)
+    code = _print_report(args, moe, dtype, rows, refused_first + refused, warnings)
+    if args.write_format and args.format != "json":  # after the table: a target that fails now (a full
+        sys.stdout.flush()  # disk) loses nothing printed
+        _write_format(args.write_format, moe.format)
+    return code
 
 
 def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, layers: list[int],
@@ -623,8 +699,12 @@ def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, 
     return rows, refused
 
 
-def _print_report(args: argparse.Namespace, moe: Any, dtype: str, rows: list[Row], refused: list[str]) -> int:
-    """Print the rows as a table (or JSON); 0 when every row is ok and nothing was refused, else 1."""
+def _print_report(args: argparse.Namespace, moe: Any, dtype: str, rows: list[Row], refused: list[str],
+                  warnings: list[str] | None = None) -> int:
+    """Print the rows as a table (or JSON); 0 when every row is ok and nothing was refused, else 1.
+    warnings: the notes and warnings printed on stderr before the run (a config dtype that is not
+    the tensors', a format file of another model_type): repeated under the table, and in JSON."""
+    warnings = list(warnings or [])
     ok = all(r.ok for r in rows) and not refused
     unchecked = [r for r in rows if not r.independent]
     unchecked_line = ""
@@ -638,7 +718,8 @@ def _print_report(args: argparse.Namespace, moe: Any, dtype: str, rows: list[Row
                                      "contract": args.contract, "dtype": dtype, "ok": ok,
                                      "router_weight": moe.format.router_weight,
                                      "rows": [asdict(r) for r in rows], "refused": refused,
-                                     "unchecked": [f"layer {r.layer} tp={r.tp_size}: {r.result}" for r in unchecked]},
+                                     "unchecked": [f"layer {r.layer} tp={r.tp_size}: {r.result}" for r in unchecked],
+                                     "warnings": warnings},
                                     indent=2) + "\n")
     else:
         sys.stdout.write(_table(rows, f"{args.model_dir} ({moe.format.model_type}, {dtype})", args.contract))
@@ -650,6 +731,8 @@ def _print_report(args: argparse.Namespace, moe: Any, dtype: str, rows: list[Row
                   "fused row layout, routing, router_weight)")
         if unchecked_line:
             print(unchecked_line)
+        for line in warnings:
+            print(line)
     return 0 if ok else 1
 
 

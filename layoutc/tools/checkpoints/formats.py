@@ -26,6 +26,7 @@ are the fields of `CheckpointFormat`. This module imports only the standard libr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -352,14 +353,20 @@ def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None,
     if fmt.swiglu is not None:
         alpha, limit, _ = swiglu_values(cfg, fmt.swiglu, fmt.swiglu_defaults)
     norm = cfg.get("norm_topk_prob")
+    if norm is not None and not isinstance(norm, bool):  # bool("no") is True: only JSON true/false decide
+        raise FormatError("LR102", f"config.json: norm_topk_prob must be true or false, got {_show(norm)}")
+    top_k = _int(_get(cfg, fmt.top_k, "experts per token", mt), "top_k")
+    if top_k > experts:  # transformers' topk would fail after building the model
+        raise FormatError("LR102", f"config.json: {fmt.top_k[0]} is {top_k}, more experts per token than the "
+                          f"{experts} routed experts")
     return ModelMoE(
         format=fmt, num_experts=experts,
         hidden_size=_int(_get(cfg, fmt.hidden_size, "hidden size", mt), "hidden_size"),
         intermediate_size=_int(_get(cfg, fmt.intermediate_size, "expert intermediate size", mt),
                                "intermediate_size"),
-        top_k=_int(_get(cfg, fmt.top_k, "experts per token", mt), "top_k"),
+        top_k=top_k,
         activation=activation, moe_layers=_moe_layers(fmt, cfg, layers, tensor_names),
-        norm_topk_prob=fmt.renormalize if norm is None else bool(norm),
+        norm_topk_prob=fmt.renormalize if norm is None else norm,
         swiglu_alpha=alpha, swiglu_limit=limit, text_config=cfg,
     )
 
@@ -414,8 +421,10 @@ def load_format_file(path: str) -> CheckpointFormat:
     known = {f.name for f in fields(CheckpointFormat)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise FormatError("LR103", f"{path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        shown = ", ".join(_show(k) for k in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise FormatError("LR103", f"{path}: unknown keys {shown}; known: {', '.join(sorted(known))}")
     data.setdefault("source", f"user format {path}")
+    _check_values(path, data)
     for k in _TUPLES & set(data):
         if isinstance(data[k], list):
             data[k] = tuple(data[k])
@@ -435,10 +444,109 @@ def load_format_file(path: str) -> CheckpointFormat:
                           "a per-expert one gate and up")
     if fmt.experts_flattened and not fmt.fused:
         raise FormatError("LR103", f"{path}: experts_flattened applies to a fused format")
+    if fmt.routing not in ROUTINGS:
+        raise FormatError("LR103", f"{path}: routing must be one of {', '.join(ROUTINGS)}, got {_show(fmt.routing)}")
+    if fmt.fixed_activation is not None and fmt.fixed_activation not in VOCAB_ACTIVATIONS:
+        raise FormatError("LR103", f"{path}: fixed_activation {_show(fmt.fixed_activation)} is not a contract "
+                          f"activation; known: {', '.join(sorted(VOCAB_ACTIVATIONS))}")
     if isinstance(fmt.moe_layers, str) and fmt.moe_layers not in MOE_LAYER_RULES:
         raise FormatError("LR103", f"{path}: moe_layers {fmt.moe_layers!r} is none of {', '.join(MOE_LAYER_RULES)}, "
                           "nor a list of layer indices")
     return fmt
+
+
+#: the routings a format may declare (CheckpointFormat.routing; layoutc/tools/checkpoints/reference.py route)
+ROUTINGS = ("softmax_topk", "topk_softmax", "sigmoid_topk")
+#: the template fields of a format and the one placeholder each may hold (`names`, `router_names`)
+TEMPLATES = {"layer_prefix": "layer", "gate": "e", "up": "e", "down": "e", "gate_up": "e", "gate_up_bias": "e",
+             "down_bias": "e"}
+_STR = ("model_type", "source", "layer_prefix", "experts", "down", "gate_up_layout", "router", "routing",
+        "router_weight")
+_OPT_STR = ("gate", "up", "gate_up", "gate_up_bias", "down_bias", "router_bias", "fixed_activation", "shared_expert",
+            "experts_class")
+_BOOL = ("fused", "transposed", "down_transposed", "text_config", "experts_flattened", "renormalize")
+_KEYS = ("num_hidden_layers", "hidden_size", "num_experts", "intermediate_size", "top_k", "activation")
+_MAX_VALUE_CHARS = 4096  # a name or config key longer than this is no tensor name a checkpoint holds
+
+
+def _show(value: Any) -> str:
+    """`value` for a message, at most 80 characters of its repr."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_values(path: str, data: dict[str, Any]) -> None:
+    """The type of every key of a --format-file (JSON booleans for the flags: the string "false"
+    is not false; strings for names; a list of strings or a string for config keys; a rule name
+    or a list of layer indices for moe_layers; two strings / two numbers for swiglu /
+    swiglu_defaults, or null), and every name template: only `{layer}` in layer_prefix and
+    `{e}` in the expert names, with no format spec, conversion, index or attribute
+    (`str.format` would otherwise evaluate `{e.__class__...}` or pad to `{layer:>999999999}`).
+    Raises FormatError LR103 naming the key."""
+    def bad(key: str, want: str) -> FormatError:
+        return FormatError("LR103", f"{path}: {key} must be {want}, got {_show(data[key])}")
+
+    def short(key: str, value: str) -> None:
+        if len(value) > _MAX_VALUE_CHARS:
+            raise FormatError("LR103", f"{path}: {key} is {len(value)} characters long (at most {_MAX_VALUE_CHARS})")
+
+    for key in _STR:
+        if key in data:
+            if not isinstance(data[key], str):
+                raise bad(key, "a string")
+            short(key, data[key])
+    for key in _OPT_STR:
+        if key in data and data[key] is not None:
+            if not isinstance(data[key], str):
+                raise bad(key, "a string or null")
+            short(key, data[key])
+    for key in _BOOL:
+        if key in data and not isinstance(data[key], bool):
+            raise bad(key, "true or false (a JSON boolean)")
+    for key in _KEYS:
+        value = data.get(key)
+        if key in data and not (isinstance(value, str) or (isinstance(value, list) and value
+                                                           and all(isinstance(v, str) for v in value))):
+            raise bad(key, "a config key or a non-empty list of config keys (strings)")
+        for v in [value] if isinstance(value, str) else value if isinstance(value, list) else []:
+            short(key, v)
+    if "moe_layers" in data:
+        value = data["moe_layers"]
+        if not (isinstance(value, str) or (isinstance(value, list) and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value))):
+            raise bad("moe_layers", "a rule name or a list of layer indices")
+    if data.get("swiglu") is not None:
+        value = data["swiglu"]
+        if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
+            raise bad("swiglu", "null or two config keys [alpha, limit]")
+    if data.get("swiglu_defaults") is not None:
+        value = data["swiglu_defaults"]
+        if not (isinstance(value, list) and len(value) == 2 and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)):
+            raise bad("swiglu_defaults", "null or two finite numbers [alpha, limit]")
+    for key, placeholder in TEMPLATES.items():
+        if isinstance(data.get(key), str):
+            _check_template(path, key, data[key], placeholder)
+
+
+def _check_template(path: str, key: str, text: str, placeholder: str) -> None:
+    """FormatError LR103 unless every replacement field of `text` is exactly `{placeholder}`
+    (`{{` and `}}` are literal braces, as in str.format)."""
+    import string
+
+    try:
+        parts = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        raise FormatError("LR103", f"{path}: {key} {_show(text)} is not a name template ({exc}); write a "
+                          "literal brace as {{ or }}") from None
+    for _, name, spec, conversion in parts:
+        if name is None:
+            continue
+        if name != placeholder or spec or conversion is not None:
+            field = "{" + name + (f"!{conversion}" if conversion is not None else "") + (f":{spec}" if spec else "") \
+                + "}"
+            raise FormatError("LR103", f"{path}: {key} holds the field {_show(field)}; a name template may hold only "
+                              f"{{{placeholder}}}, with no format spec, conversion, index or attribute")
 
 
 def format_json(fmt: CheckpointFormat) -> dict[str, Any]:

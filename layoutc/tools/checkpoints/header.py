@@ -29,6 +29,10 @@ from layoutc.tools.checkpoints.errors import FormatError
 
 MAX_JSON_BYTES = 16 << 20  # config.json and index files are well under 1 MiB
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit on a header
+#: the most tensors one safetensors file's header may name (counted before it is parsed, so a
+#: header of a million tiny entries is refused before it costs gigabytes of Python objects; the
+#: largest public checkpoints hold under 100,000 tensors in all, a few thousand per shard)
+MAX_TENSORS = 200_000
 #: bits per element of each safetensors dtype (sub-byte float formats pack several per byte)
 DTYPE_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E4M3": 8, "F8_E5M2": 8, "F8_E8M0": 8, "I16": 16, "U16": 16,
               "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64, "F64": 64,
@@ -37,7 +41,7 @@ DTYPE_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E4M3": 8, "F8_E5M2": 8, "F8_E8M0"
 FLOAT_NAMES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TensorInfo:
     """One tensor's header entry: safetensors dtype ("BF16", ...), shape, the file holding it,
     and `start` / `end`, the byte offsets of its data from the start of that file (8 + header
@@ -49,6 +53,13 @@ class TensorInfo:
     file: str
     start: int
     end: int
+
+
+def _name(name: str) -> str:
+    """A tensor name for a message: its repr, cut to 120 characters (a key of 10,000 segments is
+    not echoed whole)."""
+    text = repr(name)
+    return text if len(text) <= 120 else f"{text[:100]}... ({len(name)} characters)"
 
 
 def read_json_object(path: str, code: str, what: str) -> dict[str, Any]:
@@ -130,8 +141,12 @@ def read_header(path: str, file: str) -> dict[str, TensorInfo]:
 
     raw, data_size = _raw_header(path)
     data_start = 8 + len(raw)
+    entries = raw.count(b"data_offsets")  # at least one per tensor: an upper bound on the tensors
+    if entries > MAX_TENSORS:
+        raise FormatError("LR115", f"{path}: safetensors header names {entries} tensors or more (at most "
+                          f"{MAX_TENSORS} per file)")
     try:
-        header = json.loads(raw.decode("utf-8"))
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_compact)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FormatError("LR115", f"{path}: corrupt safetensors header (not JSON: "
                           f"{type(exc).__name__})") from None
@@ -139,11 +154,40 @@ def read_header(path: str, file: str) -> dict[str, TensorInfo]:
         raise FormatError("LR115", f"{path}: corrupt safetensors header (not a JSON object)")
     out: dict[str, TensorInfo] = {}
     for name, entry in header.items():
-        if name == "__metadata__":
+        if name == "__metadata__":  # safetensors: a map of strings to strings (HashMap<String, String>)
+            values = (entry.dtype, entry.shape, entry.data_offsets) if isinstance(entry, _Entry) \
+                else entry.values() if isinstance(entry, dict) else (None,)
+            if not all(isinstance(v, str) for v in values):
+                raise FormatError("LR115", f"{path}: corrupt safetensors header: __metadata__ must map strings "
+                                  "to strings (safetensors refuses any other value)")
             continue
         out[name] = _entry(path, file, name, entry, data_size, data_start)
     _check_coverage(path, out, data_size, data_start)
     return out
+
+
+def _compact(pairs: list[tuple[str, Any]]) -> Any:
+    """A JSON object as json.loads builds it, but a tensor entry (`dtype`, `shape`,
+    `data_offsets`) as a `_Entry` (about a third of a dict's memory: the header's objects stay
+    a small multiple of its bytes)."""
+    if len(pairs) == 3:
+        entry = dict(pairs)
+        if set(entry) == _ENTRY_KEYS:
+            return _Entry(entry["dtype"], entry["shape"], entry["data_offsets"])
+    return dict(pairs)
+
+
+_ENTRY_KEYS = {"dtype", "shape", "data_offsets"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    dtype: Any
+    shape: Any
+    data_offsets: Any
+
+    def get(self, key: str) -> Any:
+        return getattr(self, key)
 
 
 def _check_coverage(path: str, tensors: dict[str, TensorInfo], data_size: int, data_start: int) -> None:
@@ -157,7 +201,7 @@ def _check_coverage(path: str, tensors: dict[str, TensorInfo], data_size: int, d
     for name, info in sorted(tensors.items(), key=lambda kv: (kv[1].start, kv[1].end)):
         if info.start - data_start != end:
             what = "overlaps the tensor before it" if info.start - data_start < end else "leaves a gap before it"
-            raise FormatError("LR115", f"{path}: corrupt safetensors header: tensor {name!r} starts at byte "
+            raise FormatError("LR115", f"{path}: corrupt safetensors header: tensor {_name(name)} starts at byte "
                               f"{info.start - data_start} of the data, which {what} (ends at byte {end})")
         end = info.end - data_start
     if end != data_size:
@@ -166,8 +210,8 @@ def _check_coverage(path: str, tensors: dict[str, TensorInfo], data_size: int, d
 
 
 def _entry(path: str, file: str, name: str, entry: Any, data_size: int, data_start: int) -> TensorInfo:
-    bad = f"{path}: corrupt safetensors header: tensor {name!r}"
-    if not isinstance(entry, dict):
+    bad = f"{path}: corrupt safetensors header: tensor {_name(name)}"
+    if not isinstance(entry, (dict, _Entry)):
         raise FormatError("LR115", f"{bad} is not an object")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
     if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
@@ -187,6 +231,6 @@ def _entry(path: str, file: str, name: str, entry: Any, data_size: int, data_sta
         raise FormatError("LR115", f"{bad}: {dtype} {shape} is {nbytes} bytes but its offsets span "
                           f"{offsets[1] - offsets[0]}")
     if offsets[1] > data_size:
-        raise FormatError("LR115", f"{path}: truncated safetensors file: tensor {name!r} ends at byte "
+        raise FormatError("LR115", f"{path}: truncated safetensors file: tensor {_name(name)} ends at byte "
                           f"{offsets[1]} of the data, which has {data_size}")
     return TensorInfo(dtype, tuple(shape), file, data_start + offsets[0], data_start + offsets[1])

@@ -89,7 +89,10 @@ def run_dtype(ckpt: Any, dtypes: dict[str, str], requested: str | None) -> tuple
     """The dtype a run computes in, and a warning to print (or None).
 
     dtypes: the expert tensors' safetensors dtypes (`check_experts`). requested: `--dtype`.
-    One stored dtype: it (or `requested`). Mixed dtypes: `requested` with a warning, else
+    One stored dtype: it (or `requested`), with a warning when config.json's `dtype` /
+    `torch_dtype` names another float dtype (the tensors decide what is computed; a config
+    that disagrees is reported, not refused: transformers itself casts to the config's dtype
+    only under dtype="auto"). Mixed dtypes: `requested` with a warning, else
     FormatError LR113 naming one tensor of each dtype and config.json's dtype. A dtype that
     is not a float dtype a run computes in: LR102 unless `requested`.
     """
@@ -110,6 +113,11 @@ def run_dtype(ckpt: Any, dtypes: dict[str, str], requested: str | None) -> tuple
     if stored not in FLOAT_NAMES or FLOAT_NAMES[stored] == "float64":
         raise FormatError("LR102", f"{ckpt.folder}: the expert tensors are stored as {stored}, not bfloat16, "
                           "float16 or float32; pass --dtype")
+    declared = (config_dtype(ckpt.config) or "").removeprefix("torch.")
+    if declared in FLOAT_NAMES.values() and declared != FLOAT_NAMES[stored]:
+        return FLOAT_NAMES[stored], (f"warning: config.json's dtype is {declared}, but the expert tensors are "
+                                     f"stored as {stored}: running in {FLOAT_NAMES[stored]}, the stored dtype "
+                                     f"(pass --dtype {declared} to run as the config says)")
     return FLOAT_NAMES[stored], None
 
 

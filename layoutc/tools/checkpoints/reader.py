@@ -5,23 +5,25 @@ memory-mapped slice object of one tensor (nothing is read until it is indexed);
 `tensor(name)` materialises a small tensor (routers, norms). Needs `safetensors` and torch
 (framework "pt").
 
-A slice is a `MappedSlice` where it can be: a zero-copy, read-only torch view of the file's
-bytes (`mmap.ACCESS_READ`, so a write through it faults instead of corrupting later reads),
-at the offset the checked header gives. Indexing it returns a view, so a loader's `copy_`
-moves each byte once, from the page cache into the padded parameter; safetensors'
-`get_slice` materialises every read into a fresh tensor first (a second copy, and about
-12 us per read: bench/quant_load_bench.py). A tensor whose dtype torch cannot view
-(F4, F6), whose offset is not a multiple of its element size, or on a big-endian host falls
-back to safetensors' own `get_slice` (so does a zero-size tensor naming a dim past int64).
+A slice is a `MappedSlice` where it can be: the tensor at the offset the checked header gives,
+read with `os.preadv` from a descriptor the checkpoint opened once. Indexing it reads only the
+bytes the region spans (one `preadv` into a fresh buffer, returned as a strided view of it;
+a region whose span is much wider than its elements, a narrow column block of wide rows, is
+read in slabs along its first axis, so a read's buffer stays within a small multiple of the
+region). Nothing is memory-mapped: a file truncated, or replaced by a shorter one in place,
+while it is read gives a short read, which is FormatError LR115 naming the file and tensor,
+never SIGBUS (a memory map faults on a page past the file's new end: issue 40). A tensor
+whose dtype torch cannot view (F4, F6), or on a big-endian host, falls back to safetensors'
+own `get_slice` (so does a zero-size tensor naming a dim past int64): those reads go through
+safetensors' own memory map.
 """
 
 from __future__ import annotations
 
+import ctypes
 import difflib
-import mmap
 import os
 import sys
-import warnings
 from contextlib import ExitStack
 from typing import Any, Self
 
@@ -53,8 +55,7 @@ class Checkpoint:
         self.tensors = self._headers()
         self._stack = ExitStack()
         self._open: dict[str, Any] = {}
-        self._mmaps: dict[str, mmap.mmap] = {}  # file -> its read-only map (whose size() is the file's size now)
-        self._typed_maps: dict[tuple[str, Any], Any] = {}  # (file, dtype) -> the mapped bytes viewed as dtype
+        self._fds: dict[str, int] = {}  # file -> a read-only descriptor (preadv), opened once
 
     def _weight_map(self) -> dict[str, str]:
         index = os.path.join(self.folder, INDEX)
@@ -64,12 +65,21 @@ class Checkpoint:
             if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
                 raise FormatError("LR111", f"{index}: bad index: weight_map is not an object of file names")
             for fname in set(wm.values()):
-                if os.path.basename(fname) != fname or not os.path.isfile(os.path.join(self.folder, fname)):
-                    raise FormatError("LR111", f"{index}: names shard {fname!r}, which is not in the folder")
+                what = _what_is(os.path.join(self.folder, fname)) if os.path.basename(fname) == fname else None
+                if what is not None:
+                    shown = _shown(fname)
+                    raise FormatError("LR111", f"{index}: names shard {shown}, which is not in the folder"
+                                      if what == "missing" else f"{index}: names shard {shown}, which is {what}, "
+                                      "not a safetensors file")
+                if os.path.basename(fname) != fname:
+                    raise FormatError("LR111", f"{index}: names shard {_shown(fname)}, which is not in the folder")
             return {str(k): v for k, v in wm.items()}
         single = os.path.join(self.folder, SINGLE)
-        if not os.path.isfile(single):
+        what = _what_is(single)
+        if what == "missing":
             raise FormatError("LR111", f"{self.folder}: no {SINGLE} and no {INDEX}")
+        if what is not None:
+            raise FormatError("LR111", f"{single}: is {what}, not a safetensors file")
         self._single = read_header(single, SINGLE)  # kept: _headers reads each file's header once
         return {k: SINGLE for k in self._single}
 
@@ -78,12 +88,17 @@ class Checkpoint:
         FormatError LR115 for a corrupt file, LR111 for an index naming a tensor its shard lacks."""
         out: dict[str, TensorInfo] = {}
         for fname in sorted(set(self.weight_map.values())):
-            out.update(self._single if self._single is not None
-                       else read_header(os.path.join(self.folder, fname), fname))
+            found = self._single if self._single is not None else read_header(os.path.join(self.folder, fname), fname)
+            for name, info in found.items():
+                if name in out:  # safetensors' loaders take whichever shard comes last: refuse instead
+                    raise FormatError("LR111", f"{self.folder}: tensor {_shown(name)} is in two shards, "
+                                      f"{out[name].file} and {fname}; a checkpoint holds each tensor once")
+                out[name] = info
         for name, fname in self.weight_map.items():
             if out.get(name) is None or out[name].file != fname:
-                raise FormatError("LR111", f"{os.path.join(self.folder, INDEX)}: names tensor {name!r} in "
-                                  f"{fname}, whose header does not hold it")
+                held = f" (it is in {out[name].file})" if out.get(name) is not None else ""
+                raise FormatError("LR111", f"{os.path.join(self.folder, INDEX)}: names tensor {_shown(name)} in "
+                                  f"{_shown(fname)}, whose header does not hold it{held}")
         return {k: v for k, v in out.items() if k in self.weight_map}
 
     def __enter__(self) -> Self:
@@ -96,8 +111,10 @@ class Checkpoint:
         """Close every safetensors file this checkpoint opened."""
         self._stack.close()
         self._open.clear()
-        self._mmaps.clear()  # each map is unmapped when the last view of it is dropped
-        self._typed_maps.clear()
+        fds = list(self._fds.values())
+        self._fds.clear()  # the same dict the slices hold: a slice read after close() is refused
+        for fd in fds:
+            os.close(fd)
 
     def has(self, name: str) -> bool:
         """Whether the checkpoint's weight map names tensor `name`."""
@@ -106,12 +123,13 @@ class Checkpoint:
     def _check(self, name: str) -> None:
         """FormatError LR112 (closest names listed) when the checkpoint has no tensor `name`."""
         if name not in self.weight_map:
-            close = difflib.get_close_matches(name, list(self.weight_map), n=3, cutoff=0.6)
-            hint = f"; closest: {', '.join(close)}" if close else ""
+            close = difflib.get_close_matches(name, list(self.weight_map), n=3, cutoff=0.6) \
+                if len(name) <= 1000 and len(self.weight_map) <= 100_000 else []
+            hint = f"; closest: {', '.join(map(_shown, close))}" if close else ""
             if name + "_blocks" in self.weight_map:
                 hint = (f"; it is stored quantized ({name}_blocks / _scales, e.g. MXFP4): dequantize the "
                         "checkpoint to bf16 first (quantized formats are not declared yet)")
-            raise FormatError("LR112", f"{self.folder}: no tensor {name!r} (the declared format names it){hint}")
+            raise FormatError("LR112", f"{self.folder}: no tensor {_shown(name)} (the declared format names it){hint}")
 
     def _handle(self, name: str) -> Any:
         self._check(name)
@@ -126,61 +144,37 @@ class Checkpoint:
         return self._open[fname]
 
     def slice(self, name: str) -> Any:
-        """The memory-mapped slice object of `name` (index it to read a region): a `MappedSlice`
-        (zero-copy views) where torch can view the bytes, else safetensors' `get_slice`.
+        """The slice object of `name` (index it to read a region): a `MappedSlice` (`preadv`
+        reads of only that region) where torch has the dtype, else safetensors' `get_slice`.
         Raises FormatError LR112 (no such tensor), LR111 (the file cannot be opened), LR115 (the
-        file is now shorter than its header says: checked against the file's size at each call,
-        so a file truncated between calls is named; one truncated while a view is being read
-        still faults, as safetensors' own map does)."""
+        file is now shorter than its header says: checked against the file's size here, and
+        every read that comes back short, a file truncated while it is read, raises it too)."""
         self._check(name)
         info = self.tensors[name]
         from layoutc.runtime.loading import SAFETENSORS_DTYPES  # torch: not at import (audit reads headers)
 
         dtype = SAFETENSORS_DTYPES.get(info.dtype)
-        if dtype is None or sys.byteorder != "little" or any(n > _MAX_DIM for n in info.shape) \
-                or info.start % dtype.itemsize:
-            # no torch view: a dtype torch lacks, a big-endian host, a zero-size tensor's dim past
-            # int64, or data not aligned to its element size
+        if dtype is None or sys.byteorder != "little" or any(n > _MAX_DIM for n in info.shape):
+            # no torch dtype: a dtype torch lacks, a big-endian host, a zero-size tensor's dim past int64
             return self._handle(name).get_slice(name)
-        base = self._typed(info.file, dtype)
-        size = dtype.itemsize
-        count, strides = 1, []
-        for n in reversed(info.shape):
-            strides.append(count)
-            count *= n
-        if not count:  # any strides view an empty tensor; its contiguous ones can pass int64 ([0, 2**40, 2**40])
-            strides = [1] * len(strides)
-        # the file as it is now (one fstat of the map's own descriptor): a file truncated after it
-        # was mapped would fault (SIGBUS) on the first read past its new end, not raise
-        now = min(base.numel() * size, self._mmaps[info.file].size())
-        if info.start + count * size > now:
-            raise FormatError("LR115", f"{os.path.join(self.folder, info.file)}: truncated safetensors file: "
-                              f"tensor {name!r} ends at byte {info.start + count * size} of {now}")
-        return MappedSlice(base.as_strided(info.shape, strides[::-1], info.start // size), info.dtype)
+        fd = self._fd(info.file)
+        path = os.path.join(self.folder, info.file)
+        now = os.fstat(fd).st_size  # a file truncated since its header was read is named here
+        if info.end > now:
+            raise FormatError("LR115", f"{path}: truncated safetensors file: tensor {_shown(name)} ends at byte "
+                              f"{info.end} of {now}")
+        return MappedSlice(fd, path, name, info.start, info.shape, dtype, info.dtype, self._fds)
 
-    def _typed(self, fname: str, dtype: Any) -> Any:
-        """File `fname`'s whole bytes viewed as `dtype` (its trailing partial element dropped), one
-        view per (file, dtype): a tensor is then one `as_strided` of it."""
-        key = (fname, dtype)
-        if key not in self._typed_maps:
-            import torch
-
-            mapped = self._map(fname)
-            with warnings.catch_warnings():  # torch warns that the buffer is not writable: by design
-                warnings.simplefilter("ignore", UserWarning)
-                self._typed_maps[key] = torch.frombuffer(mapped, dtype=dtype, count=len(mapped) // dtype.itemsize)
-        return self._typed_maps[key]
-
-    def _map(self, fname: str) -> mmap.mmap:
-        """File `fname` mapped read-only (once)."""
-        if fname not in self._mmaps:
+    def _fd(self, fname: str) -> int:
+        """A read-only descriptor of file `fname` (opened once; a regular file: its header was read)."""
+        if fname not in self._fds:
             path = os.path.join(self.folder, fname)
             try:
-                with open(path, "rb") as f:
-                    self._mmaps[fname] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            except (OSError, ValueError) as exc:
-                raise FormatError("LR111", f"{fname}: cannot map: {exc}") from None
-        return self._mmaps[fname]
+                self._fds[fname] = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+                                           | getattr(os, "O_NONBLOCK", 0))
+            except OSError as exc:
+                raise FormatError("LR111", f"{fname}: cannot open: {exc.strerror or exc}") from None
+        return self._fds[fname]
 
     def experts_slice(self, name: str, experts: int, flattened: bool) -> Any:
         """A fused tensor's slice with a leading experts axis: as stored, or, for a tensor that
@@ -196,8 +190,11 @@ class Checkpoint:
         return _Unflattened(src, experts, shape[0] // experts, shape[1])
 
     def tensor(self, name: str) -> Any:
-        """`name` as a torch tensor (for small tensors: routers, biases)."""
-        return self._handle(name).get_tensor(name)
+        """`name` as a torch tensor (for small tensors: routers, biases): read with `preadv`
+        (FormatError LR115 when the file is shorter than its header says), or safetensors'
+        `get_tensor` for a dtype torch lacks."""
+        src = self.slice(name)
+        return src[...] if isinstance(src, MappedSlice) else self._handle(name).get_tensor(name)
 
     def shape(self, name: str) -> tuple[int, ...]:
         """`name`'s stored shape (read from the header; nothing is loaded)."""
@@ -210,26 +207,145 @@ class Checkpoint:
         return self.tensors[name].dtype
 
 
+def _what_is(path: str) -> str | None:
+    """None for a regular file (a symlink to one too); else what `path` is, in words ("missing",
+    "a FIFO", "a directory", "a symlink loop", ...). Nothing is opened."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a dangling symlink" if os.path.islink(path) else "missing"
+    except OSError as exc:
+        import errno
+
+        return "a symlink loop" if exc.errno == errno.ELOOP else f"unreadable ({exc.strerror or exc})"
+    for test, kind in ((stat.S_ISREG, None), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
 #: the largest dim a torch tensor has (int64 sizes); only a zero-size tensor can name a larger one
 _MAX_DIM = (1 << 63) - 1
-class MappedSlice:
-    """One checkpoint tensor as a read-only view of its memory-mapped file, with safetensors'
-    slice interface: `get_shape()` (list of ints), `get_dtype()` (the safetensors name, "BF16",
-    "I32", ...) and `[index]`, which returns a torch view of that region (nothing is copied;
-    the pages are read when the view is copied from). Writing to a view faults (the map is
-    read-only): copy it first (`.clone()`) to modify it."""
+#: a read whose span (first to last element) exceeds both this many bytes and SPAN_FACTOR times
+#: its own bytes is split into slabs along its first axis (a narrow column block of wide rows)
+SPAN_BYTES = 64 << 20
+SPAN_FACTOR = 4
+_IOV_BYTES = 1 << 30  # one preadv reads at most this much (Linux returns at most 2 GiB - 4 KiB)
 
-    def __init__(self, view: Any, dtype: str) -> None:
-        self.view, self.dtype = view, dtype
+
+def _is_contiguous(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether a region of `sizes` / `strides` is one run of row-major elements (dims of one
+    element may have any stride)."""
+    step = 1
+    for n, s in zip(reversed(sizes), reversed(strides), strict=True):
+        if n != 1 and s != step:
+            return False
+        step *= n
+    return True
+
+
+def _shown(name: str) -> str:
+    """A tensor name for a message: its repr, cut to 120 characters (a key of 10,000 segments
+    is not echoed whole)."""
+    text = repr(name)
+    return text if len(text) <= 120 else f"{text[:100]}... ({len(name)} characters)"
+
+
+class MappedSlice:
+    """One checkpoint tensor of a safetensors file, with safetensors' slice interface:
+    `get_shape()` (list of ints), `get_dtype()` (the safetensors name, "BF16", "I32", ...) and
+    `[index]` (ints, slices with a positive step, `...`), which reads that region with `os.preadv`
+    into a fresh buffer and returns a torch tensor of the region (a strided view of its own
+    buffer: writing to it changes nothing on disk). A read that comes back short (the file was
+    truncated while it is read) raises FormatError LR115 naming the file and tensor: no read
+    can fault (there is no memory map)."""
+
+    def __init__(self, fd: int, path: str, name: str, start: int, shape: tuple[int, ...], dtype: Any,
+                 st_dtype: str, open_fds: dict[str, int] | None = None) -> None:
+        self.fd, self.path, self.name, self.start = fd, path, name, start
+        self.shape, self.torch_dtype, self.dtype = tuple(shape), dtype, st_dtype
+        self._open_fds = open_fds  # the checkpoint's descriptors: emptied by close()
 
     def get_shape(self) -> list[int]:
-        return list(self.view.shape)
+        return list(self.shape)
 
     def get_dtype(self) -> str:
         return self.dtype
 
     def __getitem__(self, index: Any) -> Any:
-        return self.view[index]
+        import torch
+
+        parts = index if isinstance(index, tuple) else (index,)
+        if not all(p is Ellipsis or isinstance(p, slice) or (isinstance(p, int) and not isinstance(p, bool))
+                   for p in parts):
+            raise TypeError(f"a checkpoint slice is indexed with ints, slices and ..., not {index!r}")
+        if any(n == 0 for n in self.shape):  # no bytes; its dims may pass int64 strides ([0, 2**40, 2**40])
+            template = torch.empty(0, dtype=self.torch_dtype).as_strided(self.shape, [1] * len(self.shape))
+            return template[index]
+        region = torch.empty(self.shape, dtype=self.torch_dtype, device="meta")[index]  # shape and strides only
+        sizes, strides, offset = tuple(region.shape), region.stride(), int(region.storage_offset())
+        return self._read(torch, sizes, strides, offset)
+
+    def _read(self, torch: Any, sizes: tuple[int, ...], strides: tuple[int, ...], offset: int,
+              out: Any = None) -> Any:
+        """The region `sizes` / `strides` at element `offset` of the tensor, read from the file:
+        into `out` (a contiguous tensor of `sizes`) when given, else into a buffer of its own. A
+        contiguous region is read straight into its destination; one whose slabs along its first
+        axis of more than one element are contiguous (a block of rows of each expert) slab by
+        slab, straight into place; one whose span is over SPAN_BYTES and SPAN_FACTOR times its
+        elements slab by slab too; any other in one read of its span into a staging buffer."""
+        count = 1
+        for n in sizes:
+            count *= n
+        if not count:
+            return torch.empty(0, dtype=self.torch_dtype).as_strided(sizes, [1] * len(sizes))
+        span = 1 + sum((n - 1) * s for n, s in zip(sizes, strides, strict=True))
+        item = self.torch_dtype.itemsize
+        if _is_contiguous(sizes, strides):  # one run of the file, in order: read straight into the destination
+            dst = torch.empty(sizes, dtype=self.torch_dtype) if out is None else out
+            self._pread(dst, self.start + offset * item, span * item)
+            return dst
+        axis = next(i for i, n in enumerate(sizes) if n > 1)  # span > count: some axis has n > 1
+        rest, rest_strides = sizes[:axis] + sizes[axis + 1:], strides[:axis] + strides[axis + 1:]
+        if _is_contiguous(rest, rest_strides) or (span > SPAN_FACTOR * count and span * item > SPAN_BYTES):
+            # each slab one run of the file (a block of rows of every expert: read straight into
+            # place), or the span too wide for one staging buffer
+            dst = torch.empty(sizes, dtype=self.torch_dtype) if out is None else out
+            for k in range(sizes[axis]):  # each slab's span is at most the whole span / sizes[axis]
+                self._read(torch, rest, rest_strides, offset + k * strides[axis], dst.select(axis, k))
+            return dst
+        buf = torch.empty(span, dtype=self.torch_dtype)
+        self._pread(buf, self.start + offset * item, span * item)
+        view = buf.as_strided(sizes, strides, 0)
+        if out is None:
+            return view
+        out.copy_(view)
+        return out
+
+    def _pread(self, buf: Any, pos: int, nbytes: int) -> None:
+        """Fill `buf` (contiguous, `nbytes` long) from file byte `pos`; FormatError LR115 on a short read,
+        ValueError once the checkpoint is closed (its descriptor number may name another file by then)."""
+        if self._open_fds is not None and self.fd not in self._open_fds.values():
+            raise ValueError(f"{self.path}: the checkpoint was closed; read tensor {_shown(self.name)} before "
+                             "closing it")
+        address, done = buf.data_ptr(), 0
+        while done < nbytes:
+            want = min(nbytes - done, _IOV_BYTES)
+            view = memoryview((ctypes.c_char * want).from_address(address + done)).cast("B")
+            try:
+                got = os.preadv(self.fd, [view], pos + done)
+            except OSError as exc:
+                raise FormatError("LR115", f"{self.path}: cannot read tensor {_shown(self.name)}: "
+                                  f"{exc.strerror or exc}") from None
+            if got <= 0:
+                raise FormatError("LR115", f"{self.path}: truncated safetensors file: tensor {_shown(self.name)} "
+                                  f"ends at byte {pos + nbytes}, but the file ended at byte {pos + done} while "
+                                  "it was read")
+            done += got
 
 
 class _Unflattened:
