@@ -29,6 +29,14 @@ BASE = {
     "i4": "torch_int4pack_moe",
     "i8": "torch_int8pack_moe",
 }
+# Baselines whose kernel does not run here (no glue binds them): their mutants are proved or
+# refused by check/verify, and a proved one must be caught by the conformance lane, which holds
+# the contract's trusted view to the engine's own code (tests/conformance/trusted_views.py).
+GPU_BASE = {
+    "fi4": "flashinfer_nvfp4_moe",
+    "fmx": "flashinfer_trtllm_mxfp4_moe",
+    "cmx": "vllm_cpu_mxfp4_gpt_oss_moe",
+}
 
 # Frequently edited lines of the baselines.
 TP_DOMAIN = "param tp_size: int in {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128}"
@@ -582,6 +590,23 @@ RT_MUTANTS: list[Mutant] = [
 ]
 MUTANTS += RT_MUTANTS
 
+# Red team of issue 39, item 4: a trusted view changed together with w13's layout (both proved alike).
+TRUSTED_VIEW_MUTANTS = [
+    m("fi4_rt_gateup_both", "fi4", "trusted-view",
+      "w13 and its view [gate | up] (FlashInfer reads [up | gate] after vLLM's reorder_w1w3_to_w3w1)",
+      ("axis n = halves(up | gate, ", "axis n = halves(gate | up, "),
+      ("view w13_weight.n halves(up | gate)", "view w13_weight.n halves(gate | up)")),
+    m("fmx_rt_halves_both", "fmx", "trusted-view",
+      "w13 and its view halves(up | gate) (the TRT-LLM kernel reads interleaved pairs)",
+      ("axis n = interleave(up | gate, ", "axis n = halves(up | gate, "),
+      ("view w13_weight.n interleave(up | gate)", "view w13_weight.n halves(up | gate)")),
+    m("cmx_rt_halves_both", "cmx", "trusted-view",
+      "w13 and its view halves(gate | up) (gpt-oss rows are interleaved pairs, handed over as loaded)",
+      ("axis n = interleave(gate | up, ", "axis n = halves(gate | up, "),
+      ("view w13_weight.n interleave(gate | up)", "view w13_weight.n halves(gate | up)")),
+]
+MUTANTS += TRUSTED_VIEW_MUTANTS
+
 
 def without_ep(text: str) -> str:
     """`text` with its EP declaration removed: the `# Expert parallelism` comment block, the
@@ -595,7 +620,8 @@ def without_ep(text: str) -> str:
 
 
 def render(mut: Mutant) -> str:
-    base = without_ep((ROOT / "contracts" / f"{BASE[mut.base]}.moe").read_text(encoding="utf-8"))
+    bases = {**BASE, **GPU_BASE}
+    base = without_ep((ROOT / "contracts" / f"{bases[mut.base]}.moe").read_text(encoding="utf-8"))
     text = base
     for old, new, count in mut.subs:
         if count == 0:
@@ -608,8 +634,8 @@ def render(mut: Mutant) -> str:
             assert text.count(old) == count, (mut.name, old, text.count(old))
             text = text.replace(old, new)
     assert text != base, mut.name
-    text = text.replace(f"contract {BASE[mut.base]}\n", f"contract {mut.name}\n", 1)
-    header = (f"# mutant {mut.name} of contracts/{BASE[mut.base]}.moe (written by tests/regen_mutants.py)\n"
+    text = text.replace(f"contract {bases[mut.base]}\n", f"contract {mut.name}\n", 1)
+    header = (f"# mutant {mut.name} of contracts/{bases[mut.base]}.moe (written by tests/regen_mutants.py)\n"
               f"# fault class: {mut.fault}\n# edit: {mut.edit}\n")
     return header + text
 

@@ -1,0 +1,127 @@
+"""Every trusted view (a contract view no runnable glue binds) against the engine's own code.
+
+tests/conformance/trusted_views.py holds the machinery and the table (`HOLDERS`): each
+engine function that fixes the w13 row order (vLLM 0.32's loader, `reorder_w1w3_to_w3w1`,
+the `convert_*_mxfp4_moe_kernel_format` branches, the unquantized AITER conversion) runs on
+tagged CPU tensors, and every row it hands the kernel must be the (role, index) that the
+contract's declared view reads there, padded and unpadded. docs/verification.md, "Trusted
+views", lists the views and their holders.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conformance import trusted_views as tv
+from tests.regen_mutants import GPU_BASE, MUTANTS
+
+pytestmark = pytest.mark.conformance
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTRACTS = ROOT / "contracts"
+MUTANT_DIR = ROOT / "tests" / "cases" / "mutants"
+
+# Held contracts whose w13 rows are never padded at tp 1 (the contract pads nothing there):
+# the padded half of "padded and unpadded" is vacuous for them.
+NEVER_PADDED = {"vllm_cpu_mxfp4_gpt_oss_moe": "shard_size == round_up(I_pp, 32) == the padded size",
+                "vllm_cpu_mxfp4_moe": "I_pp must be whole 32-value blocks, and the padded size is round_up(I_pp, 32)",
+                "vllm_cpu_int8_moe": "vLLM pads nothing for int8 (intermediate_size_per_partition_padded = I_pp)",
+                "vllm_cpu_w4a8_int4_moe": "vLLM pads nothing for W4A8 int4"}
+
+
+def _glueless() -> set[str]:
+    from layoutc.compiler.source import load
+
+    out = set()
+    for path in sorted(CONTRACTS.glob("*.moe")):
+        contract, _, _ = load(str(path))
+        assert contract is not None, path
+        if contract.glue is None:
+            out.add(contract.name)
+    return out
+
+
+def test_every_trusted_view_is_held_or_listed() -> None:
+    """Every contract that binds no glue is held by an engine function here, runs here through
+    layoutc's own glue (RUN_HERE), or is listed as unheld with its reason, in the table and in
+    docs/verification.md; each held contract is checked padded and unpadded."""
+    held = set(tv.held_contracts())
+    glueless = _glueless()
+    assert glueless == held | set(tv.RUN_HERE) | set(tv.UNHELD), sorted(glueless ^ (held | set(tv.RUN_HERE)
+                                                                                  | set(tv.UNHELD)))
+    assert not (held & set(tv.UNHELD)) and not (held & set(tv.RUN_HERE))
+    docs = (ROOT / "docs" / "verification.md").read_text(encoding="utf-8")
+    section = docs[docs.index("## Trusted views"):]
+    for name in (*tv.UNHELD, *held):
+        assert f"`{name}`" in section, f"docs/verification.md, Trusted views, does not name {name}"
+    for holder in tv.HOLDERS:
+        assert holder.source.startswith(tv.VLLM) and holder.function and holder.function.split()[0] in section, \
+            holder.name
+    unpadded_only = set()
+    for contract, holders in tv.held_contracts().items():
+        sizes = [tv.declared_rows(CONTRACTS / f"{contract}.moe", c) for h in holders for c in h.contracts[contract]]
+        assert any(d.logical == d.padded for d in sizes), f"{contract}: no unpadded configuration"
+        if not any(d.logical < d.padded for d in sizes):
+            unpadded_only.add(contract)
+    assert unpadded_only == set(NEVER_PADDED), unpadded_only
+
+
+def _cases() -> list[Any]:
+    out = []
+    for holder in tv.HOLDERS:
+        for contract, configs in holder.contracts.items():
+            for config in configs:
+                cid = f"{holder.name}-{contract}-I{config['intermediate_size']}-{config['activation']}"
+                if config.get("activation_passed") == 0:
+                    cid += "-no_activation"
+                out.append(pytest.param(holder, contract, config, id=cid))
+    return out
+
+
+@pytest.mark.parametrize("holder, contract, config", _cases())
+def test_trusted_view_is_the_engines(holder: tv.Holder, contract: str, config: dict[str, Any]) -> None:
+    """The shipped contract's view of w13.n (and every w13 tensor's n layout) puts each
+    (role, index) where the engine function puts it, pads where it puts nothing."""
+    found = tv.check(CONTRACTS / f"{contract}.moe", holder, config)
+    reason = dict(holder.disagrees).get(contract)
+    if reason is not None:  # pinned: the day it agrees, unpin it (and its docs)
+        assert found, f"{contract} now agrees with {holder.name}: unpin '{reason}'"
+        return
+    assert not found, f"{contract} against {holder.function} ({holder.source}): " + "; ".join(found[:6])
+
+
+def _gpu_mutants() -> list[Any]:
+    return [pytest.param(m.name, GPU_BASE[m.base], id=m.name) for m in MUTANTS if m.base in GPU_BASE]
+
+
+@pytest.mark.parametrize("name, base", _gpu_mutants())
+def test_trusted_view_mutants_are_caught(name: str, base: str) -> None:
+    """The red team's mutants (issue 39 item 4): w13 and its view changed together, which the
+    verifier proves alike, disagree with every engine function that holds the base contract,
+    in every configuration (tests/test_mutants.py pins them "conformance")."""
+    holders = tv.held_contracts()[base]
+    for holder in holders:
+        for config in holder.contracts[base]:
+            found = tv.check(MUTANT_DIR / f"{name}.moe", holder, config)
+            assert found, f"{name} passes {holder.name} at {config}"
+            assert any("the view reads" in m for m in found), found
+
+
+def test_the_tags_survive_the_engine_and_a_swap_is_seen() -> None:
+    """The machinery itself: a tagged [gate | up] is read back as it was written, and the same
+    rows with the roles swapped disagree with a [gate | up] view at every row."""
+    import torch
+
+    I = 3  # noqa: E741
+    tags = [tv.tag_of("gate", i, I) for i in range(I)] + [0] + [tv.tag_of("up", i, I) for i in range(I)] + [0]
+    rows = tv.decode_rows(tv.encode_rows(tags, 2, 4), 1, I)
+    want = [("gate", 0), ("gate", 1), ("gate", 2), None, ("up", 0), ("up", 1), ("up", 2), None]
+    assert rows == [want, want]
+    assert tv.decode_rows(torch.tensor([tags], dtype=torch.float32), 1, I) == [want]
+    declared = tv.Declared("t", tuple(want), {}, I, 4)
+    assert tv.compare(declared, tv.EngineRows({"weight": rows})) == []
+    swapped = [r if r is None else ("up" if r[0] == "gate" else "gate", r[1]) for r in want]
+    assert len(tv.compare(declared, tv.EngineRows({"weight": [swapped]}))) == 3  # the first three of six
