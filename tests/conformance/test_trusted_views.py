@@ -4,12 +4,17 @@ tests/conformance/trusted_views.py holds the machinery and the table (`HOLDERS`)
 engine function that fixes the w13 row order (vLLM 0.32's loader, `reorder_w1w3_to_w3w1`,
 the `convert_*_mxfp4_moe_kernel_format` branches, the unquantized AITER conversion) runs on
 tagged CPU tensors, and every row it hands the kernel must be the (role, index) that the
-contract's declared view reads there, padded and unpadded. docs/verification.md, "Trusted
-views", lists the views and their holders.
+contract's declared view reads there, padded and unpadded. FlashInfer 0.7.4's own reference of
+trtllm_fp4_block_scale_moe (LAYOUTC_FLASHINFER_PATH, a child process) computes the two FlashInfer
+contracts' declared views. docs/verification.md, "Trusted views", lists the views and their holders.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +62,9 @@ def test_every_trusted_view_is_held_or_listed() -> None:
     section = docs[docs.index("## Trusted views"):]
     for name in (*tv.UNHELD, *held):
         assert f"`{name}`" in section, f"docs/verification.md, Trusted views, does not name {name}"
+    for reader in tv.READERS:
+        assert set(reader.contracts) <= held and set(reader.gated_rows) == set(reader.contracts), reader.name
+        assert reader.function.split()[0] in section, reader.name
     for holder in tv.HOLDERS:
         assert holder.source.startswith(tv.VLLM) and holder.function and holder.function.split()[0] in section, \
             holder.name
@@ -125,3 +133,77 @@ def test_the_tags_survive_the_engine_and_a_swap_is_seen() -> None:
     assert tv.compare(declared, tv.EngineRows({"weight": rows})) == []
     swapped = [r if r is None else ("up" if r[0] == "gate" else "gate", r[1]) for r in want]
     assert len(tv.compare(declared, tv.EngineRows({"weight": [swapped]}))) == 3  # the first three of six
+
+
+# ---- FlashInfer's own reference of trtllm_fp4_block_scale_moe (a child process) ----------------
+
+FLASHINFER_INSTALL = ("pip install --no-deps --target .venv-flashinfer -r tests/conformance/flashinfer-requirements.txt, "
+                      "then LAYOUTC_FLASHINFER_PATH=.venv-flashinfer (README, Environment)")
+REFERENCE_TOL = 1e-2  # the reference rounds its output to bfloat16: 1.6e-3 measured
+
+
+def _flashinfer_path() -> str:
+    """LAYOUTC_FLASHINFER_PATH when it holds the flashinfer package; else skip, or under CI fail."""
+    path = os.environ.get("LAYOUTC_FLASHINFER_PATH", "")
+    if path and (Path(path) / "flashinfer" / "trace" / "templates" / "moe.py").is_file():
+        return str(Path(path).resolve())
+    message = f"the trusted-view lane needs FlashInfer's Python: {FLASHINFER_INSTALL}; LAYOUTC_FLASHINFER_PATH={path!r}"
+    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        pytest.fail(f"CI must run FlashInfer's reference, not skip it: {message}")
+    pytest.skip(message)
+
+
+def _reader_cases() -> list[tuple[str, str, Path, dict[str, Any], bool]]:
+    """(reader, contract, path, config, gated_rows) for every shipped contract a reader holds
+    and every GPU-base mutant of one."""
+    out = []
+    for reader in tv.READERS:
+        for contract, configs in reader.contracts.items():
+            paths = [CONTRACTS / f"{contract}.moe"]
+            paths += [MUTANT_DIR / f"{m.name}.moe" for m in MUTANTS if GPU_BASE.get(m.base) == contract]
+            for path in paths:
+                for config in configs:
+                    out.append((reader.name, contract, path, dict(config), reader.gated_rows[contract]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def flashinfer_answers(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int, str], float]:
+    """(file name, I, activation) -> the relative error of FlashInfer's reference against the
+    model, for every reader case, from one child process."""
+    import torch
+
+    path = _flashinfer_path()
+    cases, wants, keys = [], [], []
+    for _, _, file, config, gated in _reader_cases():
+        case, want = tv.reference_case(file, config, gated)
+        cases.append(case)
+        wants.append(want)
+        keys.append((file.name, config["intermediate_size"], config["activation"]))
+    tmp = tmp_path_factory.mktemp("flashinfer")
+    torch.save(cases, tmp / "request.pt")
+    env = {**os.environ, "LAYOUTC_FLASHINFER_PATH": path, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "tests.conformance.flashinfer_oracle", str(tmp / "request.pt"),
+                           str(tmp / "reply.pt")], env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert json.loads(done.stdout)["flashinfer_version"] == "0.7.4"
+    got = torch.load(tmp / "reply.pt")
+    return {k: tv.reference_error(g, w) for k, g, w in zip(keys, got, wants, strict=True)}
+
+
+def _reader_params() -> list[Any]:
+    return [pytest.param(file, config, id=f"{file.stem}-I{config['intermediate_size']}-{config['activation']}")
+            for _, _, file, config, _ in _reader_cases()]
+
+
+@pytest.mark.parametrize("file, config", _reader_params())
+def test_flashinfer_reference_reads_the_declared_view(file: Path, config: dict[str, Any],
+                                                      flashinfer_answers: dict[tuple[str, int, str], float]) -> None:
+    """A random gate and up placed by the contract's declared view, run through FlashInfer's own
+    reference of trtllm_fp4_block_scale_moe, give silu(gate) * up: the shipped contracts within
+    bf16 rounding; the red team's mutants (the roles or the pairing swapped) about 1."""
+    err = flashinfer_answers[(file.name, config["intermediate_size"], config["activation"])]
+    if file.parent == MUTANT_DIR:
+        assert err > 0.3, f"{file.stem}: FlashInfer's reference computes the model with it (rel err {err:.2e})"
+    else:
+        assert err < REFERENCE_TOL, f"{file.stem}: FlashInfer's reference reads another view (rel err {err:.2e})"

@@ -16,7 +16,10 @@ proves. Here each such view is held to the engine function that fixes the row or
   w13 tensor the engine returns must hold exactly that (pads: no tag).
 
 `HOLDERS` is the table: one entry per engine function, naming the contracts (and the
-configurations) whose view it fixes. `UNHELD` names the glue-less contracts no engine
+configurations) whose view it fixes. `READERS` are engines' own CPU references of a kernel
+(FlashInfer's trace reference of trtllm_fp4_block_scale_moe, run in a child process by
+test_trusted_views.py): a random gate and up placed by the declared view must come out as
+silu(gate) * up (`reference_case`). `UNHELD` names the glue-less contracts no engine
 function here holds, with the reason (docs/verification.md, "Trusted views").
 """
 
@@ -513,3 +516,85 @@ def check(path: str | Path, holder: Holder, config: Config) -> list[str]:
     declared = declared_rows(path, config)
     cfg = {**config, "padded": declared.padded}
     return compare(declared, holder.run(cfg))
+
+
+# ---- an engine's own reference of how its kernel reads w13 ----------------------------
+
+FLASHINFER = "FlashInfer 0.7.4"
+
+
+@dataclass(frozen=True)
+class Reader:
+    """An engine's own CPU reference of its kernel (it computes with the rows it is given).
+
+    A contract's declared view places a random gate and up (FP4 codes) into physical rows
+    (`reference_case`); the reference's output must be silu(x G^T) * (x U^T) W2^T computed
+    here in float64. `gated_rows`: contract -> whether its rows are already in the kernel's
+    gated order (vLLM hands them to the epilogue shuffle alone) rather than the [X1 | X2] that
+    FlashInfer's own preparation reorders."""
+
+    name: str
+    function: str
+    source: str
+    contracts: Mapping[str, tuple[Config, ...]]
+    gated_rows: Mapping[str, bool]
+
+
+READERS: tuple[Reader, ...] = (
+    Reader("flashinfer_reference", "flashinfer.trace.templates.moe._fp4_moe_run_experts (the trace reference of "
+           "trtllm_fp4_block_scale_moe) and reorder_rows_for_gated_act_gemm's row indices",
+           f"{FLASHINFER}: flashinfer/trace/templates/moe.py, flashinfer/fused_moe/core.py",
+           {"flashinfer_nvfp4_moe": _cfgs(_NV, (64, 48), ("silu",)),
+            "flashinfer_trtllm_mxfp4_moe": (*_cfgs(_MX, (128, 96), ("swigluoai",)), *_cfgs(_MX, (64,), ("silu",)))},
+           types.MappingProxyType({"flashinfer_nvfp4_moe": False, "flashinfer_trtllm_mxfp4_moe": True})),
+)
+
+_E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
+                     dtype=torch.float64)
+
+
+def _pack(codes: torch.Tensor) -> torch.Tensor:
+    """FP4 codes [..., K] -> bytes [..., K / 2], low nibble first (OCP MX v1.0 5.3.3)."""
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8)
+
+
+def reference_case(path: str | Path, config: Config, gated_rows: bool, seed: int = 0) -> tuple[dict[str, Any],
+                                                                                                torch.Tensor]:
+    """The kernel inputs that contract `path`'s declared view gives a random expert in `config`,
+    and the output a model computes from them: (case for flashinfer_oracle, expected [T, H]
+    float64). Block scales are 1.0 (e4m3fn 0x38 per 16 values for NVFP4, E8M0 127 per 32 for
+    MXFP4); pad rows and columns hold code 0 (+0.0)."""
+    declared = declared_rows(path, config)
+    H, I, P = config["hidden_size"], declared.logical, declared.padded
+    mxfp4 = "mxfp4" in declared.contract or config.get("activation") == "swigluoai"
+    block, one = (32, 127) if mxfp4 else (16, 0x38)
+    g = torch.Generator().manual_seed(seed)
+    gate, up = (torch.randint(0, 16, (E, I, H), generator=g) for _ in range(2))
+    down = torch.randint(0, 16, (E, H, I), generator=g)
+    w1 = torch.zeros(E, 2 * P, H, dtype=torch.int64)
+    for j, row in enumerate(declared.view):
+        if row is not None:
+            w1[:, j] = (gate if row[0] == "gate" else up)[:, row[1]]
+    w2 = torch.zeros(E, H, P, dtype=torch.int64)
+    w2[:, :, :I] = down
+    scale = torch.full((E, 2 * P, H // block), one, dtype=torch.uint8)
+    scale2 = torch.full((E, H, P // block), one, dtype=torch.uint8)
+    if not mxfp4:
+        scale, scale2 = scale.view(torch.float8_e4m3fn), scale2.view(torch.float8_e4m3fn)
+    T = 4
+    x = (torch.randint(-8, 9, (T, H), generator=g) / 8).to(torch.bfloat16)
+    topk = torch.arange(T).remainder(E).view(T, 1)
+    case = {"hidden_states": x, "gemm1_weights": _pack(w1), "gemm1_weights_scale": scale, "gemm2_weights": _pack(w2),
+            "gemm2_weights_scale": scale2, "weights": torch.ones(T, 1), "topk_idx": topk, "gated_rows": gated_rows}
+    xf = x.to(torch.float64)
+    want = torch.zeros(T, H, dtype=torch.float64)
+    for t in range(T):
+        e = int(topk[t, 0])
+        a = xf[t] @ _E2M1[gate[e]].T, xf[t] @ _E2M1[up[e]].T
+        want[t] = (torch.nn.functional.silu(a[0]) * a[1]) @ _E2M1[down[e]].T
+    return case, want
+
+
+def reference_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """Relative error of the reference's bf16 output against the float64 expectation."""
+    return float((got.to(torch.float64) - want).norm() / want.norm().clamp_min(1e-30))
