@@ -27,8 +27,12 @@ function here holds, with the reason (docs/verification.md, "Trusted views").
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+import subprocess
 import sys
+import tempfile
 import types
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -98,7 +102,8 @@ class Declared:
 
     view: the Row the kernel's `view` on w13.n reads at each physical position;
     layouts: per w13 tensor (by name), the Row its `n` layout places at each position;
-    logical / padded: rows per role (the rank's slice) and per role with padding."""
+    logical / padded: rows per role that hold data (rank 0's slice; a block shard's tail is
+    fill) and per role with padding."""
 
     contract: str
     view: tuple[Row, ...]
@@ -132,6 +137,8 @@ def declared_rows(path: str | Path, config: Config) -> Declared:
     view = views[0]
     n = w13.axis("n")
     logical, padded = int(eval_expr(n.logical, env)), int(eval_expr(n.padded, env))
+    if case.shard is not None and case.shard.blocks is not None:  # rank 0 of a block shard: its slice, then tail
+        logical = min(logical, int(eval_expr(case.shard.full, env)))
     size = n.segments * padded
     read: list[Row] = []
     for j in range(size):
@@ -142,7 +149,9 @@ def declared_rows(path: str | Path, config: Config) -> Declared:
         if t.projection != "w13" or not any(a.name == "n" for a in t.axes):
             continue
         ax = t.axis("n")
-        lg, pd = int(eval_expr(ax.logical, env)), int(eval_expr(ax.padded, env))
+        if ax.kind == "groups":  # a block-scale axis counts groups of rows, not rows
+            continue
+        lg, pd = min(int(eval_expr(ax.logical, env)), logical), int(eval_expr(ax.padded, env))
         rows: list[Row] = [None] * (ax.segments * pd)
         for k, role in enumerate(ax.roles or ("gate",)):
             for i in range(lg):
@@ -395,6 +404,49 @@ def _aiter_unquantized(cfg: Config) -> EngineRows:
     return EngineRows({"weight": _rows(out, I)})
 
 
+# -- SGLang 0.5.23's loaders (a child process: tests/conformance/sglang_oracle.py role_rows) --------
+
+SGLANG = "SGLang 0.5.23"
+
+
+def _sglang_run(cfg: Config) -> EngineRows:
+    """SGLang's own loaders (FusedMoE._load_w13; gpt-oss: GptOssForCausalLM._load_mxfp4_experts_weights)
+    on tagged checkpoint rows, at SGLang's own padded size, rank 0 of tp 1; the CPU kernel's AMX
+    prepack (sgl_kernel convert_weight_packed) takes the loaded rows as they are."""
+    I = cfg["intermediate_size"]
+    answer = _sglang_answers()[(cfg["scheme"], I)]
+    assert "error" not in answer, answer
+    return EngineRows({role: [[row_of(t, I) for t in answer[role]]] for role in ("weight", "scale", "bias")
+                       if role in answer})
+
+
+@functools.cache
+def _sglang_answers() -> dict[tuple[str, int], dict[str, Any]]:
+    """Every SGLang holder configuration answered by one child process (one sglang import).
+    Skips without LAYOUTC_SGLANG_PATH, fails instead under CI (as tests/conformance/test_sglang.py)."""
+    import pytest
+
+    path = os.environ.get("LAYOUTC_SGLANG_PATH", "")
+    if not (path and (Path(path) / "sglang").is_dir()):
+        message = (f"SGLang's loaders need LAYOUTC_SGLANG_PATH (README, Environment); LAYOUTC_SGLANG_PATH={path!r}")
+        if os.environ.get("CI", "").lower() not in ("", "0", "false"):
+            pytest.fail(f"CI must run the SGLang trusted views, not skip them: {message}")
+        pytest.skip(message)
+    keys = sorted({(c["scheme"], c["intermediate_size"]) for h in HOLDERS if h.run is _sglang_run
+                   for cs in h.contracts.values() for c in cs})
+    cases = [{"kind": "role_rows", "intermediate_size": i, "scheme": sch} for sch, i in keys]
+    with tempfile.TemporaryDirectory() as tmp:
+        request = Path(tmp) / "request.json"
+        request.write_text(json.dumps(cases), encoding="utf-8")
+        env = {**os.environ, "LAYOUTC_SGLANG_PATH": str(Path(path).resolve()), "PYTHONPATH": str(ROOT)}
+        done = subprocess.run([sys.executable, "-m", "tests.conformance.sglang_oracle", str(request)], env=env,
+                              capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-4000:]
+    reply = json.loads(done.stdout)
+    assert reply["sglang_version"] == "0.5.23"
+    return dict(zip(keys, reply["answers"], strict=True))
+
+
 # ---- the table ------------------------------------------------------------------------
 
 
@@ -465,6 +517,15 @@ HOLDERS: tuple[Holder, ...] = (
                                        ("silu",)),
             "vllm_cpu_w4a8_int4_moe": _cfgs({**_ONE, "hidden_size": 64, "group_size": 32, "scale_dtype": "bfloat16"},
                                             (64, 96), ("silu",))}, _loader),
+    Holder("sglang_loader", "FusedMoE._load_w13 (w1 then w3); gpt-oss: GptOssForCausalLM._load_mxfp4_experts_weights",
+           f"{SGLANG}: sglang/srt/layers/moe/fused_moe_triton/layer.py, sglang/srt/models/gpt_oss.py",
+           {"sglang_cpu_moe": _cfgs({**_ONE, "hidden_size": 64, "dtype": "bfloat16", "scheme": "bf16"}, (64, 80),
+                                    ("silu", "gelu")),
+            "sglang_cpu_fp8_moe": _cfgs({**_ONE, "hidden_size": 128, "block": 128, "dtype": "bfloat16",
+                                         "scheme": "fp8"}, (128, 256), ("silu",)),
+            "sglang_cpu_mxfp4_moe": _cfgs({**_ONE, "hidden_size": 64, "swiglu_alpha_milli": 1702,
+                                           "swiglu_limit_milli": 7000, "scheme": "mxfp4"}, (128, 96), ("swigluoai",))},
+           _sglang_run),
 )
 
 #: Glue-less contracts whose kernel runs on this host through layoutc's own torch glue (the
@@ -474,13 +535,8 @@ RUN_HERE: dict[str, str] = {
     "torch_int8pack_gptq_moe": "layoutc run's quantized path (tools/quant_run/rank8.py) on torch's _weight_int8pack_mm",
 }
 
-#: Trusted views no engine function here holds, with the reason.
-UNHELD: dict[str, str] = {
-    "sglang_cpu_moe": "SGLang 0.5.23's functions live in .venv-sglang; tests/conformance/test_sglang.py holds the "
-                      "shipped contract's loads to SGLang's loader, not a declared view",
-    "sglang_cpu_fp8_moe": "as sglang_cpu_moe",
-    "sglang_cpu_mxfp4_moe": "as sglang_cpu_moe",
-}
+#: Trusted views no engine function here holds, with the reason (none today).
+UNHELD: dict[str, str] = {}
 
 
 def held_contracts() -> dict[str, list[Holder]]:
