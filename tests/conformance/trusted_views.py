@@ -177,15 +177,16 @@ class Holder:
 
     name: the test id; function / source: what runs (file and function, vLLM release);
     contracts: contract name -> configurations (tp 1; each needs its engine allocation);
-    run: config -> EngineRows. `disagrees`: (contract, reason) pairs, for a shipped view the engine
-    function contradicts (pinned: the test fails when it stops disagreeing)."""
+    run: config -> EngineRows. `refused`: (contract, reason) pairs where the engine hands rows in an
+    order the contract's view cannot state, so the contract refuses these configurations (the
+    test holds the refusal, and that the engine still contradicts the view)."""
 
     name: str
     function: str
     source: str
     contracts: Mapping[str, tuple[Config, ...]]
     run: Callable[[Config], EngineRows]
-    disagrees: tuple[tuple[str, str], ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()
 
 
 E = 2  # experts
@@ -458,7 +459,7 @@ _ONE = {"num_experts": E, "tp_size": 1}
 _NV = {**_ONE, "hidden_size": 256, "dtype": "bfloat16"}
 _MX = {**_ONE, "hidden_size": 256}
 _AITER_W4A4_GPT_OSS = ("vLLM hands AITER W4A4 gpt-oss's interleaved (gate, up) rows (no de-interleave in the "
-                       "AITER_MXFP4_MXFP4 branch); the contract states [gate | up] halves for swigluoai")
+                       "AITER_MXFP4_MXFP4 branch); the contract's view is [gate | up] halves, so it refuses swigluoai")
 
 HOLDERS: tuple[Holder, ...] = (
     Holder("nvfp4_trtllm", "prepare_nvfp4_moe_layer_for_fi_or_cutlass (reorder_w1w3_to_w3w1, align_fp4_moe_*_for_fi)",
@@ -490,7 +491,7 @@ HOLDERS: tuple[Holder, ...] = (
            f"{VLLM}: vllm/model_executor/layers/fused_moe/oracle/mxfp4.py",
            {"aiter_mxfp4_w4a4_moe": _cfgs(_MX, (256,), ("swigluoai",))},
            _mxfp4_convert("AITER_MXFP4_MXFP4", gpt_oss=True),
-           disagrees=(("aiter_mxfp4_w4a4_moe", _AITER_W4A4_GPT_OSS),)),
+           refused=(("aiter_mxfp4_w4a4_moe", _AITER_W4A4_GPT_OSS),)),
     Holder("mxfp4_cpu_gpt_oss", "convert_gpt_oss_weight_to_mxfp4_moe_kernel_format (CPU: rows as loaded, then "
            "prepare_mxfp4_moe_layer_for_cpu)", f"{VLLM}: vllm/model_executor/layers/fused_moe/oracle/mxfp4.py",
            {"vllm_cpu_mxfp4_gpt_oss_moe": _cfgs({**_ONE, "hidden_size": 64}, (64, 96), ("swigluoai",))},
