@@ -63,6 +63,7 @@ def test_every_trusted_view_is_held_or_listed() -> None:
     section = docs[docs.index("## Trusted views"):]
     for name in (*tv.UNHELD, *held):
         assert f"`{name}`" in section, f"docs/verification.md, Trusted views, does not name {name}"
+    assert set(tv.ACTIVATION_READ) <= held and "apply_moe_activation" in section
     for reader in tv.READERS:
         assert set(reader.contracts) <= held and set(reader.gated_rows) == set(reader.contracts), reader.name
         assert reader.function.split()[0] in section, reader.name
@@ -214,3 +215,18 @@ def test_flashinfer_reference_reads_the_declared_view(file: Path, config: dict[s
         assert err > 0.3, f"{file.stem}: FlashInfer's reference computes the model with it (rel err {err:.2e})"
     else:
         assert err < REFERENCE_TOL, f"{file.stem}: FlashInfer's reference reads another view (rel err {err:.2e})"
+
+
+def _activation_params() -> list[Any]:
+    return [pytest.param(c, config, id=f"{c}-I{config['intermediate_size']}-{config['activation']}")
+            for c, configs in tv.ACTIVATION_READ.items() for config in configs]
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("contract, config", _activation_params())
+def test_vllm_activation_reads_the_declared_view(contract: str, config: dict[str, Any]) -> None:
+    """Marlin's path applies vLLM's own activation (apply_moe_activation, the `_C` CPU op) to the
+    first GEMM's [tokens, 2 N] output: a gate and up placed there by the contract's view come out as
+    act(gate) * up, padded and unpadded."""
+    found = tv.activation_check(CONTRACTS / f"{contract}.moe", config)
+    assert not found, f"{contract}: " + "; ".join(found)

@@ -655,3 +655,42 @@ def reference_case(path: str | Path, config: Config, gated_rows: bool, seed: int
 def reference_error(got: torch.Tensor, want: torch.Tensor) -> float:
     """Relative error of the reference's bf16 output against the float64 expectation."""
     return float((got.to(torch.float64) - want).norm() / want.norm().clamp_min(1e-30))
+
+
+# ---- vLLM's own activation, where the kernel path applies it outside the GEMM ---------------
+
+#: Contracts whose kernel path applies vLLM's `apply_moe_activation` to the [tokens, 2 N] output
+#: of the first GEMM (fused_marlin_moe: `intermediate_cache1.view(-1, 2 * N)`, vLLM 0.32.0
+#: vllm/model_executor/layers/fused_moe/experts/marlin_moe.py); the GEMM keeps w13's row order,
+#: so that output's columns are w13's rows and the activation reads them with the w13 view.
+ACTIVATION_READ: dict[str, tuple[Config, ...]] = {
+    name: tuple({**c, "activation": a} for c in next(h for h in HOLDERS if h.name == "loader").contracts[name]
+                for a in ("silu", "gelu", "gelu_tanh"))
+    for name in ("marlin_moe_wna16", "marlin_moe_awq", "marlin_moe_gptq_int8", "marlin_moe_fp8")
+}
+
+_GATED = {"silu": torch.nn.functional.silu,
+          "gelu": torch.nn.functional.gelu,
+          "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}
+
+
+def activation_check(path: str | Path, config: Config, tokens: int = 3) -> list[str]:
+    """Place a random gate and up by contract `path`'s declared view into a [tokens, 2 P] first-GEMM
+    output, run vLLM's own `apply_moe_activation` on it (the `_C` CPU op: a kernel), and compare with
+    act(gate) * up (pads: 0). Returns the disagreements ([]: the view is what vLLM's activation reads)."""
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation, apply_moe_activation
+
+    declared = declared_rows(path, config)
+    I, P = declared.logical, declared.padded
+    g = torch.Generator().manual_seed(0)
+    gate, up = torch.randn(tokens, I, generator=g), torch.randn(tokens, I, generator=g)
+    h = torch.zeros(tokens, 2 * P)
+    for j, row in enumerate(declared.view):
+        if row is not None:
+            h[:, j] = (gate if row[0] == "gate" else up)[:, row[1]]
+    out = torch.full((tokens, P), float("nan"))
+    apply_moe_activation(MoEActivation(config["activation"]), out, h)
+    want = torch.zeros(tokens, P)
+    want[:, :I] = _GATED[config["activation"]](gate) * up
+    err = float((out - want).norm() / want.norm())
+    return [] if err < 1e-4 else [f"vLLM's {config['activation']} reads another view: rel err {err:.2e}"]
