@@ -29,6 +29,14 @@ BASE = {
     "i4": "torch_int4pack_moe",
     "i8": "torch_int8pack_moe",
 }
+# Baselines whose kernel does not run here (no glue binds them): their mutants are proved or
+# refused by check/verify, and a proved one must be caught by the conformance lane, which holds
+# the contract's trusted view to the engine's own code (tests/conformance/trusted_views.py).
+GPU_BASE = {
+    "fi4": "flashinfer_nvfp4_moe",
+    "fmx": "flashinfer_trtllm_mxfp4_moe",
+    "cmx": "vllm_cpu_mxfp4_gpt_oss_moe",
+}
 
 # Frequently edited lines of the baselines.
 TP_DOMAIN = "param tp_size: int in {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128}"
@@ -615,6 +623,23 @@ LANG_MUTANTS: list[Mutant] = [
        "supported (vLLM 0.32); with group_size -1 act-order is a no-op\"\n", "")),
 ]
 
+# Red team of issue 39, item 4: a trusted view changed together with w13's layout (both proved alike).
+TRUSTED_VIEW_MUTANTS = [
+    m("fi4_rt_gateup_both", "fi4", "trusted-view",
+      "w13 and its view [gate | up] (FlashInfer reads [up | gate] after vLLM's reorder_w1w3_to_w3w1)",
+      ("axis n = halves(up | gate, ", "axis n = halves(gate | up, "),
+      ("view w13_weight.n halves(up | gate)", "view w13_weight.n halves(gate | up)")),
+    m("fmx_rt_halves_both", "fmx", "trusted-view",
+      "w13 and its view halves(up | gate) (the TRT-LLM kernel reads interleaved pairs)",
+      ("axis n = interleave(up | gate, ", "axis n = halves(up | gate, "),
+      ("view w13_weight.n interleave(up | gate)", "view w13_weight.n halves(up | gate)")),
+    m("cmx_rt_halves_both", "cmx", "trusted-view",
+      "w13 and its view halves(gate | up) (gpt-oss rows are interleaved pairs, handed over as loaded)",
+      ("axis n = interleave(gate | up, ", "axis n = halves(gate | up, "),
+      ("view w13_weight.n interleave(gate | up)", "view w13_weight.n halves(gate | up)")),
+]
+MUTANTS += TRUSTED_VIEW_MUTANTS
+
 
 def without_ep(text: str) -> str:
     """`text` with its EP declaration removed: the `# Expert parallelism` comment block, the
@@ -628,7 +653,7 @@ def without_ep(text: str) -> str:
 
 
 def render(mut: Mutant) -> str:
-    stem = {**BASE, **LANG_BASE}[mut.base]
+    stem = {**BASE, **GPU_BASE, **LANG_BASE}[mut.base]
     base = (ROOT / "contracts" / f"{stem}.moe").read_text(encoding="utf-8")
     base = base if mut.ep else without_ep(base)
     text = base

@@ -44,6 +44,8 @@ KNOWN: dict[str, tuple[str, str]] = {
     "cpu_swigluoai_padded_pairs": ("layoutc-extends", "swigluoai padded by whole pairs on the CPU grouped GEMM"),
     # vLLM gives the ranks above the expert count no experts; layoutc refuses the degree (EP01)
     "ep_exceeds_experts": ("limitation", "Expert parallelism with more ranks than experts"),
+    # vLLM hands AITER W4A4 gpt-oss's interleaved rows; the contract's view is [gate | up] (issue 39 item 4)
+    "aiter_w4a4_gpt_oss_interleaved": ("limitation", "AITER W4A4 with gpt-oss (swigluoai): interleaved rows"),
     # SGLang 0.5.23 (tests/conformance/test_sglang.py; docs/kernels.md 10): SGLang serves it, layoutc refuses
     "sglang_fp8_ragged_last_block": ("limitation", "SGLang block FP8 with intermediate_size % block != 0"),
     "sglang_fp8_hidden_not_block": ("limitation", "SGLang block FP8 with hidden_size % block != 0"),

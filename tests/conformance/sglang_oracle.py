@@ -281,6 +281,64 @@ def gpt_oss_mxfp4_rows(intermediate_size: int, tp_size: int, padded: int, hidden
     return out
 
 
+def role_rows(intermediate_size: int, scheme: str, block: int = 128, hidden_size: int = 64) -> dict[str, Any]:
+    """What SGLang's loaders put in each w13 row of rank 0 at tp 1, by role: checkpoint gate row i
+    carries the tag 1 + i and up row i the tag 1 + I + i (tests/conformance/trusted_views.py), 0 a
+    row no checkpoint row reached. bf16 / fp8: FusedMoE._load_w13 (w1 then w3) into a [2 P, 2]
+    parameter, P SGLang's own padded size; mxfp4: GptOssForCausalLM._load_mxfp4_experts_weights on
+    gpt-oss's interleaved gate_up rows (row 2 j gate j, 2 j + 1 up j), weights, scales and bias."""
+    import torch
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+
+    I = intermediate_size
+    padded = padded_intermediate(I, 1, scheme, block)
+    if "error" in padded:
+        return padded
+    P = padded["padded"]
+    gate, up = torch.arange(1, I + 1), torch.arange(I + 1, 2 * I + 1)
+    if scheme != "mxfp4":
+        layer = _fused_moe_stub(1, 0)
+        w13 = torch.zeros(2 * P, 2, dtype=torch.float64)
+        FusedMoE._load_w13(layer, expert_data=w13, shard_dim=0, shard_id="w1", loaded_weight=gate[:, None].repeat(1, 2))
+        FusedMoE._load_w13(layer, expert_data=w13, shard_dim=0, shard_id="w3", loaded_weight=up[:, None].repeat(1, 2))
+        return {"padded": P, "weight": [int(v) for v in w13[:, 0].tolist()]}
+    import functools
+
+    from sglang.srt.layers.quantization.mxfp4 import Mxfp4Config
+    from sglang.srt.models.gpt_oss import GptOssForCausalLM
+
+    E, H = 1, hidden_size
+    rows = torch.stack([gate, up], 1).reshape(2 * I).to(torch.int32)  # gpt-oss: (gate j, up j) pairs
+    prefix = "model.layers.0.mlp.experts"
+    checkpoint = {
+        "gate_up_proj_blocks": rows[None, :, None, None].expand(E, 2 * I, H // 32, 16).contiguous(),
+        "down_proj_blocks": torch.zeros(E, H, I // 32, 16, dtype=torch.int32),
+        "gate_up_proj_scales": rows[None, :, None].expand(E, 2 * I, H // 32).contiguous(),
+        "down_proj_scales": torch.zeros(E, H, I // 32, dtype=torch.int32),
+        "gate_up_proj_bias": rows[None, :].expand(E, 2 * I).contiguous(),
+        "down_proj_bias": torch.zeros(E, H, dtype=torch.int32),
+    }
+    experts = _fused_moe_stub(1, 0)
+    experts.quant_config = Mxfp4Config.from_config({"quant_method": "mxfp4"})
+    experts.moe_ep_rank, experts.moe_ep_size = 0, 1
+    shapes = {"w13_weight": (E, 2 * P, H // 2), "w2_weight": (E, H, P // 2), "w13_weight_scale": (E, 2 * P, H // 32),
+              "w2_weight_scale": (E, H, P // 32), "w13_weight_bias": (E, 2 * P), "w2_weight_bias": (E, H)}
+    for name, shape in shapes.items():
+        param = torch.nn.Parameter(torch.zeros(shape, dtype=torch.int32), requires_grad=False)
+        param.weight_loader = functools.partial(FusedMoE.weight_loader, experts)
+        experts.register_parameter(name, param)
+    model = torch.nn.Module()
+    model.config = types.SimpleNamespace(intermediate_size=P, original_intermediate_size=I, num_local_experts=E)
+    model.model = torch.nn.Module()
+    model.model.layers = torch.nn.ModuleList([torch.nn.Module()])
+    model.model.layers[0].mlp = torch.nn.Module()
+    model.model.layers[0].mlp.experts = experts
+    GptOssForCausalLM._load_mxfp4_experts_weights(model, ((f"{prefix}.{k}", v) for k, v in checkpoint.items()))
+    return {"padded": P, "weight": [int(v) for v in experts.w13_weight.data[0, :, 0].tolist()],
+            "scale": [int(v) for v in experts.w13_weight_scale.data[0, :, 0].tolist()],
+            "bias": [int(v) for v in experts.w13_weight_bias.data[0].tolist()]}
+
+
 def amx_packs(shapes: list[list[int]], dtype: str) -> bool:
     """SGLang's amx_utils.dim_is_supported and dtype_is_supported on every weight: whether
     _amx_process_weight_after_loading would pack the layer for fused_experts_cpu."""
@@ -343,7 +401,7 @@ def configuration(intermediate_size: int, tp_size: int, scheme: str, block: int,
 def answer(case: dict[str, Any]) -> Any:
     kind = case.pop("kind")
     return {"padded": padded_intermediate, "rows": loaded_rows, "mxfp4_rows": gpt_oss_mxfp4_rows,
-            "amx": amx_packs, "fp8_create": fp8_create_weights, "config": configuration}[kind](**case)
+            "amx": amx_packs, "fp8_create": fp8_create_weights, "config": configuration, "role_rows": role_rows}[kind](**case)
 
 
 def main(argv: list[str]) -> int:

@@ -86,7 +86,10 @@ def test_aiter_mxfp4_sizes_and_admission_match_vllm(gen, v) -> None:  # type: ig
                                            activation=act)
                 where = f"{name} H={H} I={I} tp={tp} act={act}"
                 if admitted != (plan is not None):
-                    key = oracle.mxfp4_admission_key(admitted, act, I, tp) if I % tp == 0 else "unexplained"
+                    if name == "aiter_mxfp4_w4a4_moe" and act == "swigluoai" and admitted:
+                        key = "aiter_w4a4_gpt_oss_interleaved"  # refused: a view the contract cannot state
+                    else:
+                        key = oracle.mxfp4_admission_key(admitted, act, I, tp) if I % tp == 0 else "unexplained"
                     tally.record(key, f"{where}: vllm={admitted} layoutc={plan is not None}")
                     continue
                 if not admitted:
@@ -108,8 +111,8 @@ def test_aiter_mxfp4_sizes_and_admission_match_vllm(gen, v) -> None:  # type: ig
                         tally.record(key, f"{where} ({caller}): vllm {want} layoutc {got}")
     print("aiter mxfp4:", tally.summary())
     assert tally.decisions > 10_000 and tally.sizes > 5_000
-    assert set(tally.disagreements) == {"aiter_w4a4_128", "mxfp4_ipp_not_32", "gpt_oss_mxfp4_i_not_32"}, \
-        tally.summary()
+    assert set(tally.disagreements) == {"aiter_w4a4_128", "mxfp4_ipp_not_32", "gpt_oss_mxfp4_i_not_32",
+                                        "aiter_w4a4_gpt_oss_interleaved"}, tally.summary()
 
 
 def test_aiter_silu_at_the_issue_numbers(gen, v) -> None:
@@ -181,7 +184,7 @@ def _aiter_pads(v, config, hidden_padded: int, activation: str) -> dict[str, int
 def test_aiter_kernel_args_match_rocm_aiter_fused_experts(gen, v, name) -> None:  # type: ignore[no-untyped-def]
     module = gen[name]
     n = 0
-    for H, I, tp, act in itertools.product((100, 2880, 4096, 7168), (88, 704, 1408, 2880, 3072, 14336),
+    for H, I, tp, act in itertools.product((100, 256, 2880, 4096, 7168), (88, 704, 1408, 2880, 3072, 14336),
                                            oracle.effective_tp_degrees(), ("silu", "gelu", "swigluoai")):
         extra = {"dtype": "bfloat16"} if name == "aiter_unquantized_moe" else {}
         plan = oracle.plan_or_none(module, num_experts=8, hidden_size=H, intermediate_size=I, tp_size=tp,
