@@ -403,7 +403,8 @@ ISSUE_39_CLASSES = {"ep-foreign-computed", "trusted-view"}
 def test_corpus_covers_every_fault_class() -> None:
     faults = {mut.fault for mut in MUTANTS}
     assert len(MUTANTS) >= 60
-ISSUE_39_CLASSES = {"ep-foreign-computed", "trusted-view"}
+    named = ISSUE_11_CLASSES | LATER_CLASSES | ISSUE_20_CLASSES | ISSUE_39_CLASSES
+    assert faults >= named, sorted(named - faults)
     assert set(EXPECTED) == {e[0] for e in _entries()}, "pin the expected outcome of every mutant"
 
 
