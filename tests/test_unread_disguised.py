@@ -6,6 +6,10 @@ Held: rules whose truth does not depend on the parameter (`act_order or not act_
 `act_order == act_order`, a disjunction over every group size, over every model dtype, over
 tp_size >= 1 with tp_size finite).
 
+Fixed: a string that spells the parameter's name (an align's message, the kernel's name) was taken as a
+read (check/unread.py collected every string of the statements); only the fields that name a
+parameter count now.
+
 Not held (xfail, strict): a *mention* in what the contract states is taken as a read, whatever
 it denotes. An always-true `align` in the kernel block, or a `let` whose dead branch names the
 parameter, make `act_order` "stated", so dropping the real rule proves again (exit 0), as
@@ -62,6 +66,22 @@ def test_the_shipped_contract_has_no_lc309() -> None:
 )
 def test_a_rule_whose_truth_does_not_depend_on_the_parameter_is_no_tie(rule: str) -> None:
     assert "LC309" in _codes(_rule(rule)), rule
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (': "hidden_size must be a multiple of 128"', ': "act_order"'),  # an align's message
+        ("kernel marlin_moe {", "kernel act_order {"),  # the kernel's name
+    ],
+)
+def test_a_string_that_spells_the_parameter_is_no_read(old: str, new: str) -> None:
+    """A message or a kernel name that is the parameter's name is no read of it (on the old code
+    check/unread.py took every string in the statements as a name read, and the contract
+    without the act_order rule proved)."""
+    text = _without_rule()
+    assert old in text
+    assert "LC309" in _codes(text.replace(old, new, 1))
 
 
 @pytest.mark.xfail(
