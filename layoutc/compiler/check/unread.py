@@ -72,13 +72,29 @@ def stated_params(c: ir.Contract) -> set[str]:
     return out
 
 
+#: The string fields of the IR that name a parameter (every other read is an expression's `Ref`).
+#: A message, a tensor, axis, role, glue or kernel name is no read: `align ... : "act_order"`
+#: once made `act_order` "stated".
+_PARAM_FIELDS: dict[type, tuple[str, ...]] = {
+    ir.ParamStorage: ("param",),
+    ir.Shard: ("count",),
+    ir.ExpertParallel: ("experts", "count", "redundant"),
+}
+
+
 def _names(obj: object, acc: set[str]) -> None:
-    """Every name `obj` mentions: references in expressions and strings (a storage parameter)."""
+    """Every parameter name `obj` reads: references in expressions, and the string fields that
+    name a parameter (`_PARAM_FIELDS`: a storage parameter, a shard or EP count, an EP
+    placement parameter)."""
     if isinstance(obj, ir.Ref):
         acc.add(obj.name)
-    elif isinstance(obj, str):
-        acc.add(obj)
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for name in _PARAM_FIELDS.get(type(obj), ()):
+            value = getattr(obj, name)
+            if isinstance(value, str):
+                acc.add(value)
+        if isinstance(obj, ir.ExpertParallel) and obj.placement_param:
+            acc.update(obj.placement)
         for f in dataclasses.fields(obj):
             if f.name != "span":
                 _names(getattr(obj, f.name), acc)
