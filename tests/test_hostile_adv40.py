@@ -1,0 +1,53 @@
+"""A red team's second pass over issue 40's fixes (adv40): hostile inputs the merged tests did not try.
+
+publish (compile's swap): an output directory that is a mount point is refused before anything
+is staged (it copied the whole volume into the parent, then failed EBUSY: 250 MiB of a tmpfs
+copied for nothing); a FIFO or a socket among the old entries is kept (it was dropped silently).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+
+from layoutc.compiler.emit import publish as pub
+
+
+def test_a_fifo_and_a_socket_in_the_output_directory_are_kept(tmp_path: Path) -> None:
+    """_carry kept regular files, folders and symlinks only: a FIFO or a server's socket next to
+    the modules vanished without a word."""
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / "fifo")
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(str(out / "sock"))
+        pub.publish({"__init__.py": "", "m.py": "X = 1\n"}, str(out))
+    finally:
+        server.close()
+    assert stat.S_ISFIFO(os.lstat(out / "fifo").st_mode)
+    assert stat.S_ISSOCK(os.lstat(out / "sock").st_mode)
+    assert (out / "m.py").read_text() == "X = 1\n"
+
+
+def test_a_mount_point_is_refused_before_anything_is_staged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mount point cannot be renamed (EBUSY): the old code first carried (copied, across file
+    systems) every entry of the volume into a stage in the parent, then failed. Refused up front:
+    no stage, nothing carried, the folder untouched."""
+    out = tmp_path / "vol"
+    out.mkdir()
+    (out / "data").write_bytes(b"x" * 4096)
+    real = os.path.ismount
+    monkeypatch.setattr(pub.os.path, "ismount", lambda p: os.path.realpath(p) == str(out) or real(p))
+    carried: list[str] = []
+    monkeypatch.setattr(pub, "_carry", lambda old, new, written: carried.append(old))
+    with pytest.raises(OSError) as info:
+        pub.publish({"__init__.py": "", "m.py": "X = 1\n"}, str(out))
+    assert "mount point" in str(info.value)
+    assert not carried
+    assert sorted(os.listdir(tmp_path)) == ["vol"]  # no stage left
+    assert sorted(os.listdir(out)) == ["data"]
