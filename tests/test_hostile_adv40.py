@@ -51,3 +51,27 @@ def test_a_mount_point_is_refused_before_anything_is_staged(tmp_path: Path, monk
     assert not carried
     assert sorted(os.listdir(tmp_path)) == ["vol"]  # no stage left
     assert sorted(os.listdir(out)) == ["data"]
+
+
+# ---- layoutc run: an index naming a shard that is no file name --------------------------------
+
+
+@pytest.mark.parametrize("shard", ["a\x00b.safetensors", "\ud800.safetensors"])
+def test_an_index_naming_a_shard_with_a_nul_or_a_surrogate_is_lr111(tmp_path: Path, shard: str) -> None:
+    """JSON can spell a NUL byte (\\u0000) or a lone surrogate (\\ud800) in a file name; os.stat
+    raises ValueError for both, which escaped as LR199 'embedded null byte'."""
+    import json
+
+    from tests.test_run_failfast import _coded, make_qwen3, run_cli
+
+    folder = make_qwen3(tmp_path / "m")
+    (folder / "model.safetensors").rename(folder / "a.safetensors")
+    weight_map = {
+        f"model.layers.0.mlp.experts.{e}.{p}_proj.weight": "a.safetensors"
+        for e in range(2)
+        for p in ("gate", "up", "down")
+    }
+    weight_map["model.layers.0.mlp.gate.weight"] = shard
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}), encoding="utf-8")
+    code, _, err, seconds = run_cli(str(folder))
+    _coded(code, err, "LR111", seconds, "no file name")
