@@ -75,3 +75,29 @@ def test_an_index_naming_a_shard_with_a_nul_or_a_surrogate_is_lr111(tmp_path: Pa
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}), encoding="utf-8")
     code, _, err, seconds = run_cli(str(folder))
     _coded(code, err, "LR111", seconds, "no file name")
+
+
+# ---- layoutc run: an option's value echoed whole ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "code"), [("--isa", "LR104"), ("--placement", "LR104"), ("--world", "LC801"), ("--seed", "LC801")]
+)
+def test_a_100000_character_option_is_not_echoed_whole(tmp_path: Path, option: str, code: str) -> None:
+    """--isa reached the contract's refusal, which echoed it whole once per TP degree (300 KB of
+    stderr); --placement the runtime's; argparse's own messages (LC801) quote any bad value whole."""
+    from tests.test_run_failfast import _coded, make_qwen3, run_cli
+
+    folder = make_qwen3(tmp_path / "m")
+    code_, _, err, seconds = run_cli(str(folder), option, "x" * 100_000)
+    _coded(code_, err, code, seconds, " characters)")
+    assert len(err) < 1000, len(err)
+
+
+def test_argparse_messages_escape_a_homoglyph(tmp_path: Path) -> None:
+    """A Cyrillic e (U+0435) in a bad --seed read as a Latin e."""
+    from tests.test_run_failfast import make_qwen3, run_cli
+
+    folder = make_qwen3(tmp_path / "m")
+    code, _, err, _ = run_cli(str(folder), "--seed", "ch\u0435ck")
+    assert code == 2 and "error[LC801]" in err and "ch\\u0435ck" in err, err
