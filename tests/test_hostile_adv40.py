@@ -101,3 +101,19 @@ def test_argparse_messages_escape_a_homoglyph(tmp_path: Path) -> None:
     folder = make_qwen3(tmp_path / "m")
     code, _, err, _ = run_cli(str(folder), "--seed", "ch\u0435ck")
     assert code == 2 and "error[LC801]" in err and "ch\\u0435ck" in err, err
+
+
+# ---- layoutc run: a config field transformers' strict config class refuses -------------------
+
+
+@pytest.mark.transformers
+@pytest.mark.parametrize(("key", "value"), [("rms_norm_eps", True), ("vocab_size", 1.5)])
+def test_a_config_field_transformers_refuses_is_lr102(tmp_path: Path, key: str, value: object) -> None:
+    """transformers 5's config classes are huggingface_hub strict dataclasses: AutoConfig raises
+    StrictDataclassFieldValidationError (not a ValueError) for a field of the wrong type, which
+    escaped as LR199 after transformers was imported."""
+    from tests.test_run_failfast import _coded, make_qwen3, run_cli
+
+    folder = make_qwen3(tmp_path / "m", config={key: value})
+    code, _, err, seconds = run_cli(str(folder), "--tp", "1")
+    _coded(code, err, "LR102", seconds, f"field '{key}'", "config.json")

@@ -389,6 +389,13 @@ def run(args: argparse.Namespace) -> int:
         if code is not None:  # safetensors' own reader (transformers' from_pretrained) found the file damaged
             return _fail(args, code, f"{args.model_dir}: truncated or corrupt safetensors file: {type(exc).__name__}: "
                          f"{str(exc)[:500]}")
+        if any(c.__name__ == "StrictDataclassError" for c in type(exc).__mro__):
+            # transformers' config classes are huggingface_hub strict dataclasses: a field of the
+            # wrong type (rms_norm_eps true, vocab_size 1.5) is refused by AutoConfig, which vLLM
+            # calls too; no ValueError, so it escaped as LR199
+            text = str(exc).encode("ascii", "backslashreplace").decode("ascii")[:500]
+            return _fail(args, "LR102", f"{os.path.join(args.model_dir, 'config.json')}: transformers' config class "
+                         f"refuses it: {' '.join(text.split())}")
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()[:2000]
         if os.environ.get("LAYOUTC_TRACEBACK"):
             traceback.print_exc()
