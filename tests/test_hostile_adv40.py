@@ -117,3 +117,41 @@ def test_a_config_field_transformers_refuses_is_lr102(tmp_path: Path, key: str, 
     folder = make_qwen3(tmp_path / "m", config={key: value})
     code, _, err, seconds = run_cli(str(folder), "--tp", "1")
     _coded(code, err, "LR102", seconds, f"field '{key}'", "config.json")
+
+
+# ---- the verdict cache key: import forms the statement reader missed --------------------------
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        b"from layoutc.runtime import \\\n    vocab\n",  # backslash-continued
+        b"from layoutc.runtime import \\\r\n    vocab\r\n",
+        b"import os; import layoutc.runtime.vocab\n",  # after a semicolon
+        b"if True: import layoutc.runtime.vocab\n",  # a one-line if
+        b"try: from layoutc.runtime import vocab\nexcept ImportError: pass\n",
+        b"x = 1 + \\\n  0; from layoutc.runtime import vocab\n",
+        b"from layoutc.runtime import (numformats,  # see f(x)\n    vocab)\n",  # a ')' in a comment
+        b"import importlib\nm = importlib.import_module('layoutc.runtime.vocab')\n",  # named by a string
+        b'm = __import__("layoutc.runtime.vocab")\n',
+    ],
+    ids=[
+        "backslash",
+        "backslash-crlf",
+        "semicolon",
+        "one-line-if",
+        "one-line-try",
+        "continued-then-semicolon",
+        "paren-in-comment",
+        "import_module",
+        "__import__",
+    ],
+)
+def test_the_key_reads_every_form_of_import(source: bytes) -> None:
+    """entries._imported read statements only from a line's start and a parenthesised name list
+    up to the first ')': a compiler module importing runtime/vocab.py in any of these forms left
+    vocab.py out of the key (the shipped-contract test sees it only if a verify runs that line)."""
+    from layoutc.compiler.verify import entries
+
+    found = entries._imported(("layoutc", "compiler"), source)
+    assert any(p.endswith(os.path.join("runtime", "vocab.py")) for p in found), found

@@ -472,10 +472,10 @@ def _check_options(args: argparse.Namespace) -> list[int]:
             raise RunError("LR104", f"{option} {shown}: expected an integer in {low}..{high}")
     for option, name in (("--isa", args.isa), ("--placement", getattr(args, "placement", "linear"))):
         if not (0 < len(name) <= 40 and name.isascii() and name.replace("_", "").isalnum()):
-            from layoutc.compiler.diagnostics import shown
+            from layoutc.compiler.diagnostics import shown as cut
 
             # the contract's and the runtime's refusals echo the value whole (100,000 characters, 3 times)
-            raise RunError("LR104", f"{option} {shown(name, 40)}: expected a name (ASCII letters, digits, _; "
+            raise RunError("LR104", f"{option} {cut(name, 40)}: expected a name (ASCII letters, digits, _; "
                            "at most 40 characters)")
     if args.contract is not None:
         check_contract_name(args.contract)
