@@ -155,3 +155,21 @@ def test_the_key_reads_every_form_of_import(source: bytes) -> None:
 
     found = entries._imported(("layoutc", "compiler"), source)
     assert any(p.endswith(os.path.join("runtime", "vocab.py")) for p in found), found
+
+
+@pytest.mark.parametrize("where", ["itself", "inside"])
+def test_an_output_directory_holding_the_cwd_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """`layoutc compile contracts --out .` swapped the current directory for a copy: the shell's
+    cwd became a deleted folder and every file under it was re-linked."""
+    out = tmp_path / "proj"
+    (out / "sub").mkdir(parents=True)
+    (out / "sub" / "notes").write_text("keep")
+    monkeypatch.chdir(out if where == "itself" else out / "sub")
+    inode = os.stat(out).st_ino
+    with pytest.raises(OSError) as info:
+        pub.publish({"__init__.py": "", "m.py": "X = 1\n"}, str(out))
+    assert "current directory" in str(info.value)
+    assert os.stat(out).st_ino == inode and sorted(os.listdir(out)) == ["sub"]
+    assert sorted(os.listdir(tmp_path)) == ["proj"]
