@@ -195,3 +195,63 @@ def test_a_comment_hiding_a_require_behind_a_line_separator_is_refused(tmp_path:
     contract, diags, _ = load(str(path))
     assert contract is not None or diags  # it loads: the require is a comment
     assert any(d.severity == "error" for d in diags), "the hidden require was read as a comment"
+
+
+# ---- layoutc run: --format-file experts_class ---------------------------------------------------
+
+
+def _format_file(tmp_path: Path, **changes: object) -> Path:
+    import json
+
+    from layoutc.tools.checkpoints.formats import FORMATS, format_json
+
+    doc = dict(format_json(FORMATS["qwen3_moe"]))
+    doc.update(changes)
+    path = tmp_path / "format.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "os:system",
+        "qwen3_moe",
+        "a:b:c",
+        "",
+        "..qwen3_moe.modeling_qwen3_moe:Qwen3MoeExperts",
+        "qwen3_moe.modeling_qwen3_moe:torch",
+        "qwen3_moe.modeling_qwen3_moe:__class__",
+    ],
+)
+def test_an_experts_class_of_no_module_class_shape_is_lr103_before_loading(tmp_path: Path, value: str) -> None:
+    """experts_class was the one --format-file key left unchecked: it is imported as
+    transformers.models.<module>, its attribute called with the config; each of these was LR199
+    after loading (a module transformers lacks, split(':') unpacking, a module called)."""
+    from tests.test_run_failfast import _coded, make_qwen3, run_cli
+
+    folder = make_qwen3(tmp_path / "m")
+    fmt = _format_file(tmp_path, experts_class=value)
+    code, _, err, seconds = run_cli(str(folder), "--tp", "1", "--no-from-pretrained", "--format-file", str(fmt))
+    _coded(code, err, "LR103", seconds, "experts_class")
+
+
+@pytest.mark.transformers
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("mixtral.modeling_mixtral:MixtralExperts", "has shape"),
+        ("qwen3_moe.modeling_qwen3_moe:Qwen3MoeRMSNorm", "cannot be built"),
+        ("qwen3_moe.modeling_qwen3_moe:NoSuchExperts", "is not in transformers"),
+    ],
+)
+def test_an_experts_class_transformers_cannot_fill_is_lr103(tmp_path: Path, value: str, needle: str) -> None:
+    """Another family's experts class (shapes differ: a ValueError), a module that is no experts
+    module, a class the module lacks: LR199 before, LR103 naming experts_class now."""
+    from tests.test_run_failfast import make_qwen3, run_cli
+
+    folder = make_qwen3(tmp_path / "m")
+    fmt = _format_file(tmp_path, experts_class=value)
+    code, _, err, _ = run_cli(str(folder), "--tp", "1", "--no-from-pretrained", "--format-file", str(fmt))
+    assert code == 2 and "error[LR103]" in err and "experts_class" in err and needle in err, err
