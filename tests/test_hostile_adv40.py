@@ -255,3 +255,19 @@ def test_an_experts_class_transformers_cannot_fill_is_lr103(tmp_path: Path, valu
     fmt = _format_file(tmp_path, experts_class=value)
     code, _, err, _ = run_cli(str(folder), "--tp", "1", "--no-from-pretrained", "--format-file", str(fmt))
     assert code == 2 and "error[LR103]" in err and "experts_class" in err and needle in err, err
+
+
+# ---- layoutc run: --write-format over the checkpoint's own files ------------------------------
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json", "model.safetensors.index.json"])
+def test_write_format_over_the_checkpoint_is_refused(tmp_path: Path, name: str) -> None:
+    """`--write-format MODEL/model.safetensors` replaced the weights with a 1.3 KB JSON format and
+    reported ok; refused with the options now, the checkpoint untouched."""
+    from tests.test_run_failfast import _coded, make_qwen3, run_cli
+
+    folder = make_qwen3(tmp_path / "m")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    code, _, err, seconds = run_cli(str(folder), "--tp", "1", "--write-format", str(folder / name))
+    _coded(code, err, "LR104", seconds, "the checkpoint's own")
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before

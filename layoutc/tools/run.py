@@ -482,6 +482,13 @@ def _check_options(args: argparse.Namespace) -> list[int]:
     if args.write_format:
         from layoutc.tools.runwrite import check_target
         check_target(args.write_format, "--write-format")
+        target = os.path.realpath(args.write_format)
+        name = os.path.basename(target)
+        if os.path.dirname(target) == os.path.realpath(args.model_dir) and (
+                name in ("config.json", "model.safetensors.index.json") or name.endswith(".safetensors")):
+            # a JSON format written over the weights (or the config) the run just read, then `ok`
+            raise RunError("LR104", f"--write-format {args.write_format}: that is the checkpoint's own {name}; "
+                           "write the format to a file of its own")
     return tps
 
 
