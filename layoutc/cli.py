@@ -32,7 +32,12 @@ class _Usage(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise _Usage(f"{self.prog}: error[LC801]: {message}")
+        # argparse quotes the bad value whole and unescaped (`invalid int value: '<100,000 x>'`,
+        # a Cyrillic e read as e): escaped and cut as every untrusted value (diagnostics.shown)
+        text = message.encode("ascii", "backslashreplace").decode("ascii")
+        if len(text) > 300:
+            text = f"{text[:300]}... ({len(message)} characters)"
+        raise _Usage(f"{self.prog}: error[LC801]: {text}")
 
 
 def contract_paths(paths: Sequence[str]) -> list[str]:

@@ -389,6 +389,13 @@ def run(args: argparse.Namespace) -> int:
         if code is not None:  # safetensors' own reader (transformers' from_pretrained) found the file damaged
             return _fail(args, code, f"{args.model_dir}: truncated or corrupt safetensors file: {type(exc).__name__}: "
                          f"{str(exc)[:500]}")
+        if any(c.__name__ == "StrictDataclassError" for c in type(exc).__mro__):
+            # transformers' config classes are huggingface_hub strict dataclasses: a field of the
+            # wrong type (rms_norm_eps true, vocab_size 1.5) is refused by AutoConfig, which vLLM
+            # calls too; no ValueError, so it escaped as LR199
+            text = str(exc).encode("ascii", "backslashreplace").decode("ascii")[:500]
+            return _fail(args, "LR102", f"{os.path.join(args.model_dir, 'config.json')}: transformers' config class "
+                         f"refuses it: {' '.join(text.split())}")
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()[:2000]
         if os.environ.get("LAYOUTC_TRACEBACK"):
             traceback.print_exc()
@@ -463,11 +470,25 @@ def _check_options(args: argparse.Namespace) -> list[int]:
         if not low <= value <= high:
             shown = str(value) if len(str(value)) <= 24 else f"{str(value)[:20]}... ({len(str(value))} digits)"
             raise RunError("LR104", f"{option} {shown}: expected an integer in {low}..{high}")
+    for option, name in (("--isa", args.isa), ("--placement", getattr(args, "placement", "linear"))):
+        if not (0 < len(name) <= 40 and name.isascii() and name.replace("_", "").isalnum()):
+            from layoutc.compiler.diagnostics import shown as cut
+
+            # the contract's and the runtime's refusals echo the value whole (100,000 characters, 3 times)
+            raise RunError("LR104", f"{option} {cut(name, 40)}: expected a name (ASCII letters, digits, _; "
+                           "at most 40 characters)")
     if args.contract is not None:
         check_contract_name(args.contract)
     if args.write_format:
         from layoutc.tools.runwrite import check_target
         check_target(args.write_format, "--write-format")
+        target = os.path.realpath(args.write_format)
+        name = os.path.basename(target)
+        if os.path.dirname(target) == os.path.realpath(args.model_dir) and (
+                name in ("config.json", "model.safetensors.index.json") or name.endswith(".safetensors")):
+            # a JSON format written over the weights (or the config) the run just read, then `ok`
+            raise RunError("LR104", f"--write-format {args.write_format}: that is the checkpoint's own {name}; "
+                           "write the format to a file of its own")
     return tps
 
 

@@ -20,7 +20,13 @@ does not write (a README, a stale module of a removed contract, a sub-folder) ar
 into the new one (hard links where the file system allows, else copies); `__pycache__`
 and temporaries are not. A stage a killed compile left behind is removed by the next
 compile into the same place once it is 10 minutes old. The stage needs write permission in the output
-directory's parent (OSError otherwise, before the output directory is touched).
+directory's parent (OSError otherwise, before the output directory is touched). An output directory
+that is a mount point (`/`, a container's volume) cannot be renamed: it is refused (EBUSY) before
+anything is staged or carried (it used to copy the whole volume into the parent first, then fail).
+An output directory that is or holds the current directory (`--out .`) is refused the same way (the
+swap left the shell in a deleted directory, and re-linked every file under it).
+A FIFO, socket or device among the old entries is hard-linked into the new directory (never read);
+where it cannot be, the compile fails and writes nothing (it used to be dropped silently).
 
 Standard library only. Source: issue 40 (a full disk left 27 `_runtime` files, 2 modules
 and no `__init__.py`; every module had mode 0600).
@@ -61,6 +67,13 @@ def publish(files: dict[str, str], out_dir: str) -> None:
     target = os.path.realpath(out_dir)  # a symlinked output directory: swap its target
     if os.path.lexists(target) and not os.path.isdir(target):
         raise NotADirectoryError(errno.ENOTDIR, "not a directory", out_dir)
+    here = os.path.realpath(os.getcwd()) if os.path.isdir(target) else ""
+    if here == target or here.startswith(target + os.sep):  # the swap would leave the shell in a deleted folder
+        raise OSError(errno.EBUSY, "it is (or holds) the current directory, which the swap would replace with a "
+                      "copy (every file under it re-linked); compile into a folder of its own", out_dir)
+    if os.path.isdir(target) and os.path.ismount(target):  # '/', a volume: no rename can move it
+        raise OSError(errno.EBUSY, "a mount point cannot be swapped whole; compile into a folder inside it",
+                      out_dir)
     parent, name = os.path.split(target)
     made = _make_parents(parent)
     stage = ""
@@ -127,6 +140,8 @@ def _carry(old: str, new: str, written: set[str]) -> None:
                                 ignore=shutil.ignore_patterns("__pycache__"))
             elif entry.is_file():
                 _link_or_copy(entry.path, dst)
+            else:  # a FIFO, a socket, a device: linked (never read), or the compile fails
+                os.link(entry.path, dst)
         except FileNotFoundError:  # removed meanwhile (a concurrent compile swapped it out)
             continue
 

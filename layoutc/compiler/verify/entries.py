@@ -37,12 +37,18 @@ PACKAGE = Path(__file__).resolve().parents[2]  # the layoutc package
 COMPILER = PACKAGE / "compiler"
 _code_digest: str | None = None
 _covered: tuple[Path, ...] | None = None
-# An import statement, wherever it is (module level or inside a function): `from X import
-# names` (names possibly parenthesised over several lines) or `import X, Y`. A match in a
-# string or comment only adds a file; nothing a checker or prover imports is missed (a
-# test compares with the modules a verify really loads: tests/test_verdict_cache_key.py).
-_IMPORT = re.compile(rb"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)"
-                     rb"|import[ \t]+([^\n#;]+))", re.M)
+# An import statement, wherever it is (module level or inside a function, after a `;` or a
+# one-line `if ...:` / `try:`, over backslash-continued lines): `from X import names` (names
+# possibly parenthesised over several lines, with comments) or `import X, Y`; and a module
+# named as a string literal (`importlib.import_module("layoutc.runtime.vocab")`,
+# `__import__(...)`). A match in a string or comment only adds a file; nothing a checker or
+# prover imports is missed (a test compares with the modules a verify really loads:
+# tests/test_verdict_cache_key.py; tests/test_hostile_adv40.py the statement forms).
+_IMPORT = re.compile(rb"[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\((?:[^)#]|#[^\n]*+)*+\)|[^\n#;]*)"
+                     rb"|import[ \t]+([^\n#;]+))")
+_CONTINUED = re.compile(rb"\\\r?\n")
+_COMMENT = re.compile(rb"#[^\n]*")
+_LITERAL = re.compile(rb"""layoutc(?:\.\w+)+(?=["'])""")
 
 
 def code_digest() -> str:
@@ -111,9 +117,16 @@ def _imported(package: tuple[str, ...], source: bytes) -> list[str]:
         dots = len(base) - len(base.lstrip("."))
         parts = (package[:len(package) - dots + 1] if dots else ()) + tuple(p for p in base.lstrip(".").split(".") if p)
         out += _module_files(parts)
-        for name in m.group(2).decode("ascii", "replace").strip("() \t\n").replace("\n", " ").split(","):
+        names = _COMMENT.sub(b"", m.group(2)).decode("ascii", "replace")
+        for name in names.strip("() \t\r\n").replace("\n", " ").split(","):
             if name.split():
                 out += _module_files((*parts, name.split()[0]))  # `from pkg import module`
+    pos = source.find(b"layoutc.")  # a module named by a string: import_module("layoutc.x.y"), __import__
+    while pos != -1:
+        lit = _LITERAL.match(source, pos) if pos and source[pos - 1] in b"\"'" else None
+        if lit is not None:
+            out += _module_files(tuple(lit.group(0).decode("ascii").split(".")))
+        pos = source.find(b"layoutc.", pos + 1)
     return out
 
 
@@ -121,10 +134,16 @@ def _import_statements(source: bytes) -> list[re.Match[bytes]]:
     """Every import statement of `source`: the lines holding the word `import`, each matched
     from its start (a search for the word first is several times faster than the regex run
     at every position)."""
+    if b"\\" in source:
+        source = _CONTINUED.sub(b" ", source)  # a backslash-continued statement is one line
     found = []
     pos = source.find(b"import")
     while pos != -1:
-        m = _IMPORT.match(source, source.rfind(b"\n", 0, pos) + 1)
+        line = source.rfind(b"\n", 0, pos) + 1
+        # the statement starts at its line, or after the last `;` or `:` before the word
+        # (`import os; import x`, `if c: import x`, `try: from x import y`)
+        start = max(line, source.rfind(b";", line, pos) + 1, source.rfind(b":", line, pos) + 1)
+        m = _IMPORT.match(source, start)
         if m is not None and m.end() > pos:
             found.append(m)
             pos = m.end()

@@ -27,6 +27,7 @@ are the fields of `CheckpointFormat`. This module imports only the standard libr
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -467,6 +468,8 @@ _OPT_STR = ("gate", "up", "gate_up", "gate_up_bias", "down_bias", "router_bias",
 _BOOL = ("fused", "transposed", "down_transposed", "text_config", "experts_flattened", "renormalize")
 _KEYS = ("num_hidden_layers", "hidden_size", "num_experts", "intermediate_size", "top_k", "activation")
 _MAX_VALUE_CHARS = 4096  # a name or config key longer than this is no tensor name a checkpoint holds
+#: CheckpointFormat.experts_class: a module under transformers.models and a public class name
+_EXPERTS_CLASS = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)+:[A-Z][A-Za-z0-9_]*")
 
 
 def _show(value: Any) -> str:
@@ -524,6 +527,10 @@ def _check_values(path: str, data: dict[str, Any]) -> None:
         if not (isinstance(value, list) and len(value) == 2 and all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value)):
             raise bad("swiglu_defaults", "null or two finite numbers [alpha, limit]")
+    if isinstance(data.get("experts_class"), str) and not _EXPERTS_CLASS.fullmatch(data["experts_class"]):
+        # imported as transformers.models.<module> and called with the config: no other shape is one
+        raise bad("experts_class", "'module.path:Class' under transformers.models (e.g. "
+                  "'qwen3_moe.modeling_qwen3_moe:Qwen3MoeExperts')")
     for key, placeholder in TEMPLATES.items():
         if isinstance(data.get(key), str):
             _check_template(path, key, data[key], placeholder)

@@ -220,6 +220,8 @@ def _what_is(path: str) -> str | None:
         import errno
 
         return "a symlink loop" if exc.errno == errno.ELOOP else f"unreadable ({exc.strerror or exc})"
+    except ValueError:  # a NUL byte or a lone surrogate (an index's JSON can hold both): LR199 before
+        return "no file name (it holds a NUL byte or a lone surrogate)"
     for test, kind in ((stat.S_ISREG, None), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISSOCK, "a socket")):

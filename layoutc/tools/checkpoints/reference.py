@@ -134,7 +134,9 @@ def transformers_experts(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> torch.n
     weights read *through the declared format* (float32): not independent of the declaration.
 
     None when transformers is absent, does not know the model_type, or the format names no
-    experts class. Raises ValueError when a parameter's shape differs from the checkpoint's.
+    experts class. Raises FormatError LR103 when the class is not in transformers, is no torch
+    module class, cannot be built from the config, or a parameter's shape differs from the
+    checkpoint's (a --format-file's experts_class of another family; this was LR199).
     """
     if moe.format.experts_class is None:
         return None
@@ -142,8 +144,16 @@ def transformers_experts(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> torch.n
         import transformers
     except ImportError:
         return None
-    modname, cls_name = moe.format.experts_class.split(":")
-    cls = getattr(importlib.import_module(f"transformers.models.{modname}"), cls_name)
+    from layoutc.tools.checkpoints.formats import FormatError
+
+    named = f"the format's experts_class {moe.format.experts_class!r}"
+    modname, _, cls_name = moe.format.experts_class.partition(":")
+    try:  # a --format-file names it: a module or class transformers lacks was LR199
+        cls = getattr(importlib.import_module(f"transformers.models.{modname}"), cls_name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise FormatError("LR103", f"{named} is not in transformers {transformers.__version__} ({exc})") from None
+    if not (inspect.isclass(cls) and issubclass(cls, torch.nn.Module)):
+        raise FormatError("LR103", f"{named} is no torch module class of transformers")
     try:
         config = transformers.AutoConfig.from_pretrained(ckpt.folder)
     except (ValueError, KeyError, OSError):  # a model_type transformers does not know
@@ -152,14 +162,20 @@ def transformers_experts(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> torch.n
         config = config.get_text_config()
     if hasattr(config, "_experts_implementation"):
         config._experts_implementation = "eager"
-    module = cls(config).to(torch.float32)
+    try:
+        module = cls(config).to(torch.float32)
+    except Exception as exc:  # another family's class, or no experts module at all
+        raise FormatError("LR103", f"{named} cannot be built from this config.json "
+                          f"({type(exc).__name__}: {str(exc)[:200]})") from None
     params = _full_w13_w2(ckpt, moe, layer)
     with torch.no_grad():
         for name, value in params.items():
-            target = getattr(module, name)
+            target = getattr(module, name, None)
+            if not isinstance(target, torch.Tensor):
+                raise FormatError("LR103", f"{named} has no parameter {name}")
             if tuple(target.shape) != tuple(value.shape):
-                raise ValueError(f"{cls_name}.{name} has shape {tuple(target.shape)}, checkpoint "
-                                 f"{tuple(value.shape)}")
+                raise FormatError("LR103", f"{named}: {cls_name}.{name} has shape {tuple(target.shape)}, the "
+                                  f"checkpoint {tuple(value.shape)} (another family's module?)")
             target.copy_(value)
     out: torch.nn.Module = module.eval()
     return out
