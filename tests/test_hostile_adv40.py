@@ -175,16 +175,9 @@ def test_an_output_directory_holding_the_cwd_is_refused(
     assert sorted(os.listdir(tmp_path)) == ["proj"]
 
 
-# ---- contracts: text an editor shows that layoutc does not read (not fixed: a design decision) ----
+# ---- contracts: text an editor shows that layoutc does not read (LC109) ----
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="adv40: a comment may hold U+2028/U+2029/U+0085 or a bidi control "
-    "(U+202A-E, U+2066-9); an editor or a web view that breaks the line there shows a `require` "
-    "the parser reads as part of the comment (Trojan Source, CVE-2021-42574). Strings refuse these "
-    "(LC108), comments do not; refusing them needs a new code (the lead's call)",
-)
 def test_a_comment_hiding_a_require_behind_a_line_separator_is_refused(tmp_path: Path) -> None:
     from layoutc.compiler.source import load
 
@@ -193,8 +186,8 @@ def test_a_comment_hiding_a_require_behind_a_line_separator_is_refused(tmp_path:
     path = tmp_path / "hidden.moe"
     path.write_text(text.replace(line, "# the kernel's rule:\u2028" + line), encoding="utf-8")
     contract, diags, _ = load(str(path))
-    assert contract is not None or diags  # it loads: the require is a comment
-    assert any(d.severity == "error" for d in diags), "the hidden require was read as a comment"
+    assert contract is None and [d.code for d in diags] == ["LC109"], diags
+    assert (diags[0].span.line, diags[0].span.column) == (text[: text.index(line)].count("\n") + 1, 21), diags[0].span
 
 
 # ---- layoutc run: --format-file experts_class ---------------------------------------------------

@@ -60,6 +60,7 @@ CODES: dict[str, str] = {
     "LC106": "integer literal too large",
     "LC107": "too many declarations or too many errors",
     "LC108": "string literal contains a control character",
+    "LC109": "comment contains a control or unprintable character (a line or bidi separator an editor may show)",
     # 2xx: names
     "LC201": "unknown name",
     "LC202": "duplicate definition",

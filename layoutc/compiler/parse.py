@@ -133,6 +133,30 @@ def _deepest(tree: Node) -> Node:
     return best
 
 
+def _hidden_in_comments(text: str, file: str) -> list[Diagnostic]:
+    """LC109 for each comment holding a control or unprintable character other than a tab.
+
+    The parser ends a comment at `\n` only; an editor or a web view may break the line at U+2028,
+    U+2029 or U+0085, or reorder it at a bidi control (U+202A-U+202E, U+2066-U+2069), and so show
+    text after it (a `require`) that the parser reads as comment (Trojan Source, CVE-2021-42574).
+    Strings refuse the same characters (LC108)."""
+    out: list[Diagnostic] = []
+    for m in _TOKENISH.finditer(text):
+        if not m.group().startswith("#"):
+            continue
+        for offset, ch in enumerate(m.group()):
+            if ch != "\t" and not ch.isprintable():
+                pos = m.start() + offset
+                line = text.count("\n", 0, pos) + 1
+                col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+                out.append(error("LC109", Span(file, line, col, line, col + 1),
+                                 f"comment contains the control or unprintable character U+{ord(ch):04X}, which "
+                                 "an editor may show as a line break or a reordering of what follows",
+                                 help="delete it: a comment may hold any printable text"))
+                break
+    return out
+
+
 def parse(text: str, file: str) -> tuple[A.Module | None, list[Diagnostic]]:
     """Parse one contract. Returns the module, or None with at least one error."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
@@ -142,6 +166,9 @@ def parse(text: str, file: str) -> tuple[A.Module | None, list[Diagnostic]]:
     if tokens > MAX_TOKENS:
         return None, [error("LC105", Span(file, 1, 1, 1, 1),
                             f"contract has more than {MAX_TOKENS} tokens; real contracts have a few thousand")]
+    hidden = _hidden_in_comments(text, file)
+    if hidden:
+        return None, hidden
     try:
         tree = _parser().parse(text)
     except lark.UnexpectedCharacters as exc:
