@@ -6,8 +6,10 @@
   row), round-robin placement and redundant (EPLB) experts, every rank's partial sum is finite,
   exactly 0 on tokens routed to none of its experts, and the ranks' sum is the float32 loop of
   the routed experts (tests/reference.py).
-- Items 5 and 6 (not held, xfail strict): two ways `layoutc run` still says "ok" where the
-  layer is different; see each test.
+- Items 5 and 6: two ways `layoutc run` said "ok" where the layer is different (pinned as strict
+  xfails, now held): a clamp at 100 that run's inputs (median |pre-activation| 16) never reached
+  (the scaled half now reaches twice the largest clamp limit config.json states), and an
+  asymmetric GPTQ checkpoint whose config says sym (refused before loading: LR166).
 """
 
 from __future__ import annotations
@@ -138,14 +140,6 @@ def _make(out: Path, *flags: str) -> Path:
 @pytest.mark.slow
 @pytest.mark.kernel  # int4pack
 @pytest.mark.transformers
-@pytest.mark.xfail(
-    strict=True,
-    reason="the 'independent' quantized reference dequantizes through the scheme read from the same "
-    "quantization_config as the kernel side (oracle.write_dequantized -> dequant.dequantize): sym true "
-    "drops the checkpoint's stored qzeros on both sides, so an asymmetric checkpoint whose config says "
-    "sym is 'ok' (GPTQModel's dequantization reads qzeros); LR155 refuses the like contradiction for "
-    "g_idx vs desc_act, nothing does for qzeros vs sym",
-)
 def test_an_asymmetric_gptq_checkpoint_whose_config_says_sym_is_not_ok(tmp_path: Path) -> None:
     folder = _make(tmp_path / "ckpt", "--quant", "gptq4", "--group-size", "64", "--asym")
     config = json.loads((folder / "config.json").read_text())
@@ -153,20 +147,17 @@ def test_an_asymmetric_gptq_checkpoint_whose_config_says_sym_is_not_ok(tmp_path:
     config["quantization_config"]["sym"] = True
     (folder / "config.json").write_text(json.dumps(config))
     code, out, err = _run(str(folder), "--tp", "1,2", "--format", "json")
-    rows = json.loads(out)["rows"] if out else []
+    payload = json.loads(out) if out else {}
+    rows = payload["rows"] if isinstance(payload, dict) else []  # a refusal prints its diagnostics (a list)
     assert code != 0 and not any(r["ok"] for r in rows), (code, rows, err)
+    # refused before loading, by code, naming the stored tensor and the config key it contradicts
+    assert isinstance(payload, list) and payload[0]["code"] == "LR166", (code, payload, err)
+    assert ".qzeros" in payload[0]["message"] and "quantization_config.sym" in payload[0]["message"], payload
 
 
 @pytest.mark.slow  # builds the model with transformers
 @pytest.mark.kernel
 @pytest.mark.transformers
-@pytest.mark.xfail(
-    strict=True,
-    reason="run's second half brings the median |gate/up pre-activation| to 16 (reference.REACH), which "
-    "the run report calls 'past any clamp'; a clamp at 100 under a key LR142 does not know by name "
-    "(activation.SUSPECT: 'clip' is not in it) is never reached and the row is 'ok' (rel 1e-7; at 50: "
-    "MISMATCH 0.15)",
-)
 def test_a_clamp_under_an_unknown_key_far_past_16_is_not_ok(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from layoutc.tools.checkpoints import activation
     from tests.family_models import make
@@ -277,3 +268,28 @@ def test_the_plugin_s_ep_apply_on_uneven_splits(
     expected = moe_reference(x, w13, w2, weights, ids, INTERMEDIATE)
     rel = float((total - expected).norm() / expected.norm())
     assert rel < 1e-2, (backend, experts, placement, rel)
+
+
+def test_the_scaled_inputs_reach_twice_the_largest_clamp_the_config_states(monkeypatch: pytest.MonkeyPatch) -> None:
+    """reference.input_reach: the scaled half's median |gate/up pre-activation| is max(16, 2 x the
+    largest clamp limit config.json states for the layer), read by name even where activation.SUSPECT
+    does not name it; the report's words name the median and the limit, never "past any clamp"."""
+    from layoutc.tools.checkpoints import activation
+    from layoutc.tools.checkpoints.reference import input_reach
+
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(16, 32, generator=g), torch.randn(3, 8, 32, generator=g) / 32**0.5
+
+    def median(r: Any) -> float:
+        return float((x * r.scale @ w.transpose(1, 2)).abs().median())
+
+    none = input_reach(x, w, False, {"hidden_act": "silu", "swiglu_alpha": 1.702}, 0)
+    assert none.limit is None and abs(median(none) - 16) < 1e-3 * 16, none
+    assert "states no clamp" in none.text() and "past any clamp" not in none.text()
+    monkeypatch.setattr(activation, "SUSPECT", ())
+    hundred = input_reach(x, w, False, {"swiglu_limit": 100.0}, 0)
+    assert hundred.limit == 100 and hundred.key == "swiglu_limit" and median(hundred) >= 200 * (1 - 1e-3), hundred
+    assert "swiglu_limit 100" in hundred.text() and "200" in hundred.text(), hundred.text()
+    per_layer = {"swiglu_limit": 7.0, "swiglu_limits": [0, 50.0, None]}
+    assert input_reach(x, w, False, per_layer, 1).key == "swiglu_limits" and input_reach(x, w, False, per_layer, 1).limit == 50
+    assert input_reach(x, w, False, per_layer, 0).target == 16 and input_reach(x, w, False, per_layer, 2).limit == 7

@@ -176,6 +176,7 @@ CODES: dict[str, str] = {
     "LR163": "quantized checkpoint: no contract declares the method and the intermediate does not split evenly",
     "LR164": "quantized checkpoint: a stored tensor the contract's loader needs is absent",
     "LR165": "quantized checkpoint: the contract text found differs from the text the generated module was compiled from",
+    "LR166": "quantized checkpoint: GPTQ qzeros that are not the symmetric constant where the config says sym: true",
     "LR199": "`run`: an unexpected error (set LAYOUTC_TRACEBACK=1 and please report it)",
 }
 

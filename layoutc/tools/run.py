@@ -29,8 +29,9 @@ contract's glue does not compute (layoutc/tools/checkpoints/activation.py), LR19
 unexpected error.
 
 The tokens are `--tokens` seeded hidden states and the same scaled so the median |gate/up
-pre-activation| is 16 (`run_inputs`): every branch of a clamped activation is reached, and a
-row's error is the larger of the two halves'.
+pre-activation| is 16, or twice the largest clamp limit config.json states for the layer where
+that is more (`run_inputs`, `reference.input_reach`; the report names the median and the limit):
+every branch of a clamped activation is reached, and a row's error is the larger of the two halves'.
 
 Fail fast: the options are checked before torch is imported (a `--write-format` target too:
 never opened before the run, written atomically after the report); config.json, the index and
@@ -110,6 +111,7 @@ class Row:
     placement: str = ""  # at --ep > 1: the expert placement the ranks ran with, and each EP rank's experts
     experts_by_rank: list[list[int]] = field(default_factory=list)
     input_scale: float = 1.0  # the second half of the tokens is the first times this (run_inputs)
+    input_reach: str = ""  # what that half reaches, and the clamp limit it was chosen against (InputReach.text)
 
 
 def _rss_peak_reset() -> bool:
@@ -258,14 +260,16 @@ def hidden_states(moe: Any, layer: int, tokens: int, seed: int, dtype: str) -> A
 
 
 def run_inputs(ckpt: Any, moe: Any, layer: int, tokens: int, seed: int, dtype: str,
-               gate_up: Any = None) -> tuple[Any, float]:
-    """(hidden states [2 * tokens, H] in `dtype`, s): the seeded `hidden_states`, then the same
-    times s, where s brings the median |gate/up pre-activation| to reference.REACH (past every
-    clamp a family declares), so every branch of a clamped activation is reached. gate_up: the
-    layer's float [E, 2I, H] weights (default: read through the declared format)."""
+               gate_up: Any = None) -> tuple[Any, float, Any]:
+    """(hidden states [2 * tokens, H] in `dtype`, s, reach): the seeded `hidden_states`, then the
+    same times s, where s brings the median |gate/up pre-activation| to reference.REACH, or past
+    CLAMP_MARGIN times the largest clamp limit config.json states for the layer
+    (reference.input_reach, activation.clamp_limits), so every branch of a clamped activation is
+    reached. reach: the `InputReach` (its `text()` says what was reached and against which limit).
+    gate_up: the layer's float [E, 2I, H] weights (default: read through the declared format)."""
     import torch
 
-    from layoutc.tools.checkpoints.reference import layer_gate_up, reach_scale
+    from layoutc.tools.checkpoints.reference import input_reach, layer_gate_up
 
     x = hidden_states(moe, layer, tokens, seed, dtype)
     if gate_up is None:
@@ -273,8 +277,22 @@ def run_inputs(ckpt: Any, moe: Any, layer: int, tokens: int, seed: int, dtype: s
         transposed = bool(moe.format.transposed)
     else:
         transposed = False
-    scale = reach_scale(x, gate_up, transposed)
-    return torch.cat([x, (x.to(torch.float32) * scale).to(x.dtype)]), scale
+    reach = input_reach(x, gate_up, transposed, moe.text_config, layer)
+    return torch.cat([x, (x.to(torch.float32) * reach.scale).to(x.dtype)]), reach.scale, reach
+
+
+def reach_words(rows: list[Any]) -> str:
+    """The report's words for the scaled half of every row's inputs: per layer, its factor and what
+    it reached (`Row.input_reach`); layers that read alike are said once."""
+    said: dict[str, list[int]] = {}
+    for r in rows:
+        words = f"times {r.input_scale:.3g}, " + (r.input_reach or "median |gate/up pre-activation| unrecorded")
+        layers = said.setdefault(words, [])
+        if r.layer not in layers:
+            layers.append(r.layer)
+    if len(said) == 1:
+        return next(iter(said))
+    return "; ".join(f"layer{'s' if len(ls) > 1 else ''} {', '.join(map(str, ls))}: {w}" for w, ls in said.items())
 
 
 def halves_error(out: Any, ref: Any) -> float:
@@ -306,7 +324,7 @@ def _result(matched: bool, independent: bool, reference: str, why_not: str) -> s
 def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str, isa: str, tokens: int,
               seed: int, use_transformers: bool, oracle: Any = None, why_no_oracle: str = "",
               on_input: bool = False, ref: Any = None, ep: int = 1, placement: str = "linear",
-              x: Any = None, input_scale: float = 1.0) -> Row:
+              x: Any = None, input_scale: float = 1.0, input_reach: str = "") -> Row:
     """One layer at one TP degree: reference (with the routing the kernel gets), then load +
     prepack + kernel per rank, sum, compare (`halves_error`). `ref`: a `reference()` of this
     layer to reuse (the same for every TP degree) on `x` (default `run_inputs`), whose second
@@ -314,7 +332,8 @@ def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str,
     from layoutc.tools.checkpoints.reference import reference
 
     if x is None:
-        x, input_scale = run_inputs(ckpt, moe, layer, tokens, seed, dtype)
+        x, input_scale, reach = run_inputs(ckpt, moe, layer, tokens, seed, dtype)
+        input_reach = reach.text()
     if ref is None:
         ref = reference(ckpt, moe, layer, x, use_transformers=use_transformers, oracle=oracle,
                         why_no_oracle=why_no_oracle)
@@ -336,7 +355,8 @@ def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str,
                getattr(plan, "intermediate_size_per_partition_padded", plan.intermediate_size_per_partition),
                rel, tol, matched and ref.independent, k.kernel_s * 1e3, k.load_s * 1e3, k.peak_mib, ref.name,
                ref.routing, ref.independent, matched, moe.format.router_weight,
-               _result(matched, ref.independent, ref.name, ref.why_not), ep, *topology, input_scale=input_scale)
+               _result(matched, ref.independent, ref.name, ref.why_not), ep, *topology, input_scale=input_scale,
+               input_reach=input_reach)
 
 
 def checkpoint_dtype(ckpt: Any, moe: Any, layer: int) -> str:
@@ -368,9 +388,8 @@ def _table(rows: list[Row], model: str, contract: str) -> str:
         lines.append(f"routing{which}: {routing}")
     if rows:
         lines.append(f"router weight: on each expert's {rows[0].router_weight}")
-        scales = ", ".join(sorted({f"{r.input_scale:.3g}" for r in rows}))
-        lines.append(f"inputs: seeded N(0, 1) hidden states, and the same times {scales} (median |gate/up "
-                     "pre-activation| 16, past any clamp); the larger error of the two halves")
+        lines.append(f"inputs: seeded N(0, 1) hidden states, and the same scaled: {reach_words(rows)}; the larger "
+                     "error of the two halves")
     lines += placement_lines(rows)
     return "\n".join(lines) + "\n"
 
@@ -702,7 +721,7 @@ def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, 
     rows: list[Row] = []
     refused: list[str] = []
     for layer in layers:
-        x, scale = run_inputs(ckpt, moe, layer, args.tokens, args.seed, dtype)
+        x, scale, reach = run_inputs(ckpt, moe, layer, args.tokens, args.seed, dtype)
         ref = reference(ckpt, moe, layer, x, use_transformers=not args.no_transformers, oracle=oracle,
                         why_no_oracle=why_no_oracle)
         for tp, ep in tps:
@@ -711,7 +730,8 @@ def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, 
                 rows.append(run_layer(ckpt, moe, mod, layer, tp, dtype=dtype, isa=args.isa,
                                       tokens=args.tokens, seed=args.seed,
                                       use_transformers=not args.no_transformers, on_input=on_input, ref=ref, ep=ep,
-                                      placement=getattr(args, "placement", "linear"), x=x, input_scale=scale))
+                                      placement=getattr(args, "placement", "linear"), x=x, input_scale=scale,
+                                      input_reach=reach.text()))
             except contract_error as exc:  # plan() names the rule and the contract line
                 refused.append(f"{where}: {exc}")
             except kernel_error as exc:

@@ -67,6 +67,32 @@ def clamp_settings(cfg: Mapping[str, Any], layer: int) -> dict[str, float | None
     return found
 
 
+#: the config keys whose value is a clamp limit (swiglu_alpha is a slope, not a limit)
+LIMIT_KEYS = ("swiglu_limit", "swiglu_limits")
+
+
+def clamp_limits(cfg: Mapping[str, Any], layer: int) -> dict[str, float]:
+    """Every clamp limit config.json states for `layer`'s routed experts: key -> |value|.
+
+    Read by name (LIMIT_KEYS: swiglu_limit; swiglu_limits' entry for the layer, 0 or null
+    meaning none) whatever SUSPECT says, and any other numeric key SUSPECT matches except
+    swiglu_alpha and the shared-only keys (a key LR142 refuses unless taken out). `run`'s
+    scaled inputs must reach past the largest of these (reference.input_reach): a clamp the
+    inputs never reach cannot show that one side computes it and the other does not.
+    cfg: the parsed MoE settings' dict (`ModelMoE.text_config`)."""
+    found: dict[str, float] = {}
+    for key, value in cfg.items():
+        named = key in LIMIT_KEYS
+        suspect = any(s in key.lower() for s in SUSPECT) and key not in SHARED_ONLY and key != "swiglu_alpha"
+        if not (named or suspect):
+            continue
+        if key == "swiglu_limits":
+            value = value[layer] if isinstance(value, list) and 0 <= layer < len(value) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and value != 0:
+            found[key] = abs(float(value))
+    return found
+
+
 def check_activation(moe: Any, mod: Any, contract: str, layers: list[int]) -> None:
     """Hold the family's activation settings (config.json, `clamp_settings`) of every layer in
     `layers` to the contract's glue, before anything is loaded.

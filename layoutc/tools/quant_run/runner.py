@@ -32,8 +32,8 @@ routed output and its own routing, as the unquantized path (checkpoints/referenc
 int4pack / int8pack); a reference-only row, or one compared with the family's experts class
 or a float32 loop over the declared format (no transformers block), is "unchecked" and exits 1.
 The family's activation clamps are held to the kernel's glue first (LR142), and the tokens are
-run.py's `run_inputs` (half of them scaled past every clamp). Tolerance: TOLERANCE of
-layoutc/tools/run.py on ||out - ref|| / ||ref||, the larger of the two halves
+run.py's `run_inputs` (half of them scaled past every clamp config.json states). Tolerance: TOLERANCE
+of layoutc/tools/run.py on ||out - ref|| / ||ref||, the larger of the two halves
 (docs/verification.md, "Quantized checkpoints").
 """
 
@@ -77,7 +77,8 @@ class QuantRow:
     declared format. kernel_ran: a real kernel computed the kernel side (int4pack / int8pack),
     not a reference of the declared format (reference-only rows). ok: all three. result:
     "ok", "MISMATCH" or "unchecked: ..." in words. input_scale: the second half of the tokens
-    is the first times this (layoutc/tools/run.py run_inputs).
+    is the first times this (layoutc/tools/run.py run_inputs); input_reach: what that half reaches
+    (the median |gate/up pre-activation| and the clamp limit it was chosen against).
     """
 
     layer: int
@@ -96,6 +97,7 @@ class QuantRow:
     kernel_ran: bool = True
     result: str = "ok"
     input_scale: float = 1.0
+    input_reach: str = ""
 
 
 def row_result(matched: bool, independent: bool, kernel_ran: bool, why_not: str) -> str:
@@ -460,7 +462,8 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, sch
             if "int4pack" in kinds else []
         sources = padded.expert_sources(ckpt, moe, scheme, layer) if "padded" in kinds else {}
         params = dequantized(ckpt, moe, scheme, layer)
-        x, scale = run_inputs(ckpt, moe, layer, args.tokens, args.seed, dtype, gate_up=params["gate_up_proj"])
+        x, scale, reach = run_inputs(ckpt, moe, layer, args.tokens, args.seed, dtype,
+                                     gate_up=params["gate_up_proj"])
         entry = oracle.layers.get(layer) if oracle is not None else None
         if entry is not None and (entry.block or entry.routes_experts):  # transformers' own block: independent
             own = reference(ckpt, moe, layer, x, oracle=oracle)
@@ -515,7 +518,7 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, sch
                 why_not = "; ".join(w for w in (why_ref, "" if ran else no_run) if w)
                 rows.append(QuantRow(layer, tp, pp, pad, rel, tol, rel <= tol and independent and ran, kernel, name,
                                      kernel_s * 1e3, load_s * 1e3, rel <= tol, independent, ran,
-                                     row_result(rel <= tol, independent, ran, why_not), scale))
+                                     row_result(rel <= tol, independent, ran, why_not), scale, reach.text()))
                 break
             else:
                 refused.append(f"layer {layer} tp={tp}: " + "; then ".join(why))
@@ -559,9 +562,10 @@ def _print(args: argparse.Namespace, moe: ModelMoE, scheme: S.QuantScheme, dtype
               f"{r.load_ms:>9.1f}  {'yes' if r.independent else 'no':>5} {'yes' if r.kernel_ran else 'no':>6}  "
               f"{r.result} | {r.kernel} | {r.reference}")
     if rows:
-        scales = ", ".join(sorted({f"{r.input_scale:.3g}" for r in rows}))
-        print(f"inputs: seeded N(0, 1) hidden states, and the same times {scales} (median |gate/up pre-activation| "
-              "16, past any clamp); the larger error of the two halves")
+        from layoutc.tools.run import reach_words
+
+        print(f"inputs: seeded N(0, 1) hidden states, and the same scaled: {reach_words(rows)}; the larger error "
+              "of the two halves")
     for line in refused:
         print(f"refused: {line}")
     if unchecked:

@@ -158,7 +158,7 @@ def _checkpoint_inputs(model_dir: str, module_name: str, layer: int | None, dtyp
     """Hold the EP degree to config.json's experts (ExpertParallelError EP01 before any rank
     starts: each rank would raise it after the spawn) and the family's router weight to the
     glue and its activation (RunError LR142), pick the layer and dtype, build the reference on
-    run_inputs' tokens (half scaled past any clamp; the error is the larger of the two halves')."""
+    run_inputs' tokens (half scaled past every clamp config.json states; the error is the larger of the two halves')."""
     from layoutc.tools.checkpoints.activation import check_activation
     from layoutc.tools.checkpoints.formats import describe
     from layoutc.tools.checkpoints.reader import Checkpoint
@@ -176,7 +176,7 @@ def _checkpoint_inputs(model_dir: str, module_name: str, layer: int | None, dtyp
             raise ValueError(f"run_tp_checkpoint: layer {layer} is not a MoE layer ({list(moe.moe_layers)})")
         check_activation(moe, mod, module_name, [layer])  # RunError LR142: a clamp the glue does not compute
         dtype = dtype or checkpoint_dtype(ckpt, moe, layer)
-        x, _ = run_inputs(ckpt, moe, layer, tokens, seed, dtype)  # 2 * tokens: half scaled past any clamp
+        x, _, _ = run_inputs(ckpt, moe, layer, tokens, seed, dtype)  # half scaled past config.json's clamps
         oracle = transformers_oracle(model_dir, [layer]) if use_transformers else None
         ref = reference(ckpt, moe, layer, x, use_transformers=use_transformers, oracle=oracle,
                         why_no_oracle="" if use_transformers else "use_transformers=False")

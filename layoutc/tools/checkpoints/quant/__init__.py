@@ -15,7 +15,8 @@ LR152 a skip list or per-module override that reaches the routed experts; LR153 
 zero-point or g_idx whose shape does not match its weight; LR154 a packed tensor with the
 wrong byte count; LR155 a g_idx out of range (or not k // group_size without act-order);
 LR156 an E8M0 scale byte 255 (NaN); LR157 the config disagrees with the tensors (dtype,
-bit width, unquantized tensors); LR158 a scheme whose layout the family's format cannot hold.
+bit width, unquantized tensors); LR158 a scheme whose layout the family's format cannot hold;
+LR166 GPTQ qzeros other than the symmetric constant where the config says sym: true.
 """
 
 from layoutc.tools.checkpoints.quant.config import find_quantization_config, read_quantization

@@ -24,7 +24,13 @@ import torch
 from layoutc.runtime.numformats import e2m1, e4m3fn, e8m0
 from layoutc.tools.checkpoints.formats import FormatError
 from layoutc.tools.checkpoints.quant import scheme as S
-from layoutc.tools.checkpoints.quant.validate import check_e8m0, check_g_idx, check_stored, weight_extents
+from layoutc.tools.checkpoints.quant.validate import (
+    check_e8m0,
+    check_g_idx,
+    check_stored,
+    check_sym_qzeros,
+    weight_extents,
+)
 
 
 @cache
@@ -101,7 +107,8 @@ def dequantize(scheme: S.QuantScheme, tensors: Mapping[str, torch.Tensor], *, na
     the scheme's TensorSpecs); name: the projection's module name, for messages. `[out, in]`
     follows the stored rows: gpt-oss's gate_up rows stay interleaved (gate, up) pairs.
     Raises FormatError: LR112 a required role is missing; LR153 / LR154 / LR157 shapes or
-    dtypes the scheme does not declare; LR155 a g_idx out of range; LR156 an E8M0 scale of 255.
+    dtypes the scheme does not declare; LR155 a g_idx out of range; LR156 an E8M0 scale of 255;
+    LR166 a GPTQ qzeros other than the symmetric constant where the config says sym.
     """
     wspec = scheme.weight()
     weight = tensors["weight"]
@@ -120,6 +127,9 @@ def dequantize(scheme: S.QuantScheme, tensors: Mapping[str, torch.Tensor], *, na
     g_idx = tensors.get("g_idx")
     if g_idx is not None:
         check_g_idx(scheme, name + ".g_idx", g_idx, extents)
+    zspec = scheme.spec("zero")
+    if scheme.sym_qzero is not None and zspec is not None and tensors.get("zero") is not None:
+        check_sym_qzeros(scheme, zspec, name + zspec.suffix, tensors["zero"])  # LR166: qzeros vs sym
     sspec = scheme.spec("scale")
     assert sspec is not None
     scale_t = tensors["scale"]

@@ -154,6 +154,9 @@ class QuantScheme:
     group_size: along `in` (-1 whole axis, None not grouped); block: (out, in) scale block.
     zero: "none", "implicit" (`zero_point`, GPTQ symmetric: 8 or 128) or "stored" (a zero
     tensor, plus `zero_offset`: GPTQ's v1 checkpoint format stores z - 1).
+    sym_qzero: for GPTQ symmetric, the value every qzeros slot holds when the checkpoint stores
+    one (GPTQModel / AutoGPTQ pack the implicit zero: z - 1 in v1 "gptq", z in "gptq_v2"); any
+    other value is an asymmetric checkpoint the config calls symmetric (LR166). None elsewhere.
     act_order: GPTQ desc_act (g_idx is then required and may permute groups).
     activation_scheme: FP8 "dynamic" or "static" (static adds `input_scale`), else None.
     global_inverse: the `global_scale` tensor holds the reciprocal of the multiplier
@@ -173,6 +176,7 @@ class QuantScheme:
     zero: str = "none"
     zero_point: int = 0
     zero_offset: int = 0
+    sym_qzero: int | None = None
     act_order: bool = False
     activation_scheme: str | None = None
     global_inverse: bool = False
@@ -220,7 +224,8 @@ def gptq(bits: int, group_size: int, *, sym: bool, act_order: bool, v2: bool = F
     return QuantScheme(
         name=f"gptq_int{bits}", method="gptq", bits=bits, layout="per_expert", tensors=tensors, decode=decode,
         source=_GPTQ_SRC, group_size=group_size, zero="implicit" if sym else "stored", zero_point=zp if sym else 0,
-        zero_offset=0 if (sym or v2) else 1, act_order=act_order)
+        zero_offset=0 if (sym or v2) else 1, sym_qzero=(zp if v2 else zp - 1) if sym else None,
+        act_order=act_order)
 
 
 def awq(group_size: int) -> QuantScheme:

@@ -6,6 +6,8 @@ Errors (FormatError, each naming the tensor): LR112 a required tensor is absent;
 scale, zero-point or g_idx whose shape does not match its weight; LR154 a packed tensor
 with the wrong byte count; LR155 a g_idx value outside its groups (or a g_idx other than
 k // group_size where the config says no act-order, which vLLM would read as k // group_size);
+LR166 a GPTQ qzeros holding another value than the symmetric constant where the config says
+`sym: true` (both vLLM and the reference would drop the stored zero points);
 LR156 a scale that is not finite (an E8M0 byte 255, a NaN or infinite float scale); LR114
 an FP8 weight byte that is NaN; LR157 the quantization_config disagrees with the
 tensors (a dtype the scheme does not store, a weight sized for another bit width or packed
@@ -141,6 +143,8 @@ def validate(scheme: S.QuantScheme, ckpt: Checkpoint, layer: int, moe: ModelMoE 
                 check_stored(scheme, spec, name, dtype, shape, extents, moe.num_experts if fused else None)
                 if spec.role == "g_idx":
                     check_g_idx(scheme, name, ckpt.tensor(name), extents)
+                if spec.role == "zero" and scheme.sym_qzero is not None:
+                    check_sym_qzeros(scheme, spec, name, ckpt.tensor(name))
                 element = spec.element(dtype) if dtype in spec.dtypes() else None
                 if spec.role == "scale" and element == "e8m0":
                     check_e8m0(name, ckpt.tensor(name))
@@ -192,6 +196,37 @@ def check_g_idx(scheme: S.QuantScheme, name: str, g_idx: Any, extents: dict[str,
             k = int(off[0, 0])
             raise FormatError("LR155", f"{name}[{k}] = {int(g[k])}, but desc_act is false: input channel {k} is "
                               f"in group {int(want[k])} (k // {scheme.group_size}), which is how vLLM reads it")
+
+
+def check_sym_qzeros(scheme: S.QuantScheme, spec: S.TensorSpec, name: str, qzeros: Any) -> None:
+    """GPTQ symmetric: the zero point is implicit (2^(bits - 1)); vLLM's uint4b8 / uint8b128 kernels
+    (auto_gptq.py, moe_wna16.py) never read qzeros, and neither does the reference. A checkpoint
+    that stores qzeros must then hold the symmetric constant `scheme.sym_qzero` in every slot
+    (GPTQModel / AutoGPTQ pack z - 1 = 7 / 127 in the v1 "gptq" format, z = 8 / 128 in
+    "gptq_v2"); any other value is an asymmetric checkpoint whose quantization_config says
+    `sym: true`, and both sides would compute another layer than the model's.
+
+    qzeros: the stored int32 words [groups, out / pack] (a leading experts dim allowed).
+    Raises FormatError LR166 naming the tensor, the first other slot, its value and the config key.
+    Source: vLLM 0.32 auto_gptq.py AutoGPTQConfig.TYPE_MAP ((bits, sym true) -> uint4b8 / uint8b128, whose
+    zero is the type's fixed bias); GPTQModel's v1 / v2 checkpoint formats (z - 1 / z in qzeros)."""
+    from layoutc.tools.checkpoints.quant.dequant import unpack
+
+    want = scheme.sym_qzero
+    assert want is not None and spec.packing is not None
+    values = unpack(spec, qzeros)
+    off = values != want
+    if bool(off.any()):
+        first = off.nonzero()[0]
+        where = ", ".join(str(int(i)) for i in first)
+        zp = scheme.zero_point
+        stored = f"v1 format: its implicit zero {zp} - 1" if want != zp else "gptq_v2 format: its implicit zero"
+        raise FormatError("LR166", f"{name}: unpacked slot [{where}] holds {int(values[tuple(first)])} "
+                          f"({int(off.sum())} of its {off.numel()} zero points are not {want}), but "
+                          f"quantization_config.sym is true: a symmetric {scheme.bits}-bit GPTQ checkpoint "
+                          f"stores {want} in every qzeros slot ({stored}); vLLM reads sym as uint{scheme.bits}b{scheme.zero_point} "
+                          "(a fixed zero) and would drop these zero points, as the reference would; refusing an asymmetric checkpoint whose config says sym (set sym "
+                          "false if its zero points are meant)")
 
 
 def check_e8m0(name: str, scales: Any) -> None:
