@@ -77,7 +77,8 @@ CONTRACTS = {
     "hard_deep_products": f"let extra = if a * a * a + b * b * b == c * c * c and {_deep(10)} == a * c "
                           "then 1 else 0",
     # the vacuity check itself needs Fermat (the contract admits nothing, provably only by Fermat)
-    "hard_vacuity": 'admit a * a * a + b * b * b == c * c * c : "Fermat"\nlet extra = 0',
+    # extra reads a, b and c (always 0): a parameter nothing stated reads is LC309 (issue 39)
+    "hard_vacuity": 'admit a * a * a + b * b * b == c * c * c : "Fermat"\nlet extra = 0 * (a + b + c)',
 }
 # Which verdicts must be inconclusive (the others may be proved).
 MUST_BE_INCONCLUSIVE = {

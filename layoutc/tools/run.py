@@ -450,16 +450,17 @@ def _fail(args: argparse.Namespace, code: str, message: str) -> int:
 
 def check_contract_name(name: str) -> None:
     """RunError LR120 unless `name` is a contract module of the generated package (a file
-    `<name>.py` there whose name does not start with `_`: `_runtime` is the shared runtime,
-    not a contract). Nothing is imported."""
+    `<name>.py` there, or a module already imported under that name, whose name does not start
+    with `_`: `_runtime` is the shared runtime, not a contract). Nothing is imported."""
     import importlib.util
     import re
 
     spec = importlib.util.find_spec(GENERATED_PACKAGE)
     folders = list(spec.submodule_search_locations or []) if spec is not None else []
     shown = name if len(name) <= 80 else name[:77] + "..."
-    if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) and any(os.path.isfile(os.path.join(d, name + ".py"))
-                                                           for d in folders):
+    if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) and (
+            f"{GENERATED_PACKAGE}.{name}" in sys.modules
+            or any(os.path.isfile(os.path.join(d, name + ".py")) for d in folders)):
         return
     known = sorted({f[:-3] for d in folders if os.path.isdir(d) for f in os.listdir(d)
                     if f.endswith(".py") and not f.startswith("_")})
