@@ -36,14 +36,16 @@ def _save(model, out: Path) -> Path:  # type: ignore[no-untyped-def]
     return out
 
 
-def mixtral(out: Path, seed: int = 0) -> Path:
-    """Save a tiny MixtralForCausalLM to `out` and return it."""
+def mixtral(out: Path, seed: int = 0, intermediate: int = MIXTRAL_INTERMEDIATE) -> Path:
+    """Save a tiny MixtralForCausalLM to `out` and return it.
+
+    intermediate: 176 makes the tp 1 shard need the pad (176 -> 192) at one worker process."""
     import torch
     from transformers import MixtralConfig, MixtralForCausalLM
 
     torch.manual_seed(seed)
     config = MixtralConfig(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=MIXTRAL_INTERMEDIATE,
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=intermediate,
         num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=4, head_dim=64,
         num_local_experts=EXPERTS, num_experts_per_tok=2, max_position_embeddings=128,
         tie_word_embeddings=False,
