@@ -337,7 +337,9 @@ def test_every_moe_layer_is_held_or_named(cpu_moe, mode: str) -> None:  # type: 
     message = str(info.value)
     assert message.startswith(f"layoutc: LAYOUTC_VLLM={mode},strict refuses to start: 3 MoE layers are not held"), \
         message
-    assert "vLLM class ZenCPUExpertsInt8 (cpu_moe.ZenCPUExpertsInt8): no contract models this class" in message
+    assert ("are not held by a contract: 2 MoE layers not held (model.layers.1.mlp.experts, model.layers.2.mlp.experts)"
+            ": vLLM class ZenCPUExpertsInt8 (cpu_moe.ZenCPUExpertsInt8): no contract models this class; 1 MoE layer "
+            "not held (model.layers.3.mlp.experts): vLLM class CPUExpertsInt8") in message, message
     hook._summary(Counter({"vllm_cpu_grouped_gemm": 1}), 0.0, [])  # strict, every layer held: starts
 
 
@@ -352,3 +354,23 @@ def test_strict_is_an_option_of_either_mode(monkeypatch: pytest.MonkeyPatch) -> 
         monkeypatch.setenv("LAYOUTC_VLLM", value)
         with pytest.raises(vllm_plugin.LayoutcVllmError, match=r"error\[LC802\]: .* optionally followed by ,strict"):
             vllm_plugin.mode()
+
+
+@pytest.mark.conformance
+def test_the_class_table_names_real_classes_and_contracts() -> None:
+    """survey.MODELLED (the one place the plugin says which contract models which vLLM class): every
+    key is a class of vLLM 0.32's fused_moe/experts modules, every contract is in contracts/, and the
+    contract's `source` lines cite the class."""
+    _require_vllm()
+    import importlib
+
+    from layoutc.tools.vllm_plugin import survey
+
+    for key, contracts in [*survey.MODELLED.items(), (survey.HOOKED, ("vllm_cpu_grouped_gemm",))]:
+        module, name = key.split(".")
+        cls = getattr(importlib.import_module(f"vllm.model_executor.layers.fused_moe.experts.{module}"), name)
+        assert survey.key(cls) == key, key
+        for contract in contracts:
+            text = (ROOT / "contracts" / f"{contract}.moe").read_text()
+            sources = [ln for ln in text.splitlines() if ln.startswith("source ")]
+            assert any(name in ln and f"{module}.py" in ln for ln in sources), (key, contract)

@@ -12,8 +12,13 @@ Off unless `LAYOUTC_VLLM` is set:
   generated module instead of vLLM's `_pad_moe_intermediate`; the forward is still
   vLLM's `_C::cpu_fused_moe` (or zentorch) on those weights.
 
-`register()` imports neither torch nor vllm when the plugin is off. See
-docs/vllm_plugin.md.
+- `,strict` after either mode (`LAYOUTC_VLLM=check,strict`): every MoE layer the engine builds
+  must be held by a contract; one that is not (a quantized experts class, survey.py) stops the
+  engine. Without it such a layer is named at start-up as not held, with its class and why.
+
+A refusal raised in a worker reaches the process that called `vllm.LLM(...)` as a
+`LayoutcVllmError` with layoutc's message (relay.py). `register()` imports neither torch nor
+vllm when the plugin is off. See docs/vllm_plugin.md.
 """
 
 from __future__ import annotations

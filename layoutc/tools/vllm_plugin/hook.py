@@ -17,7 +17,10 @@ grouped GEMM (`_pad_moe_intermediate`, then `cpu_prepack_moe_weight` on both wei
   `_C::cpu_fused_moe` (or zentorch) on them unchanged.
 
 The summary line is logged after vLLM's `process_weights_after_loading(model, ...)`
-(vllm/model_executor/model_loader/utils.py, called from base_loader.py) returns.
+(vllm/model_executor/model_loader/utils.py, called from base_loader.py) returns: the layers held,
+by contract, and every other MoE layer of the model named as not held, by class (survey.py);
+strict mode refuses there. A LayoutcVllmError raised in these hooks is recorded for the process
+that started the engine (relay.py).
 """
 
 from __future__ import annotations
@@ -148,8 +151,9 @@ def _summary(handled: Counter[str], seconds: float, missed: list[survey.NotHeld]
     log.info("layoutc: mode=%s, contract=%s, layers=%d, not held=%d%s (%s the contract; %.1f ms in layoutc's hook)",
              _STATE["mode"], contracts, sum(handled.values()), len(missed), missing, what, 1000 * seconds)
     if missed and _STATE["strict"]:
-        raise LayoutcVllmError(f"layoutc: LAYOUTC_VLLM={_STATE['mode']},strict refuses to start: "
-                               f"{len(missed)} MoE layers are not held by a contract: " + "; ".join(lines))
+        count = f"{len(missed)} MoE layer is" if len(missed) == 1 else f"{len(missed)} MoE layers are"
+        raise LayoutcVllmError(f"layoutc: LAYOUTC_VLLM={_STATE['mode']},strict refuses to start: {count} not held "
+                               f"by a contract: " + "; ".join(line.removeprefix("layoutc: ") for line in lines))
 
 
 def layer_info(experts: Any, layer: Any) -> check.LayerInfo:
