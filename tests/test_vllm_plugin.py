@@ -374,3 +374,36 @@ def test_the_class_table_names_real_classes_and_contracts() -> None:
             text = (ROOT / "contracts" / f"{contract}.moe").read_text()
             sources = [ln for ln in text.splitlines() if ln.startswith("source ")]
             assert any(name in ln and f"{module}.py" in ln for ln in sources), (key, contract)
+
+
+def test_the_relay_carries_a_refusal_to_the_process_that_waits(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    """relay.py on its own: a refusal recorded by a process (here this one, standing in for a worker)
+    comes out of the wrapped `WorkerProc.wait_for_ready` / `wait_for_engine_startup` as a
+    LayoutcVllmError with its text, chained from vLLM's exception; the file is consumed; a failure
+    with nothing recorded passes through unchanged."""
+    from layoutc.tools.vllm_plugin import LayoutcVllmError, relay
+
+    monkeypatch.setattr(relay, "directory", lambda: tmp_path / "relay")
+    vllms = Exception("WorkerProc initialization failed due to an exception in a background process.")
+
+    def wait(handles):  # type: ignore[no-untyped-def]
+        raise vllms
+
+    handles = [SimpleNamespace(proc=SimpleNamespace(pid=os.getpid()))]
+    with pytest.raises(LayoutcVllmError), relay.recorded():
+        raise LayoutcVllmError("layoutc: layer L: w13 is not laid out as contract c says; contracts/c.moe:1")
+    with pytest.raises(LayoutcVllmError) as info:
+        relay._wrap_workers(wait)(handles)
+    assert str(info.value).startswith("layoutc: layer L: w13 is not laid out as contract c says; contracts/c.moe:1\n")
+    assert "vLLM reported: Exception: WorkerProc initialization failed" in str(info.value)
+    assert info.value.__cause__ is vllms
+    with pytest.raises(Exception) as passed:  # consumed: vLLM's own failure next time
+        relay._wrap_workers(wait)(handles)
+    assert passed.value is vllms
+    relay.record(LayoutcVllmError("layoutc: from the engine core"))
+    launch = SimpleNamespace(engine_manager=SimpleNamespace(processes=[handles[0].proc]))
+    with pytest.raises(LayoutcVllmError) as info:
+        relay._wrap_startup(wait)(None, [], None, False, None, launch)
+    assert str(info.value).startswith("layoutc: from the engine core\n(layoutc: raised in the vLLM engine core"), \
+        str(info.value)

@@ -109,6 +109,7 @@ def uninstall() -> None:
     cls = cpu_moe.CPUUnquantizedExperts
     gate.uninstall(cpu_moe)
     ep.uninstall(cpu_moe)
+    relay.uninstall()
     wrapped = cls.__dict__[_HOOKED]
     if getattr(wrapped, _MARK, False):
         setattr(cls, _HOOKED, _unwrap_once(wrapped))

@@ -170,10 +170,10 @@ def uninstall() -> None:
         return
     wait = WorkerProc.__dict__.get("wait_for_ready")
     if isinstance(wait, staticmethod) and getattr(wait.__func__, _MARK, False):
-        WorkerProc.wait_for_ready = staticmethod(wait.__func__.__wrapped__)
+        WorkerProc.wait_for_ready = staticmethod(getattr(wait.__func__, "__wrapped__"))  # noqa: B009
     startup = engine_utils.wait_for_engine_startup
     if getattr(startup, _MARK, False):
-        engine_utils.wait_for_engine_startup = startup.__wrapped__
+        engine_utils.wait_for_engine_startup = getattr(startup, "__wrapped__")  # noqa: B009
 
 
 __all__ = ["collect", "directory", "forget", "install", "record", "recorded", "relayed", "uninstall"]
