@@ -385,25 +385,41 @@ def test_the_relay_carries_a_refusal_to_the_process_that_waits(monkeypatch: pyte
     from layoutc.tools.vllm_plugin import LayoutcVllmError, relay
 
     monkeypatch.setattr(relay, "directory", lambda: tmp_path / "relay")
+    with pytest.raises(LayoutcVllmError), relay.recorded():  # the caller's own process records nothing
+        raise LayoutcVllmError("layoutc: raised in the caller's process")
+    assert not (tmp_path / "relay").exists()
+    monkeypatch.setattr(relay, "spawned", lambda: True)  # from here on, this process stands in for a worker
     vllms = Exception("WorkerProc initialization failed due to an exception in a background process.")
 
-    def wait(handles):  # type: ignore[no-untyped-def]
+    def wait(*args):  # type: ignore[no-untyped-def]
         raise vllms
 
-    handles = [SimpleNamespace(proc=SimpleNamespace(pid=os.getpid()))]
+    worker = 4_000_000 + os.getpid() % 1000  # a pid no live process has: the worker's file is moved there
+    handles = [SimpleNamespace(proc=SimpleNamespace(pid=worker))]
     with pytest.raises(LayoutcVllmError), relay.recorded():
         raise LayoutcVllmError("layoutc: layer L: w13 is not laid out as contract c says; contracts/c.moe:1")
-    with pytest.raises(LayoutcVllmError) as info:
+    os.replace(tmp_path / "relay" / f"{os.getpid()}.txt", tmp_path / "relay" / f"{worker}.txt")
+    with pytest.raises(LayoutcVllmError) as info:  # this process now stands in for the engine core
         relay._wrap_workers(wait)(handles)
     assert str(info.value).startswith("layoutc: layer L: w13 is not laid out as contract c says; contracts/c.moe:1\n")
     assert "vLLM reported: Exception: WorkerProc initialization failed" in str(info.value)
     assert info.value.__cause__ is vllms
-    with pytest.raises(Exception) as passed:  # consumed: vLLM's own failure next time
+    assert not (tmp_path / "relay" / f"{worker}.txt").exists()  # consumed
+    with pytest.raises(Exception) as passed:  # nothing recorded by the worker: vLLM's own failure
         relay._wrap_workers(wait)(handles)
     assert passed.value is vllms
-    relay.record(LayoutcVllmError("layoutc: from the engine core"))
-    launch = SimpleNamespace(engine_manager=SimpleNamespace(processes=[handles[0].proc]))
+    # the engine core recorded what it raised: the front end's wait finds it under the core's pid
+    launch = SimpleNamespace(engine_manager=SimpleNamespace(processes=[SimpleNamespace(pid=os.getpid())]))
     with pytest.raises(LayoutcVllmError) as info:
         relay._wrap_startup(wait)(None, [], None, False, None, launch)
-    assert str(info.value).startswith("layoutc: from the engine core\n(layoutc: raised in the vLLM engine core"), \
-        str(info.value)
+    text = str(info.value)
+    assert text.startswith("layoutc: layer L: w13 is not laid out as contract c says; contracts/c.moe:1\n(layoutc: "
+                           "raised in a vLLM worker process;"), text
+    assert text.endswith("(layoutc: raised in the vLLM engine core process; vLLM reported: Exception: WorkerProc "
+                         "initialization failed due to an exception in a background process.)"), text
+    # forget() sweeps a dead process's file once it is older than STALE_S, and keeps a fresh one
+    for pid in (worker, worker + 1):
+        (tmp_path / "relay" / f"{pid}.txt").write_text("x")
+    os.utime(tmp_path / "relay" / f"{worker}.txt", (0, 0))
+    relay.forget()
+    assert sorted(p.name for p in (tmp_path / "relay").glob("*.txt")) == [f"{worker + 1}.txt"]

@@ -35,6 +35,7 @@ import functools
 import multiprocessing
 import os
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,8 @@ from typing import Any
 from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
 
 _MARK = "__layoutc_vllm_relay__"
+# A file of a dead process older than this is swept by forget() (seconds).
+STALE_S = 600.0
 
 
 def directory() -> Path:
@@ -55,15 +58,41 @@ def _file(pid: int) -> Path:
 
 
 def forget() -> None:
-    """Remove this process's file, left by a dead process that had this pid (register() calls it)."""
+    """Remove this process's file, left by a dead process that had this pid, and the files of dead
+    processes older than STALE_S (a worker that recorded after its engine core stopped reading);
+    register() calls it. Never raises."""
     with contextlib.suppress(OSError):
         _file(os.getpid()).unlink()
+    now = time.time()
+    with contextlib.suppress(OSError):
+        for path in directory().glob("*.txt"):
+            with contextlib.suppress(OSError, ValueError):
+                if now - path.stat().st_mtime > STALE_S and not _alive(int(path.stem)):
+                    path.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, another user's
+    return True
+
+
+def spawned() -> bool:
+    """Whether this process was started by another Python process (vLLM's engine core and workers
+    are); only such a process records, so a program that calls the hooks itself leaves no file."""
+    return multiprocessing.parent_process() is not None
 
 
 def record(exc: BaseException) -> None:
-    """Write `str(exc)` to this process's file (atomically: a temporary file, then os.replace).
-
-    Never raises: a refusal that cannot be relayed still propagates as it would have."""
+    """Write `str(exc)` to this process's file (atomically: a temporary file, then os.replace), in a
+    process vLLM spawned (`spawned`). Never raises: a refusal that cannot be relayed still propagates
+    as it would have."""
+    if not spawned():
+        return
     try:
         where = directory()
         where.mkdir(mode=0o700, exist_ok=True)
@@ -136,8 +165,7 @@ def _wrap_workers(original: Any) -> Any:
             if not texts:
                 raise
             err = relayed(texts, "a vLLM worker process", exc)
-            if multiprocessing.parent_process() is not None:  # an engine core: the front end reads it
-                record(err)
+            record(err)  # in an engine core process: the front end reads it
             raise err from exc
 
     setattr(wait_for_ready, _MARK, True)
