@@ -175,7 +175,9 @@ def test_replace_gives_vllms_own_weights_bit_for_bit(cpu_moe, activation: str,
                  "rows 352..367 hold the pad code 0, where the contract puts up[160..175]",
                  CONTRACT_LINE["tensor w13:"]]),
     ("double_pad", ["w13 has shape (2, 416, 256), but contract vllm_cpu_grouped_gemm pads it to (2, 384, 256)",
-                    "176 -> 192", CONTRACT_LINE["tensor w13:"]]),
+                    "176 -> 192", "in experts 0..1 of 2: axis n (halves) holds 2 x 208 rows where the contract "
+                    "puts 2 x 192 (176 live + 16 pad), 16 rows of pad too many per segment",
+                    CONTRACT_LINE["tensor w13:"]]),
     ("garbage_pad", ["rows 176..191 hold the constant 7.0, where the contract puts pad of gate",
                      "16 of 384 rows wrong, in experts 0..1 of 2)", CONTRACT_LINE["tensor w13:"]]),
 ])
@@ -267,3 +269,157 @@ def test_a_configuration_the_contract_refuses_stops_the_engine(cpu_moe, monkeypa
     assert message.startswith("layoutc: layer model.layers.0.mlp.experts: contract vllm_cpu_grouped_gemm "
                               "does not admit this configuration"), message
     assert needle in message and where in message, message
+
+
+# ---- every MoE layer held or named (issue 43 item 1) ----------------------------------
+
+
+def _quantized_layer(name: str, experts_cls: type):  # type: ignore[no-untyped-def]
+    """A layer as vLLM 0.32 leaves a W8A8 int8 MoE layer: quant_method CompressedTensorsW8A8Int8MoEMethod
+    whose modular kernel holds an `experts_cls` instance (moe_kernel.fused_experts)."""
+    import torch
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe import (
+        compressed_tensors_moe_w8a8_int8 as w8a8,
+    )
+
+    layer = torch.nn.Module()
+    layer.layer_name = name
+    method = object.__new__(w8a8.CompressedTensorsW8A8Int8MoEMethod)
+    object.__setattr__(method, "moe_kernel", SimpleNamespace(fused_experts=object.__new__(experts_cls)))
+    object.__setattr__(layer, "quant_method", method)
+    return layer
+
+
+@pytest.mark.kernel
+@pytest.mark.conformance
+@pytest.mark.parametrize("mode", ["check", "replace"])
+def test_every_moe_layer_is_held_or_named(cpu_moe, mode: str) -> None:  # type: ignore[no-untyped-def]
+    """A model with one unquantized layer (held by the hook, vLLM's real method) and three W8A8 layers
+    (vLLM's ZenCPUExpertsInt8 twice, CPUExpertsInt8 once): the three are named with their class and
+    why they are not held; the summary counts them by class; strict mode refuses to start."""
+    from collections import Counter
+
+    import torch
+    from vllm.model_executor.layers.fused_moe import unquantized_fused_moe_method as unq
+
+    from layoutc.tools.vllm_plugin import LayoutcVllmError, hook, survey
+
+    hook.install(mode)
+    model = torch.nn.Module()
+    ex, held = _layer(cpu_moe)
+    method = object.__new__(unq.UnquantizedFusedMoEMethod)
+    object.__setattr__(method, "moe_kernel", SimpleNamespace(fused_experts=ex))
+    object.__setattr__(held, "quant_method", method)
+    model.add_module("held", held)
+    for i, cls in enumerate((cpu_moe.ZenCPUExpertsInt8, cpu_moe.ZenCPUExpertsInt8, cpu_moe.CPUExpertsInt8)):
+        model.add_module(f"q{i}", _quantized_layer(f"model.layers.{i + 1}.mlp.experts", cls))
+    model.add_module("dense", torch.nn.Linear(2, 2))  # not a MoE layer: not counted
+    assert survey.not_held(model, hook._STATE["held"])[0].vllm_class == "cpu_moe.CPUUnquantizedExperts"
+    ex.process_weights_after_loading(held)
+    missed = survey.not_held(model, hook._STATE["held"])
+    assert [(m.layer, m.vllm_class) for m in missed] == [
+        ("model.layers.1.mlp.experts", "cpu_moe.ZenCPUExpertsInt8"),
+        ("model.layers.2.mlp.experts", "cpu_moe.ZenCPUExpertsInt8"),
+        ("model.layers.3.mlp.experts", "cpu_moe.CPUExpertsInt8")], missed
+    assert missed[0].reason == "no contract models this class"
+    assert missed[2].reason == "contract vllm_cpu_int8_moe models this class, but the plugin does not hook it yet"
+    assert survey.by_class(missed) == "CPUExpertsInt8 x1, ZenCPUExpertsInt8 x2"
+    assert survey.report(missed) == [
+        "layoutc: 2 MoE layers not held (model.layers.1.mlp.experts, model.layers.2.mlp.experts): vLLM class "
+        "ZenCPUExpertsInt8 (cpu_moe.ZenCPUExpertsInt8): no contract models this class",
+        "layoutc: 1 MoE layer not held (model.layers.3.mlp.experts): vLLM class CPUExpertsInt8 "
+        "(cpu_moe.CPUExpertsInt8): contract vllm_cpu_int8_moe models this class, but the plugin does not hook it yet"]
+    hook._summary(Counter(hook.handled()), 0.0, missed)  # not strict: reported, the engine goes on
+    hook.uninstall()
+    hook.install(mode, strict=True)
+    with pytest.raises(LayoutcVllmError) as info:
+        hook._summary(Counter({"vllm_cpu_grouped_gemm": 1}), 0.0, missed)
+    message = str(info.value)
+    assert message.startswith(f"layoutc: LAYOUTC_VLLM={mode},strict refuses to start: 3 MoE layers are not held"), \
+        message
+    assert ("are not held by a contract: 2 MoE layers not held (model.layers.1.mlp.experts, model.layers.2.mlp.experts)"
+            ": vLLM class ZenCPUExpertsInt8 (cpu_moe.ZenCPUExpertsInt8): no contract models this class; 1 MoE layer "
+            "not held (model.layers.3.mlp.experts): vLLM class CPUExpertsInt8") in message, message
+    hook._summary(Counter({"vllm_cpu_grouped_gemm": 1}), 0.0, [])  # strict, every layer held: starts
+
+
+def test_strict_is_an_option_of_either_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    from layoutc.tools import vllm_plugin
+
+    for value, want in (("check,strict", ("check", {"strict"})), (" Replace , strict ", ("replace", {"strict"})),
+                        ("check", ("check", set())), ("off", (None, set()))):
+        monkeypatch.setenv("LAYOUTC_VLLM", value)
+        assert (vllm_plugin.mode(), set(vllm_plugin.options())) == want, value
+    for value in ("strict", "check,strikt", "off,strict", "check,,strict"):
+        monkeypatch.setenv("LAYOUTC_VLLM", value)
+        with pytest.raises(vllm_plugin.LayoutcVllmError, match=r"error\[LC802\]: .* optionally followed by ,strict"):
+            vllm_plugin.mode()
+
+
+@pytest.mark.conformance
+def test_the_class_table_names_real_classes_and_contracts() -> None:
+    """survey.MODELLED (the one place the plugin says which contract models which vLLM class): every
+    key is a class of vLLM 0.32's fused_moe/experts modules, every contract is in contracts/, and the
+    contract's `source` lines cite the class."""
+    _require_vllm()
+    import importlib
+
+    from layoutc.tools.vllm_plugin import survey
+
+    for key, contracts in [*survey.MODELLED.items(), (survey.HOOKED, ("vllm_cpu_grouped_gemm",))]:
+        module, name = key.split(".")
+        cls = getattr(importlib.import_module(f"vllm.model_executor.layers.fused_moe.experts.{module}"), name)
+        assert survey.key(cls) == key, key
+        for contract in contracts:
+            text = (ROOT / "contracts" / f"{contract}.moe").read_text()
+            sources = [ln for ln in text.splitlines() if ln.startswith("source ")]
+            assert any(name in ln and f"{module}.py" in ln for ln in sources), (key, contract)
+
+
+def test_the_relay_carries_a_refusal_to_the_process_that_waits(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    """relay.py on its own: a refusal recorded by a process (here this one, standing in for a worker)
+    comes out of the wrapped `WorkerProc.wait_for_ready` / `wait_for_engine_startup` as a
+    LayoutcVllmError with its text, chained from vLLM's exception; the file is consumed; a failure
+    with nothing recorded passes through unchanged."""
+    from layoutc.tools.vllm_plugin import LayoutcVllmError, relay
+
+    monkeypatch.setattr(relay, "directory", lambda: tmp_path / "relay")
+    with pytest.raises(LayoutcVllmError), relay.recorded():  # the caller's own process records nothing
+        raise LayoutcVllmError("layoutc: raised in the caller's process")
+    assert not (tmp_path / "relay").exists()
+    monkeypatch.setattr(relay, "spawned", lambda: True)  # from here on, this process stands in for a worker
+    vllms = Exception("WorkerProc initialization failed due to an exception in a background process.")
+
+    def wait(*args):  # type: ignore[no-untyped-def]
+        raise vllms
+
+    worker = 4_000_000 + os.getpid() % 1000  # a pid no live process has: the worker's file is moved there
+    handles = [SimpleNamespace(proc=SimpleNamespace(pid=worker))]
+    with pytest.raises(LayoutcVllmError), relay.recorded():
+        raise LayoutcVllmError("layoutc: layer L: w13 is not laid out as contract c says; contracts/c.moe:1")
+    os.replace(tmp_path / "relay" / f"{os.getpid()}.txt", tmp_path / "relay" / f"{worker}.txt")
+    with pytest.raises(LayoutcVllmError) as info:  # this process now stands in for the engine core
+        relay._wrap_workers(wait)(handles)
+    assert str(info.value).startswith("layoutc: layer L: w13 is not laid out as contract c says; contracts/c.moe:1\n")
+    assert "vLLM reported: Exception: WorkerProc initialization failed" in str(info.value)
+    assert info.value.__cause__ is vllms
+    assert not (tmp_path / "relay" / f"{worker}.txt").exists()  # consumed
+    with pytest.raises(Exception) as passed:  # nothing recorded by the worker: vLLM's own failure
+        relay._wrap_workers(wait)(handles)
+    assert passed.value is vllms
+    # the engine core recorded what it raised: the front end's wait finds it under the core's pid
+    launch = SimpleNamespace(engine_manager=SimpleNamespace(processes=[SimpleNamespace(pid=os.getpid())]))
+    with pytest.raises(LayoutcVllmError) as info:
+        relay._wrap_startup(wait)(None, [], None, False, None, launch)
+    text = str(info.value)
+    assert text.startswith("layoutc: layer L: w13 is not laid out as contract c says; contracts/c.moe:1\n(layoutc: "
+                           "raised in a vLLM worker process;"), text
+    assert text.endswith("(layoutc: raised in the vLLM engine core process; vLLM reported: Exception: WorkerProc "
+                         "initialization failed due to an exception in a background process.)"), text
+    # forget() sweeps a dead process's file once it is older than STALE_S, and keeps a fresh one
+    for pid in (worker, worker + 1):
+        (tmp_path / "relay" / f"{pid}.txt").write_text("x")
+    os.utime(tmp_path / "relay" / f"{worker}.txt", (0, 0))
+    relay.forget()
+    assert sorted(p.name for p in (tmp_path / "relay").glob("*.txt")) == [f"{worker + 1}.txt"]

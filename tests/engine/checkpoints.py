@@ -36,14 +36,16 @@ def _save(model, out: Path) -> Path:  # type: ignore[no-untyped-def]
     return out
 
 
-def mixtral(out: Path, seed: int = 0) -> Path:
-    """Save a tiny MixtralForCausalLM to `out` and return it."""
+def mixtral(out: Path, seed: int = 0, intermediate: int = MIXTRAL_INTERMEDIATE) -> Path:
+    """Save a tiny MixtralForCausalLM to `out` and return it.
+
+    intermediate: 176 makes the tp 1 shard need the pad (176 -> 192) at one worker process."""
     import torch
     from transformers import MixtralConfig, MixtralForCausalLM
 
     torch.manual_seed(seed)
     config = MixtralConfig(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=MIXTRAL_INTERMEDIATE,
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=intermediate,
         num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=4, head_dim=64,
         num_local_experts=EXPERTS, num_experts_per_tok=2, max_position_embeddings=128,
         tie_word_embeddings=False,
@@ -70,3 +72,41 @@ def gpt_oss(out: Path, seed: int = 0, intermediate: int = GPT_OSS_INTERMEDIATE) 
                          "beta_slow": 1.0, "original_max_position_embeddings": 128, "truncate": False},
     )
     return _save(GptOssForCausalLM(config), out)
+
+
+# compressed-tensors W8A8 int8 (the format llm-compressor writes, `int-quantized`): int8 weights with
+# one float32 scale per output channel, int8 activations quantized per token at run time. Only the
+# experts are quantized; attention, the router and lm_head stay bf16 (`ignore`).
+W8A8_CONFIG = {
+    "quant_method": "compressed-tensors", "format": "int-quantized",
+    "config_groups": {"group_0": {
+        "targets": ["Linear"],
+        "weights": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel", "dynamic": False},
+        "input_activations": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "token",
+                              "dynamic": True}}},
+    "ignore": ["lm_head", "re:.*self_attn.*", "re:.*block_sparse_moe\\.gate$"],
+}
+
+
+def mixtral_w8a8(out: Path, seed: int = 0, intermediate: int = MIXTRAL_INTERMEDIATE) -> Path:
+    """A tiny Mixtral (`mixtral`) whose experts are stored as compressed-tensors W8A8 int8: each
+    `experts.E.w{1,2,3}.weight` becomes int8 round(w / s) with `weight_scale` s = amax / 127 per
+    output row ([out, 1] float32), and config.json carries W8A8_CONFIG."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    mixtral(out, seed=seed, intermediate=intermediate)
+    path = out / "model.safetensors"
+    tensors = load_file(str(path))
+    for name in [n for n in tensors if ".experts." in n and n.endswith(".weight")]:
+        w = tensors[name].float()
+        scale = (w.abs().amax(dim=1, keepdim=True) / 127.0).clamp(min=1e-8)
+        tensors[name] = torch.round(w / scale).clamp(-127, 127).to(torch.int8)
+        tensors[name.removesuffix(".weight") + ".weight_scale"] = scale.to(torch.float32)
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    config = json.loads((out / "config.json").read_text())
+    config["quantization_config"] = W8A8_CONFIG
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return out

@@ -183,8 +183,8 @@ def check_layer(gen: ModuleType, plan: Any, info: LayerInfo, snap: Snapshot, w13
             raise LayoutcVllmError(
                 f"layoutc: layer {info.name}: {entry.name} has shape {tuple(actual.shape)}, but contract "
                 f"{gen.CONTRACT} pads it to {want} (intermediate_size_per_partition "
-                f"{plan.intermediate_size_per_partition} -> {plan.intermediate_size_per_partition_padded}); "
-                f"{tensor_line(gen, entry)}")
+                f"{plan.intermediate_size_per_partition} -> {plan.intermediate_size_per_partition_padded})"
+                f"{_shape_rows(entry, plan, tuple(actual.shape), want)}; {tensor_line(gen, entry)}")
     expected = {entry.role: entry.pad(logical, plan) for entry, _, logical in pairs}
     rest = pairs
     if packed:
@@ -201,6 +201,26 @@ def check_layer(gen: ModuleType, plan: Any, info: LayerInfo, snap: Snapshot, w13
         if not _same(expected[entry.role], actual):
             raise LayoutcVllmError(_message(gen, plan, info, entry, expected[entry.role], actual, logical,
                                             packed=False))
+
+
+def _shape_rows(entry: TensorEntry, plan: Any, got: tuple[int, ...], want: tuple[int, ...]) -> str:
+    """Where a wrong shape is wrong: the experts (dim 0 of every MoE tensor; one shape holds for all of
+    them, so every expert the tensor holds) and, on the contract's padded axis, the rows (or columns)
+    per segment vLLM has against the contract's, and how many more or fewer that is."""
+    experts = "" if not got or not want or got[0] != want[0] else f", in {_experts(list(range(got[0])), got[0])}"
+    where = _padded_axis(entry, plan)
+    if where is None or len(got) != len(want):
+        return experts
+    dim, axis = where
+    unit = "columns" if len(want) == 3 and dim == 2 else "rows"
+    segs = max(int(axis.segments), 1)
+    if got[dim] == want[dim] or got[dim] % segs:
+        return experts
+    per, pad = got[dim] // segs, int(axis.padded) - int(axis.logical)
+    extra = per - int(axis.padded)
+    return (f"{experts}: axis {axis.name} ({axis.layout}) holds {segs} x {per} {unit} where the contract puts "
+            f"{segs} x {axis.padded} ({axis.logical} live + {pad} pad), {abs(extra)} {unit} of pad "
+            f"{'too many' if extra > 0 else 'too few'} per segment")
 
 
 def _pairs(lay: ModuleLayout, tensors: dict[tuple[str, str], tuple[torch.Tensor | None, torch.Tensor | None]]

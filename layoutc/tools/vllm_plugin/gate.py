@@ -28,6 +28,7 @@ import functools
 from typing import Any
 
 import layoutc.tools.vllm_plugin.check as check
+from layoutc.tools.vllm_plugin import relay
 from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
 
 _MARK = "__layoutc_vllm_gate__"
@@ -104,22 +105,28 @@ def install(mode: str, cpu_moe: Any) -> None:
 def _wrap_select(select: Any, mode: str) -> Any:
     @functools.wraps(select)
     def select_unquantized_moe_backend(*args: Any, **kwargs: Any) -> Any:
-        _REFUSALS.clear()
-        try:
-            return select(*args, **kwargs)
-        except NotImplementedError as exc:
-            if not _REFUSALS:
-                raise
-            # vLLM calls it as select_unquantized_moe_backend(moe_config=...)
-            moe = kwargs["moe_config"] if "moe_config" in kwargs else args[0]
-            hint = "; LAYOUTC_VLLM=replace pads it as the contract says" if mode == "check" else ""
-            raise LayoutcVllmError(
-                f"layoutc: vLLM refuses this MoE layer ({exc}) because " + "; ".join(dict.fromkeys(_REFUSALS))
-                + f" [activation {getattr(moe.activation, 'value', moe.activation)}, hidden {moe.hidden_dim}, "
-                f"intermediate {moe.intermediate_size} over tp {moe.tp_size}]{hint}") from None
+        with relay.recorded():  # a refusal here stops a worker: relayed to whoever started the engine
+            return _explained(select, mode, *args, **kwargs)
 
     setattr(select_unquantized_moe_backend, _MARK, True)
     return select_unquantized_moe_backend
+
+
+def _explained(select: Any, mode: str, *args: Any, **kwargs: Any) -> Any:
+    """vLLM's selection; its NotImplementedError after a recorded refusal becomes a LayoutcVllmError."""
+    _REFUSALS.clear()
+    try:
+        return select(*args, **kwargs)
+    except NotImplementedError as exc:
+        if not _REFUSALS:
+            raise
+        # vLLM calls it as select_unquantized_moe_backend(moe_config=...)
+        moe = kwargs["moe_config"] if "moe_config" in kwargs else args[0]
+        hint = "; LAYOUTC_VLLM=replace pads it as the contract says" if mode == "check" else ""
+        raise LayoutcVllmError(
+            f"layoutc: vLLM refuses this MoE layer ({exc}) because " + "; ".join(dict.fromkeys(_REFUSALS))
+            + f" [activation {getattr(moe.activation, 'value', moe.activation)}, hidden {moe.hidden_dim}, "
+            f"intermediate {moe.intermediate_size} over tp {moe.tp_size}]{hint}") from None
 
 
 def uninstall(cpu_moe: Any) -> None:

@@ -17,7 +17,10 @@ grouped GEMM (`_pad_moe_intermediate`, then `cpu_prepack_moe_weight` on both wei
   `_C::cpu_fused_moe` (or zentorch) on them unchanged.
 
 The summary line is logged after vLLM's `process_weights_after_loading(model, ...)`
-(vllm/model_executor/model_loader/utils.py, called from base_loader.py) returns.
+(vllm/model_executor/model_loader/utils.py, called from base_loader.py) returns: the layers held,
+by contract, and every other MoE layer of the model named as not held, by class (survey.py);
+strict mode refuses there. A LayoutcVllmError raised in these hooks is recorded for the process
+that started the engine (relay.py).
 """
 
 from __future__ import annotations
@@ -30,18 +33,19 @@ from collections.abc import Callable
 from typing import Any
 
 import layoutc.tools.vllm_plugin.check as check
-from layoutc.tools.vllm_plugin import ep, gate
+from layoutc.tools.vllm_plugin import ep, gate, relay, survey
 from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
 
-_STATE: dict[str, Any] = {"mode": None, "handled": Counter(), "seconds": 0.0}
+_STATE: dict[str, Any] = {"mode": None, "strict": False, "handled": Counter(), "held": set(), "seconds": 0.0}
 _MARK = "__layoutc_vllm__"
 # The method wrapped on the experts class (a name: it is replaced on the class at run time).
 _HOOKED = "process_weights_after_loading"
 
 
-def install(mode: str) -> None:
+def install(mode: str, strict: bool = False) -> None:
     """Wrap vLLM's CPU MoE weight processing for `mode` ("check" | "replace"); idempotent per process.
 
+    strict: after the weights load, refuse (LayoutcVllmError) when a MoE layer is not held (survey.py).
     Raises LayoutcVllmError when this vLLM lacks the hooked method (not vllm 0.32's layout).
     """
     if _STATE["mode"] is not None:
@@ -57,9 +61,10 @@ def install(mode: str) -> None:
     if original is None or not hasattr(base_loader, "process_weights_after_loading"):
         raise LayoutcVllmError("layoutc: this vLLM has no CPUUnquantizedExperts.process_weights_after_loading "
                                "to hook; the plugin is written against vllm 0.32")
-    _STATE["mode"] = mode
+    _STATE["mode"], _STATE["strict"] = mode, strict
     if getattr(original, _MARK, False):
         return
+    relay.install()
     gate.install(mode, cpu_moe)
     if mode == "replace":
         ep.install(cpu_moe)
@@ -68,10 +73,12 @@ def install(mode: str) -> None:
     def process_weights_after_loading(self: Any, layer: Any) -> None:
         start = time.perf_counter()
         try:
-            if mode == "check":
-                _check(self, layer, original, cpu_moe)
-            else:
-                _replace(self, layer, cpu_moe)
+            with relay.recorded():
+                if mode == "check":
+                    _check(self, layer, original, cpu_moe)
+                else:
+                    _replace(self, layer, cpu_moe)
+            _STATE["held"].add(id(layer))
         finally:
             _STATE["seconds"] += time.perf_counter() - start
 
@@ -84,7 +91,9 @@ def install(mode: str) -> None:
     def after_loading(model: Any, model_config: Any, target_device: Any) -> None:
         before, seconds = Counter(_STATE["handled"]), _STATE["seconds"]
         loader_step(model, model_config, target_device)
-        _summary(_STATE["handled"] - before, _STATE["seconds"] - seconds)
+        with relay.recorded():  # strict mode's refusal stops the worker: relayed to whoever started the engine
+            _summary(_STATE["handled"] - before, _STATE["seconds"] - seconds,
+                     survey.not_held(model, _STATE["held"]))
 
     setattr(after_loading, _MARK, True)
     base_loader.process_weights_after_loading = after_loading
@@ -100,13 +109,15 @@ def uninstall() -> None:
     cls = cpu_moe.CPUUnquantizedExperts
     gate.uninstall(cpu_moe)
     ep.uninstall(cpu_moe)
+    relay.uninstall()
     wrapped = cls.__dict__[_HOOKED]
     if getattr(wrapped, _MARK, False):
         setattr(cls, _HOOKED, _unwrap_once(wrapped))
     step = base_loader.process_weights_after_loading
     if getattr(step, _MARK, False):
         base_loader.process_weights_after_loading = _unwrap_once(step)
-    _STATE["mode"] = None
+    _STATE["mode"], _STATE["strict"] = None, False
+    _STATE["held"] = set()
     _STATE["handled"] = Counter()
     _STATE["seconds"] = 0.0
 
@@ -125,15 +136,25 @@ def handled() -> dict[str, int]:
     return dict(_STATE["handled"])
 
 
-def _summary(handled: Counter[str], seconds: float) -> None:
+def _summary(handled: Counter[str], seconds: float, missed: list[survey.NotHeld]) -> None:
+    """Log the summary line (layers held, by contract; layers not held, by class) and one warning line
+    per class not held; in strict mode raise LayoutcVllmError when any layer is not held."""
     from vllm.logger import init_logger
 
+    log = init_logger("vllm.layoutc")
     contracts = ", ".join(f"{c} x{n}" for c, n in sorted(handled.items())) or "none"
     what = "checked vLLM's padding against" if _STATE["mode"] == "check" else "padded and prepacked with"
+    lines = survey.report(missed)
+    for line in lines:
+        log.warning("%s", line)
+    missing = f" ({survey.by_class(missed)})" if missed else ""
     # The time includes vLLM's own method in check mode (it runs inside the wrapper).
-    init_logger("vllm.layoutc").info(
-        "layoutc: mode=%s, contract=%s, layers=%d (%s the contract; %.1f ms in layoutc's hook)", _STATE["mode"],
-        contracts, sum(handled.values()), what, 1000 * seconds)
+    log.info("layoutc: mode=%s, contract=%s, layers=%d, not held=%d%s (%s the contract; %.1f ms in layoutc's hook)",
+             _STATE["mode"], contracts, sum(handled.values()), len(missed), missing, what, 1000 * seconds)
+    if missed and _STATE["strict"]:
+        count = f"{len(missed)} MoE layer is" if len(missed) == 1 else f"{len(missed)} MoE layers are"
+        raise LayoutcVllmError(f"layoutc: LAYOUTC_VLLM={_STATE['mode']},strict refuses to start: {count} not held "
+                               f"by a contract: " + "; ".join(line.removeprefix("layoutc: ") for line in lines))
 
 
 def layer_info(experts: Any, layer: Any) -> check.LayerInfo:
