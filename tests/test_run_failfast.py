@@ -96,8 +96,11 @@ def _coded(code: int, err: str, want: str, seconds: float, *needles: str) -> Non
     assert seconds < 10, seconds
 
 
-def run_bounded(*argv: str, timeout: float = 10.0) -> subprocess.CompletedProcess[str]:
-    """`python -m layoutc run ARGV` under a 1 GiB address-space cap and `timeout` seconds."""
+def run_bounded(*argv: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+    """`python -m layoutc run ARGV` under a 1 GiB address-space cap and `timeout` seconds.
+
+    A refusal takes 0.2-0.6 s; the bound only tells a hang from an answer, and is 30 s because a
+    child on a 2-core machine at load average 5 once took more than 10 s (a fresh-user run)."""
     limit = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30)); "
              "sys.argv = ['layoutc', 'run', *sys.argv[1:]]; runpy.run_module('layoutc', run_name='__main__')")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
