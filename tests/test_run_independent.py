@@ -30,7 +30,6 @@ from tests.tiny_run import make as _make
 from tests.tiny_run import run as _run
 
 
-
 def _clamped(tmp_path: Path, family: str) -> str:
     from tests.family_models import make
 
