@@ -66,3 +66,33 @@ def apply_on_rank(backend: str, w13: torch.Tensor, w2: torch.Tensor, x: torch.Te
              a1q_scale=None, a2_scale=None, workspace13=None, workspace2=None, expert_tokens_meta=None,
              apply_router_weight_on_input=False)
     return out
+
+
+def sum_ranks_under_plugin(backend: str, w13: torch.Tensor, w2: torch.Tensor, x: torch.Tensor,
+                           weights: torch.Tensor, ids: torch.Tensor, experts: int, held: list[list[int]],
+                           maps: list[torch.Tensor], ep1: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The float32 sum over ranks of `apply_on_rank` with the plugin's EP wrapper installed (rank r
+    holds `held[r]`, vLLM's map `maps[r]`), and, with `ep1`, the ep-1 output (every expert, no map).
+
+    Asserts on each rank: the output is finite (no expert nobody routed to was computed into a
+    non-finite value) and exactly 0 on every token routed to none of the rank's experts."""
+    from vllm.model_executor.layers.fused_moe.experts import cpu_moe
+
+    from layoutc.tools.vllm_plugin import ep as plugin_ep
+
+    plugin_ep.install(cpu_moe)
+    try:
+        want = None
+        if ep1:
+            want = apply_on_rank(backend, w13, w2, x, weights, ids, experts, list(range(experts)), None).float()
+            assert torch.isfinite(want).all()
+        total = torch.zeros(x.shape)
+        for rank, (mine, mapping) in enumerate(zip(held, maps, strict=True)):
+            part = apply_on_rank(backend, w13, w2, x, weights, ids, experts, mine, mapping)
+            assert torch.isfinite(part).all(), (backend, rank, "an expert nobody routed to was computed")
+            none_here = ~torch.isin(ids, torch.tensor(mine)).any(dim=1)
+            assert bool((part[none_here] == 0).all()), (backend, rank)
+            total += part.float()
+    finally:
+        plugin_ep.uninstall(cpu_moe)
+    return total, want

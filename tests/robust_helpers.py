@@ -26,6 +26,21 @@ CONTRACTS = sorted((REPO / "contracts").glob("*.moe"))
 CASES = REPO / "tests" / "cases"
 MEMORY_LIMIT = 3 << 30  # bytes of address space for each child
 
+# The CLI in this process, then its peak resident memory (KiB) as the last line of stderr:
+# VmHWM, not ru_maxrss, which keeps the forked parent's peak across exec (a child started with
+# preexec_fn is forked from pytest's process, 1.8 GiB late in a full run).
+PEAK_SCRIPT = r"""
+import sys
+from layoutc import cli
+try:
+    rc = cli.main(sys.argv[1:])
+finally:
+    with open("/proc/self/status") as fh:
+        hwm = next(line.split()[1] for line in fh if line.startswith("VmHWM"))
+    print(f"peak_kib={hwm}", file=sys.stderr)
+sys.exit(rc)
+"""
+
 
 def limit_child(memory: int = MEMORY_LIMIT) -> None:
     """preexec_fn: cap the child's address space (a runaway big-int or list fails fast)."""

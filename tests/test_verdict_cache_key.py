@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from robust_helpers import REPO, child_env, crashed, limit_child
+from robust_helpers import PEAK_SCRIPT, REPO, child_env, crashed, limit_child
 
 from layoutc.compiler.verify import entries
 
@@ -170,7 +170,7 @@ def test_a_special_file_as_an_entry_is_a_miss(plant: str, tmp_path: Path) -> Non
     env = child_env()
     env.update(LAYOUTC_CACHE_DIR=str(cache), LAYOUTC_JOBS="1")
     proc = subprocess.run(
-        [sys.executable, "-c", _PEAK, "verify", str(contract)],
+        [sys.executable, "-c", PEAK_SCRIPT, "verify", str(contract)],
         capture_output=True,
         text=True,
         env=env,
@@ -184,17 +184,3 @@ def test_a_special_file_as_an_entry_is_a_miss(plant: str, tmp_path: Path) -> Non
     assert int(peak.removeprefix("peak_kib=")) < 400 << 10, peak  # the old reader read /dev/zero to the 3 GiB cap
 
 
-# The CLI in this process, then its peak resident memory (KiB) as the last line of stderr:
-# VmHWM, not ru_maxrss, which keeps the forked parent's peak across exec (a child started with
-# preexec_fn is forked from pytest's process, 1.8 GiB late in a full run).
-_PEAK = r"""
-import sys
-from layoutc import cli
-try:
-    rc = cli.main(sys.argv[1:])
-finally:
-    with open("/proc/self/status") as fh:
-        hwm = next(line.split()[1] for line in fh if line.startswith("VmHWM"))
-    print(f"peak_kib={hwm}", file=sys.stderr)
-sys.exit(rc)
-"""
