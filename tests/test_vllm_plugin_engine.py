@@ -290,6 +290,25 @@ CALLER_NEEDLES = {
 }
 
 
+def _run_caller(model: Path, out: Path, calls: str, log_name: str, **extra_env: str) -> str:
+    """tests/engine/caller.py (a plain Python caller of `vllm.LLM(...)`) on `model` with `calls`
+    (`kind@mode;...`), writing its results to `out`; its stdout + stderr, kept under
+    $LAYOUTC_ENGINE_RESULTS/`log_name` when set. Asserts the caller itself exited 0."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("LAYOUTC_VLLM", "LAYOUTC_TEST_")) and k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    env["PYTHONPATH"] = os.pathsep.join([str(SITE), *filter(None, [env.get("PYTHONPATH")])])
+    env.update(VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_CPU_KVCACHE_SPACE="1", **extra_env)
+    proc = subprocess.run([sys.executable, str(CALLER), str(model), str(out), "--calls", calls],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
+    log = proc.stdout + proc.stderr
+    keep = os.environ.get("LAYOUTC_ENGINE_RESULTS")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        (Path(keep) / log_name).write_text(log)
+    assert proc.returncode == 0, log[-4000:]
+    return log
+
+
 def test_a_plain_caller_catches_the_refusal(tmp_path: Path) -> None:
     """Issue 43 item 3: a program that calls `vllm.LLM(...)` (vLLM's default process model: engine
     core and worker in their own processes) catches layoutc's refusal itself, not vLLM's generic
@@ -300,19 +319,9 @@ def test_a_plain_caller_catches_the_refusal(tmp_path: Path) -> None:
     from tests.engine import checkpoints as ck
 
     model = ck.mixtral(tmp_path / "mixtral_176", intermediate=176)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("LAYOUTC_VLLM", "LAYOUTC_TEST_")) and k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
-    env["PYTHONPATH"] = os.pathsep.join([str(SITE), *filter(None, [env.get("PYTHONPATH")])])
-    env.update(VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_CPU_KVCACHE_SPACE="1", LAYOUTC_TEST_BLOCK_ZENTORCH="1")
     out = tmp_path / "caller.json"
-    proc = subprocess.run([sys.executable, str(CALLER), str(model), str(out), "--calls", ";".join(f"{k}@check" for k in CALLER_NEEDLES)],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
-    log = proc.stdout + proc.stderr
-    keep = os.environ.get("LAYOUTC_ENGINE_RESULTS")
-    if keep:
-        Path(keep).mkdir(parents=True, exist_ok=True)
-        (Path(keep) / "caller.log").write_text(log)
-    assert proc.returncode == 0, log[-4000:]
+    log = _run_caller(model, out, ";".join(f"{k}@check" for k in CALLER_NEEDLES), "caller.log",
+                      LAYOUTC_TEST_BLOCK_ZENTORCH="1")
     calls = {c["kind"]: c for c in json.loads(out.read_text())["calls"]}
     assert set(calls) == set(CALLER_NEEDLES), (sorted(calls), log[-4000:])
     for kind, needles in CALLER_NEEDLES.items():
@@ -345,19 +354,8 @@ def test_a_w8a8_layer_is_named_not_held_and_strict_refuses(tmp_path: Path) -> No
     from tests.engine import checkpoints as ck
 
     model = ck.mixtral_w8a8(tmp_path / "mixtral_w8a8")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("LAYOUTC_VLLM", "LAYOUTC_TEST_")) and k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
-    env["PYTHONPATH"] = os.pathsep.join([str(SITE), *filter(None, [env.get("PYTHONPATH")])])
-    env.update(VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_CPU_KVCACHE_SPACE="1")
     out = tmp_path / "w8a8.json"
-    proc = subprocess.run([sys.executable, str(CALLER), str(model), str(out), "--calls", "none@check;none@check,strict"],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
-    log = proc.stdout + proc.stderr
-    keep = os.environ.get("LAYOUTC_ENGINE_RESULTS")
-    if keep:
-        Path(keep).mkdir(parents=True, exist_ok=True)
-        (Path(keep) / "w8a8.log").write_text(log)
-    assert proc.returncode == 0, log[-4000:]
+    log = _run_caller(model, out, "none@check;none@check,strict", "w8a8.log")
     checked, strict = json.loads(out.read_text())["calls"]
     assert checked["started"], (checked, log[-4000:])
     summaries = [ln for ln in log.splitlines() if "layoutc: mode=check, contract=none, layers=0, not held=1 (" in ln]
