@@ -329,11 +329,6 @@ def _unpack(stored: torch.Tensor, axis: int, pk: S.Packing, slot_of: Callable[[i
     return torch.stack(values, dim=axis + 1).flatten(axis, axis + 1)
 
 
-def _codes_are_bytes(t: ir.Tensor) -> bool:
-    return t.decode is not None and any(isinstance(n, ir.Op) and n.op.kind is vocab.OpKind.DECODE
-                                        and any(isinstance(a, ir.Code) for a in n.args) for n in ir.walk(t.decode))
-
-
 class _Decoder:
     """Decodes the tensors of one rank (see the module docstring); values float64 in each
     tensor's own axis order, packed axes expanded."""
@@ -348,7 +343,7 @@ class _Decoder:
         axis, pk = _packing(self.scheme, t)
         if pk is not None:
             return _unpack(stored, axis, pk, t.axes[axis].slot_of)
-        if _codes_are_bytes(t) and stored.dtype.itemsize == 1:
+        if ir.reads_format(t.decode) and stored.dtype.itemsize == 1:
             return stored.view(torch.uint8).to(torch.int64)
         return stored.to(torch.float64)
 
