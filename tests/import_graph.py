@@ -3,7 +3,8 @@
 Every `import` / `from ... import` statement counts, wherever it stands: at module level, inside a
 function (a circle closed only by an import inside a function is still a circle: it runs the
 moment that function is called), under `if TYPE_CHECKING:` or in a `try:`. Relative imports are
-resolved against the importing module.
+resolved against the importing module. `importlib.import_module("layoutc.x")` is an import of
+layoutc.x; with an f-string `f"pkg.{name}"`, of every module of pkg (an over-approximation).
 
 An edge goes to the most specific module a statement names: `from p import x` is an edge to the
 module `p.x` when that is a module, else to `p` (its `__init__`, whose namespace holds `x`).
@@ -25,7 +26,8 @@ from pathlib import Path
 @dataclass(frozen=True)
 class Edge:
     """`source` imports `target` at `path:line`; `how` is "module", "function" (inside a def or
-    lambda), or "package" (the `__init__` of a package above a named module)."""
+    lambda), "import_module" (`importlib.import_module` with a module name written in the code),
+    or "package" (the `__init__` of a package above a named module)."""
 
     source: str
     target: str
@@ -54,6 +56,24 @@ def _resolve(name: str, is_pkg: bool, node: ast.ImportFrom) -> str:
     return f"{base}.{node.module}" if node.module else base
 
 
+def _dynamic(node: ast.AST, mods: dict[str, tuple[Path, bool]]) -> list[str] | None:
+    """The modules `importlib.import_module(...)` may import: the one a constant string names,
+    or, for an f-string whose text starts with `pkg.`, every module of the package pkg (the
+    verifier's registry imports each property module by name). None: not such a call."""
+    if not (isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Attribute | ast.Name)):
+        return None
+    func = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+    arg = node.args[0]
+    if func != "import_module":
+        return None
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return [arg.value]
+    if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(head := arg.values[0], ast.Constant):
+        package = str(head.value).rpartition(".")[0]
+        return [m for m in mods if m.rpartition(".")[0] == package] if package in mods else []
+    return []
+
+
 def _inside(name: str, package: str) -> bool:
     return name == package or name.startswith(package + ".")
 
@@ -71,11 +91,14 @@ def edges(root: Path, package: str) -> list[Edge]:
             for child in ast.iter_child_nodes(node):
                 nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
                 stack.append((child, nested))
+                how = "function" if nested else "module"
                 if isinstance(child, ast.Import):
                     named = [alias.name for alias in child.names]
                 elif isinstance(child, ast.ImportFrom):
                     base = _resolve(name, is_pkg, child)
                     named = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in child.names]
+                elif (dynamic := _dynamic(child, mods)) is not None:
+                    named, how = dynamic, "import_module"
                 else:
                     continue
                 for target in named:
@@ -84,7 +107,7 @@ def edges(root: Path, package: str) -> list[Edge]:
                     if not target or target == name:
                         continue
                     rel = str(path.relative_to(root))
-                    out.append(Edge(name, target, rel, child.lineno, "function" if nested else "module"))
+                    out.append(Edge(name, target, rel, child.lineno, how))
                     above = target.rpartition(".")[0]
                     while above and not _inside(own, above):
                         out.append(Edge(name, above, rel, child.lineno, "package"))

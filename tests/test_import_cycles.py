@@ -89,3 +89,18 @@ def test_an_outside_importer_runs_the_packages_init(tmp_path: Path) -> None:
     )
     found = cycles(edges(root, "top"))
     assert len(found) == 1 and "top.pkg (top/low.py:1, package)" in describe(found[0]), found
+
+
+def test_import_module_by_name_counts(tmp_path: Path) -> None:
+    root = _package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/registry.py": "import importlib\n\ndef load(n):\n    return importlib.import_module(f'pkg.props.{n}')\n",
+            "pkg/props/__init__.py": "",
+            "pkg/props/one.py": "from pkg.registry import load\n",
+        },
+    )
+    found = cycles(edges(root, "pkg"))
+    assert [c.members for c in found] == [("pkg.props.one", "pkg.registry")], found
+    assert "pkg/registry.py:4, import_module" in describe(found[0])
