@@ -77,7 +77,7 @@ class QuantRow:
     declared format. kernel_ran: a real kernel computed the kernel side (int4pack / int8pack),
     not a reference of the declared format (reference-only rows). ok: all three. result:
     "ok", "MISMATCH" or "unchecked: ..." in words. input_scale: the second half of the tokens
-    is the first times this (layoutc/tools/run.py run_inputs); input_reach: what that half reaches
+    is the first times this (layoutc/tools/runcompare.py run_inputs); input_reach: what that half reaches
     (the median |gate/up pre-activation| and the clamp limit it was chosen against).
     """
 
