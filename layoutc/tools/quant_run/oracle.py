@@ -43,7 +43,9 @@ PER_TENSOR_HOW = (
 )
 
 
-def independent_oracle(ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layers: list[int]) -> tuple[Oracle, str]:
+def independent_oracle(
+    ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layers: list[int]
+) -> tuple[Oracle, str]:
     """(transformers' blocks of `layers`, how the weights were dequantized). The Oracle's
     `missing` says why a layer has none (never raises for that). Raises FormatError (LR112,
     LR153-LR157) for a quantized module the dequantizer refuses."""
