@@ -223,8 +223,10 @@ def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None,
         raise FormatError("LR102", f"config.json: num_hidden_layers is {layers} (at most {MAX_LAYERS}, "
                           "as layoutc audit)")
     experts = _int(_get(cfg, fmt.num_experts, "number of routed experts", mt), "num_experts")
-    if fmt.fixed_activation is not None:
-        activation = hidden_act = fmt.fixed_activation
+    if fmt.fixed_activation is not None:  # hidden_act: as written where the config states one (gpt-oss: silu)
+        activation = fmt.fixed_activation
+        written = next((v for k in fmt.activation if isinstance(v := _lookup(cfg, k), str)), None)
+        hidden_act = written if written is not None else activation
     else:
         act = hidden_act = str(_get(cfg, fmt.activation, "activation", mt))
         if act not in ACTIVATIONS:

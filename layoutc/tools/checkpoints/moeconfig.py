@@ -39,8 +39,8 @@ class MoEModelConfig:
         num_hidden_layers: decoder layers, MTP layers excluded.
         moe_layers: the indices of the layers that hold routed experts, ascending
             (``num_moe_layers`` is how many).
-        hidden_act: the activation name exactly as the checkpoint spells it (run's reader: the
-            format's fixed activation where it declares one).
+        hidden_act: the activation name exactly as the checkpoint spells it (run's reader, for a
+            format with a fixed activation and a config that states none: that activation).
         activation: the layoutc contract name: ``silu``, ``gelu``,
             ``gelu_tanh``, ``relu2`` or ``swigluoai``.
         dtype: ``torch_dtype``/``dtype`` as written (e.g. ``"bfloat16"``), or
@@ -49,7 +49,8 @@ class MoEModelConfig:
         format: the checkpoint format whose keys were read: the family's (run's reader), or
             ``formats.GENERIC``, the union of every family's spellings (audit's reader).
         norm_topk_prob: whether the top-k weights are renormalized: the config's JSON
-            true/false, else the format's ``renormalize`` default.
+            true/false, else the family's ``renormalize`` default (``formats.FORMATS``; audit's
+            reader for a family not declared there: ``GENERIC``'s).
         text_config: the dict the MoE settings were read from (config.json itself, or its
             ``text_config``; audit's reader: every scope's keys merged, the innermost winning).
             Its clamp keys are what the reference and the activation check read.

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layoutc.tools.checkpoints.errors import ModelConfigError
-from layoutc.tools.checkpoints.formats import GENERIC
+from layoutc.tools.checkpoints.formats import FORMATS, GENERIC
 from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 from layoutc.tools.hfconfig.keys import (
     ACTIVATIONS,
@@ -61,6 +61,8 @@ def parse_model_config(
     dtype_found = scopes.find(DTYPE_ALIASES, "dtype")
     swiglu_limit, swiglu_alpha = _read_swiglu(scopes, activation)
     settings = merged_scopes(scopes)
+    # where the config does not say: the family's default (Qwen2-MoE: false), else the generic one
+    default_norm = FORMATS.get(str(raw.get("model_type")), GENERIC).renormalize
     name = raw.get("_name_or_path")
     if not isinstance(name, str) or not name:
         name = default_name or source
@@ -77,7 +79,7 @@ def parse_model_config(
         dtype=str(dtype_found[1]) if dtype_found else None,
         is_gated=activation not in NON_GATED,
         format=GENERIC,
-        norm_topk_prob=norm if isinstance(norm := settings.get("norm_topk_prob"), bool) else GENERIC.renormalize,
+        norm_topk_prob=norm if isinstance(norm := settings.get("norm_topk_prob"), bool) else default_norm,
         text_config=settings,
         group_size=quant.group_size,
         act_order=quant.act_order,
