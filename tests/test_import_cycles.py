@@ -96,7 +96,9 @@ def test_import_module_by_name_counts(tmp_path: Path) -> None:
         tmp_path,
         {
             "pkg/__init__.py": "",
-            "pkg/registry.py": "import importlib\n\ndef load(n):\n    return importlib.import_module(f'pkg.props.{n}')\n",
+            "pkg/registry.py": (
+                "import importlib\n\ndef load(n):\n    return importlib.import_module(f'pkg.props.{n}')\n"
+            ),
             "pkg/props/__init__.py": "",
             "pkg/props/one.py": "from pkg.registry import load\n",
         },
