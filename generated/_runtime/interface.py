@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from .algebra import ViewWord, Word
+from .twin import adopt
 
 
 @dataclass(frozen=True)
@@ -420,3 +421,6 @@ class GluedModule(GeneratedModule, Protocol):
     def prepack_padded(self) -> PrepackPaddedFn: ...
     @property
     def fused_moe(self) -> Callable[..., Any]: ...
+
+
+adopt(globals())  # one class per process beside layoutc (twin.py)
