@@ -171,7 +171,7 @@ def test_rule_messages_and_locations_are_repr_safe() -> None:
     assert ast.literal_eval(view["message"]) == HOSTILE
     assert ast.literal_eval(view["where"]) == "dir/it's \"x\".moe:1"
     assert [ast.literal_eval(n) for n in view["names"]] == ["a"]
-    assert view["require_lines"] == ["    if (a <= 0):"]
+    assert view["require_lines"] == ["    if a <= 0:"]  # as ruff writes it: no redundant parentheses
 
 
 def test_doc_text_cannot_close_a_docstring() -> None:

@@ -28,16 +28,19 @@ MODULES = sorted(p.stem for p in (ROOT / "generated").glob("*.py") if p.stem != 
 
 
 def _plan(mod):  # type: ignore[no-untyped-def]
-    return mod.plan(num_experts=2, hidden_size=64, intermediate_size=64, tp_size=1, isa="vec",
-                    activation="silu", dtype="float32")
+    return mod.plan(
+        num_experts=2, hidden_size=64, intermediate_size=64, tp_size=1, isa="vec", activation="silu", dtype="float32"
+    )
 
 
 def test_one_except_catches_the_loader_and_the_generated_module() -> None:
     mod = importlib.import_module("layoutc_generated.vllm_cpu_grouped_gemm")
     plan = _plan(mod)
     caught = []
-    for call in (lambda: load_layer_rank_packed(None, None, 0, mod, plan, 0, chunk_experts=0),  # type: ignore[arg-type]
-                 lambda: mod.pad_w13(torch.zeros(3, 3), plan)):
+    for call in (
+        lambda: load_layer_rank_packed(None, None, 0, mod, plan, 0, chunk_experts=0),  # type: ignore[arg-type]
+        lambda: mod.pad_w13(torch.zeros(3, 3), plan),
+    ):
         try:
             call()
         except mod.LayoutContractError as exc:
@@ -100,24 +103,31 @@ def _vendor(tmp_path: Path) -> Path:
 
 def _run(tmp_path: Path, block: str, check: str) -> None:
     script = VENDORED.format(block=block, root=str(tmp_path), check=check)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
-                            timeout=300)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
 
 
 @pytest.mark.slow
 def test_vendored_package_runs_without_layoutc(tmp_path: Path) -> None:
     _vendor(tmp_path)
-    _run(tmp_path, BLOCK, "assert mod.LayoutContractError.__module__ == 'vend._runtime.errors'\n"
-         "assert not [m for m in sys.modules if m.split('.')[0] in ('layoutc', 'layoutc_generated')]")
+    _run(
+        tmp_path,
+        BLOCK,
+        "assert mod.LayoutContractError.__module__ == 'vend._runtime.errors'\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('layoutc', 'layoutc_generated')]",
+    )
 
 
 @pytest.mark.slow
 def test_vendored_package_adopts_layoutc_when_the_runtime_text_is_the_same(tmp_path: Path) -> None:
     _vendor(tmp_path)
-    _run(tmp_path, "", "import layoutc.runtime.errors as e, layoutc.runtime.interface as i\n"
-         "assert mod.LayoutContractError is e.LayoutContractError\n"
-         "assert isinstance(mod.LAYOUT, i.ModuleLayout)")
+    _run(
+        tmp_path,
+        "",
+        "import layoutc.runtime.errors as e, layoutc.runtime.interface as i\n"
+        "assert mod.LayoutContractError is e.LayoutContractError\n"
+        "assert isinstance(mod.LAYOUT, i.ModuleLayout)",
+    )
 
 
 @pytest.mark.slow
@@ -127,8 +137,12 @@ def test_vendored_package_keeps_its_own_classes_when_layoutcs_runtime_differs(tm
     vend = _vendor(tmp_path)
     glue = vend / "_runtime" / "glue" / "zentorch.py"
     glue.write_text(glue.read_text(encoding="utf-8") + "# another release\n", encoding="utf-8")
-    _run(tmp_path, "", "import layoutc.runtime.errors as e\n"
-         "assert mod.LayoutContractError is not e.LayoutContractError\n"
-         "assert mod.LayoutContractError.__module__ == 'vend._runtime.errors'\n"
-         "import vend._runtime.interface as own\n"
-         "assert type(mod.LAYOUT) is own.ModuleLayout and own.ModuleLayout.__module__ == 'vend._runtime.interface'")
+    _run(
+        tmp_path,
+        "",
+        "import layoutc.runtime.errors as e\n"
+        "assert mod.LayoutContractError is not e.LayoutContractError\n"
+        "assert mod.LayoutContractError.__module__ == 'vend._runtime.errors'\n"
+        "import vend._runtime.interface as own\n"
+        "assert type(mod.LAYOUT) is own.ModuleLayout and own.ModuleLayout.__module__ == 'vend._runtime.interface'",
+    )
