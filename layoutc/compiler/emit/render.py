@@ -29,6 +29,8 @@ from layoutc.compiler.emit.pyfmt import (
     statement,
     wrap_code,
 )
+from layoutc.compiler.emit.pyfmt import _one_group as _one_group  # re-exported: tests/test_emit_unit.py
+from layoutc.compiler.emit.pyfmt import _split_args as _split_args
 from layoutc.runtime.vocab import DTYPES, Op, OpKind, holds_byte
 
 VERSION_PREFIX = "# layoutc-version: "
@@ -426,6 +428,35 @@ def _plan_param(p: ir.Param) -> list[str]:
     return call("PlanParam", args, 4, ",")
 
 
+def condition_source(e: ir.Expr) -> str:
+    """`Condition(...)` source of a `models ... when` condition (runtime/interface.py): data a tool
+    evaluates on a parameter dict. The checker admits constants, parameters and operators only."""
+    match e:
+        case ir.Const():
+            return f'Condition("const", value={literal(e.value)})'
+        case ir.Ref():
+            return f'Condition("param", value={literal(e.name)})'
+        case ir.Op():
+            args = ", ".join(condition_source(a) for a in e.args)
+            return f'Condition("{e.op.value}", ({args}{"," if len(e.args) == 1 else ""}))'
+        case _:
+            raise ValueError(f"a `models ... when` holds a {type(e).__name__} (the checker admits none)")
+
+
+def _models_lines(contract: ir.Contract) -> list[str]:
+    """`ModelsEntry(...)` of each `models` line for the module's LAYOUT (as ruff writes it: one
+    field per line). Engines, releases and targets are checked to hold no quote or backslash
+    (check/models.py)."""
+    lines: list[str] = []
+    for m in contract.models:
+        args = [literal(m.engine), literal(tuple(m.releases)), literal(m.target)]
+        if m.when is not None:
+            args.append(f"when={condition_source(m.when)}")
+        args.append(f"contract_line={m.span.line}")
+        lines += ["        ModelsEntry(", *(line for a in args for line in _item(a, 12)), "        ),"]
+    return lines
+
+
 def _natural(name: str) -> tuple[int, list[object]]:
     """ruff's isort-style order for `__all__`: CONSTANTS, then Classes, then functions; digits by value."""
     category = 0 if name.isupper() else 1 if name[0].isupper() else 2
@@ -463,13 +494,23 @@ def _imports(contract: ir.Contract, glue: dict[str, Any] | None, dtype_table: bo
         lines.append(f"from ._runtime.glue import {glue['module']} as _glue")
         if glue["reexports"]:
             lines.append(f"from ._runtime.glue.{glue['module']} import {', '.join(glue['reexports'])}")
-    lines.append("from ._runtime.interface import LAYOUT_VERSION, " + ("KernelEntry, " if glue else "")
-                 + "ModuleLayout, PlanParam")
+    names = ["LAYOUT_VERSION", "ModuleLayout", "PlanParam"]
+    names += ["KernelEntry"] if glue is not None else []
+    names += ["ModelsEntry"] if contract.models else []
+    names += ["Condition"] if any(m.when is not None for m in contract.models) else []
+    lines += _import_lines("._runtime.interface", sorted(names, key=_natural))
     lines.append("from ._runtime.layout import Axis" + (", FormatCode" if format_code else ""))
     if glue is not None:
         lines.append("from ._runtime.packed import KernelConfig, PackedWeight")
     lines += ["from ._runtime.plans import PlanChecker", "from ._runtime.wrappers import axis"]
     return lines
+
+
+def _import_lines(module: str, names: list[str]) -> list[str]:
+    """`from module import names` on one line when it fits, else one name per line with a
+    trailing comma (which ruff's isort and formatter keep as written)."""
+    line = f"from {module} import {', '.join(names)}"
+    return [line] if len(line) <= WIDTH else [f"from {module} import (", *(f"    {n}," for n in names), ")"]
 
 
 def _rule_lines(rule: ir.Rule | ir.Align, file: str, kind: str) -> list[str]:
@@ -582,6 +623,7 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
         "uses_math": _uses(contract, (Op.GCD,)),
         "all_names": _exports(contract, glue, has_tp),
         "shard_count": literal(count) if has_tp else "None",
+        "models_lines": _models_lines(contract),
     }
 
 
