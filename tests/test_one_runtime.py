@@ -9,6 +9,7 @@ differs from its copy.
 from __future__ import annotations
 
 import importlib
+import json
 import shutil
 import subprocess
 import sys
@@ -146,3 +147,69 @@ def test_vendored_package_keeps_its_own_classes_when_layoutcs_runtime_differs(tm
         "import vend._runtime.interface as own\n"
         "assert type(mod.LAYOUT) is own.ModuleLayout and own.ModuleLayout.__module__ == 'vend._runtime.interface'",
     )
+
+
+# Which files of the generated package importing one module reads (layoutc blocked).
+NEEDS = """
+import json, sys
+{block}
+sys.path.insert(0, {root!r})
+import importlib
+import json
+mod = importlib.import_module("vend." + {name!r})
+files = sorted({{m.__file__[len({root!r}) + 1:] for k, m in list(sys.modules.items())
+                if k.split(".")[0] == "vend" and getattr(m, "__file__", None)}})
+print(json.dumps({{"files": files, "glue": mod._glue.__name__.rsplit(".", 1)[-1]}}))
+"""
+# The same module, vendored with only those files, planned, padded, unpadded and refused.
+ALONE = """
+import sys
+{block}
+sys.path.insert(0, {root!r})
+import torch
+import importlib
+import json
+mod = importlib.import_module("vend." + {name!r})
+import itertools
+params = mod.LAYOUT.plan_params
+domains = [[v for v in (64, 128, 256, 8, 2, 1) if p.low <= v <= p.high] if p.kind == "range"
+           else [False, True] if p.kind == "bool" else list(p.values) for p in params]
+for values in itertools.islice(itertools.product(*domains), 20000):
+    try:
+        plan = mod.plan(**dict(zip([p.name for p in params], values)))
+    except mod.LayoutContractError:
+        continue
+    if plan.supported:
+        break
+for t in mod.LAYOUT.tensors:
+    logical, padded = t.shapes(plan)
+    x = torch.zeros(logical, dtype=t.alloc(plan).dtype)
+    assert torch.equal(t.unpad(t.pad(x, plan), plan), x)
+try:
+    mod.LAYOUT.tensors[0].pad(torch.zeros(1), plan)
+except mod.LayoutContractError:
+    print("ok")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["vllm_cpu_grouped_gemm", "torch_int4pack_moe", "zentorch_fused_moe"])
+def test_vendoring_one_module_brings_only_the_glue_it_uses(name: str, tmp_path: Path) -> None:
+    _vendor(tmp_path)
+    script = NEEDS.format(block=BLOCK, root=str(tmp_path), name=name)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    needs = json.loads(result.stdout.strip().splitlines()[-1])
+    glue_files = {f for f in needs["files"] if f.startswith("vend/_runtime/glue/")}
+    own = {"vend/_runtime/glue/__init__.py", f"vend/_runtime/glue/{needs['glue']}.py", "vend/_runtime/glue/_loop.py"}
+    assert f"vend/_runtime/glue/{needs['glue']}.py" in glue_files and glue_files <= own, glue_files
+    alone = tmp_path / "alone"
+    for rel in needs["files"]:
+        (alone / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(tmp_path / rel, alone / rel)
+    assert len(list((alone / "vend" / "_runtime" / "glue").glob("*.py"))) < len(
+        list((tmp_path / "vend" / "_runtime" / "glue").glob("*.py"))
+    )
+    script = ALONE.format(block=BLOCK, root=str(alone), name=name)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=alone, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
