@@ -47,42 +47,13 @@ from ._runtime.plans import PlanChecker
 from ._runtime.wrappers import axis
 
 __all__ = [
-    "CONTRACT",
-    "LAYOUT",
-    "KernelUnavailableError",
-    "LayoutContractError",
-    "Plan",
-    "alloc_w2",
-    "alloc_w2_bias",
-    "alloc_w13",
-    "alloc_w13_bias",
-    "kernel_args",
-    "load_w2",
-    "load_w2_bias",
-    "load_w13",
-    "load_w13_bias",
-    "pad_w2",
-    "pad_w2_bias",
-    "pad_w13",
-    "pad_w13_bias",
-    "plan",
-    "shard_w2",
-    "shard_w2_bias",
-    "shard_w13",
-    "shard_w13_bias",
-    "unpad_w2",
-    "unpad_w2_bias",
-    "unpad_w13",
-    "unpad_w13_bias",
-    "w2_bias_full_shape",
-    "w2_bias_shapes",
-    "w2_full_shape",
-    "w2_shapes",
-    "w13_bias_full_shape",
-    "w13_bias_shapes",
-    "w13_full_shape",
-    "w13_shapes",
-]
+    "CONTRACT", "LAYOUT", "KernelUnavailableError", "LayoutContractError", "Plan", "alloc_w2",
+    "alloc_w2_bias", "alloc_w13", "alloc_w13_bias", "kernel_args", "load_w2", "load_w2_bias",
+    "load_w13", "load_w13_bias", "pad_w2", "pad_w2_bias", "pad_w13", "pad_w13_bias", "plan",
+    "shard_w2", "shard_w2_bias", "shard_w13", "shard_w13_bias", "unpad_w2", "unpad_w2_bias",
+    "unpad_w13", "unpad_w13_bias", "w2_bias_full_shape", "w2_bias_shapes", "w2_full_shape",
+    "w2_shapes", "w13_bias_full_shape", "w13_bias_shapes", "w13_full_shape", "w13_shapes",
+]  # fmt: skip
 
 CONTRACT = "aiter_unquantized_moe"
 SOURCE_FILE = "contracts/aiter_unquantized_moe.moe"
@@ -95,17 +66,9 @@ SOURCES: tuple[str, ...] = (
     "vllm#55251: torch.empty pads gave sporadic garbage tokens on the CK path (Gemma-4 I=704); the pad must be zero",
 )
 PROVED: tuple[str, ...] = (
-    "vacuity",
-    "alignment",
-    "placement",
-    "roundtrip",
-    "inertness",
-    "groups",
-    "kernel-arguments",
-    "coverage",
-    "expert-coverage",
-    "admission",
-)
+    "vacuity", "alignment", "placement", "roundtrip", "inertness", "groups", "kernel-arguments",
+    "coverage", "expert-coverage", "admission",
+)  # fmt: skip
 POLICY = "error"
 FALLBACK: str | None = None
 
@@ -113,40 +76,14 @@ _LOG = logging.getLogger(__name__)
 
 # ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
 
+_TP_SIZE_VALUES = (
+    1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+)  # fmt: skip
 _PARAMS: tuple[PlanParam, ...] = (
     PlanParam("num_experts", "range", low=1, high=1024),
     PlanParam("hidden_size", "range", low=1, high=65536),
     PlanParam("intermediate_size", "range", low=1, high=262144),
-    PlanParam(
-        "tp_size",
-        "set",
-        values=(
-            1,
-            2,
-            3,
-            4,
-            5,
-            6,
-            7,
-            8,
-            10,
-            12,
-            14,
-            16,
-            20,
-            24,
-            28,
-            32,
-            40,
-            48,
-            56,
-            64,
-            80,
-            96,
-            112,
-            128,
-        ),
-    ),
+    PlanParam("tp_size", "set", values=_TP_SIZE_VALUES),
     PlanParam("activation", "enum", values=("silu", "gelu", "swigluoai")),
     PlanParam("dtype", "enum", values=("bfloat16", "float16")),
 )
@@ -196,32 +133,16 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        num_experts,
-        hidden_size,
-        intermediate_size,
-        tp_size,
-        activation,
-        dtype,
-        warn=True,
-    )
+    return _plan(locals(), warn=True)  # plan()'s arguments, by name
 
 
-def _plan(
-    num_experts: Any,
-    hidden_size: Any,
-    intermediate_size: Any,
-    tp_size: Any,
-    activation: Any,
-    dtype: Any,
-    warn: bool,
-) -> Plan:
-    num_experts = _check("num_experts", num_experts)
-    hidden_size = _check("hidden_size", hidden_size)
-    intermediate_size = _check("intermediate_size", intermediate_size)
-    tp_size = _check("tp_size", tp_size)
-    activation = _check("activation", activation)
-    dtype = _check("dtype", dtype)
+def _plan(args: dict[str, Any], warn: bool) -> Plan:
+    num_experts = _check("num_experts", args["num_experts"])
+    hidden_size = _check("hidden_size", args["hidden_size"])
+    intermediate_size = _check("intermediate_size", args["intermediate_size"])
+    tp_size = _check("tp_size", args["tp_size"])
+    activation = _check("activation", args["activation"])
+    dtype = _check("dtype", args["dtype"])
     intermediate_size_per_partition = intermediate_size // tp_size
     small = intermediate_size_per_partition <= 192
     intermediate_size_per_partition_padded = (
@@ -255,19 +176,8 @@ def _plan(
     )
 
 
-def _rederive(p: Plan) -> Plan:
-    return _plan(
-        p.num_experts,
-        p.hidden_size,
-        p.intermediate_size,
-        p.tp_size,
-        p.activation,
-        p.dtype,
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
+# a Plan's parameters planned again (PlanChecker refuses one not made by plan())
+_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, lambda p: _plan(vars(p), warn=False))
 _MODULE = _w.Module(CONTRACT, SOURCE_FILE, _PLANS, tp_param="tp_size")
 
 
@@ -360,13 +270,7 @@ _W13_ROW = _w.Row(
     roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
 _W13 = _w.tensor_functions(_MODULE, _W13_ROW, _DTYPES, __name__)
-w13_shapes = _W13.shapes
-pad_w13 = _W13.pad
-unpad_w13 = _W13.unpad
-w13_full_shape = _W13.full_shape
-shard_w13 = _W13.shard
-alloc_w13 = _W13.alloc
-load_w13 = _W13.load
+w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
 
 _W2_ROW = _w.Row(
     name="w2",
@@ -384,13 +288,7 @@ _W2_ROW = _w.Row(
     fill_doc="stored code 0",
 )
 _W2 = _w.tensor_functions(_MODULE, _W2_ROW, _DTYPES, __name__)
-w2_shapes = _W2.shapes
-pad_w2 = _W2.pad
-unpad_w2 = _W2.unpad
-w2_full_shape = _W2.full_shape
-shard_w2 = _W2.shard
-alloc_w2 = _W2.alloc
-load_w2 = _W2.load
+w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
 _W13_BIAS_ROW = _w.Row(
     name="w13_bias",

@@ -43,55 +43,18 @@ from ._runtime.plans import PlanChecker
 from ._runtime.wrappers import axis
 
 __all__ = [
-    "CONTRACT",
-    "LAYOUT",
-    "KernelUnavailableError",
-    "LayoutContractError",
-    "Plan",
-    "alloc_w2_qweight",
-    "alloc_w2_qzeros",
-    "alloc_w2_scales",
-    "alloc_w13_qweight",
-    "alloc_w13_qzeros",
-    "alloc_w13_scales",
-    "load_w2_qweight",
-    "load_w2_qzeros",
-    "load_w2_scales",
-    "load_w13_qweight",
-    "load_w13_qzeros",
-    "load_w13_scales",
-    "pad_w2_qweight",
-    "pad_w2_qzeros",
-    "pad_w2_scales",
-    "pad_w13_qweight",
-    "pad_w13_qzeros",
-    "pad_w13_scales",
-    "plan",
-    "shard_w2_qweight",
-    "shard_w2_qzeros",
-    "shard_w2_scales",
-    "shard_w13_qweight",
-    "shard_w13_qzeros",
-    "shard_w13_scales",
-    "unpad_w2_qweight",
-    "unpad_w2_qzeros",
-    "unpad_w2_scales",
-    "unpad_w13_qweight",
-    "unpad_w13_qzeros",
-    "unpad_w13_scales",
-    "w2_qweight_full_shape",
-    "w2_qweight_shapes",
-    "w2_qzeros_full_shape",
-    "w2_qzeros_shapes",
-    "w2_scales_full_shape",
-    "w2_scales_shapes",
-    "w13_qweight_full_shape",
-    "w13_qweight_shapes",
-    "w13_qzeros_full_shape",
-    "w13_qzeros_shapes",
-    "w13_scales_full_shape",
-    "w13_scales_shapes",
-]
+    "CONTRACT", "LAYOUT", "KernelUnavailableError", "LayoutContractError", "Plan",
+    "alloc_w2_qweight", "alloc_w2_qzeros", "alloc_w2_scales", "alloc_w13_qweight",
+    "alloc_w13_qzeros", "alloc_w13_scales", "load_w2_qweight", "load_w2_qzeros", "load_w2_scales",
+    "load_w13_qweight", "load_w13_qzeros", "load_w13_scales", "pad_w2_qweight", "pad_w2_qzeros",
+    "pad_w2_scales", "pad_w13_qweight", "pad_w13_qzeros", "pad_w13_scales", "plan",
+    "shard_w2_qweight", "shard_w2_qzeros", "shard_w2_scales", "shard_w13_qweight",
+    "shard_w13_qzeros", "shard_w13_scales", "unpad_w2_qweight", "unpad_w2_qzeros",
+    "unpad_w2_scales", "unpad_w13_qweight", "unpad_w13_qzeros", "unpad_w13_scales",
+    "w2_qweight_full_shape", "w2_qweight_shapes", "w2_qzeros_full_shape", "w2_qzeros_shapes",
+    "w2_scales_full_shape", "w2_scales_shapes", "w13_qweight_full_shape", "w13_qweight_shapes",
+    "w13_qzeros_full_shape", "w13_qzeros_shapes", "w13_scales_full_shape", "w13_scales_shapes",
+]  # fmt: skip
 
 CONTRACT = "marlin_moe_awq"
 SOURCE_FILE = "contracts/marlin_moe_awq.moe"
@@ -102,17 +65,9 @@ SOURCES: tuple[str, ...] = (
     "vllm 0.32.0: vllm/model_executor/layers/quantization/utils/marlin_utils.py marlin_moe_padded_intermediate, check_moe_marlin_supports_config(allow_tile_padding=True)",
 )
 PROVED: tuple[str, ...] = (
-    "vacuity",
-    "alignment",
-    "placement",
-    "roundtrip",
-    "inertness",
-    "groups",
-    "kernel-arguments",
-    "coverage",
-    "expert-coverage",
-    "admission",
-)
+    "vacuity", "alignment", "placement", "roundtrip", "inertness", "groups", "kernel-arguments",
+    "coverage", "expert-coverage", "admission",
+)  # fmt: skip
 POLICY = "error"
 FALLBACK: str | None = None
 
@@ -120,40 +75,14 @@ _LOG = logging.getLogger(__name__)
 
 # ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
 
+_TP_SIZE_VALUES = (
+    1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+)  # fmt: skip
 _PARAMS: tuple[PlanParam, ...] = (
     PlanParam("num_experts", "range", low=1, high=1024),
     PlanParam("hidden_size", "range", low=1, high=65536),
     PlanParam("intermediate_size", "range", low=1, high=262144),
-    PlanParam(
-        "tp_size",
-        "set",
-        values=(
-            1,
-            2,
-            3,
-            4,
-            5,
-            6,
-            7,
-            8,
-            10,
-            12,
-            14,
-            16,
-            20,
-            24,
-            28,
-            32,
-            40,
-            48,
-            56,
-            64,
-            80,
-            96,
-            112,
-            128,
-        ),
-    ),
+    PlanParam("tp_size", "set", values=_TP_SIZE_VALUES),
     PlanParam("group_size", "set", values=(-1, 32, 64, 128)),
     PlanParam("activation", "enum", values=("silu", "gelu", "gelu_tanh")),
     PlanParam("dtype", "enum", values=("float16", "bfloat16")),
@@ -206,35 +135,17 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        num_experts,
-        hidden_size,
-        intermediate_size,
-        tp_size,
-        group_size,
-        activation,
-        dtype,
-        warn=True,
-    )
+    return _plan(locals(), warn=True)  # plan()'s arguments, by name
 
 
-def _plan(
-    num_experts: Any,
-    hidden_size: Any,
-    intermediate_size: Any,
-    tp_size: Any,
-    group_size: Any,
-    activation: Any,
-    dtype: Any,
-    warn: bool,
-) -> Plan:
-    num_experts = _check("num_experts", num_experts)
-    hidden_size = _check("hidden_size", hidden_size)
-    intermediate_size = _check("intermediate_size", intermediate_size)
-    tp_size = _check("tp_size", tp_size)
-    group_size = _check("group_size", group_size)
-    activation = _check("activation", activation)
-    dtype = _check("dtype", dtype)
+def _plan(args: dict[str, Any], warn: bool) -> Plan:
+    num_experts = _check("num_experts", args["num_experts"])
+    hidden_size = _check("hidden_size", args["hidden_size"])
+    intermediate_size = _check("intermediate_size", args["intermediate_size"])
+    tp_size = _check("tp_size", args["tp_size"])
+    group_size = _check("group_size", args["group_size"])
+    activation = _check("activation", args["activation"])
+    dtype = _check("dtype", args["dtype"])
     intermediate_size_per_partition = intermediate_size // tp_size
     group = 1 if (group_size == (-1)) else group_size
     intermediate_size_per_partition_padded = _p.round_up(
@@ -310,20 +221,8 @@ def _plan(
     )
 
 
-def _rederive(p: Plan) -> Plan:
-    return _plan(
-        p.num_experts,
-        p.hidden_size,
-        p.intermediate_size,
-        p.tp_size,
-        p.group_size,
-        p.activation,
-        p.dtype,
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
+# a Plan's parameters planned again (PlanChecker refuses one not made by plan())
+_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, lambda p: _plan(vars(p), warn=False))
 _MODULE = _w.Module(CONTRACT, SOURCE_FILE, _PLANS, tp_param="tp_size")
 
 

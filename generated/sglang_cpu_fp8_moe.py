@@ -51,41 +51,17 @@ from ._runtime.plans import PlanChecker
 from ._runtime.wrappers import axis
 
 __all__ = [
-    "CONTRACT",
-    "LAYOUT",
-    "KernelUnavailableError",
-    "LayoutContractError",
-    "Plan",
-    "alloc_w2_weight",
-    "alloc_w2_weight_scale_inv",
-    "alloc_w13_weight",
-    "alloc_w13_weight_scale_inv",
-    "load_w2_weight",
-    "load_w2_weight_scale_inv",
-    "load_w13_weight",
-    "load_w13_weight_scale_inv",
-    "pad_w2_weight",
-    "pad_w2_weight_scale_inv",
-    "pad_w13_weight",
-    "pad_w13_weight_scale_inv",
-    "plan",
-    "shard_w2_weight",
-    "shard_w2_weight_scale_inv",
-    "shard_w13_weight",
-    "shard_w13_weight_scale_inv",
-    "unpad_w2_weight",
-    "unpad_w2_weight_scale_inv",
-    "unpad_w13_weight",
-    "unpad_w13_weight_scale_inv",
-    "w2_weight_full_shape",
-    "w2_weight_scale_inv_full_shape",
-    "w2_weight_scale_inv_shapes",
-    "w2_weight_shapes",
-    "w13_weight_full_shape",
-    "w13_weight_scale_inv_full_shape",
-    "w13_weight_scale_inv_shapes",
-    "w13_weight_shapes",
-]
+    "CONTRACT", "LAYOUT", "KernelUnavailableError", "LayoutContractError", "Plan",
+    "alloc_w2_weight", "alloc_w2_weight_scale_inv", "alloc_w13_weight",
+    "alloc_w13_weight_scale_inv", "load_w2_weight", "load_w2_weight_scale_inv", "load_w13_weight",
+    "load_w13_weight_scale_inv", "pad_w2_weight", "pad_w2_weight_scale_inv", "pad_w13_weight",
+    "pad_w13_weight_scale_inv", "plan", "shard_w2_weight", "shard_w2_weight_scale_inv",
+    "shard_w13_weight", "shard_w13_weight_scale_inv", "unpad_w2_weight",
+    "unpad_w2_weight_scale_inv", "unpad_w13_weight", "unpad_w13_weight_scale_inv",
+    "w2_weight_full_shape", "w2_weight_scale_inv_full_shape", "w2_weight_scale_inv_shapes",
+    "w2_weight_shapes", "w13_weight_full_shape", "w13_weight_scale_inv_full_shape",
+    "w13_weight_scale_inv_shapes", "w13_weight_shapes",
+]  # fmt: skip
 
 CONTRACT = "sglang_cpu_fp8_moe"
 SOURCE_FILE = "contracts/sglang_cpu_fp8_moe.moe"
@@ -97,17 +73,9 @@ SOURCES: tuple[str, ...] = (
     "sgl-kernel: csrc/cpu/moe_fp8.cpp fused_experts_fp8_kernel_impl (blocks_n_per_group = block_size_N / BLOCK_N, scale row nb / blocks_n_per_group over w13's 2N rows), csrc/cpu/moe.cpp CHECK_MOE_SCALES_FP8 (w1s [2N / block_N, K / block_K], w2s [K / block_N, N / block_K])",
 )
 PROVED: tuple[str, ...] = (
-    "vacuity",
-    "alignment",
-    "placement",
-    "roundtrip",
-    "inertness",
-    "groups",
-    "kernel-arguments",
-    "coverage",
-    "expert-coverage",
-    "admission",
-)
+    "vacuity", "alignment", "placement", "roundtrip", "inertness", "groups", "kernel-arguments",
+    "coverage", "expert-coverage", "admission",
+)  # fmt: skip
 POLICY = "error"
 FALLBACK: str | None = None
 
@@ -167,24 +135,16 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(num_experts, hidden_size, intermediate_size, tp_size, block, dtype, warn=True)
+    return _plan(locals(), warn=True)  # plan()'s arguments, by name
 
 
-def _plan(
-    num_experts: Any,
-    hidden_size: Any,
-    intermediate_size: Any,
-    tp_size: Any,
-    block: Any,
-    dtype: Any,
-    warn: bool,
-) -> Plan:
-    num_experts = _check("num_experts", num_experts)
-    hidden_size = _check("hidden_size", hidden_size)
-    intermediate_size = _check("intermediate_size", intermediate_size)
-    tp_size = _check("tp_size", tp_size)
-    block = _check("block", block)
-    dtype = _check("dtype", dtype)
+def _plan(args: dict[str, Any], warn: bool) -> Plan:
+    num_experts = _check("num_experts", args["num_experts"])
+    hidden_size = _check("hidden_size", args["hidden_size"])
+    intermediate_size = _check("intermediate_size", args["intermediate_size"])
+    tp_size = _check("tp_size", args["tp_size"])
+    block = _check("block", args["block"])
+    dtype = _check("dtype", args["dtype"])
     intermediate_size_per_partition = _p.round_up(_p.cdiv(intermediate_size, tp_size), block)
     intermediate_size_padded = intermediate_size_per_partition * tp_size
     intermediate_size_per_partition_padded = intermediate_size_per_partition
@@ -222,19 +182,8 @@ def _plan(
     )
 
 
-def _rederive(p: Plan) -> Plan:
-    return _plan(
-        p.num_experts,
-        p.hidden_size,
-        p.intermediate_size,
-        p.tp_size,
-        p.block,
-        p.dtype,
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
+# a Plan's parameters planned again (PlanChecker refuses one not made by plan())
+_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, lambda p: _plan(vars(p), warn=False))
 _MODULE = _w.Module(
     CONTRACT,
     SOURCE_FILE,

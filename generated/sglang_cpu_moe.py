@@ -61,27 +61,12 @@ from ._runtime.plans import PlanChecker
 from ._runtime.wrappers import axis
 
 __all__ = [
-    "CONTRACT",
-    "LAYOUT",
-    "KernelUnavailableError",
-    "LayoutContractError",
-    "Plan",
-    "alloc_w2_weight",
-    "alloc_w13_weight",
-    "load_w2_weight",
-    "load_w13_weight",
-    "pad_w2_weight",
-    "pad_w13_weight",
-    "plan",
-    "shard_w2_weight",
-    "shard_w13_weight",
-    "unpad_w2_weight",
-    "unpad_w13_weight",
-    "w2_weight_full_shape",
-    "w2_weight_shapes",
-    "w13_weight_full_shape",
+    "CONTRACT", "LAYOUT", "KernelUnavailableError", "LayoutContractError", "Plan",
+    "alloc_w2_weight", "alloc_w13_weight", "load_w2_weight", "load_w13_weight", "pad_w2_weight",
+    "pad_w13_weight", "plan", "shard_w2_weight", "shard_w13_weight", "unpad_w2_weight",
+    "unpad_w13_weight", "w2_weight_full_shape", "w2_weight_shapes", "w13_weight_full_shape",
     "w13_weight_shapes",
-]
+]  # fmt: skip
 
 CONTRACT = "sglang_cpu_moe"
 SOURCE_FILE = "contracts/sglang_cpu_moe.moe"
@@ -97,17 +82,9 @@ SOURCES: tuple[str, ...] = (
     "sgl-kernel: csrc/cpu/moe.cpp fused_experts_cpu, fused_experts_kernel_impl (w1 [E, 2N, K] read as halves: nb_upper = nb, nb_lower = nb + NB; TORCH_CHECK(N % BLOCK_N == 0)), csrc/cpu/gemm.h (TILE_N 16, TILE_K 32, BLOCK_N = block_size_n() = 32)",
 )
 PROVED: tuple[str, ...] = (
-    "vacuity",
-    "alignment",
-    "placement",
-    "roundtrip",
-    "inertness",
-    "groups",
-    "kernel-arguments",
-    "coverage",
-    "expert-coverage",
-    "admission",
-)
+    "vacuity", "alignment", "placement", "roundtrip", "inertness", "groups", "kernel-arguments",
+    "coverage", "expert-coverage", "admission",
+)  # fmt: skip
 POLICY = "error"
 FALLBACK: str | None = None
 
@@ -168,32 +145,16 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        num_experts,
-        hidden_size,
-        intermediate_size,
-        tp_size,
-        activation,
-        dtype,
-        warn=True,
-    )
+    return _plan(locals(), warn=True)  # plan()'s arguments, by name
 
 
-def _plan(
-    num_experts: Any,
-    hidden_size: Any,
-    intermediate_size: Any,
-    tp_size: Any,
-    activation: Any,
-    dtype: Any,
-    warn: bool,
-) -> Plan:
-    num_experts = _check("num_experts", num_experts)
-    hidden_size = _check("hidden_size", hidden_size)
-    intermediate_size = _check("intermediate_size", intermediate_size)
-    tp_size = _check("tp_size", tp_size)
-    activation = _check("activation", activation)
-    dtype = _check("dtype", dtype)
+def _plan(args: dict[str, Any], warn: bool) -> Plan:
+    num_experts = _check("num_experts", args["num_experts"])
+    hidden_size = _check("hidden_size", args["hidden_size"])
+    intermediate_size = _check("intermediate_size", args["intermediate_size"])
+    tp_size = _check("tp_size", args["tp_size"])
+    activation = _check("activation", args["activation"])
+    dtype = _check("dtype", args["dtype"])
     moe_padding_size = 32
     intermediate_size_per_partition = _p.round_up(
         _p.cdiv(intermediate_size, tp_size),
@@ -228,19 +189,8 @@ def _plan(
     )
 
 
-def _rederive(p: Plan) -> Plan:
-    return _plan(
-        p.num_experts,
-        p.hidden_size,
-        p.intermediate_size,
-        p.tp_size,
-        p.activation,
-        p.dtype,
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
+# a Plan's parameters planned again (PlanChecker refuses one not made by plan())
+_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, lambda p: _plan(vars(p), warn=False))
 _MODULE = _w.Module(
     CONTRACT,
     SOURCE_FILE,

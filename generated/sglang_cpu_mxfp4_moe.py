@@ -52,55 +52,19 @@ from ._runtime.plans import PlanChecker
 from ._runtime.wrappers import axis
 
 __all__ = [
-    "CONTRACT",
-    "LAYOUT",
-    "KernelUnavailableError",
-    "LayoutContractError",
-    "Plan",
-    "alloc_w2_bias",
-    "alloc_w2_weight",
-    "alloc_w2_weight_scale",
-    "alloc_w13_bias",
-    "alloc_w13_weight",
-    "alloc_w13_weight_scale",
-    "load_w2_bias",
-    "load_w2_weight",
-    "load_w2_weight_scale",
-    "load_w13_bias",
-    "load_w13_weight",
-    "load_w13_weight_scale",
-    "pad_w2_bias",
-    "pad_w2_weight",
-    "pad_w2_weight_scale",
-    "pad_w13_bias",
-    "pad_w13_weight",
-    "pad_w13_weight_scale",
-    "plan",
-    "shard_w2_bias",
-    "shard_w2_weight",
-    "shard_w2_weight_scale",
-    "shard_w13_bias",
-    "shard_w13_weight",
-    "shard_w13_weight_scale",
-    "unpad_w2_bias",
-    "unpad_w2_weight",
-    "unpad_w2_weight_scale",
-    "unpad_w13_bias",
-    "unpad_w13_weight",
-    "unpad_w13_weight_scale",
-    "w2_bias_full_shape",
-    "w2_bias_shapes",
-    "w2_weight_full_shape",
-    "w2_weight_scale_full_shape",
-    "w2_weight_scale_shapes",
-    "w2_weight_shapes",
-    "w13_bias_full_shape",
-    "w13_bias_shapes",
-    "w13_weight_full_shape",
-    "w13_weight_scale_full_shape",
-    "w13_weight_scale_shapes",
+    "CONTRACT", "LAYOUT", "KernelUnavailableError", "LayoutContractError", "Plan", "alloc_w2_bias",
+    "alloc_w2_weight", "alloc_w2_weight_scale", "alloc_w13_bias", "alloc_w13_weight",
+    "alloc_w13_weight_scale", "load_w2_bias", "load_w2_weight", "load_w2_weight_scale",
+    "load_w13_bias", "load_w13_weight", "load_w13_weight_scale", "pad_w2_bias", "pad_w2_weight",
+    "pad_w2_weight_scale", "pad_w13_bias", "pad_w13_weight", "pad_w13_weight_scale", "plan",
+    "shard_w2_bias", "shard_w2_weight", "shard_w2_weight_scale", "shard_w13_bias",
+    "shard_w13_weight", "shard_w13_weight_scale", "unpad_w2_bias", "unpad_w2_weight",
+    "unpad_w2_weight_scale", "unpad_w13_bias", "unpad_w13_weight", "unpad_w13_weight_scale",
+    "w2_bias_full_shape", "w2_bias_shapes", "w2_weight_full_shape", "w2_weight_scale_full_shape",
+    "w2_weight_scale_shapes", "w2_weight_shapes", "w13_bias_full_shape", "w13_bias_shapes",
+    "w13_weight_full_shape", "w13_weight_scale_full_shape", "w13_weight_scale_shapes",
     "w13_weight_shapes",
-]
+]  # fmt: skip
 
 CONTRACT = "sglang_cpu_mxfp4_moe"
 SOURCE_FILE = "contracts/sglang_cpu_mxfp4_moe.moe"
@@ -113,17 +77,9 @@ SOURCES: tuple[str, ...] = (
     "sglang 0.5.23: python/sglang/srt/layers/amx_utils.py dim_is_supported (IC % 32 == 0, OC % 16 == 0, on the packed uint8 tensors: IC = H / 2 for w13, L / 2 for w2)",
 )
 PROVED: tuple[str, ...] = (
-    "vacuity",
-    "alignment",
-    "placement",
-    "roundtrip",
-    "inertness",
-    "groups",
-    "kernel-arguments",
-    "coverage",
-    "expert-coverage",
-    "admission",
-)
+    "vacuity", "alignment", "placement", "roundtrip", "inertness", "groups", "kernel-arguments",
+    "coverage", "expert-coverage", "admission",
+)  # fmt: skip
 POLICY = "error"
 FALLBACK: str | None = None
 
@@ -185,32 +141,16 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        num_experts,
-        hidden_size,
-        intermediate_size,
-        tp_size,
-        swiglu_alpha_milli,
-        swiglu_limit_milli,
-        warn=True,
-    )
+    return _plan(locals(), warn=True)  # plan()'s arguments, by name
 
 
-def _plan(
-    num_experts: Any,
-    hidden_size: Any,
-    intermediate_size: Any,
-    tp_size: Any,
-    swiglu_alpha_milli: Any,
-    swiglu_limit_milli: Any,
-    warn: bool,
-) -> Plan:
-    num_experts = _check("num_experts", num_experts)
-    hidden_size = _check("hidden_size", hidden_size)
-    intermediate_size = _check("intermediate_size", intermediate_size)
-    tp_size = _check("tp_size", tp_size)
-    swiglu_alpha_milli = _check("swiglu_alpha_milli", swiglu_alpha_milli)
-    swiglu_limit_milli = _check("swiglu_limit_milli", swiglu_limit_milli)
+def _plan(args: dict[str, Any], warn: bool) -> Plan:
+    num_experts = _check("num_experts", args["num_experts"])
+    hidden_size = _check("hidden_size", args["hidden_size"])
+    intermediate_size = _check("intermediate_size", args["intermediate_size"])
+    tp_size = _check("tp_size", args["tp_size"])
+    swiglu_alpha_milli = _check("swiglu_alpha_milli", args["swiglu_alpha_milli"])
+    swiglu_limit_milli = _check("swiglu_limit_milli", args["swiglu_limit_milli"])
     mxfp4_block = 32
     moe_padding_size = 2 * mxfp4_block
     intermediate_size_per_partition = _p.round_up(
@@ -263,19 +203,8 @@ def _plan(
     )
 
 
-def _rederive(p: Plan) -> Plan:
-    return _plan(
-        p.num_experts,
-        p.hidden_size,
-        p.intermediate_size,
-        p.tp_size,
-        p.swiglu_alpha_milli,
-        p.swiglu_limit_milli,
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
+# a Plan's parameters planned again (PlanChecker refuses one not made by plan())
+_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, lambda p: _plan(vars(p), warn=False))
 _MODULE = _w.Module(
     CONTRACT,
     SOURCE_FILE,

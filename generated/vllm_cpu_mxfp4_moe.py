@@ -43,55 +43,19 @@ from ._runtime.plans import PlanChecker
 from ._runtime.wrappers import axis
 
 __all__ = [
-    "CONTRACT",
-    "LAYOUT",
-    "KernelUnavailableError",
-    "LayoutContractError",
-    "Plan",
-    "alloc_w2_bias",
-    "alloc_w2_weight",
-    "alloc_w2_weight_scale",
-    "alloc_w13_bias",
-    "alloc_w13_weight",
-    "alloc_w13_weight_scale",
-    "load_w2_bias",
-    "load_w2_weight",
-    "load_w2_weight_scale",
-    "load_w13_bias",
-    "load_w13_weight",
-    "load_w13_weight_scale",
-    "pad_w2_bias",
-    "pad_w2_weight",
-    "pad_w2_weight_scale",
-    "pad_w13_bias",
-    "pad_w13_weight",
-    "pad_w13_weight_scale",
-    "plan",
-    "shard_w2_bias",
-    "shard_w2_weight",
-    "shard_w2_weight_scale",
-    "shard_w13_bias",
-    "shard_w13_weight",
-    "shard_w13_weight_scale",
-    "unpad_w2_bias",
-    "unpad_w2_weight",
-    "unpad_w2_weight_scale",
-    "unpad_w13_bias",
-    "unpad_w13_weight",
-    "unpad_w13_weight_scale",
-    "w2_bias_full_shape",
-    "w2_bias_shapes",
-    "w2_weight_full_shape",
-    "w2_weight_scale_full_shape",
-    "w2_weight_scale_shapes",
-    "w2_weight_shapes",
-    "w13_bias_full_shape",
-    "w13_bias_shapes",
-    "w13_weight_full_shape",
-    "w13_weight_scale_full_shape",
-    "w13_weight_scale_shapes",
+    "CONTRACT", "LAYOUT", "KernelUnavailableError", "LayoutContractError", "Plan", "alloc_w2_bias",
+    "alloc_w2_weight", "alloc_w2_weight_scale", "alloc_w13_bias", "alloc_w13_weight",
+    "alloc_w13_weight_scale", "load_w2_bias", "load_w2_weight", "load_w2_weight_scale",
+    "load_w13_bias", "load_w13_weight", "load_w13_weight_scale", "pad_w2_bias", "pad_w2_weight",
+    "pad_w2_weight_scale", "pad_w13_bias", "pad_w13_weight", "pad_w13_weight_scale", "plan",
+    "shard_w2_bias", "shard_w2_weight", "shard_w2_weight_scale", "shard_w13_bias",
+    "shard_w13_weight", "shard_w13_weight_scale", "unpad_w2_bias", "unpad_w2_weight",
+    "unpad_w2_weight_scale", "unpad_w13_bias", "unpad_w13_weight", "unpad_w13_weight_scale",
+    "w2_bias_full_shape", "w2_bias_shapes", "w2_weight_full_shape", "w2_weight_scale_full_shape",
+    "w2_weight_scale_shapes", "w2_weight_shapes", "w13_bias_full_shape", "w13_bias_shapes",
+    "w13_weight_full_shape", "w13_weight_scale_full_shape", "w13_weight_scale_shapes",
     "w13_weight_shapes",
-]
+]  # fmt: skip
 
 CONTRACT = "vllm_cpu_mxfp4_moe"
 SOURCE_FILE = "contracts/vllm_cpu_mxfp4_moe.moe"
@@ -102,17 +66,9 @@ SOURCES: tuple[str, ...] = (
     "vllm 0.32.0: vllm/model_executor/layers/quantization/mxfp4.py Mxfp4MoEMethod.create_weights (torch.zeros: w13 [E, 2 I_p, H_p / 2], scales [E, 2 I_p, H_p / 32], biases bfloat16)",
 )
 PROVED: tuple[str, ...] = (
-    "vacuity",
-    "alignment",
-    "placement",
-    "roundtrip",
-    "inertness",
-    "groups",
-    "kernel-arguments",
-    "coverage",
-    "expert-coverage",
-    "admission",
-)
+    "vacuity", "alignment", "placement", "roundtrip", "inertness", "groups", "kernel-arguments",
+    "coverage", "expert-coverage", "admission",
+)  # fmt: skip
 POLICY = "error"
 FALLBACK: str | None = None
 
@@ -120,40 +76,14 @@ _LOG = logging.getLogger(__name__)
 
 # ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
 
+_TP_SIZE_VALUES = (
+    1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+)  # fmt: skip
 _PARAMS: tuple[PlanParam, ...] = (
     PlanParam("num_experts", "range", low=1, high=1024),
     PlanParam("hidden_size", "range", low=1, high=65536),
     PlanParam("intermediate_size", "range", low=1, high=262144),
-    PlanParam(
-        "tp_size",
-        "set",
-        values=(
-            1,
-            2,
-            3,
-            4,
-            5,
-            6,
-            7,
-            8,
-            10,
-            12,
-            14,
-            16,
-            20,
-            24,
-            28,
-            32,
-            40,
-            48,
-            56,
-            64,
-            80,
-            96,
-            112,
-            128,
-        ),
-    ),
+    PlanParam("tp_size", "set", values=_TP_SIZE_VALUES),
 )
 _check = _p.checker(CONTRACT, SOURCE_FILE, _PARAMS)
 
@@ -194,20 +124,14 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(num_experts, hidden_size, intermediate_size, tp_size, warn=True)
+    return _plan(locals(), warn=True)  # plan()'s arguments, by name
 
 
-def _plan(
-    num_experts: Any,
-    hidden_size: Any,
-    intermediate_size: Any,
-    tp_size: Any,
-    warn: bool,
-) -> Plan:
-    num_experts = _check("num_experts", num_experts)
-    hidden_size = _check("hidden_size", hidden_size)
-    intermediate_size = _check("intermediate_size", intermediate_size)
-    tp_size = _check("tp_size", tp_size)
+def _plan(args: dict[str, Any], warn: bool) -> Plan:
+    num_experts = _check("num_experts", args["num_experts"])
+    hidden_size = _check("hidden_size", args["hidden_size"])
+    intermediate_size = _check("intermediate_size", args["intermediate_size"])
+    tp_size = _check("tp_size", args["tp_size"])
     intermediate_size_per_partition = intermediate_size // tp_size
     intermediate_size_per_partition_padded = _p.round_up(intermediate_size_per_partition, 32)
     hidden_size_padded = _p.round_up(hidden_size, 32)
@@ -249,11 +173,8 @@ def _plan(
     )
 
 
-def _rederive(p: Plan) -> Plan:
-    return _plan(p.num_experts, p.hidden_size, p.intermediate_size, p.tp_size, warn=False)
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
+# a Plan's parameters planned again (PlanChecker refuses one not made by plan())
+_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, lambda p: _plan(vars(p), warn=False))
 _MODULE = _w.Module(CONTRACT, SOURCE_FILE, _PLANS, tp_param="tp_size")
 
 

@@ -52,55 +52,19 @@ from ._runtime.plans import PlanChecker
 from ._runtime.wrappers import axis
 
 __all__ = [
-    "CONTRACT",
-    "LAYOUT",
-    "KernelUnavailableError",
-    "LayoutContractError",
-    "Plan",
-    "alloc_w2_bias",
-    "alloc_w2_weight",
-    "alloc_w2_weight_scale",
-    "alloc_w13_bias",
-    "alloc_w13_weight",
-    "alloc_w13_weight_scale",
-    "load_w2_bias",
-    "load_w2_weight",
-    "load_w2_weight_scale",
-    "load_w13_bias",
-    "load_w13_weight",
-    "load_w13_weight_scale",
-    "pad_w2_bias",
-    "pad_w2_weight",
-    "pad_w2_weight_scale",
-    "pad_w13_bias",
-    "pad_w13_weight",
-    "pad_w13_weight_scale",
-    "plan",
-    "shard_w2_bias",
-    "shard_w2_weight",
-    "shard_w2_weight_scale",
-    "shard_w13_bias",
-    "shard_w13_weight",
-    "shard_w13_weight_scale",
-    "unpad_w2_bias",
-    "unpad_w2_weight",
-    "unpad_w2_weight_scale",
-    "unpad_w13_bias",
-    "unpad_w13_weight",
-    "unpad_w13_weight_scale",
-    "w2_bias_full_shape",
-    "w2_bias_shapes",
-    "w2_weight_full_shape",
-    "w2_weight_scale_full_shape",
-    "w2_weight_scale_shapes",
-    "w2_weight_shapes",
-    "w13_bias_full_shape",
-    "w13_bias_shapes",
-    "w13_weight_full_shape",
-    "w13_weight_scale_full_shape",
-    "w13_weight_scale_shapes",
+    "CONTRACT", "LAYOUT", "KernelUnavailableError", "LayoutContractError", "Plan", "alloc_w2_bias",
+    "alloc_w2_weight", "alloc_w2_weight_scale", "alloc_w13_bias", "alloc_w13_weight",
+    "alloc_w13_weight_scale", "load_w2_bias", "load_w2_weight", "load_w2_weight_scale",
+    "load_w13_bias", "load_w13_weight", "load_w13_weight_scale", "pad_w2_bias", "pad_w2_weight",
+    "pad_w2_weight_scale", "pad_w13_bias", "pad_w13_weight", "pad_w13_weight_scale", "plan",
+    "shard_w2_bias", "shard_w2_weight", "shard_w2_weight_scale", "shard_w13_bias",
+    "shard_w13_weight", "shard_w13_weight_scale", "unpad_w2_bias", "unpad_w2_weight",
+    "unpad_w2_weight_scale", "unpad_w13_bias", "unpad_w13_weight", "unpad_w13_weight_scale",
+    "w2_bias_full_shape", "w2_bias_shapes", "w2_weight_full_shape", "w2_weight_scale_full_shape",
+    "w2_weight_scale_shapes", "w2_weight_shapes", "w13_bias_full_shape", "w13_bias_shapes",
+    "w13_weight_full_shape", "w13_weight_scale_full_shape", "w13_weight_scale_shapes",
     "w13_weight_shapes",
-]
+]  # fmt: skip
 
 CONTRACT = "vllm_cpu_w4a8_int4_moe"
 SOURCE_FILE = "contracts/vllm_cpu_w4a8_int4_moe.moe"
@@ -113,17 +77,9 @@ SOURCES: tuple[str, ...] = (
     "torch 2.13.0: _dyn_quant_pack_4bit_weight_cpu 'Group size should be multiple of 32, in_features' (measured, docs/kernels.md 9.1)",
 )
 PROVED: tuple[str, ...] = (
-    "vacuity",
-    "alignment",
-    "placement",
-    "roundtrip",
-    "inertness",
-    "groups",
-    "kernel-arguments",
-    "coverage",
-    "expert-coverage",
-    "admission",
-)
+    "vacuity", "alignment", "placement", "roundtrip", "inertness", "groups", "kernel-arguments",
+    "coverage", "expert-coverage", "admission",
+)  # fmt: skip
 POLICY = "error"
 FALLBACK: str | None = None
 
@@ -131,40 +87,14 @@ _LOG = logging.getLogger(__name__)
 
 # ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
 
+_TP_SIZE_VALUES = (
+    1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+)  # fmt: skip
 _PARAMS: tuple[PlanParam, ...] = (
     PlanParam("num_experts", "range", low=1, high=1024),
     PlanParam("hidden_size", "range", low=1, high=65536),
     PlanParam("intermediate_size", "range", low=1, high=262144),
-    PlanParam(
-        "tp_size",
-        "set",
-        values=(
-            1,
-            2,
-            3,
-            4,
-            5,
-            6,
-            7,
-            8,
-            10,
-            12,
-            14,
-            16,
-            20,
-            24,
-            28,
-            32,
-            40,
-            48,
-            56,
-            64,
-            80,
-            96,
-            112,
-            128,
-        ),
-    ),
+    PlanParam("tp_size", "set", values=_TP_SIZE_VALUES),
     PlanParam("group_size", "set", values=(-1, 32, 64, 128)),
     PlanParam("activation", "enum", values=("silu", "swigluoai")),
     PlanParam("scale_dtype", "enum", values=("bfloat16", "float32")),
@@ -217,35 +147,17 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        num_experts,
-        hidden_size,
-        intermediate_size,
-        tp_size,
-        group_size,
-        activation,
-        scale_dtype,
-        warn=True,
-    )
+    return _plan(locals(), warn=True)  # plan()'s arguments, by name
 
 
-def _plan(
-    num_experts: Any,
-    hidden_size: Any,
-    intermediate_size: Any,
-    tp_size: Any,
-    group_size: Any,
-    activation: Any,
-    scale_dtype: Any,
-    warn: bool,
-) -> Plan:
-    num_experts = _check("num_experts", num_experts)
-    hidden_size = _check("hidden_size", hidden_size)
-    intermediate_size = _check("intermediate_size", intermediate_size)
-    tp_size = _check("tp_size", tp_size)
-    group_size = _check("group_size", group_size)
-    activation = _check("activation", activation)
-    scale_dtype = _check("scale_dtype", scale_dtype)
+def _plan(args: dict[str, Any], warn: bool) -> Plan:
+    num_experts = _check("num_experts", args["num_experts"])
+    hidden_size = _check("hidden_size", args["hidden_size"])
+    intermediate_size = _check("intermediate_size", args["intermediate_size"])
+    tp_size = _check("tp_size", args["tp_size"])
+    group_size = _check("group_size", args["group_size"])
+    activation = _check("activation", args["activation"])
+    scale_dtype = _check("scale_dtype", args["scale_dtype"])
     intermediate_size_per_partition = intermediate_size // tp_size
     intermediate_size_per_partition_padded = intermediate_size_per_partition
     k_multiple = 2 if (group_size == (-1)) else group_size
@@ -301,20 +213,8 @@ def _plan(
     )
 
 
-def _rederive(p: Plan) -> Plan:
-    return _plan(
-        p.num_experts,
-        p.hidden_size,
-        p.intermediate_size,
-        p.tp_size,
-        p.group_size,
-        p.activation,
-        p.scale_dtype,
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
+# a Plan's parameters planned again (PlanChecker refuses one not made by plan())
+_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, lambda p: _plan(vars(p), warn=False))
 _MODULE = _w.Module(CONTRACT, SOURCE_FILE, _PLANS, tp_param="tp_size")
 
 

@@ -245,6 +245,8 @@ def test_exported_names_are_identifiers_the_module_defines() -> None:
                     and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets))
     defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
     defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    defined |= {e.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Tuple)
+                for e in t.elts if isinstance(e, ast.Name)}  # `w13_shapes, pad_w13, ... = _W13`
     defined |= {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
     defined |= {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
     assert exported and len(exported) == len(set(exported))

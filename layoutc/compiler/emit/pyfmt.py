@@ -143,3 +143,19 @@ def _closes_at_end(text: str) -> bool:
             if depth == 0:
                 return i == len(text) - 1
     return False
+
+
+def packed(head: str, items: list[str], close: str) -> list[str]:
+    """`head` + items + `close` for a long flat collection (a module's `__all__`, a parameter's
+    domain): on one line when it fits, else the items packed into lines of WIDTH columns, kept
+    so by `# fmt: skip` (ruff would write one item per line)."""
+    one = f"{head}{', '.join(items)}{close}"
+    if len(one) <= WIDTH:
+        return [one]
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + len(item) + 2 <= WIDTH:
+            lines[-1] += f" {item},"
+        else:
+            lines.append(f"    {item},")
+    return [head, *lines, f"{close}  # fmt: skip"]

@@ -26,6 +26,7 @@ from layoutc.compiler.emit.pyfmt import (
     _item,
     call,
     literal,
+    packed,
     statement,
     wrap_code,
 )
@@ -274,7 +275,7 @@ def _params(contract: ir.Contract, dtype_params: list[str]) -> list[dict[str, An
         field_type = {"range": "int", "set": "int", "bool": "bool"}.get(p.kind, "str")
         if p.default is not None:
             annotation = f"{annotation} = {literal(p.default)}"
-        params.append({"name": p.name, "check_lines": [f"    {p.name} = _check({literal(p.name)}, {p.name})"],
+        params.append({"name": p.name, "check_lines": [f"    {p.name} = _check({literal(p.name)}, args[{literal(p.name)}])"],
                        "annotation": annotation, "field_type": field_type, "domain": _domain_doc(p)})
     return params
 
@@ -328,12 +329,17 @@ def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> dict[str,
         binds += [(f"{n}_full_shape", "full_shape"), (f"shard_{n}", "shard")]
     binds += [(f"alloc_{n}", "alloc"), (f"load_{n}", "load")]
     var = _var(t)
+    names = ", ".join(name for name, _ in binds)
+    if len(f"{names} = {var}") <= WIDTH:  # the names on one line, else one line each
+        bound = [f"{names} = {var}"] if len(binds) == 7 else [f"{name} = {var}.{attr}" for name, attr in binds]
+    else:
+        bound = [f"{name} = {var}.{attr}" for name, attr in binds]
     return {
         "name": n, "var": var,
         "table": _axis_table(t, has_tp, contract.block_shard.full if contract.block_shard else None),
         "row": call(f"{var}_ROW = _w.Row", args, 0),
         "functions": f"{var} = _w.tensor_functions(_MODULE, {var}_ROW, {{dtypes}}, __name__)",
-        "binds": [f"{name} = {var}.{attr}" for name, attr in binds],
+        "binds": bound,
         "entry": f"_w.entry({var}_ROW, {var}),",
     }
 
@@ -421,11 +427,26 @@ def _plan_param(p: ir.Param) -> list[str]:
     args = [literal(p.name), literal(p.kind)]
     if p.kind == "range":
         args += [f"low={p.low!r}", f"high={p.high!r}"]
+    elif len(f"        values={literal(tuple(p.values))},") > WIDTH:
+        args.append(f"values={_values_name(p)}")  # a long domain: its own constant (`_values_lines`)
     else:
         args.append(f"values={literal(tuple(p.values))}")
     if p.default is not None:
         args.append(f"default={literal(p.default)}")
     return call("PlanParam", args, 4, ",")
+
+
+def _values_name(p: ir.Param) -> str:
+    return f"_{p.name.upper()}_VALUES"
+
+
+def _values_lines(contract: ir.Contract) -> list[str]:
+    """The domains too long for their `PlanParam` line, each a module constant (`pyfmt.packed`)."""
+    lines: list[str] = []
+    for p in contract.params:
+        if p.kind != "range" and len(f"        values={literal(tuple(p.values))},") > WIDTH:
+            lines += packed(f"{_values_name(p)} = (", [literal(v) for v in p.values], ")")
+    return lines
 
 
 def condition_source(e: ir.Expr) -> str:
@@ -475,7 +496,7 @@ def _exports(contract: ir.Contract, glue: dict[str, Any] | None, has_tp: bool) -
         names.append("local_experts")
     if glue is not None:
         names += ["INTERFACE", "OPS", "PackedWeight", "fused_moe", "load_kernel", "prepack", "prepack_padded", *glue["reexports"]]
-    return [f'"{n}",' for n in sorted(names, key=_natural)]
+    return packed("__all__ = [", [f'"{n}"' for n in sorted(names, key=_natural)], "]")
 
 
 def _imports(contract: ir.Contract, glue: dict[str, Any] | None, dtype_table: bool, format_code: bool) -> list[str]:
@@ -551,12 +572,7 @@ def _plan_view(contract: ir.Contract, rel_path: str, params: list[dict[str, Any]
         body += ["        if warn:", '            _LOG.warning("%s; falling back to %s", reason, FALLBACK)']
     fields = [*names, *(let.name for let in contract.lets)]
     body += call("return Plan", [*(f"{n}={n}" for n in fields), "supported=reason is None", "reason=reason"], 4)
-    return {
-        "plan_call": call("return _plan", [*names, "warn=True"], 4),
-        "plan_def": call("def _plan", [*(f"{n}: Any" for n in names), "warn: bool"], 0, " -> Plan:"),
-        "plan_body": body,
-        "rederive": call("return _plan", [*(f"p.{n}" for n in names), "warn=False"], 4),
-    }
+    return {"plan_body": body}
 
 
 def _ep_lines(contract: ir.Contract, ep: dict[str, Any] | None) -> list[str]:
@@ -599,6 +615,8 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
         "name": contract.name, "file": rel_path, "file_literal": literal(rel_path), "sha256": digest,
         "version_line": f"{VERSION_PREFIX}{__version__}", "proved": list(proved),
         "sources": [literal(s) for s in contract.sources],
+        "proved_lines_code": packed("PROVED: tuple[str, ...] = (", [literal(x) for x in proved],
+                                    ",)" if len(proved) == 1 else ")"),
         "sources_doc": [line for src in contract.sources
                         for line in textwrap.wrap(src, 88, initial_indent="- ", subsequent_indent="  ")],
         "proved_lines": textwrap.wrap("properties proved: " + (", ".join(proved) if proved else
@@ -624,6 +642,7 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
         "all_names": _exports(contract, glue, has_tp),
         "shard_count": literal(count) if has_tp else "None",
         "models_lines": _models_lines(contract),
+        "values_lines": _values_lines(contract),
     }
 
 
