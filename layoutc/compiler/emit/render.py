@@ -7,6 +7,7 @@ The template only loops and interpolates (``StrictUndefined``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import re
@@ -32,6 +33,7 @@ from layoutc.compiler.emit.pyfmt import (
 )
 from layoutc.compiler.emit.pyfmt import _one_group as _one_group  # re-exported: tests/test_emit_unit.py
 from layoutc.compiler.emit.pyfmt import _split_args as _split_args
+from layoutc.compiler.emit.views import GlueView, KernelArgView, ModuleView, ParamView, TensorView
 from layoutc.runtime.vocab import DTYPES, Op, OpKind, holds_byte
 
 VERSION_PREFIX = "# layoutc-version: "
@@ -264,7 +266,7 @@ def _rule_view(rule: ir.Rule | ir.Align, file: str) -> dict[str, Any]:
     }
 
 
-def _params(contract: ir.Contract, dtype_params: list[str]) -> list[dict[str, Any]]:
+def _params(contract: ir.Contract, dtype_params: list[str]) -> list[ParamView]:
     """Each declared parameter: its check in `_plan` (`_check`: its domain is the module's
     `_PARAMS` row), its annotation in `plan()` and its field type in `Plan`."""
     params = []
@@ -275,8 +277,8 @@ def _params(contract: ir.Contract, dtype_params: list[str]) -> list[dict[str, An
         field_type = {"range": "int", "set": "int", "bool": "bool"}.get(p.kind, "str")
         if p.default is not None:
             annotation = f"{annotation} = {literal(p.default)}"
-        params.append({"name": p.name, "check_lines": [f"    {p.name} = _check({literal(p.name)}, args[{literal(p.name)}])"],
-                       "annotation": annotation, "field_type": field_type, "domain": _domain_doc(p)})
+        params.append(ParamView(p.name, [f"    {p.name} = _check({literal(p.name)}, args[{literal(p.name)}])"],
+                                annotation, field_type, _domain_doc(p)))
     return params
 
 
@@ -299,7 +301,7 @@ def _var(t: ir.Tensor) -> str:
     return f"_{t.name.upper()}"
 
 
-def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> dict[str, Any]:
+def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool, dtypes: str) -> TensorView:
     """One tensor: its axis table's body, its `Row` (runtime/wrappers.py) and the names its
     functions are bound to."""
     # a decoded value only where the contract declares it (`fill decoded V`, which the verifier
@@ -334,14 +336,14 @@ def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> dict[str,
         bound = [f"{names} = {var}"] if len(binds) == 7 else [f"{name} = {var}.{attr}" for name, attr in binds]
     else:
         bound = [f"{name} = {var}.{attr}" for name, attr in binds]
-    return {
-        "name": n, "var": var,
-        "table": _axis_table(t, has_tp, contract.block_shard.full if contract.block_shard else None),
-        "row": call(f"{var}_ROW = _w.Row", args, 0),
-        "functions": f"{var} = _w.tensor_functions(_MODULE, {var}_ROW, {{dtypes}}, __name__)",
-        "binds": bound,
-        "entry": f"_w.entry({var}_ROW, {var}),",
-    }
+    return TensorView(
+        name=n,
+        table=_axis_table(t, has_tp, contract.block_shard.full if contract.block_shard else None),
+        row=call(f"{var}_ROW = _w.Row", args, 0),
+        functions=f"{var} = _w.tensor_functions(_MODULE, {var}_ROW, {dtypes}, __name__)",
+        binds=bound,
+        entry=f"_w.entry({var}_ROW, {var}),",
+    )
 
 
 def _roles_view(t: ir.Tensor) -> tuple[str, str]:
@@ -361,7 +363,7 @@ def _roles_view(t: ir.Tensor) -> tuple[str, str]:
             f"one of {names} (one segment), or None / \"gate_up\" (all)")
 
 
-def _glue_view(contract: ir.Contract, ep: dict[str, Any] | None) -> dict[str, Any] | None:
+def _glue_view(contract: ir.Contract, ep: dict[str, Any] | None) -> GlueView | None:
     g = contract.glue
     if g is None:
         return None
@@ -401,19 +403,19 @@ def _glue_view(contract: ir.Contract, ep: dict[str, Any] | None) -> dict[str, An
                     *([f"input_weighted={input_weighted} is True"] if input_weighted else [])], 4)]
     else:
         body = call("return _glue.fused_moe", glue_args, 4)
-    return {
-        "module": entry.module, "summary": interface.summary, "views": views, "activation": _bare(activation),
-        "ops": "{\n" + "".join(f'    "{k}": "{v}",\n' for k, v in interface.ops) + "}",
-        "reexports": sorted((n for n in entry.public if n != "load_kernel"), key=_natural),
-        "num_experts": f"{w13.name}_shapes(plan)[0][0]",  # logical: a padded expert is never routed
-        "hidden_size": f"{w13.name}_shapes(plan)[1][2]",
-        "intermediate_padded": f"{w13.name}_shapes(plan)[1][1] // 2",
-        "dtype": _dtype_expr(w13),
-        "shapes": shapes,
-        "args": _tuple_item("args", [f"({literal(k)}, {_bare(render_expr(v, 'plan.', True))})" for k, v in g.args
-                                     if k != "activation"], 12),
-        "keywords": keywords, "biases": biases, "kernel": kernel, "fused_body": body,
-    }
+    return GlueView(
+        module=entry.module, summary=interface.summary, views=views, activation=_bare(activation),
+        ops="{\n" + "".join(f'    "{k}": "{v}",\n' for k, v in interface.ops) + "}",
+        reexports=sorted((n for n in entry.public if n != "load_kernel"), key=_natural),
+        num_experts=f"{w13.name}_shapes(plan)[0][0]",  # logical: a padded expert is never routed
+        hidden_size=f"{w13.name}_shapes(plan)[1][2]",
+        intermediate_padded=f"{w13.name}_shapes(plan)[1][1] // 2",
+        dtype=_dtype_expr(w13),
+        shapes=shapes,
+        args=_tuple_item("args", [f"({literal(k)}, {_bare(render_expr(v, 'plan.', True))})" for k, v in g.args
+                                  if k != "activation"], 12),
+        keywords=keywords, biases=biases, kernel=kernel, fused_body=body,
+    )
 
 
 def _tuple_item(keyword: str, items: list[str], indent: int) -> list[str]:
@@ -484,7 +486,7 @@ def _natural(name: str) -> tuple[int, list[object]]:
     return category, [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def _exports(contract: ir.Contract, glue: dict[str, Any] | None, has_tp: bool) -> list[str]:
+def _exports(contract: ir.Contract, glue: GlueView | None, has_tp: bool) -> list[str]:
     names = ["CONTRACT", "LAYOUT", "KernelUnavailableError", "LayoutContractError", "Plan", "plan"]
     if contract.kernel is not None and contract.kernel.args:
         names.append("kernel_args")
@@ -495,11 +497,11 @@ def _exports(contract: ir.Contract, glue: dict[str, Any] | None, has_tp: bool) -
     if contract.ep is not None:
         names.append("local_experts")
     if glue is not None:
-        names += ["INTERFACE", "OPS", "PackedWeight", "fused_moe", "load_kernel", "prepack", "prepack_padded", *glue["reexports"]]
+        names += ["INTERFACE", "OPS", "PackedWeight", "fused_moe", "load_kernel", "prepack", "prepack_padded", *glue.reexports]
     return packed("__all__ = [", [f'"{n}"' for n in sorted(names, key=_natural)], "]")
 
 
-def _imports(contract: ir.Contract, glue: dict[str, Any] | None, dtype_table: bool, format_code: bool) -> list[str]:
+def _imports(contract: ir.Contract, glue: GlueView | None, dtype_table: bool, format_code: bool) -> list[str]:
     """The module's runtime imports, in ruff's isort order."""
     lines = []
     if contract.ep is not None:
@@ -512,9 +514,9 @@ def _imports(contract: ir.Contract, glue: dict[str, Any] | None, dtype_table: bo
         lines.append("from ._runtime.dtypes import TORCH as _DTYPES")
     lines.append("from ._runtime.errors import KernelUnavailableError, LayoutContractError")
     if glue is not None:
-        lines.append(f"from ._runtime.glue import {glue['module']} as _glue")
-        if glue["reexports"]:
-            lines.append(f"from ._runtime.glue.{glue['module']} import {', '.join(glue['reexports'])}")
+        lines.append(f"from ._runtime.glue import {glue.module} as _glue")
+        if glue.reexports:
+            lines.append(f"from ._runtime.glue.{glue.module} import {', '.join(glue.reexports)}")
     names = ["LAYOUT_VERSION", "ModuleLayout", "PlanParam"]
     names += ["KernelEntry"] if glue is not None else []
     names += ["ModelsEntry"] if contract.models else []
@@ -547,15 +549,15 @@ def _rule_lines(rule: ir.Rule | ir.Align, file: str, kind: str) -> list[str]:
             *call("reason = _p.broken", ["CONTRACT", '"admit"', where, message, values], 8)]
 
 
-def _plan_view(contract: ir.Contract, rel_path: str, params: list[dict[str, Any]], ep: dict[str, Any] | None
-               ) -> dict[str, Any]:
+def _plan_body(contract: ir.Contract, rel_path: str, params: list[ParamView], ep: dict[str, Any] | None
+               ) -> list[str]:
     """`plan()`'s call of `_plan`, `_plan` itself and `_rederive`: the checks of every parameter
     (`_check`, runtime/params.py `checker`, over the module's `_PARAMS`), the derived sizes,
     the `require` rules (a refusal) and the `admit` rules (the reason a plan is not supported)."""
-    names = [p["name"] for p in params]
+    names = [p.name for p in params]
     body: list[str] = []
     for p in params:
-        body += p["check_lines"]
+        body += p.check_lines
     if ep is not None:
         body.append(ep["check_line"])
     for let in contract.lets:
@@ -572,7 +574,7 @@ def _plan_view(contract: ir.Contract, rel_path: str, params: list[dict[str, Any]
         body += ["        if warn:", '            _LOG.warning("%s; falling back to %s", reason, FALLBACK)']
     fields = [*names, *(let.name for let in contract.lets)]
     body += call("return Plan", [*(f"{n}={n}" for n in fields), "supported=reason is None", "reason=reason"], 4)
-    return {"plan_body": body}
+    return body
 
 
 def _ep_lines(contract: ir.Contract, ep: dict[str, Any] | None) -> list[str]:
@@ -583,67 +585,63 @@ def _ep_lines(contract: ir.Contract, ep: dict[str, Any] | None) -> list[str]:
         "_MODULE", "__name__", literal(ep["experts"]), literal(ep["count"]), literal(ep["placement"]), redundant], 0)
 
 
-def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) -> dict[str, Any]:
+def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) -> ModuleView:
     dtype_params = sorted({t.storage.param for t in contract.tensors if isinstance(t.storage, ir.ParamStorage)})
     has_tp = any(p.name == "tp_size" for p in contract.params)
-    params = _params(contract, dtype_params) + ep_params(contract)
+    params = _params(contract, dtype_params) + [
+        ParamView(e["name"], e["check_lines"], e["annotation"], e["field_type"], e["domain"])
+        for e in ep_params(contract)]
     ep = ep_view(contract, lambda e, prefix: render_expr(e, prefix, True))
     kernel_args, returns = [], []
     if contract.kernel is not None:
         for arg in contract.kernel.args:
-            kernel_args.append({"doc": textwrap.wrap(f"{arg.name}: trims {render_expr(arg.trim_count, 'plan.')} "
-                                                     "trailing positions of each segment of "
-                                                     + ", ".join(f"{a}.{b}" for a, b in arg.trims)
-                                                     + f" (contract line {arg.span.line}).", 88,
-                                                     break_long_words=False, subsequent_indent="    ")})
+            kernel_args.append(KernelArgView(textwrap.wrap(
+                f"{arg.name}: trims {render_expr(arg.trim_count, 'plan.')} trailing positions of each segment of "
+                + ", ".join(f"{a}.{b}" for a, b in arg.trims) + f" (contract line {arg.span.line}).", 88,
+                break_long_words=False, subsequent_indent="    ")))
             returns.append((arg.name, render_expr(arg.value, "plan.", True)))
     glue = _glue_view(contract, ep)
     digest = hashlib.sha256(contract.source_text.encode("utf-8")).hexdigest()
-    format_code = False
-    tensors = [_tensor_view(contract, t, has_tp) for t in contract.tensors]
-    for t in tensors:
-        format_code = format_code or any("FormatCode(" in line for line in t["row"])
-    dtypes_arg = "_DTYPES" if dtype_params else "{}"
-    for t in tensors:
-        t["functions"] = t["functions"].replace("{dtypes}", dtypes_arg)
+    tensors = [_tensor_view(contract, t, has_tp, "_DTYPES" if dtype_params else "{}") for t in contract.tensors]
+    format_code = any("FormatCode(" in line for t in tensors for line in t.row)
     block = _block_shard_doc(contract.block_shard)
     count = contract.shard.count if contract.shard is not None else "tp_size"
     module_args = ["CONTRACT", "SOURCE_FILE", "_PLANS", f"tp_param={literal(count) if has_tp else 'None'}"]
     if block is not None:
         module_args.append(f"block_shard={literal(_doc_safe(block))}")
-    return {
-        "name": contract.name, "file": rel_path, "file_literal": literal(rel_path), "sha256": digest,
-        "version_line": f"{VERSION_PREFIX}{__version__}", "proved": list(proved),
-        "sources": [literal(s) for s in contract.sources],
-        "proved_lines_code": packed("PROVED: tuple[str, ...] = (", [literal(x) for x in proved],
-                                    ",)" if len(proved) == 1 else ")"),
-        "sources_doc": [line for src in contract.sources
-                        for line in textwrap.wrap(src, 88, initial_indent="- ", subsequent_indent="  ")],
-        "proved_lines": textwrap.wrap("properties proved: " + (", ".join(proved) if proved else
-                                      "none (compiled without verification)"), 88,
-                                      initial_indent="# ", subsequent_indent="#   "),
-        "policy": contract.policy, "fallback": literal(contract.fallback),
-        "imports": _imports(contract, glue, bool(dtype_params), format_code),
-        "params_table": [line for p in contract.params for line in _plan_param(p)]
+    return ModuleView(
+        name=contract.name, file=rel_path, file_literal=literal(rel_path), sha256=digest,
+        version_line=f"{VERSION_PREFIX}{__version__}",
+        proved_lines=textwrap.wrap("properties proved: " + (", ".join(proved) if proved else
+                                   "none (compiled without verification)"), 88,
+                                   initial_indent="# ", subsequent_indent="#   "),
+        sources_doc=[line for src in contract.sources
+                     for line in textwrap.wrap(src, 88, initial_indent="- ", subsequent_indent="  ")],
+        imports=_imports(contract, glue, bool(dtype_params), format_code),
+        all_names=_exports(contract, glue, has_tp),
+        sources=[literal(s) for s in contract.sources],
+        proved_lines_code=packed("PROVED: tuple[str, ...] = (", [literal(x) for x in proved],
+                                 ",)" if len(proved) == 1 else ")"),
+        policy=contract.policy, fallback=literal(contract.fallback),
+        values_lines=_values_lines(contract),
+        params_table=[line for p in contract.params for line in _plan_param(p)]
         + [line for e in ep_params(contract) for line in call("PlanParam", [
             literal(e["name"]), '"enum"', f"values={literal(tuple(e['served']))}", f"default={literal(e['served'][0])}"],
             4, ",")],
-        "checker": call("_check = _p.checker", ["CONTRACT", "SOURCE_FILE", "_PARAMS"]
-                        + ([f"dtypes={literal(tuple(dtype_params))}"] if dtype_params else []), 0),
-        "params": params, "plan_fields": [f"{p['name']}: {p['field_type']}" for p in params]
+        checker=call("_check = _p.checker", ["CONTRACT", "SOURCE_FILE", "_PARAMS"]
+                     + ([f"dtypes={literal(tuple(dtype_params))}"] if dtype_params else []), 0),
+        plan_fields=[f"{p.name}: {p.field_type}" for p in params]
         + [f"{let.name}: {_let_type(let)}" for let in contract.lets],
-        **_plan_view(contract, rel_path, params, ep),
-        "module_line": "\n".join(call("_MODULE = _w.Module", module_args, 0)),
-        "ep_lines": _ep_lines(contract, ep), "ep": ep,
-        "tensors": tensors, "kernel_args": kernel_args,
-        "kernel_args_return": _kernel_args_return(returns),
-        "glue": glue, "dtypes_arg": dtypes_arg,
-        "uses_math": _uses(contract, (Op.GCD,)),
-        "all_names": _exports(contract, glue, has_tp),
-        "shard_count": literal(count) if has_tp else "None",
-        "models_lines": _models_lines(contract),
-        "values_lines": _values_lines(contract),
-    }
+        params=params,
+        plan_body=_plan_body(contract, rel_path, params, ep),
+        module_line="\n".join(call("_MODULE = _w.Module", module_args, 0)),
+        ep_lines=_ep_lines(contract, ep), ep=ep,
+        kernel_args=kernel_args, kernel_args_return=_kernel_args_return(returns),
+        tensors=tensors, glue=glue,
+        shard_count=literal(count) if has_tp else "None",
+        models_lines=_models_lines(contract),
+        uses_math=_uses(contract, (Op.GCD,)),
+    )
 
 
 def _let_type(let: ir.Let) -> str:
@@ -700,7 +698,7 @@ def render(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) -> str
     env = _env()
     env.filters["doc"] = _doc_safe
     model = view_model(contract, rel_path, proved)
-    return env.get_template("module.py.j2").render(**model)
+    return env.get_template("module.py.j2").render(**{f.name: getattr(model, f.name) for f in dataclasses.fields(model)})
 
 
 def render_init(names: list[str]) -> str:
