@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from . import expert_map as _expert_map
 from . import layout as _layout
 from . import loading as _loading
 from .errors import LayoutContractError
@@ -311,8 +312,6 @@ def local_experts(
 ) -> Callable[[int, Any], tuple[int, torch.Tensor | None]]:
     """`local_experts(rank, plan)` of a contract whose experts (plan field `experts`) are
     partitioned over `count` EP ranks by `placement`, with `redundant` extra (None: 0)."""
-    from . import expert_map as _expert_map
-
     plans = m.plans
 
     def local_experts(rank: int, plan: Any) -> tuple[int, torch.Tensor | None]:
