@@ -21,11 +21,11 @@ Sources:
 - vllm#55251: torch.empty pads gave sporadic garbage tokens on the CK path (Gemma-4
   I=704); the pad must be zero
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic,
-the axis table of each tensor and thin wrappers. The code that pads, shards and
-calls the kernel is the shared runtime in `_runtime/` (layoutc/runtime). Every
-function validates its inputs and raises `LayoutContractError` (a `ValueError`)
-naming the tensor and the expected shape.
+Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
+table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
+shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
+`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
+`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
 """
 
 from __future__ import annotations
@@ -36,81 +36,58 @@ from typing import Any
 
 import torch
 
-from ._runtime import layout as _layout
-from ._runtime import loading as _loading
 from ._runtime import params as _p
+from ._runtime import wrappers as _w
+from ._runtime.algebra import Word
 from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
-from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam, TensorEntry
+from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam
 from ._runtime.layout import Axis
 from ._runtime.plans import PlanChecker
+from ._runtime.wrappers import axis
 
 __all__ = [
-    "CONTRACT",
-    "LAYOUT",
-    "KernelUnavailableError",
-    "LayoutContractError",
-    "Plan",
-    "alloc_w2",
-    "alloc_w2_bias",
-    "alloc_w13",
-    "alloc_w13_bias",
-    "kernel_args",
-    "load_w2",
-    "load_w2_bias",
-    "load_w13",
-    "load_w13_bias",
-    "pad_w2",
-    "pad_w2_bias",
-    "pad_w13",
-    "pad_w13_bias",
-    "plan",
-    "shard_w2",
-    "shard_w2_bias",
-    "shard_w13",
-    "shard_w13_bias",
-    "unpad_w2",
-    "unpad_w2_bias",
-    "unpad_w13",
-    "unpad_w13_bias",
-    "w2_bias_full_shape",
-    "w2_bias_shapes",
-    "w2_full_shape",
-    "w2_shapes",
-    "w13_bias_full_shape",
-    "w13_bias_shapes",
-    "w13_full_shape",
-    "w13_shapes",
-]
+    "CONTRACT", "LAYOUT", "KernelUnavailableError", "LayoutContractError", "Plan", "alloc_w2",
+    "alloc_w2_bias", "alloc_w13", "alloc_w13_bias", "kernel_args", "load_w2", "load_w2_bias",
+    "load_w13", "load_w13_bias", "pad_w2", "pad_w2_bias", "pad_w13", "pad_w13_bias", "plan",
+    "shard_w2", "shard_w2_bias", "shard_w13", "shard_w13_bias", "unpad_w2", "unpad_w2_bias",
+    "unpad_w13", "unpad_w13_bias", "w2_bias_full_shape", "w2_bias_shapes", "w2_full_shape",
+    "w2_shapes", "w13_bias_full_shape", "w13_bias_shapes", "w13_full_shape", "w13_shapes",
+]  # fmt: skip
 
 CONTRACT = "aiter_unquantized_moe"
-SOURCE_FILE = 'contracts/aiter_unquantized_moe.moe'
+SOURCE_FILE = "contracts/aiter_unquantized_moe.moe"
 SOURCE_SHA256 = "6ffd8334e9885c2e6ec7db199a053c2b4728dbdbde2d7fea5076eb962b9e1f2b"
 SOURCES: tuple[str, ...] = (
-    'vllm 0.32.0: vllm/model_executor/layers/fused_moe/oracle/unquantized.py unquantized_round_up_hidden_size_and_intermediate_size, aiter_moe_intermediate_alignment (64 if inter_dim <= 192 else 128), _zero_intermediate_padding',
-    'vllm 0.32.0: vllm/model_executor/layers/fused_moe/unquantized_fused_moe_method.py UnquantizedFusedMoEMethod.maybe_roundup_sizes',
-    'vllm 0.32.0: vllm/model_executor/layers/fused_moe/experts/rocm_aiter_moe.py AiterExperts._supports_activation, rocm_aiter_fused_experts (hidden_pad, intermediate_pad)',
-    'vllm#55368 / aiter#5444: CK 2-stage BF16 rejects an inter_dim not divisible by its tile (64 when inter_dim <= 192, else 128)',
-    'vllm#55251: torch.empty pads gave sporadic garbage tokens on the CK path (Gemma-4 I=704); the pad must be zero',
+    "vllm 0.32.0: vllm/model_executor/layers/fused_moe/oracle/unquantized.py unquantized_round_up_hidden_size_and_intermediate_size, aiter_moe_intermediate_alignment (64 if inter_dim <= 192 else 128), _zero_intermediate_padding",
+    "vllm 0.32.0: vllm/model_executor/layers/fused_moe/unquantized_fused_moe_method.py UnquantizedFusedMoEMethod.maybe_roundup_sizes",
+    "vllm 0.32.0: vllm/model_executor/layers/fused_moe/experts/rocm_aiter_moe.py AiterExperts._supports_activation, rocm_aiter_fused_experts (hidden_pad, intermediate_pad)",
+    "vllm#55368 / aiter#5444: CK 2-stage BF16 rejects an inter_dim not divisible by its tile (64 when inter_dim <= 192, else 128)",
+    "vllm#55251: torch.empty pads gave sporadic garbage tokens on the CK path (Gemma-4 I=704); the pad must be zero",
 )
 PROVED: tuple[str, ...] = (
-    "vacuity",
-    "alignment",
-    "placement",
-    "roundtrip",
-    "inertness",
-    "groups",
-    "kernel-arguments",
-    "coverage",
-    "expert-coverage",
-    "admission",
-)
+    "vacuity", "alignment", "placement", "roundtrip", "inertness", "groups", "kernel-arguments",
+    "coverage", "expert-coverage", "admission",
+)  # fmt: skip
 POLICY = "error"
 FALLBACK: str | None = None
 
 _LOG = logging.getLogger(__name__)
 
-# ---- plan ---------------------------------------------------------------------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+
+_TP_SIZE_VALUES = (
+    1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+)  # fmt: skip
+_PARAMS: tuple[PlanParam, ...] = (
+    PlanParam("num_experts", "range", low=1, high=1024),
+    PlanParam("hidden_size", "range", low=1, high=65536),
+    PlanParam("intermediate_size", "range", low=1, high=262144),
+    PlanParam("tp_size", "set", values=_TP_SIZE_VALUES),
+    PlanParam("activation", "enum", values=("silu", "gelu", "swigluoai")),
+    PlanParam("dtype", "enum", values=("bfloat16", "float16")),
+)
+_check = _p.checker(CONTRACT, SOURCE_FILE, _PARAMS, dtypes=("dtype",))
 
 
 @dataclass(frozen=True)
@@ -156,67 +133,30 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        num_experts,
-        hidden_size,
-        intermediate_size,
-        tp_size,
-        activation,
-        dtype,
-        warn=True,
-    )
+    return _plan(locals(), warn=True)  # plan()'s arguments, by name
 
 
-def _plan(
-    num_experts: Any,
-    hidden_size: Any,
-    intermediate_size: Any,
-    tp_size: Any,
-    activation: Any,
-    dtype: Any,
-    warn: bool,
-) -> Plan:
-    num_experts = _p.check_int(CONTRACT, 'num_experts', num_experts, 1, 1024, SOURCE_FILE)
-    hidden_size = _p.check_int(CONTRACT, 'hidden_size', hidden_size, 1, 65536, SOURCE_FILE)
-    intermediate_size = _p.check_int(
-        CONTRACT,
-        'intermediate_size',
-        intermediate_size,
-        1,
-        262144,
-        SOURCE_FILE,
-    )
-    tp_size = _p.check_choice(
-        CONTRACT,
-        'tp_size',
-        tp_size,
-        (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128),
-        SOURCE_FILE,
-    )
-    activation = _p.check_member(
-        CONTRACT,
-        'activation',
-        activation,
-        ('silu', 'gelu', 'swigluoai'),
-        SOURCE_FILE,
-    )
-    dtype = _p.check_dtype(CONTRACT, 'dtype', dtype, ('bfloat16', 'float16'), SOURCE_FILE)
-    intermediate_size_per_partition = (intermediate_size // tp_size)
-    small = (intermediate_size_per_partition <= 192)
+def _plan(args: dict[str, Any], warn: bool) -> Plan:
+    num_experts = _check("num_experts", args["num_experts"])
+    hidden_size = _check("hidden_size", args["hidden_size"])
+    intermediate_size = _check("intermediate_size", args["intermediate_size"])
+    tp_size = _check("tp_size", args["tp_size"])
+    activation = _check("activation", args["activation"])
+    dtype = _check("dtype", args["dtype"])
+    intermediate_size_per_partition = intermediate_size // tp_size
+    small = intermediate_size_per_partition <= 192
     intermediate_size_per_partition_padded = (
         _p.round_up(intermediate_size_per_partition, 64) if small else
         _p.round_up(intermediate_size_per_partition, 128)
-    )
-    pad_factor = (2 if (tp_size == 1) else 1)
-    if ((intermediate_size % tp_size) != 0):
-        raise LayoutContractError(_p.broken(
-            CONTRACT, "require", 'contracts/aiter_unquantized_moe.moe:24',
-            'intermediate_size must split evenly over tp_size',
-            {
-                "intermediate_size": intermediate_size,
-                "tp_size": tp_size,
-            },
-        ))
+    )  # fmt: skip
+    pad_factor = 2 if (tp_size == 1) else 1
+    if (intermediate_size % tp_size) != 0:
+        raise _p.refused(
+            CONTRACT,
+            "contracts/aiter_unquantized_moe.moe:24",
+            "intermediate_size must split evenly over tp_size",
+            {"intermediate_size": intermediate_size, "tp_size": tp_size},
+        )
     reason: str | None = None
     if reason is not None:
         raise LayoutContractError(reason)
@@ -236,19 +176,9 @@ def _plan(
     )
 
 
-def _rederive(p: Plan) -> Plan:
-    return _plan(
-        p.num_experts,
-        p.hidden_size,
-        p.intermediate_size,
-        p.tp_size,
-        p.activation,
-        p.dtype,
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
+# a Plan's parameters planned again (PlanChecker refuses one not made by plan())
+_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, lambda p: _plan(vars(p), warn=False))
+_MODULE = _w.Module(CONTRACT, SOURCE_FILE, _PLANS, tp_param="tp_size")
 
 
 def kernel_args(plan: Plan) -> dict[str, int]:
@@ -264,521 +194,151 @@ def kernel_args(plan: Plan) -> dict[str, int]:
             _p.round_down((plan.intermediate_size_per_partition_padded -
             plan.intermediate_size_per_partition), 64) * plan.pad_factor
         ),
-    }
+    }  # fmt: skip
 
-# ---- axis tables: (name, layout, segments, logical, padded, sharded) -------------
+
+# ---- axis tables: one `axis(name, word, logical=, padded=, segments=, sharded=)` per dim ----
 
 
 def _w13_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis(
             "n",
-            "halves",
-            2,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.HALVES,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
         ),
-        Axis("k", "none", 1, plan.hidden_size, plan.hidden_size, False),
+        axis("k", Word.NONE, logical=plan.hidden_size),
     )
 
 
 def _w2_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis("n", "none", 1, plan.hidden_size, plan.hidden_size, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis("n", Word.NONE, logical=plan.hidden_size),
+        axis(
             "k",
-            "pad",
-            1,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.PAD,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            sharded=True,
         ),
     )
 
 
 def _w13_bias_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis(
             "n",
-            "halves",
-            2,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.HALVES,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
         ),
     )
 
 
 def _w2_bias_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis("n", "none", 1, plan.hidden_size, plan.hidden_size, False),
-    )
-
-# ---- tensors ------------------------------------------------------------------
-
-
-def w13_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13` (weight of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13", plan, lambda: (
-        _layout.logical_shape(_w13_axes(plan)),
-        _layout.padded_shape(_w13_axes(plan)),
-    ))
-
-
-def pad_w13(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13` (weight of w13) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [num_experts, 2 * intermediate_size_per_partition, hidden_size]
-    Output (padded, same dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/aiter_unquantized_moe.moe line 39.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13", t, _w13_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis("n", Word.NONE, logical=plan.hidden_size),
     )
 
 
-def unpad_w13(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13`: padded -> logical `w13`, as a new tensor.
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+
+_W13_ROW = _w.Row(
+    name="w13",
+    kind="weight",
+    projection="w13",
+    line=39,
+    axis_names=("experts", "n", "k"),
+    axes=_w13_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
+        "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
+    ),
+    fill_doc="stored code 0",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+)
+_W13 = _w.tensor_functions(_MODULE, _W13_ROW, _DTYPES, __name__)
+w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
+
+_W2_ROW = _w.Row(
+    name="w2",
+    kind="weight",
+    projection="w2",
+    line=47,
+    axis_names=("experts", "n", "k"),
+    axes=_w2_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, hidden_size, intermediate_size_per_partition]",
+        "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
+    ),
+    fill_doc="stored code 0",
+)
+_W2 = _w.tensor_functions(_MODULE, _W2_ROW, _DTYPES, __name__)
+w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
+
+_W13_BIAS_ROW = _w.Row(
+    name="w13_bias",
+    kind="bias",
+    projection="w13",
+    line=55,
+    axis_names=("experts", "n"),
+    axes=_w13_bias_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, 2 * intermediate_size_per_partition]",
+        "[num_experts, 2 * intermediate_size_per_partition_padded]",
+    ),
+    fill_doc="stored code 0",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+    optional=True,
+)
+_W13_BIAS = _w.tensor_functions(_MODULE, _W13_BIAS_ROW, _DTYPES, __name__)
+w13_bias_shapes = _W13_BIAS.shapes
+pad_w13_bias = _W13_BIAS.pad
+unpad_w13_bias = _W13_BIAS.unpad
+w13_bias_full_shape = _W13_BIAS.full_shape
+shard_w13_bias = _W13_BIAS.shard
+alloc_w13_bias = _W13_BIAS.alloc
+load_w13_bias = _W13_BIAS.load
+
+_W2_BIAS_ROW = _w.Row(
+    name="w2_bias",
+    kind="bias",
+    projection="w2",
+    line=62,
+    axis_names=("experts", "n"),
+    axes=_w2_bias_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=("[num_experts, hidden_size]", "[num_experts, hidden_size]"),
+    fill_doc="stored code 0",
+    optional=True,
+)
+_W2_BIAS = _w.tensor_functions(_MODULE, _W2_BIAS_ROW, _DTYPES, __name__)
+w2_bias_shapes = _W2_BIAS.shapes
+pad_w2_bias = _W2_BIAS.pad
+unpad_w2_bias = _W2_BIAS.unpad
+w2_bias_full_shape = _W2_BIAS.full_shape
+shard_w2_bias = _W2_BIAS.shard
+alloc_w2_bias = _W2_BIAS.alloc
+load_w2_bias = _W2_BIAS.load
 
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13", t, _w13_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w13_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13` that `shard_w13` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_axes(plan), plan.tp_size)
-
-
-def shard_w13(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13`.
-
-    `full` has the shape `w13_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13", full, rank, plan.tp_size,
-        _w13_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
-
-
-def w2_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2` (weight of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2", plan, lambda: (
-        _layout.logical_shape(_w2_axes(plan)),
-        _layout.padded_shape(_w2_axes(plan)),
-    ))
-
-
-def pad_w2(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2` (weight of w2) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [num_experts, hidden_size, intermediate_size_per_partition]
-    Output (padded, same dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/aiter_unquantized_moe.moe line 47.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2", t, _w2_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w2(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2`: padded -> logical `w2`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2", t, _w2_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w2_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2` that `shard_w2` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_axes(plan), plan.tp_size)
-
-
-def shard_w2(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2`.
-
-    `full` has the shape `w2_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2", full, rank, plan.tp_size,
-        _w2_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
-
-
-def w13_bias_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13_bias` (bias of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13_bias", plan, lambda: (
-        _layout.logical_shape(_w13_bias_axes(plan)),
-        _layout.padded_shape(_w13_bias_axes(plan)),
-    ))
-
-
-def pad_w13_bias(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13_bias` (bias of w13, optional) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [num_experts, 2 * intermediate_size_per_partition]
-    Output (padded, same dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/aiter_unquantized_moe.moe line 55.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13_bias", t, _w13_bias_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w13_bias(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13_bias`: padded -> logical `w13_bias`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13_bias", t, _w13_bias_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w13_bias_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13_bias` that `shard_w13_bias` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_bias_axes(plan), plan.tp_size)
-
-
-def shard_w13_bias(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13_bias`.
-
-    `full` has the shape `w13_bias_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13_bias", full, rank, plan.tp_size,
-        _w13_bias_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
-
-
-def w2_bias_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2_bias` (bias of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2_bias", plan, lambda: (
-        _layout.logical_shape(_w2_bias_axes(plan)),
-        _layout.padded_shape(_w2_bias_axes(plan)),
-    ))
-
-
-def pad_w2_bias(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2_bias` (bias of w2, optional) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [num_experts, hidden_size]
-    Output (padded, same dtype):
-        [num_experts, hidden_size]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/aiter_unquantized_moe.moe line 62.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2_bias", t, _w2_bias_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w2_bias(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2_bias`: padded -> logical `w2_bias`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2_bias", t, _w2_bias_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w2_bias_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2_bias` that `shard_w2_bias` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_bias_axes(plan), plan.tp_size)
-
-
-def shard_w2_bias(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2_bias`.
-
-    `full` has the shape `w2_bias_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
-    Output (dtype dtype):
-        [num_experts, hidden_size]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2_bias", full, rank, plan.tp_size,
-        _w2_bias_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=True,
-    )
-
-# ---- loading: one checkpoint tensor at a time into a rank's padded parameter ----
-# The code is runtime/loading.py; see its docstring for source shapes and layouts.
-
-
-def alloc_w13(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/aiter_unquantized_moe.moe line 39.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13", _w13_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w13(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13 axes", plan, lambda: _w13_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/aiter_unquantized_moe.moe line 47.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2", _w2_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w2(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2 axes", plan, lambda: _w2_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w13_bias(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13_bias`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/aiter_unquantized_moe.moe line 55.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13_bias", _w13_bias_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w13_bias(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13_bias`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13_bias axes", plan, lambda: _w13_bias_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13_bias", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2_bias(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2_bias`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [num_experts, hidden_size]
-    A row-parallel output bias: on ranks other than 0 it is all zeros and
-    `load_w2_bias` reads nothing there (the all-reduce adds it once).
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/aiter_unquantized_moe.moe line 62.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2_bias", _w2_bias_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=True, out=out,
-    )
-
-
-def load_w2_bias(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2_bias`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2_bias axes", plan, lambda: _w2_bias_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2_bias", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=True,
-    )
 
 # ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
 # The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
@@ -789,58 +349,13 @@ LAYOUT = ModuleLayout(
     source_file=SOURCE_FILE,
     plan=plan,
     plan_type=Plan,
-    plan_params=(
-        PlanParam("num_experts", "range", low=1, high=1024),
-        PlanParam("hidden_size", "range", low=1, high=65536),
-        PlanParam("intermediate_size", "range", low=1, high=262144),
-        PlanParam(
-            "tp_size", "set",
-            values=(
-                1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96,
-                112, 128,
-            ),
-        ),
-        PlanParam("activation", "enum", values=("silu", "gelu", "swigluoai")),
-        PlanParam("dtype", "enum", values=("bfloat16", "float16")),
-    ),
+    plan_params=_PARAMS,
     shard_count="tp_size",
     tensors=(
-        TensorEntry(
-            "w13", "weight", "w13",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=39, declaration="tensor w13: weight w13",
-            shapes=w13_shapes, axis_table=_w13_axes,
-            pad=pad_w13, unpad=unpad_w13,
-            alloc=alloc_w13, load=load_w13,
-            full_shape=w13_full_shape, shard=shard_w13,
-        ),
-        TensorEntry(
-            "w2", "weight", "w2",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=47, declaration="tensor w2: weight w2",
-            shapes=w2_shapes, axis_table=_w2_axes,
-            pad=pad_w2, unpad=unpad_w2,
-            alloc=alloc_w2, load=load_w2,
-            full_shape=w2_full_shape, shard=shard_w2,
-        ),
-        TensorEntry(
-            "w13_bias", "bias", "w13",
-            optional=True, axes=("experts", "n"),
-            contract_line=55, declaration="tensor w13_bias: bias w13 optional",
-            shapes=w13_bias_shapes, axis_table=_w13_bias_axes,
-            pad=pad_w13_bias, unpad=unpad_w13_bias,
-            alloc=alloc_w13_bias, load=load_w13_bias,
-            full_shape=w13_bias_full_shape, shard=shard_w13_bias,
-        ),
-        TensorEntry(
-            "w2_bias", "bias", "w2",
-            optional=True, axes=("experts", "n"),
-            contract_line=62, declaration="tensor w2_bias: bias w2 optional",
-            shapes=w2_bias_shapes, axis_table=_w2_bias_axes,
-            pad=pad_w2_bias, unpad=unpad_w2_bias,
-            alloc=alloc_w2_bias, load=load_w2_bias,
-            full_shape=w2_bias_full_shape, shard=shard_w2_bias,
-        ),
+        _w.entry(_W13_ROW, _W13),
+        _w.entry(_W2_ROW, _W2),
+        _w.entry(_W13_BIAS_ROW, _W13_BIAS),
+        _w.entry(_W2_BIAS_ROW, _W2_BIAS),
     ),
     models=(
         ModelsEntry(

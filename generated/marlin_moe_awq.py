@@ -17,11 +17,11 @@ Sources:
   marlin_moe_padded_intermediate,
   check_moe_marlin_supports_config(allow_tile_padding=True)
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic,
-the axis table of each tensor and thin wrappers. The code that pads, shards and
-calls the kernel is the shared runtime in `_runtime/` (layoutc/runtime). Every
-function validates its inputs and raises `LayoutContractError` (a `ValueError`)
-naming the tensor and the expected shape.
+Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
+table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
+shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
+`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
+`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
 """
 
 from __future__ import annotations
@@ -32,92 +32,62 @@ from typing import Any
 
 import torch
 
-from ._runtime import layout as _layout
-from ._runtime import loading as _loading
 from ._runtime import params as _p
+from ._runtime import wrappers as _w
+from ._runtime.algebra import Word
 from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
-from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam, TensorEntry
+from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam
 from ._runtime.layout import Axis
 from ._runtime.plans import PlanChecker
+from ._runtime.wrappers import axis
 
 __all__ = [
-    "CONTRACT",
-    "LAYOUT",
-    "KernelUnavailableError",
-    "LayoutContractError",
-    "Plan",
-    "alloc_w2_qweight",
-    "alloc_w2_qzeros",
-    "alloc_w2_scales",
-    "alloc_w13_qweight",
-    "alloc_w13_qzeros",
-    "alloc_w13_scales",
-    "load_w2_qweight",
-    "load_w2_qzeros",
-    "load_w2_scales",
-    "load_w13_qweight",
-    "load_w13_qzeros",
-    "load_w13_scales",
-    "pad_w2_qweight",
-    "pad_w2_qzeros",
-    "pad_w2_scales",
-    "pad_w13_qweight",
-    "pad_w13_qzeros",
-    "pad_w13_scales",
-    "plan",
-    "shard_w2_qweight",
-    "shard_w2_qzeros",
-    "shard_w2_scales",
-    "shard_w13_qweight",
-    "shard_w13_qzeros",
-    "shard_w13_scales",
-    "unpad_w2_qweight",
-    "unpad_w2_qzeros",
-    "unpad_w2_scales",
-    "unpad_w13_qweight",
-    "unpad_w13_qzeros",
-    "unpad_w13_scales",
-    "w2_qweight_full_shape",
-    "w2_qweight_shapes",
-    "w2_qzeros_full_shape",
-    "w2_qzeros_shapes",
-    "w2_scales_full_shape",
-    "w2_scales_shapes",
-    "w13_qweight_full_shape",
-    "w13_qweight_shapes",
-    "w13_qzeros_full_shape",
-    "w13_qzeros_shapes",
-    "w13_scales_full_shape",
-    "w13_scales_shapes",
-]
+    "CONTRACT", "LAYOUT", "KernelUnavailableError", "LayoutContractError", "Plan",
+    "alloc_w2_qweight", "alloc_w2_qzeros", "alloc_w2_scales", "alloc_w13_qweight",
+    "alloc_w13_qzeros", "alloc_w13_scales", "load_w2_qweight", "load_w2_qzeros", "load_w2_scales",
+    "load_w13_qweight", "load_w13_qzeros", "load_w13_scales", "pad_w2_qweight", "pad_w2_qzeros",
+    "pad_w2_scales", "pad_w13_qweight", "pad_w13_qzeros", "pad_w13_scales", "plan",
+    "shard_w2_qweight", "shard_w2_qzeros", "shard_w2_scales", "shard_w13_qweight",
+    "shard_w13_qzeros", "shard_w13_scales", "unpad_w2_qweight", "unpad_w2_qzeros",
+    "unpad_w2_scales", "unpad_w13_qweight", "unpad_w13_qzeros", "unpad_w13_scales",
+    "w2_qweight_full_shape", "w2_qweight_shapes", "w2_qzeros_full_shape", "w2_qzeros_shapes",
+    "w2_scales_full_shape", "w2_scales_shapes", "w13_qweight_full_shape", "w13_qweight_shapes",
+    "w13_qzeros_full_shape", "w13_qzeros_shapes", "w13_scales_full_shape", "w13_scales_shapes",
+]  # fmt: skip
 
 CONTRACT = "marlin_moe_awq"
-SOURCE_FILE = 'contracts/marlin_moe_awq.moe'
+SOURCE_FILE = "contracts/marlin_moe_awq.moe"
 SOURCE_SHA256 = "b8a30b35c4b483d54ec82e348b489ee8d965ed0dfa6a37348305763de1bb868c"
 SOURCES: tuple[str, ...] = (
-    'vllm 0.32.0: vllm/model_executor/layers/quantization/auto_awq.py AutoAWQMoEMethod.__init__ (4-bit only, scalar_types.uint4 + zero points), create_weights (shapes)',
-    'vllm 0.32.0: vllm/model_executor/layers/fused_moe/oracle/int_wna16.py _process_awq_weights_marlin (w13 per half in packed columns, w2 _pad_rows to P unpacked rows), _backend_incompatibility_reason (Marlin gate)',
-    'vllm 0.32.0: vllm/model_executor/layers/quantization/utils/marlin_utils.py marlin_moe_padded_intermediate, check_moe_marlin_supports_config(allow_tile_padding=True)',
+    "vllm 0.32.0: vllm/model_executor/layers/quantization/auto_awq.py AutoAWQMoEMethod.__init__ (4-bit only, scalar_types.uint4 + zero points), create_weights (shapes)",
+    "vllm 0.32.0: vllm/model_executor/layers/fused_moe/oracle/int_wna16.py _process_awq_weights_marlin (w13 per half in packed columns, w2 _pad_rows to P unpacked rows), _backend_incompatibility_reason (Marlin gate)",
+    "vllm 0.32.0: vllm/model_executor/layers/quantization/utils/marlin_utils.py marlin_moe_padded_intermediate, check_moe_marlin_supports_config(allow_tile_padding=True)",
 )
 PROVED: tuple[str, ...] = (
-    "vacuity",
-    "alignment",
-    "placement",
-    "roundtrip",
-    "inertness",
-    "groups",
-    "kernel-arguments",
-    "coverage",
-    "expert-coverage",
-    "admission",
-)
+    "vacuity", "alignment", "placement", "roundtrip", "inertness", "groups", "kernel-arguments",
+    "coverage", "expert-coverage", "admission",
+)  # fmt: skip
 POLICY = "error"
 FALLBACK: str | None = None
 
 _LOG = logging.getLogger(__name__)
 
-# ---- plan ---------------------------------------------------------------------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+
+_TP_SIZE_VALUES = (
+    1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+)  # fmt: skip
+_PARAMS: tuple[PlanParam, ...] = (
+    PlanParam("num_experts", "range", low=1, high=1024),
+    PlanParam("hidden_size", "range", low=1, high=65536),
+    PlanParam("intermediate_size", "range", low=1, high=262144),
+    PlanParam("tp_size", "set", values=_TP_SIZE_VALUES),
+    PlanParam("group_size", "set", values=(-1, 32, 64, 128)),
+    PlanParam("activation", "enum", values=("silu", "gelu", "gelu_tanh")),
+    PlanParam("dtype", "enum", values=("float16", "bfloat16")),
+)
+_check = _p.checker(CONTRACT, SOURCE_FILE, _PARAMS, dtypes=("dtype",))
 
 
 @dataclass(frozen=True)
@@ -165,115 +135,68 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        num_experts,
-        hidden_size,
-        intermediate_size,
-        tp_size,
-        group_size,
-        activation,
-        dtype,
-        warn=True,
-    )
+    return _plan(locals(), warn=True)  # plan()'s arguments, by name
 
 
-def _plan(
-    num_experts: Any,
-    hidden_size: Any,
-    intermediate_size: Any,
-    tp_size: Any,
-    group_size: Any,
-    activation: Any,
-    dtype: Any,
-    warn: bool,
-) -> Plan:
-    num_experts = _p.check_int(CONTRACT, 'num_experts', num_experts, 1, 1024, SOURCE_FILE)
-    hidden_size = _p.check_int(CONTRACT, 'hidden_size', hidden_size, 1, 65536, SOURCE_FILE)
-    intermediate_size = _p.check_int(
-        CONTRACT,
-        'intermediate_size',
-        intermediate_size,
-        1,
-        262144,
-        SOURCE_FILE,
+def _plan(args: dict[str, Any], warn: bool) -> Plan:
+    num_experts = _check("num_experts", args["num_experts"])
+    hidden_size = _check("hidden_size", args["hidden_size"])
+    intermediate_size = _check("intermediate_size", args["intermediate_size"])
+    tp_size = _check("tp_size", args["tp_size"])
+    group_size = _check("group_size", args["group_size"])
+    activation = _check("activation", args["activation"])
+    dtype = _check("dtype", args["dtype"])
+    intermediate_size_per_partition = intermediate_size // tp_size
+    group = 1 if (group_size == (-1)) else group_size
+    intermediate_size_per_partition_padded = _p.round_up(
+        intermediate_size_per_partition,
+        _p.lcm(64, group),
     )
-    tp_size = _p.check_choice(
-        CONTRACT,
-        'tp_size',
-        tp_size,
-        (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128),
-        SOURCE_FILE,
-    )
-    group_size = _p.check_choice(
-        CONTRACT,
-        'group_size',
-        group_size,
-        (-1, 32, 64, 128),
-        SOURCE_FILE,
-    )
-    activation = _p.check_member(
-        CONTRACT,
-        'activation',
-        activation,
-        ('silu', 'gelu', 'gelu_tanh'),
-        SOURCE_FILE,
-    )
-    dtype = _p.check_dtype(CONTRACT, 'dtype', dtype, ('float16', 'bfloat16'), SOURCE_FILE)
-    intermediate_size_per_partition = (intermediate_size // tp_size)
-    group = (1 if (group_size == (-1)) else group_size)
-    intermediate_size_per_partition_padded = (
-        _p.round_up(intermediate_size_per_partition, _p.lcm(64, group))
-    )
-    if ((intermediate_size % tp_size) != 0):
-        raise LayoutContractError(_p.broken(
-            CONTRACT, "require", 'contracts/marlin_moe_awq.moe:27',
-            'intermediate_size must split evenly over tp_size',
-            {
-                "intermediate_size": intermediate_size,
-                "tp_size": tp_size,
-            },
-        ))
-    if ((intermediate_size_per_partition % 8) != 0):
-        raise LayoutContractError(_p.broken(
-            CONTRACT, "require", 'contracts/marlin_moe_awq.moe:39',
+    if (intermediate_size % tp_size) != 0:
+        raise _p.refused(
+            CONTRACT,
+            "contracts/marlin_moe_awq.moe:27",
+            "intermediate_size must split evenly over tp_size",
+            {"intermediate_size": intermediate_size, "tp_size": tp_size},
+        )
+    if (intermediate_size_per_partition % 8) != 0:
+        raise _p.refused(
+            CONTRACT,
+            "contracts/marlin_moe_awq.moe:39",
             "AWQ packs 8 int4 per int32 along w13's output dim: intermediate_size_per_partition must be a multiple of 8",
-            {
-                "intermediate_size_per_partition": intermediate_size_per_partition,
-            },
-        ))
-    if ((hidden_size % 8) != 0):
-        raise LayoutContractError(_p.broken(
-            CONTRACT, "require", 'contracts/marlin_moe_awq.moe:40',
-            'w2_qweight packs 8 int4 per int32 along hidden_size',
-            {
-                "hidden_size": hidden_size,
-            },
-        ))
-    if (not ((group_size == (-1)) or ((hidden_size % group) == 0))):
-        raise LayoutContractError(_p.broken(
-            CONTRACT, "require", 'contracts/marlin_moe_awq.moe:41',
-            'hidden_size must be a whole number of quant groups',
-            {
-                "group_size": group_size,
-                "hidden_size": hidden_size,
-                "group": group,
-            },
-        ))
+            {"intermediate_size_per_partition": intermediate_size_per_partition},
+        )
+    if (hidden_size % 8) != 0:
+        raise _p.refused(
+            CONTRACT,
+            "contracts/marlin_moe_awq.moe:40",
+            "w2_qweight packs 8 int4 per int32 along hidden_size",
+            {"hidden_size": hidden_size},
+        )
+    if not ((group_size == (-1)) or ((hidden_size % group) == 0)):
+        raise _p.refused(
+            CONTRACT,
+            "contracts/marlin_moe_awq.moe:41",
+            "hidden_size must be a whole number of quant groups",
+            {"group_size": group_size, "hidden_size": hidden_size, "group": group},
+        )
     reason: str | None = None
-    if reason is None and ((hidden_size % 128) != 0):
+    if reason is None and (hidden_size % 128) != 0:
         reason = _p.broken(
-            CONTRACT, "admit", 'contracts/marlin_moe_awq.moe:34',
-            'Marlin needs hidden_size % 128 == 0; hidden is never padded',
-            {
-                "hidden_size": hidden_size,
-            },
+            CONTRACT,
+            "admit",
+            "contracts/marlin_moe_awq.moe:34",
+            "Marlin needs hidden_size % 128 == 0; hidden is never padded",
+            {"hidden_size": hidden_size},
         )
     if reason is None and (
         not ((group_size == (-1)) or ((intermediate_size_per_partition % group) == 0))
-    ):
+    ):  # fmt: skip
         reason = _p.broken(
-            CONTRACT, "admit", 'contracts/marlin_moe_awq.moe:35',
-            'intermediate_size_per_partition must be a multiple of group_size: no quant group may straddle the pad boundary',
+            CONTRACT,
+            "admit",
+            "contracts/marlin_moe_awq.moe:35",
+            "intermediate_size_per_partition must be a multiple of group_size: no quant group may straddle the pad boundary",
             {
                 "group_size": group_size,
                 "intermediate_size_per_partition": intermediate_size_per_partition,
@@ -298,809 +221,253 @@ def _plan(
     )
 
 
-def _rederive(p: Plan) -> Plan:
-    return _plan(
-        p.num_experts,
-        p.hidden_size,
-        p.intermediate_size,
-        p.tp_size,
-        p.group_size,
-        p.activation,
-        p.dtype,
-        warn=False,
-    )
+# a Plan's parameters planned again (PlanChecker refuses one not made by plan())
+_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, lambda p: _plan(vars(p), warn=False))
+_MODULE = _w.Module(CONTRACT, SOURCE_FILE, _PLANS, tp_param="tp_size")
 
 
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
-
-# ---- axis tables: (name, layout, segments, logical, padded, sharded) -------------
+# ---- axis tables: one `axis(name, word, logical=, padded=, segments=, sharded=)` per dim ----
 
 
 def _w13_qweight_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis("k", "none", 1, plan.hidden_size, plan.hidden_size, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis("k", Word.NONE, logical=plan.hidden_size),
+        axis(
             "n",
-            "halves",
-            2,
-            plan.intermediate_size_per_partition // 8,
-            plan.intermediate_size_per_partition_padded // 8,
-            True,
+            Word.HALVES,
+            logical=plan.intermediate_size_per_partition // 8,
+            padded=plan.intermediate_size_per_partition_padded // 8,
+            segments=2,
+            sharded=True,
         ),
     )
 
 
 def _w13_scales_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
-            "k",
-            "none",
-            1,
-            _p.groups(plan.hidden_size, plan.group_size),
-            _p.groups(plan.hidden_size, plan.group_size),
-            False,
-        ),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis("k", Word.NONE, logical=_p.groups(plan.hidden_size, plan.group_size)),
+        axis(
             "n",
-            "halves",
-            2,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.HALVES,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
         ),
     )
 
 
 def _w13_qzeros_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
-            "k",
-            "none",
-            1,
-            _p.groups(plan.hidden_size, plan.group_size),
-            _p.groups(plan.hidden_size, plan.group_size),
-            False,
-        ),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis("k", Word.NONE, logical=_p.groups(plan.hidden_size, plan.group_size)),
+        axis(
             "n",
-            "halves",
-            2,
-            plan.intermediate_size_per_partition // 8,
-            plan.intermediate_size_per_partition_padded // 8,
-            True,
+            Word.HALVES,
+            logical=plan.intermediate_size_per_partition // 8,
+            padded=plan.intermediate_size_per_partition_padded // 8,
+            segments=2,
+            sharded=True,
         ),
     )
 
 
 def _w2_qweight_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis(
             "k",
-            "pad",
-            1,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.PAD,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            sharded=True,
         ),
-        Axis("n", "pad", 1, plan.hidden_size // 8, plan.hidden_size // 8, False),
+        axis("n", Word.PAD, logical=plan.hidden_size // 8),
     )
 
 
 def _w2_scales_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis(
             "k",
-            "pad",
-            1,
-            _p.groups(plan.intermediate_size_per_partition, plan.group_size),
-            _p.groups(plan.intermediate_size_per_partition_padded, plan.group_size),
-            plan.group_size != -1,
+            Word.PAD,
+            logical=_p.groups(plan.intermediate_size_per_partition, plan.group_size),
+            padded=_p.groups(plan.intermediate_size_per_partition_padded, plan.group_size),
+            sharded=plan.group_size != -1,
         ),
-        Axis("n", "none", 1, plan.hidden_size, plan.hidden_size, False),
+        axis("n", Word.NONE, logical=plan.hidden_size),
     )
 
 
 def _w2_qzeros_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis(
             "k",
-            "pad",
-            1,
-            _p.groups(plan.intermediate_size_per_partition, plan.group_size),
-            _p.groups(plan.intermediate_size_per_partition_padded, plan.group_size),
-            plan.group_size != -1,
+            Word.PAD,
+            logical=_p.groups(plan.intermediate_size_per_partition, plan.group_size),
+            padded=_p.groups(plan.intermediate_size_per_partition_padded, plan.group_size),
+            sharded=plan.group_size != -1,
         ),
-        Axis("n", "pad", 1, plan.hidden_size // 8, plan.hidden_size // 8, False),
-    )
-
-# ---- tensors ------------------------------------------------------------------
-
-
-def w13_qweight_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13_qweight` (weight of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13_qweight", plan, lambda: (
-        _layout.logical_shape(_w13_qweight_axes(plan)),
-        _layout.padded_shape(_w13_qweight_axes(plan)),
-    ))
-
-
-def pad_w13_qweight(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13_qweight` (weight of w13) for the kernel.
-
-    Input (logical, dtype int32, CPU):
-        [num_experts, hidden_size, 2 * intermediate_size_per_partition / 8]
-    Output (padded, same dtype):
-        [num_experts, hidden_size, 2 * intermediate_size_per_partition_padded / 8]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/marlin_moe_awq.moe line 46.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13_qweight", t, _w13_qweight_axes(plan),
-        torch.int32, 0, out,
+        axis("n", Word.PAD, logical=plan.hidden_size // 8),
     )
 
 
-def unpad_w13_qweight(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13_qweight`: padded -> logical `w13_qweight`, as a new tensor.
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+
+_W13_QWEIGHT_ROW = _w.Row(
+    name="w13_qweight",
+    kind="weight",
+    projection="w13",
+    line=46,
+    axis_names=("experts", "k", "n"),
+    axes=_w13_qweight_axes,
+    dtype=torch.int32,
+    fill=0,
+    shape_docs=(
+        "[num_experts, hidden_size, 2 * intermediate_size_per_partition / 8]",
+        "[num_experts, hidden_size, 2 * intermediate_size_per_partition_padded / 8]",
+    ),
+    fill_doc="stored code 0",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+)
+_W13_QWEIGHT = _w.tensor_functions(_MODULE, _W13_QWEIGHT_ROW, _DTYPES, __name__)
+w13_qweight_shapes = _W13_QWEIGHT.shapes
+pad_w13_qweight = _W13_QWEIGHT.pad
+unpad_w13_qweight = _W13_QWEIGHT.unpad
+w13_qweight_full_shape = _W13_QWEIGHT.full_shape
+shard_w13_qweight = _W13_QWEIGHT.shard
+alloc_w13_qweight = _W13_QWEIGHT.alloc
+load_w13_qweight = _W13_QWEIGHT.load
+
+_W13_SCALES_ROW = _w.Row(
+    name="w13_scales",
+    kind="scale",
+    projection="w13",
+    line=58,
+    axis_names=("experts", "k", "n"),
+    axes=_w13_scales_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition]",
+        "[num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded]",
+    ),
+    fill_doc="stored code 0",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+)
+_W13_SCALES = _w.tensor_functions(_MODULE, _W13_SCALES_ROW, _DTYPES, __name__)
+w13_scales_shapes = _W13_SCALES.shapes
+pad_w13_scales = _W13_SCALES.pad
+unpad_w13_scales = _W13_SCALES.unpad
+w13_scales_full_shape = _W13_SCALES.full_shape
+shard_w13_scales = _W13_SCALES.shard
+alloc_w13_scales = _W13_SCALES.alloc
+load_w13_scales = _W13_SCALES.load
+
+_W13_QZEROS_ROW = _w.Row(
+    name="w13_qzeros",
+    kind="zero",
+    projection="w13",
+    line=67,
+    axis_names=("experts", "k", "n"),
+    axes=_w13_qzeros_axes,
+    dtype=torch.int32,
+    fill=0,
+    shape_docs=(
+        "[num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition / 8]",
+        "[num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded / 8]",
+    ),
+    fill_doc="stored code 0",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+)
+_W13_QZEROS = _w.tensor_functions(_MODULE, _W13_QZEROS_ROW, _DTYPES, __name__)
+w13_qzeros_shapes = _W13_QZEROS.shapes
+pad_w13_qzeros = _W13_QZEROS.pad
+unpad_w13_qzeros = _W13_QZEROS.unpad
+w13_qzeros_full_shape = _W13_QZEROS.full_shape
+shard_w13_qzeros = _W13_QZEROS.shard
+alloc_w13_qzeros = _W13_QZEROS.alloc
+load_w13_qzeros = _W13_QZEROS.load
+
+_W2_QWEIGHT_ROW = _w.Row(
+    name="w2_qweight",
+    kind="weight",
+    projection="w2",
+    line=77,
+    axis_names=("experts", "k", "n"),
+    axes=_w2_qweight_axes,
+    dtype=torch.int32,
+    fill=0,
+    shape_docs=(
+        "[num_experts, intermediate_size_per_partition, hidden_size / 8]",
+        "[num_experts, intermediate_size_per_partition_padded, hidden_size / 8]",
+    ),
+    fill_doc="stored code 0",
+)
+_W2_QWEIGHT = _w.tensor_functions(_MODULE, _W2_QWEIGHT_ROW, _DTYPES, __name__)
+w2_qweight_shapes = _W2_QWEIGHT.shapes
+pad_w2_qweight = _W2_QWEIGHT.pad
+unpad_w2_qweight = _W2_QWEIGHT.unpad
+w2_qweight_full_shape = _W2_QWEIGHT.full_shape
+shard_w2_qweight = _W2_QWEIGHT.shard
+alloc_w2_qweight = _W2_QWEIGHT.alloc
+load_w2_qweight = _W2_QWEIGHT.load
+
+_W2_SCALES_ROW = _w.Row(
+    name="w2_scales",
+    kind="scale",
+    projection="w2",
+    line=92,
+    axis_names=("experts", "k", "n"),
+    axes=_w2_scales_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, intermediate_size_per_partition / group_size, hidden_size]",
+        "[num_experts, intermediate_size_per_partition_padded / group_size, hidden_size]",
+    ),
+    fill_doc="stored code 0",
+)
+_W2_SCALES = _w.tensor_functions(_MODULE, _W2_SCALES_ROW, _DTYPES, __name__)
+w2_scales_shapes = _W2_SCALES.shapes
+pad_w2_scales = _W2_SCALES.pad
+unpad_w2_scales = _W2_SCALES.unpad
+w2_scales_full_shape = _W2_SCALES.full_shape
+shard_w2_scales = _W2_SCALES.shard
+alloc_w2_scales = _W2_SCALES.alloc
+load_w2_scales = _W2_SCALES.load
+
+_W2_QZEROS_ROW = _w.Row(
+    name="w2_qzeros",
+    kind="zero",
+    projection="w2",
+    line=100,
+    axis_names=("experts", "k", "n"),
+    axes=_w2_qzeros_axes,
+    dtype=torch.int32,
+    fill=0,
+    shape_docs=(
+        "[num_experts, intermediate_size_per_partition / group_size, hidden_size / 8]",
+        "[num_experts, intermediate_size_per_partition_padded / group_size, hidden_size / 8]",
+    ),
+    fill_doc="stored code 0",
+)
+_W2_QZEROS = _w.tensor_functions(_MODULE, _W2_QZEROS_ROW, _DTYPES, __name__)
+w2_qzeros_shapes = _W2_QZEROS.shapes
+pad_w2_qzeros = _W2_QZEROS.pad
+unpad_w2_qzeros = _W2_QZEROS.unpad
+w2_qzeros_full_shape = _W2_QZEROS.full_shape
+shard_w2_qzeros = _W2_QZEROS.shard
+alloc_w2_qzeros = _W2_QZEROS.alloc
+load_w2_qzeros = _W2_QZEROS.load
 
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13_qweight", t, _w13_qweight_axes(plan), torch.int32,
-    )
-
-
-def w13_qweight_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13_qweight` that `shard_w13_qweight` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_qweight_axes(plan), plan.tp_size)
-
-
-def shard_w13_qweight(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13_qweight`.
-
-    `full` has the shape `w13_qweight_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype int32):
-        [num_experts, hidden_size, 2 * intermediate_size_per_partition_padded / 8]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13_qweight", full, rank, plan.tp_size,
-        _w13_qweight_axes(plan), torch.int32, 0, out, once=False,
-    )
-
-
-def w13_scales_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13_scales` (scale of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13_scales", plan, lambda: (
-        _layout.logical_shape(_w13_scales_axes(plan)),
-        _layout.padded_shape(_w13_scales_axes(plan)),
-    ))
-
-
-def pad_w13_scales(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13_scales` (scale of w13) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition]
-    Output (padded, same dtype):
-        [num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/marlin_moe_awq.moe line 58.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13_scales", t, _w13_scales_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w13_scales(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13_scales`: padded -> logical `w13_scales`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13_scales", t, _w13_scales_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w13_scales_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13_scales` that `shard_w13_scales` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_scales_axes(plan), plan.tp_size)
-
-
-def shard_w13_scales(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13_scales`.
-
-    `full` has the shape `w13_scales_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype dtype):
-        [num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13_scales", full, rank, plan.tp_size,
-        _w13_scales_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
-
-
-def w13_qzeros_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13_qzeros` (zero of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13_qzeros", plan, lambda: (
-        _layout.logical_shape(_w13_qzeros_axes(plan)),
-        _layout.padded_shape(_w13_qzeros_axes(plan)),
-    ))
-
-
-def pad_w13_qzeros(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13_qzeros` (zero of w13) for the kernel.
-
-    Input (logical, dtype int32, CPU):
-        [num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition / 8]
-    Output (padded, same dtype):
-        [num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded / 8]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/marlin_moe_awq.moe line 67.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13_qzeros", t, _w13_qzeros_axes(plan),
-        torch.int32, 0, out,
-    )
-
-
-def unpad_w13_qzeros(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13_qzeros`: padded -> logical `w13_qzeros`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13_qzeros", t, _w13_qzeros_axes(plan), torch.int32,
-    )
-
-
-def w13_qzeros_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13_qzeros` that `shard_w13_qzeros` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_qzeros_axes(plan), plan.tp_size)
-
-
-def shard_w13_qzeros(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13_qzeros`.
-
-    `full` has the shape `w13_qzeros_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype int32):
-        [num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded / 8]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13_qzeros", full, rank, plan.tp_size,
-        _w13_qzeros_axes(plan), torch.int32, 0, out, once=False,
-    )
-
-
-def w2_qweight_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2_qweight` (weight of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2_qweight", plan, lambda: (
-        _layout.logical_shape(_w2_qweight_axes(plan)),
-        _layout.padded_shape(_w2_qweight_axes(plan)),
-    ))
-
-
-def pad_w2_qweight(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2_qweight` (weight of w2) for the kernel.
-
-    Input (logical, dtype int32, CPU):
-        [num_experts, intermediate_size_per_partition, hidden_size / 8]
-    Output (padded, same dtype):
-        [num_experts, intermediate_size_per_partition_padded, hidden_size / 8]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/marlin_moe_awq.moe line 77.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2_qweight", t, _w2_qweight_axes(plan),
-        torch.int32, 0, out,
-    )
-
-
-def unpad_w2_qweight(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2_qweight`: padded -> logical `w2_qweight`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2_qweight", t, _w2_qweight_axes(plan), torch.int32,
-    )
-
-
-def w2_qweight_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2_qweight` that `shard_w2_qweight` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_qweight_axes(plan), plan.tp_size)
-
-
-def shard_w2_qweight(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2_qweight`.
-
-    `full` has the shape `w2_qweight_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype int32):
-        [num_experts, intermediate_size_per_partition_padded, hidden_size / 8]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2_qweight", full, rank, plan.tp_size,
-        _w2_qweight_axes(plan), torch.int32, 0, out, once=False,
-    )
-
-
-def w2_scales_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2_scales` (scale of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2_scales", plan, lambda: (
-        _layout.logical_shape(_w2_scales_axes(plan)),
-        _layout.padded_shape(_w2_scales_axes(plan)),
-    ))
-
-
-def pad_w2_scales(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2_scales` (scale of w2) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [num_experts, intermediate_size_per_partition / group_size, hidden_size]
-    Output (padded, same dtype):
-        [num_experts, intermediate_size_per_partition_padded / group_size, hidden_size]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/marlin_moe_awq.moe line 92.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2_scales", t, _w2_scales_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w2_scales(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2_scales`: padded -> logical `w2_scales`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2_scales", t, _w2_scales_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w2_scales_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2_scales` that `shard_w2_scales` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_scales_axes(plan), plan.tp_size)
-
-
-def shard_w2_scales(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2_scales`.
-
-    `full` has the shape `w2_scales_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype dtype):
-        [num_experts, intermediate_size_per_partition_padded / group_size, hidden_size]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2_scales", full, rank, plan.tp_size,
-        _w2_scales_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
-
-
-def w2_qzeros_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2_qzeros` (zero of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2_qzeros", plan, lambda: (
-        _layout.logical_shape(_w2_qzeros_axes(plan)),
-        _layout.padded_shape(_w2_qzeros_axes(plan)),
-    ))
-
-
-def pad_w2_qzeros(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2_qzeros` (zero of w2) for the kernel.
-
-    Input (logical, dtype int32, CPU):
-        [num_experts, intermediate_size_per_partition / group_size, hidden_size / 8]
-    Output (padded, same dtype):
-        [num_experts, intermediate_size_per_partition_padded / group_size, hidden_size / 8]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/marlin_moe_awq.moe line 100.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2_qzeros", t, _w2_qzeros_axes(plan),
-        torch.int32, 0, out,
-    )
-
-
-def unpad_w2_qzeros(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2_qzeros`: padded -> logical `w2_qzeros`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2_qzeros", t, _w2_qzeros_axes(plan), torch.int32,
-    )
-
-
-def w2_qzeros_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2_qzeros` that `shard_w2_qzeros` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_qzeros_axes(plan), plan.tp_size)
-
-
-def shard_w2_qzeros(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2_qzeros`.
-
-    `full` has the shape `w2_qzeros_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype int32):
-        [num_experts, intermediate_size_per_partition_padded / group_size, hidden_size / 8]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2_qzeros", full, rank, plan.tp_size,
-        _w2_qzeros_axes(plan), torch.int32, 0, out, once=False,
-    )
-
-# ---- loading: one checkpoint tensor at a time into a rank's padded parameter ----
-# The code is runtime/loading.py; see its docstring for source shapes and layouts.
-
-
-def alloc_w13_qweight(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13_qweight`: pads written once, live rows left to load.
-
-    Shape (dtype int32):
-        [num_experts, hidden_size, 2 * intermediate_size_per_partition_padded / 8]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/marlin_moe_awq.moe line 46.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13_qweight", _w13_qweight_axes(plan),
-        torch.int32, 0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w13_qweight(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13_qweight`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13_qweight axes", plan, lambda: _w13_qweight_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13_qweight", dst, src, axes, torch.int32,
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w13_scales(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13_scales`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/marlin_moe_awq.moe line 58.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13_scales", _w13_scales_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w13_scales(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13_scales`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13_scales axes", plan, lambda: _w13_scales_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13_scales", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w13_qzeros(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13_qzeros`: pads written once, live rows left to load.
-
-    Shape (dtype int32):
-        [num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded / 8]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/marlin_moe_awq.moe line 67.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13_qzeros", _w13_qzeros_axes(plan),
-        torch.int32, 0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w13_qzeros(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13_qzeros`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13_qzeros axes", plan, lambda: _w13_qzeros_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13_qzeros", dst, src, axes, torch.int32,
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2_qweight(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2_qweight`: pads written once, live rows left to load.
-
-    Shape (dtype int32):
-        [num_experts, intermediate_size_per_partition_padded, hidden_size / 8]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/marlin_moe_awq.moe line 77.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2_qweight", _w2_qweight_axes(plan),
-        torch.int32, 0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w2_qweight(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2_qweight`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2_qweight axes", plan, lambda: _w2_qweight_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2_qweight", dst, src, axes, torch.int32,
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2_scales(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2_scales`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [num_experts, intermediate_size_per_partition_padded / group_size, hidden_size]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/marlin_moe_awq.moe line 92.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2_scales", _w2_scales_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w2_scales(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2_scales`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2_scales axes", plan, lambda: _w2_scales_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2_scales", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2_qzeros(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2_qzeros`: pads written once, live rows left to load.
-
-    Shape (dtype int32):
-        [num_experts, intermediate_size_per_partition_padded / group_size, hidden_size / 8]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/marlin_moe_awq.moe line 100.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2_qzeros", _w2_qzeros_axes(plan),
-        torch.int32, 0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w2_qzeros(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2_qzeros`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2_qzeros axes", plan, lambda: _w2_qzeros_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2_qzeros", dst, src, axes, torch.int32,
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
 
 # ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
 # The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
@@ -1111,77 +478,15 @@ LAYOUT = ModuleLayout(
     source_file=SOURCE_FILE,
     plan=plan,
     plan_type=Plan,
-    plan_params=(
-        PlanParam("num_experts", "range", low=1, high=1024),
-        PlanParam("hidden_size", "range", low=1, high=65536),
-        PlanParam("intermediate_size", "range", low=1, high=262144),
-        PlanParam(
-            "tp_size", "set",
-            values=(
-                1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96,
-                112, 128,
-            ),
-        ),
-        PlanParam("group_size", "set", values=(-1, 32, 64, 128)),
-        PlanParam("activation", "enum", values=("silu", "gelu", "gelu_tanh")),
-        PlanParam("dtype", "enum", values=("float16", "bfloat16")),
-    ),
+    plan_params=_PARAMS,
     shard_count="tp_size",
     tensors=(
-        TensorEntry(
-            "w13_qweight", "weight", "w13",
-            optional=False, axes=("experts", "k", "n"),
-            contract_line=46, declaration="tensor w13_qweight: weight w13",
-            shapes=w13_qweight_shapes, axis_table=_w13_qweight_axes,
-            pad=pad_w13_qweight, unpad=unpad_w13_qweight,
-            alloc=alloc_w13_qweight, load=load_w13_qweight,
-            full_shape=w13_qweight_full_shape, shard=shard_w13_qweight,
-        ),
-        TensorEntry(
-            "w13_scales", "scale", "w13",
-            optional=False, axes=("experts", "k", "n"),
-            contract_line=58, declaration="tensor w13_scales: scale w13",
-            shapes=w13_scales_shapes, axis_table=_w13_scales_axes,
-            pad=pad_w13_scales, unpad=unpad_w13_scales,
-            alloc=alloc_w13_scales, load=load_w13_scales,
-            full_shape=w13_scales_full_shape, shard=shard_w13_scales,
-        ),
-        TensorEntry(
-            "w13_qzeros", "zero", "w13",
-            optional=False, axes=("experts", "k", "n"),
-            contract_line=67, declaration="tensor w13_qzeros: zero w13",
-            shapes=w13_qzeros_shapes, axis_table=_w13_qzeros_axes,
-            pad=pad_w13_qzeros, unpad=unpad_w13_qzeros,
-            alloc=alloc_w13_qzeros, load=load_w13_qzeros,
-            full_shape=w13_qzeros_full_shape, shard=shard_w13_qzeros,
-        ),
-        TensorEntry(
-            "w2_qweight", "weight", "w2",
-            optional=False, axes=("experts", "k", "n"),
-            contract_line=77, declaration="tensor w2_qweight: weight w2",
-            shapes=w2_qweight_shapes, axis_table=_w2_qweight_axes,
-            pad=pad_w2_qweight, unpad=unpad_w2_qweight,
-            alloc=alloc_w2_qweight, load=load_w2_qweight,
-            full_shape=w2_qweight_full_shape, shard=shard_w2_qweight,
-        ),
-        TensorEntry(
-            "w2_scales", "scale", "w2",
-            optional=False, axes=("experts", "k", "n"),
-            contract_line=92, declaration="tensor w2_scales: scale w2",
-            shapes=w2_scales_shapes, axis_table=_w2_scales_axes,
-            pad=pad_w2_scales, unpad=unpad_w2_scales,
-            alloc=alloc_w2_scales, load=load_w2_scales,
-            full_shape=w2_scales_full_shape, shard=shard_w2_scales,
-        ),
-        TensorEntry(
-            "w2_qzeros", "zero", "w2",
-            optional=False, axes=("experts", "k", "n"),
-            contract_line=100, declaration="tensor w2_qzeros: zero w2",
-            shapes=w2_qzeros_shapes, axis_table=_w2_qzeros_axes,
-            pad=pad_w2_qzeros, unpad=unpad_w2_qzeros,
-            alloc=alloc_w2_qzeros, load=load_w2_qzeros,
-            full_shape=w2_qzeros_full_shape, shard=shard_w2_qzeros,
-        ),
+        _w.entry(_W13_QWEIGHT_ROW, _W13_QWEIGHT),
+        _w.entry(_W13_SCALES_ROW, _W13_SCALES),
+        _w.entry(_W13_QZEROS_ROW, _W13_QZEROS),
+        _w.entry(_W2_QWEIGHT_ROW, _W2_QWEIGHT),
+        _w.entry(_W2_SCALES_ROW, _W2_SCALES),
+        _w.entry(_W2_QZEROS_ROW, _W2_QZEROS),
     ),
     models=(
         ModelsEntry(

@@ -25,11 +25,11 @@ Sources:
   RoutedExperts._load_model_weight_or_group_weight_scale (padded-TP branch: rows clipped
   to I, the rest zero-filled for weights and one-filled for scales)
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic,
-the axis table of each tensor and thin wrappers. The code that pads, shards and
-calls the kernel is the shared runtime in `_runtime/` (layoutc/runtime). Every
-function validates its inputs and raises `LayoutContractError` (a `ValueError`)
-naming the tensor and the expected shape.
+Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
+table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
+shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
+`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
+`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
 """
 
 from __future__ import annotations
@@ -40,82 +40,64 @@ from typing import Any
 
 import torch
 
-from ._runtime import layout as _layout
-from ._runtime import loading as _loading
 from ._runtime import params as _p
+from ._runtime import wrappers as _w
+from ._runtime.algebra import Word
 from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
-from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam, TensorEntry
+from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam
 from ._runtime.layout import Axis
 from ._runtime.plans import PlanChecker
+from ._runtime.wrappers import axis
 
 __all__ = [
-    "CONTRACT",
-    "LAYOUT",
-    "KernelUnavailableError",
-    "LayoutContractError",
-    "Plan",
-    "alloc_w2_weight",
-    "alloc_w2_weight_scale",
-    "alloc_w13_weight",
-    "alloc_w13_weight_scale",
-    "load_w2_weight",
-    "load_w2_weight_scale",
-    "load_w13_weight",
-    "load_w13_weight_scale",
-    "pad_w2_weight",
-    "pad_w2_weight_scale",
-    "pad_w13_weight",
-    "pad_w13_weight_scale",
-    "plan",
-    "shard_w2_weight",
-    "shard_w2_weight_scale",
-    "shard_w13_weight",
-    "shard_w13_weight_scale",
-    "unpad_w2_weight",
-    "unpad_w2_weight_scale",
-    "unpad_w13_weight",
-    "unpad_w13_weight_scale",
-    "w2_weight_full_shape",
-    "w2_weight_scale_full_shape",
-    "w2_weight_scale_shapes",
-    "w2_weight_shapes",
-    "w13_weight_full_shape",
-    "w13_weight_scale_full_shape",
-    "w13_weight_scale_shapes",
-    "w13_weight_shapes",
-]
+    "CONTRACT", "LAYOUT", "KernelUnavailableError", "LayoutContractError", "Plan",
+    "alloc_w2_weight", "alloc_w2_weight_scale", "alloc_w13_weight", "alloc_w13_weight_scale",
+    "load_w2_weight", "load_w2_weight_scale", "load_w13_weight", "load_w13_weight_scale",
+    "pad_w2_weight", "pad_w2_weight_scale", "pad_w13_weight", "pad_w13_weight_scale", "plan",
+    "shard_w2_weight", "shard_w2_weight_scale", "shard_w13_weight", "shard_w13_weight_scale",
+    "unpad_w2_weight", "unpad_w2_weight_scale", "unpad_w13_weight", "unpad_w13_weight_scale",
+    "w2_weight_full_shape", "w2_weight_scale_full_shape", "w2_weight_scale_shapes",
+    "w2_weight_shapes", "w13_weight_full_shape", "w13_weight_scale_full_shape",
+    "w13_weight_scale_shapes", "w13_weight_shapes",
+]  # fmt: skip
 
 CONTRACT = "marlin_moe_fp8"
-SOURCE_FILE = 'contracts/marlin_moe_fp8.moe'
+SOURCE_FILE = "contracts/marlin_moe_fp8.moe"
 SOURCE_SHA256 = "9c272cbaf8a4113beb14cb699cc4c97d887ef5d0b01eb2efd6c648e830779241"
 SOURCES: tuple[str, ...] = (
-    'vllm#45703: Marlin thread-tile padding for FP8/MXFP8 MoE (_moe_pad_shard_rows, _moe_pad_last)',
-    'vllm 0.32.0: vllm/model_executor/layers/quantization/utils/marlin_utils_fp8.py prepare_fp8_moe_layer_for_marlin, prepare_mxfp8_moe_layer_for_marlin',
-    'vllm#48173: block-FP8 under TP (MiniMax-M2.7 I=1536, tp=8 gives 192, and 192 % 128 != 0)',
-    'vllm 0.32.0: vllm/model_executor/layers/fused_moe/oracle/fp8.py dispatch: weight_block_size [1, 32] is MXFP8',
-    'vllm 0.32.0: vllm/model_executor/layers/fused_moe/oracle/fp8.py resolve_fp8_moe_weight_block_shape, pad_tp_shard_to_weight_blocks (tp_shard_with_padding; I % 128 == 0 and H % 128 == 0)',
-    'vllm 0.32.0: vllm/model_executor/layers/quantization/fp8.py Fp8MoEMethod.__init__ (select_fp8_moe_backend on the resolved block shape), Fp8MoEMethod.create_weights (validate_fp8_block_shape_moe)',
-    'vllm 0.32.0: vllm/model_executor/layers/fused_moe/routed_experts.py RoutedExperts._load_model_weight_or_group_weight_scale (padded-TP branch: rows clipped to I, the rest zero-filled for weights and one-filled for scales)',
+    "vllm#45703: Marlin thread-tile padding for FP8/MXFP8 MoE (_moe_pad_shard_rows, _moe_pad_last)",
+    "vllm 0.32.0: vllm/model_executor/layers/quantization/utils/marlin_utils_fp8.py prepare_fp8_moe_layer_for_marlin, prepare_mxfp8_moe_layer_for_marlin",
+    "vllm#48173: block-FP8 under TP (MiniMax-M2.7 I=1536, tp=8 gives 192, and 192 % 128 != 0)",
+    "vllm 0.32.0: vllm/model_executor/layers/fused_moe/oracle/fp8.py dispatch: weight_block_size [1, 32] is MXFP8",
+    "vllm 0.32.0: vllm/model_executor/layers/fused_moe/oracle/fp8.py resolve_fp8_moe_weight_block_shape, pad_tp_shard_to_weight_blocks (tp_shard_with_padding; I % 128 == 0 and H % 128 == 0)",
+    "vllm 0.32.0: vllm/model_executor/layers/quantization/fp8.py Fp8MoEMethod.__init__ (select_fp8_moe_backend on the resolved block shape), Fp8MoEMethod.create_weights (validate_fp8_block_shape_moe)",
+    "vllm 0.32.0: vllm/model_executor/layers/fused_moe/routed_experts.py RoutedExperts._load_model_weight_or_group_weight_scale (padded-TP branch: rows clipped to I, the rest zero-filled for weights and one-filled for scales)",
 )
 PROVED: tuple[str, ...] = (
-    "vacuity",
-    "alignment",
-    "placement",
-    "roundtrip",
-    "inertness",
-    "groups",
-    "kernel-arguments",
-    "coverage",
-    "expert-coverage",
-    "admission",
-)
+    "vacuity", "alignment", "placement", "roundtrip", "inertness", "groups", "kernel-arguments",
+    "coverage", "expert-coverage", "admission",
+)  # fmt: skip
 POLICY = "error"
 FALLBACK: str | None = None
 
 _LOG = logging.getLogger(__name__)
 
-# ---- plan ---------------------------------------------------------------------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+
+_TP_SIZE_VALUES = (
+    1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+)  # fmt: skip
+_PARAMS: tuple[PlanParam, ...] = (
+    PlanParam("num_experts", "range", low=1, high=1024),
+    PlanParam("hidden_size", "range", low=1, high=65536),
+    PlanParam("intermediate_size", "range", low=1, high=262144),
+    PlanParam("tp_size", "set", values=_TP_SIZE_VALUES),
+    PlanParam("scheme", "enum", values=("fp8_block128", "mxfp8")),
+    PlanParam("scale_dtype", "enum", values=("float32", "uint8")),
+    PlanParam("activation", "enum", values=("silu", "gelu", "gelu_tanh")),
+)
+_check = _p.checker(CONTRACT, SOURCE_FILE, _PARAMS, dtypes=("scale_dtype",))
 
 
 @dataclass(frozen=True)
@@ -164,113 +146,68 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        num_experts,
-        hidden_size,
-        intermediate_size,
-        tp_size,
-        scheme,
-        scale_dtype,
-        activation,
-        warn=True,
-    )
+    return _plan(locals(), warn=True)  # plan()'s arguments, by name
 
 
-def _plan(
-    num_experts: Any,
-    hidden_size: Any,
-    intermediate_size: Any,
-    tp_size: Any,
-    scheme: Any,
-    scale_dtype: Any,
-    activation: Any,
-    warn: bool,
-) -> Plan:
-    num_experts = _p.check_int(CONTRACT, 'num_experts', num_experts, 1, 1024, SOURCE_FILE)
-    hidden_size = _p.check_int(CONTRACT, 'hidden_size', hidden_size, 1, 65536, SOURCE_FILE)
-    intermediate_size = _p.check_int(
-        CONTRACT,
-        'intermediate_size',
-        intermediate_size,
-        1,
-        262144,
-        SOURCE_FILE,
-    )
-    tp_size = _p.check_choice(
-        CONTRACT,
-        'tp_size',
-        tp_size,
-        (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128),
-        SOURCE_FILE,
-    )
-    scheme = _p.check_member(CONTRACT, 'scheme', scheme, ('fp8_block128', 'mxfp8'), SOURCE_FILE)
-    scale_dtype = _p.check_dtype(
-        CONTRACT,
-        'scale_dtype',
-        scale_dtype,
-        ('float32', 'uint8'),
-        SOURCE_FILE,
-    )
-    activation = _p.check_member(
-        CONTRACT,
-        'activation',
-        activation,
-        ('silu', 'gelu', 'gelu_tanh'),
-        SOURCE_FILE,
-    )
-    block_n = {'fp8_block128': 128, 'mxfp8': 1}[scheme]
-    block_k = {'fp8_block128': 128, 'mxfp8': 32}[scheme]
+def _plan(args: dict[str, Any], warn: bool) -> Plan:
+    num_experts = _check("num_experts", args["num_experts"])
+    hidden_size = _check("hidden_size", args["hidden_size"])
+    intermediate_size = _check("intermediate_size", args["intermediate_size"])
+    tp_size = _check("tp_size", args["tp_size"])
+    scheme = _check("scheme", args["scheme"])
+    scale_dtype = _check("scale_dtype", args["scale_dtype"])
+    activation = _check("activation", args["activation"])
+    block_n = {"fp8_block128": 128, "mxfp8": 1}[scheme]
+    block_k = {"fp8_block128": 128, "mxfp8": 32}[scheme]
     intermediate_size_per_partition = (
-        _p.round_up((intermediate_size // tp_size), 128) if (scheme == 'fp8_block128') else
+        _p.round_up((intermediate_size // tp_size), 128) if (scheme == "fp8_block128") else
         (intermediate_size // tp_size)
+    )  # fmt: skip
+    intermediate_size_per_partition_padded = _p.round_up(
+        intermediate_size_per_partition,
+        _p.lcm(64, block_k),
     )
-    intermediate_size_per_partition_padded = (
-        _p.round_up(intermediate_size_per_partition, _p.lcm(64, block_k))
-    )
-    if ((scheme == 'fp8_block128') != (scale_dtype == 'float32')):
-        raise LayoutContractError(_p.broken(
-            CONTRACT, "require", 'contracts/marlin_moe_fp8.moe:21',
-            'block FP8 scales are float32, MXFP8 scales are E8M0 bytes (uint8)',
-            {
-                "scheme": scheme,
-                "scale_dtype": scale_dtype,
-            },
-        ))
-    if ((intermediate_size % tp_size) != 0):
-        raise LayoutContractError(_p.broken(
-            CONTRACT, "require", 'contracts/marlin_moe_fp8.moe:22',
-            'intermediate_size must split evenly over tp_size',
-            {
-                "intermediate_size": intermediate_size,
-                "tp_size": tp_size,
-            },
-        ))
-    reason: str | None = None
-    if reason is None and (not ((scheme != 'fp8_block128') or ((intermediate_size % 128) == 0))):
-        reason = _p.broken(
-            CONTRACT, "admit", 'contracts/marlin_moe_fp8.moe:42',
-            "block FP8 holds whole 128-row scale blocks: intermediate_size must be a multiple of 128 (vLLM's pad_tp_shard_to_weight_blocks at tp > 1, validate_fp8_block_shape_moe or the refined block Marlin does not take at tp = 1)",
-            {
-                "scheme": scheme,
-                "intermediate_size": intermediate_size,
-            },
+    if (scheme == "fp8_block128") != (scale_dtype == "float32"):
+        raise _p.refused(
+            CONTRACT,
+            "contracts/marlin_moe_fp8.moe:21",
+            "block FP8 scales are float32, MXFP8 scales are E8M0 bytes (uint8)",
+            {"scheme": scheme, "scale_dtype": scale_dtype},
         )
-    if reason is None and ((intermediate_size_per_partition % block_k) != 0):
+    if (intermediate_size % tp_size) != 0:
+        raise _p.refused(
+            CONTRACT,
+            "contracts/marlin_moe_fp8.moe:22",
+            "intermediate_size must split evenly over tp_size",
+            {"intermediate_size": intermediate_size, "tp_size": tp_size},
+        )
+    reason: str | None = None
+    if reason is None and not ((scheme != "fp8_block128") or ((intermediate_size % 128) == 0)):
         reason = _p.broken(
-            CONTRACT, "admit", 'contracts/marlin_moe_fp8.moe:44',
-            'the per-rank intermediate size must be a whole number of scale blocks (block_k)',
+            CONTRACT,
+            "admit",
+            "contracts/marlin_moe_fp8.moe:42",
+            "block FP8 holds whole 128-row scale blocks: intermediate_size must be a multiple of 128 (vLLM's pad_tp_shard_to_weight_blocks at tp > 1, validate_fp8_block_shape_moe or the refined block Marlin does not take at tp = 1)",
+            {"scheme": scheme, "intermediate_size": intermediate_size},
+        )
+    if reason is None and (intermediate_size_per_partition % block_k) != 0:
+        reason = _p.broken(
+            CONTRACT,
+            "admit",
+            "contracts/marlin_moe_fp8.moe:44",
+            "the per-rank intermediate size must be a whole number of scale blocks (block_k)",
             {
                 "intermediate_size_per_partition": intermediate_size_per_partition,
                 "block_k": block_k,
             },
         )
-    if reason is None and ((hidden_size % 128) != 0):
+    if reason is None and (hidden_size % 128) != 0:
         reason = _p.broken(
-            CONTRACT, "admit", 'contracts/marlin_moe_fp8.moe:47',
-            'hidden_size must be a multiple of 128 (Marlin tile; also whole scale blocks); hidden is never padded',
-            {
-                "hidden_size": hidden_size,
-            },
+            CONTRACT,
+            "admit",
+            "contracts/marlin_moe_fp8.moe:47",
+            "hidden_size must be a multiple of 128 (Marlin tile; also whole scale blocks); hidden is never padded",
+            {"hidden_size": hidden_size},
         )
     if reason is not None:
         raise LayoutContractError(reason)
@@ -291,74 +228,62 @@ def _plan(
     )
 
 
-def _rederive(p: Plan) -> Plan:
-    return _plan(
-        p.num_experts,
-        p.hidden_size,
-        p.intermediate_size,
-        p.tp_size,
-        p.scheme,
-        p.scale_dtype,
-        p.activation,
-        warn=False,
-    )
+# a Plan's parameters planned again (PlanChecker refuses one not made by plan())
+_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, lambda p: _plan(vars(p), warn=False))
+_MODULE = _w.Module(
+    CONTRACT,
+    SOURCE_FILE,
+    _PLANS,
+    tp_param="tp_size",
+    block_shard="`shard ... in blocks of block_k`, line 41",
+)
 
 
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
-
-# ---- axis tables: (name, layout, segments, logical, padded, sharded) -------------
+# ---- axis tables: one `axis(name, word, logical=, padded=, segments=, sharded=)` per dim ----
 
 
 def _w13_weight_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis(
             "n",
-            "halves",
-            2,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.HALVES,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
             full=plan.intermediate_size,
         ),
-        Axis("k", "none", 1, plan.hidden_size, plan.hidden_size, False),
+        axis("k", Word.NONE, logical=plan.hidden_size),
     )
 
 
 def _w13_weight_scale_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis(
             "n",
-            "halves",
-            2,
-            _p.groups(plan.intermediate_size_per_partition, plan.block_n),
-            _p.groups(plan.intermediate_size_per_partition_padded, plan.block_n),
-            plan.block_n != -1,
+            Word.HALVES,
+            logical=_p.groups(plan.intermediate_size_per_partition, plan.block_n),
+            padded=_p.groups(plan.intermediate_size_per_partition_padded, plan.block_n),
+            segments=2,
+            sharded=plan.block_n != -1,
             full=_p.groups(plan.intermediate_size, plan.block_n),
         ),
-        Axis(
-            "k",
-            "none",
-            1,
-            _p.groups(plan.hidden_size, plan.block_k),
-            _p.groups(plan.hidden_size, plan.block_k),
-            False,
-        ),
+        axis("k", Word.NONE, logical=_p.groups(plan.hidden_size, plan.block_k)),
     )
 
 
 def _w2_weight_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis("n", "none", 1, plan.hidden_size, plan.hidden_size, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis("n", Word.NONE, logical=plan.hidden_size),
+        axis(
             "k",
-            "pad",
-            1,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.PAD,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            sharded=True,
             full=plan.intermediate_size,
         ),
     )
@@ -366,508 +291,125 @@ def _w2_weight_axes(plan: Plan) -> tuple[Axis, ...]:
 
 def _w2_weight_scale_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
-            "n",
-            "none",
-            1,
-            _p.groups(plan.hidden_size, plan.block_n),
-            _p.groups(plan.hidden_size, plan.block_n),
-            False,
-        ),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis("n", Word.NONE, logical=_p.groups(plan.hidden_size, plan.block_n)),
+        axis(
             "k",
-            "pad",
-            1,
-            _p.groups(plan.intermediate_size_per_partition, plan.block_k),
-            _p.groups(plan.intermediate_size_per_partition_padded, plan.block_k),
-            plan.block_k != -1,
+            Word.PAD,
+            logical=_p.groups(plan.intermediate_size_per_partition, plan.block_k),
+            padded=_p.groups(plan.intermediate_size_per_partition_padded, plan.block_k),
+            sharded=plan.block_k != -1,
             full=_p.groups(plan.intermediate_size, plan.block_k),
         ),
     )
 
-# ---- tensors ------------------------------------------------------------------
 
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+
+_W13_WEIGHT_ROW = _w.Row(
+    name="w13_weight",
+    kind="weight",
+    projection="w13",
+    line=51,
+    axis_names=("experts", "n", "k"),
+    axes=_w13_weight_axes,
+    dtype=torch.float8_e4m3fn,
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
+        "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
+    ),
+    fill_doc="stored code 0 (`fill decoded 0`: decodes to 0)",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+)
+_W13_WEIGHT = _w.tensor_functions(_MODULE, _W13_WEIGHT_ROW, _DTYPES, __name__)
+w13_weight_shapes = _W13_WEIGHT.shapes
+pad_w13_weight = _W13_WEIGHT.pad
+unpad_w13_weight = _W13_WEIGHT.unpad
+w13_weight_full_shape = _W13_WEIGHT.full_shape
+shard_w13_weight = _W13_WEIGHT.shard
+alloc_w13_weight = _W13_WEIGHT.alloc
+load_w13_weight = _W13_WEIGHT.load
+
+_W13_WEIGHT_SCALE_ROW = _w.Row(
+    name="w13_weight_scale",
+    kind="scale",
+    projection="w13",
+    line=70,
+    axis_names=("experts", "n", "k"),
+    axes=_w13_weight_scale_axes,
+    dtype="scale_dtype",
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, 2 * intermediate_size_per_partition / block_n, hidden_size / block_k]",
+        "[num_experts, 2 * intermediate_size_per_partition_padded / block_n, hidden_size / block_k]",
+    ),
+    fill_doc="stored code 0",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+    tail_fill=1.0,
+    tail_doc="stored code 1",
+)
+_W13_WEIGHT_SCALE = _w.tensor_functions(_MODULE, _W13_WEIGHT_SCALE_ROW, _DTYPES, __name__)
+w13_weight_scale_shapes = _W13_WEIGHT_SCALE.shapes
+pad_w13_weight_scale = _W13_WEIGHT_SCALE.pad
+unpad_w13_weight_scale = _W13_WEIGHT_SCALE.unpad
+w13_weight_scale_full_shape = _W13_WEIGHT_SCALE.full_shape
+shard_w13_weight_scale = _W13_WEIGHT_SCALE.shard
+alloc_w13_weight_scale = _W13_WEIGHT_SCALE.alloc
+load_w13_weight_scale = _W13_WEIGHT_SCALE.load
+
+_W2_WEIGHT_ROW = _w.Row(
+    name="w2_weight",
+    kind="weight",
+    projection="w2",
+    line=80,
+    axis_names=("experts", "n", "k"),
+    axes=_w2_weight_axes,
+    dtype=torch.float8_e4m3fn,
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, hidden_size, intermediate_size_per_partition]",
+        "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
+    ),
+    fill_doc="stored code 0 (`fill decoded 0`: decodes to 0)",
+)
+_W2_WEIGHT = _w.tensor_functions(_MODULE, _W2_WEIGHT_ROW, _DTYPES, __name__)
+w2_weight_shapes = _W2_WEIGHT.shapes
+pad_w2_weight = _W2_WEIGHT.pad
+unpad_w2_weight = _W2_WEIGHT.unpad
+w2_weight_full_shape = _W2_WEIGHT.full_shape
+shard_w2_weight = _W2_WEIGHT.shard
+alloc_w2_weight = _W2_WEIGHT.alloc
+load_w2_weight = _W2_WEIGHT.load
+
+_W2_WEIGHT_SCALE_ROW = _w.Row(
+    name="w2_weight_scale",
+    kind="scale",
+    projection="w2",
+    line=90,
+    axis_names=("experts", "n", "k"),
+    axes=_w2_weight_scale_axes,
+    dtype="scale_dtype",
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, hidden_size / block_n, intermediate_size_per_partition / block_k]",
+        "[num_experts, hidden_size / block_n, intermediate_size_per_partition_padded / block_k]",
+    ),
+    fill_doc="stored code 0",
+    tail_fill=1.0,
+    tail_doc="stored code 1",
+)
+_W2_WEIGHT_SCALE = _w.tensor_functions(_MODULE, _W2_WEIGHT_SCALE_ROW, _DTYPES, __name__)
+w2_weight_scale_shapes = _W2_WEIGHT_SCALE.shapes
+pad_w2_weight_scale = _W2_WEIGHT_SCALE.pad
+unpad_w2_weight_scale = _W2_WEIGHT_SCALE.unpad
+w2_weight_scale_full_shape = _W2_WEIGHT_SCALE.full_shape
+shard_w2_weight_scale = _W2_WEIGHT_SCALE.shard
+alloc_w2_weight_scale = _W2_WEIGHT_SCALE.alloc
+load_w2_weight_scale = _W2_WEIGHT_SCALE.load
 
-def w13_weight_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13_weight` (weight of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13_weight", plan, lambda: (
-        _layout.logical_shape(_w13_weight_axes(plan)),
-        _layout.padded_shape(_w13_weight_axes(plan)),
-    ))
-
-
-def pad_w13_weight(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13_weight` (weight of w13) for the kernel.
-
-    Input (logical, dtype float8_e4m3fn, CPU):
-        [num_experts, 2 * intermediate_size_per_partition, hidden_size]
-    Output (padded, same dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Pad positions hold the stored code 0 (`fill decoded 0`: decodes to 0).
-    Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/marlin_moe_fp8.moe line 51.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13_weight", t, _w13_weight_axes(plan),
-        torch.float8_e4m3fn, 0.0, out,
-    )
-
-
-def unpad_w13_weight(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13_weight`: padded -> logical `w13_weight`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13_weight", t, _w13_weight_axes(plan), torch.float8_e4m3fn,
-    )
-
-
-def w13_weight_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13_weight` that `shard_w13_weight` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_weight_axes(plan), plan.tp_size)
-
-
-def shard_w13_weight(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13_weight`.
-
-    `full` has the shape `w13_weight_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    The contract shards in whole blocks (`shard ... in blocks of block_k`, line 41): rank r
-    reads entries [min(r * L, FULL), min((r + 1) * L, FULL)) of each segment, so
-    the last ranks may read fewer than L (or none); the rest of their L holds the fill.
-    Output (dtype float8_e4m3fn):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13_weight", full, rank, plan.tp_size,
-        _w13_weight_axes(plan), torch.float8_e4m3fn, 0.0, out, once=False,
-    )
-
-
-def w13_weight_scale_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13_weight_scale` (scale of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13_weight_scale", plan, lambda: (
-        _layout.logical_shape(_w13_weight_scale_axes(plan)),
-        _layout.padded_shape(_w13_weight_scale_axes(plan)),
-    ))
-
-
-def pad_w13_weight_scale(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13_weight_scale` (scale of w13) for the kernel.
-
-    Input (logical, dtype scale_dtype, CPU):
-        [num_experts, 2 * intermediate_size_per_partition / block_n, hidden_size / block_k]
-    Output (padded, same dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded / block_n, hidden_size / block_k]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/marlin_moe_fp8.moe line 70.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13_weight_scale", t, _w13_weight_scale_axes(plan),
-        _DTYPES[plan.scale_dtype], 0.0, out,
-    )
-
-
-def unpad_w13_weight_scale(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13_weight_scale`: padded -> logical `w13_weight_scale`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13_weight_scale", t, _w13_weight_scale_axes(plan), _DTYPES[plan.scale_dtype],
-    )
-
-
-def w13_weight_scale_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13_weight_scale` that `shard_w13_weight_scale` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_weight_scale_axes(plan), plan.tp_size)
-
-
-def shard_w13_weight_scale(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13_weight_scale`.
-
-    `full` has the shape `w13_weight_scale_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    The contract shards in whole blocks (`shard ... in blocks of block_k`, line 41): rank r
-    reads entries [min(r * L, FULL), min((r + 1) * L, FULL)) of each segment, so
-    the last ranks may read fewer than L (or none); the rest of their L holds the
-    `tail fill`, stored code 1; the pad holds the fill.
-    Output (dtype scale_dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded / block_n, hidden_size / block_k]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13_weight_scale", full, rank, plan.tp_size,
-        _w13_weight_scale_axes(plan), _DTYPES[plan.scale_dtype], 0.0, out, once=False,
-        tail_fill=1.0,
-    )
-
-
-def w2_weight_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2_weight` (weight of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2_weight", plan, lambda: (
-        _layout.logical_shape(_w2_weight_axes(plan)),
-        _layout.padded_shape(_w2_weight_axes(plan)),
-    ))
-
-
-def pad_w2_weight(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2_weight` (weight of w2) for the kernel.
-
-    Input (logical, dtype float8_e4m3fn, CPU):
-        [num_experts, hidden_size, intermediate_size_per_partition]
-    Output (padded, same dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Pad positions hold the stored code 0 (`fill decoded 0`: decodes to 0).
-    Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/marlin_moe_fp8.moe line 80.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2_weight", t, _w2_weight_axes(plan),
-        torch.float8_e4m3fn, 0.0, out,
-    )
-
-
-def unpad_w2_weight(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2_weight`: padded -> logical `w2_weight`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2_weight", t, _w2_weight_axes(plan), torch.float8_e4m3fn,
-    )
-
-
-def w2_weight_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2_weight` that `shard_w2_weight` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_weight_axes(plan), plan.tp_size)
-
-
-def shard_w2_weight(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2_weight`.
-
-    `full` has the shape `w2_weight_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    The contract shards in whole blocks (`shard ... in blocks of block_k`, line 41): rank r
-    reads entries [min(r * L, FULL), min((r + 1) * L, FULL)) of each segment, so
-    the last ranks may read fewer than L (or none); the rest of their L holds the fill.
-    Output (dtype float8_e4m3fn):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2_weight", full, rank, plan.tp_size,
-        _w2_weight_axes(plan), torch.float8_e4m3fn, 0.0, out, once=False,
-    )
-
-
-def w2_weight_scale_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2_weight_scale` (scale of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2_weight_scale", plan, lambda: (
-        _layout.logical_shape(_w2_weight_scale_axes(plan)),
-        _layout.padded_shape(_w2_weight_scale_axes(plan)),
-    ))
-
-
-def pad_w2_weight_scale(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2_weight_scale` (scale of w2) for the kernel.
-
-    Input (logical, dtype scale_dtype, CPU):
-        [num_experts, hidden_size / block_n, intermediate_size_per_partition / block_k]
-    Output (padded, same dtype):
-        [num_experts, hidden_size / block_n, intermediate_size_per_partition_padded / block_k]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/marlin_moe_fp8.moe line 90.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2_weight_scale", t, _w2_weight_scale_axes(plan),
-        _DTYPES[plan.scale_dtype], 0.0, out,
-    )
-
-
-def unpad_w2_weight_scale(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2_weight_scale`: padded -> logical `w2_weight_scale`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2_weight_scale", t, _w2_weight_scale_axes(plan), _DTYPES[plan.scale_dtype],
-    )
-
-
-def w2_weight_scale_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2_weight_scale` that `shard_w2_weight_scale` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_weight_scale_axes(plan), plan.tp_size)
-
-
-def shard_w2_weight_scale(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2_weight_scale`.
-
-    `full` has the shape `w2_weight_scale_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    The contract shards in whole blocks (`shard ... in blocks of block_k`, line 41): rank r
-    reads entries [min(r * L, FULL), min((r + 1) * L, FULL)) of each segment, so
-    the last ranks may read fewer than L (or none); the rest of their L holds the
-    `tail fill`, stored code 1; the pad holds the fill.
-    Output (dtype scale_dtype):
-        [num_experts, hidden_size / block_n, intermediate_size_per_partition_padded / block_k]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2_weight_scale", full, rank, plan.tp_size,
-        _w2_weight_scale_axes(plan), _DTYPES[plan.scale_dtype], 0.0, out, once=False,
-        tail_fill=1.0,
-    )
-
-# ---- loading: one checkpoint tensor at a time into a rank's padded parameter ----
-# The code is runtime/loading.py; see its docstring for source shapes and layouts.
-
-
-def alloc_w13_weight(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13_weight`: pads written once, live rows left to load.
-
-    Shape (dtype float8_e4m3fn):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/marlin_moe_fp8.moe line 51.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13_weight", _w13_weight_axes(plan),
-        torch.float8_e4m3fn, 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w13_weight(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13_weight`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13_weight axes", plan, lambda: _w13_weight_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13_weight", dst, src, axes, torch.float8_e4m3fn,
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w13_weight_scale(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13_weight_scale`: pads written once, live rows left to load.
-
-    Past a short rank's slice (the block shard's tail) it holds the tail fill,
-    stored code 1; the pad holds the fill.
-
-    Shape (dtype scale_dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded / block_n, hidden_size / block_k]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/marlin_moe_fp8.moe line 70.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13_weight_scale", _w13_weight_scale_axes(plan),
-        _DTYPES[plan.scale_dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-        tail_fill=1.0,
-    )
-
-
-def load_w13_weight_scale(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13_weight_scale`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13_weight_scale axes", plan, lambda: _w13_weight_scale_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13_weight_scale", dst, src, axes, _DTYPES[plan.scale_dtype],
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2_weight(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2_weight`: pads written once, live rows left to load.
-
-    Shape (dtype float8_e4m3fn):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/marlin_moe_fp8.moe line 80.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2_weight", _w2_weight_axes(plan),
-        torch.float8_e4m3fn, 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w2_weight(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2_weight`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2_weight axes", plan, lambda: _w2_weight_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2_weight", dst, src, axes, torch.float8_e4m3fn,
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2_weight_scale(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2_weight_scale`: pads written once, live rows left to load.
-
-    Past a short rank's slice (the block shard's tail) it holds the tail fill,
-    stored code 1; the pad holds the fill.
-
-    Shape (dtype scale_dtype):
-        [num_experts, hidden_size / block_n, intermediate_size_per_partition_padded / block_k]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/marlin_moe_fp8.moe line 90.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2_weight_scale", _w2_weight_scale_axes(plan),
-        _DTYPES[plan.scale_dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-        tail_fill=1.0,
-    )
-
-
-def load_w2_weight_scale(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2_weight_scale`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2_weight_scale axes", plan, lambda: _w2_weight_scale_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2_weight_scale", dst, src, axes, _DTYPES[plan.scale_dtype],
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
 
 # ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
 # The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
@@ -878,59 +420,13 @@ LAYOUT = ModuleLayout(
     source_file=SOURCE_FILE,
     plan=plan,
     plan_type=Plan,
-    plan_params=(
-        PlanParam("num_experts", "range", low=1, high=1024),
-        PlanParam("hidden_size", "range", low=1, high=65536),
-        PlanParam("intermediate_size", "range", low=1, high=262144),
-        PlanParam(
-            "tp_size", "set",
-            values=(
-                1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96,
-                112, 128,
-            ),
-        ),
-        PlanParam("scheme", "enum", values=("fp8_block128", "mxfp8")),
-        PlanParam("scale_dtype", "enum", values=("float32", "uint8")),
-        PlanParam("activation", "enum", values=("silu", "gelu", "gelu_tanh")),
-    ),
+    plan_params=_PARAMS,
     shard_count="tp_size",
     tensors=(
-        TensorEntry(
-            "w13_weight", "weight", "w13",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=51, declaration="tensor w13_weight: weight w13",
-            shapes=w13_weight_shapes, axis_table=_w13_weight_axes,
-            pad=pad_w13_weight, unpad=unpad_w13_weight,
-            alloc=alloc_w13_weight, load=load_w13_weight,
-            full_shape=w13_weight_full_shape, shard=shard_w13_weight,
-        ),
-        TensorEntry(
-            "w13_weight_scale", "scale", "w13",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=70, declaration="tensor w13_weight_scale: scale w13",
-            shapes=w13_weight_scale_shapes, axis_table=_w13_weight_scale_axes,
-            pad=pad_w13_weight_scale, unpad=unpad_w13_weight_scale,
-            alloc=alloc_w13_weight_scale, load=load_w13_weight_scale,
-            full_shape=w13_weight_scale_full_shape, shard=shard_w13_weight_scale,
-        ),
-        TensorEntry(
-            "w2_weight", "weight", "w2",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=80, declaration="tensor w2_weight: weight w2",
-            shapes=w2_weight_shapes, axis_table=_w2_weight_axes,
-            pad=pad_w2_weight, unpad=unpad_w2_weight,
-            alloc=alloc_w2_weight, load=load_w2_weight,
-            full_shape=w2_weight_full_shape, shard=shard_w2_weight,
-        ),
-        TensorEntry(
-            "w2_weight_scale", "scale", "w2",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=90, declaration="tensor w2_weight_scale: scale w2",
-            shapes=w2_weight_scale_shapes, axis_table=_w2_weight_scale_axes,
-            pad=pad_w2_weight_scale, unpad=unpad_w2_weight_scale,
-            alloc=alloc_w2_weight_scale, load=load_w2_weight_scale,
-            full_shape=w2_weight_scale_full_shape, shard=shard_w2_weight_scale,
-        ),
+        _w.entry(_W13_WEIGHT_ROW, _W13_WEIGHT),
+        _w.entry(_W13_WEIGHT_SCALE_ROW, _W13_WEIGHT_SCALE),
+        _w.entry(_W2_WEIGHT_ROW, _W2_WEIGHT),
+        _w.entry(_W2_WEIGHT_SCALE_ROW, _W2_WEIGHT_SCALE),
     ),
     models=(
         ModelsEntry(

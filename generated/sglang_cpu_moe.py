@@ -35,11 +35,11 @@ Sources:
   K] read as halves: nb_upper = nb, nb_lower = nb + NB; TORCH_CHECK(N % BLOCK_N == 0)),
   csrc/cpu/gemm.h (TILE_N 16, TILE_K 32, BLOCK_N = block_size_n() = 32)
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic,
-the axis table of each tensor and thin wrappers. The code that pads, shards and
-calls the kernel is the shared runtime in `_runtime/` (layoutc/runtime). Every
-function validates its inputs and raises `LayoutContractError` (a `ValueError`)
-naming the tensor and the expected shape.
+Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
+table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
+shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
+`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
+`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
 """
 
 from __future__ import annotations
@@ -50,69 +50,57 @@ from typing import Any
 
 import torch
 
-from ._runtime import layout as _layout
-from ._runtime import loading as _loading
 from ._runtime import params as _p
+from ._runtime import wrappers as _w
+from ._runtime.algebra import Word
 from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
-from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam, TensorEntry
+from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam
 from ._runtime.layout import Axis
 from ._runtime.plans import PlanChecker
+from ._runtime.wrappers import axis
 
 __all__ = [
-    "CONTRACT",
-    "LAYOUT",
-    "KernelUnavailableError",
-    "LayoutContractError",
-    "Plan",
-    "alloc_w2_weight",
-    "alloc_w13_weight",
-    "load_w2_weight",
-    "load_w13_weight",
-    "pad_w2_weight",
-    "pad_w13_weight",
-    "plan",
-    "shard_w2_weight",
-    "shard_w13_weight",
-    "unpad_w2_weight",
-    "unpad_w13_weight",
-    "w2_weight_full_shape",
-    "w2_weight_shapes",
-    "w13_weight_full_shape",
+    "CONTRACT", "LAYOUT", "KernelUnavailableError", "LayoutContractError", "Plan",
+    "alloc_w2_weight", "alloc_w13_weight", "load_w2_weight", "load_w13_weight", "pad_w2_weight",
+    "pad_w13_weight", "plan", "shard_w2_weight", "shard_w13_weight", "unpad_w2_weight",
+    "unpad_w13_weight", "w2_weight_full_shape", "w2_weight_shapes", "w13_weight_full_shape",
     "w13_weight_shapes",
-]
+]  # fmt: skip
 
 CONTRACT = "sglang_cpu_moe"
-SOURCE_FILE = 'contracts/sglang_cpu_moe.moe'
+SOURCE_FILE = "contracts/sglang_cpu_moe.moe"
 SOURCE_SHA256 = "5dbdb1ab96685b001fbe8c845deaf74e8bdd9217a193dffb92b2b780e1d56d14"
 SOURCES: tuple[str, ...] = (
-    'sglang 0.5.23: python/sglang/srt/configs/update_config.py adjust_config_with_unaligned_cpu_tp (intermediate_padding_size = tp_size * get_moe_padding_size(None) = tp_size * 32), update_intermediate_size (moe_intermediate_size, intermediate_size, shared_expert_intermediate_size -> pad_vocab_size(I, tp_size * 32) when I % (tp_size * 32) != 0)',
-    'sglang 0.5.23: python/sglang/srt/model_executor/model_runner.py ModelRunner.load_model (device == cpu: adjust_config_with_unaligned_cpu_tp before the model is built)',
-    'sglang 0.5.23: python/sglang/srt/layers/moe/fused_moe_triton/layer.py FusedMoE.__init__ (intermediate_size_per_partition = padded I / moe_tp_size), use_padded_loading (always on CPU), _load_w13, _load_w2 (narrow_padded_param_and_loaded_weight: rank r reads checkpoint rows [r * L, min((r + 1) * L, I)), the rest of its L rows zeroed)',
-    'sglang 0.5.23: python/sglang/srt/model_loader/weight_utils.py narrow_padded_param_and_loaded_weight, get_actual_shard_size, reset_param_data_if_needed',
-    'sglang 0.5.23: python/sglang/srt/layers/quantization/unquant.py UnquantizedFusedMoEMethod.process_weights_after_loading (_amx_process_weight_after_loading on w13_weight, w2_weight), forward_cpu (torch.ops.sgl_kernel.fused_experts_cpu, CPUQuantMethod.UNQUANT, is_vnni)',
-    'sglang 0.5.23: python/sglang/srt/layers/amx_utils.py _amx_process_weight_after_loading, dim_is_supported (OC % 16 == 0 or OC < 16, IC % 32 == 0: else no prepack and the torch-native fallback)',
-    'sglang 0.5.23: python/sglang/test/cpu_test_utils.py _activation_fn (the activations fused_experts_cpu applies: silu, and erf gelu)',
-    'sgl-kernel: csrc/cpu/moe.cpp fused_experts_cpu, fused_experts_kernel_impl (w1 [E, 2N, K] read as halves: nb_upper = nb, nb_lower = nb + NB; TORCH_CHECK(N % BLOCK_N == 0)), csrc/cpu/gemm.h (TILE_N 16, TILE_K 32, BLOCK_N = block_size_n() = 32)',
+    "sglang 0.5.23: python/sglang/srt/configs/update_config.py adjust_config_with_unaligned_cpu_tp (intermediate_padding_size = tp_size * get_moe_padding_size(None) = tp_size * 32), update_intermediate_size (moe_intermediate_size, intermediate_size, shared_expert_intermediate_size -> pad_vocab_size(I, tp_size * 32) when I % (tp_size * 32) != 0)",
+    "sglang 0.5.23: python/sglang/srt/model_executor/model_runner.py ModelRunner.load_model (device == cpu: adjust_config_with_unaligned_cpu_tp before the model is built)",
+    "sglang 0.5.23: python/sglang/srt/layers/moe/fused_moe_triton/layer.py FusedMoE.__init__ (intermediate_size_per_partition = padded I / moe_tp_size), use_padded_loading (always on CPU), _load_w13, _load_w2 (narrow_padded_param_and_loaded_weight: rank r reads checkpoint rows [r * L, min((r + 1) * L, I)), the rest of its L rows zeroed)",
+    "sglang 0.5.23: python/sglang/srt/model_loader/weight_utils.py narrow_padded_param_and_loaded_weight, get_actual_shard_size, reset_param_data_if_needed",
+    "sglang 0.5.23: python/sglang/srt/layers/quantization/unquant.py UnquantizedFusedMoEMethod.process_weights_after_loading (_amx_process_weight_after_loading on w13_weight, w2_weight), forward_cpu (torch.ops.sgl_kernel.fused_experts_cpu, CPUQuantMethod.UNQUANT, is_vnni)",
+    "sglang 0.5.23: python/sglang/srt/layers/amx_utils.py _amx_process_weight_after_loading, dim_is_supported (OC % 16 == 0 or OC < 16, IC % 32 == 0: else no prepack and the torch-native fallback)",
+    "sglang 0.5.23: python/sglang/test/cpu_test_utils.py _activation_fn (the activations fused_experts_cpu applies: silu, and erf gelu)",
+    "sgl-kernel: csrc/cpu/moe.cpp fused_experts_cpu, fused_experts_kernel_impl (w1 [E, 2N, K] read as halves: nb_upper = nb, nb_lower = nb + NB; TORCH_CHECK(N % BLOCK_N == 0)), csrc/cpu/gemm.h (TILE_N 16, TILE_K 32, BLOCK_N = block_size_n() = 32)",
 )
 PROVED: tuple[str, ...] = (
-    "vacuity",
-    "alignment",
-    "placement",
-    "roundtrip",
-    "inertness",
-    "groups",
-    "kernel-arguments",
-    "coverage",
-    "expert-coverage",
-    "admission",
-)
+    "vacuity", "alignment", "placement", "roundtrip", "inertness", "groups", "kernel-arguments",
+    "coverage", "expert-coverage", "admission",
+)  # fmt: skip
 POLICY = "error"
 FALLBACK: str | None = None
 
 _LOG = logging.getLogger(__name__)
 
-# ---- plan ---------------------------------------------------------------------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+
+_PARAMS: tuple[PlanParam, ...] = (
+    PlanParam("num_experts", "range", low=1, high=1024),
+    PlanParam("hidden_size", "range", low=1, high=65536),
+    PlanParam("intermediate_size", "range", low=1, high=262144),
+    PlanParam("tp_size", "set", values=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16)),
+    PlanParam("activation", "enum", values=("silu", "gelu")),
+    PlanParam("dtype", "enum", values=("bfloat16", "float16")),
+)
+_check = _p.checker(CONTRACT, SOURCE_FILE, _PARAMS, dtypes=("dtype",))
 
 
 @dataclass(frozen=True)
@@ -157,59 +145,31 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        num_experts,
-        hidden_size,
-        intermediate_size,
-        tp_size,
-        activation,
-        dtype,
-        warn=True,
-    )
+    return _plan(locals(), warn=True)  # plan()'s arguments, by name
 
 
-def _plan(
-    num_experts: Any,
-    hidden_size: Any,
-    intermediate_size: Any,
-    tp_size: Any,
-    activation: Any,
-    dtype: Any,
-    warn: bool,
-) -> Plan:
-    num_experts = _p.check_int(CONTRACT, 'num_experts', num_experts, 1, 1024, SOURCE_FILE)
-    hidden_size = _p.check_int(CONTRACT, 'hidden_size', hidden_size, 1, 65536, SOURCE_FILE)
-    intermediate_size = _p.check_int(
-        CONTRACT,
-        'intermediate_size',
-        intermediate_size,
-        1,
-        262144,
-        SOURCE_FILE,
-    )
-    tp_size = _p.check_choice(
-        CONTRACT,
-        'tp_size',
-        tp_size,
-        (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16),
-        SOURCE_FILE,
-    )
-    activation = _p.check_member(CONTRACT, 'activation', activation, ('silu', 'gelu'), SOURCE_FILE)
-    dtype = _p.check_dtype(CONTRACT, 'dtype', dtype, ('bfloat16', 'float16'), SOURCE_FILE)
+def _plan(args: dict[str, Any], warn: bool) -> Plan:
+    num_experts = _check("num_experts", args["num_experts"])
+    hidden_size = _check("hidden_size", args["hidden_size"])
+    intermediate_size = _check("intermediate_size", args["intermediate_size"])
+    tp_size = _check("tp_size", args["tp_size"])
+    activation = _check("activation", args["activation"])
+    dtype = _check("dtype", args["dtype"])
     moe_padding_size = 32
-    intermediate_size_per_partition = (
-        _p.round_up(_p.cdiv(intermediate_size, tp_size), moe_padding_size)
+    intermediate_size_per_partition = _p.round_up(
+        _p.cdiv(intermediate_size, tp_size),
+        moe_padding_size,
     )
-    intermediate_size_padded = (intermediate_size_per_partition * tp_size)
+    intermediate_size_padded = intermediate_size_per_partition * tp_size
     intermediate_size_per_partition_padded = intermediate_size_per_partition
     reason: str | None = None
-    if reason is None and ((hidden_size % 32) != 0):
+    if reason is None and (hidden_size % 32) != 0:
         reason = _p.broken(
-            CONTRACT, "admit", 'contracts/sglang_cpu_moe.moe:39',
+            CONTRACT,
+            "admit",
+            "contracts/sglang_cpu_moe.moe:39",
             "hidden_size must be a multiple of 32 (AMX TILE_K: dim_is_supported's IC of w13, and w2's OC in 16-row tiles); it is never padded, and SGLang otherwise leaves the layer unpacked on the torch-native path",
-            {
-                "hidden_size": hidden_size,
-            },
+            {"hidden_size": hidden_size},
         )
     if reason is not None:
         raise LayoutContractError(reason)
@@ -229,290 +189,103 @@ def _plan(
     )
 
 
-def _rederive(p: Plan) -> Plan:
-    return _plan(
-        p.num_experts,
-        p.hidden_size,
-        p.intermediate_size,
-        p.tp_size,
-        p.activation,
-        p.dtype,
-        warn=False,
-    )
+# a Plan's parameters planned again (PlanChecker refuses one not made by plan())
+_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, lambda p: _plan(vars(p), warn=False))
+_MODULE = _w.Module(
+    CONTRACT,
+    SOURCE_FILE,
+    _PLANS,
+    tp_param="tp_size",
+    block_shard="`shard ... in blocks of moe_padding_size`, line 36",
+)
 
 
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
-
-# ---- axis tables: (name, layout, segments, logical, padded, sharded) -------------
+# ---- axis tables: one `axis(name, word, logical=, padded=, segments=, sharded=)` per dim ----
 
 
 def _w13_weight_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis(
             "n",
-            "halves",
-            2,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.HALVES,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
             full=plan.intermediate_size,
         ),
-        Axis("k", "none", 1, plan.hidden_size, plan.hidden_size, False),
+        axis("k", Word.NONE, logical=plan.hidden_size),
     )
 
 
 def _w2_weight_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis("n", "none", 1, plan.hidden_size, plan.hidden_size, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis("n", Word.NONE, logical=plan.hidden_size),
+        axis(
             "k",
-            "pad",
-            1,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.PAD,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            sharded=True,
             full=plan.intermediate_size,
         ),
     )
 
-# ---- tensors ------------------------------------------------------------------
 
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
 
-def w13_weight_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13_weight` (weight of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13_weight", plan, lambda: (
-        _layout.logical_shape(_w13_weight_axes(plan)),
-        _layout.padded_shape(_w13_weight_axes(plan)),
-    ))
+_W13_WEIGHT_ROW = _w.Row(
+    name="w13_weight",
+    kind="weight",
+    projection="w13",
+    line=43,
+    axis_names=("experts", "n", "k"),
+    axes=_w13_weight_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
+        "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
+    ),
+    fill_doc="stored code 0",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+)
+_W13_WEIGHT = _w.tensor_functions(_MODULE, _W13_WEIGHT_ROW, _DTYPES, __name__)
+w13_weight_shapes = _W13_WEIGHT.shapes
+pad_w13_weight = _W13_WEIGHT.pad
+unpad_w13_weight = _W13_WEIGHT.unpad
+w13_weight_full_shape = _W13_WEIGHT.full_shape
+shard_w13_weight = _W13_WEIGHT.shard
+alloc_w13_weight = _W13_WEIGHT.alloc
+load_w13_weight = _W13_WEIGHT.load
 
+_W2_WEIGHT_ROW = _w.Row(
+    name="w2_weight",
+    kind="weight",
+    projection="w2",
+    line=52,
+    axis_names=("experts", "n", "k"),
+    axes=_w2_weight_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, hidden_size, intermediate_size_per_partition]",
+        "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
+    ),
+    fill_doc="stored code 0",
+)
+_W2_WEIGHT = _w.tensor_functions(_MODULE, _W2_WEIGHT_ROW, _DTYPES, __name__)
+w2_weight_shapes = _W2_WEIGHT.shapes
+pad_w2_weight = _W2_WEIGHT.pad
+unpad_w2_weight = _W2_WEIGHT.unpad
+w2_weight_full_shape = _W2_WEIGHT.full_shape
+shard_w2_weight = _W2_WEIGHT.shard
+alloc_w2_weight = _W2_WEIGHT.alloc
+load_w2_weight = _W2_WEIGHT.load
 
-def pad_w13_weight(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13_weight` (weight of w13) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [num_experts, 2 * intermediate_size_per_partition, hidden_size]
-    Output (padded, same dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/sglang_cpu_moe.moe line 43.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13_weight", t, _w13_weight_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w13_weight(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13_weight`: padded -> logical `w13_weight`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13_weight", t, _w13_weight_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w13_weight_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13_weight` that `shard_w13_weight` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_weight_axes(plan), plan.tp_size)
-
-
-def shard_w13_weight(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13_weight`.
-
-    `full` has the shape `w13_weight_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    The contract shards in whole blocks (`shard ... in blocks of moe_padding_size`, line 36): rank r
-    reads entries [min(r * L, FULL), min((r + 1) * L, FULL)) of each segment, so
-    the last ranks may read fewer than L (or none); the rest of their L holds the fill.
-    Output (dtype dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13_weight", full, rank, plan.tp_size,
-        _w13_weight_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
-
-
-def w2_weight_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2_weight` (weight of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2_weight", plan, lambda: (
-        _layout.logical_shape(_w2_weight_axes(plan)),
-        _layout.padded_shape(_w2_weight_axes(plan)),
-    ))
-
-
-def pad_w2_weight(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2_weight` (weight of w2) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [num_experts, hidden_size, intermediate_size_per_partition]
-    Output (padded, same dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/sglang_cpu_moe.moe line 52.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2_weight", t, _w2_weight_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w2_weight(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2_weight`: padded -> logical `w2_weight`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2_weight", t, _w2_weight_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w2_weight_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2_weight` that `shard_w2_weight` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_weight_axes(plan), plan.tp_size)
-
-
-def shard_w2_weight(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2_weight`.
-
-    `full` has the shape `w2_weight_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    The contract shards in whole blocks (`shard ... in blocks of moe_padding_size`, line 36): rank r
-    reads entries [min(r * L, FULL), min((r + 1) * L, FULL)) of each segment, so
-    the last ranks may read fewer than L (or none); the rest of their L holds the fill.
-    Output (dtype dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2_weight", full, rank, plan.tp_size,
-        _w2_weight_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
-
-# ---- loading: one checkpoint tensor at a time into a rank's padded parameter ----
-# The code is runtime/loading.py; see its docstring for source shapes and layouts.
-
-
-def alloc_w13_weight(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13_weight`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/sglang_cpu_moe.moe line 43.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13_weight", _w13_weight_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w13_weight(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13_weight`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13_weight axes", plan, lambda: _w13_weight_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13_weight", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2_weight(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2_weight`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/sglang_cpu_moe.moe line 52.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2_weight", _w2_weight_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w2_weight(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2_weight`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2_weight axes", plan, lambda: _w2_weight_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2_weight", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
 
 # ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
 # The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
@@ -523,39 +296,11 @@ LAYOUT = ModuleLayout(
     source_file=SOURCE_FILE,
     plan=plan,
     plan_type=Plan,
-    plan_params=(
-        PlanParam("num_experts", "range", low=1, high=1024),
-        PlanParam("hidden_size", "range", low=1, high=65536),
-        PlanParam("intermediate_size", "range", low=1, high=262144),
-        PlanParam(
-            "tp_size", "set",
-            values=(
-                1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
-            ),
-        ),
-        PlanParam("activation", "enum", values=("silu", "gelu")),
-        PlanParam("dtype", "enum", values=("bfloat16", "float16")),
-    ),
+    plan_params=_PARAMS,
     shard_count="tp_size",
     tensors=(
-        TensorEntry(
-            "w13_weight", "weight", "w13",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=43, declaration="tensor w13_weight: weight w13",
-            shapes=w13_weight_shapes, axis_table=_w13_weight_axes,
-            pad=pad_w13_weight, unpad=unpad_w13_weight,
-            alloc=alloc_w13_weight, load=load_w13_weight,
-            full_shape=w13_weight_full_shape, shard=shard_w13_weight,
-        ),
-        TensorEntry(
-            "w2_weight", "weight", "w2",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=52, declaration="tensor w2_weight: weight w2",
-            shapes=w2_weight_shapes, axis_table=_w2_weight_axes,
-            pad=pad_w2_weight, unpad=unpad_w2_weight,
-            alloc=alloc_w2_weight, load=load_w2_weight,
-            full_shape=w2_weight_full_shape, shard=shard_w2_weight,
-        ),
+        _w.entry(_W13_WEIGHT_ROW, _W13_WEIGHT),
+        _w.entry(_W2_WEIGHT_ROW, _W2_WEIGHT),
     ),
     models=(
         ModelsEntry(

@@ -12,11 +12,11 @@ Sources:
 - measured in docs/kernels.md section 6.1: 'strides should be multiple of 16 bytes';
   'Offsets have to be int32'
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic,
-the axis table of each tensor and thin wrappers. The code that pads, shards and
-calls the kernel is the shared runtime in `_runtime/` (layoutc/runtime). Every
-function validates its inputs and raises `LayoutContractError` (a `ValueError`)
-naming the tensor and the expected shape.
+Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
+table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
+shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
+`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
+`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
 """
 
 from __future__ import annotations
@@ -29,80 +29,59 @@ import torch
 
 from ._runtime import expert_map as _expert_map
 from ._runtime import experts as _ep
-from ._runtime import layout as _layout
-from ._runtime import loading as _loading
 from ._runtime import params as _p
+from ._runtime import wrappers as _w
+from ._runtime.algebra import Word
 from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
 from ._runtime.glue import grouped_mm as _glue
-from ._runtime.interface import (
-    LAYOUT_VERSION,
-    KernelEntry,
-    ModelsEntry,
-    ModuleLayout,
-    PlanParam,
-    TensorEntry,
-)
+from ._runtime.interface import LAYOUT_VERSION, KernelEntry, ModelsEntry, ModuleLayout, PlanParam
 from ._runtime.layout import Axis
 from ._runtime.packed import KernelConfig, PackedWeight
 from ._runtime.plans import PlanChecker
+from ._runtime.wrappers import axis
 
 __all__ = [
-    "CONTRACT",
-    "INTERFACE",
-    "LAYOUT",
-    "OPS",
-    "KernelUnavailableError",
-    "LayoutContractError",
-    "PackedWeight",
-    "Plan",
-    "alloc_w2",
-    "alloc_w13",
-    "fused_moe",
-    "load_kernel",
-    "load_w2",
-    "load_w13",
-    "local_experts",
-    "pad_w2",
-    "pad_w13",
-    "plan",
-    "prepack",
-    "prepack_padded",
-    "shard_w2",
-    "shard_w13",
-    "unpad_w2",
-    "unpad_w13",
-    "w2_full_shape",
-    "w2_shapes",
-    "w13_full_shape",
-    "w13_shapes",
-]
+    "CONTRACT", "INTERFACE", "LAYOUT", "OPS", "KernelUnavailableError", "LayoutContractError",
+    "PackedWeight", "Plan", "alloc_w2", "alloc_w13", "fused_moe", "load_kernel", "load_w2",
+    "load_w13", "local_experts", "pad_w2", "pad_w13", "plan", "prepack", "prepack_padded",
+    "shard_w2", "shard_w13", "unpad_w2", "unpad_w13", "w2_full_shape", "w2_shapes",
+    "w13_full_shape", "w13_shapes",
+]  # fmt: skip
 
 CONTRACT = "torch_grouped_mm"
-SOURCE_FILE = 'contracts/torch_grouped_mm.moe'
+SOURCE_FILE = "contracts/torch_grouped_mm.moe"
 SOURCE_SHA256 = "cd0631915963d31b0045f4097b4efb29c56dbd9ff93163d135f9b1a229f407bd"
 SOURCES: tuple[str, ...] = (
-    'torch 2.13.0: torch/_meta_registrations.py _meta_grouped_mm_common / check_valid_strides (16-byte strides, int32 offsets)',
+    "torch 2.13.0: torch/_meta_registrations.py _meta_grouped_mm_common / check_valid_strides (16-byte strides, int32 offsets)",
     "measured in docs/kernels.md section 6.1: 'strides should be multiple of 16 bytes'; 'Offsets have to be int32'",
 )
 PROVED: tuple[str, ...] = (
-    "vacuity",
-    "alignment",
-    "placement",
-    "roundtrip",
-    "inertness",
-    "groups",
-    "kernel-arguments",
-    "coverage",
-    "expert-coverage",
-    "admission",
-)
+    "vacuity", "alignment", "placement", "roundtrip", "inertness", "groups", "kernel-arguments",
+    "coverage", "expert-coverage", "admission",
+)  # fmt: skip
 POLICY = "error"
 FALLBACK: str | None = None
 
 _LOG = logging.getLogger(__name__)
 
-# ---- plan ---------------------------------------------------------------------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+
+_TP_SIZE_VALUES = (
+    1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+)  # fmt: skip
+_PARAMS: tuple[PlanParam, ...] = (
+    PlanParam("num_experts", "range", low=1, high=1024),
+    PlanParam("hidden_size", "range", low=1, high=65536),
+    PlanParam("intermediate_size", "range", low=1, high=262144),
+    PlanParam("tp_size", "set", values=_TP_SIZE_VALUES),
+    PlanParam("activation", "enum", values=("silu", "gelu", "gelu_tanh")),
+    PlanParam("dtype", "enum", values=("bfloat16", "float16", "float32")),
+    PlanParam("ep_size", "set", values=(1, 2, 4, 8), default=1),
+    PlanParam("num_redundant_experts", "range", low=0, high=256, default=0),
+    PlanParam("expert_placement", "enum", values=("linear",), default="linear"),
+)
+_check = _p.checker(CONTRACT, SOURCE_FILE, _PARAMS, dtypes=("dtype",))
 
 
 @dataclass(frozen=True)
@@ -136,7 +115,7 @@ def plan(
     dtype: str | torch.dtype,
     ep_size: int = 1,
     num_redundant_experts: int = 0,
-    expert_placement: str = 'linear',
+    expert_placement: str = "linear",
 ) -> Plan:
     """Plan one configuration of `torch_grouped_mm`.
 
@@ -157,121 +136,67 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        num_experts,
-        hidden_size,
-        intermediate_size,
-        tp_size,
-        activation,
-        dtype,
-        ep_size,
-        num_redundant_experts,
-        expert_placement,
-        warn=True,
-    )
+    return _plan(locals(), warn=True)  # plan()'s arguments, by name
 
 
-def _plan(
-    num_experts: Any,
-    hidden_size: Any,
-    intermediate_size: Any,
-    tp_size: Any,
-    activation: Any,
-    dtype: Any,
-    ep_size: Any,
-    num_redundant_experts: Any,
-    expert_placement: Any,
-    warn: bool,
-) -> Plan:
-    num_experts = _p.check_int(CONTRACT, 'num_experts', num_experts, 1, 1024, SOURCE_FILE)
-    hidden_size = _p.check_int(CONTRACT, 'hidden_size', hidden_size, 1, 65536, SOURCE_FILE)
-    intermediate_size = _p.check_int(
-        CONTRACT,
-        'intermediate_size',
-        intermediate_size,
-        1,
-        262144,
-        SOURCE_FILE,
-    )
-    tp_size = _p.check_choice(
-        CONTRACT,
-        'tp_size',
-        tp_size,
-        (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128),
-        SOURCE_FILE,
-    )
-    activation = _p.check_member(
-        CONTRACT,
-        'activation',
-        activation,
-        ('silu', 'gelu', 'gelu_tanh'),
-        SOURCE_FILE,
-    )
-    dtype = _p.check_dtype(
-        CONTRACT,
-        'dtype',
-        dtype,
-        ('bfloat16', 'float16', 'float32'),
-        SOURCE_FILE,
-    )
-    ep_size = _p.check_choice(CONTRACT, 'ep_size', ep_size, (1, 2, 4, 8), SOURCE_FILE)
-    num_redundant_experts = _p.check_int(
-        CONTRACT,
-        'num_redundant_experts',
-        num_redundant_experts,
-        0,
-        256,
-        SOURCE_FILE,
-    )
-    expert_placement = _ep.check_served(CONTRACT, expert_placement, ('linear',))
+def _plan(args: dict[str, Any], warn: bool) -> Plan:
+    num_experts = _check("num_experts", args["num_experts"])
+    hidden_size = _check("hidden_size", args["hidden_size"])
+    intermediate_size = _check("intermediate_size", args["intermediate_size"])
+    tp_size = _check("tp_size", args["tp_size"])
+    activation = _check("activation", args["activation"])
+    dtype = _check("dtype", args["dtype"])
+    ep_size = _check("ep_size", args["ep_size"])
+    num_redundant_experts = _check("num_redundant_experts", args["num_redundant_experts"])
+    expert_placement = _ep.check_served(CONTRACT, args["expert_placement"], ("linear",))
     _ep.check_ep(num_experts, ep_size, expert_placement, num_redundant_experts)
     local_num_experts = _p.cdiv((num_experts + num_redundant_experts), ep_size)
-    stride_elements = {'bfloat16': 8, 'float16': 8, 'float32': 4}[dtype]
-    intermediate_size_per_partition = (intermediate_size // tp_size)
-    intermediate_size_per_partition_padded = (
-        _p.round_up(intermediate_size_per_partition, stride_elements)
+    stride_elements = {"bfloat16": 8, "float16": 8, "float32": 4}[dtype]
+    intermediate_size_per_partition = intermediate_size // tp_size
+    intermediate_size_per_partition_padded = _p.round_up(
+        intermediate_size_per_partition,
+        stride_elements,
     )
-    if (ep_size > (num_experts + num_redundant_experts)):
-        raise LayoutContractError(_p.broken(
-            CONTRACT, "require", 'contracts/torch_grouped_mm.moe:23',
-            '[EP01] ep_size exceeds the experts: a rank would hold none',
+    if ep_size > (num_experts + num_redundant_experts):
+        raise _p.refused(
+            CONTRACT,
+            "contracts/torch_grouped_mm.moe:23",
+            "[EP01] ep_size exceeds the experts: a rank would hold none",
             {
                 "ep_size": ep_size,
                 "num_experts": num_experts,
                 "num_redundant_experts": num_redundant_experts,
             },
-        ))
+        )
     if (
         not ((num_redundant_experts == 0) or (((num_experts + num_redundant_experts) % ep_size) ==
         0))
-    ):
-        raise LayoutContractError(_p.broken(
-            CONTRACT, "require", 'contracts/torch_grouped_mm.moe:24',
-            'EPLB places the physical experts evenly over the EP ranks (vLLM 0.32 layer.py)',
+    ):  # fmt: skip
+        raise _p.refused(
+            CONTRACT,
+            "contracts/torch_grouped_mm.moe:24",
+            "EPLB places the physical experts evenly over the EP ranks (vLLM 0.32 layer.py)",
             {
                 "num_redundant_experts": num_redundant_experts,
                 "num_experts": num_experts,
                 "ep_size": ep_size,
             },
-        ))
-    if ((intermediate_size % tp_size) != 0):
-        raise LayoutContractError(_p.broken(
-            CONTRACT, "require", 'contracts/torch_grouped_mm.moe:31',
-            'intermediate_size must split evenly over tp_size',
-            {
-                "intermediate_size": intermediate_size,
-                "tp_size": tp_size,
-            },
-        ))
+        )
+    if (intermediate_size % tp_size) != 0:
+        raise _p.refused(
+            CONTRACT,
+            "contracts/torch_grouped_mm.moe:31",
+            "intermediate_size must split evenly over tp_size",
+            {"intermediate_size": intermediate_size, "tp_size": tp_size},
+        )
     reason: str | None = None
-    if reason is None and ((hidden_size % stride_elements) != 0):
+    if reason is None and (hidden_size % stride_elements) != 0:
         reason = _p.broken(
-            CONTRACT, "admit", 'contracts/torch_grouped_mm.moe:38',
-            'hidden_size must be a multiple of 16 bytes of elements (hidden is never padded)',
-            {
-                "hidden_size": hidden_size,
-                "stride_elements": stride_elements,
-            },
+            CONTRACT,
+            "admit",
+            "contracts/torch_grouped_mm.moe:38",
+            "hidden_size must be a multiple of 16 bytes of elements (hidden is never padded)",
+            {"hidden_size": hidden_size, "stride_elements": stride_elements},
         )
     if reason is not None:
         raise LayoutContractError(reason)
@@ -294,206 +219,90 @@ def _plan(
     )
 
 
-def _rederive(p: Plan) -> Plan:
-    return _plan(
-        p.num_experts,
-        p.hidden_size,
-        p.intermediate_size,
-        p.tp_size,
-        p.activation,
-        p.dtype,
-        p.ep_size,
-        p.num_redundant_experts,
-        p.expert_placement,
-        warn=False,
-    )
+# a Plan's parameters planned again (PlanChecker refuses one not made by plan())
+_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, lambda p: _plan(vars(p), warn=False))
+_MODULE = _w.Module(CONTRACT, SOURCE_FILE, _PLANS, tp_param="tp_size")
+local_experts = _w.local_experts(
+    _MODULE,
+    __name__,
+    "num_experts",
+    "ep_size",
+    "expert_placement",
+    "num_redundant_experts",
+)
 
 
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
-
-
-def local_experts(rank: int, plan: Plan) -> tuple[int, torch.Tensor | None]:
-    """`(local_num_experts, expert_map)` of EP rank `rank` (0..ep_size-1) under `plan`.
-
-    expert_map: int32 [num_experts + redundant], the local id of each expert the rank
-    holds and -1 elsewhere; None at ep_size 1. Equal to vLLM 0.32's
-    `determine_expert_map` (tests/conformance/test_expert_parallel.py).
-    Raises LayoutContractError for a plan not made by `plan()`, ExpertParallelError (a
-    LayoutContractError) EP06 for a rank outside the degree.
-    """
-    _PLANS.require(plan)
-    return _expert_map.local_experts(rank, _ep.EpPlan(
-        plan.num_experts, plan.ep_size, plan.expert_placement, plan.num_redundant_experts))
-
-# ---- axis tables: (name, layout, segments, logical, padded, sharded) -------------
+# ---- axis tables: one `axis(name, word, logical=, padded=, segments=, sharded=)` per dim ----
 
 
 def _w13_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.local_num_experts, plan.local_num_experts, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.local_num_experts),
+        axis(
             "n",
-            "halves",
-            2,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.HALVES,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
         ),
-        Axis("k", "none", 1, plan.hidden_size, plan.hidden_size, False),
+        axis("k", Word.NONE, logical=plan.hidden_size),
     )
 
 
 def _w2_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.local_num_experts, plan.local_num_experts, False),
-        Axis("n", "none", 1, plan.hidden_size, plan.hidden_size, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.local_num_experts),
+        axis("n", Word.NONE, logical=plan.hidden_size),
+        axis(
             "k",
-            "pad",
-            1,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.PAD,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            sharded=True,
         ),
     )
 
-# ---- tensors ------------------------------------------------------------------
 
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
 
-def w13_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13` (weight of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13", plan, lambda: (
-        _layout.logical_shape(_w13_axes(plan)),
-        _layout.padded_shape(_w13_axes(plan)),
-    ))
+_W13_ROW = _w.Row(
+    name="w13",
+    kind="weight",
+    projection="w13",
+    line=40,
+    axis_names=("experts", "n", "k"),
+    axes=_w13_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[local_num_experts, 2 * intermediate_size_per_partition, hidden_size]",
+        "[local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
+    ),
+    fill_doc="stored code 0",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+)
+_W13 = _w.tensor_functions(_MODULE, _W13_ROW, _DTYPES, __name__)
+w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
 
-
-def pad_w13(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13` (weight of w13) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [local_num_experts, 2 * intermediate_size_per_partition, hidden_size]
-    Output (padded, same dtype):
-        [local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/torch_grouped_mm.moe line 40.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13", t, _w13_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w13(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13`: padded -> logical `w13`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13", t, _w13_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w13_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13` that `shard_w13` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_axes(plan), plan.tp_size)
-
-
-def shard_w13(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13`.
-
-    `full` has the shape `w13_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype dtype):
-        [local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13", full, rank, plan.tp_size,
-        _w13_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
-
-
-def w2_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2` (weight of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2", plan, lambda: (
-        _layout.logical_shape(_w2_axes(plan)),
-        _layout.padded_shape(_w2_axes(plan)),
-    ))
-
-
-def pad_w2(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2` (weight of w2) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [local_num_experts, hidden_size, intermediate_size_per_partition]
-    Output (padded, same dtype):
-        [local_num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/torch_grouped_mm.moe line 48.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2", t, _w2_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w2(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2`: padded -> logical `w2`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2", t, _w2_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w2_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2` that `shard_w2` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_axes(plan), plan.tp_size)
-
-
-def shard_w2(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2`.
-
-    `full` has the shape `w2_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype dtype):
-        [local_num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2", full, rank, plan.tp_size,
-        _w2_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
+_W2_ROW = _w.Row(
+    name="w2",
+    kind="weight",
+    projection="w2",
+    line=48,
+    axis_names=("experts", "n", "k"),
+    axes=_w2_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[local_num_experts, hidden_size, intermediate_size_per_partition]",
+        "[local_num_experts, hidden_size, intermediate_size_per_partition_padded]",
+    ),
+    fill_doc="stored code 0",
+)
+_W2 = _w.tensor_functions(_MODULE, _W2_ROW, _DTYPES, __name__)
+w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
 # ---- glue: torch._grouped_mm ----
 # The kernel call is runtime/glue/grouped_mm.py; its INTERFACE is what the
@@ -523,70 +332,30 @@ def _config(plan: Plan) -> KernelConfig:
                 ("w13", w13_shapes(plan)[1]),
                 ("w2", w2_shapes(plan)[1]),
             ),
-            args=(
-            ),
+            args=(),
         )
 
     return _PLANS.memo("config", plan, make)
 
 
-def load_kernel() -> None:
-    """Make the kernel's ops available (see runtime/glue/grouped_mm.py).
-
-    Raises KernelUnavailableError naming the package to install.
-    """
-    _glue.load_kernel(CONTRACT)
-
-
-def prepack_padded(
-    padded_w13: torch.Tensor, padded_w2: torch.Tensor, plan: Plan, *,
-    out: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[PackedWeight, PackedWeight]:
-    """Prepack already padded weights (from `pad_*` or `shard_*`) for `fused_moe`.
-
-    padded_w13: [local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    padded_w2: [local_num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Both in the weights' storage dtype, contiguous CPU. Returns the two
-    `PackedWeight` that `fused_moe` takes (it refuses anything else).
-    out: (w13, w2) contiguous CPU tensors of the padded shapes and dtype, sharing no memory
-    with the inputs, that the packed bytes are written into instead of new tensors (e.g.
-    a whole layer's packed tensor, filled a chunk of experts at a time), where the
-    kernel's packed form is such a tensor.
-    Raises LayoutContractError on wrong tensors or `out` (or `out` for a kernel whose
-    packed form is not a tensor of the padded shape), KernelUnavailableError when the
-    kernel cannot run here.
-    """
-    _PLANS.require(plan)
-    cfg = _config(plan)
-    w13 = _layout.check_tensor(CONTRACT, "padded_w13", padded_w13, w13_shapes(plan)[1], cfg.dtype)
-    w2 = _layout.check_tensor(CONTRACT, "padded_w2", padded_w2, w2_shapes(plan)[1], cfg.dtype)
-    dst = None
-    if out is not None:
-        if not isinstance(out, tuple) or len(out) != 2:
-            raise LayoutContractError(
-                f"{CONTRACT}: prepack_padded out= must be a (w13, w2) tuple of tensors"
-            )
-        # each out= shares memory with neither input (w13 is packed before w2 is read)
-        # nor the other out=
-        o13 = _layout.check_out(
-            CONTRACT, "packed w13", out[0], (w13, w2), w13_shapes(plan)[1], cfg.dtype
-        )
-        o2 = _layout.check_out(
-            CONTRACT, "packed w2", out[1], (w13, w2, o13), w2_shapes(plan)[1], cfg.dtype
-        )
-        dst = (o13, o2)
-    return _glue.prepack_padded(cfg, w13, w2, dst)
-
-
-def prepack(w13: torch.Tensor, w2: torch.Tensor, plan: Plan) -> tuple[PackedWeight, PackedWeight]:
-    """Pad both logical weights, then prepack them (`pad_w13`, `pad_w2`, `prepack_padded`).
-
-    w13 (logical): [local_num_experts, 2 * intermediate_size_per_partition, hidden_size]
-    w2 (logical): [local_num_experts, hidden_size, intermediate_size_per_partition]
-    Raises as `pad_*` and `prepack_padded`.
-    """
-    _PLANS.require(plan)
-    return prepack_padded(pad_w13(w13, plan).contiguous(), pad_w2(w2, plan).contiguous(), plan)
+_KERNEL = _w.kernel_functions(
+    _MODULE,
+    __name__,
+    _glue,
+    _config,
+    _W13,
+    _W2,
+    ("w13", "w2"),
+    (
+        "[local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
+        "[local_num_experts, hidden_size, intermediate_size_per_partition_padded]",
+        "[local_num_experts, 2 * intermediate_size_per_partition, hidden_size]",
+        "[local_num_experts, hidden_size, intermediate_size_per_partition]",
+    ),
+)
+load_kernel = _KERNEL.load_kernel
+prepack_padded = _KERNEL.prepack_padded
+prepack = _KERNEL.prepack
 
 
 def fused_moe(
@@ -619,108 +388,19 @@ def fused_moe(
     _PLANS.require(plan)
 
     def kernel(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        return _glue.fused_moe(
-            _config(plan), x, packed_w13, packed_w2, weights, ids,
-        )
+        return _glue.fused_moe(_config(plan), x, packed_w13, packed_w2, weights, ids)
 
     if expert_map is None and isinstance(topk_ids, torch.Tensor):
         _expert_map.refuse_global(CONTRACT, topk_ids, plan.local_num_experts, plan.ep_size)
     return _expert_map.run_local(
-        CONTRACT, kernel, hidden_states, topk_weights, topk_ids, expert_map,
+        CONTRACT,
+        kernel,
+        hidden_states,
+        topk_weights,
+        topk_ids,
+        expert_map,
     )
 
-# ---- loading: one checkpoint tensor at a time into a rank's padded parameter ----
-# The code is runtime/loading.py; see its docstring for source shapes and layouts.
-
-
-def alloc_w13(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/torch_grouped_mm.moe line 40.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13", _w13_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w13(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13 axes", plan, lambda: _w13_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [local_num_experts, hidden_size, intermediate_size_per_partition_padded]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/torch_grouped_mm.moe line 48.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2", _w2_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w2(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2 axes", plan, lambda: _w2_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
 
 # ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
 # The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
@@ -731,47 +411,19 @@ LAYOUT = ModuleLayout(
     source_file=SOURCE_FILE,
     plan=plan,
     plan_type=Plan,
-    plan_params=(
-        PlanParam("num_experts", "range", low=1, high=1024),
-        PlanParam("hidden_size", "range", low=1, high=65536),
-        PlanParam("intermediate_size", "range", low=1, high=262144),
-        PlanParam(
-            "tp_size", "set",
-            values=(
-                1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96,
-                112, 128,
-            ),
-        ),
-        PlanParam("activation", "enum", values=("silu", "gelu", "gelu_tanh")),
-        PlanParam("dtype", "enum", values=("bfloat16", "float16", "float32")),
-        PlanParam("ep_size", "set", values=(1, 2, 4, 8), default=1),
-        PlanParam("num_redundant_experts", "range", low=0, high=256, default=0),
-        PlanParam("expert_placement", "enum", values=("linear",), default="linear"),
-    ),
+    plan_params=_PARAMS,
     shard_count="tp_size",
     tensors=(
-        TensorEntry(
-            "w13", "weight", "w13",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=40, declaration="tensor w13: weight w13",
-            shapes=w13_shapes, axis_table=_w13_axes,
-            pad=pad_w13, unpad=unpad_w13,
-            alloc=alloc_w13, load=load_w13,
-            full_shape=w13_full_shape, shard=shard_w13,
-        ),
-        TensorEntry(
-            "w2", "weight", "w2",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=48, declaration="tensor w2: weight w2",
-            shapes=w2_shapes, axis_table=_w2_axes,
-            pad=pad_w2, unpad=unpad_w2,
-            alloc=alloc_w2, load=load_w2,
-            full_shape=w2_full_shape, shard=shard_w2,
-        ),
+        _w.entry(_W13_ROW, _W13),
+        _w.entry(_W2_ROW, _W2),
     ),
     kernel=KernelEntry(
-        glue=INTERFACE, config=_config, load_kernel=load_kernel,
-        prepack=prepack, prepack_padded=prepack_padded, fused_moe=fused_moe,
+        glue=INTERFACE,
+        config=_config,
+        load_kernel=load_kernel,
+        prepack=prepack,
+        prepack_padded=prepack_padded,
+        fused_moe=fused_moe,
     ),
     local_experts=local_experts,
     models=(

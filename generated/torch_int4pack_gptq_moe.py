@@ -15,11 +15,11 @@ Sources:
 - GPTQ (AutoGPTQ / GPTQModel) and AutoAWQ: a group's weight is (q - z) * s, one (s, z)
   per group_size input channels
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic,
-the axis table of each tensor and thin wrappers. The code that pads, shards and
-calls the kernel is the shared runtime in `_runtime/` (layoutc/runtime). Every
-function validates its inputs and raises `LayoutContractError` (a `ValueError`)
-naming the tensor and the expected shape.
+Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
+table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
+shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
+`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
+`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
 """
 
 from __future__ import annotations
@@ -30,92 +30,62 @@ from typing import Any
 
 import torch
 
-from ._runtime import layout as _layout
-from ._runtime import loading as _loading
 from ._runtime import params as _p
+from ._runtime import wrappers as _w
+from ._runtime.algebra import Word
 from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
-from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam, TensorEntry
+from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam
 from ._runtime.layout import Axis
 from ._runtime.plans import PlanChecker
+from ._runtime.wrappers import axis
 
 __all__ = [
-    "CONTRACT",
-    "LAYOUT",
-    "KernelUnavailableError",
-    "LayoutContractError",
-    "Plan",
-    "alloc_w2_qweight",
-    "alloc_w2_scales",
-    "alloc_w2_zeros",
-    "alloc_w13_qweight",
-    "alloc_w13_scales",
-    "alloc_w13_zeros",
-    "load_w2_qweight",
-    "load_w2_scales",
-    "load_w2_zeros",
-    "load_w13_qweight",
-    "load_w13_scales",
-    "load_w13_zeros",
-    "pad_w2_qweight",
-    "pad_w2_scales",
-    "pad_w2_zeros",
-    "pad_w13_qweight",
-    "pad_w13_scales",
-    "pad_w13_zeros",
-    "plan",
-    "shard_w2_qweight",
-    "shard_w2_scales",
-    "shard_w2_zeros",
-    "shard_w13_qweight",
-    "shard_w13_scales",
-    "shard_w13_zeros",
-    "unpad_w2_qweight",
-    "unpad_w2_scales",
-    "unpad_w2_zeros",
-    "unpad_w13_qweight",
-    "unpad_w13_scales",
-    "unpad_w13_zeros",
-    "w2_qweight_full_shape",
-    "w2_qweight_shapes",
-    "w2_scales_full_shape",
-    "w2_scales_shapes",
-    "w2_zeros_full_shape",
-    "w2_zeros_shapes",
-    "w13_qweight_full_shape",
-    "w13_qweight_shapes",
-    "w13_scales_full_shape",
-    "w13_scales_shapes",
-    "w13_zeros_full_shape",
-    "w13_zeros_shapes",
-]
+    "CONTRACT", "LAYOUT", "KernelUnavailableError", "LayoutContractError", "Plan",
+    "alloc_w2_qweight", "alloc_w2_scales", "alloc_w2_zeros", "alloc_w13_qweight",
+    "alloc_w13_scales", "alloc_w13_zeros", "load_w2_qweight", "load_w2_scales", "load_w2_zeros",
+    "load_w13_qweight", "load_w13_scales", "load_w13_zeros", "pad_w2_qweight", "pad_w2_scales",
+    "pad_w2_zeros", "pad_w13_qweight", "pad_w13_scales", "pad_w13_zeros", "plan",
+    "shard_w2_qweight", "shard_w2_scales", "shard_w2_zeros", "shard_w13_qweight",
+    "shard_w13_scales", "shard_w13_zeros", "unpad_w2_qweight", "unpad_w2_scales", "unpad_w2_zeros",
+    "unpad_w13_qweight", "unpad_w13_scales", "unpad_w13_zeros", "w2_qweight_full_shape",
+    "w2_qweight_shapes", "w2_scales_full_shape", "w2_scales_shapes", "w2_zeros_full_shape",
+    "w2_zeros_shapes", "w13_qweight_full_shape", "w13_qweight_shapes", "w13_scales_full_shape",
+    "w13_scales_shapes", "w13_zeros_full_shape", "w13_zeros_shapes",
+]  # fmt: skip
 
 CONTRACT = "torch_int4pack_gptq_moe"
-SOURCE_FILE = 'contracts/torch_int4pack_gptq_moe.moe'
+SOURCE_FILE = "contracts/torch_int4pack_gptq_moe.moe"
 SOURCE_SHA256 = "b9afa557425dc62eb6f4661cc252dd8dd71ab36a75b37ed390363f6f853e0572"
 SOURCES: tuple[str, ...] = (
-    'torch 2.13.0: aten/src/ATen/native/LinearAlgebra.cpp _convert_weight_to_int4pack_cpu / _weight_int4pack_mm_cpu checks (N % 16, K even, K % qGroupSize, qGroupSize in {32, 64, 128, 256})',
-    'measured in docs/kernels.md section 6.2: dequantisation is (q - 8) * scale + zero; scales_and_zeros is [K / group_size, N, 2]',
+    "torch 2.13.0: aten/src/ATen/native/LinearAlgebra.cpp _convert_weight_to_int4pack_cpu / _weight_int4pack_mm_cpu checks (N % 16, K even, K % qGroupSize, qGroupSize in {32, 64, 128, 256})",
+    "measured in docs/kernels.md section 6.2: dequantisation is (q - 8) * scale + zero; scales_and_zeros is [K / group_size, N, 2]",
     "GPTQ (AutoGPTQ / GPTQModel) and AutoAWQ: a group's weight is (q - z) * s, one (s, z) per group_size input channels",
 )
 PROVED: tuple[str, ...] = (
-    "vacuity",
-    "alignment",
-    "placement",
-    "roundtrip",
-    "inertness",
-    "groups",
-    "kernel-arguments",
-    "coverage",
-    "expert-coverage",
-    "admission",
-)
+    "vacuity", "alignment", "placement", "roundtrip", "inertness", "groups", "kernel-arguments",
+    "coverage", "expert-coverage", "admission",
+)  # fmt: skip
 POLICY = "error"
 FALLBACK: str | None = None
 
 _LOG = logging.getLogger(__name__)
 
-# ---- plan ---------------------------------------------------------------------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+
+_TP_SIZE_VALUES = (
+    1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+)  # fmt: skip
+_PARAMS: tuple[PlanParam, ...] = (
+    PlanParam("num_experts", "range", low=1, high=1024),
+    PlanParam("hidden_size", "range", low=16, high=65536),
+    PlanParam("intermediate_size", "range", low=1, high=262144),
+    PlanParam("tp_size", "set", values=_TP_SIZE_VALUES),
+    PlanParam("group_size", "set", values=(32, 64, 128, 256)),
+    PlanParam("activation", "enum", values=("silu", "gelu", "gelu_tanh")),
+    PlanParam("dtype", "enum", values=("bfloat16", "float16", "float32")),
+)
+_check = _p.checker(CONTRACT, SOURCE_FILE, _PARAMS, dtypes=("dtype",))
 
 
 @dataclass(frozen=True)
@@ -163,95 +133,44 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        num_experts,
-        hidden_size,
-        intermediate_size,
-        tp_size,
-        group_size,
-        activation,
-        dtype,
-        warn=True,
-    )
+    return _plan(locals(), warn=True)  # plan()'s arguments, by name
 
 
-def _plan(
-    num_experts: Any,
-    hidden_size: Any,
-    intermediate_size: Any,
-    tp_size: Any,
-    group_size: Any,
-    activation: Any,
-    dtype: Any,
-    warn: bool,
-) -> Plan:
-    num_experts = _p.check_int(CONTRACT, 'num_experts', num_experts, 1, 1024, SOURCE_FILE)
-    hidden_size = _p.check_int(CONTRACT, 'hidden_size', hidden_size, 16, 65536, SOURCE_FILE)
-    intermediate_size = _p.check_int(
-        CONTRACT,
-        'intermediate_size',
-        intermediate_size,
-        1,
-        262144,
-        SOURCE_FILE,
-    )
-    tp_size = _p.check_choice(
-        CONTRACT,
-        'tp_size',
-        tp_size,
-        (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128),
-        SOURCE_FILE,
-    )
-    group_size = _p.check_choice(
-        CONTRACT,
-        'group_size',
-        group_size,
-        (32, 64, 128, 256),
-        SOURCE_FILE,
-    )
-    activation = _p.check_member(
-        CONTRACT,
-        'activation',
-        activation,
-        ('silu', 'gelu', 'gelu_tanh'),
-        SOURCE_FILE,
-    )
-    dtype = _p.check_dtype(
-        CONTRACT,
-        'dtype',
-        dtype,
-        ('bfloat16', 'float16', 'float32'),
-        SOURCE_FILE,
-    )
-    shard_size = (_p.cdiv(intermediate_size, (group_size * tp_size)) * group_size)
+def _plan(args: dict[str, Any], warn: bool) -> Plan:
+    num_experts = _check("num_experts", args["num_experts"])
+    hidden_size = _check("hidden_size", args["hidden_size"])
+    intermediate_size = _check("intermediate_size", args["intermediate_size"])
+    tp_size = _check("tp_size", args["tp_size"])
+    group_size = _check("group_size", args["group_size"])
+    activation = _check("activation", args["activation"])
+    dtype = _check("dtype", args["dtype"])
+    shard_size = _p.cdiv(intermediate_size, (group_size * tp_size)) * group_size
     intermediate_size_per_partition = shard_size
     intermediate_size_per_partition_padded = shard_size
     reason: str | None = None
-    if reason is None and ((intermediate_size % group_size) != 0):
+    if reason is None and (intermediate_size % group_size) != 0:
         reason = _p.broken(
-            CONTRACT, "admit", 'contracts/torch_int4pack_gptq_moe.moe:33',
+            CONTRACT,
+            "admit",
+            "contracts/torch_int4pack_gptq_moe.moe:33",
             "the intermediate dim must be whole quant groups (w2's K is sharded in whole groups; a ragged last group has no kernel group)",
-            {
-                "intermediate_size": intermediate_size,
-                "group_size": group_size,
-            },
+            {"intermediate_size": intermediate_size, "group_size": group_size},
         )
-    if reason is None and ((hidden_size % group_size) != 0):
+    if reason is None and (hidden_size % group_size) != 0:
         reason = _p.broken(
-            CONTRACT, "admit", 'contracts/torch_int4pack_gptq_moe.moe:34',
+            CONTRACT,
+            "admit",
+            "contracts/torch_int4pack_gptq_moe.moe:34",
             "w13's reduction dim (hidden_size) must be a whole number of quant groups; hidden is never padded",
-            {
-                "hidden_size": hidden_size,
-                "group_size": group_size,
-            },
+            {"hidden_size": hidden_size, "group_size": group_size},
         )
-    if reason is None and ((hidden_size % 16) != 0):
+    if reason is None and (hidden_size % 16) != 0:
         reason = _p.broken(
-            CONTRACT, "admit", 'contracts/torch_int4pack_gptq_moe.moe:35',
+            CONTRACT,
+            "admit",
+            "contracts/torch_int4pack_gptq_moe.moe:35",
             "w2's output dim (hidden_size) must be a multiple of 16 for int4 packing",
-            {
-                "hidden_size": hidden_size,
-            },
+            {"hidden_size": hidden_size},
         )
     if reason is not None:
         raise LayoutContractError(reason)
@@ -271,97 +190,78 @@ def _plan(
     )
 
 
-def _rederive(p: Plan) -> Plan:
-    return _plan(
-        p.num_experts,
-        p.hidden_size,
-        p.intermediate_size,
-        p.tp_size,
-        p.group_size,
-        p.activation,
-        p.dtype,
-        warn=False,
-    )
+# a Plan's parameters planned again (PlanChecker refuses one not made by plan())
+_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, lambda p: _plan(vars(p), warn=False))
+_MODULE = _w.Module(
+    CONTRACT,
+    SOURCE_FILE,
+    _PLANS,
+    tp_param="tp_size",
+    block_shard="`shard ... in blocks of group_size`, line 28",
+)
 
 
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
-
-# ---- axis tables: (name, layout, segments, logical, padded, sharded) -------------
+# ---- axis tables: one `axis(name, word, logical=, padded=, segments=, sharded=)` per dim ----
 
 
 def _w13_qweight_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis(
             "n",
-            "halves",
-            2,
-            plan.shard_size,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.HALVES,
+            logical=plan.shard_size,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
             full=plan.intermediate_size,
         ),
-        Axis("k", "none", 1, plan.hidden_size, plan.hidden_size, False),
+        axis("k", Word.NONE, logical=plan.hidden_size),
     )
 
 
 def _w13_scales_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis(
             "n",
-            "halves",
-            2,
-            plan.shard_size,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.HALVES,
+            logical=plan.shard_size,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
             full=plan.intermediate_size,
         ),
-        Axis(
-            "k",
-            "none",
-            1,
-            _p.groups(plan.hidden_size, plan.group_size),
-            _p.groups(plan.hidden_size, plan.group_size),
-            False,
-        ),
+        axis("k", Word.NONE, logical=_p.groups(plan.hidden_size, plan.group_size)),
     )
 
 
 def _w13_zeros_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis(
             "n",
-            "halves",
-            2,
-            plan.shard_size,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.HALVES,
+            logical=plan.shard_size,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
             full=plan.intermediate_size,
         ),
-        Axis(
-            "k",
-            "none",
-            1,
-            _p.groups(plan.hidden_size, plan.group_size),
-            _p.groups(plan.hidden_size, plan.group_size),
-            False,
-        ),
+        axis("k", Word.NONE, logical=_p.groups(plan.hidden_size, plan.group_size)),
     )
 
 
 def _w2_qweight_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis("n", "none", 1, plan.hidden_size, plan.hidden_size, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis("n", Word.NONE, logical=plan.hidden_size),
+        axis(
             "k",
-            "pad",
-            1,
-            plan.shard_size,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.PAD,
+            logical=plan.shard_size,
+            padded=plan.intermediate_size_per_partition_padded,
+            sharded=True,
             full=plan.intermediate_size,
         ),
     )
@@ -369,15 +269,14 @@ def _w2_qweight_axes(plan: Plan) -> tuple[Axis, ...]:
 
 def _w2_scales_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis("n", "none", 1, plan.hidden_size, plan.hidden_size, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis("n", Word.NONE, logical=plan.hidden_size),
+        axis(
             "k",
-            "pad",
-            1,
-            _p.groups(plan.shard_size, plan.group_size),
-            _p.groups(plan.intermediate_size_per_partition_padded, plan.group_size),
-            plan.group_size != -1,
+            Word.PAD,
+            logical=_p.groups(plan.shard_size, plan.group_size),
+            padded=_p.groups(plan.intermediate_size_per_partition_padded, plan.group_size),
+            sharded=plan.group_size != -1,
             full=_p.groups(plan.intermediate_size, plan.group_size),
         ),
     )
@@ -385,719 +284,171 @@ def _w2_scales_axes(plan: Plan) -> tuple[Axis, ...]:
 
 def _w2_zeros_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis("n", "none", 1, plan.hidden_size, plan.hidden_size, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis("n", Word.NONE, logical=plan.hidden_size),
+        axis(
             "k",
-            "pad",
-            1,
-            _p.groups(plan.shard_size, plan.group_size),
-            _p.groups(plan.intermediate_size_per_partition_padded, plan.group_size),
-            plan.group_size != -1,
+            Word.PAD,
+            logical=_p.groups(plan.shard_size, plan.group_size),
+            padded=_p.groups(plan.intermediate_size_per_partition_padded, plan.group_size),
+            sharded=plan.group_size != -1,
             full=_p.groups(plan.intermediate_size, plan.group_size),
         ),
     )
 
-# ---- tensors ------------------------------------------------------------------
 
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+
+_W13_QWEIGHT_ROW = _w.Row(
+    name="w13_qweight",
+    kind="weight",
+    projection="w13",
+    line=40,
+    axis_names=("experts", "n", "k"),
+    axes=_w13_qweight_axes,
+    dtype=torch.int32,
+    fill=8,
+    shape_docs=(
+        "[num_experts, 2 * shard_size, hidden_size]",
+        "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
+    ),
+    fill_doc="stored code 8",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+)
+_W13_QWEIGHT = _w.tensor_functions(_MODULE, _W13_QWEIGHT_ROW, _DTYPES, __name__)
+w13_qweight_shapes = _W13_QWEIGHT.shapes
+pad_w13_qweight = _W13_QWEIGHT.pad
+unpad_w13_qweight = _W13_QWEIGHT.unpad
+w13_qweight_full_shape = _W13_QWEIGHT.full_shape
+shard_w13_qweight = _W13_QWEIGHT.shard
+alloc_w13_qweight = _W13_QWEIGHT.alloc
+load_w13_qweight = _W13_QWEIGHT.load
+
+_W13_SCALES_ROW = _w.Row(
+    name="w13_scales",
+    kind="scale",
+    projection="w13",
+    line=50,
+    axis_names=("experts", "n", "k"),
+    axes=_w13_scales_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, 2 * shard_size, hidden_size / group_size]",
+        "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / group_size]",
+    ),
+    fill_doc="stored code 0",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+)
+_W13_SCALES = _w.tensor_functions(_MODULE, _W13_SCALES_ROW, _DTYPES, __name__)
+w13_scales_shapes = _W13_SCALES.shapes
+pad_w13_scales = _W13_SCALES.pad
+unpad_w13_scales = _W13_SCALES.unpad
+w13_scales_full_shape = _W13_SCALES.full_shape
+shard_w13_scales = _W13_SCALES.shard
+alloc_w13_scales = _W13_SCALES.alloc
+load_w13_scales = _W13_SCALES.load
+
+_W13_ZEROS_ROW = _w.Row(
+    name="w13_zeros",
+    kind="zero",
+    projection="w13",
+    line=59,
+    axis_names=("experts", "n", "k"),
+    axes=_w13_zeros_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, 2 * shard_size, hidden_size / group_size]",
+        "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / group_size]",
+    ),
+    fill_doc="stored code 0",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+)
+_W13_ZEROS = _w.tensor_functions(_MODULE, _W13_ZEROS_ROW, _DTYPES, __name__)
+w13_zeros_shapes = _W13_ZEROS.shapes
+pad_w13_zeros = _W13_ZEROS.pad
+unpad_w13_zeros = _W13_ZEROS.unpad
+w13_zeros_full_shape = _W13_ZEROS.full_shape
+shard_w13_zeros = _W13_ZEROS.shard
+alloc_w13_zeros = _W13_ZEROS.alloc
+load_w13_zeros = _W13_ZEROS.load
+
+_W2_QWEIGHT_ROW = _w.Row(
+    name="w2_qweight",
+    kind="weight",
+    projection="w2",
+    line=67,
+    axis_names=("experts", "n", "k"),
+    axes=_w2_qweight_axes,
+    dtype=torch.int32,
+    fill=8,
+    shape_docs=(
+        "[num_experts, hidden_size, shard_size]",
+        "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
+    ),
+    fill_doc="stored code 8",
+)
+_W2_QWEIGHT = _w.tensor_functions(_MODULE, _W2_QWEIGHT_ROW, _DTYPES, __name__)
+w2_qweight_shapes = _W2_QWEIGHT.shapes
+pad_w2_qweight = _W2_QWEIGHT.pad
+unpad_w2_qweight = _W2_QWEIGHT.unpad
+w2_qweight_full_shape = _W2_QWEIGHT.full_shape
+shard_w2_qweight = _W2_QWEIGHT.shard
+alloc_w2_qweight = _W2_QWEIGHT.alloc
+load_w2_qweight = _W2_QWEIGHT.load
+
+_W2_SCALES_ROW = _w.Row(
+    name="w2_scales",
+    kind="scale",
+    projection="w2",
+    line=77,
+    axis_names=("experts", "n", "k"),
+    axes=_w2_scales_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, hidden_size, shard_size / group_size]",
+        "[num_experts, hidden_size, intermediate_size_per_partition_padded / group_size]",
+    ),
+    fill_doc="stored code 0",
+)
+_W2_SCALES = _w.tensor_functions(_MODULE, _W2_SCALES_ROW, _DTYPES, __name__)
+w2_scales_shapes = _W2_SCALES.shapes
+pad_w2_scales = _W2_SCALES.pad
+unpad_w2_scales = _W2_SCALES.unpad
+w2_scales_full_shape = _W2_SCALES.full_shape
+shard_w2_scales = _W2_SCALES.shard
+alloc_w2_scales = _W2_SCALES.alloc
+load_w2_scales = _W2_SCALES.load
+
+_W2_ZEROS_ROW = _w.Row(
+    name="w2_zeros",
+    kind="zero",
+    projection="w2",
+    line=85,
+    axis_names=("experts", "n", "k"),
+    axes=_w2_zeros_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, hidden_size, shard_size / group_size]",
+        "[num_experts, hidden_size, intermediate_size_per_partition_padded / group_size]",
+    ),
+    fill_doc="stored code 0",
+)
+_W2_ZEROS = _w.tensor_functions(_MODULE, _W2_ZEROS_ROW, _DTYPES, __name__)
+w2_zeros_shapes = _W2_ZEROS.shapes
+pad_w2_zeros = _W2_ZEROS.pad
+unpad_w2_zeros = _W2_ZEROS.unpad
+w2_zeros_full_shape = _W2_ZEROS.full_shape
+shard_w2_zeros = _W2_ZEROS.shard
+alloc_w2_zeros = _W2_ZEROS.alloc
+load_w2_zeros = _W2_ZEROS.load
 
-def w13_qweight_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13_qweight` (weight of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13_qweight", plan, lambda: (
-        _layout.logical_shape(_w13_qweight_axes(plan)),
-        _layout.padded_shape(_w13_qweight_axes(plan)),
-    ))
-
-
-def pad_w13_qweight(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13_qweight` (weight of w13) for the kernel.
-
-    Input (logical, dtype int32, CPU):
-        [num_experts, 2 * shard_size, hidden_size]
-    Output (padded, same dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Pad positions hold the stored code 8. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/torch_int4pack_gptq_moe.moe line 40.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13_qweight", t, _w13_qweight_axes(plan),
-        torch.int32, 8, out,
-    )
-
-
-def unpad_w13_qweight(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13_qweight`: padded -> logical `w13_qweight`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13_qweight", t, _w13_qweight_axes(plan), torch.int32,
-    )
-
-
-def w13_qweight_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13_qweight` that `shard_w13_qweight` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_qweight_axes(plan), plan.tp_size)
-
-
-def shard_w13_qweight(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13_qweight`.
-
-    `full` has the shape `w13_qweight_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    The contract shards in whole blocks (`shard ... in blocks of group_size`, line 28): rank r
-    reads entries [min(r * L, FULL), min((r + 1) * L, FULL)) of each segment, so
-    the last ranks may read fewer than L (or none); the rest of their L holds the fill.
-    Output (dtype int32):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13_qweight", full, rank, plan.tp_size,
-        _w13_qweight_axes(plan), torch.int32, 8, out, once=False,
-    )
-
-
-def w13_scales_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13_scales` (scale of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13_scales", plan, lambda: (
-        _layout.logical_shape(_w13_scales_axes(plan)),
-        _layout.padded_shape(_w13_scales_axes(plan)),
-    ))
-
-
-def pad_w13_scales(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13_scales` (scale of w13) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [num_experts, 2 * shard_size, hidden_size / group_size]
-    Output (padded, same dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / group_size]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/torch_int4pack_gptq_moe.moe line 50.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13_scales", t, _w13_scales_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w13_scales(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13_scales`: padded -> logical `w13_scales`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13_scales", t, _w13_scales_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w13_scales_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13_scales` that `shard_w13_scales` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_scales_axes(plan), plan.tp_size)
-
-
-def shard_w13_scales(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13_scales`.
-
-    `full` has the shape `w13_scales_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    The contract shards in whole blocks (`shard ... in blocks of group_size`, line 28): rank r
-    reads entries [min(r * L, FULL), min((r + 1) * L, FULL)) of each segment, so
-    the last ranks may read fewer than L (or none); the rest of their L holds the fill.
-    Output (dtype dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / group_size]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13_scales", full, rank, plan.tp_size,
-        _w13_scales_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
-
-
-def w13_zeros_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13_zeros` (zero of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13_zeros", plan, lambda: (
-        _layout.logical_shape(_w13_zeros_axes(plan)),
-        _layout.padded_shape(_w13_zeros_axes(plan)),
-    ))
-
-
-def pad_w13_zeros(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13_zeros` (zero of w13) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [num_experts, 2 * shard_size, hidden_size / group_size]
-    Output (padded, same dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / group_size]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/torch_int4pack_gptq_moe.moe line 59.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13_zeros", t, _w13_zeros_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w13_zeros(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13_zeros`: padded -> logical `w13_zeros`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13_zeros", t, _w13_zeros_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w13_zeros_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13_zeros` that `shard_w13_zeros` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_zeros_axes(plan), plan.tp_size)
-
-
-def shard_w13_zeros(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13_zeros`.
-
-    `full` has the shape `w13_zeros_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    The contract shards in whole blocks (`shard ... in blocks of group_size`, line 28): rank r
-    reads entries [min(r * L, FULL), min((r + 1) * L, FULL)) of each segment, so
-    the last ranks may read fewer than L (or none); the rest of their L holds the fill.
-    Output (dtype dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / group_size]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13_zeros", full, rank, plan.tp_size,
-        _w13_zeros_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
-
-
-def w2_qweight_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2_qweight` (weight of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2_qweight", plan, lambda: (
-        _layout.logical_shape(_w2_qweight_axes(plan)),
-        _layout.padded_shape(_w2_qweight_axes(plan)),
-    ))
-
-
-def pad_w2_qweight(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2_qweight` (weight of w2) for the kernel.
-
-    Input (logical, dtype int32, CPU):
-        [num_experts, hidden_size, shard_size]
-    Output (padded, same dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Pad positions hold the stored code 8. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/torch_int4pack_gptq_moe.moe line 67.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2_qweight", t, _w2_qweight_axes(plan),
-        torch.int32, 8, out,
-    )
-
-
-def unpad_w2_qweight(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2_qweight`: padded -> logical `w2_qweight`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2_qweight", t, _w2_qweight_axes(plan), torch.int32,
-    )
-
-
-def w2_qweight_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2_qweight` that `shard_w2_qweight` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_qweight_axes(plan), plan.tp_size)
-
-
-def shard_w2_qweight(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2_qweight`.
-
-    `full` has the shape `w2_qweight_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    The contract shards in whole blocks (`shard ... in blocks of group_size`, line 28): rank r
-    reads entries [min(r * L, FULL), min((r + 1) * L, FULL)) of each segment, so
-    the last ranks may read fewer than L (or none); the rest of their L holds the fill.
-    Output (dtype int32):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2_qweight", full, rank, plan.tp_size,
-        _w2_qweight_axes(plan), torch.int32, 8, out, once=False,
-    )
-
-
-def w2_scales_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2_scales` (scale of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2_scales", plan, lambda: (
-        _layout.logical_shape(_w2_scales_axes(plan)),
-        _layout.padded_shape(_w2_scales_axes(plan)),
-    ))
-
-
-def pad_w2_scales(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2_scales` (scale of w2) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [num_experts, hidden_size, shard_size / group_size]
-    Output (padded, same dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded / group_size]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/torch_int4pack_gptq_moe.moe line 77.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2_scales", t, _w2_scales_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w2_scales(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2_scales`: padded -> logical `w2_scales`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2_scales", t, _w2_scales_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w2_scales_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2_scales` that `shard_w2_scales` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_scales_axes(plan), plan.tp_size)
-
-
-def shard_w2_scales(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2_scales`.
-
-    `full` has the shape `w2_scales_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    The contract shards in whole blocks (`shard ... in blocks of group_size`, line 28): rank r
-    reads entries [min(r * L, FULL), min((r + 1) * L, FULL)) of each segment, so
-    the last ranks may read fewer than L (or none); the rest of their L holds the fill.
-    Output (dtype dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded / group_size]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2_scales", full, rank, plan.tp_size,
-        _w2_scales_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
-
-
-def w2_zeros_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2_zeros` (zero of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2_zeros", plan, lambda: (
-        _layout.logical_shape(_w2_zeros_axes(plan)),
-        _layout.padded_shape(_w2_zeros_axes(plan)),
-    ))
-
-
-def pad_w2_zeros(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2_zeros` (zero of w2) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [num_experts, hidden_size, shard_size / group_size]
-    Output (padded, same dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded / group_size]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/torch_int4pack_gptq_moe.moe line 85.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2_zeros", t, _w2_zeros_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w2_zeros(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2_zeros`: padded -> logical `w2_zeros`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2_zeros", t, _w2_zeros_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w2_zeros_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2_zeros` that `shard_w2_zeros` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_zeros_axes(plan), plan.tp_size)
-
-
-def shard_w2_zeros(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2_zeros`.
-
-    `full` has the shape `w2_zeros_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    The contract shards in whole blocks (`shard ... in blocks of group_size`, line 28): rank r
-    reads entries [min(r * L, FULL), min((r + 1) * L, FULL)) of each segment, so
-    the last ranks may read fewer than L (or none); the rest of their L holds the fill.
-    Output (dtype dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded / group_size]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2_zeros", full, rank, plan.tp_size,
-        _w2_zeros_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
-
-# ---- loading: one checkpoint tensor at a time into a rank's padded parameter ----
-# The code is runtime/loading.py; see its docstring for source shapes and layouts.
-
-
-def alloc_w13_qweight(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13_qweight`: pads written once, live rows left to load.
-
-    Shape (dtype int32):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/torch_int4pack_gptq_moe.moe line 40.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13_qweight", _w13_qweight_axes(plan),
-        torch.int32, 8,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w13_qweight(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13_qweight`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13_qweight axes", plan, lambda: _w13_qweight_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13_qweight", dst, src, axes, torch.int32,
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w13_scales(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13_scales`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / group_size]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/torch_int4pack_gptq_moe.moe line 50.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13_scales", _w13_scales_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w13_scales(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13_scales`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13_scales axes", plan, lambda: _w13_scales_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13_scales", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w13_zeros(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13_zeros`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / group_size]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/torch_int4pack_gptq_moe.moe line 59.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13_zeros", _w13_zeros_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w13_zeros(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13_zeros`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13_zeros axes", plan, lambda: _w13_zeros_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13_zeros", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2_qweight(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2_qweight`: pads written once, live rows left to load.
-
-    Shape (dtype int32):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/torch_int4pack_gptq_moe.moe line 67.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2_qweight", _w2_qweight_axes(plan),
-        torch.int32, 8,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w2_qweight(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2_qweight`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2_qweight axes", plan, lambda: _w2_qweight_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2_qweight", dst, src, axes, torch.int32,
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2_scales(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2_scales`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded / group_size]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/torch_int4pack_gptq_moe.moe line 77.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2_scales", _w2_scales_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w2_scales(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2_scales`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2_scales axes", plan, lambda: _w2_scales_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2_scales", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2_zeros(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2_zeros`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded / group_size]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/torch_int4pack_gptq_moe.moe line 85.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2_zeros", _w2_zeros_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w2_zeros(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2_zeros`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2_zeros axes", plan, lambda: _w2_zeros_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2_zeros", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
 
 # ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
 # The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
@@ -1108,77 +459,15 @@ LAYOUT = ModuleLayout(
     source_file=SOURCE_FILE,
     plan=plan,
     plan_type=Plan,
-    plan_params=(
-        PlanParam("num_experts", "range", low=1, high=1024),
-        PlanParam("hidden_size", "range", low=16, high=65536),
-        PlanParam("intermediate_size", "range", low=1, high=262144),
-        PlanParam(
-            "tp_size", "set",
-            values=(
-                1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96,
-                112, 128,
-            ),
-        ),
-        PlanParam("group_size", "set", values=(32, 64, 128, 256)),
-        PlanParam("activation", "enum", values=("silu", "gelu", "gelu_tanh")),
-        PlanParam("dtype", "enum", values=("bfloat16", "float16", "float32")),
-    ),
+    plan_params=_PARAMS,
     shard_count="tp_size",
     tensors=(
-        TensorEntry(
-            "w13_qweight", "weight", "w13",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=40, declaration="tensor w13_qweight: weight w13",
-            shapes=w13_qweight_shapes, axis_table=_w13_qweight_axes,
-            pad=pad_w13_qweight, unpad=unpad_w13_qweight,
-            alloc=alloc_w13_qweight, load=load_w13_qweight,
-            full_shape=w13_qweight_full_shape, shard=shard_w13_qweight,
-        ),
-        TensorEntry(
-            "w13_scales", "scale", "w13",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=50, declaration="tensor w13_scales: scale w13",
-            shapes=w13_scales_shapes, axis_table=_w13_scales_axes,
-            pad=pad_w13_scales, unpad=unpad_w13_scales,
-            alloc=alloc_w13_scales, load=load_w13_scales,
-            full_shape=w13_scales_full_shape, shard=shard_w13_scales,
-        ),
-        TensorEntry(
-            "w13_zeros", "zero", "w13",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=59, declaration="tensor w13_zeros: zero w13",
-            shapes=w13_zeros_shapes, axis_table=_w13_zeros_axes,
-            pad=pad_w13_zeros, unpad=unpad_w13_zeros,
-            alloc=alloc_w13_zeros, load=load_w13_zeros,
-            full_shape=w13_zeros_full_shape, shard=shard_w13_zeros,
-        ),
-        TensorEntry(
-            "w2_qweight", "weight", "w2",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=67, declaration="tensor w2_qweight: weight w2",
-            shapes=w2_qweight_shapes, axis_table=_w2_qweight_axes,
-            pad=pad_w2_qweight, unpad=unpad_w2_qweight,
-            alloc=alloc_w2_qweight, load=load_w2_qweight,
-            full_shape=w2_qweight_full_shape, shard=shard_w2_qweight,
-        ),
-        TensorEntry(
-            "w2_scales", "scale", "w2",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=77, declaration="tensor w2_scales: scale w2",
-            shapes=w2_scales_shapes, axis_table=_w2_scales_axes,
-            pad=pad_w2_scales, unpad=unpad_w2_scales,
-            alloc=alloc_w2_scales, load=load_w2_scales,
-            full_shape=w2_scales_full_shape, shard=shard_w2_scales,
-        ),
-        TensorEntry(
-            "w2_zeros", "zero", "w2",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=85, declaration="tensor w2_zeros: zero w2",
-            shapes=w2_zeros_shapes, axis_table=_w2_zeros_axes,
-            pad=pad_w2_zeros, unpad=unpad_w2_zeros,
-            alloc=alloc_w2_zeros, load=load_w2_zeros,
-            full_shape=w2_zeros_full_shape, shard=shard_w2_zeros,
-        ),
+        _w.entry(_W13_QWEIGHT_ROW, _W13_QWEIGHT),
+        _w.entry(_W13_SCALES_ROW, _W13_SCALES),
+        _w.entry(_W13_ZEROS_ROW, _W13_ZEROS),
+        _w.entry(_W2_QWEIGHT_ROW, _W2_QWEIGHT),
+        _w.entry(_W2_SCALES_ROW, _W2_SCALES),
+        _w.entry(_W2_ZEROS_ROW, _W2_ZEROS),
     ),
     models=(
         ModelsEntry(

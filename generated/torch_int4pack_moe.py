@@ -13,11 +13,11 @@ Sources:
 - measured in docs/kernels.md section 6.2: dequantisation is (q - 8) * scale + zero;
   scales_and_zeros is [K / group_size, N, 2]
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic,
-the axis table of each tensor and thin wrappers. The code that pads, shards and
-calls the kernel is the shared runtime in `_runtime/` (layoutc/runtime). Every
-function validates its inputs and raises `LayoutContractError` (a `ValueError`)
-naming the tensor and the expected shape.
+Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
+table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
+shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
+`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
+`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
 """
 
 from __future__ import annotations
@@ -28,82 +28,58 @@ from typing import Any
 
 import torch
 
-from ._runtime import layout as _layout
-from ._runtime import loading as _loading
 from ._runtime import params as _p
+from ._runtime import wrappers as _w
+from ._runtime.algebra import Word
 from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
 from ._runtime.glue import int4pack as _glue
 from ._runtime.glue.int4pack import Int4Weights, quantize_int4
-from ._runtime.interface import (
-    LAYOUT_VERSION,
-    KernelEntry,
-    ModelsEntry,
-    ModuleLayout,
-    PlanParam,
-    TensorEntry,
-)
+from ._runtime.interface import LAYOUT_VERSION, KernelEntry, ModelsEntry, ModuleLayout, PlanParam
 from ._runtime.layout import Axis
 from ._runtime.packed import KernelConfig, PackedWeight
 from ._runtime.plans import PlanChecker
+from ._runtime.wrappers import axis
 
 __all__ = [
-    "CONTRACT",
-    "INTERFACE",
-    "LAYOUT",
-    "OPS",
-    "Int4Weights",
-    "KernelUnavailableError",
-    "LayoutContractError",
-    "PackedWeight",
-    "Plan",
-    "alloc_w2",
-    "alloc_w13",
-    "fused_moe",
-    "load_kernel",
-    "load_w2",
-    "load_w13",
-    "pad_w2",
-    "pad_w13",
-    "plan",
-    "prepack",
-    "prepack_padded",
-    "quantize_int4",
-    "shard_w2",
-    "shard_w13",
-    "unpad_w2",
-    "unpad_w13",
-    "w2_full_shape",
-    "w2_shapes",
-    "w13_full_shape",
-    "w13_shapes",
-]
+    "CONTRACT", "INTERFACE", "LAYOUT", "OPS", "Int4Weights", "KernelUnavailableError",
+    "LayoutContractError", "PackedWeight", "Plan", "alloc_w2", "alloc_w13", "fused_moe",
+    "load_kernel", "load_w2", "load_w13", "pad_w2", "pad_w13", "plan", "prepack", "prepack_padded",
+    "quantize_int4", "shard_w2", "shard_w13", "unpad_w2", "unpad_w13", "w2_full_shape",
+    "w2_shapes", "w13_full_shape", "w13_shapes",
+]  # fmt: skip
 
 CONTRACT = "torch_int4pack_moe"
-SOURCE_FILE = 'contracts/torch_int4pack_moe.moe'
+SOURCE_FILE = "contracts/torch_int4pack_moe.moe"
 SOURCE_SHA256 = "ba9f5c46dac4621ba146f589cc410eaa28b26033782a4b66aecd2e1b28d46e59"
 SOURCES: tuple[str, ...] = (
-    'torch 2.13.0: aten/src/ATen/native/LinearAlgebra.cpp _convert_weight_to_int4pack_cpu / _weight_int4pack_mm_cpu checks (N % 16, K even, K % qGroupSize, qGroupSize in {32, 64, 128, 256})',
-    'measured in docs/kernels.md section 6.2: dequantisation is (q - 8) * scale + zero; scales_and_zeros is [K / group_size, N, 2]',
+    "torch 2.13.0: aten/src/ATen/native/LinearAlgebra.cpp _convert_weight_to_int4pack_cpu / _weight_int4pack_mm_cpu checks (N % 16, K even, K % qGroupSize, qGroupSize in {32, 64, 128, 256})",
+    "measured in docs/kernels.md section 6.2: dequantisation is (q - 8) * scale + zero; scales_and_zeros is [K / group_size, N, 2]",
 )
 PROVED: tuple[str, ...] = (
-    "vacuity",
-    "alignment",
-    "placement",
-    "roundtrip",
-    "inertness",
-    "groups",
-    "kernel-arguments",
-    "coverage",
-    "expert-coverage",
-    "admission",
-)
+    "vacuity", "alignment", "placement", "roundtrip", "inertness", "groups", "kernel-arguments",
+    "coverage", "expert-coverage", "admission",
+)  # fmt: skip
 POLICY = "error"
 FALLBACK: str | None = None
 
 _LOG = logging.getLogger(__name__)
 
-# ---- plan ---------------------------------------------------------------------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+
+_TP_SIZE_VALUES = (
+    1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+)  # fmt: skip
+_PARAMS: tuple[PlanParam, ...] = (
+    PlanParam("num_experts", "range", low=1, high=1024),
+    PlanParam("hidden_size", "range", low=16, high=65536),
+    PlanParam("intermediate_size", "range", low=1, high=262144),
+    PlanParam("tp_size", "set", values=_TP_SIZE_VALUES),
+    PlanParam("group_size", "set", values=(32, 64, 128, 256)),
+    PlanParam("activation", "enum", values=("silu", "gelu", "gelu_tanh")),
+    PlanParam("dtype", "enum", values=("bfloat16", "float16", "float32")),
+)
+_check = _p.checker(CONTRACT, SOURCE_FILE, _PARAMS, dtypes=("dtype",))
 
 
 @dataclass(frozen=True)
@@ -150,96 +126,45 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        num_experts,
-        hidden_size,
-        intermediate_size,
-        tp_size,
-        group_size,
-        activation,
-        dtype,
-        warn=True,
-    )
+    return _plan(locals(), warn=True)  # plan()'s arguments, by name
 
 
-def _plan(
-    num_experts: Any,
-    hidden_size: Any,
-    intermediate_size: Any,
-    tp_size: Any,
-    group_size: Any,
-    activation: Any,
-    dtype: Any,
-    warn: bool,
-) -> Plan:
-    num_experts = _p.check_int(CONTRACT, 'num_experts', num_experts, 1, 1024, SOURCE_FILE)
-    hidden_size = _p.check_int(CONTRACT, 'hidden_size', hidden_size, 16, 65536, SOURCE_FILE)
-    intermediate_size = _p.check_int(
-        CONTRACT,
-        'intermediate_size',
-        intermediate_size,
-        1,
-        262144,
-        SOURCE_FILE,
-    )
-    tp_size = _p.check_choice(
-        CONTRACT,
-        'tp_size',
-        tp_size,
-        (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128),
-        SOURCE_FILE,
-    )
-    group_size = _p.check_choice(
-        CONTRACT,
-        'group_size',
+def _plan(args: dict[str, Any], warn: bool) -> Plan:
+    num_experts = _check("num_experts", args["num_experts"])
+    hidden_size = _check("hidden_size", args["hidden_size"])
+    intermediate_size = _check("intermediate_size", args["intermediate_size"])
+    tp_size = _check("tp_size", args["tp_size"])
+    group_size = _check("group_size", args["group_size"])
+    activation = _check("activation", args["activation"])
+    dtype = _check("dtype", args["dtype"])
+    intermediate_size_per_partition = intermediate_size // tp_size
+    intermediate_size_per_partition_padded = _p.round_up(
+        intermediate_size_per_partition,
         group_size,
-        (32, 64, 128, 256),
-        SOURCE_FILE,
     )
-    activation = _p.check_member(
-        CONTRACT,
-        'activation',
-        activation,
-        ('silu', 'gelu', 'gelu_tanh'),
-        SOURCE_FILE,
-    )
-    dtype = _p.check_dtype(
-        CONTRACT,
-        'dtype',
-        dtype,
-        ('bfloat16', 'float16', 'float32'),
-        SOURCE_FILE,
-    )
-    intermediate_size_per_partition = (intermediate_size // tp_size)
-    intermediate_size_per_partition_padded = (
-        _p.round_up(intermediate_size_per_partition, group_size)
-    )
-    if ((intermediate_size % tp_size) != 0):
-        raise LayoutContractError(_p.broken(
-            CONTRACT, "require", 'contracts/torch_int4pack_moe.moe:23',
-            'intermediate_size must split evenly over tp_size',
-            {
-                "intermediate_size": intermediate_size,
-                "tp_size": tp_size,
-            },
-        ))
-    reason: str | None = None
-    if reason is None and ((hidden_size % group_size) != 0):
-        reason = _p.broken(
-            CONTRACT, "admit", 'contracts/torch_int4pack_moe.moe:29',
-            "w13's reduction dim (hidden_size) must be a whole number of quant groups; hidden is never padded",
-            {
-                "hidden_size": hidden_size,
-                "group_size": group_size,
-            },
+    if (intermediate_size % tp_size) != 0:
+        raise _p.refused(
+            CONTRACT,
+            "contracts/torch_int4pack_moe.moe:23",
+            "intermediate_size must split evenly over tp_size",
+            {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
-    if reason is None and ((hidden_size % 16) != 0):
+    reason: str | None = None
+    if reason is None and (hidden_size % group_size) != 0:
         reason = _p.broken(
-            CONTRACT, "admit", 'contracts/torch_int4pack_moe.moe:30',
+            CONTRACT,
+            "admit",
+            "contracts/torch_int4pack_moe.moe:29",
+            "w13's reduction dim (hidden_size) must be a whole number of quant groups; hidden is never padded",
+            {"hidden_size": hidden_size, "group_size": group_size},
+        )
+    if reason is None and (hidden_size % 16) != 0:
+        reason = _p.broken(
+            CONTRACT,
+            "admit",
+            "contracts/torch_int4pack_moe.moe:30",
             "w2's output dim (hidden_size) must be a multiple of 16 for int4 packing",
-            {
-                "hidden_size": hidden_size,
-            },
+            {"hidden_size": hidden_size},
         )
     if reason is not None:
         raise LayoutContractError(reason)
@@ -258,190 +183,82 @@ def _plan(
     )
 
 
-def _rederive(p: Plan) -> Plan:
-    return _plan(
-        p.num_experts,
-        p.hidden_size,
-        p.intermediate_size,
-        p.tp_size,
-        p.group_size,
-        p.activation,
-        p.dtype,
-        warn=False,
-    )
+# a Plan's parameters planned again (PlanChecker refuses one not made by plan())
+_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, lambda p: _plan(vars(p), warn=False))
+_MODULE = _w.Module(CONTRACT, SOURCE_FILE, _PLANS, tp_param="tp_size")
 
 
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
-
-# ---- axis tables: (name, layout, segments, logical, padded, sharded) -------------
+# ---- axis tables: one `axis(name, word, logical=, padded=, segments=, sharded=)` per dim ----
 
 
 def _w13_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis(
             "n",
-            "halves",
-            2,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.HALVES,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
         ),
-        Axis("k", "none", 1, plan.hidden_size, plan.hidden_size, False),
+        axis("k", Word.NONE, logical=plan.hidden_size),
     )
 
 
 def _w2_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis("n", "none", 1, plan.hidden_size, plan.hidden_size, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis("n", Word.NONE, logical=plan.hidden_size),
+        axis(
             "k",
-            "pad",
-            1,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.PAD,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            sharded=True,
         ),
     )
 
-# ---- tensors ------------------------------------------------------------------
 
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
 
-def w13_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13` (weight of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13", plan, lambda: (
-        _layout.logical_shape(_w13_axes(plan)),
-        _layout.padded_shape(_w13_axes(plan)),
-    ))
+_W13_ROW = _w.Row(
+    name="w13",
+    kind="weight",
+    projection="w13",
+    line=36,
+    axis_names=("experts", "n", "k"),
+    axes=_w13_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
+        "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
+    ),
+    fill_doc="stored code 0",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+)
+_W13 = _w.tensor_functions(_MODULE, _W13_ROW, _DTYPES, __name__)
+w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
 
-
-def pad_w13(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13` (weight of w13) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [num_experts, 2 * intermediate_size_per_partition, hidden_size]
-    Output (padded, same dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/torch_int4pack_moe.moe line 36.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13", t, _w13_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w13(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13`: padded -> logical `w13`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13", t, _w13_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w13_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13` that `shard_w13` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_axes(plan), plan.tp_size)
-
-
-def shard_w13(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13`.
-
-    `full` has the shape `w13_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13", full, rank, plan.tp_size,
-        _w13_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
-
-
-def w2_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2` (weight of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2", plan, lambda: (
-        _layout.logical_shape(_w2_axes(plan)),
-        _layout.padded_shape(_w2_axes(plan)),
-    ))
-
-
-def pad_w2(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2` (weight of w2) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [num_experts, hidden_size, intermediate_size_per_partition]
-    Output (padded, same dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/torch_int4pack_moe.moe line 44.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2", t, _w2_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w2(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2`: padded -> logical `w2`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2", t, _w2_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w2_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2` that `shard_w2` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_axes(plan), plan.tp_size)
-
-
-def shard_w2(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2`.
-
-    `full` has the shape `w2_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2", full, rank, plan.tp_size,
-        _w2_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
+_W2_ROW = _w.Row(
+    name="w2",
+    kind="weight",
+    projection="w2",
+    line=44,
+    axis_names=("experts", "n", "k"),
+    axes=_w2_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, hidden_size, intermediate_size_per_partition]",
+        "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
+    ),
+    fill_doc="stored code 0",
+)
+_W2 = _w.tensor_functions(_MODULE, _W2_ROW, _DTYPES, __name__)
+w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
 # ---- glue: aten::_convert_weight_to_int4pack_for_cpu + _weight_int4pack_mm_for_cpu ----
 # The kernel call is runtime/glue/int4pack.py; its INTERFACE is what the
@@ -472,72 +289,30 @@ def _config(plan: Plan) -> KernelConfig:
                 ("w13", w13_shapes(plan)[1]),
                 ("w2", w2_shapes(plan)[1]),
             ),
-            args=(
-                ("group_size", plan.group_size),
-                ("inner_k_tiles", 2),
-            ),
+            args=(("group_size", plan.group_size), ("inner_k_tiles", 2)),
         )
 
     return _PLANS.memo("config", plan, make)
 
 
-def load_kernel() -> None:
-    """Make the kernel's ops available (see runtime/glue/int4pack.py).
-
-    Raises KernelUnavailableError naming the package to install.
-    """
-    _glue.load_kernel(CONTRACT)
-
-
-def prepack_padded(
-    padded_w13: torch.Tensor, padded_w2: torch.Tensor, plan: Plan, *,
-    out: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[PackedWeight, PackedWeight]:
-    """Prepack already padded weights (from `pad_*` or `shard_*`) for `fused_moe`.
-
-    padded_w13: [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    padded_w2: [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Both in the weights' storage dtype, contiguous CPU. Returns the two
-    `PackedWeight` that `fused_moe` takes (it refuses anything else).
-    out: (w13, w2) contiguous CPU tensors of the padded shapes and dtype, sharing no memory
-    with the inputs, that the packed bytes are written into instead of new tensors (e.g.
-    a whole layer's packed tensor, filled a chunk of experts at a time), where the
-    kernel's packed form is such a tensor.
-    Raises LayoutContractError on wrong tensors or `out` (or `out` for a kernel whose
-    packed form is not a tensor of the padded shape), KernelUnavailableError when the
-    kernel cannot run here.
-    """
-    _PLANS.require(plan)
-    cfg = _config(plan)
-    w13 = _layout.check_tensor(CONTRACT, "padded_w13", padded_w13, w13_shapes(plan)[1], cfg.dtype)
-    w2 = _layout.check_tensor(CONTRACT, "padded_w2", padded_w2, w2_shapes(plan)[1], cfg.dtype)
-    dst = None
-    if out is not None:
-        if not isinstance(out, tuple) or len(out) != 2:
-            raise LayoutContractError(
-                f"{CONTRACT}: prepack_padded out= must be a (w13, w2) tuple of tensors"
-            )
-        # each out= shares memory with neither input (w13 is packed before w2 is read)
-        # nor the other out=
-        o13 = _layout.check_out(
-            CONTRACT, "packed w13", out[0], (w13, w2), w13_shapes(plan)[1], cfg.dtype
-        )
-        o2 = _layout.check_out(
-            CONTRACT, "packed w2", out[1], (w13, w2, o13), w2_shapes(plan)[1], cfg.dtype
-        )
-        dst = (o13, o2)
-    return _glue.prepack_padded(cfg, w13, w2, dst)
-
-
-def prepack(w13: torch.Tensor, w2: torch.Tensor, plan: Plan) -> tuple[PackedWeight, PackedWeight]:
-    """Pad both logical weights, then prepack them (`pad_w13`, `pad_w2`, `prepack_padded`).
-
-    w13 (logical): [num_experts, 2 * intermediate_size_per_partition, hidden_size]
-    w2 (logical): [num_experts, hidden_size, intermediate_size_per_partition]
-    Raises as `pad_*` and `prepack_padded`.
-    """
-    _PLANS.require(plan)
-    return prepack_padded(pad_w13(w13, plan).contiguous(), pad_w2(w2, plan).contiguous(), plan)
+_KERNEL = _w.kernel_functions(
+    _MODULE,
+    __name__,
+    _glue,
+    _config,
+    _W13,
+    _W2,
+    ("w13", "w2"),
+    (
+        "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
+        "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
+        "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
+        "[num_experts, hidden_size, intermediate_size_per_partition]",
+    ),
+)
+load_kernel = _KERNEL.load_kernel
+prepack_padded = _KERNEL.prepack_padded
+prepack = _KERNEL.prepack
 
 
 def fused_moe(
@@ -562,101 +337,14 @@ def fused_moe(
     """
     _PLANS.require(plan)
     return _glue.fused_moe(
-        _config(plan), hidden_states, packed_w13, packed_w2, topk_weights, topk_ids,
+        _config(plan),
+        hidden_states,
+        packed_w13,
+        packed_w2,
+        topk_weights,
+        topk_ids,
     )
 
-# ---- loading: one checkpoint tensor at a time into a rank's padded parameter ----
-# The code is runtime/loading.py; see its docstring for source shapes and layouts.
-
-
-def alloc_w13(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/torch_int4pack_moe.moe line 36.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13", _w13_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w13(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13 axes", plan, lambda: _w13_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/torch_int4pack_moe.moe line 44.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2", _w2_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w2(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2 axes", plan, lambda: _w2_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
 
 # ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
 # The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
@@ -667,45 +355,19 @@ LAYOUT = ModuleLayout(
     source_file=SOURCE_FILE,
     plan=plan,
     plan_type=Plan,
-    plan_params=(
-        PlanParam("num_experts", "range", low=1, high=1024),
-        PlanParam("hidden_size", "range", low=16, high=65536),
-        PlanParam("intermediate_size", "range", low=1, high=262144),
-        PlanParam(
-            "tp_size", "set",
-            values=(
-                1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96,
-                112, 128,
-            ),
-        ),
-        PlanParam("group_size", "set", values=(32, 64, 128, 256)),
-        PlanParam("activation", "enum", values=("silu", "gelu", "gelu_tanh")),
-        PlanParam("dtype", "enum", values=("bfloat16", "float16", "float32")),
-    ),
+    plan_params=_PARAMS,
     shard_count="tp_size",
     tensors=(
-        TensorEntry(
-            "w13", "weight", "w13",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=36, declaration="tensor w13: weight w13",
-            shapes=w13_shapes, axis_table=_w13_axes,
-            pad=pad_w13, unpad=unpad_w13,
-            alloc=alloc_w13, load=load_w13,
-            full_shape=w13_full_shape, shard=shard_w13,
-        ),
-        TensorEntry(
-            "w2", "weight", "w2",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=44, declaration="tensor w2: weight w2",
-            shapes=w2_shapes, axis_table=_w2_axes,
-            pad=pad_w2, unpad=unpad_w2,
-            alloc=alloc_w2, load=load_w2,
-            full_shape=w2_full_shape, shard=shard_w2,
-        ),
+        _w.entry(_W13_ROW, _W13),
+        _w.entry(_W2_ROW, _W2),
     ),
     kernel=KernelEntry(
-        glue=INTERFACE, config=_config, load_kernel=load_kernel,
-        prepack=prepack, prepack_padded=prepack_padded, fused_moe=fused_moe,
+        glue=INTERFACE,
+        config=_config,
+        load_kernel=load_kernel,
+        prepack=prepack,
+        prepack_padded=prepack_padded,
+        fused_moe=fused_moe,
     ),
     models=(
         ModelsEntry(

@@ -11,11 +11,11 @@ Sources:
   (CPUUnquantizedExperts and subclasses)
 - vllm#49591: zero-pad the MoE intermediate size for grouped-GEMM TP alignment
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic,
-the axis table of each tensor and thin wrappers. The code that pads, shards and
-calls the kernel is the shared runtime in `_runtime/` (layoutc/runtime). Every
-function validates its inputs and raises `LayoutContractError` (a `ValueError`)
-naming the tensor and the expected shape.
+Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
+table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
+shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
+`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
+`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import torch
 
 from ._runtime import expert_map as _expert_map
 from ._runtime import experts as _ep
-from ._runtime import layout as _layout
-from ._runtime import loading as _loading
 from ._runtime import params as _p
+from ._runtime import wrappers as _w
+from ._runtime.algebra import Word
 from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
 from ._runtime.glue import vllm_cpu as _glue
@@ -41,82 +41,58 @@ from ._runtime.interface import (
     ModelsEntry,
     ModuleLayout,
     PlanParam,
-    TensorEntry,
 )
 from ._runtime.layout import Axis
 from ._runtime.packed import KernelConfig, PackedWeight
 from ._runtime.plans import PlanChecker
+from ._runtime.wrappers import axis
 
 __all__ = [
-    "CONTRACT",
-    "INTERFACE",
-    "LAYOUT",
-    "OPS",
-    "KernelUnavailableError",
-    "LayoutContractError",
-    "PackedWeight",
-    "Plan",
-    "alloc_w2",
-    "alloc_w2_bias",
-    "alloc_w13",
-    "alloc_w13_bias",
-    "fused_moe",
-    "load_kernel",
-    "load_w2",
-    "load_w2_bias",
-    "load_w13",
-    "load_w13_bias",
-    "local_experts",
-    "pad_w2",
-    "pad_w2_bias",
-    "pad_w13",
-    "pad_w13_bias",
-    "plan",
-    "prepack",
-    "prepack_padded",
-    "shard_w2",
-    "shard_w2_bias",
-    "shard_w13",
-    "shard_w13_bias",
-    "unpad_w2",
-    "unpad_w2_bias",
-    "unpad_w13",
-    "unpad_w13_bias",
-    "w2_bias_full_shape",
-    "w2_bias_shapes",
-    "w2_full_shape",
-    "w2_shapes",
-    "w13_bias_full_shape",
-    "w13_bias_shapes",
-    "w13_full_shape",
+    "CONTRACT", "INTERFACE", "LAYOUT", "OPS", "KernelUnavailableError", "LayoutContractError",
+    "PackedWeight", "Plan", "alloc_w2", "alloc_w2_bias", "alloc_w13", "alloc_w13_bias",
+    "fused_moe", "load_kernel", "load_w2", "load_w2_bias", "load_w13", "load_w13_bias",
+    "local_experts", "pad_w2", "pad_w2_bias", "pad_w13", "pad_w13_bias", "plan", "prepack",
+    "prepack_padded", "shard_w2", "shard_w2_bias", "shard_w13", "shard_w13_bias", "unpad_w2",
+    "unpad_w2_bias", "unpad_w13", "unpad_w13_bias", "w2_bias_full_shape", "w2_bias_shapes",
+    "w2_full_shape", "w2_shapes", "w13_bias_full_shape", "w13_bias_shapes", "w13_full_shape",
     "w13_shapes",
-]
+]  # fmt: skip
 
 CONTRACT = "vllm_cpu_grouped_gemm"
-SOURCE_FILE = 'contracts/vllm_cpu_grouped_gemm.moe'
+SOURCE_FILE = "contracts/vllm_cpu_grouped_gemm.moe"
 SOURCE_SHA256 = "c89c601319da694654d9885f0ece03a7f678dac1e81903189eebe1e8c3bca121"
 SOURCES: tuple[str, ...] = (
-    'vllm 0.32.0: vllm/model_executor/layers/fused_moe/experts/cpu_moe.py (CPUUnquantizedExperts and subclasses)',
-    'vllm#49591: zero-pad the MoE intermediate size for grouped-GEMM TP alignment',
+    "vllm 0.32.0: vllm/model_executor/layers/fused_moe/experts/cpu_moe.py (CPUUnquantizedExperts and subclasses)",
+    "vllm#49591: zero-pad the MoE intermediate size for grouped-GEMM TP alignment",
 )
 PROVED: tuple[str, ...] = (
-    "vacuity",
-    "alignment",
-    "placement",
-    "roundtrip",
-    "inertness",
-    "groups",
-    "kernel-arguments",
-    "coverage",
-    "expert-coverage",
-    "admission",
-)
+    "vacuity", "alignment", "placement", "roundtrip", "inertness", "groups", "kernel-arguments",
+    "coverage", "expert-coverage", "admission",
+)  # fmt: skip
 POLICY = "error"
 FALLBACK: str | None = None
 
 _LOG = logging.getLogger(__name__)
 
-# ---- plan ---------------------------------------------------------------------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+
+_TP_SIZE_VALUES = (
+    1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+)  # fmt: skip
+_PARAMS: tuple[PlanParam, ...] = (
+    PlanParam("num_experts", "range", low=1, high=1024),
+    PlanParam("hidden_size", "range", low=1, high=65536),
+    PlanParam("intermediate_size", "range", low=1, high=262144),
+    PlanParam("tp_size", "set", values=_TP_SIZE_VALUES),
+    PlanParam("isa", "enum", values=("vec", "amx", "neon", "vsx")),
+    PlanParam("activation", "enum", values=("silu", "gelu", "gelu_tanh", "swigluoai")),
+    PlanParam("dtype", "enum", values=("bfloat16", "float16", "float32")),
+    PlanParam("swiglu_alpha_milli", "set", values=(0, 1702), default=0),
+    PlanParam("swiglu_limit_milli", "set", values=(0, 7000), default=0),
+    PlanParam("ep_size", "set", values=(1, 2, 3, 4, 8, 16), default=1),
+    PlanParam("expert_placement", "enum", values=("linear", "round_robin"), default="linear"),
+)
+_check = _p.checker(CONTRACT, SOURCE_FILE, _PARAMS, dtypes=("dtype",))
 
 
 @dataclass(frozen=True)
@@ -156,7 +132,7 @@ def plan(
     swiglu_alpha_milli: int = 0,
     swiglu_limit_milli: int = 0,
     ep_size: int = 1,
-    expert_placement: str = 'linear',
+    expert_placement: str = "linear",
 ) -> Plan:
     """Plan one configuration of `vllm_cpu_grouped_gemm`.
 
@@ -179,118 +155,58 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        num_experts,
-        hidden_size,
-        intermediate_size,
-        tp_size,
-        isa,
-        activation,
-        dtype,
-        swiglu_alpha_milli,
-        swiglu_limit_milli,
-        ep_size,
-        expert_placement,
-        warn=True,
-    )
+    return _plan(locals(), warn=True)  # plan()'s arguments, by name
 
 
-def _plan(
-    num_experts: Any,
-    hidden_size: Any,
-    intermediate_size: Any,
-    tp_size: Any,
-    isa: Any,
-    activation: Any,
-    dtype: Any,
-    swiglu_alpha_milli: Any,
-    swiglu_limit_milli: Any,
-    ep_size: Any,
-    expert_placement: Any,
-    warn: bool,
-) -> Plan:
-    num_experts = _p.check_int(CONTRACT, 'num_experts', num_experts, 1, 1024, SOURCE_FILE)
-    hidden_size = _p.check_int(CONTRACT, 'hidden_size', hidden_size, 1, 65536, SOURCE_FILE)
-    intermediate_size = _p.check_int(
+def _plan(args: dict[str, Any], warn: bool) -> Plan:
+    num_experts = _check("num_experts", args["num_experts"])
+    hidden_size = _check("hidden_size", args["hidden_size"])
+    intermediate_size = _check("intermediate_size", args["intermediate_size"])
+    tp_size = _check("tp_size", args["tp_size"])
+    isa = _check("isa", args["isa"])
+    activation = _check("activation", args["activation"])
+    dtype = _check("dtype", args["dtype"])
+    swiglu_alpha_milli = _check("swiglu_alpha_milli", args["swiglu_alpha_milli"])
+    swiglu_limit_milli = _check("swiglu_limit_milli", args["swiglu_limit_milli"])
+    ep_size = _check("ep_size", args["ep_size"])
+    expert_placement = _ep.check_served(
         CONTRACT,
-        'intermediate_size',
-        intermediate_size,
-        1,
-        262144,
-        SOURCE_FILE,
+        args["expert_placement"],
+        ("linear", "round_robin"),
     )
-    tp_size = _p.check_choice(
-        CONTRACT,
-        'tp_size',
-        tp_size,
-        (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128),
-        SOURCE_FILE,
-    )
-    isa = _p.check_member(CONTRACT, 'isa', isa, ('vec', 'amx', 'neon', 'vsx'), SOURCE_FILE)
-    activation = _p.check_member(
-        CONTRACT,
-        'activation',
-        activation,
-        ('silu', 'gelu', 'gelu_tanh', 'swigluoai'),
-        SOURCE_FILE,
-    )
-    dtype = _p.check_dtype(
-        CONTRACT,
-        'dtype',
-        dtype,
-        ('bfloat16', 'float16', 'float32'),
-        SOURCE_FILE,
-    )
-    swiglu_alpha_milli = _p.check_choice(
-        CONTRACT,
-        'swiglu_alpha_milli',
-        swiglu_alpha_milli,
-        (0, 1702),
-        SOURCE_FILE,
-    )
-    swiglu_limit_milli = _p.check_choice(
-        CONTRACT,
-        'swiglu_limit_milli',
-        swiglu_limit_milli,
-        (0, 7000),
-        SOURCE_FILE,
-    )
-    ep_size = _p.check_choice(CONTRACT, 'ep_size', ep_size, (1, 2, 3, 4, 8, 16), SOURCE_FILE)
-    expert_placement = _ep.check_served(CONTRACT, expert_placement, ('linear', 'round_robin'))
     _ep.check_ep(num_experts, ep_size, expert_placement, 0)
     local_num_experts = _p.cdiv(num_experts, ep_size)
-    output_alignment = {'vec': 32, 'amx': 32, 'neon': 32, 'vsx': 16}[isa]
-    reduction_alignment = {'vec': 1, 'amx': 32, 'neon': 4, 'vsx': 2}[isa]
+    output_alignment = {"vec": 32, "amx": 32, "neon": 32, "vsx": 16}[isa]
+    reduction_alignment = {"vec": 1, "amx": 32, "neon": 4, "vsx": 2}[isa]
     intermediate_alignment = _p.lcm(output_alignment, reduction_alignment)
-    intermediate_size_per_partition = (intermediate_size // tp_size)
-    intermediate_size_per_partition_padded = (
-        _p.round_up(intermediate_size_per_partition, intermediate_alignment)
+    intermediate_size_per_partition = intermediate_size // tp_size
+    intermediate_size_per_partition_padded = _p.round_up(
+        intermediate_size_per_partition,
+        intermediate_alignment,
     )
-    if (ep_size > num_experts):
-        raise LayoutContractError(_p.broken(
-            CONTRACT, "require", 'contracts/vllm_cpu_grouped_gemm.moe:31',
-            '[EP01] ep_size exceeds the experts: a rank would hold none',
-            {
-                "ep_size": ep_size,
-                "num_experts": num_experts,
-            },
-        ))
-    if ((intermediate_size % tp_size) != 0):
-        raise LayoutContractError(_p.broken(
-            CONTRACT, "require", 'contracts/vllm_cpu_grouped_gemm.moe:41',
-            'intermediate_size must split evenly over tp_size',
-            {
-                "intermediate_size": intermediate_size,
-                "tp_size": tp_size,
-            },
-        ))
+    if ep_size > num_experts:
+        raise _p.refused(
+            CONTRACT,
+            "contracts/vllm_cpu_grouped_gemm.moe:31",
+            "[EP01] ep_size exceeds the experts: a rank would hold none",
+            {"ep_size": ep_size, "num_experts": num_experts},
+        )
+    if (intermediate_size % tp_size) != 0:
+        raise _p.refused(
+            CONTRACT,
+            "contracts/vllm_cpu_grouped_gemm.moe:41",
+            "intermediate_size must split evenly over tp_size",
+            {"intermediate_size": intermediate_size, "tp_size": tp_size},
+        )
     reason: str | None = None
     if reason is None and (
-        not ((activation != 'swigluoai') or ((swiglu_alpha_milli == 1702) and (swiglu_limit_milli
+        not ((activation != "swigluoai") or ((swiglu_alpha_milli == 1702) and (swiglu_limit_milli
         == 7000)))
-    ):
+    ):  # fmt: skip
         reason = _p.broken(
-            CONTRACT, "admit", 'contracts/vllm_cpu_grouped_gemm.moe:51',
+            CONTRACT,
+            "admit",
+            "contracts/vllm_cpu_grouped_gemm.moe:51",
             "swigluoai runs with the kernel's fixed alpha 1.702 and clamp limit 7.0: pass the model's constants as swiglu_alpha_milli=1702, swiglu_limit_milli=7000 (a model with other constants is a different activation)",
             {
                 "activation": activation,
@@ -298,32 +214,29 @@ def _plan(
                 "swiglu_limit_milli": swiglu_limit_milli,
             },
         )
-    if reason is None and ((hidden_size % output_alignment) != 0):
+    if reason is None and (hidden_size % output_alignment) != 0:
         reason = _p.broken(
-            CONTRACT, "admit", 'contracts/vllm_cpu_grouped_gemm.moe:52',
+            CONTRACT,
+            "admit",
+            "contracts/vllm_cpu_grouped_gemm.moe:52",
             "hidden_size must be a multiple of the ISA's output alignment (hidden is never padded)",
-            {
-                "hidden_size": hidden_size,
-                "output_alignment": output_alignment,
-            },
+            {"hidden_size": hidden_size, "output_alignment": output_alignment},
         )
-    if reason is None and ((hidden_size % reduction_alignment) != 0):
+    if reason is None and (hidden_size % reduction_alignment) != 0:
         reason = _p.broken(
-            CONTRACT, "admit", 'contracts/vllm_cpu_grouped_gemm.moe:53',
+            CONTRACT,
+            "admit",
+            "contracts/vllm_cpu_grouped_gemm.moe:53",
             "hidden_size must be a multiple of the ISA's reduction alignment (hidden is never padded)",
-            {
-                "hidden_size": hidden_size,
-                "reduction_alignment": reduction_alignment,
-            },
+            {"hidden_size": hidden_size, "reduction_alignment": reduction_alignment},
         )
-    if reason is None and (not ((isa == 'vec') or (dtype == 'bfloat16'))):
+    if reason is None and not ((isa == "vec") or (dtype == "bfloat16")):
         reason = _p.broken(
-            CONTRACT, "admit", 'contracts/vllm_cpu_grouped_gemm.moe:55',
-            'the amx, neon and vsx kernels take bfloat16 only',
-            {
-                "isa": isa,
-                "dtype": dtype,
-            },
+            CONTRACT,
+            "admit",
+            "contracts/vllm_cpu_grouped_gemm.moe:55",
+            "the amx, neon and vsx kernels take bfloat16 only",
+            {"isa": isa, "dtype": dtype},
         )
     if reason is not None:
         raise LayoutContractError(reason)
@@ -350,389 +263,182 @@ def _plan(
     )
 
 
-def _rederive(p: Plan) -> Plan:
-    return _plan(
-        p.num_experts,
-        p.hidden_size,
-        p.intermediate_size,
-        p.tp_size,
-        p.isa,
-        p.activation,
-        p.dtype,
-        p.swiglu_alpha_milli,
-        p.swiglu_limit_milli,
-        p.ep_size,
-        p.expert_placement,
-        warn=False,
-    )
+# a Plan's parameters planned again (PlanChecker refuses one not made by plan())
+_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, lambda p: _plan(vars(p), warn=False))
+_MODULE = _w.Module(CONTRACT, SOURCE_FILE, _PLANS, tp_param="tp_size")
+local_experts = _w.local_experts(
+    _MODULE,
+    __name__,
+    "num_experts",
+    "ep_size",
+    "expert_placement",
+    None,
+)
 
 
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
-
-
-def local_experts(rank: int, plan: Plan) -> tuple[int, torch.Tensor | None]:
-    """`(local_num_experts, expert_map)` of EP rank `rank` (0..ep_size-1) under `plan`.
-
-    expert_map: int32 [num_experts + redundant], the local id of each expert the rank
-    holds and -1 elsewhere; None at ep_size 1. Equal to vLLM 0.32's
-    `determine_expert_map` (tests/conformance/test_expert_parallel.py).
-    Raises LayoutContractError for a plan not made by `plan()`, ExpertParallelError (a
-    LayoutContractError) EP06 for a rank outside the degree.
-    """
-    _PLANS.require(plan)
-    return _expert_map.local_experts(rank, _ep.EpPlan(
-        plan.num_experts, plan.ep_size, plan.expert_placement, 0))
-
-# ---- axis tables: (name, layout, segments, logical, padded, sharded) -------------
+# ---- axis tables: one `axis(name, word, logical=, padded=, segments=, sharded=)` per dim ----
 
 
 def _w13_axes(plan: Plan) -> tuple[Axis, ...]:
-    if (plan.activation == 'swigluoai'):  # line 63
-        n_axis = Axis(
+    if plan.activation == "swigluoai":  # line 63
+        n_axis = axis(
             "n",
-            "interleave",
-            2,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.INTERLEAVE,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
         )
     else:
-        n_axis = Axis(
+        n_axis = axis(
             "n",
-            "halves",
-            2,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.HALVES,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
         )
     return (
-        Axis("experts", "none", 1, plan.local_num_experts, plan.local_num_experts, False),
+        axis("experts", Word.NONE, logical=plan.local_num_experts),
         n_axis,
-        Axis("k", "none", 1, plan.hidden_size, plan.hidden_size, False),
+        axis("k", Word.NONE, logical=plan.hidden_size),
     )
 
 
 def _w2_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.local_num_experts, plan.local_num_experts, False),
-        Axis("n", "none", 1, plan.hidden_size, plan.hidden_size, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.local_num_experts),
+        axis("n", Word.NONE, logical=plan.hidden_size),
+        axis(
             "k",
-            "pad",
-            1,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.PAD,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            sharded=True,
         ),
     )
 
 
 def _w13_bias_axes(plan: Plan) -> tuple[Axis, ...]:
-    if (plan.activation == 'swigluoai'):  # line 82
-        n_axis = Axis(
+    if plan.activation == "swigluoai":  # line 82
+        n_axis = axis(
             "n",
-            "interleave",
-            2,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.INTERLEAVE,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
         )
     else:
-        n_axis = Axis(
+        n_axis = axis(
             "n",
-            "halves",
-            2,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.HALVES,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
         )
     return (
-        Axis("experts", "none", 1, plan.local_num_experts, plan.local_num_experts, False),
+        axis("experts", Word.NONE, logical=plan.local_num_experts),
         n_axis,
     )
 
 
 def _w2_bias_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.local_num_experts, plan.local_num_experts, False),
-        Axis("n", "none", 1, plan.hidden_size, plan.hidden_size, False),
-    )
-
-# ---- tensors ------------------------------------------------------------------
-
-
-def w13_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13` (weight of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13", plan, lambda: (
-        _layout.logical_shape(_w13_axes(plan)),
-        _layout.padded_shape(_w13_axes(plan)),
-    ))
-
-
-def pad_w13(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13` (weight of w13) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [local_num_experts, 2 * intermediate_size_per_partition, hidden_size]
-    Output (padded, same dtype):
-        [local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/vllm_cpu_grouped_gemm.moe line 61.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13", t, _w13_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
+        axis("experts", Word.NONE, logical=plan.local_num_experts),
+        axis("n", Word.NONE, logical=plan.hidden_size),
     )
 
 
-def unpad_w13(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13`: padded -> logical `w13`, as a new tensor.
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
 
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13", t, _w13_axes(plan), _DTYPES[plan.dtype],
-    )
+_W13_ROW = _w.Row(
+    name="w13",
+    kind="weight",
+    projection="w13",
+    line=61,
+    axis_names=("experts", "n", "k"),
+    axes=_w13_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[local_num_experts, 2 * intermediate_size_per_partition, hidden_size]",
+        "[local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
+    ),
+    fill_doc="stored code 0",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+)
+_W13 = _w.tensor_functions(_MODULE, _W13_ROW, _DTYPES, __name__)
+w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
 
+_W2_ROW = _w.Row(
+    name="w2",
+    kind="weight",
+    projection="w2",
+    line=71,
+    axis_names=("experts", "n", "k"),
+    axes=_w2_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[local_num_experts, hidden_size, intermediate_size_per_partition]",
+        "[local_num_experts, hidden_size, intermediate_size_per_partition_padded]",
+    ),
+    fill_doc="stored code 0",
+)
+_W2 = _w.tensor_functions(_MODULE, _W2_ROW, _DTYPES, __name__)
+w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
-def w13_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13` that `shard_w13` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_axes(plan), plan.tp_size)
+_W13_BIAS_ROW = _w.Row(
+    name="w13_bias",
+    kind="bias",
+    projection="w13",
+    line=80,
+    axis_names=("experts", "n"),
+    axes=_w13_bias_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[local_num_experts, 2 * intermediate_size_per_partition]",
+        "[local_num_experts, 2 * intermediate_size_per_partition_padded]",
+    ),
+    fill_doc="stored code 0",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+    optional=True,
+)
+_W13_BIAS = _w.tensor_functions(_MODULE, _W13_BIAS_ROW, _DTYPES, __name__)
+w13_bias_shapes = _W13_BIAS.shapes
+pad_w13_bias = _W13_BIAS.pad
+unpad_w13_bias = _W13_BIAS.unpad
+w13_bias_full_shape = _W13_BIAS.full_shape
+shard_w13_bias = _W13_BIAS.shard
+alloc_w13_bias = _W13_BIAS.alloc
+load_w13_bias = _W13_BIAS.load
 
-
-def shard_w13(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13`.
-
-    `full` has the shape `w13_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype dtype):
-        [local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13", full, rank, plan.tp_size,
-        _w13_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
-
-
-def w2_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2` (weight of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2", plan, lambda: (
-        _layout.logical_shape(_w2_axes(plan)),
-        _layout.padded_shape(_w2_axes(plan)),
-    ))
-
-
-def pad_w2(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2` (weight of w2) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [local_num_experts, hidden_size, intermediate_size_per_partition]
-    Output (padded, same dtype):
-        [local_num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/vllm_cpu_grouped_gemm.moe line 71.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2", t, _w2_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w2(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2`: padded -> logical `w2`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2", t, _w2_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w2_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2` that `shard_w2` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_axes(plan), plan.tp_size)
-
-
-def shard_w2(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2`.
-
-    `full` has the shape `w2_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype dtype):
-        [local_num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2", full, rank, plan.tp_size,
-        _w2_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
-
-
-def w13_bias_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13_bias` (bias of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13_bias", plan, lambda: (
-        _layout.logical_shape(_w13_bias_axes(plan)),
-        _layout.padded_shape(_w13_bias_axes(plan)),
-    ))
-
-
-def pad_w13_bias(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13_bias` (bias of w13, optional) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [local_num_experts, 2 * intermediate_size_per_partition]
-    Output (padded, same dtype):
-        [local_num_experts, 2 * intermediate_size_per_partition_padded]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/vllm_cpu_grouped_gemm.moe line 80.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13_bias", t, _w13_bias_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w13_bias(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13_bias`: padded -> logical `w13_bias`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13_bias", t, _w13_bias_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w13_bias_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13_bias` that `shard_w13_bias` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_bias_axes(plan), plan.tp_size)
-
-
-def shard_w13_bias(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13_bias`.
-
-    `full` has the shape `w13_bias_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype dtype):
-        [local_num_experts, 2 * intermediate_size_per_partition_padded]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13_bias", full, rank, plan.tp_size,
-        _w13_bias_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
-
-
-def w2_bias_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2_bias` (bias of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2_bias", plan, lambda: (
-        _layout.logical_shape(_w2_bias_axes(plan)),
-        _layout.padded_shape(_w2_bias_axes(plan)),
-    ))
-
-
-def pad_w2_bias(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2_bias` (bias of w2, optional) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [local_num_experts, hidden_size]
-    Output (padded, same dtype):
-        [local_num_experts, hidden_size]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/vllm_cpu_grouped_gemm.moe line 87.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2_bias", t, _w2_bias_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w2_bias(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2_bias`: padded -> logical `w2_bias`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2_bias", t, _w2_bias_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w2_bias_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2_bias` that `shard_w2_bias` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_bias_axes(plan), plan.tp_size)
-
-
-def shard_w2_bias(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2_bias`.
-
-    `full` has the shape `w2_bias_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
-    Output (dtype dtype):
-        [local_num_experts, hidden_size]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2_bias", full, rank, plan.tp_size,
-        _w2_bias_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=True,
-    )
+_W2_BIAS_ROW = _w.Row(
+    name="w2_bias",
+    kind="bias",
+    projection="w2",
+    line=87,
+    axis_names=("experts", "n"),
+    axes=_w2_bias_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=("[local_num_experts, hidden_size]", "[local_num_experts, hidden_size]"),
+    fill_doc="stored code 0",
+    optional=True,
+)
+_W2_BIAS = _w.tensor_functions(_MODULE, _W2_BIAS_ROW, _DTYPES, __name__)
+w2_bias_shapes = _W2_BIAS.shapes
+pad_w2_bias = _W2_BIAS.pad
+unpad_w2_bias = _W2_BIAS.unpad
+w2_bias_full_shape = _W2_BIAS.full_shape
+shard_w2_bias = _W2_BIAS.shard
+alloc_w2_bias = _W2_BIAS.alloc
+load_w2_bias = _W2_BIAS.load
 
 # ---- glue: vLLM CPU grouped-GEMM MoE (_C::prepack_moe_weight, _C::cpu_fused_moe) ----
 # The kernel call is runtime/glue/vllm_cpu.py; its INTERFACE is what the
@@ -765,71 +471,30 @@ def _config(plan: Plan) -> KernelConfig:
                 ("w13_bias", w13_bias_shapes(plan)[1]),
                 ("w2_bias", w2_bias_shapes(plan)[1]),
             ),
-            args=(
-                ("isa", plan.isa),
-            ),
+            args=(("isa", plan.isa),),
         )
 
     return _PLANS.memo("config", plan, make)
 
 
-def load_kernel() -> None:
-    """Make the kernel's ops available (see runtime/glue/vllm_cpu.py).
-
-    Raises KernelUnavailableError naming the package to install.
-    """
-    _glue.load_kernel(CONTRACT)
-
-
-def prepack_padded(
-    padded_w13: torch.Tensor, padded_w2: torch.Tensor, plan: Plan, *,
-    out: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[PackedWeight, PackedWeight]:
-    """Prepack already padded weights (from `pad_*` or `shard_*`) for `fused_moe`.
-
-    padded_w13: [local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    padded_w2: [local_num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Both in the weights' storage dtype, contiguous CPU. Returns the two
-    `PackedWeight` that `fused_moe` takes (it refuses anything else).
-    out: (w13, w2) contiguous CPU tensors of the padded shapes and dtype, sharing no memory
-    with the inputs, that the packed bytes are written into instead of new tensors (e.g.
-    a whole layer's packed tensor, filled a chunk of experts at a time), where the
-    kernel's packed form is such a tensor.
-    Raises LayoutContractError on wrong tensors or `out` (or `out` for a kernel whose
-    packed form is not a tensor of the padded shape), KernelUnavailableError when the
-    kernel cannot run here.
-    """
-    _PLANS.require(plan)
-    cfg = _config(plan)
-    w13 = _layout.check_tensor(CONTRACT, "padded_w13", padded_w13, w13_shapes(plan)[1], cfg.dtype)
-    w2 = _layout.check_tensor(CONTRACT, "padded_w2", padded_w2, w2_shapes(plan)[1], cfg.dtype)
-    dst = None
-    if out is not None:
-        if not isinstance(out, tuple) or len(out) != 2:
-            raise LayoutContractError(
-                f"{CONTRACT}: prepack_padded out= must be a (w13, w2) tuple of tensors"
-            )
-        # each out= shares memory with neither input (w13 is packed before w2 is read)
-        # nor the other out=
-        o13 = _layout.check_out(
-            CONTRACT, "packed w13", out[0], (w13, w2), w13_shapes(plan)[1], cfg.dtype
-        )
-        o2 = _layout.check_out(
-            CONTRACT, "packed w2", out[1], (w13, w2, o13), w2_shapes(plan)[1], cfg.dtype
-        )
-        dst = (o13, o2)
-    return _glue.prepack_padded(cfg, w13, w2, dst)
-
-
-def prepack(w13: torch.Tensor, w2: torch.Tensor, plan: Plan) -> tuple[PackedWeight, PackedWeight]:
-    """Pad both logical weights, then prepack them (`pad_w13`, `pad_w2`, `prepack_padded`).
-
-    w13 (logical): [local_num_experts, 2 * intermediate_size_per_partition, hidden_size]
-    w2 (logical): [local_num_experts, hidden_size, intermediate_size_per_partition]
-    Raises as `pad_*` and `prepack_padded`.
-    """
-    _PLANS.require(plan)
-    return prepack_padded(pad_w13(w13, plan).contiguous(), pad_w2(w2, plan).contiguous(), plan)
+_KERNEL = _w.kernel_functions(
+    _MODULE,
+    __name__,
+    _glue,
+    _config,
+    _W13,
+    _W2,
+    ("w13", "w2"),
+    (
+        "[local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
+        "[local_num_experts, hidden_size, intermediate_size_per_partition_padded]",
+        "[local_num_experts, 2 * intermediate_size_per_partition, hidden_size]",
+        "[local_num_experts, hidden_size, intermediate_size_per_partition]",
+    ),
+)
+load_kernel = _KERNEL.load_kernel
+prepack_padded = _KERNEL.prepack_padded
+prepack = _KERNEL.prepack
 
 
 def fused_moe(
@@ -868,7 +533,12 @@ def fused_moe(
 
     def kernel(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         return _glue.fused_moe(
-            _config(plan), x, packed_w13, packed_w2, weights, ids,
+            _config(plan),
+            x,
+            packed_w13,
+            packed_w2,
+            weights,
+            ids,
             w13_bias=w13_bias,
             w2_bias=w2_bias,
             apply_router_weight_on_input=apply_router_weight_on_input,
@@ -877,194 +547,15 @@ def fused_moe(
     if expert_map is None and isinstance(topk_ids, torch.Tensor):
         _expert_map.refuse_global(CONTRACT, topk_ids, plan.local_num_experts, plan.ep_size)
     return _expert_map.run_local(
-        CONTRACT, kernel, hidden_states, topk_weights, topk_ids, expert_map,
+        CONTRACT,
+        kernel,
+        hidden_states,
+        topk_weights,
+        topk_ids,
+        expert_map,
         input_weighted=apply_router_weight_on_input is True,
     )
 
-# ---- loading: one checkpoint tensor at a time into a rank's padded parameter ----
-# The code is runtime/loading.py; see its docstring for source shapes and layouts.
-
-
-def alloc_w13(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/vllm_cpu_grouped_gemm.moe line 61.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13", _w13_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w13(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13 axes", plan, lambda: _w13_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [local_num_experts, hidden_size, intermediate_size_per_partition_padded]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/vllm_cpu_grouped_gemm.moe line 71.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2", _w2_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w2(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2 axes", plan, lambda: _w2_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w13_bias(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13_bias`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [local_num_experts, 2 * intermediate_size_per_partition_padded]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/vllm_cpu_grouped_gemm.moe line 80.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13_bias", _w13_bias_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w13_bias(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13_bias`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13_bias axes", plan, lambda: _w13_bias_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13_bias", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2_bias(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2_bias`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [local_num_experts, hidden_size]
-    A row-parallel output bias: on ranks other than 0 it is all zeros and
-    `load_w2_bias` reads nothing there (the all-reduce adds it once).
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/vllm_cpu_grouped_gemm.moe line 87.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2_bias", _w2_bias_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=True, out=out,
-    )
-
-
-def load_w2_bias(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2_bias`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2_bias axes", plan, lambda: _w2_bias_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2_bias", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=True,
-    )
 
 # ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
 # The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
@@ -1075,67 +566,21 @@ LAYOUT = ModuleLayout(
     source_file=SOURCE_FILE,
     plan=plan,
     plan_type=Plan,
-    plan_params=(
-        PlanParam("num_experts", "range", low=1, high=1024),
-        PlanParam("hidden_size", "range", low=1, high=65536),
-        PlanParam("intermediate_size", "range", low=1, high=262144),
-        PlanParam(
-            "tp_size", "set",
-            values=(
-                1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96,
-                112, 128,
-            ),
-        ),
-        PlanParam("isa", "enum", values=("vec", "amx", "neon", "vsx")),
-        PlanParam("activation", "enum", values=("silu", "gelu", "gelu_tanh", "swigluoai")),
-        PlanParam("dtype", "enum", values=("bfloat16", "float16", "float32")),
-        PlanParam("swiglu_alpha_milli", "set", values=(0, 1702), default=0),
-        PlanParam("swiglu_limit_milli", "set", values=(0, 7000), default=0),
-        PlanParam("ep_size", "set", values=(1, 2, 3, 4, 8, 16), default=1),
-        PlanParam("expert_placement", "enum", values=("linear", "round_robin"), default="linear"),
-    ),
+    plan_params=_PARAMS,
     shard_count="tp_size",
     tensors=(
-        TensorEntry(
-            "w13", "weight", "w13",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=61, declaration="tensor w13: weight w13",
-            shapes=w13_shapes, axis_table=_w13_axes,
-            pad=pad_w13, unpad=unpad_w13,
-            alloc=alloc_w13, load=load_w13,
-            full_shape=w13_full_shape, shard=shard_w13,
-        ),
-        TensorEntry(
-            "w2", "weight", "w2",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=71, declaration="tensor w2: weight w2",
-            shapes=w2_shapes, axis_table=_w2_axes,
-            pad=pad_w2, unpad=unpad_w2,
-            alloc=alloc_w2, load=load_w2,
-            full_shape=w2_full_shape, shard=shard_w2,
-        ),
-        TensorEntry(
-            "w13_bias", "bias", "w13",
-            optional=True, axes=("experts", "n"),
-            contract_line=80, declaration="tensor w13_bias: bias w13 optional",
-            shapes=w13_bias_shapes, axis_table=_w13_bias_axes,
-            pad=pad_w13_bias, unpad=unpad_w13_bias,
-            alloc=alloc_w13_bias, load=load_w13_bias,
-            full_shape=w13_bias_full_shape, shard=shard_w13_bias,
-        ),
-        TensorEntry(
-            "w2_bias", "bias", "w2",
-            optional=True, axes=("experts", "n"),
-            contract_line=87, declaration="tensor w2_bias: bias w2 optional",
-            shapes=w2_bias_shapes, axis_table=_w2_bias_axes,
-            pad=pad_w2_bias, unpad=unpad_w2_bias,
-            alloc=alloc_w2_bias, load=load_w2_bias,
-            full_shape=w2_bias_full_shape, shard=shard_w2_bias,
-        ),
+        _w.entry(_W13_ROW, _W13),
+        _w.entry(_W2_ROW, _W2),
+        _w.entry(_W13_BIAS_ROW, _W13_BIAS),
+        _w.entry(_W2_BIAS_ROW, _W2_BIAS),
     ),
     kernel=KernelEntry(
-        glue=INTERFACE, config=_config, load_kernel=load_kernel,
-        prepack=prepack, prepack_padded=prepack_padded, fused_moe=fused_moe,
+        glue=INTERFACE,
+        config=_config,
+        load_kernel=load_kernel,
+        prepack=prepack,
+        prepack_padded=prepack_padded,
+        fused_moe=fused_moe,
     ),
     local_experts=local_experts,
     models=(
@@ -1143,40 +588,40 @@ LAYOUT = ModuleLayout(
             "vllm",
             ("0.32.0",),
             "vllm.model_executor.layers.fused_moe.experts.cpu_moe:CPUUnquantizedExperts",
-            when=Condition("==", (
-                Condition("param", value="isa"),
-                Condition("const", value="vec"),
-            )),
+            when=Condition(
+                "==",
+                (Condition("param", value="isa"), Condition("const", value="vec")),
+            ),
             contract_line=113,
         ),
         ModelsEntry(
             "vllm",
             ("0.32.0",),
             "vllm.model_executor.layers.fused_moe.experts.cpu_moe:X86CPUUnquantizedExperts",
-            when=Condition("==", (
-                Condition("param", value="isa"),
-                Condition("const", value="amx"),
-            )),
+            when=Condition(
+                "==",
+                (Condition("param", value="isa"), Condition("const", value="amx")),
+            ),
             contract_line=114,
         ),
         ModelsEntry(
             "vllm",
             ("0.32.0",),
             "vllm.model_executor.layers.fused_moe.experts.cpu_moe:ArmCPUUnquantizedExperts",
-            when=Condition("==", (
-                Condition("param", value="isa"),
-                Condition("const", value="neon"),
-            )),
+            when=Condition(
+                "==",
+                (Condition("param", value="isa"), Condition("const", value="neon")),
+            ),
             contract_line=115,
         ),
         ModelsEntry(
             "vllm",
             ("0.32.0",),
             "vllm.model_executor.layers.fused_moe.experts.cpu_moe:PowerCPUUnquantizedExperts",
-            when=Condition("==", (
-                Condition("param", value="isa"),
-                Condition("const", value="vsx"),
-            )),
+            when=Condition(
+                "==",
+                (Condition("param", value="isa"), Condition("const", value="vsx")),
+            ),
             contract_line=116,
         ),
     ),

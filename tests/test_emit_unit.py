@@ -171,7 +171,7 @@ def test_rule_messages_and_locations_are_repr_safe() -> None:
     assert ast.literal_eval(view["message"]) == HOSTILE
     assert ast.literal_eval(view["where"]) == "dir/it's \"x\".moe:1"
     assert [ast.literal_eval(n) for n in view["names"]] == ["a"]
-    assert view["require_lines"] == ["    if (a <= 0):"]
+    assert view["require_lines"] == ["    if a <= 0:"]  # as ruff writes it: no redundant parentheses
 
 
 def test_doc_text_cannot_close_a_docstring() -> None:
@@ -245,6 +245,8 @@ def test_exported_names_are_identifiers_the_module_defines() -> None:
                     and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets))
     defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
     defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    defined |= {e.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Tuple)
+                for e in t.elts if isinstance(e, ast.Name)}  # `w13_shapes, pad_w13, ... = _W13`
     defined |= {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
     defined |= {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
     assert exported and len(exported) == len(set(exported))

@@ -126,7 +126,7 @@ def _written(word: str, storage: str, zero_path: bool) -> torch.Tensor:
     """A [2, 16] tensor of `storage` whose every element the runtime wrote as the pad `word`:
     through fill_runs (all pad), or through scatter (a live column, then the pad in the
     one-pass `_masked_rows` where it applies)."""
-    fill: Any = eval(word, {"_layout": layout})  # the generated module's literal, in its namespace
+    fill: Any = eval(word, {"FormatCode": layout.FormatCode})  # the generated module's literal, in its namespace
     dtype = TORCH[storage]
     dst = torch.empty((2, 16), dtype=dtype)
     if not zero_path:

@@ -96,3 +96,23 @@ def test_generated_code_is_lint_and_type_clean(tool: list[str]) -> None:
         pytest.skip(f"{tool[0]} is not installed: pip install -e '.[test]'")
     result = subprocess.run(tool, capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_generated_modules_are_ruff_formatted() -> None:
+    """The emitter writes formatted code itself (layoutc/compiler/emit/pyfmt.py), so compile and
+    --check give the same bytes with or without ruff; this holds it to ruff's formatter. The
+    copied `_runtime/` is layoutc/runtime's text, formatted or not as its source is."""
+    if shutil.which("ruff") is None:
+        pytest.skip("ruff is not installed: pip install -e '.[test]'")
+    files = sorted(str(p) for p in (ROOT / "generated").glob("*.py"))
+    result = subprocess.run(["ruff", "format", "--check", *files], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_compiler_never_runs_a_formatter() -> None:
+    """ruff is no dependency of the compiler: nothing under layoutc/compiler starts a process or
+    imports ruff (compile's output is the emitter's own text, the same with or without ruff)."""
+    for path in sorted((ROOT / "layoutc" / "compiler").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        assert "subprocess" not in text and "import ruff" not in text and 'which("ruff")' not in text, path

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from .twin import adopt
+
 
 class LayoutContractError(ValueError):
     """A configuration, plan or tensor that a layout contract does not admit.
@@ -15,3 +17,6 @@ class LayoutContractError(ValueError):
 
 class KernelUnavailableError(RuntimeError):
     """The kernel library a contract binds is not installed or cannot run on this CPU."""
+
+
+adopt(globals())  # one class per process beside layoutc (twin.py)

@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import LayoutContractError
+from .twin import adopt
 
 PLACEMENTS = ("linear", "round_robin")
 
@@ -196,3 +197,6 @@ def world_ranks(world: int, ep_size: int, tp_size: int) -> list[tuple[int, int]]
         raise ExpertParallelError("EP02", f"ep_size={ep_size} x tp_size={tp_size} = {ep_size * tp_size} "
                                   f"does not match the world of {world} ranks")
     return [(r // tp_size, r % tp_size) for r in range(world)]
+
+
+adopt(globals())  # one class per process beside layoutc (twin.py)

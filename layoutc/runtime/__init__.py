@@ -13,5 +13,7 @@ imports nothing, so the compiler can read `interface.py` without torch.
 - `routing`: checks of router outputs and hidden states.
 - `activations`: the exact activation formulas the Python glues compute.
 - `packed`: `KernelConfig` and `PackedWeight`, the typed prepacked weights.
+- `twin`: one runtime per process: the copy's `errors`, `interface`, `packed` and
+  `experts` are layoutc's own when layoutc is importable and its runtime is the same text.
 - `glue/*`: one module per kernel: its INTERFACE and the code that calls it.
 """

@@ -27,6 +27,7 @@ from typing import Any, Literal, Protocol
 
 from . import vocab
 from .algebra import ViewWord, Word
+from .twin import adopt
 
 
 @dataclass(frozen=True)
@@ -571,3 +572,6 @@ def release_key(release: str) -> tuple[tuple[int, ...], str]:
             return tuple(numbers), ".".join([part[digits:], *parts[i + 1:]])
         numbers.append(int(part))
     return tuple(numbers), ""
+
+
+adopt(globals())  # one class per process beside layoutc (twin.py)

@@ -8,6 +8,7 @@ integer helpers (`round_up`, `round_down`, `cdiv`, `lcm`) are the vocabulary's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -71,3 +72,31 @@ def broken(who: str, kind: str, where: str, message: str, values: dict[str, Any]
     """The text of a failed `require` or `admit`: rule kind, contract line, message and values."""
     shown = ", ".join(f"{k}={v}" for k, v in values.items())
     return f"{who}: {kind} failed ({where}): {message} [{shown}]"
+
+
+def refused(who: str, where: str, message: str, values: dict[str, Any]) -> LayoutContractError:
+    """The error of a broken `require` rule (`broken(who, "require", ...)`), for `raise`."""
+    return LayoutContractError(broken(who, "require", where, message, values))
+
+
+def checker(who: str, where: str, params: tuple[Any, ...], dtypes: tuple[str, ...] = ()) -> Callable[[str, object], Any]:
+    """`check(name, value)`: `value` of `plan()`'s parameter `name` checked against its
+    declared domain in `params` (the module's `PlanParam` table, interface.py): a range by
+    `check_int`, a set by `check_choice`, a bool by `check_bool`, an enum by `check_member`
+    (`check_dtype` for the storage dtype parameters named in `dtypes`). Returns the value
+    as the plan holds it; raises LayoutContractError as those do."""
+    table = {p.name: p for p in params}
+
+    def check(name: str, value: object) -> Any:
+        p = table[name]
+        if p.kind == "range":
+            return check_int(who, name, value, p.low, p.high, where)
+        if p.kind == "set":
+            return check_choice(who, name, value, p.values, where)
+        if p.kind == "bool":
+            return check_bool(who, name, value)
+        if name in dtypes:
+            return check_dtype(who, name, value, p.values, where)
+        return check_member(who, name, value, p.values, where)
+
+    return check

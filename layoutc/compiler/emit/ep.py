@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from layoutc.compiler import glues, ir
+from layoutc.compiler.emit.pyfmt import call, literal
 
 
 def placement_name(ep: ir.ExpertParallel) -> str:
@@ -24,9 +25,9 @@ def ep_params(contract: ir.Contract) -> list[dict[str, Any]]:
     if ep is None or ep.placement_param:
         return []
     served = tuple(ep.placement)
-    check = f"_ep.check_served(CONTRACT, expert_placement, {served!r})"
-    return [{"name": "expert_placement", "served": served, "check": check, "check_lines": [f"    expert_placement = {check}"],
-             "annotation": f"str = {served[0]!r}", "field_type": "str",
+    lines = call("expert_placement = _ep.check_served", ["CONTRACT", 'args["expert_placement"]', literal(served)], 4)
+    return [{"name": "expert_placement", "served": served, "check_lines": lines,
+             "annotation": f"str = {literal(served[0])}", "field_type": "str",
              "domain": "one of " + ", ".join(repr(s) for s in served) + f" (default {served[0]!r})"}]
 
 

@@ -7,6 +7,7 @@ The template only loops and interpolates (``StrictUndefined``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import re
@@ -20,6 +21,19 @@ from layoutc import __version__
 from layoutc.compiler import glues, ir
 from layoutc.compiler.cases import glue_activation
 from layoutc.compiler.emit.ep import ep_params, ep_view
+from layoutc.compiler.emit.pyfmt import (
+    WIDTH,
+    _bare,
+    _item,
+    call,
+    literal,
+    packed,
+    statement,
+    wrap_code,
+)
+from layoutc.compiler.emit.pyfmt import _one_group as _one_group  # re-exported: tests/test_emit_unit.py
+from layoutc.compiler.emit.pyfmt import _split_args as _split_args
+from layoutc.compiler.emit.views import GlueView, KernelArgView, ModuleView, ParamView, TensorView
 from layoutc.runtime.vocab import DTYPES, Op, OpKind, holds_byte
 
 VERSION_PREFIX = "# layoutc-version: "
@@ -63,29 +77,34 @@ def python_spelling(op: Op) -> str:
             assert_never(op)
 
 
-def render_expr(e: ir.Expr, prefix: str) -> str:
-    """Python source for `e`; parameters and lets are read as `{prefix}name`."""
+def render_expr(e: ir.Expr, prefix: str, code: bool = False) -> str:
+    """Python source for `e`; parameters and lets are read as `{prefix}name`. `code`: string
+    literals as the generated code writes them (`literal`); otherwise `repr` (docstrings)."""
+    lit = literal if code else repr
+
+    def r(x: ir.Expr) -> str:
+        return render_expr(x, prefix, code)
+
     match e:
         case ir.Const():
-            return repr(e.value)
+            return lit(e.value)
         case ir.Ref():
             return f"{prefix}{e.name}"
         case ir.Cond():
-            return (f"({render_expr(e.then, prefix)} if {render_expr(e.cond, prefix)} "
-                    f"else {render_expr(e.orelse, prefix)})")
+            return f"({r(e.then)} if {r(e.cond)} else {r(e.orelse)})"
         case ir.Select():
-            subject = render_expr(e.subject, prefix)
+            subject = r(e.subject)
             if e.default is None and all(isinstance(v, ir.Const) for _, v in e.cases):
-                table = ", ".join(f"{m!r}: {render_expr(v, prefix)}" for m, v in e.cases)
+                table = ", ".join(f"{lit(m)}: {r(v)}" for m, v in e.cases)
                 return f"{{{table}}}[{subject}]"
-            out = render_expr(e.default, prefix) if e.default is not None else render_expr(e.cases[-1][1], prefix)
+            out = r(e.default) if e.default is not None else r(e.cases[-1][1])
             cases = e.cases if e.default is not None else e.cases[:-1]
             for member, value in reversed(cases):
-                out = f"({render_expr(value, prefix)} if {subject} == {member!r} else {out})"
+                out = f"({r(value)} if {subject} == {lit(member)} else {out})"
             return out
         case ir.Op():
             spelling = python_spelling(e.op)
-            args = [render_expr(a, prefix) for a in e.args]
+            args = [r(a) for a in e.args]
             if e.op.arity == 1:
                 return f"({spelling} {args[0]})" if e.op is Op.NOT else f"({spelling}{args[0]})"
             if e.op.kind is OpKind.FUNCTION:
@@ -101,14 +120,14 @@ def render_expr(e: ir.Expr, prefix: str) -> str:
 _NEGATE = {Op.EQ: Op.NE, Op.NE: Op.EQ, Op.LT: Op.GE, Op.LE: Op.GT, Op.GT: Op.LE, Op.GE: Op.LT}
 
 
-def render_negated(e: ir.Expr, prefix: str) -> str:
+def render_negated(e: ir.Expr, prefix: str, code: bool = False) -> str:
     """Python source for `not e`, with comparisons flipped rather than wrapped in `not`."""
     if isinstance(e, ir.Op) and e.op in _NEGATE:
-        left, right = (render_expr(a, prefix) for a in e.args)
+        left, right = (render_expr(a, prefix, code) for a in e.args)
         return f"({left} {python_spelling(_NEGATE[e.op])} {right})"
     if isinstance(e, ir.Op) and e.op is Op.NOT:
-        return render_expr(e.args[0], prefix)
-    return f"(not {render_expr(e, prefix)})"
+        return render_expr(e.args[0], prefix, code)
+    return f"(not {render_expr(e, prefix, code)})"
 
 
 def _names(e: ir.Expr) -> list[str]:
@@ -127,7 +146,7 @@ def _fill_word(tensor: ir.Tensor, code: int | None = None, members: tuple[str, .
 
     A nonzero code that is a byte on some storage the tensor may have (vocab.holds_byte: a
     1-byte float read through a number format; `members`: a dtype parameter's members) is a
-    `_layout.FormatCode`, which layout.write_code stores through the integer view. Otherwise a
+    `FormatCode` (runtime/layout.py), which layout.write_code stores through the integer view. Otherwise a
     float storage, or a dtype parameter (its members may be floats), takes a float (the value);
     an integer storage an int; a packed one (always a fixed integer dtype, LC411) the word."""
     value = tensor.fill if code is None else code
@@ -135,7 +154,7 @@ def _fill_word(tensor: ir.Tensor, code: int | None = None, members: tuple[str, .
     dtype = DTYPES[tensor.storage.dtype] if isinstance(tensor.storage, ir.FixedStorage) else None
     stored = (dtype.name,) if dtype is not None else members
     if value != 0 and any(holds_byte(m, ir.reads_format(tensor.decode)) for m in stored if m in DTYPES):
-        return f"_layout.FormatCode({int(value)})"
+        return f"FormatCode({int(value)})"
     if pack == 1:
         return repr(float(value)) if dtype is None or dtype.floating else repr(int(value))
     if dtype is None or dtype.floating:
@@ -150,16 +169,15 @@ def _fill_word(tensor: ir.Tensor, code: int | None = None, members: tuple[str, .
     return repr(word)
 
 
-def _axis_call(tensor: ir.Tensor, axis: ir.Axis, has_tp: bool, indent: int,
-               full: ir.Expr | None = None) -> list[str]:
-    """`Axis(...)` for one axis, broken over lines when it would be long. `full`: a block
-    shard's full checkpoint length (values), given to its sharded axes in storage units."""
+def _axis_args(tensor: ir.Tensor, axis: ir.Axis, has_tp: bool, full: ir.Expr | None = None) -> list[str]:
+    """The arguments of `axis(...)` (runtime/wrappers.py) for one axis, by keyword. `full`: a
+    block shard's full checkpoint length (values), given to its sharded axes in storage units."""
     pack = axis.pack
-    logical = render_expr(axis.logical, "plan.")
-    padded = render_expr(axis.padded, "plan.")
-    whole = render_expr(full, "plan.") if full is not None else None
+    logical = render_expr(axis.logical, "plan.", True)
+    padded = render_expr(axis.padded, "plan.", True)
+    whole = render_expr(full, "plan.", True) if full is not None else None
     if axis.group_size is not None:
-        g = render_expr(axis.group_size, "plan.")
+        g = render_expr(axis.group_size, "plan.", True)
         logical = f"_p.groups({logical}, {g})"
         padded = f"_p.groups({padded}, {g})"
         whole = f"_p.groups({whole}, {g})" if whole is not None else None
@@ -172,39 +190,37 @@ def _axis_call(tensor: ir.Tensor, axis: ir.Axis, has_tp: bool, indent: int,
         whole = f"{whole} // {pack}" if whole is not None else None
     intermediate = ir.is_intermediate(tensor, axis)
     sharded = sharded if intermediate and has_tp else "False"
-    parts = [repr(axis.name).replace("'", '"'), f'"{axis.layout.value}"', str(axis.segments),
-             logical, padded, sharded]
+    args = [literal(axis.name), f"Word.{axis.layout.name}", f"logical={_bare(logical)}"]
+    if padded != logical:
+        args.append(f"padded={_bare(padded)}")
+    if axis.segments != 1:
+        args.append(f"segments={axis.segments}")
+    if sharded != "False":
+        args.append(f"sharded={sharded}")
     if whole is not None and sharded != "False":
-        parts.append(f"full={whole}")
-    pad = " " * indent
-    one = f"{pad}Axis({', '.join(parts)}),"
-    if len(one) <= 99:
-        return [one]
-    inner = " " * (indent + 4)
-    return [f"{pad}Axis(", *(f"{inner}{part}," for part in parts), f"{pad}),"]
+        args.append(f"full={_bare(whole)}")
+    return args
 
 
 def _axis_table(tensor: ir.Tensor, has_tp: bool, full: ir.Expr | None = None) -> list[str]:
-    """The body of `_<tensor>_axes(plan)`: one `Axis` per dimension, `when` alternatives as if/elif."""
+    """The body of `_<tensor>_axes(plan)`: one `axis` per dimension, `when` alternatives as if/elif."""
     lines: list[str] = []
     entries: list[str] = []
     for axis in tensor.axes:
         alternatives = [g for g in tensor.guarded if g.axis.name == axis.name]
         if not alternatives:
-            entries += _axis_call(tensor, axis, has_tp, 8, full)
+            entries += call("axis", _axis_args(tensor, axis, has_tp, full), 8, ",")
             continue
         var = f"{axis.name}_axis"
         for k, alt in enumerate(alternatives):
             keyword = "if" if k == 0 else "elif"
-            lines += wrap_code(f"{keyword} ", render_expr(alt.guard, "plan."), f":  # line {alt.axis.span.line}")
-            call = _axis_call(tensor, alt.axis, has_tp, 8, full)
-            lines += [f"        {var} = " + call[0].strip().removesuffix(","), *call[1:]] if len(call) == 1 \
-                else [f"        {var} = Axis(", *call[1:-1], "        )"]
-        call = _axis_call(tensor, axis, has_tp, 8, full)
+            lines += statement(f"{keyword} ", render_expr(alt.guard, "plan.", True), f":  # line {alt.axis.span.line}")
+            lines += call(f"{var} = axis", _axis_args(tensor, alt.axis, has_tp, full), 8)
         lines.append("    else:")
-        lines += [f"        {var} = " + call[0].strip().removesuffix(",")] if len(call) == 1 \
-            else [f"        {var} = Axis(", *call[1:-1], "        )"]
+        lines += call(f"{var} = axis", _axis_args(tensor, axis, has_tp, full), 8)
         entries.append(f"        {var},")
+    if len(entries) == 1 and len(entries[0]) - 4 + len("return (),") <= WIDTH:  # a one-item tuple on one line
+        return [*lines, f"    return ({entries[0].strip().removesuffix(',')},)"]
     return [*lines, "    return (", *entries, "    )"]
 
 
@@ -243,92 +259,27 @@ def _rule_view(rule: ir.Rule | ir.Align, file: str) -> dict[str, Any]:
     return {
         "code": render_expr(rule.cond, ""),
         "negated": render_negated(rule.cond, ""),
-        "require_lines": wrap_code("if ", render_negated(rule.cond, ""), ":"),
-        "admit_lines": wrap_code("if reason is None and ", render_negated(rule.cond, ""), ":"),
-        "message": repr(rule.message),
-        "where": repr(f"{file}:{rule.span.line}"),
-        "names": [repr(n) for n in _names(rule.cond)],
-        "name_refs": _names(rule.cond),
+        "require_lines": statement("if ", render_negated(rule.cond, "", True), ":"),
+        "message": literal(rule.message),
+        "where": literal(f"{file}:{rule.span.line}"),
+        "names": [literal(n) for n in _names(rule.cond)],
     }
 
 
-def _params(contract: ir.Contract, dtype_params: list[str]) -> list[dict[str, Any]]:
+def _params(contract: ir.Contract, dtype_params: list[str]) -> list[ParamView]:
+    """Each declared parameter: its check in `_plan` (`_check`: its domain is the module's
+    `_PARAMS` row), its annotation in `plan()` and its field type in `Plan`."""
     params = []
     for p in contract.params:
-        if p.kind == "range":
-            check = f"_p.check_int(CONTRACT, {p.name!r}, {p.name}, {p.low!r}, {p.high!r}, SOURCE_FILE)"
-            annotation = "int"
-        elif p.kind == "set":
-            check = f"_p.check_choice(CONTRACT, {p.name!r}, {p.name}, {p.values!r}, SOURCE_FILE)"
-            annotation = "int"
-        elif p.kind == "bool":
-            check = f"_p.check_bool(CONTRACT, {p.name!r}, {p.name})"
-            annotation = "bool"
-        elif p.name in dtype_params:
-            check = f"_p.check_dtype(CONTRACT, {p.name!r}, {p.name}, {p.values!r}, SOURCE_FILE)"
+        annotation = {"range": "int", "set": "int", "bool": "bool"}.get(p.kind, "str")
+        if p.name in dtype_params:
             annotation = "str | torch.dtype"
-        else:
-            check = f"_p.check_member(CONTRACT, {p.name!r}, {p.name}, {p.values!r}, SOURCE_FILE)"
-            annotation = "str"
         field_type = {"range": "int", "set": "int", "bool": "bool"}.get(p.kind, "str")
         if p.default is not None:
-            annotation = f"{annotation} = {p.default!r}"
-        one = f"    {p.name} = {check}"
-        if len(one) > 99:
-            head, _, args = check.partition("(")
-            parts = [a.strip() for a in _split_args(args.removesuffix(")"))]
-            lines = [f"    {p.name} = {head}(", *(f"        {a}," for a in parts), "    )"]
-        else:
-            lines = [one]
-        params.append({"name": p.name, "check": check, "check_lines": lines, "annotation": annotation,
-                       "field_type": field_type, "domain": _domain_doc(p)})
+            annotation = f"{annotation} = {literal(p.default)}"
+        params.append(ParamView(p.name, [f"    {p.name} = _check({literal(p.name)}, args[{literal(p.name)}])"],
+                                annotation, field_type, _domain_doc(p)))
     return params
-
-
-def wrap_code(prefix: str, expr: str, suffix: str = "", indent: int = 4) -> list[str]:
-    """`prefix + expr + suffix` as lines of at most 99 columns: a long `expr` goes in its own
-    parentheses, broken between tokens (rendered expressions have no spaces inside literals)."""
-    pad = " " * indent
-    one = f"{pad}{prefix}{expr}{suffix}"
-    if len(one) <= 99:
-        return [one]
-    inner = " " * (indent + 4)
-    if _one_group(expr):
-        expr = expr[1:-1]  # already parenthesised: its own parentheses allow the breaks
-    body = textwrap.wrap(expr, 99 - len(inner), break_long_words=False, break_on_hyphens=False)
-    return [f"{pad}{prefix}(", *(inner + b for b in body), f"{pad}){suffix}"]
-
-
-def _one_group(expr: str) -> bool:
-    """Whether `expr` is one parenthesised group: `(` ... its matching `)` at the very end."""
-    if not (expr.startswith("(") and expr.endswith(")")):
-        return False
-    depth = 0
-    for i, ch in enumerate(expr):
-        depth += ch == "("
-        depth -= ch == ")"
-        if depth == 0:
-            return i == len(expr) - 1
-    return False
-
-
-def _split_args(text: str) -> list[str]:
-    """Top-level comma-separated arguments of a rendered call (brackets and quotes respected)."""
-    parts, depth, quote, start = [], 0, "", 0
-    for i, ch in enumerate(text):
-        if quote:
-            quote = "" if ch == quote and text[i - 1] != "\\" else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return [p for p in parts if p.strip()]
 
 
 def _block_shard_doc(shard: ir.Shard | None) -> str | None:
@@ -345,50 +296,74 @@ def _members(contract: ir.Contract, t: ir.Tensor) -> tuple[str, ...]:
     return ()
 
 
-def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> dict[str, Any]:
+def _var(t: ir.Tensor) -> str:
+    """The module's private name of a tensor's functions (`_W13`); its row is `_W13_ROW`."""
+    return f"_{t.name.upper()}"
+
+
+def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool, dtypes: str) -> TensorView:
+    """One tensor: its axis table's body, its `Row` (runtime/wrappers.py) and the names its
+    functions are bound to."""
     # a decoded value only where the contract declares it (`fill decoded V`, which the verifier
     # proves at every pad lane); `fill N` on a quantized tensor is a code, not a value
-    fill = "left uninitialised" if t.fill_kind == "uninit" else f"stored code {t.fill}" + (
+    fill_doc = "left uninitialised" if t.fill_kind == "uninit" else f"stored code {t.fill}" + (
         f" (`fill decoded {t.fill_value}`: decodes to {t.fill_value})" if t.fill_value is not None else "")
-    return {
-        "name": t.name, "kind": t.kind, "projection": t.projection, "optional": t.optional,
-        "table": _axis_table(t, has_tp, contract.block_shard.full if contract.block_shard else None),
-        "fill": "None" if t.fill_kind == "uninit" else _fill_word(t, members=_members(contract, t)),
-        "dtype": _dtype_expr(t),
-        # `tail fill`: the value past a short rank's slice, passed only where declared
-        "tail_fill": None if t.tail_fill is None else _fill_word(t, t.tail_fill, _members(contract, t)),
-        "tail_doc": None if t.tail_fill is None else f"stored code {t.tail_fill}" + (
-            " (resolved from `tail fill decoded`)" if t.tail_fill_kind == "decoded" else ""),
-        "logical_doc": _shape_doc(contract, t, "logical"), "padded_doc": _shape_doc(contract, t, "padded"),
-        "storage_doc": str(t.storage), "fill_doc": fill, "line": t.span.line,
-        "once": repr(t.kind == "bias" and t.projection == "w2"),
-        # loading section (runtime/loading.py)
-        "once_flag": repr(t.kind == "bias" and t.projection == "w2"),
-        "is_once": t.kind == "bias" and t.projection == "w2",
-        "tp": "plan.tp_size" if has_tp else "1",
-        **_roles_view(t),
-        # the module's LAYOUT entry (runtime/interface.py TensorEntry)
-        "axis_names": _tuple_literal([a.name for a in t.axes]),
-        "declaration": f'"tensor {t.name}: {t.kind} {t.projection}{" optional" if t.optional else ""}"',  # identifiers
-    }
+    fill = "None" if t.fill_kind == "uninit" else _fill_word(t, members=_members(contract, t))
+    dtype = f"torch.{t.storage.dtype}" if isinstance(t.storage, ir.FixedStorage) else literal(str(t.storage))
+    roles, roles_doc = _roles_view(t)
+    args = [f"name={literal(t.name)}", f"kind={literal(t.kind)}", f"projection={literal(t.projection)}",
+            f"line={t.span.line}", f"axis_names={literal(tuple(a.name for a in t.axes))}",
+            f"axes=_{t.name}_axes", f"dtype={dtype}", f"fill={fill}",
+            f"shape_docs={literal(tuple(_doc_safe(_shape_doc(contract, t, w)) for w in ('logical', 'padded')))}",
+            f"fill_doc={literal(_doc_safe(fill_doc))}"]
+    if roles != "()":
+        args += [f"roles={roles}", f"roles_doc={literal(_doc_safe(roles_doc))}"]
+    if t.optional:
+        args.append("optional=True")
+    if t.tail_fill is not None:
+        tail_doc = f"stored code {t.tail_fill}" + (
+            " (resolved from `tail fill decoded`)" if t.tail_fill_kind == "decoded" else "")
+        args += [f"tail_fill={_fill_word(t, t.tail_fill, _members(contract, t))}",
+                 f"tail_doc={literal(_doc_safe(tail_doc))}"]
+    n = t.name
+    binds = [(f"{n}_shapes", "shapes"), (f"pad_{n}", "pad"), (f"unpad_{n}", "unpad")]
+    if has_tp:
+        binds += [(f"{n}_full_shape", "full_shape"), (f"shard_{n}", "shard")]
+    binds += [(f"alloc_{n}", "alloc"), (f"load_{n}", "load")]
+    var = _var(t)
+    names = ", ".join(name for name, _ in binds)
+    if len(f"{names} = {var}") <= WIDTH:  # the names on one line, else one line each
+        bound = [f"{names} = {var}"] if len(binds) == 7 else [f"{name} = {var}.{attr}" for name, attr in binds]
+    else:
+        bound = [f"{name} = {var}.{attr}" for name, attr in binds]
+    return TensorView(
+        name=n,
+        table=_axis_table(t, has_tp, contract.block_shard.full if contract.block_shard else None),
+        row=call(f"{var}_ROW = _w.Row", args, 0),
+        functions=f"{var} = _w.tensor_functions(_MODULE, {var}_ROW, {dtypes}, __name__)",
+        binds=bound,
+        entry=f"_w.entry({var}_ROW, {var}),",
+    )
 
 
-def _roles_view(t: ir.Tensor) -> dict[str, str]:
-    """The segment roles of `t`'s segmented axis, as a Python expression over `plan`
-    (a `when` alternative may name them in another order), and a docstring phrase."""
+def _roles_view(t: ir.Tensor) -> tuple[str, str]:
+    """The segment roles of `t`'s segmented axis, as a Python expression (a function of the
+    plan where a `when` alternative names them in another order), and a docstring phrase."""
     seg = next((a for a in t.axes if a.segments > 1), None)
     if seg is None:
-        return {"roles": "()", "roles_doc": '"down" or None (the whole tensor)'}
-    expr = repr(tuple(seg.roles)).replace("'", '"')
+        return "()", '"down" or None (the whole tensor)'
+    expr = literal(tuple(seg.roles))
+    conditional = False
     for alt in reversed([g for g in t.guarded if g.axis.name == seg.name]):
         if alt.axis.roles != seg.roles:
-            expr = (f"({tuple(alt.axis.roles)!r} if {render_expr(alt.guard, 'plan.')} "
-                    f"else {expr})").replace("'", '"')
+            conditional = True
+            expr = f"({literal(tuple(alt.axis.roles))} if {render_expr(alt.guard, 'plan.', True)} else {expr})"
     names = ", ".join(f'"{r}"' for r in seg.roles)
-    return {"roles": expr, "roles_doc": f"one of {names} (one segment), or None / \"gate_up\" (all)"}
+    return (f"lambda plan: {_bare(expr)}" if conditional else expr,
+            f"one of {names} (one segment), or None / \"gate_up\" (all)")
 
 
-def _glue_view(contract: ir.Contract) -> dict[str, Any] | None:
+def _glue_view(contract: ir.Contract, ep: dict[str, Any] | None) -> GlueView | None:
     g = contract.glue
     if g is None:
         return None
@@ -396,7 +371,7 @@ def _glue_view(contract: ir.Contract) -> dict[str, Any] | None:
     interface = entry.interface
     w13, w2 = contract.weight("w13"), contract.weight("w2")
     act = glue_activation(contract)
-    activation = render_expr(act, "plan.") if act is not None else repr(interface.activations[0].name)
+    activation = render_expr(act, "plan.", True) if act is not None else literal(interface.activations[0].name)
     shapes = [("w13", w13.name), ("w2", w2.name)]
     for t in contract.tensors:
         if t.kind == "bias":
@@ -405,62 +380,75 @@ def _glue_view(contract: ir.Contract) -> dict[str, Any] | None:
     keywords = (["w13_bias: torch.Tensor | None = None", "w2_bias: torch.Tensor | None = None"] if biases else []) \
         + [f"{o}: bool = False" for o in interface.forward_options]
     names = (["w13_bias", "w2_bias"] if biases else []) + list(interface.forward_options)
-    views = "{" + ", ".join(f"{a.name!r}: {a.view!r}" for a in interface.activations).replace("'", '"') + "}"
-    return {
-        "module": entry.module, "summary": interface.summary, "views": views, "activation": activation,
-        "ops": "{\n" + "".join(f'    "{k}": "{v}",\n' for k, v in interface.ops) + "}",
-        "reexports": sorted((n for n in entry.public if n != "load_kernel"), key=_natural),
-        "num_experts": f"{w13.name}_shapes(plan)[0][0]",  # logical: a padded expert is never routed
-        "hidden_size": f"{w13.name}_shapes(plan)[1][2]",
-        "intermediate_padded": f"{w13.name}_shapes(plan)[1][1] // 2",
-        "dtype": _dtype_expr(w13),
-        "shapes": shapes,
-        "args": [(k, render_expr(v, "plan.")) for k, v in g.args if k != "activation"],
-        "keywords": keywords, "keyword_names": names, "biases": biases,
-        # under EP, run_local refuses input weighting above the top_k the kernel computes it at
-        "input_weighted": "apply_router_weight_on_input" if "apply_router_weight_on_input" in interface.forward_options
-        and interface.router_weight_input_top_k == 1 else None,
-        "w13_doc": _shape_doc(contract, w13, "padded"), "w2_doc": _shape_doc(contract, w2, "padded"),
-        "w13_logical": _shape_doc(contract, w13, "logical"), "w2_logical": _shape_doc(contract, w2, "logical"),
-    }
+    views = "{" + ", ".join(f"{literal(a.name)}: {literal(str(a.view))}" for a in interface.activations) + "}"
+    docs = [_shape_doc(contract, w13, "padded"), _shape_doc(contract, w2, "padded"),
+            _shape_doc(contract, w13, "logical"), _shape_doc(contract, w2, "logical")]
+    kernel = call("_KERNEL = _w.kernel_functions", [
+        "_MODULE", "__name__", "_glue", "_config", _var(w13), _var(w2), literal((w13.name, w2.name)),
+        literal(tuple(_doc_safe(d) for d in docs))], 0)
+    # under EP, run_local refuses input weighting above the top_k the kernel computes it at
+    input_weighted = "apply_router_weight_on_input" if "apply_router_weight_on_input" in interface.forward_options \
+        and interface.router_weight_input_top_k == 1 else None
+    glue_args = ["_config(plan)", "x" if ep else "hidden_states", "packed_w13", "packed_w2",
+                 "weights" if ep else "topk_weights", "ids" if ep else "topk_ids", *(f"{k}={k}" for k in names)]
+    if ep:
+        body = ["",
+                "    def kernel(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:",
+                *call("return _glue.fused_moe", glue_args, 8), "",
+                "    if expert_map is None and isinstance(topk_ids, torch.Tensor):",
+                *call("_expert_map.refuse_global", ["CONTRACT", "topk_ids", _bare(ep["axis"]), f"plan.{ep['count']}"],
+                      8),
+                *call("return _expert_map.run_local", [
+                    "CONTRACT", "kernel", "hidden_states", "topk_weights", "topk_ids", "expert_map",
+                    *([f"input_weighted={input_weighted} is True"] if input_weighted else [])], 4)]
+    else:
+        body = call("return _glue.fused_moe", glue_args, 4)
+    return GlueView(
+        module=entry.module, summary=interface.summary, views=views, activation=_bare(activation),
+        ops="{\n" + "".join(f'    "{k}": "{v}",\n' for k, v in interface.ops) + "}",
+        reexports=sorted((n for n in entry.public if n != "load_kernel"), key=_natural),
+        num_experts=f"{w13.name}_shapes(plan)[0][0]",  # logical: a padded expert is never routed
+        hidden_size=f"{w13.name}_shapes(plan)[1][2]",
+        intermediate_padded=f"{w13.name}_shapes(plan)[1][1] // 2",
+        dtype=_dtype_expr(w13),
+        shapes=shapes,
+        args=_tuple_item("args", [f"({literal(k)}, {_bare(render_expr(v, 'plan.', True))})" for k, v in g.args
+                                  if k != "activation"], 12),
+        keywords=keywords, biases=biases, kernel=kernel, fused_body=body,
+    )
 
 
-def _literal(value: int | bool | str) -> str:
-    """A Python literal of `value`; identifiers in double quotes, as the rest of the module."""
-    return f'"{value}"' if isinstance(value, str) and value.isidentifier() else repr(value)
+def _tuple_item(keyword: str, items: list[str], indent: int) -> list[str]:
+    """`keyword=(items),` as one argument line, or broken one item per line."""
+    text = "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    return _item(f"{keyword}={text}", indent)
 
 
-def _tuple_literal(values: list[Any] | tuple[Any, ...]) -> str:
-    items = [_literal(v) for v in values]
-    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-
-
-def _wrap_items(items: list[str], width: int) -> list[str]:
-    """`items` joined by ", " into lines of at most `width` columns with their trailing comma,
-    broken only between items."""
-    lines: list[str] = []
-    for item in items:
-        if lines and len(lines[-1]) + 2 + len(item) + 1 <= width:
-            lines[-1] += f", {item}"
-        else:
-            lines.append(item)
-    return [line + "," for line in lines]
-
-
-def _plan_param_lines(p: ir.Param) -> list[str]:
-    """`PlanParam(...)` of one contract parameter for the module's LAYOUT, over several lines
-    when one would pass 99 columns (a long set of values)."""
-    head = [_literal(p.name), _literal(p.kind)]
-    tail = [f"default={p.default!r}"] if p.default is not None else []
+def _plan_param(p: ir.Param) -> list[str]:
+    """`PlanParam(...)` of one contract parameter, at 4 columns."""
+    args = [literal(p.name), literal(p.kind)]
     if p.kind == "range":
-        one = ", ".join([*head, f"low={p.low!r}", f"high={p.high!r}", *tail])
-        return [f"        PlanParam({one}),"]
-    line = f"        PlanParam({', '.join([*head, f'values={_tuple_literal(p.values)}', *tail])}),"
-    if len(line) <= 99:
-        return [line]
-    values = [" " * 16 + line for line in _wrap_items([_literal(v) for v in p.values], 99 - 16)]
-    return ["        PlanParam(", f"            {', '.join(head)},", "            values=(", *values,
-            "            ),", *(f"            {t}," for t in tail), "        ),"]
+        args += [f"low={p.low!r}", f"high={p.high!r}"]
+    elif len(f"        values={literal(tuple(p.values))},") > WIDTH:
+        args.append(f"values={_values_name(p)}")  # a long domain: its own constant (`_values_lines`)
+    else:
+        args.append(f"values={literal(tuple(p.values))}")
+    if p.default is not None:
+        args.append(f"default={literal(p.default)}")
+    return call("PlanParam", args, 4, ",")
+
+
+def _values_name(p: ir.Param) -> str:
+    return f"_{p.name.upper()}_VALUES"
+
+
+def _values_lines(contract: ir.Contract) -> list[str]:
+    """The domains too long for their `PlanParam` line, each a module constant (`pyfmt.packed`)."""
+    lines: list[str] = []
+    for p in contract.params:
+        if p.kind != "range" and len(f"        values={literal(tuple(p.values))},") > WIDTH:
+            lines += packed(f"{_values_name(p)} = (", [literal(v) for v in p.values], ")")
+    return lines
 
 
 def condition_source(e: ir.Expr) -> str:
@@ -468,9 +456,9 @@ def condition_source(e: ir.Expr) -> str:
     evaluates on a parameter dict. The checker admits constants, parameters and operators only."""
     match e:
         case ir.Const():
-            return f'Condition("const", value={_literal(e.value)})'
+            return f'Condition("const", value={literal(e.value)})'
         case ir.Ref():
-            return f'Condition("param", value={_literal(e.name)})'
+            return f'Condition("param", value={literal(e.name)})'
         case ir.Op():
             args = ", ".join(condition_source(a) for a in e.args)
             return f'Condition("{e.op.value}", ({args}{"," if len(e.args) == 1 else ""}))'
@@ -478,58 +466,18 @@ def condition_source(e: ir.Expr) -> str:
             raise ValueError(f"a `models ... when` holds a {type(e).__name__} (the checker admits none)")
 
 
-def _condition_lines(e: ir.Expr, indent: int, head: str, width: int = 99) -> list[str]:
-    """`head` + the condition's source + ",", on one line when it fits in `width` columns, else
-    with each operator's arguments on lines of their own, indented by 4."""
-    one = " " * indent + head + condition_source(e) + ","
-    if len(one) <= width or not isinstance(e, ir.Op):
-        return [one]
-    lines = [" " * indent + f'{head}Condition("{e.op.value}", (']
-    for a in e.args:
-        lines += _condition_lines(a, indent + 4, "")
-    return [*lines, " " * indent + ")),"]
-
-
 def _models_lines(contract: ir.Contract) -> list[str]:
-    """`ModelsEntry(...)` of each `models` line for the module's LAYOUT, one field per line.
-    Engines, releases and targets are checked to hold no quote or backslash (check/models.py)."""
+    """`ModelsEntry(...)` of each `models` line for the module's LAYOUT (as ruff writes it: one
+    field per line). Engines, releases and targets are checked to hold no quote or backslash
+    (check/models.py)."""
     lines: list[str] = []
     for m in contract.models:
-        releases = ", ".join(f'"{r}"' for r in m.releases) + ("," if len(m.releases) == 1 else "")
-        lines += ["        ModelsEntry(", f'            "{m.engine}",', f"            ({releases}),",
-                  f'            "{m.target}",']
+        args = [literal(m.engine), literal(tuple(m.releases)), literal(m.target)]
         if m.when is not None:
-            lines += _condition_lines(m.when, 12, "when=")
-        lines += [f"            contract_line={m.span.line},", "        ),"]
+            args.append(f"when={condition_source(m.when)}")
+        args.append(f"contract_line={m.span.line}")
+        lines += ["        ModelsEntry(", *(line for a in args for line in _item(a, 12)), "        ),"]
     return lines
-
-
-def _interface_import(contract: ir.Contract) -> str:
-    """The module's import from `_runtime.interface`, its names in ruff's isort order, on one line
-    when it fits 100 columns (generated lines stay short), else one name per line with a trailing
-    comma (which ruff's isort keeps as written)."""
-    names = ["LAYOUT_VERSION", "ModuleLayout", "PlanParam", "TensorEntry"]
-    names += ["KernelEntry"] if contract.glue is not None else []
-    names += ["ModelsEntry"] if contract.models else []
-    names += ["Condition"] if any(m.when is not None for m in contract.models) else []
-    names.sort(key=_natural)
-    line = f"from ._runtime.interface import {', '.join(names)}"
-    return line if len(line) <= 100 else "\n".join(["from ._runtime.interface import (", *(f"    {n}," for n in names), ")"])
-
-
-def _layout_view(contract: ir.Contract, has_tp: bool) -> dict[str, Any]:
-    """The parts of the module's `LAYOUT` that are not per tensor: its plan parameters and the
-    parameter the shard functions split over (None: nothing is sharded)."""
-    count = contract.shard.count if contract.shard is not None else "tp_size"
-    return {
-        "param_lines": [line for p in contract.params for line in _plan_param_lines(p)]
-        + [f"        PlanParam({_literal(e['name'])}, {_literal('enum')}, values={_tuple_literal(e['served'])}, "
-           f"default={_literal(e['served'][0])}),"
-           for e in ep_params(contract)],
-        "shard_count": _literal(count) if has_tp else "None",
-        "models_lines": _models_lines(contract),
-        "interface_import": _interface_import(contract),
-    }
 
 
 def _natural(name: str) -> tuple[int, list[object]]:
@@ -538,7 +486,7 @@ def _natural(name: str) -> tuple[int, list[object]]:
     return category, [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
-def _exports(contract: ir.Contract, glue: dict[str, Any] | None, has_tp: bool) -> list[str]:
+def _exports(contract: ir.Contract, glue: GlueView | None, has_tp: bool) -> list[str]:
     names = ["CONTRACT", "LAYOUT", "KernelUnavailableError", "LayoutContractError", "Plan", "plan"]
     if contract.kernel is not None and contract.kernel.args:
         names.append("kernel_args")
@@ -549,53 +497,170 @@ def _exports(contract: ir.Contract, glue: dict[str, Any] | None, has_tp: bool) -
     if contract.ep is not None:
         names.append("local_experts")
     if glue is not None:
-        names += ["INTERFACE", "OPS", "PackedWeight", "fused_moe", "load_kernel", "prepack", "prepack_padded", *glue["reexports"]]
-    return [f'"{n}",' for n in sorted(names, key=_natural)]
+        names += ["INTERFACE", "OPS", "PackedWeight", "fused_moe", "load_kernel", "prepack", "prepack_padded", *glue.reexports]
+    return packed("__all__ = [", [f'"{n}"' for n in sorted(names, key=_natural)], "]")
 
 
-def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) -> dict[str, Any]:
+def _imports(contract: ir.Contract, glue: GlueView | None, dtype_table: bool, format_code: bool) -> list[str]:
+    """The module's runtime imports, in ruff's isort order."""
+    lines = []
+    if contract.ep is not None:
+        if glue is not None:
+            lines.append("from ._runtime import expert_map as _expert_map")
+        lines.append("from ._runtime import experts as _ep")
+    lines += ["from ._runtime import params as _p", "from ._runtime import wrappers as _w",
+              "from ._runtime.algebra import Word"]
+    if dtype_table:
+        lines.append("from ._runtime.dtypes import TORCH as _DTYPES")
+    lines.append("from ._runtime.errors import KernelUnavailableError, LayoutContractError")
+    if glue is not None:
+        lines.append(f"from ._runtime.glue import {glue.module} as _glue")
+        if glue.reexports:
+            lines.append(f"from ._runtime.glue.{glue.module} import {', '.join(glue.reexports)}")
+    names = ["LAYOUT_VERSION", "ModuleLayout", "PlanParam"]
+    names += ["KernelEntry"] if glue is not None else []
+    names += ["ModelsEntry"] if contract.models else []
+    names += ["Condition"] if any(m.when is not None for m in contract.models) else []
+    lines += _import_lines("._runtime.interface", sorted(names, key=_natural))
+    lines.append("from ._runtime.layout import Axis" + (", FormatCode" if format_code else ""))
+    if glue is not None:
+        lines.append("from ._runtime.packed import KernelConfig, PackedWeight")
+    lines += ["from ._runtime.plans import PlanChecker", "from ._runtime.wrappers import axis"]
+    return lines
+
+
+def _import_lines(module: str, names: list[str]) -> list[str]:
+    """`from module import names` on one line when it fits, else one name per line with a
+    trailing comma (which ruff's isort and formatter keep as written)."""
+    line = f"from {module} import {', '.join(names)}"
+    return [line] if len(line) <= WIDTH else [f"from {module} import (", *(f"    {n}," for n in names), ")"]
+
+
+def _rule_lines(rule: ir.Rule | ir.Align, file: str, kind: str) -> list[str]:
+    """`if <broken>:` and the refusal of one `require` (raise) or `admit` (the reason)."""
+    names = _names(rule.cond)
+    values = "{" + ", ".join(f"{literal(n)}: {n}" for n in names) + "}"
+    where, message = literal(f"{file}:{rule.span.line}"), literal(rule.message)
+    negated = render_negated(rule.cond, "", True)
+    if kind == "require":
+        return [*statement("if ", negated, ":"),
+                *call("raise _p.refused", ["CONTRACT", where, message, values], 8)]
+    return [*statement("if reason is None and ", negated, ":"),
+            *call("reason = _p.broken", ["CONTRACT", '"admit"', where, message, values], 8)]
+
+
+def _plan_body(contract: ir.Contract, rel_path: str, params: list[ParamView], ep: dict[str, Any] | None
+               ) -> list[str]:
+    """`plan()`'s call of `_plan`, `_plan` itself and `_rederive`: the checks of every parameter
+    (`_check`, runtime/params.py `checker`, over the module's `_PARAMS`), the derived sizes,
+    the `require` rules (a refusal) and the `admit` rules (the reason a plan is not supported)."""
+    names = [p.name for p in params]
+    body: list[str] = []
+    for p in params:
+        body += p.check_lines
+    if ep is not None:
+        body.append(ep["check_line"])
+    for let in contract.lets:
+        body += statement(f"{let.name} = ", render_expr(let.value, "", True))
+    for r in contract.requires:
+        body += _rule_lines(r, rel_path, "require")
+    body.append("    reason: str | None = None")
+    for r in contract.admits:
+        body += _rule_lines(r, rel_path, "admit")
+    body.append("    if reason is not None:")
+    if contract.policy == "error":
+        body.append("        raise LayoutContractError(reason)")
+    else:
+        body += ["        if warn:", '            _LOG.warning("%s; falling back to %s", reason, FALLBACK)']
+    fields = [*names, *(let.name for let in contract.lets)]
+    body += call("return Plan", [*(f"{n}={n}" for n in fields), "supported=reason is None", "reason=reason"], 4)
+    return body
+
+
+def _ep_lines(contract: ir.Contract, ep: dict[str, Any] | None) -> list[str]:
+    if ep is None:
+        return []
+    redundant = literal(contract.ep.redundant) if contract.ep is not None and contract.ep.redundant else "None"
+    return call("local_experts = _w.local_experts", [
+        "_MODULE", "__name__", literal(ep["experts"]), literal(ep["count"]), literal(ep["placement"]), redundant], 0)
+
+
+def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) -> ModuleView:
     dtype_params = sorted({t.storage.param for t in contract.tensors if isinstance(t.storage, ir.ParamStorage)})
-    lets = [{"name": let.name, "code": render_expr(let.value, ""),
-             "lines": wrap_code(f"{let.name} = ", render_expr(let.value, "")),
-             "field_type": "bool" if let.type == ir.BOOL else ("str" if isinstance(let.type, ir.EnumT) else "int")}
-            for let in contract.lets]
     has_tp = any(p.name == "tp_size" for p in contract.params)
-    kernel_args = []
+    params = _params(contract, dtype_params) + [
+        ParamView(e["name"], e["check_lines"], e["annotation"], e["field_type"], e["domain"])
+        for e in ep_params(contract)]
+    ep = ep_view(contract, lambda e, prefix: render_expr(e, prefix, True))
+    kernel_args, returns = [], []
     if contract.kernel is not None:
         for arg in contract.kernel.args:
-            kernel_args.append({"name": arg.name, "code": render_expr(arg.value, "plan."),
-                                "lines": wrap_code(f'"{arg.name}": ', render_expr(arg.value, "plan."), ",", 8),
-                                "doc": textwrap.wrap(f"{arg.name}: trims {render_expr(arg.trim_count, 'plan.')} "
-                                                     "trailing positions of each segment of "
-                                                     + ", ".join(f"{a}.{b}" for a, b in arg.trims)
-                                                     + f" (contract line {arg.span.line}).", 88,
-                                                     break_long_words=False, subsequent_indent="    "),
-                                "trims": ", ".join(f"{a}.{b}" for a, b in arg.trims),
-                                "count": render_expr(arg.trim_count, "plan."), "line": arg.span.line})
-    glue = _glue_view(contract)
+            kernel_args.append(KernelArgView(textwrap.wrap(
+                f"{arg.name}: trims {render_expr(arg.trim_count, 'plan.')} trailing positions of each segment of "
+                + ", ".join(f"{a}.{b}" for a, b in arg.trims) + f" (contract line {arg.span.line}).", 88,
+                break_long_words=False, subsequent_indent="    ")))
+            returns.append((arg.name, render_expr(arg.value, "plan.", True)))
+    glue = _glue_view(contract, ep)
     digest = hashlib.sha256(contract.source_text.encode("utf-8")).hexdigest()
-    return {
-        "name": contract.name, "file": rel_path, "file_repr": repr(rel_path), "sha256": digest,
-        "version_line": f"{VERSION_PREFIX}{__version__}", "proved": list(proved),
-        "proved_repr": repr(tuple(proved)),
-        "sources": [repr(s) for s in contract.sources],
-        "sources_doc": [line for src in contract.sources
-                        for line in textwrap.wrap(src, 88, initial_indent="- ", subsequent_indent="  ")],
-        "proved_lines": textwrap.wrap("properties proved: " + (", ".join(proved) if proved else
-                                      "none (compiled without verification)"), 88,
-                                      initial_indent="# ", subsequent_indent="#   "),
-        "policy": contract.policy, "fallback": repr(contract.fallback),
-        "params": _params(contract, dtype_params) + ep_params(contract), "lets": lets, "ep": ep_view(contract, render_expr),
-        "requires": [_rule_view(r, rel_path) for r in contract.requires],
-        "admits": [_rule_view(r, rel_path) for r in contract.admits],
-        "tensors": [_tensor_view(contract, t, has_tp) for t in contract.tensors],
-        "kernel_args": kernel_args, "glue": glue, "has_tp": has_tp, "tp_param": "tp_size",
-        "block_shard": _block_shard_doc(contract.block_shard),
-        "uses_math": _uses(contract, (Op.GCD,)), "dtype_table": bool(dtype_params),
-        "all_names": _exports(contract, glue, has_tp),
-        "w13": contract.weight("w13").name, "w2": contract.weight("w2").name,
-        "layout": _layout_view(contract, has_tp),
-    }
+    tensors = [_tensor_view(contract, t, has_tp, "_DTYPES" if dtype_params else "{}") for t in contract.tensors]
+    format_code = any("FormatCode(" in line for t in tensors for line in t.row)
+    block = _block_shard_doc(contract.block_shard)
+    count = contract.shard.count if contract.shard is not None else "tp_size"
+    module_args = ["CONTRACT", "SOURCE_FILE", "_PLANS", f"tp_param={literal(count) if has_tp else 'None'}"]
+    if block is not None:
+        module_args.append(f"block_shard={literal(_doc_safe(block))}")
+    return ModuleView(
+        name=contract.name, file=rel_path, file_literal=literal(rel_path), sha256=digest,
+        version_line=f"{VERSION_PREFIX}{__version__}",
+        proved_lines=textwrap.wrap("properties proved: " + (", ".join(proved) if proved else
+                                   "none (compiled without verification)"), 88,
+                                   initial_indent="# ", subsequent_indent="#   "),
+        sources_doc=[line for src in contract.sources
+                     for line in textwrap.wrap(src, 88, initial_indent="- ", subsequent_indent="  ")],
+        imports=_imports(contract, glue, bool(dtype_params), format_code),
+        all_names=_exports(contract, glue, has_tp),
+        sources=[literal(s) for s in contract.sources],
+        proved_lines_code=packed("PROVED: tuple[str, ...] = (", [literal(x) for x in proved],
+                                 ",)" if len(proved) == 1 else ")"),
+        policy=contract.policy, fallback=literal(contract.fallback),
+        values_lines=_values_lines(contract),
+        params_table=[line for p in contract.params for line in _plan_param(p)]
+        + [line for e in ep_params(contract) for line in call("PlanParam", [
+            literal(e["name"]), '"enum"', f"values={literal(tuple(e['served']))}", f"default={literal(e['served'][0])}"],
+            4, ",")],
+        checker=call("_check = _p.checker", ["CONTRACT", "SOURCE_FILE", "_PARAMS"]
+                     + ([f"dtypes={literal(tuple(dtype_params))}"] if dtype_params else []), 0),
+        plan_fields=[f"{p.name}: {p.field_type}" for p in params]
+        + [f"{let.name}: {_let_type(let)}" for let in contract.lets],
+        params=params,
+        plan_body=_plan_body(contract, rel_path, params, ep),
+        module_line="\n".join(call("_MODULE = _w.Module", module_args, 0)),
+        ep_lines=_ep_lines(contract, ep), ep=ep,
+        kernel_args=kernel_args, kernel_args_return=_kernel_args_return(returns),
+        tensors=tensors, glue=glue,
+        shard_count=literal(count) if has_tp else "None",
+        models_lines=_models_lines(contract),
+        uses_math=_uses(contract, (Op.GCD,)),
+    )
+
+
+def _let_type(let: ir.Let) -> str:
+    return "bool" if let.type == ir.BOOL else ("str" if isinstance(let.type, ir.EnumT) else "int")
+
+
+def _kernel_args_return(returns: list[tuple[str, str]]) -> list[str]:
+    """`return {...}` of `kernel_args`; an entry too long for one line keeps the emitter's
+    wrapping and the statement is marked `# fmt: skip`."""
+    lines, skip = ["    return {"], False
+    for name, expr in returns:
+        one = f"        {literal(name)}: {_bare(expr)},"
+        if len(one) <= WIDTH:
+            lines.append(one)
+            continue
+        skip = True
+        lines += wrap_code(f"{literal(name)}: ", expr, ",", 8)
+    lines.append("    }" + ("  # fmt: skip" if skip else ""))
+    return lines
 
 
 def _uses(contract: ir.Contract, ops: tuple[Op, ...]) -> bool:
@@ -633,7 +698,7 @@ def render(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) -> str
     env = _env()
     env.filters["doc"] = _doc_safe
     model = view_model(contract, rel_path, proved)
-    return env.get_template("module.py.j2").render(**model)
+    return env.get_template("module.py.j2").render(**{f.name: getattr(model, f.name) for f in dataclasses.fields(model)})
 
 
 def render_init(names: list[str]) -> str:
