@@ -250,10 +250,15 @@ def _replace(experts: Any, layer: Any, cpu_moe: Any) -> None:
         raise LayoutcVllmError(f"layoutc: layer {info.name}: the layer has a w13 bias, but contract "
                                f"{gen.CONTRACT} declares no `bias w13` tensor")
     try:
-        w13 = layout.weight("w13").pad(layer.w13_weight.data, plan)
-        w2 = layout.weight("w2").pad(layer.w2_weight.data, plan)
+        # A short EP rank (E % ep_size != 0) holds one expert fewer than the contract's slots: the spare
+        # slot is the contract's fill (ep.with_spare_slots), and the remapped ids never reach it.
+        def logical(entry: Any, t: Any) -> Any:
+            return ep.with_spare_slots(layout, entry, plan, t) if info.ep_size > 1 else t
+
+        w13 = layout.weight("w13").pad(logical(layout.weight("w13"), layer.w13_weight.data), plan)
+        w2 = layout.weight("w2").pad(logical(layout.weight("w2"), layer.w2_weight.data), plan)
         b13 = None if _bias(layer, "w13_bias") is None or bias13 is None else \
-            bias13.pad(_bias(layer, "w13_bias"), plan)
+            bias13.pad(logical(bias13, _bias(layer, "w13_bias")), plan)
         if not use_zentorch:
             packed13, packed2 = check.kernel(gen).prepack_padded(w13.contiguous(), w2.contiguous(), plan)
             w13, w2 = packed13.data, packed2.data
