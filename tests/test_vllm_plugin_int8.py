@@ -34,7 +34,9 @@ def w8a8():  # type: ignore[no-untyped-def]
     hook.uninstall()
 
 
-def _layer(intermediate: int, tp: int, activation: str, rank: int = 0) -> tuple[Any, Any]:
+def _layer(
+    intermediate: int, tp: int, activation: str, rank: int = 0, dtype: torch.dtype = torch.bfloat16
+) -> tuple[Any, Any]:
     """(method, layer) of TP rank `rank`: vLLM's W8A8 method, its parameters created and a seeded int8
     checkpoint (one float32 scale per output row) loaded through vLLM's own weight_loader."""
     from compressed_tensors.quantization import QuantizationArgs
@@ -46,7 +48,12 @@ def _layer(intermediate: int, tp: int, activation: str, rank: int = 0) -> tuple[
 
     config = oracle.rank_config(
         oracle.moe_config(
-            num_experts=E, hidden_size=H, intermediate_size=intermediate, tp_size=tp, activation_name=activation
+            num_experts=E,
+            hidden_size=H,
+            intermediate_size=intermediate,
+            tp_size=tp,
+            activation_name=activation,
+            dtype=dtype,
         ),
         rank,
     )
@@ -54,9 +61,7 @@ def _layer(intermediate: int, tp: int, activation: str, rank: int = 0) -> tuple[
     inputs = QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="token", dynamic=True)
     method = ct.CompressedTensorsW8A8Int8MoEMethod(weights, inputs, config)
     layer = oracle.routed_experts_stub(config, None, method)
-    method.create_weights(
-        layer, E, H, config.intermediate_size_per_partition, torch.bfloat16, weight_loader=layer.weight_loader
-    )
+    method.create_weights(layer, E, H, config.intermediate_size_per_partition, dtype, weight_loader=layer.weight_loader)
     g = torch.Generator().manual_seed(0)
 
     def q(*shape: int) -> list[torch.Tensor]:
@@ -214,3 +219,21 @@ def test_the_kernels_scale_copy_is_checked_too(w8a8) -> None:  # type: ignore[no
         r"wrong, in expert 1 of 4\): row 7 holds the constant 0.5, where the contract puts n\[7\]",
     ):
         int8.check_layer(gen, plan, info, want, layer, experts)
+
+
+@pytest.mark.parametrize("mode", ["check", "replace"])
+def test_float32_activations_are_refused_at_load(w8a8, mode: str) -> None:  # type: ignore[no-untyped-def]
+    """vLLM picks ZenCPUExpertsInt8 for a float32 model too (it checks no dtype), but zentorch_fused_moe
+    refuses float32 activations with int8 weights at the first forward ("DA8W8/DA8W4 weights require
+    bf16 or int8 activations, got Float"): the contract's dtype domain refuses the layer at load."""
+    from layoutc.tools.vllm_plugin import LayoutcVllmError, hook
+
+    method, layer = _layer(176, 1, "silu", dtype=torch.float32)
+    _zen(method)
+    hook.install(mode)
+    with pytest.raises(
+        LayoutcVllmError,
+        match=r"layoutc: layer model.layers.0.mlp.experts: contract "
+        r"vllm_zen_cpu_int8_moe does not admit this configuration: .*float32",
+    ):
+        method.process_weights_after_loading(layer)

@@ -72,7 +72,7 @@ def pick(
     its `when` holding under `params` (plan() parameters of the layer) and, given `forward_op`, whose glue
     runs that op (the kernel vLLM's route calls: one class may take either of two routes); where that
     leaves several, those whose enum and set parameters' declared domains hold the layer's values
-    (`_in_domains`). A single contract is returned even outside its domains: its plan() then refuses the
+    (`_by_domains`). A single contract is returned even outside its domains: its plan() then refuses the
     layer naming the rule. None when no line names the class.
 
     Raises LayoutcVllmError when lines name the class but none (or more than one contract) applies,
@@ -92,7 +92,7 @@ def pick(
             if forward_op is None or dict(getattr(gen, "OPS", {}) or {}).get("forward") == forward_op:
                 applying[d.contract] = gen
     if len(applying) > 1:  # lines without `when` that split a class by their parameters' domains
-        applying = {c: gen for c, gen in applying.items() if _in_domains(gen, params)} or applying
+        applying = _by_domains(applying, params)
     if len(applying) != 1:
         shown = "; ".join(f"{d.where}: {d.entry}" for d in found)
         op = f" running {forward_op}" if forward_op else ""
@@ -104,18 +104,26 @@ def pick(
     return next(iter(applying.values()))
 
 
-def _in_domains(gen: ModuleType, params: dict[str, Any]) -> bool:
-    """Whether every enum or set parameter the contract declares (`param activation: enum {silu, ...}`)
-    holds the layer's value, where `params` gives one: a line without `when` models its class inside its
-    contract's parameter domains (vllm_zen_cpu_int8_moe: silu, gelu, gelu_tanh; its swigluoai sibling:
-    swigluoai). Ranges are left to plan()'s admission, which names the line."""
-    for param in getattr(getattr(gen, "LAYOUT", None), "plan_params", ()):
-        if param.name not in params or param.kind not in ("enum", "set"):
-            continue
-        value = params[param.name]
+def _by_domains(candidates: dict[str, ModuleType], params: dict[str, Any]) -> dict[str, ModuleType]:
+    """`candidates` narrowed, parameter by parameter, to the contracts whose declared enum or set domain
+    holds the layer's value, where some candidate's does: a line without `when` models its class inside
+    its contract's parameter domains (vllm_zen_cpu_int8_moe: silu, gelu, gelu_tanh; its swigluoai sibling:
+    swigluoai). A value no candidate holds (float32 for both) narrows nothing: plan() refuses it, naming
+    the rule."""
+    for name, value in params.items():
         shown = value if isinstance(value, (bool, int)) else str(value).rpartition(".")[2].lower()
-        if shown not in param.values:
-            return False
+        holding = {c: gen for c, gen in candidates.items() if _holds(gen, name, shown)}
+        if holding:
+            candidates = holding
+    return candidates
+
+
+def _holds(gen: ModuleType, name: str, value: Any) -> bool:
+    """Whether contract module `gen` declares parameter `name` with an enum or set domain holding `value`
+    (a parameter it does not declare, or declares as a range, holds any value here)."""
+    for param in getattr(getattr(gen, "LAYOUT", None), "plan_params", ()):
+        if param.name == name and param.kind in ("enum", "set"):
+            return value in param.values
     return True
 
 
