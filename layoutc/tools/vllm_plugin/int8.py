@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from layoutc.runtime import algebra
 from layoutc.runtime.interface import TensorEntry
 from layoutc.tools.vllm_plugin import check
 from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
@@ -133,7 +134,7 @@ def expected(gen: ModuleType, plan: Any, snap: dict[str, torch.Tensor]) -> dict[
             )
         dst = entry.alloc(shard, 0)
         try:
-            entry.load(dst, loaded, shard, 0, source_layout="halves")
+            entry.load(dst, loaded, shard, 0, source_layout=algebra.Word.HALVES.value)
         except gen.LayoutContractError as exc:
             raise LayoutcVllmError(
                 f"layoutc: contract {lay.contract} cannot lay out the loaded {PARAMS[role]}: {exc}"
