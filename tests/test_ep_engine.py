@@ -47,3 +47,25 @@ def test_expert_parallel_tp2_check_refuses_replace_matches_tp1(tmp_path: Path) -
     assert_same_greedy(replaced, ref, "tp 2 EP replace vs tp 1")
     lines = [ln for ln in part["tp=2 mode=replace ep=1"].splitlines() if "layoutc: mode=replace," in ln]
     assert len(lines) == 2 and all("contract=vllm_cpu_grouped_gemm x1, layers=1" in ln for ln in lines), lines
+
+
+def test_expert_parallel_tp3_uneven_split_replace_matches_tp1(tmp_path: Path) -> None:
+    """Issue 43 item 4: 8 experts over 3 EP ranks (3, 3, 2: rank 2 holds one fewer than the contract's
+    cdiv(8, 3) = 3 slots). Replace mode loads every rank, the short rank's spare slot filled as the
+    contract says, and decodes tp 1's greedy tokens (plugin off). Before: rank 2 stopped the engine,
+    "cannot pad this layer's weights: w13 has shape (2, ...), expected (3, ...)". A Mixtral with 3 heads
+    and a vocabulary of 576 (vLLM splits both over tp). Two engine loads, 3 workers on the tp 3 one."""
+    _require("vllm")
+    from tests.engine import checkpoints as ck
+
+    model = ck.mixtral(tmp_path / "mixtral_h3", heads=3, vocab=576)
+    rc, log, runs = _child(model, tmp_path / "mixtral_ep3.json", (), (), block_zentorch=True,
+                           runs="3:replace:ep,1:off")
+    assert rc == 0, log[-4000:]
+    got, part = {(r["tp"], r["mode"]): r for r in runs}, _sections(log)
+    assert set(got) == {(3, "replace"), (1, "off")}, sorted(got)
+    replaced, ref = got[(3, "replace")], got[(1, "off")]
+    assert replaced["ep"] and "error" not in replaced and "error" not in ref, (replaced, ref)
+    assert_same_greedy(replaced, ref, "tp 3 EP replace (8 experts: 3, 3, 2) vs tp 1")
+    lines = [ln for ln in part["tp=3 mode=replace ep=1"].splitlines() if "layoutc: mode=replace," in ln]
+    assert len(lines) == 3 and all("contract=vllm_cpu_grouped_gemm x1, layers=1" in ln for ln in lines), lines

@@ -294,9 +294,11 @@ def _quantized_layer(name: str, experts_cls: type):  # type: ignore[no-untyped-d
 @pytest.mark.conformance
 @pytest.mark.parametrize("mode", ["check", "replace"])
 def test_every_moe_layer_is_held_or_named(cpu_moe, mode: str) -> None:  # type: ignore[no-untyped-def]
-    """A model with one unquantized layer (held by the hook, vLLM's real method) and three W8A8 layers
-    (vLLM's ZenCPUExpertsInt8 twice, CPUExpertsInt8 once): the three are named with their class and
-    why they are not held; the summary counts them by class; strict mode refuses to start."""
+    """A model with one unquantized layer (held by the hook, vLLM's real method) and three quantized
+    layers (vLLM's CPUExpertsFp8 twice, which no contract models, and CPUExpertsInt8 once, which
+    vllm_cpu_int8_moe models but whose repacked weights the plugin does not hold yet): the three are
+    named with their class and why they are not held; the summary counts them by class; strict mode
+    refuses to start. (ZenCPUExpertsInt8 stood for the unmodelled class until vllm_zen_cpu_int8_moe.)"""
     from collections import Counter
 
     import torch
@@ -311,22 +313,22 @@ def test_every_moe_layer_is_held_or_named(cpu_moe, mode: str) -> None:  # type: 
     object.__setattr__(method, "moe_kernel", SimpleNamespace(fused_experts=ex))
     object.__setattr__(held, "quant_method", method)
     model.add_module("held", held)
-    for i, cls in enumerate((cpu_moe.ZenCPUExpertsInt8, cpu_moe.ZenCPUExpertsInt8, cpu_moe.CPUExpertsInt8)):
+    for i, cls in enumerate((cpu_moe.CPUExpertsFp8, cpu_moe.CPUExpertsFp8, cpu_moe.CPUExpertsInt8)):
         model.add_module(f"q{i}", _quantized_layer(f"model.layers.{i + 1}.mlp.experts", cls))
     model.add_module("dense", torch.nn.Linear(2, 2))  # not a MoE layer: not counted
     assert survey.not_held(model, hook._STATE["held"])[0].vllm_class == "cpu_moe.CPUUnquantizedExperts"
     ex.process_weights_after_loading(held)
     missed = survey.not_held(model, hook._STATE["held"])
     assert [(m.layer, m.vllm_class) for m in missed] == [
-        ("model.layers.1.mlp.experts", "cpu_moe.ZenCPUExpertsInt8"),
-        ("model.layers.2.mlp.experts", "cpu_moe.ZenCPUExpertsInt8"),
+        ("model.layers.1.mlp.experts", "cpu_moe.CPUExpertsFp8"),
+        ("model.layers.2.mlp.experts", "cpu_moe.CPUExpertsFp8"),
         ("model.layers.3.mlp.experts", "cpu_moe.CPUExpertsInt8")], missed
     assert missed[0].reason == "no contract models this class"
     assert missed[2].reason == "contract vllm_cpu_int8_moe models this class, but the plugin does not hook it yet"
-    assert survey.by_class(missed) == "CPUExpertsInt8 x1, ZenCPUExpertsInt8 x2"
+    assert survey.by_class(missed) == "CPUExpertsFp8 x2, CPUExpertsInt8 x1"
     assert survey.report(missed) == [
         "layoutc: 2 MoE layers not held (model.layers.1.mlp.experts, model.layers.2.mlp.experts): vLLM class "
-        "ZenCPUExpertsInt8 (cpu_moe.ZenCPUExpertsInt8): no contract models this class",
+        "CPUExpertsFp8 (cpu_moe.CPUExpertsFp8): no contract models this class",
         "layoutc: 1 MoE layer not held (model.layers.3.mlp.experts): vLLM class CPUExpertsInt8 "
         "(cpu_moe.CPUExpertsInt8): contract vllm_cpu_int8_moe models this class, but the plugin does not hook it yet"]
     hook._summary(Counter(hook.handled()), 0.0, missed)  # not strict: reported, the engine goes on
@@ -338,7 +340,7 @@ def test_every_moe_layer_is_held_or_named(cpu_moe, mode: str) -> None:  # type: 
     assert message.startswith(f"layoutc: LAYOUTC_VLLM={mode},strict refuses to start: 3 MoE layers are not held"), \
         message
     assert ("are not held by a contract: 2 MoE layers not held (model.layers.1.mlp.experts, model.layers.2.mlp.experts)"
-            ": vLLM class ZenCPUExpertsInt8 (cpu_moe.ZenCPUExpertsInt8): no contract models this class; 1 MoE layer "
+            ": vLLM class CPUExpertsFp8 (cpu_moe.CPUExpertsFp8): no contract models this class; 1 MoE layer "
             "not held (model.layers.3.mlp.experts): vLLM class CPUExpertsInt8") in message, message
     hook._summary(Counter({"vllm_cpu_grouped_gemm": 1}), 0.0, [])  # strict, every layer held: starts
 
@@ -357,23 +359,69 @@ def test_strict_is_an_option_of_either_mode(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @pytest.mark.conformance
-def test_the_class_table_names_real_classes_and_contracts() -> None:
-    """survey.MODELLED (the one place the plugin says which contract models which vLLM class): every
-    key is a class of vLLM 0.32's fused_moe/experts modules, every contract is in contracts/, and the
-    contract's `source` lines cite the class."""
+def test_the_declarations_name_real_classes_and_the_plugin_reads_them() -> None:
+    """The plugin's only source of which contract models which vLLM class is the contracts' `models vllm`
+    lines (declared.py; survey.MODELLED, the table it replaced, is gone): every line naming a CPU experts
+    class names a class vLLM 0.32 defines, in a file the contract's `source` lines cite, and the plugin's
+    answer for each of vLLM's CPU experts classes is exactly the contracts declaring it or a base."""
     _require_vllm()
     import importlib
+    import inspect
 
-    from layoutc.tools.vllm_plugin import survey
+    from vllm.model_executor.layers.fused_moe.experts import cpu_int4_moe, cpu_moe
 
-    for key, contracts in [*survey.MODELLED.items(), (survey.HOOKED, ("vllm_cpu_grouped_gemm",))]:
-        module, name = key.split(".")
-        cls = getattr(importlib.import_module(f"vllm.model_executor.layers.fused_moe.experts.{module}"), name)
-        assert survey.key(cls) == key, key
-        for contract in contracts:
-            text = (ROOT / "contracts" / f"{contract}.moe").read_text()
-            sources = [ln for ln in text.splitlines() if ln.startswith("source ")]
-            assert any(name in ln and f"{module}.py" in ln for ln in sources), (key, contract)
+    from layoutc.runtime import models
+    from layoutc.tools.vllm_plugin import declared, survey
+
+    lines = models.modelling("vllm", release=declared.release())
+    assert lines, "no contract models the running vLLM release"
+    cpu = [d for d in lines if d.entry.module in (cpu_moe.__name__, cpu_int4_moe.__name__)]
+    assert len(cpu) >= 10, cpu  # 4 unquantized, zentorch, 3 int8, 2 zen int8, 2 mxfp4, int4
+    for d in cpu:  # the CPU experts classes the plugin meets (every target: test_models_targets.py)
+        module, _, qualname = d.entry.target.partition(":")
+        cls = importlib.import_module(module)
+        for part in qualname.split("."):
+            cls = getattr(cls, part)
+        assert inspect.isclass(cls), d.entry.target
+        text = (ROOT / "contracts" / f"{d.contract}.moe").read_text()
+        sources = [ln for ln in text.splitlines() if ln.startswith("source ")]
+        assert f"{module.rpartition('.')[2]}.py" in " ".join(sources), (d.contract, d.entry.target)
+    classes = [c for m in (cpu_moe, cpu_int4_moe) for _, c in inspect.getmembers(m, inspect.isclass)
+               if c.__module__ == m.__name__ and "Experts" in c.__name__]
+    assert len(classes) >= 12, classes  # the unquantized four and the eight quantized ones, at least
+    for cls in classes:
+        declaring = {d.contract for d in lines if d.entry.target in {models.target_of(k) for k in cls.__mro__}}
+        got = set(declared.contracts(cls, declared.release()))
+        assert got <= declaring, (cls, got, declaring)
+        assert bool(got) == bool(declaring), (cls, got, declaring)
+        assert survey.reason(cls).startswith("no contract models") == (not got), (cls, survey.reason(cls))
+    zen = declared.contracts(cpu_moe.ZenCPUExpertsInt8, declared.release())
+    assert set(zen) == {"vllm_zen_cpu_int8_moe", "vllm_zen_cpu_int8_swigluoai_moe"}, zen
+
+
+def test_an_engine_release_no_contract_models_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 43 item 5: the plugin holds vLLM to the releases the contracts' `models vllm` lines name,
+    and refuses any other by name at install, in every process (register() runs there)."""
+    _require_vllm()
+    import vllm
+
+    from layoutc.tools.vllm_plugin import LayoutcVllmError, declared, hook
+
+    hook.uninstall()
+    assert declared.release() == vllm.__version__.partition("+")[0] == "0.32.0"
+    assert "0.32.0" in declared.releases()
+    monkeypatch.setattr(vllm, "__version__", "0.31.1+cpu")
+    with pytest.raises(LayoutcVllmError) as info:
+        hook.install("check")
+    message = str(info.value)
+    assert message.startswith("layoutc: vLLM 0.31.1 is not a release any contract models (the contracts' "
+                              "`models vllm` lines name "), message
+    assert "0.32.0" in message and "unset LAYOUTC_VLLM" in message, message
+    assert hook._STATE["mode"] is None  # nothing installed
+    monkeypatch.setattr(vllm, "__version__", "0.32.0+cpu")  # a local part is not a release
+    hook.install("check")
+    assert hook._STATE["release"] == "0.32.0"
+    hook.uninstall()
 
 
 def test_the_relay_carries_a_refusal_to_the_process_that_waits(monkeypatch: pytest.MonkeyPatch,

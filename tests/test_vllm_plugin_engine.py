@@ -278,15 +278,32 @@ def test_unaligned_swigluoai_at_tp4_loads_padded_in_replace(checkpoints: dict[st
 CALLER = ROOT / "tests" / "engine" / "caller.py"
 REFUSAL = "layoutc.tools.vllm_plugin.errors.LayoutcVllmError"
 # Each planted kind (tests/engine/site/sitecustomize.py) at tp 1 with I = 176 (padded to 192, 8 experts):
-# what the caller's exception must say beyond the layer, the experts and the contract line.
+# what the caller's exception must say beyond the layer: the tensor, the experts, the rows and what they
+# hold against what the contract puts there, and the tensor's contract line (the issue's 8 kinds, and the
+# end pad of vllm#48624).
+_ALL, _W13, _W2 = "in experts 0..7 of 8", "tensor w13:", "tensor w2:"
 CALLER_NEEDLES = {
-    "end_pad": ["w13 is not laid out as contract vllm_cpu_grouped_gemm says",
-                "rows 176..191 hold up[0..15], where the contract puts pad of gate"],
-    "double_pad": ["w13 has shape (8, 416, 256), but contract vllm_cpu_grouped_gemm pads it to (8, 384, 256)",
+    "end_pad": ["w13 is not laid out as contract vllm_cpu_grouped_gemm says", _ALL,
+                "rows 176..191 hold up[0..15], where the contract puts pad of gate", _W13],
+    "double_pad": ["w13 has shape (8, 416, 256), but contract vllm_cpu_grouped_gemm pads it to (8, 384, 256)", _ALL,
                    "axis n (halves) holds 2 x 208 rows where the contract puts 2 x 192 (176 live + 16 pad), "
-                   "16 rows of pad too many per segment"],
-    "garbage_pad": ["w13 is not laid out as contract vllm_cpu_grouped_gemm says",
-                    "rows 176..191 hold the constant 7.0, where the contract puts pad of gate"],
+                   "16 rows of pad too many per segment", _W13],
+    "garbage_pad": ["w13 is not laid out as contract vllm_cpu_grouped_gemm says", _ALL,
+                    "rows 176..191 hold the constant 7.0, where the contract puts pad of gate", _W13],
+    "nan_pad": ["w13 is not laid out as contract vllm_cpu_grouped_gemm says", _ALL,
+                "rows 176..191 hold the constant NaN, where the contract puts pad of gate", _W13],
+    "ones_pad": ["w13 is not laid out as contract vllm_cpu_grouped_gemm says", _ALL,
+                 "rows 368..383 hold the constant 1.0, where the contract puts pad of up", _W13],
+    "ones_w13": ["w13 is not laid out as contract vllm_cpu_grouped_gemm says", _ALL,
+                 "rows 176..191 hold the constant 1.0, where the contract puts pad of gate", _W13],
+    "w2_front": ["w2 is not laid out as contract vllm_cpu_grouped_gemm says", _ALL,
+                 "columns 0..15 hold the pad code 0, where the contract puts k[0..15]", _W2],
+    "up_double": ["w13 is not laid out as contract vllm_cpu_grouped_gemm says", _ALL,
+                  "rows 192..207 hold the pad code 0, where the contract puts up[0..15]", _W13],
+    "swap_halves": ["w13 is not laid out as contract vllm_cpu_grouped_gemm says", _ALL,
+                    "rows 0..175 hold up[0..175], where the contract puts gate[0..175]", _W13],
+    "one_expert": ["w13 is not laid out as contract vllm_cpu_grouped_gemm says", "16 of 384 rows wrong, in expert 3 of 8",
+                   "rows 176..191 hold the constant 7.0, where the contract puts pad of gate", _W13],
 }
 
 
@@ -314,7 +331,7 @@ def test_a_plain_caller_catches_the_refusal(tmp_path: Path) -> None:
     core and worker in their own processes) catches layoutc's refusal itself, not vLLM's generic
     "Engine core initialization failed. See root cause above.": the exception is LayoutcVllmError
     and its text names the layer, the tensor, the experts, the rows, what they hold and the contract
-    line, for each planted kind. One caller process, 3 refused starts at tp 1."""
+    line, for each planted kind (the issue's 8 and the end pad). One caller process, 10 refused starts at tp 1."""
     _require("vllm")
     from tests.engine import checkpoints as ck
 
@@ -330,42 +347,59 @@ def test_a_plain_caller_catches_the_refusal(tmp_path: Path) -> None:
         assert call["type"] == REFUSAL, (kind, call)
         text = call["text"]
         assert text.startswith("layoutc: layer model.layers.0.block_sparse_moe.experts: "), (kind, text)
-        for needle in [*needles, "in experts 0..7 of 8", CONTRACT_LINE["tensor w13:"]]:
-            assert needle in text, (kind, needle, text)
+        for needle in needles:
+            assert CONTRACT_LINE.get(needle, needle) in text, (kind, needle, text)
 
 
-# The reason survey.py gives for each int8 W8A8 experts class vLLM 0.32 may pick on a CPU.
-W8A8_REASONS = {
-    "ZenCPUExpertsInt8": "no contract models this class",
-    "CPUExpertsInt8": "contract vllm_cpu_int8_moe models this class, but the plugin does not hook it yet",
-    "ArmCPUExpertsInt8": "contract vllm_cpu_int8_moe models this class, but the plugin does not hook it yet",
-    "PowerCPUExpertsInt8": "contract vllm_cpu_int8_moe models this class, but the plugin does not hook it yet",
+ZEN_INT8 = "vllm_zen_cpu_int8_moe"
+ZEN_LINE = {k: contract_line(ZEN_INT8, k) for k in ("tensor w13_weight:", "tensor w13_weight_scale:")}
+# Each planted W8A8 kind (tests/engine/site/sitecustomize.py) at tp 1 with I = 176 (8 experts): what the
+# caller's exception must say, beyond the layer.
+W8A8_NEEDLES = {
+    "w8a8_pad_ones": [f"w13_weight has shape (8, 384, 256), but contract {ZEN_INT8} lays it out as (8, 352, 256)",
+                      "in experts 0..7 of 8: axis n (halves) holds 2 x 192 rows where the contract puts 2 x 176 "
+                      "(176 live + 0 pad), 16 rows of pad too many per segment", ZEN_LINE["tensor w13_weight:"]],
+    "w8a8_scale_swap": [f"w13_weight_scale is not laid out as contract {ZEN_INT8} says",
+                        "352 of 352 rows wrong, in experts 0..7 of 8",
+                        "rows 0..175 hold up[0..175], where the contract puts gate[0..175]",
+                        ZEN_LINE["tensor w13_weight_scale:"]],
+    "w8a8_scale_expert": [f"w13_weight_scale is not laid out as contract {ZEN_INT8} says",
+                          "3 of 352 rows wrong, in expert 3 of 8",
+                          "rows 5..7 hold the constant 1.0, where the contract puts gate[5..7]",
+                          ZEN_LINE["tensor w13_weight_scale:"]],
 }
 
 
-def test_a_w8a8_layer_is_named_not_held_and_strict_refuses(tmp_path: Path) -> None:
-    """Issue 43 item 1: a compressed-tensors W8A8 int8 Mixtral (tests/engine/checkpoints.py) in a real
-    engine, from a plain caller. check: the engine starts, and its worker names the MoE layer as not
-    held with vLLM's experts class and the reason; the summary line counts it by class (before: a bare
-    `contract=none, layers=0`). check,strict: the caller catches LayoutcVllmError naming the layer and
-    class. One caller process, 2 engine starts at tp 1 (zentorch left importable: on the AMD guest this
-    was written on vLLM picks ZenCPUExpertsInt8, "[zen_cpu] Using zentorch_fused_moe for W8A8 INT8 MoE")."""
+def test_a_w8a8_checkpoint_is_checked_and_planted_bugs_are_refused(tmp_path: Path) -> None:
+    """Issue 43 items 1-2: a compressed-tensors W8A8 int8 Mixtral (tests/engine/checkpoints.py, I = 176)
+    in a real engine, from a plain caller (zentorch left importable: on the AMD guest this was written on
+    vLLM picks ZenCPUExpertsInt8, "[zen_cpu] Using zentorch_fused_moe for W8A8 INT8 MoE"). check: the
+    engine starts and its MoE layer is checked against contract vllm_zen_cpu_int8_moe (weights, scales
+    and the scale copies the kernel reads); check,strict starts too (every layer held). Each planted bug
+    in the W8A8 path (weights padded with scales of ones, the w13 scales' halves swapped, one expert's
+    scale rows wrong) is refused, and the caller catches LayoutcVllmError naming the layer, the tensor,
+    the experts, the rows, the value and the contract line. One caller process, 5 engine starts at tp 1."""
     _require("vllm")
     from tests.engine import checkpoints as ck
 
-    model = ck.mixtral_w8a8(tmp_path / "mixtral_w8a8")
+    model = ck.mixtral_w8a8(tmp_path / "mixtral_w8a8", intermediate=176)
     out = tmp_path / "w8a8.json"
-    log = _run_caller(model, out, "none@check;none@check,strict", "w8a8.log")
-    checked, strict = json.loads(out.read_text())["calls"]
-    assert checked["started"], (checked, log[-4000:])
-    summaries = [ln for ln in log.splitlines() if "layoutc: mode=check, contract=none, layers=0, not held=1 (" in ln]
-    assert len(summaries) == 2, (summaries, log[-4000:])  # one per start (the strict one logs it, then refuses)
-    cls = summaries[0].split("not held=1 (", 1)[1].split(" x1)", 1)[0]
-    assert cls in W8A8_REASONS, summaries
-    named = (f"layoutc: 1 MoE layer not held (model.layers.0.block_sparse_moe.experts): vLLM class {cls} "
-             f"(cpu_moe.{cls}): {W8A8_REASONS[cls]}")
-    assert sum(named in ln for ln in log.splitlines()) == 2, (named, log[-4000:])
-    assert not strict["started"], strict
-    assert strict["type"] == REFUSAL, strict
-    assert strict["text"].startswith("layoutc: LAYOUTC_VLLM=check,strict refuses to start: 1 MoE layer is not held "
-                                     f"by a contract: {named.removeprefix('layoutc: ')}"), strict["text"]
+    log = _run_caller(model, out, ";".join(["none@check", "none@check,strict", *(f"{k}@check" for k in W8A8_NEEDLES)]),
+                      "w8a8.log")
+    if "[zen_cpu] Using zentorch_fused_moe for W8A8 INT8 MoE" not in log:
+        pytest.skip("vLLM did not pick ZenCPUExpertsInt8 for W8A8 int8 on this CPU (it needs zentorch and an AMD "
+                    "CPU vLLM's ZenCpuPlatform accepts); the AMX/neon/vsx int8 classes are not held yet")
+    calls = json.loads(out.read_text())["calls"]
+    checked, strict, *broken = calls
+    assert checked["started"] and strict["started"], (checked, strict, log[-4000:])
+    summaries = [ln for ln in log.splitlines() if f"layoutc: mode=check, contract={ZEN_INT8} x1, layers=1, not held=0 ("
+                 in ln]
+    assert len(summaries) == 2, ([ln for ln in log.splitlines() if "layoutc: mode=" in ln], log[-4000:])
+    assert "MoE layer not held" not in log, log[-4000:]
+    for call, (kind, needles) in zip(broken, W8A8_NEEDLES.items(), strict=True):
+        assert call["kind"] == kind and not call["started"], (kind, call)
+        assert call["type"] == REFUSAL, (kind, call)
+        text = call["text"]
+        assert text.startswith("layoutc: layer model.layers.0.block_sparse_moe.experts: "), (kind, text)
+        for needle in needles:
+            assert needle in text, (kind, needle, text)

@@ -121,7 +121,8 @@ def test_replace_apply_maps_global_ids_as_vllms_expert_map(cpu_moe, monkeypatch:
 
     monkeypatch.setattr(cpu_moe, "cpu_fused_moe", kernel)
     hook.install("replace")
-    gen = check.module("grouped_gemm")
+    gen = check.module("grouped_gemm", cpu_moe.CPUUnquantizedExperts,
+                       check.LayerInfo("layer", experts, 256, 704, 1, "silu", torch.bfloat16, "vec"))
     lay = check.layout(gen)
     tokens = torch.Generator().manual_seed(experts)
     ids = torch.randint(0, experts, (64, 4), generator=tokens, dtype=torch.int32)
@@ -160,9 +161,9 @@ def test_the_contract_map_is_held_to_vllms(cpu_moe) -> None:  # type: ignore[no-
 
     from layoutc.tools.vllm_plugin import LayoutcVllmError, check, ep
 
-    gen = check.module("grouped_gemm")
     info = check.LayerInfo("layer", 4, 256, 704, 1, "silu", torch.bfloat16, "vec", ep_size=2,
                            expert_placement="linear", global_experts=8)
+    gen = check.module("grouped_gemm", cpu_moe.CPUUnquantizedExperts, info)
     plan = check.admit(gen, info)
     _, round_robin, _ = determine_expert_map(2, 0, 8, "round_robin")
     with pytest.raises(LayoutcVllmError, match=r"vLLM's expert_map .* on EP rank 0 differs from contract"):

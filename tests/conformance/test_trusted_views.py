@@ -35,7 +35,9 @@ NEVER_PADDED = {"vllm_cpu_mxfp4_gpt_oss_moe": "shard_size == round_up(I_pp, 32) 
                 "vllm_cpu_mxfp4_moe": "I_pp must be whole 32-value blocks, and the padded size is round_up(I_pp, 32)",
                 "vllm_cpu_int8_moe": "vLLM pads nothing for int8 (intermediate_size_per_partition_padded = I_pp)",
                 "vllm_cpu_w4a8_int4_moe": "vLLM pads nothing for W4A8 int4",
-                "sglang_cpu_fp8_moe": "admitted only with I % block == 0: I_pp = round_up(I, block) == I at tp 1"}
+                "sglang_cpu_fp8_moe": "admitted only with I % block == 0: I_pp = round_up(I, block) == I at tp 1",
+                "vllm_zen_cpu_int8_moe": "zentorch takes any width: nothing is padded",
+                "vllm_zen_cpu_int8_swigluoai_moe": "zentorch takes any width: nothing is padded"}
 
 
 def _glueless() -> set[str]:

@@ -381,6 +381,42 @@ def _loader(cfg: Config) -> EngineRows:
     return EngineRows({"weight": _rows(_checkpoint_halves(I, cfg["padded"], 4), I)})
 
 
+def _w8a8_zen(cfg: Config) -> EngineRows:
+    """CompressedTensorsW8A8Int8MoEMethod.process_weights_after_loading with ZenCPUExpertsInt8 (the class
+    its __init__ picks here): tagged int8 w1 / w3 rows and float scales (tag = value), loaded by vLLM's
+    own RoutedExperts.weight_loader, then the method (for swigluoai it reorders weights and scales to
+    interleaved pairs) and the experts it builds; the layer's w13 weight and scale are what
+    zentorch_fused_moe reads (nothing padded, nothing repacked)."""
+    from compressed_tensors.quantization import QuantizationArgs
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers.fused_moe.experts import cpu_moe
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe import (
+        compressed_tensors_moe_w8a8_int8 as ct,
+    )
+
+    from tests.conformance import oracle
+
+    I, H = cfg["intermediate_size"], cfg["hidden_size"]
+    with set_current_vllm_config(VllmConfig()):
+        config = oracle.moe_config(num_experts=E, hidden_size=H, intermediate_size=I, tp_size=1,
+                                   activation_name=cfg["activation"])
+        method = ct.CompressedTensorsW8A8Int8MoEMethod(
+            QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="channel"),
+            QuantizationArgs(num_bits=8, type="int", symmetric=True, strategy="token", dynamic=True), config)
+        assert method.experts_cls is cpu_moe.ZenCPUExpertsInt8, method.experts_cls  # zentorch_fused_moe here
+        layer = oracle.routed_experts_stub(config, None, method)
+        method.create_weights(layer, E, H, I, torch.bfloat16, weight_loader=layer.weight_loader)
+        weights = {r: encode_rows([tag_of(r, i, I) for i in range(I)], E, H, torch.int8) for r in ("gate", "up")}
+        scales = {r: torch.tensor([[float(tag_of(r, i, I))] for i in range(I)]).expand(E, I, 1) for r in ("gate", "up")}
+        oracle.load_experts(layer, {
+            "w13_weight": {"w1": list(weights["gate"]), "w3": list(weights["up"])},
+            "w13_weight_scale": {"w1": list(scales["gate"]), "w3": list(scales["up"])}})
+        layer.layer_name, layer.activation = "model.layers.0.mlp.experts", config.activation
+        layer._expert_routing_tables = lambda: None
+        method.process_weights_after_loading(layer)
+    return EngineRows({"weight": _rows(layer.w13_weight.data, I), "scale": _rows(layer.w13_weight_scale.data, I)})
+
+
 def _aiter_unquantized(cfg: Config) -> EngineRows:
     """convert_to_unquantized_kernel_format(AITER): _zero_intermediate_padding, then
     rocm_aiter_ops.shuffle_weights (the CK shuffle, replaced by the identity) on the loaded rows."""
@@ -518,6 +554,15 @@ HOLDERS: tuple[Holder, ...] = (
                                        ("silu",)),
             "vllm_cpu_w4a8_int4_moe": _cfgs({**_ONE, "hidden_size": 64, "group_size": 32, "scale_dtype": "bfloat16"},
                                             (64, 96), ("silu",))}, _loader),
+    Holder("w8a8_zen", "CompressedTensorsW8A8Int8MoEMethod.process_weights_after_loading (ZenCPUExpertsInt8: "
+           "swigluoai reordered to interleaved pairs, weights and scales)",
+           f"{VLLM}: vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe/"
+           "compressed_tensors_moe_w8a8_int8.py",
+           {"vllm_zen_cpu_int8_moe": _cfgs({**_ONE, "hidden_size": 64, "dtype": "bfloat16"}, (64, 45),
+                                           ("silu", "gelu")),
+            "vllm_zen_cpu_int8_swigluoai_moe": _cfgs({**_ONE, "hidden_size": 64, "dtype": "bfloat16",
+                                                     "swiglu_alpha_milli": 1702, "swiglu_limit_milli": 7000},
+                                                    (64, 45), ("swigluoai",))}, _w8a8_zen),
     Holder("sglang_loader", "FusedMoE._load_w13 (w1 then w3); gpt-oss: GptOssForCausalLM._load_mxfp4_experts_weights",
            f"{SGLANG}: sglang/srt/layers/moe/fused_moe_triton/layer.py, sglang/srt/models/gpt_oss.py",
            {"sglang_cpu_moe": _cfgs({**_ONE, "hidden_size": 64, "dtype": "bfloat16", "scheme": "bf16"}, (64, 80),

@@ -36,17 +36,20 @@ def _save(model, out: Path) -> Path:  # type: ignore[no-untyped-def]
     return out
 
 
-def mixtral(out: Path, seed: int = 0, intermediate: int = MIXTRAL_INTERMEDIATE) -> Path:
+def mixtral(out: Path, seed: int = 0, intermediate: int = MIXTRAL_INTERMEDIATE, heads: int = 4,
+            vocab: int = VOCAB) -> Path:
     """Save a tiny MixtralForCausalLM to `out` and return it.
 
-    intermediate: 176 makes the tp 1 shard need the pad (176 -> 192) at one worker process."""
+    intermediate: 176 makes the tp 1 shard need the pad (176 -> 192) at one worker process.
+    heads, vocab: attention (and key/value) heads of head_dim 64 and vocabulary size; 3 and 576 let vLLM
+    run it at tp 3 (it splits both over the ranks)."""
     import torch
     from transformers import MixtralConfig, MixtralForCausalLM
 
     torch.manual_seed(seed)
     config = MixtralConfig(
-        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=intermediate,
-        num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=4, head_dim=64,
+        vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=intermediate,
+        num_hidden_layers=LAYERS, num_attention_heads=heads, num_key_value_heads=heads, head_dim=64,
         num_local_experts=EXPERTS, num_experts_per_tok=2, max_position_embeddings=128,
         tie_word_embeddings=False,
     )

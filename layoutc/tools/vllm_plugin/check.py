@@ -23,18 +23,18 @@ from layoutc.runtime.interface import KernelEntry, ModuleLayout, TensorEntry
 from layoutc.tools.contract_module import (
     NoKernelError,
     StaleModuleError,
-    import_contract_module,
     kernel_of,
     layout_of,
 )
 from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
 
-# The contract for each CPU route vLLM 0.32 can take for an unquantized MoE layer
-# (experts/cpu_moe.py CPUUnquantizedExperts.process_weights_after_loading).
-ROUTES = {"grouped_gemm": "vllm_cpu_grouped_gemm", "zentorch": "zentorch_fused_moe"}
+# The kernel op each CPU route of vLLM 0.32 calls for an unquantized MoE layer
+# (experts/cpu_moe.py CPUUnquantizedExperts.process_weights_after_loading and apply): the contract of
+# a route is the one that declares it models the layer's experts class and whose glue runs this op.
+ROUTE_OPS = {"grouped_gemm": "_C::cpu_fused_moe", "zentorch": "zentorch::zentorch_fused_moe"}
 # The n axis of the w13 weight and bias holds these segments, in this order (the contracts'
 # `gate | up`); keyed by the tensor's role (TensorEntry.role).
-_SEGMENTS = {"weight w13": ("gate", "up"), "bias w13": ("gate", "up")}
+_SEGMENTS = {"weight w13": ("gate", "up"), "bias w13": ("gate", "up"), "scale w13": ("gate", "up")}
 _MAX_RUNS = 6
 _MAX_ROWS = 512
 
@@ -98,14 +98,32 @@ class Snapshot:
     w2_bias: torch.Tensor | None
 
 
-def module(route: str) -> ModuleType:
-    """The generated module (`layoutc_generated.<contract>`) of `route` ("grouped_gemm" | "zentorch").
+def module(route: str, cls: type, info: LayerInfo) -> ModuleType:
+    """The generated module of the contract that declares it models experts class `cls` (or a base) in
+    the running vLLM release, under the layer's parameters (`models ... when isa == vec`), and whose
+    glue runs `route`'s op (ROUTE_OPS: "grouped_gemm" | "zentorch"); declared.pick reads the lines.
 
-    Raises LayoutcVllmError when the module has no LAYOUT this layoutc reads (compiled by an
-    older layoutc)."""
-    gen = import_contract_module(ROUTES[route])
+    Raises LayoutcVllmError when no contract (or more than one) applies, or the module has no LAYOUT
+    this layoutc reads (compiled by an older layoutc)."""
+    from layoutc.tools.vllm_plugin import declared
+
+    params = when_params(info)
+    gen = declared.pick(cls, declared.release(), params, f"layer {info.name}", ROUTE_OPS[route])
+    if gen is None:
+        raise LayoutcVllmError(f"layoutc: layer {info.name}: no contract declares it models vLLM class "
+                               f"{cls.__qualname__} (a `models vllm` line); the plugin holds it to none")
     layout(gen)
     return gen
+
+
+def when_params(info: LayerInfo) -> dict[str, Any]:
+    """The plan() parameters of a layer that a `models ... when` condition may read."""
+    params: dict[str, Any] = dict(num_experts=info.num_experts, hidden_size=info.hidden_size,
+                                  intermediate_size=info.intermediate_size, tp_size=info.tp_size,
+                                  activation=info.activation, dtype=info.dtype, ep_size=info.ep_size)
+    if info.isa:
+        params["isa"] = info.isa
+    return params
 
 
 def layout(gen: ModuleType) -> ModuleLayout:
@@ -297,6 +315,19 @@ def _padded_axis(tensor: TensorEntry, plan: Any) -> tuple[int, Any] | None:
     return None
 
 
+def _row_axis(tensor: TensorEntry, plan: Any) -> tuple[int, Any] | None:
+    """The axis a wrong value is described along: the contract's padded axis when it holds more than one
+    position, else the first axis after the experts with more than one (a scale's output rows:
+    `w2_weight_scale` [E, H, 1] has its one-position group axis padded, its rows on dim 1)."""
+    where = _padded_axis(tensor, plan)
+    if where is not None and int(where[1].padded) > 1:
+        return where
+    for i, axis in enumerate(tensor.axis_table(plan)):
+        if i > 0 and int(axis.padded) > 1:
+            return i, axis
+    return where
+
+
 def _owner(name: str, axis: Any, padded_index: int) -> str:
     """What the contract puts at `padded_index` of `axis` (a generated module's runtime axis):
     a logical entry, or a pad position (algebra.locate)."""
@@ -334,7 +365,7 @@ def _message(gen: ModuleType, plan: Any, info: LayerInfo, tensor: TensorEntry, e
              actual: torch.Tensor | None, logical: torch.Tensor, *, packed: bool) -> str:
     head = f"layoutc: layer {info.name}: {tensor.name} is not laid out as contract {gen.CONTRACT} says"
     line = tensor_line(gen, tensor)
-    where = _padded_axis(tensor, plan)
+    where = _row_axis(tensor, plan)
     name = tensor.role  # what _SEGMENTS is keyed by
     if actual is None or where is None:
         what = "the prepacked weights differ from the contract's prepack of the loaded weights" if packed \

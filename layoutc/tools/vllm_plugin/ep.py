@@ -23,6 +23,7 @@ The map is derived from the contract; the replace hook holds it equal to vLLM's 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from typing import Any
@@ -65,6 +66,40 @@ def expert_map(lay: Any, plan: Any, rank: int, vllm_map: torch.Tensor | None, na
         raise LayoutcVllmError(f"layoutc: layer {name}: vLLM's expert_map {vllm_map.tolist()} on EP rank {rank} "
                                f"differs from contract {lay.contract}'s {ours.tolist()}")
     return ours
+
+
+def fill_of(lay: Any, entry: Any, plan: Any, dtype: torch.dtype) -> float:
+    """The value the contract's `fill` clause writes at `entry`'s pad positions, read from the generated
+    module itself: `entry.pad` of two logical tensors of different constants agrees exactly at the pad
+    positions (live ones copy the input), under `plan` or, where `plan` pads nothing, under `plan` with
+    one intermediate row per rank (padded wherever the contract pads). Raises LayoutcVllmError when the
+    tensor has no pad position under either (the contract's fill cannot be read). dtype: the tensor's."""
+    probes = [plan]
+    with contextlib.suppress(LayoutContractError, ValueError):
+        probes.append(lay.replan(plan, intermediate_size=int(plan.tp_size)))
+    for probe in probes:
+        logical = tuple(entry.shapes(probe)[0])
+        one, two = (entry.pad(torch.full(logical, v, dtype=dtype), probe) for v in (1, 2))
+        same = one == two
+        if bool(same.any()):
+            return float(one[same].flatten()[0])
+    raise LayoutcVllmError(f"layoutc: contract {lay.contract}'s {entry.name} has no pad position to read its "
+                           f"fill from; the spare expert slot of a short EP rank cannot be filled as it says")
+
+
+def with_spare_slots(lay: Any, entry: Any, plan: Any, t: torch.Tensor) -> torch.Tensor:
+    """`t` ([held experts, ...], a short EP rank's logical tensor) with the contract's spare slots after
+    it: its experts axis is `local_num_experts` (cdiv(E, ep_size)), and a slot past the rank's experts is
+    fill and never routed to (contracts/vllm_cpu_grouped_gemm.moe), so every position of it holds the
+    tensor's `fill` (`fill_of`). Returns `t` itself on a rank that fills every slot."""
+    slots = int(entry.shapes(plan)[0][0])
+    held = int(t.shape[0])
+    if held >= slots:
+        return t
+    out = t.new_empty((slots, *t.shape[1:]))
+    out[:held] = t
+    out[held:] = fill_of(lay, entry, plan, t.dtype)
+    return out
 
 
 def install(cpu_moe: Any) -> None:
@@ -124,4 +159,4 @@ def uninstall(cpu_moe: Any) -> None:
         cls.apply = fn.__wrapped__
 
 
-__all__ = ["MAP_ATTR", "expert_map", "install", "refusal", "uninstall"]
+__all__ = ["MAP_ATTR", "expert_map", "fill_of", "install", "refusal", "uninstall", "with_spare_slots"]

@@ -35,29 +35,33 @@ _MARK = "__layoutc_vllm_gate__"
 # vLLM's generic refusal (oracle/unquantized.py select_unquantized_moe_backend).
 GENERIC = "No Unquantized MoE backend supports the deployment configuration."
 _REFUSALS: list[str] = []
+# The contract `verdict` found for each class (describe names it).
+_CONTRACT: dict[Any, str] = {}
 
 
 def verdict(cls: Any, moe: Any) -> tuple[Any, str | None]:
-    """(plan, None) when contract vllm_cpu_grouped_gemm admits `moe` for `cls.isa`, else (None, reason).
+    """(plan, None) when the grouped-GEMM contract declared for `cls` (vllm_cpu_grouped_gemm's `models`
+    lines, check.module) admits `moe` for `cls.isa`, else (None, reason).
 
     cls: a CPUUnquantizedExperts class (its `isa`); moe: the layer's FusedMoEConfig
     (num_local_experts, in_dtype, ...; check.info_of). The reason names the contract.
     """
-    gen = check.module("grouped_gemm")
     info = check.info_of(moe, name="(backend selection)", num_experts=int(moe.num_local_experts),
                          dtype=moe.in_dtype, isa=str(cls.isa))
     try:
+        gen = check.module("grouped_gemm", cls, info)
+        _CONTRACT[cls] = gen.CONTRACT
         return check.admit(gen, info), None
     except LayoutcVllmError as exc:
         return None, str(exc)
 
 
-def describe(plan: Any) -> str:
-    """The contract's admission of `plan` in words: the shard and what it is padded to."""
+def describe(plan: Any, contract: str) -> str:
+    """`contract`'s admission of `plan` in words: the shard and what it is padded to."""
     i, p = plan.intermediate_size_per_partition, plan.intermediate_size_per_partition_padded
     pad = f"pads intermediate_size_per_partition {i} -> {p}" if p != i else f"needs no pad at {i}"
     how = " (whole (gate, up) pairs at the end)" if plan.activation == "swigluoai" and p != i else ""
-    return f"contract {check.ROUTES['grouped_gemm']} admits it and {pad}{how}"
+    return f"contract {contract} admits it and {pad}{how}"
 
 
 def install(mode: str, cpu_moe: Any) -> None:
@@ -83,14 +87,14 @@ def install(mode: str, cpu_moe: Any) -> None:
     @functools.wraps(original)
     def supports_grouped_gemm(klass: Any, moe: Any) -> tuple[bool, str | None]:
         ok, reason = original(klass, moe)
-        plan, refusal = verdict(klass, moe)
+        plan, refusal, contract = *verdict(klass, moe), _CONTRACT.get(klass)
         if mode == "replace":
             if plan is not None:
                 return True, None
             _REFUSALS.append(f"{klass.__name__}: {refusal}")
             return False, refusal
         if not ok:
-            said = describe(plan) if plan is not None else refusal
+            said = describe(plan, contract or "") if plan is not None else refusal
             _REFUSALS.append(f"{klass.__name__}._supports_grouped_gemm refused it: {reason}; {said}")
         return ok, reason
 

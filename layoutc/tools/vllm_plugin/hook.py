@@ -33,10 +33,11 @@ from collections.abc import Callable
 from typing import Any
 
 import layoutc.tools.vllm_plugin.check as check
-from layoutc.tools.vllm_plugin import ep, gate, relay, survey
+from layoutc.tools.vllm_plugin import declared, ep, gate, int8, relay, survey
 from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
 
-_STATE: dict[str, Any] = {"mode": None, "strict": False, "handled": Counter(), "held": set(), "seconds": 0.0}
+_STATE: dict[str, Any] = {"mode": None, "strict": False, "handled": Counter(), "held": set(), "seconds": 0.0,
+                          "release": None}
 _MARK = "__layoutc_vllm__"
 # The method wrapped on the experts class (a name: it is replaced on the class at run time).
 _HOOKED = "process_weights_after_loading"
@@ -46,10 +47,12 @@ def install(mode: str, strict: bool = False) -> None:
     """Wrap vLLM's CPU MoE weight processing for `mode` ("check" | "replace"); idempotent per process.
 
     strict: after the weights load, refuse (LayoutcVllmError) when a MoE layer is not held (survey.py).
-    Raises LayoutcVllmError when this vLLM lacks the hooked method (not vllm 0.32's layout).
+    Raises LayoutcVllmError when this vLLM lacks the hooked method (not vllm 0.32's layout), and when its
+    release (`vllm.__version__`) is not one the contracts declare they model (declared.require_release).
     """
     if _STATE["mode"] is not None:
         return
+    _STATE["release"] = declared.require_release()
     try:
         from vllm.model_executor.layers.fused_moe.experts import cpu_moe
         from vllm.model_executor.model_loader import base_loader
@@ -68,6 +71,7 @@ def install(mode: str, strict: bool = False) -> None:
     gate.install(mode, cpu_moe)
     if mode == "replace":
         ep.install(cpu_moe)
+    int8.install(_int8_layer)
 
     @functools.wraps(original)
     def process_weights_after_loading(self: Any, layer: Any) -> None:
@@ -107,6 +111,7 @@ def uninstall() -> None:
     from vllm.model_executor.model_loader import base_loader
 
     cls = cpu_moe.CPUUnquantizedExperts
+    int8.uninstall()
     gate.uninstall(cpu_moe)
     ep.uninstall(cpu_moe)
     relay.uninstall()
@@ -149,8 +154,9 @@ def _summary(handled: Counter[str], seconds: float, missed: list[survey.NotHeld]
         log.warning("%s", line)
     missing = f" ({survey.by_class(missed)})" if missed else ""
     # The time includes vLLM's own method in check mode (it runs inside the wrapper).
-    log.info("layoutc: mode=%s, contract=%s, layers=%d, not held=%d%s (%s the contract; %.1f ms in layoutc's hook)",
-             _STATE["mode"], contracts, sum(handled.values()), len(missed), missing, what, 1000 * seconds)
+    log.info("layoutc: mode=%s, contract=%s, layers=%d, not held=%d%s (%s the contract; %.1f ms in layoutc's hook; "
+             "vLLM %s, held to the contracts modelling vLLM %s)", _STATE["mode"], contracts, sum(handled.values()),
+             len(missed), missing, what, 1000 * seconds, _STATE.get("release"), ", ".join(declared.releases()))
     if missed and _STATE["strict"]:
         count = f"{len(missed)} MoE layer is" if len(missed) == 1 else f"{len(missed)} MoE layers are"
         raise LayoutcVllmError(f"layoutc: LAYOUTC_VLLM={_STATE['mode']},strict refuses to start: {count} not held "
@@ -216,7 +222,7 @@ def _check(experts: Any, layer: Any, original: Any, cpu_moe: Any) -> None:
     # The route vLLM's method is about to take (it asks the same function), so the
     # contract admits the configuration before any kernel sees the weights.
     route = "zentorch" if cpu_moe.is_zentorch_moe_supported(layer) else "grouped_gemm"
-    gen = check.module(route)
+    gen = check.module(route, type(experts), info)
     plan = check.admit(gen, info)
     snap = check.snapshot(layer.w13_weight.data, layer.w2_weight.data, _bias(layer, "w13_bias"),
                           _bias(layer, "w2_bias"))
@@ -230,13 +236,47 @@ def _check(experts: Any, layer: Any, original: Any, cpu_moe: Any) -> None:
     _STATE["handled"][gen.CONTRACT] += 1
 
 
+def _int8_layer(method: Any, layer: Any, original: Any) -> None:
+    """The W8A8 int8 method's weight processing (int8.py): vLLM's own, held to the contract that
+    declares it models the method's experts class (both modes: those contracts pad nothing). A
+    class no contract models runs as vLLM has it, and survey.py names the layer."""
+    cls = getattr(method, "experts_cls", None)
+    if not isinstance(cls, type) or not int8.holdable(cls) or not declared.lines(cls, declared.release()):
+        original(method, layer)  # survey.py names the layer, its class and why
+        return
+    start = time.perf_counter()
+    try:
+        with relay.recorded():
+            moe = method.moe
+            info = check.info_of(moe, name=str(getattr(layer, "layer_name", None) or type(layer).__name__),
+                                 num_experts=int(layer.w13_weight.shape[0]), dtype=moe.in_dtype,
+                                 isa=str(getattr(cls, "isa", "")))
+            alpha, limit = _swiglu(moe, info.activation)
+            info = dataclasses.replace(info, swiglu_alpha=alpha, swiglu_limit=limit)
+            gen = declared.pick(cls, declared.release(), check.when_params(info), f"layer {info.name}")
+            if gen is None:  # unreachable: lines() found some
+                raise LayoutcVllmError(f"layoutc: layer {info.name}: no contract models {cls.__qualname__}")
+            plan = int8.admit(gen, info)
+            want = int8.expected(gen, plan, int8.snapshot(layer))
+            original(method, layer)
+            experts = getattr(getattr(method, "moe_kernel", None), "fused_experts", None)
+            if type(experts) is not cls:
+                raise LayoutcVllmError(f"layoutc: layer {info.name}: vLLM built {type(experts).__qualname__}, not "
+                                       f"{cls.__qualname__} as the method chose; contract {gen.CONTRACT} does not apply")
+            int8.check_layer(gen, plan, info, want, layer, experts)
+        _STATE["held"].add(id(layer))
+        _STATE["handled"][gen.CONTRACT] += 1
+    finally:
+        _STATE["seconds"] += time.perf_counter() - start
+
+
 def _replace(experts: Any, layer: Any, cpu_moe: Any) -> None:
     from vllm.model_executor.utils import replace_parameter
 
     info = layer_info(experts, layer)
     use_zentorch = bool(cpu_moe.is_zentorch_moe_supported(layer))
     route = "zentorch" if use_zentorch else "grouped_gemm"
-    gen = check.module(route)
+    gen = check.module(route, type(experts), info)
     plan = check.admit(gen, info)
     experts._use_zentorch = use_zentorch
     layout = check.layout(gen)
@@ -250,10 +290,15 @@ def _replace(experts: Any, layer: Any, cpu_moe: Any) -> None:
         raise LayoutcVllmError(f"layoutc: layer {info.name}: the layer has a w13 bias, but contract "
                                f"{gen.CONTRACT} declares no `bias w13` tensor")
     try:
-        w13 = layout.weight("w13").pad(layer.w13_weight.data, plan)
-        w2 = layout.weight("w2").pad(layer.w2_weight.data, plan)
+        # A short EP rank (E % ep_size != 0) holds one expert fewer than the contract's slots: the spare
+        # slot is the contract's fill (ep.with_spare_slots), and the remapped ids never reach it.
+        def logical(entry: Any, t: Any) -> Any:
+            return ep.with_spare_slots(layout, entry, plan, t) if info.ep_size > 1 else t
+
+        w13 = layout.weight("w13").pad(logical(layout.weight("w13"), layer.w13_weight.data), plan)
+        w2 = layout.weight("w2").pad(logical(layout.weight("w2"), layer.w2_weight.data), plan)
         b13 = None if _bias(layer, "w13_bias") is None or bias13 is None else \
-            bias13.pad(_bias(layer, "w13_bias"), plan)
+            bias13.pad(logical(bias13, _bias(layer, "w13_bias")), plan)
         if not use_zentorch:
             packed13, packed2 = check.kernel(gen).prepack_padded(w13.contiguous(), w2.contiguous(), plan)
             w13, w2 = packed13.data, packed2.data

@@ -8,9 +8,10 @@ UnquantizedFusedMoEMethod, CompressedTensorsW8A8Int8MoEMethod, ...), or the meth
 it built none. A layer the hook handled is held; every other one is reported with its class and
 the reason (`reason`).
 
-Which contract models which vLLM class: the contracts do not declare it yet (issue 41's
-"contracts declare what they model"), so until they do this module's `MODELLED` is that
-declaration for the plugin, in this one place (the `source` lines of the contracts cited).
+Which contract models which vLLM class is what the contracts declare (`models vllm` lines, read
+through declared.py), never a table here. The plugin holds two families of classes: the unquantized
+CPU experts (hook.py) and the int8 experts whose weights vLLM's W8A8 method leaves unpacked
+(int8.holdable); a class a contract models but the plugin holds in neither way is named as such.
 """
 
 from __future__ import annotations
@@ -21,16 +22,6 @@ from typing import Any
 
 # The class the plugin hooks (hook.py); its X86/Arm/Power subclasses inherit the hook.
 HOOKED = "cpu_moe.CPUUnquantizedExperts"
-
-# vLLM 0.32 CPU experts classes (fused_moe/experts/<module>.py) that a contract models but the plugin
-# does not hook yet: "<module>.<class>" -> the contracts (their `source` lines name the class).
-MODELLED: dict[str, tuple[str, ...]] = {
-    "cpu_moe.CPUExpertsInt8": ("vllm_cpu_int8_moe",),
-    "cpu_moe.ArmCPUExpertsInt8": ("vllm_cpu_int8_moe",),
-    "cpu_moe.PowerCPUExpertsInt8": ("vllm_cpu_int8_moe",),
-    "cpu_moe.CPUExpertsMxfp4": ("vllm_cpu_mxfp4_moe", "vllm_cpu_mxfp4_gpt_oss_moe"),
-    "cpu_int4_moe.CPUExpertsInt4": ("vllm_cpu_w4a8_int4_moe",),
-}
 _MAX_NAMES = 4
 
 
@@ -39,16 +30,25 @@ def key(cls: type) -> str:
     return f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__qualname__}"
 
 
+def hooked(cls: type) -> bool:
+    """Whether the plugin holds layers of experts class `cls` when a contract models it: the unquantized
+    CPU experts (and subclasses), and the int8 experts whose weights stay as the W8A8 method leaves them."""
+    from layoutc.tools.vllm_plugin import int8
+
+    return any(key(klass) == HOOKED for klass in cls.__mro__) or int8.holdable(cls)
+
+
 def reason(cls: type) -> str:
-    """Why a layer of experts class `cls` is not held (the first class of its MRO the table knows)."""
-    for klass in cls.__mro__:
-        k = key(klass)
-        if k == HOOKED:
-            return "the plugin hooks this class, but its hook did not run on this layer"
-        if k in MODELLED:
-            names = ", ".join(MODELLED[k])
-            return f"contract {names} models this class, but the plugin does not hook it yet"
-    return "no contract models this class"
+    """Why a layer of experts class `cls` is not held: no contract declares it models the class (in the
+    running vLLM release), or one does and the plugin does not hold the class, or its hook did not run."""
+    from layoutc.tools.vllm_plugin import declared
+
+    names = declared.contracts(cls, declared.release())
+    if not names:
+        return "no contract models this class"
+    if hooked(cls):
+        return f"contract {', '.join(names)} models this class, but the plugin's hook did not run on this layer"
+    return f"contract {', '.join(names)} models this class, but the plugin does not hook it yet"
 
 
 @dataclass(frozen=True)
@@ -104,4 +104,4 @@ def report(layers: list[NotHeld]) -> list[str]:
     return lines
 
 
-__all__ = ["HOOKED", "MODELLED", "NotHeld", "by_class", "experts_class", "key", "not_held", "reason", "report"]
+__all__ = ["HOOKED", "NotHeld", "by_class", "experts_class", "hooked", "key", "not_held", "reason", "report"]

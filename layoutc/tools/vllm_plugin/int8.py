@@ -1,0 +1,216 @@
+"""W8A8 int8 MoE layers: vLLM's compressed-tensors int8 method, held to the contract of its experts class.
+
+Hook: `CompressedTensorsW8A8Int8MoEMethod.process_weights_after_loading(self, layer)` (vllm 0.32.0
+model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe/
+compressed_tensors_moe_w8a8_int8.py), called once per MoE layer after the checkpoint is loaded.
+The method's `experts_cls` (chosen in its `__init__` by oracle/int8.py `select_int8_moe_backend`)
+is the vLLM class the contract must model (declared.py). The method reorders w13 for
+`ZenCPUExpertsInt8` + swigluoai, converts the weights for the backend, and builds the modular
+kernel, whose experts keep their own float32 copies of the scales (`_w1_scale_f32`,
+`_w2_scale_f32`: what `zentorch_fused_moe` reads).
+
+Both modes run vLLM's method unchanged and hold what it leaves to the contract: every tensor
+of the layer the contract declares (weights, scales, biases) has the plan's shape and equals the
+contract's `load` of the loaded tensor (a copy taken just before; the loader's rows are
+[gate | up] halves, vllm's `_load_w13`), and so do the scale copies the kernel reads. The
+contracts of these classes pad and prepack nothing, so replace mode has nothing of layoutc's to
+install: it checks, as check does. A class no contract models is left to vLLM (survey.py names it).
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from layoutc.runtime import algebra
+from layoutc.runtime.interface import TensorEntry
+from layoutc.tools.vllm_plugin import check
+from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
+
+_MARK = "__layoutc_vllm_int8__"
+_HOOKED = "process_weights_after_loading"
+# The layer's parameter of each contract role (create_weights of the compressed-tensors method).
+PARAMS = {
+    "weight w13": "w13_weight",
+    "scale w13": "w13_weight_scale",
+    "bias w13": "w13_bias",
+    "weight w2": "w2_weight",
+    "scale w2": "w2_weight_scale",
+    "bias w2": "w2_bias",
+}
+# The scale copies an experts class hands its kernel, by role (ZenCPUExpertsInt8.__init__).
+KERNEL_COPIES = {"scale w13": "_w1_scale_f32", "scale w2": "_w2_scale_f32"}
+
+
+def holdable(cls: type) -> bool:
+    """Whether layers of experts class `cls` can be held here: a CPU class vLLM's int8 backend picks from
+    (oracle/int8.py `backend_to_kernel_cls(Int8MoeBackend.CPU)`) that leaves the layer's weights as the
+    W8A8 method processed them (its `process_weights_after_loading` is the modular kernel's base no-op,
+    modular_kernel.py FusedMoEExperts). CPUExpertsInt8 (convert_weight_packed) and the Arm/Power
+    classes (prepack_moe_weight_int8) repack the weights in their own method: not holdable yet."""
+    import vllm.model_executor.layers.fused_moe.modular_kernel as mk
+    from vllm.model_executor.layers.fused_moe.oracle import int8 as oracle
+
+    base = getattr(mk.FusedMoEExperts, _HOOKED, None)
+    return cls in oracle.backend_to_kernel_cls(oracle.Int8MoeBackend.CPU) and getattr(cls, _HOOKED, None) is base
+
+
+def method_class() -> type:
+    """vLLM's compressed-tensors W8A8 int8 MoE method class (LayoutcVllmError when this vLLM has none)."""
+    try:
+        from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe import (
+            compressed_tensors_moe_w8a8_int8 as ct,
+        )
+    except ImportError as exc:
+        raise LayoutcVllmError(
+            f"layoutc: vLLM's compressed-tensors W8A8 int8 MoE method cannot be imported "
+            f"({exc}); the plugin is written against vllm 0.32"
+        ) from exc
+    cls = getattr(ct, "CompressedTensorsW8A8Int8MoEMethod", None)
+    if cls is None or _HOOKED not in cls.__dict__:
+        raise LayoutcVllmError(
+            "layoutc: this vLLM has no CompressedTensorsW8A8Int8MoEMethod."
+            "process_weights_after_loading to hook; the plugin is written against vllm 0.32"
+        )
+    return cls
+
+
+def install(on_layer: Any) -> None:
+    """Wrap the method's `process_weights_after_loading`: `on_layer(method, layer, original)` runs in
+    its place (hook.py: finds the contract, snapshots, runs `original`, checks). Idempotent."""
+    cls = method_class()
+    original = cls.__dict__[_HOOKED]
+    if getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    def process_weights_after_loading(self: Any, layer: Any) -> None:
+        on_layer(self, layer, original)
+
+    setattr(process_weights_after_loading, _MARK, True)
+    setattr(cls, _HOOKED, process_weights_after_loading)
+
+
+def uninstall() -> None:
+    """Put vLLM's method back (tests)."""
+    cls = method_class()
+    fn = cls.__dict__[_HOOKED]
+    if getattr(fn, _MARK, False):
+        setattr(cls, _HOOKED, fn.__wrapped__)
+
+
+def snapshot(layer: Any) -> dict[str, torch.Tensor]:
+    """Detached copies of the layer's tensors, by role (`PARAMS`), as the loader left them."""
+    out = {}
+    for role, name in PARAMS.items():
+        t = getattr(layer, name, None)
+        if t is not None:
+            out[role] = t.detach().clone()
+    return out
+
+
+def admit(gen: ModuleType, info: check.LayerInfo) -> Any:
+    """The contract's plan for the layer (check.admit; the layer's activation dtype is the plan's dtype)."""
+    return check.admit(gen, info)
+
+
+def expected(gen: ModuleType, plan: Any, snap: dict[str, torch.Tensor]) -> dict[str, tuple[TensorEntry, torch.Tensor]]:
+    """What the contract makes of the loaded tensors, by role: each declared tensor's `alloc` then `load`
+    of the rank's loaded shard (the plan at tp 1 over the shard's intermediate size; the source in the
+    loader's [gate | up] halves). A role the layer has but the contract does not declare is refused."""
+    lay = check.layout(gen)
+    shard = lay.replan(plan, tp_size=1, intermediate_size=int(plan.intermediate_size_per_partition))
+    out: dict[str, tuple[TensorEntry, torch.Tensor]] = {}
+    for role, loaded in snap.items():
+        kind, projection = role.split()
+        entry = lay.tensor(kind, projection)
+        if entry is None:
+            raise LayoutcVllmError(
+                f"layoutc: the layer has a {role} ({PARAMS[role]}), but contract "
+                f"{lay.contract} declares no `{role}` tensor"
+            )
+        dst = entry.alloc(shard, 0)
+        try:
+            entry.load(dst, loaded, shard, 0, source_layout=algebra.Word.HALVES.value)
+        except gen.LayoutContractError as exc:
+            raise LayoutcVllmError(
+                f"layoutc: contract {lay.contract} cannot lay out the loaded {PARAMS[role]}: {exc}"
+            ) from None
+        out[role] = (entry, dst)
+    return out
+
+
+def check_layer(
+    gen: ModuleType,
+    plan: Any,
+    info: check.LayerInfo,
+    want: dict[str, tuple[TensorEntry, torch.Tensor]],
+    layer: Any,
+    experts: Any,
+) -> None:
+    """Hold the tensors vLLM left on `layer` (and the scale copies `experts` hands its kernel) to `want`.
+
+    Each must have the plan's shape (`shapes(plan)[1]`) and equal the contract's tensor bit for bit
+    (NaN matches NaN). Raises LayoutcVllmError naming layoutc, the layer, the tensor, the experts, the
+    rows, what they hold, what the contract puts there and the contract line.
+    """
+    for role, (entry, exp) in want.items():
+        name = PARAMS[role]
+        actual = getattr(layer, name, None)
+        _hold(gen, plan, info, entry, exp, None if actual is None else actual.data, name)
+        copy = getattr(experts, KERNEL_COPIES.get(role, ""), None)
+        if isinstance(copy, torch.Tensor):
+            got = copy.reshape(exp.shape) if copy.numel() == exp.numel() else copy
+            _hold(
+                gen,
+                plan,
+                info,
+                entry,
+                exp,
+                got.to(exp.dtype) if got.dtype != exp.dtype else got,
+                f"{name} (as {type(experts).__name__} hands it to the kernel, {KERNEL_COPIES[role]})",
+            )
+
+
+def _hold(
+    gen: ModuleType,
+    plan: Any,
+    info: check.LayerInfo,
+    entry: TensorEntry,
+    exp: torch.Tensor,
+    actual: torch.Tensor | None,
+    label: str,
+) -> None:
+    if actual is None:
+        raise LayoutcVllmError(
+            f"layoutc: layer {info.name}: vLLM left no {label}, but contract {gen.CONTRACT} "
+            f"declares it; {check.tensor_line(gen, entry)}"
+        )
+    want = tuple(entry.shapes(plan)[1])
+    if tuple(actual.shape) != want:
+        raise LayoutcVllmError(
+            f"layoutc: layer {info.name}: {label} has shape {tuple(actual.shape)}, but contract "
+            f"{gen.CONTRACT} lays it out as {want} (intermediate_size_per_partition "
+            f"{plan.intermediate_size_per_partition} -> {plan.intermediate_size_per_partition_padded})"
+            f"{check._shape_rows(entry, plan, tuple(actual.shape), want)}; {check.tensor_line(gen, entry)}"
+        )
+    if not check._same(exp, actual):
+        text = check._message(gen, plan, info, entry, exp, actual, exp, packed=False)
+        raise LayoutcVllmError(text.replace(f": {entry.name} is not laid out", f": {label} is not laid out", 1))
+
+
+__all__ = [
+    "KERNEL_COPIES",
+    "PARAMS",
+    "admit",
+    "check_layer",
+    "expected",
+    "holdable",
+    "install",
+    "method_class",
+    "snapshot",
+    "uninstall",
+]
