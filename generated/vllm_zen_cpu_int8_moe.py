@@ -21,11 +21,11 @@ Sources:
 - zentorch 2.13.0.1: op schema zentorch::zentorch_fused_moe(output, input, w13, w2,
   w13_bias, w2_bias, topk_weights, topk_id, skip_weighted, act, w13_scales, w2_scales)
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic,
-the axis table of each tensor and thin wrappers. The code that pads, shards and
-calls the kernel is the shared runtime in `_runtime/` (layoutc/runtime). Every
-function validates its inputs and raises `LayoutContractError` (a `ValueError`)
-naming the tensor and the expected shape.
+Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
+table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
+shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
+`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
+`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
 """
 
 from __future__ import annotations
@@ -36,92 +36,62 @@ from typing import Any
 
 import torch
 
-from ._runtime import layout as _layout
-from ._runtime import loading as _loading
 from ._runtime import params as _p
+from ._runtime import wrappers as _w
+from ._runtime.algebra import Word
 from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
-from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam, TensorEntry
+from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam
 from ._runtime.layout import Axis
 from ._runtime.plans import PlanChecker
+from ._runtime.wrappers import axis
 
 __all__ = [
-    "CONTRACT",
-    "LAYOUT",
-    "KernelUnavailableError",
-    "LayoutContractError",
-    "Plan",
-    "alloc_w2_bias",
-    "alloc_w2_weight",
-    "alloc_w2_weight_scale",
-    "alloc_w13_bias",
-    "alloc_w13_weight",
-    "alloc_w13_weight_scale",
-    "load_w2_bias",
-    "load_w2_weight",
-    "load_w2_weight_scale",
-    "load_w13_bias",
-    "load_w13_weight",
-    "load_w13_weight_scale",
-    "pad_w2_bias",
-    "pad_w2_weight",
-    "pad_w2_weight_scale",
-    "pad_w13_bias",
-    "pad_w13_weight",
-    "pad_w13_weight_scale",
-    "plan",
-    "shard_w2_bias",
-    "shard_w2_weight",
-    "shard_w2_weight_scale",
-    "shard_w13_bias",
-    "shard_w13_weight",
-    "shard_w13_weight_scale",
-    "unpad_w2_bias",
-    "unpad_w2_weight",
-    "unpad_w2_weight_scale",
-    "unpad_w13_bias",
-    "unpad_w13_weight",
-    "unpad_w13_weight_scale",
-    "w2_bias_full_shape",
-    "w2_bias_shapes",
-    "w2_weight_full_shape",
-    "w2_weight_scale_full_shape",
-    "w2_weight_scale_shapes",
-    "w2_weight_shapes",
-    "w13_bias_full_shape",
-    "w13_bias_shapes",
-    "w13_weight_full_shape",
-    "w13_weight_scale_full_shape",
-    "w13_weight_scale_shapes",
+    "CONTRACT", "LAYOUT", "KernelUnavailableError", "LayoutContractError", "Plan", "alloc_w2_bias",
+    "alloc_w2_weight", "alloc_w2_weight_scale", "alloc_w13_bias", "alloc_w13_weight",
+    "alloc_w13_weight_scale", "load_w2_bias", "load_w2_weight", "load_w2_weight_scale",
+    "load_w13_bias", "load_w13_weight", "load_w13_weight_scale", "pad_w2_bias", "pad_w2_weight",
+    "pad_w2_weight_scale", "pad_w13_bias", "pad_w13_weight", "pad_w13_weight_scale", "plan",
+    "shard_w2_bias", "shard_w2_weight", "shard_w2_weight_scale", "shard_w13_bias",
+    "shard_w13_weight", "shard_w13_weight_scale", "unpad_w2_bias", "unpad_w2_weight",
+    "unpad_w2_weight_scale", "unpad_w13_bias", "unpad_w13_weight", "unpad_w13_weight_scale",
+    "w2_bias_full_shape", "w2_bias_shapes", "w2_weight_full_shape", "w2_weight_scale_full_shape",
+    "w2_weight_scale_shapes", "w2_weight_shapes", "w13_bias_full_shape", "w13_bias_shapes",
+    "w13_weight_full_shape", "w13_weight_scale_full_shape", "w13_weight_scale_shapes",
     "w13_weight_shapes",
-]
+]  # fmt: skip
 
 CONTRACT = "vllm_zen_cpu_int8_moe"
-SOURCE_FILE = 'contracts/vllm_zen_cpu_int8_moe.moe'
+SOURCE_FILE = "contracts/vllm_zen_cpu_int8_moe.moe"
 SOURCE_SHA256 = "6765caabf1a661a176688c573013e3b29f9c944b9cdad6a0a5c1ddb079a7d83b"
 SOURCES: tuple[str, ...] = (
-    'vllm 0.32.0: vllm/model_executor/layers/fused_moe/experts/cpu_moe.py ZenCPUExpertsInt8 (__init__: _w1_scale_f32 = w1_scale.to(float32).reshape(E, -1); _supports_parallel_config: not use_ep; _supports_quant_scheme: kInt8StaticChannelSym weights, kInt8DynamicTokenSym activations; apply: zentorch_fused_moe(output, x, w1, w2, biases, topk, act, w13 scales, w2 scales))',
-    'vllm 0.32.0: vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe/compressed_tensors_moe_w8a8_int8.py CompressedTensorsW8A8Int8MoEMethod.create_weights (w13 [E, 2 I_pp, H] int8, w13_weight_scale [E, 2 I_pp, 1] float32, w2 [E, H, I_pp], w2_weight_scale [E, H, 1]), process_weights_after_loading (the swigluoai half-split -> interleaved permutation, for ZenCPUExpertsInt8 only)',
-    'zentorch 2.13.0.1: op schema zentorch::zentorch_fused_moe(output, input, w13, w2, w13_bias, w2_bias, topk_weights, topk_id, skip_weighted, act, w13_scales, w2_scales)',
+    "vllm 0.32.0: vllm/model_executor/layers/fused_moe/experts/cpu_moe.py ZenCPUExpertsInt8 (__init__: _w1_scale_f32 = w1_scale.to(float32).reshape(E, -1); _supports_parallel_config: not use_ep; _supports_quant_scheme: kInt8StaticChannelSym weights, kInt8DynamicTokenSym activations; apply: zentorch_fused_moe(output, x, w1, w2, biases, topk, act, w13 scales, w2 scales))",
+    "vllm 0.32.0: vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe/compressed_tensors_moe_w8a8_int8.py CompressedTensorsW8A8Int8MoEMethod.create_weights (w13 [E, 2 I_pp, H] int8, w13_weight_scale [E, 2 I_pp, 1] float32, w2 [E, H, I_pp], w2_weight_scale [E, H, 1]), process_weights_after_loading (the swigluoai half-split -> interleaved permutation, for ZenCPUExpertsInt8 only)",
+    "zentorch 2.13.0.1: op schema zentorch::zentorch_fused_moe(output, input, w13, w2, w13_bias, w2_bias, topk_weights, topk_id, skip_weighted, act, w13_scales, w2_scales)",
 )
 PROVED: tuple[str, ...] = (
-    "vacuity",
-    "alignment",
-    "placement",
-    "roundtrip",
-    "inertness",
-    "groups",
-    "kernel-arguments",
-    "coverage",
-    "expert-coverage",
-    "admission",
-)
+    "vacuity", "alignment", "placement", "roundtrip", "inertness", "groups", "kernel-arguments",
+    "coverage", "expert-coverage", "admission",
+)  # fmt: skip
 POLICY = "error"
 FALLBACK: str | None = None
 
 _LOG = logging.getLogger(__name__)
 
-# ---- plan ---------------------------------------------------------------------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+
+_TP_SIZE_VALUES = (
+    1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
+)  # fmt: skip
+_PARAMS: tuple[PlanParam, ...] = (
+    PlanParam("num_experts", "range", low=2, high=1024),
+    PlanParam("hidden_size", "range", low=1, high=65536),
+    PlanParam("intermediate_size", "range", low=1, high=262144),
+    PlanParam("tp_size", "set", values=_TP_SIZE_VALUES),
+    PlanParam("activation", "enum", values=("silu", "gelu", "gelu_tanh")),
+    PlanParam("dtype", "enum", values=("bfloat16",)),
+)
+_check = _p.checker(CONTRACT, SOURCE_FILE, _PARAMS, dtypes=("dtype",))
 
 
 @dataclass(frozen=True)
@@ -165,62 +135,25 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        num_experts,
-        hidden_size,
-        intermediate_size,
-        tp_size,
-        activation,
-        dtype,
-        warn=True,
-    )
+    return _plan(locals(), warn=True)  # plan()'s arguments, by name
 
 
-def _plan(
-    num_experts: Any,
-    hidden_size: Any,
-    intermediate_size: Any,
-    tp_size: Any,
-    activation: Any,
-    dtype: Any,
-    warn: bool,
-) -> Plan:
-    num_experts = _p.check_int(CONTRACT, 'num_experts', num_experts, 2, 1024, SOURCE_FILE)
-    hidden_size = _p.check_int(CONTRACT, 'hidden_size', hidden_size, 1, 65536, SOURCE_FILE)
-    intermediate_size = _p.check_int(
-        CONTRACT,
-        'intermediate_size',
-        intermediate_size,
-        1,
-        262144,
-        SOURCE_FILE,
-    )
-    tp_size = _p.check_choice(
-        CONTRACT,
-        'tp_size',
-        tp_size,
-        (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128),
-        SOURCE_FILE,
-    )
-    activation = _p.check_member(
-        CONTRACT,
-        'activation',
-        activation,
-        ('silu', 'gelu', 'gelu_tanh'),
-        SOURCE_FILE,
-    )
-    dtype = _p.check_dtype(CONTRACT, 'dtype', dtype, ('bfloat16',), SOURCE_FILE)
-    intermediate_size_per_partition = (intermediate_size // tp_size)
+def _plan(args: dict[str, Any], warn: bool) -> Plan:
+    num_experts = _check("num_experts", args["num_experts"])
+    hidden_size = _check("hidden_size", args["hidden_size"])
+    intermediate_size = _check("intermediate_size", args["intermediate_size"])
+    tp_size = _check("tp_size", args["tp_size"])
+    activation = _check("activation", args["activation"])
+    dtype = _check("dtype", args["dtype"])
+    intermediate_size_per_partition = intermediate_size // tp_size
     intermediate_size_per_partition_padded = intermediate_size_per_partition
-    if ((intermediate_size % tp_size) != 0):
-        raise LayoutContractError(_p.broken(
-            CONTRACT, "require", 'contracts/vllm_zen_cpu_int8_moe.moe:36',
-            'intermediate_size must split evenly over tp_size',
-            {
-                "intermediate_size": intermediate_size,
-                "tp_size": tp_size,
-            },
-        ))
+    if (intermediate_size % tp_size) != 0:
+        raise _p.refused(
+            CONTRACT,
+            "contracts/vllm_zen_cpu_int8_moe.moe:36",
+            "intermediate_size must split evenly over tp_size",
+            {"intermediate_size": intermediate_size, "tp_size": tp_size},
+        )
     reason: str | None = None
     if reason is not None:
         raise LayoutContractError(reason)
@@ -238,796 +171,244 @@ def _plan(
     )
 
 
-def _rederive(p: Plan) -> Plan:
-    return _plan(
-        p.num_experts,
-        p.hidden_size,
-        p.intermediate_size,
-        p.tp_size,
-        p.activation,
-        p.dtype,
-        warn=False,
-    )
+# a Plan's parameters planned again (PlanChecker refuses one not made by plan())
+_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, lambda p: _plan(vars(p), warn=False))
+_MODULE = _w.Module(CONTRACT, SOURCE_FILE, _PLANS, tp_param="tp_size")
 
 
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _rederive)
-
-# ---- axis tables: (name, layout, segments, logical, padded, sharded) -------------
+# ---- axis tables: one `axis(name, word, logical=, padded=, segments=, sharded=)` per dim ----
 
 
 def _w13_weight_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis(
             "n",
-            "halves",
-            2,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.HALVES,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
         ),
-        Axis("k", "none", 1, plan.hidden_size, plan.hidden_size, False),
+        axis("k", Word.NONE, logical=plan.hidden_size),
     )
 
 
 def _w13_weight_scale_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis(
             "n",
-            "halves",
-            2,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.HALVES,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
         ),
-        Axis(
-            "k",
-            "none",
-            1,
-            _p.groups(plan.hidden_size, (-1)),
-            _p.groups(plan.hidden_size, (-1)),
-            False,
-        ),
+        axis("k", Word.NONE, logical=_p.groups(plan.hidden_size, (-1))),
     )
 
 
 def _w13_bias_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis(
             "n",
-            "halves",
-            2,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.HALVES,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
         ),
     )
 
 
 def _w2_weight_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis("n", "none", 1, plan.hidden_size, plan.hidden_size, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis("n", Word.NONE, logical=plan.hidden_size),
+        axis(
             "k",
-            "pad",
-            1,
-            plan.intermediate_size_per_partition,
-            plan.intermediate_size_per_partition_padded,
-            True,
+            Word.PAD,
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            sharded=True,
         ),
     )
 
 
 def _w2_weight_scale_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis("n", "none", 1, plan.hidden_size, plan.hidden_size, False),
-        Axis(
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis("n", Word.NONE, logical=plan.hidden_size),
+        axis(
             "k",
-            "pad",
-            1,
-            _p.groups(plan.intermediate_size_per_partition, (-1)),
-            _p.groups(plan.intermediate_size_per_partition_padded, (-1)),
-            (-1) != -1,
+            Word.PAD,
+            logical=_p.groups(plan.intermediate_size_per_partition, (-1)),
+            padded=_p.groups(plan.intermediate_size_per_partition_padded, (-1)),
+            sharded=(-1) != -1,
         ),
     )
 
 
 def _w2_bias_axes(plan: Plan) -> tuple[Axis, ...]:
     return (
-        Axis("experts", "none", 1, plan.num_experts, plan.num_experts, False),
-        Axis("n", "none", 1, plan.hidden_size, plan.hidden_size, False),
-    )
-
-# ---- tensors ------------------------------------------------------------------
-
-
-def w13_weight_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13_weight` (weight of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13_weight", plan, lambda: (
-        _layout.logical_shape(_w13_weight_axes(plan)),
-        _layout.padded_shape(_w13_weight_axes(plan)),
-    ))
-
-
-def pad_w13_weight(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13_weight` (weight of w13) for the kernel.
-
-    Input (logical, dtype int8, CPU):
-        [num_experts, 2 * intermediate_size_per_partition, hidden_size]
-    Output (padded, same dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/vllm_zen_cpu_int8_moe.moe line 42.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13_weight", t, _w13_weight_axes(plan),
-        torch.int8, 0, out,
+        axis("experts", Word.NONE, logical=plan.num_experts),
+        axis("n", Word.NONE, logical=plan.hidden_size),
     )
 
 
-def unpad_w13_weight(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13_weight`: padded -> logical `w13_weight`, as a new tensor.
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+
+_W13_WEIGHT_ROW = _w.Row(
+    name="w13_weight",
+    kind="weight",
+    projection="w13",
+    line=42,
+    axis_names=("experts", "n", "k"),
+    axes=_w13_weight_axes,
+    dtype=torch.int8,
+    fill=0,
+    shape_docs=(
+        "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
+        "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
+    ),
+    fill_doc="stored code 0",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+)
+_W13_WEIGHT = _w.tensor_functions(_MODULE, _W13_WEIGHT_ROW, _DTYPES, __name__)
+w13_weight_shapes = _W13_WEIGHT.shapes
+pad_w13_weight = _W13_WEIGHT.pad
+unpad_w13_weight = _W13_WEIGHT.unpad
+w13_weight_full_shape = _W13_WEIGHT.full_shape
+shard_w13_weight = _W13_WEIGHT.shard
+alloc_w13_weight = _W13_WEIGHT.alloc
+load_w13_weight = _W13_WEIGHT.load
+
+_W13_WEIGHT_SCALE_ROW = _w.Row(
+    name="w13_weight_scale",
+    kind="scale",
+    projection="w13",
+    line=53,
+    axis_names=("experts", "n", "k"),
+    axes=_w13_weight_scale_axes,
+    dtype=torch.float32,
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, 2 * intermediate_size_per_partition, hidden_size / (-1)]",
+        "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / (-1)]",
+    ),
+    fill_doc="stored code 0",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+)
+_W13_WEIGHT_SCALE = _w.tensor_functions(_MODULE, _W13_WEIGHT_SCALE_ROW, _DTYPES, __name__)
+w13_weight_scale_shapes = _W13_WEIGHT_SCALE.shapes
+pad_w13_weight_scale = _W13_WEIGHT_SCALE.pad
+unpad_w13_weight_scale = _W13_WEIGHT_SCALE.unpad
+w13_weight_scale_full_shape = _W13_WEIGHT_SCALE.full_shape
+shard_w13_weight_scale = _W13_WEIGHT_SCALE.shard
+alloc_w13_weight_scale = _W13_WEIGHT_SCALE.alloc
+load_w13_weight_scale = _W13_WEIGHT_SCALE.load
+
+_W13_BIAS_ROW = _w.Row(
+    name="w13_bias",
+    kind="bias",
+    projection="w13",
+    line=62,
+    axis_names=("experts", "n"),
+    axes=_w13_bias_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, 2 * intermediate_size_per_partition]",
+        "[num_experts, 2 * intermediate_size_per_partition_padded]",
+    ),
+    fill_doc="stored code 0",
+    roles=("gate", "up"),
+    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
+    optional=True,
+)
+_W13_BIAS = _w.tensor_functions(_MODULE, _W13_BIAS_ROW, _DTYPES, __name__)
+w13_bias_shapes = _W13_BIAS.shapes
+pad_w13_bias = _W13_BIAS.pad
+unpad_w13_bias = _W13_BIAS.unpad
+w13_bias_full_shape = _W13_BIAS.full_shape
+shard_w13_bias = _W13_BIAS.shard
+alloc_w13_bias = _W13_BIAS.alloc
+load_w13_bias = _W13_BIAS.load
+
+_W2_WEIGHT_ROW = _w.Row(
+    name="w2_weight",
+    kind="weight",
+    projection="w2",
+    line=70,
+    axis_names=("experts", "n", "k"),
+    axes=_w2_weight_axes,
+    dtype=torch.int8,
+    fill=0,
+    shape_docs=(
+        "[num_experts, hidden_size, intermediate_size_per_partition]",
+        "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
+    ),
+    fill_doc="stored code 0",
+)
+_W2_WEIGHT = _w.tensor_functions(_MODULE, _W2_WEIGHT_ROW, _DTYPES, __name__)
+w2_weight_shapes = _W2_WEIGHT.shapes
+pad_w2_weight = _W2_WEIGHT.pad
+unpad_w2_weight = _W2_WEIGHT.unpad
+w2_weight_full_shape = _W2_WEIGHT.full_shape
+shard_w2_weight = _W2_WEIGHT.shard
+alloc_w2_weight = _W2_WEIGHT.alloc
+load_w2_weight = _W2_WEIGHT.load
+
+_W2_WEIGHT_SCALE_ROW = _w.Row(
+    name="w2_weight_scale",
+    kind="scale",
+    projection="w2",
+    line=81,
+    axis_names=("experts", "n", "k"),
+    axes=_w2_weight_scale_axes,
+    dtype=torch.float32,
+    fill=0.0,
+    shape_docs=(
+        "[num_experts, hidden_size, intermediate_size_per_partition / (-1)]",
+        "[num_experts, hidden_size, intermediate_size_per_partition_padded / (-1)]",
+    ),
+    fill_doc="stored code 0",
+)
+_W2_WEIGHT_SCALE = _w.tensor_functions(_MODULE, _W2_WEIGHT_SCALE_ROW, _DTYPES, __name__)
+w2_weight_scale_shapes = _W2_WEIGHT_SCALE.shapes
+pad_w2_weight_scale = _W2_WEIGHT_SCALE.pad
+unpad_w2_weight_scale = _W2_WEIGHT_SCALE.unpad
+w2_weight_scale_full_shape = _W2_WEIGHT_SCALE.full_shape
+shard_w2_weight_scale = _W2_WEIGHT_SCALE.shard
+alloc_w2_weight_scale = _W2_WEIGHT_SCALE.alloc
+load_w2_weight_scale = _W2_WEIGHT_SCALE.load
+
+_W2_BIAS_ROW = _w.Row(
+    name="w2_bias",
+    kind="bias",
+    projection="w2",
+    line=89,
+    axis_names=("experts", "n"),
+    axes=_w2_bias_axes,
+    dtype="dtype",
+    fill=0.0,
+    shape_docs=("[num_experts, hidden_size]", "[num_experts, hidden_size]"),
+    fill_doc="stored code 0",
+    optional=True,
+)
+_W2_BIAS = _w.tensor_functions(_MODULE, _W2_BIAS_ROW, _DTYPES, __name__)
+w2_bias_shapes = _W2_BIAS.shapes
+pad_w2_bias = _W2_BIAS.pad
+unpad_w2_bias = _W2_BIAS.unpad
+w2_bias_full_shape = _W2_BIAS.full_shape
+shard_w2_bias = _W2_BIAS.shard
+alloc_w2_bias = _W2_BIAS.alloc
+load_w2_bias = _W2_BIAS.load
 
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13_weight", t, _w13_weight_axes(plan), torch.int8,
-    )
-
-
-def w13_weight_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13_weight` that `shard_w13_weight` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_weight_axes(plan), plan.tp_size)
-
-
-def shard_w13_weight(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13_weight`.
-
-    `full` has the shape `w13_weight_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype int8):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13_weight", full, rank, plan.tp_size,
-        _w13_weight_axes(plan), torch.int8, 0, out, once=False,
-    )
-
-
-def w13_weight_scale_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13_weight_scale` (scale of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13_weight_scale", plan, lambda: (
-        _layout.logical_shape(_w13_weight_scale_axes(plan)),
-        _layout.padded_shape(_w13_weight_scale_axes(plan)),
-    ))
-
-
-def pad_w13_weight_scale(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13_weight_scale` (scale of w13) for the kernel.
-
-    Input (logical, dtype float32, CPU):
-        [num_experts, 2 * intermediate_size_per_partition, hidden_size / (-1)]
-    Output (padded, same dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / (-1)]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/vllm_zen_cpu_int8_moe.moe line 53.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13_weight_scale", t, _w13_weight_scale_axes(plan),
-        torch.float32, 0.0, out,
-    )
-
-
-def unpad_w13_weight_scale(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13_weight_scale`: padded -> logical `w13_weight_scale`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13_weight_scale", t, _w13_weight_scale_axes(plan), torch.float32,
-    )
-
-
-def w13_weight_scale_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13_weight_scale` that `shard_w13_weight_scale` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_weight_scale_axes(plan), plan.tp_size)
-
-
-def shard_w13_weight_scale(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13_weight_scale`.
-
-    `full` has the shape `w13_weight_scale_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype float32):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / (-1)]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13_weight_scale", full, rank, plan.tp_size,
-        _w13_weight_scale_axes(plan), torch.float32, 0.0, out, once=False,
-    )
-
-
-def w13_bias_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w13_bias` (bias of w13) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w13_bias", plan, lambda: (
-        _layout.logical_shape(_w13_bias_axes(plan)),
-        _layout.padded_shape(_w13_bias_axes(plan)),
-    ))
-
-
-def pad_w13_bias(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w13_bias` (bias of w13, optional) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [num_experts, 2 * intermediate_size_per_partition]
-    Output (padded, same dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/vllm_zen_cpu_int8_moe.moe line 62.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w13_bias", t, _w13_bias_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w13_bias(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w13_bias`: padded -> logical `w13_bias`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w13_bias", t, _w13_bias_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w13_bias_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w13_bias` that `shard_w13_bias` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w13_bias_axes(plan), plan.tp_size)
-
-
-def shard_w13_bias(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w13_bias`.
-
-    `full` has the shape `w13_bias_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w13_bias", full, rank, plan.tp_size,
-        _w13_bias_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=False,
-    )
-
-
-def w2_weight_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2_weight` (weight of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2_weight", plan, lambda: (
-        _layout.logical_shape(_w2_weight_axes(plan)),
-        _layout.padded_shape(_w2_weight_axes(plan)),
-    ))
-
-
-def pad_w2_weight(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2_weight` (weight of w2) for the kernel.
-
-    Input (logical, dtype int8, CPU):
-        [num_experts, hidden_size, intermediate_size_per_partition]
-    Output (padded, same dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/vllm_zen_cpu_int8_moe.moe line 70.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2_weight", t, _w2_weight_axes(plan),
-        torch.int8, 0, out,
-    )
-
-
-def unpad_w2_weight(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2_weight`: padded -> logical `w2_weight`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2_weight", t, _w2_weight_axes(plan), torch.int8,
-    )
-
-
-def w2_weight_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2_weight` that `shard_w2_weight` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_weight_axes(plan), plan.tp_size)
-
-
-def shard_w2_weight(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2_weight`.
-
-    `full` has the shape `w2_weight_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype int8):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2_weight", full, rank, plan.tp_size,
-        _w2_weight_axes(plan), torch.int8, 0, out, once=False,
-    )
-
-
-def w2_weight_scale_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2_weight_scale` (scale of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2_weight_scale", plan, lambda: (
-        _layout.logical_shape(_w2_weight_scale_axes(plan)),
-        _layout.padded_shape(_w2_weight_scale_axes(plan)),
-    ))
-
-
-def pad_w2_weight_scale(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2_weight_scale` (scale of w2) for the kernel.
-
-    Input (logical, dtype float32, CPU):
-        [num_experts, hidden_size, intermediate_size_per_partition / (-1)]
-    Output (padded, same dtype):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded / (-1)]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/vllm_zen_cpu_int8_moe.moe line 81.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2_weight_scale", t, _w2_weight_scale_axes(plan),
-        torch.float32, 0.0, out,
-    )
-
-
-def unpad_w2_weight_scale(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2_weight_scale`: padded -> logical `w2_weight_scale`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2_weight_scale", t, _w2_weight_scale_axes(plan), torch.float32,
-    )
-
-
-def w2_weight_scale_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2_weight_scale` that `shard_w2_weight_scale` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_weight_scale_axes(plan), plan.tp_size)
-
-
-def shard_w2_weight_scale(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2_weight_scale`.
-
-    `full` has the shape `w2_weight_scale_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    Output (dtype float32):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded / (-1)]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2_weight_scale", full, rank, plan.tp_size,
-        _w2_weight_scale_axes(plan), torch.float32, 0.0, out, once=False,
-    )
-
-
-def w2_bias_shapes(plan: Plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(logical shape, padded shape) of `w2_bias` (bias of w2) under `plan`."""
-    _PLANS.require(plan)
-    return _PLANS.memo("w2_bias", plan, lambda: (
-        _layout.logical_shape(_w2_bias_axes(plan)),
-        _layout.padded_shape(_w2_bias_axes(plan)),
-    ))
-
-
-def pad_w2_bias(
-    t: torch.Tensor, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Pad `w2_bias` (bias of w2, optional) for the kernel.
-
-    Input (logical, dtype dtype, CPU):
-        [num_experts, hidden_size]
-    Output (padded, same dtype):
-        [num_experts, hidden_size]
-    Pad positions hold the stored code 0. Every logical element is written once, only
-    pad positions are filled. When nothing is padded and `out` is None, returns
-    `t` itself (no copy); with `out`, writes into it and returns it.
-    Raises LayoutContractError on a wrong shape, dtype, device or layout, or an
-    unsupported plan. Source: contracts/vllm_zen_cpu_int8_moe.moe line 89.
-    """
-    _PLANS.require(plan)
-    return _layout.pad(
-        CONTRACT, "w2_bias", t, _w2_bias_axes(plan),
-        _DTYPES[plan.dtype], 0.0, out,
-    )
-
-
-def unpad_w2_bias(t: torch.Tensor, plan: Plan) -> torch.Tensor:
-    """Inverse of `pad_w2_bias`: padded -> logical `w2_bias`, as a new tensor.
-
-    Raises LayoutContractError on a wrong shape, dtype, device or layout.
-    """
-    _PLANS.require(plan)
-    return _layout.unpad(
-        CONTRACT, "w2_bias", t, _w2_bias_axes(plan), _DTYPES[plan.dtype],
-    )
-
-
-def w2_bias_full_shape(plan: Plan) -> tuple[int, ...]:
-    """The full checkpoint shape of `w2_bias` that `shard_w2_bias` reads (all ranks' slices)."""
-    _PLANS.require(plan)
-    return _layout.full_shape(_w2_bias_axes(plan), plan.tp_size)
-
-
-def shard_w2_bias(
-    full: torch.Tensor, rank: int, plan: Plan, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded shard of the full checkpoint `w2_bias`.
-
-    `full` has the shape `w2_bias_full_shape(plan)`: the logical shape with the
-    intermediate axis at its full checkpoint length (each gate/up half separately,
-    or pairs for an interleaved axis). Only the rank's slice is read, with the
-    logical per-rank stride (vllm#43865), straight into the padded destination.
-    This is a row-parallel output bias: the all-reduce sums the ranks, so rank 0
-    gets the bias and every other rank zeros (added once, never tp_size times).
-    Output (dtype dtype):
-        [num_experts, hidden_size]
-    Raises LayoutContractError on a wrong shape, dtype, device, layout or rank.
-    """
-    _PLANS.require(plan)
-    return _layout.shard(
-        CONTRACT, "w2_bias", full, rank, plan.tp_size,
-        _w2_bias_axes(plan), _DTYPES[plan.dtype], 0.0, out, once=True,
-    )
-
-# ---- loading: one checkpoint tensor at a time into a rank's padded parameter ----
-# The code is runtime/loading.py; see its docstring for source shapes and layouts.
-
-
-def alloc_w13_weight(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13_weight`: pads written once, live rows left to load.
-
-    Shape (dtype int8):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/vllm_zen_cpu_int8_moe.moe line 42.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13_weight", _w13_weight_axes(plan),
-        torch.int8, 0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w13_weight(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13_weight`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13_weight axes", plan, lambda: _w13_weight_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13_weight", dst, src, axes, torch.int8,
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w13_weight_scale(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13_weight_scale`: pads written once, live rows left to load.
-
-    Shape (dtype float32):
-        [num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / (-1)]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/vllm_zen_cpu_int8_moe.moe line 53.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13_weight_scale", _w13_weight_scale_axes(plan),
-        torch.float32, 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w13_weight_scale(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13_weight_scale`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13_weight_scale axes", plan, lambda: _w13_weight_scale_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13_weight_scale", dst, src, axes, torch.float32,
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w13_bias(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w13_bias`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [num_experts, 2 * intermediate_size_per_partition_padded]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/vllm_zen_cpu_int8_moe.moe line 62.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w13_bias", _w13_bias_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w13_bias(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w13_bias`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: one of "gate", "up" (one segment), or None / "gate_up" (all).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w13_bias axes", plan, lambda: _w13_bias_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w13_bias", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=("gate", "up"), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2_weight(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2_weight`: pads written once, live rows left to load.
-
-    Shape (dtype int8):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/vllm_zen_cpu_int8_moe.moe line 70.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2_weight", _w2_weight_axes(plan),
-        torch.int8, 0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w2_weight(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2_weight`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2_weight axes", plan, lambda: _w2_weight_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2_weight", dst, src, axes, torch.int8,
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2_weight_scale(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2_weight_scale`: pads written once, live rows left to load.
-
-    Shape (dtype float32):
-        [num_experts, hidden_size, intermediate_size_per_partition_padded / (-1)]
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/vllm_zen_cpu_int8_moe.moe line 81.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2_weight_scale", _w2_weight_scale_axes(plan),
-        torch.float32, 0.0,
-        rank, plan.tp_size, once=False, out=out,
-    )
-
-
-def load_w2_weight_scale(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2_weight_scale`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2_weight_scale axes", plan, lambda: _w2_weight_scale_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2_weight_scale", dst, src, axes, torch.float32,
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=False,
-    )
-
-
-def alloc_w2_bias(
-    plan: Plan, rank: int = 0, *, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Rank `rank`'s padded `w2_bias`: pads written once, live rows left to load.
-
-    Shape (dtype dtype):
-        [num_experts, hidden_size]
-    A row-parallel output bias: on ranks other than 0 it is all zeros and
-    `load_w2_bias` reads nothing there (the all-reduce adds it once).
-    `out`: use this preallocated tensor instead. Raises LayoutContractError on a
-    bad rank or `out`. Source: contracts/vllm_zen_cpu_int8_moe.moe line 89.
-    """
-    _PLANS.require(plan)
-    return _loading.allocate(
-        CONTRACT, "w2_bias", _w2_bias_axes(plan),
-        _DTYPES[plan.dtype], 0.0,
-        rank, plan.tp_size, once=True, out=out,
-    )
-
-
-def load_w2_bias(
-    dst: torch.Tensor, src: Any, plan: Plan, rank: int = 0, *, expert: int | None = None,
-    role: str | None = None, transposed: bool = False,
-    source_layout: str = _loading.SOURCE_LAYOUTS[0],
-) -> None:
-    """Load one checkpoint tensor into `dst` (from `alloc_w2_bias`).
-
-    `src`: a torch tensor or a safetensors slice (`get_slice`, memory-mapped).
-
-    Reads only rank `rank`'s slice. `expert`: the source is that expert's tensor
-    (else it holds every expert).
-    `role`: "down" or None (the whole tensor).
-    `transposed`: the source's last two dims are swapped (`x @ W` weights);
-    `source_layout`: `halves` or `interleave` rows of a fused gate/up source.
-    Raises LayoutContractError on a wrong shape, role, expert or rank.
-    """
-    _PLANS.require(plan)
-    axes = _PLANS.memo(  # one tuple per plan: _loading remembers its reads by it
-        "w2_bias axes", plan, lambda: _w2_bias_axes(plan)
-    )
-    _loading.load(
-        CONTRACT, "w2_bias", dst, src, axes, _DTYPES[plan.dtype],
-        rank, plan.tp_size, roles=(), expert=expert, role=role,
-        transposed=transposed, source_layout=source_layout, once=True,
-    )
 
 # ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
 # The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
@@ -1038,76 +419,15 @@ LAYOUT = ModuleLayout(
     source_file=SOURCE_FILE,
     plan=plan,
     plan_type=Plan,
-    plan_params=(
-        PlanParam("num_experts", "range", low=2, high=1024),
-        PlanParam("hidden_size", "range", low=1, high=65536),
-        PlanParam("intermediate_size", "range", low=1, high=262144),
-        PlanParam(
-            "tp_size", "set",
-            values=(
-                1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96,
-                112, 128,
-            ),
-        ),
-        PlanParam("activation", "enum", values=("silu", "gelu", "gelu_tanh")),
-        PlanParam("dtype", "enum", values=("bfloat16",)),
-    ),
+    plan_params=_PARAMS,
     shard_count="tp_size",
     tensors=(
-        TensorEntry(
-            "w13_weight", "weight", "w13",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=42, declaration="tensor w13_weight: weight w13",
-            shapes=w13_weight_shapes, axis_table=_w13_weight_axes,
-            pad=pad_w13_weight, unpad=unpad_w13_weight,
-            alloc=alloc_w13_weight, load=load_w13_weight,
-            full_shape=w13_weight_full_shape, shard=shard_w13_weight,
-        ),
-        TensorEntry(
-            "w13_weight_scale", "scale", "w13",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=53, declaration="tensor w13_weight_scale: scale w13",
-            shapes=w13_weight_scale_shapes, axis_table=_w13_weight_scale_axes,
-            pad=pad_w13_weight_scale, unpad=unpad_w13_weight_scale,
-            alloc=alloc_w13_weight_scale, load=load_w13_weight_scale,
-            full_shape=w13_weight_scale_full_shape, shard=shard_w13_weight_scale,
-        ),
-        TensorEntry(
-            "w13_bias", "bias", "w13",
-            optional=True, axes=("experts", "n"),
-            contract_line=62, declaration="tensor w13_bias: bias w13 optional",
-            shapes=w13_bias_shapes, axis_table=_w13_bias_axes,
-            pad=pad_w13_bias, unpad=unpad_w13_bias,
-            alloc=alloc_w13_bias, load=load_w13_bias,
-            full_shape=w13_bias_full_shape, shard=shard_w13_bias,
-        ),
-        TensorEntry(
-            "w2_weight", "weight", "w2",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=70, declaration="tensor w2_weight: weight w2",
-            shapes=w2_weight_shapes, axis_table=_w2_weight_axes,
-            pad=pad_w2_weight, unpad=unpad_w2_weight,
-            alloc=alloc_w2_weight, load=load_w2_weight,
-            full_shape=w2_weight_full_shape, shard=shard_w2_weight,
-        ),
-        TensorEntry(
-            "w2_weight_scale", "scale", "w2",
-            optional=False, axes=("experts", "n", "k"),
-            contract_line=81, declaration="tensor w2_weight_scale: scale w2",
-            shapes=w2_weight_scale_shapes, axis_table=_w2_weight_scale_axes,
-            pad=pad_w2_weight_scale, unpad=unpad_w2_weight_scale,
-            alloc=alloc_w2_weight_scale, load=load_w2_weight_scale,
-            full_shape=w2_weight_scale_full_shape, shard=shard_w2_weight_scale,
-        ),
-        TensorEntry(
-            "w2_bias", "bias", "w2",
-            optional=True, axes=("experts", "n"),
-            contract_line=89, declaration="tensor w2_bias: bias w2 optional",
-            shapes=w2_bias_shapes, axis_table=_w2_bias_axes,
-            pad=pad_w2_bias, unpad=unpad_w2_bias,
-            alloc=alloc_w2_bias, load=load_w2_bias,
-            full_shape=w2_bias_full_shape, shard=shard_w2_bias,
-        ),
+        _w.entry(_W13_WEIGHT_ROW, _W13_WEIGHT),
+        _w.entry(_W13_WEIGHT_SCALE_ROW, _W13_WEIGHT_SCALE),
+        _w.entry(_W13_BIAS_ROW, _W13_BIAS),
+        _w.entry(_W2_WEIGHT_ROW, _W2_WEIGHT),
+        _w.entry(_W2_WEIGHT_SCALE_ROW, _W2_WEIGHT_SCALE),
+        _w.entry(_W2_BIAS_ROW, _W2_BIAS),
     ),
     models=(
         ModelsEntry(
