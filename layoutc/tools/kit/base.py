@@ -31,6 +31,11 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+# Marks the engine's own pytest configuration registers for CPU unit tests (the driver's MARKS; vLLM:
+# skip_global_cleanup, without which its conftest's cleanup_fixture calls torch.accelerator.empty_cache(),
+# which raises on a CPU-only torch).
+pytestmark = [getattr(pytest.mark, name) for name in globals().get("MARKS", ())]
+
 POISON_BYTE = 0xFF  # NaN in every float format the contracts store (bf16, fp16, fp32, fp8 e4m3fn), 255 in uint8
 
 
@@ -67,6 +72,8 @@ def _resolve(target: str) -> Any:
 
 def check_engine() -> str:
     """The release, once it is one the contract models and every target resolves with its parameters."""
+    for name in globals().get("PRELOAD", ()):  # modules the engine must import first (its own import order)
+        importlib.import_module(name)
     release = engine_release()
     if release not in RELEASES and os.environ.get("LAYOUTC_KIT_ANY_RELEASE") != "1":
         pytest.fail(f"{ENGINE} {release} is not modelled by contract {CONTRACT} (it models {ENGINE} "

@@ -137,6 +137,7 @@ def render(contract_path: str, driver_name: str, generated: str | None = None) -
         "poisoned (0xFF) memory; REFUSED (just outside admission, one per rule) must be refused.\n"
         '"""\n\nfrom __future__ import annotations\n\n'
         + _scoped(picks)
+        + f"MARKS = {tuple(getattr(importlib.import_module(f'layoutc.tools.kit.drivers.{driver_name}'), 'MARKS', ()))!r}\n"
         + f"GENERATED = {generated!r}\nCONTRACT = {contract.name!r}\nENGINE = {driver.engine!r}\n"
         + f"RELEASES = {_releases(contract.name, driver, generated)!r}\n"
         + "ADMITTED = " + _literal(admitted) + "\nREFUSED = " + _literal(refused) + "\n\n"

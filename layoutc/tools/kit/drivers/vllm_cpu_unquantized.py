@@ -17,6 +17,8 @@ import torch
 CONTRACTS = ("vllm_cpu_grouped_gemm",)
 ENGINE = "vllm"
 ENGINE_MODULE = "vllm"
+# vLLM's pyproject registers both; skip_global_cleanup keeps its conftest from asking for an accelerator.
+MARKS = ("skip_global_cleanup", "cpu_test")
 RELEASES = ("0.32.0",)  # until the contract's `models` line states them (LAYOUT.models wins)
 SHARED = ("vllm_common",)
 CPU_MOE = "vllm.model_executor.layers.fused_moe.experts.cpu_moe"
