@@ -257,14 +257,21 @@ def test_just_outside_admission_is_refused(engine: str, gen: Any, labels: tuple[
     with pytest.raises(gen.LayoutContractError):
         gen.plan(**params)
     if engine_admits(params) is True:
+        key = globals().get("known", lambda p: None)(params)
+        if key:  # a documented disagreement the driver names (never an unnamed one)
+            pytest.xfail(f"{ENGINE} {engine} admits {params}, which contract {CONTRACT} refuses: known {key}")
         pytest.fail(f"{ENGINE} {engine} admits {params}, which contract {CONTRACT} refuses: {labels[0]}",
                     pytrace=False)
 
 
 def test_kit_covers_a_pad() -> None:
-    """The kit is sensitive only if some admitted configuration pads: at least one must."""
-    assert any(any("unaligned" in label or "padded" in label for label in labels) for labels, _ in ADMITTED), \
-        "no admitted configuration pads: this kit would not see a pad bug"
+    """The kit is sensitive only if some admitted configuration pads (or, for a contract that pads
+    nothing, some configuration is refused): at least one must."""
+    if CONTRACT_PADS:
+        assert any(any(lb.startswith("unaligned") or lb.endswith(", padded") for lb in labels) for labels, _ in ADMITTED), \
+            "no admitted configuration pads: this kit would not see a pad bug"
+    else:
+        assert REFUSED, "the contract pads nothing and refuses nothing: this kit would not see a pad bug"
 
 
 _ = sys  # kept: drivers may use sys

@@ -120,9 +120,10 @@ def render(contract_path: str, driver_name: str, generated: str | None = None) -
             raise KitError("LR180", f"driver {driver_name} scopes parameter {name!r}, which {contract.name} lacks")
     generated = generated or f"layoutc_generated.{contract.name}"
     picks = configs.pick(contract, driver.scope)
-    if not any(any("unaligned" in lb or "padded" in lb for lb in p.labels) for p in picks.admitted):
+    pads = any(any(lb.startswith("unaligned") or lb.endswith(", padded") for lb in p.labels) for p in picks.admitted)
+    if not pads and not picks.refused:
         raise KitError("LR183", f"{contract.name} under driver {driver_name}: no admitted configuration pads "
-                                "(the kit would see no pad bug)")
+                                "and none is refused (the kit would see no pad bug)")
     admitted = [(p.labels, p.params) for p in picks.admitted]
     refused = [(p.labels, p.params) for p in picks.refused]
     head = (
@@ -138,6 +139,7 @@ def render(contract_path: str, driver_name: str, generated: str | None = None) -
         '"""\n\nfrom __future__ import annotations\n\n'
         + _scoped(picks)
         + f"MARKS = {tuple(getattr(importlib.import_module(f'layoutc.tools.kit.drivers.{driver_name}'), 'MARKS', ()))!r}\n"
+        + f"CONTRACT_PADS = {pads!r}  # False: no admitted configuration pads; the refusals are the kit's edge\n"
         + f"GENERATED = {generated!r}\nCONTRACT = {contract.name!r}\nENGINE = {driver.engine!r}\n"
         + f"RELEASES = {_releases(contract.name, driver, generated)!r}\n"
         + "ADMITTED = " + _literal(admitted) + "\nREFUSED = " + _literal(refused) + "\n\n"
