@@ -203,7 +203,7 @@ def cmd_kit(args: argparse.Namespace) -> int:
     from layoutc.tools.kit.write import KitError, drivers, write
     if args.list:
         for name, d in drivers().items():
-            print(f"{name}: {d.engine} {', '.join(d.releases)} -> {', '.join(d.contracts)}")
+            print(f"{name}: {d.engine} -> {', '.join(d.contracts)}")
         return 0
     if not (args.contract and args.path and args.out):
         raise _Usage("layoutc kit: error[LC801]: give CONTRACT, --path DRIVER and --out FILE (or --list)")

@@ -187,7 +187,8 @@ CODES: dict[str, str] = {
     "LR180": "`kit`: no such kit driver, or the driver drives another contract",
     "LR181": "`kit`: the contract does not load or check",
     "LR182": "`kit`: the kit file cannot be written",
-    "LR183": "`kit`: no admitted configuration in the driver's scope pads (the kit would see no pad bug)",
+    "LR183": "`kit`: no admitted configuration pads and none is refused (the kit would see no pad bug)",
+    "LR184": "`kit`: the contract has no `models` line for the driver's engine (no releases to hold it to)",
     "LR199": "`run`: an unexpected error (set LAYOUTC_TRACEBACK=1 and please report it)",
 }
 

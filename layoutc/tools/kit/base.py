@@ -3,7 +3,7 @@
 A kit is one pytest module: the literals `layoutc kit` computed (GENERATED, ENGINE,
 RELEASES, TARGETS, ADMITTED, REFUSED), then this file's text, then one driver's text (the
 functions that run the engine's own code: `engine_run(params, plan, gen, poison)` and
-`engine_admits(params)`). It needs torch, pytest, the engine and the generated module; it
+`engine_admits(params, gen)`). It needs torch, pytest, the engine and the generated module; it
 never imports layoutc. Everything here reads the module-level literals at call time.
 
 Honesty rules (docs/kits.md):
@@ -70,16 +70,39 @@ def _resolve(target: str) -> Any:
     return obj
 
 
-def check_engine() -> str:
-    """The release, once it is one the contract models and every target resolves with its parameters."""
+def modelled_releases(gen: Any) -> tuple[str, ...]:
+    """The releases of ENGINE the generated module's `LAYOUT.models` names (the contract's `models`
+    lines, the truth at run time); RELEASES (the same, baked when the kit was written) for a module
+    compiled before `models` existed."""
+    models = getattr(getattr(gen, "LAYOUT", None), "models", ()) or ()
+    found = tuple(dict.fromkeys(r for m in models if m.engine == ENGINE for r in m.releases))
+    return found or tuple(RELEASES)
+
+
+def model_target(gen: Any, params: dict[str, Any], prefix: str) -> Any:
+    """The engine object the contract's first `models` line of ENGINE whose target starts with
+    `prefix` and whose `when` holds under `params` names, imported."""
+    for m in getattr(gen.LAYOUT, "models", ()):
+        if m.engine == ENGINE and m.target.startswith(prefix) and m.applies(params):
+            return _resolve(m.target)
+    pytest.fail(f"contract {CONTRACT} has no `models {ENGINE}` line under {prefix} for {params}", pytrace=False)
+
+
+def check_engine(gen: Any) -> str:
+    """The release, once it is one the contract models and every target (the driver's, and every
+    `models` target of ENGINE) resolves with its parameters."""
+    globals().get("engine_setup", lambda: None)()  # the driver's set-up (SGLang: device stubs, CPU switch)
     for name in globals().get("PRELOAD", ()):  # modules the engine must import first (its own import order)
         importlib.import_module(name)
     release = engine_release()
-    if release not in RELEASES and os.environ.get("LAYOUTC_KIT_ANY_RELEASE") != "1":
+    releases = modelled_releases(gen)
+    if release.partition("+")[0] not in releases and os.environ.get("LAYOUTC_KIT_ANY_RELEASE") != "1":
         pytest.fail(f"{ENGINE} {release} is not modelled by contract {CONTRACT} (it models {ENGINE} "
-                    f"{', '.join(RELEASES)}): refused. Regenerate the kit from a contract that models {release}, "
+                    f"{', '.join(releases)}): refused. Regenerate the kit from a contract that models {release}, "
                     "or set LAYOUTC_KIT_ANY_RELEASE=1 to hold this release to these rules anyway", pytrace=False)
-    for target, params in TARGETS.items():
+    models = getattr(getattr(gen, "LAYOUT", None), "models", ()) or ()
+    targets = {**TARGETS, **{m.target: None for m in models if m.engine == ENGINE and m.target not in TARGETS}}
+    for target, params in targets.items():
         try:
             obj = _resolve(target)
         except (ImportError, AttributeError) as exc:
@@ -205,13 +228,13 @@ def _ids(configs: list[tuple[tuple[str, ...], dict[str, Any]]]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def engine() -> str:
-    return check_engine()
+def gen() -> Any:
+    return generated_module()
 
 
 @pytest.fixture(scope="module")
-def gen() -> Any:
-    return generated_module()
+def engine(gen: Any) -> str:
+    return check_engine(gen)
 
 
 def _run(engine: str, gen: Any, params: dict[str, Any], poison: bool) -> None:
@@ -234,7 +257,7 @@ def _run(engine: str, gen: Any, params: dict[str, Any], poison: bool) -> None:
 @pytest.mark.parametrize("labels, params", ADMITTED, ids=_ids(ADMITTED))
 def test_engine_pads_like_the_contract(engine: str, gen: Any, labels: tuple[str, ...], params: dict[str, Any]) -> None:
     """The engine's own code, at a configuration the solver picked, gives the contract's bytes."""
-    verdict = engine_admits(params)
+    verdict = engine_admits(params, gen)
     if verdict is False:
         pytest.fail(f"{ENGINE} {engine} refuses {params}, which contract {CONTRACT} admits ({'; '.join(labels)})",
                     pytrace=False)
@@ -256,7 +279,7 @@ def test_just_outside_admission_is_refused(engine: str, gen: Any, labels: tuple[
     path has one (engine_admits returns True/False, None where it has none), refuses it too."""
     with pytest.raises(gen.LayoutContractError):
         gen.plan(**params)
-    if engine_admits(params) is True:
+    if engine_admits(params, gen) is True:
         key = globals().get("known", lambda p: None)(params)
         if key:  # a documented disagreement the driver names (never an unnamed one)
             pytest.xfail(f"{ENGINE} {engine} admits {params}, which contract {CONTRACT} refuses: known {key}")

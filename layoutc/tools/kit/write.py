@@ -7,7 +7,8 @@ pytest, the engine and the generated module, never layoutc. Written atomically.
 
 Errors are `KitError(code, message)`: LR180 (no such driver, or the driver is not written for
 this contract), LR181 (the contract does not load or check), LR182 (the output cannot be
-written), LR183 (the solver found no padded configuration: the kit would see no pad bug).
+written), LR183 (no padded and no refused configuration: the kit would see no pad bug), LR184 (the
+contract has no `models` line for the driver's engine: it does not say which releases it models).
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ class Driver:
     name: str
     contracts: tuple[str, ...]
     engine: str
-    releases: tuple[str, ...]
     scope: dict[str, tuple[Any, ...]]
     shared: tuple[str, ...]
     doc: str
@@ -54,7 +54,7 @@ def drivers() -> dict[str, Driver]:
         if path.stem.startswith("_") or path.stem.endswith("_common"):
             continue
         mod = importlib.import_module(f"layoutc.tools.kit.drivers.{path.stem}")
-        out[path.stem] = Driver(path.stem, tuple(mod.CONTRACTS), mod.ENGINE, tuple(mod.RELEASES),
+        out[path.stem] = Driver(path.stem, tuple(mod.CONTRACTS), mod.ENGINE,
                                 dict(getattr(mod, "SCOPE", {})), tuple(getattr(mod, "SHARED", ())),
                                 (mod.__doc__ or "").strip())
     return out
@@ -73,18 +73,6 @@ def _body(path: Path) -> str:
     lines = text.splitlines()[start:]
     kept = [line for line in lines if line.strip() != "from __future__ import annotations"]
     return f"# ---- from layoutc/tools/kit/{path.relative_to(HERE)} " + "-" * 20 + "\n" + "\n".join(kept).strip() + "\n"
-
-
-def _releases(contract_name: str, driver: Driver, generated: str) -> tuple[str, ...]:
-    """The releases the contract's LAYOUT.models states for the driver's engine, where the
-    compiled module has them; else the driver's own (contracts without `models` lines)."""
-    try:
-        mod = importlib.import_module(generated)
-    except Exception:  # the generated module is optional at kit-writing time
-        return driver.releases
-    models = getattr(getattr(mod, "LAYOUT", None), "models", None) or ()
-    found = [r for m in models if getattr(m, "engine", None) == driver.engine for r in getattr(m, "releases", ())]
-    return tuple(dict.fromkeys(found)) or driver.releases
 
 
 def _literal(items: list[tuple[tuple[str, ...], dict[str, Any]]]) -> str:
@@ -118,6 +106,10 @@ def render(contract_path: str, driver_name: str, generated: str | None = None) -
     for name in driver.scope:
         if name not in {p.name for p in contract.params}:
             raise KitError("LR180", f"driver {driver_name} scopes parameter {name!r}, which {contract.name} lacks")
+    releases = tuple(dict.fromkeys(r for m in contract.models if m.engine == driver.engine for r in m.releases))
+    if not releases:
+        raise KitError("LR184", f"{contract.name} has no `models {driver.engine}` line: the contract does not say "
+                                f"which {driver.engine} releases it models, so no kit can hold {driver.engine} to it")
     generated = generated or f"layoutc_generated.{contract.name}"
     picks = configs.pick(contract, driver.scope)
     pads = any(any(lb.startswith("unaligned") or lb.endswith(", padded") for lb in p.labels) for p in picks.admitted)
@@ -141,7 +133,7 @@ def render(contract_path: str, driver_name: str, generated: str | None = None) -
         + f"MARKS = {tuple(getattr(importlib.import_module(f'layoutc.tools.kit.drivers.{driver_name}'), 'MARKS', ()))!r}\n"
         + f"CONTRACT_PADS = {pads!r}  # False: no admitted configuration pads; the refusals are the kit's edge\n"
         + f"GENERATED = {generated!r}\nCONTRACT = {contract.name!r}\nENGINE = {driver.engine!r}\n"
-        + f"RELEASES = {_releases(contract.name, driver, generated)!r}\n"
+        + f"RELEASES = {releases!r}  # the contract's `models {driver.engine}` lines; LAYOUT.models wins at run time\n"
         + "ADMITTED = " + _literal(admitted) + "\nREFUSED = " + _literal(refused) + "\n\n"
     )
     parts = [_body(HERE / "base.py")] + [_body(DRIVERS / f"{s}.py") for s in driver.shared]

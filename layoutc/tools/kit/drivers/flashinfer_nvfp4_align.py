@@ -16,7 +16,6 @@ ENGINE = "vllm"
 ENGINE_MODULE = "vllm"
 # vLLM's pyproject registers both; skip_global_cleanup keeps its conftest from asking for an accelerator.
 MARKS = ("skip_global_cleanup", "cpu_test")
-RELEASES = ("0.32.0",)  # until the contract's `models` line states them (LAYOUT.models wins)
 # flashinfer_utils imports fused_moe, which imports flashinfer_utils back: fused_moe first.
 PRELOAD = ("vllm.model_executor.layers.fused_moe",)
 FI = "vllm.model_executor.layers.quantization.utils.flashinfer_utils"
@@ -27,7 +26,7 @@ TARGETS = {
 }
 
 
-def engine_admits(params: dict[str, Any]) -> bool | None:
+def engine_admits(params: dict[str, Any], gen: Any) -> bool | None:
     return None
 
 

@@ -20,7 +20,6 @@ ENGINE = "vllm"
 ENGINE_MODULE = "vllm"
 # vLLM's pyproject registers both; skip_global_cleanup keeps its conftest from asking for an accelerator.
 MARKS = ("skip_global_cleanup", "cpu_test")
-RELEASES = ("0.32.0",)  # until the contract's `models` line states them (LAYOUT.models wins)
 SHARED = ("vllm_common",)
 WNA16 = "vllm.model_executor.layers.fused_moe.oracle.int_wna16"
 TARGETS = {
@@ -41,7 +40,7 @@ def known(params: dict[str, Any]) -> str | None:
     return None
 
 
-def engine_admits(params: dict[str, Any]) -> bool | None:
+def engine_admits(params: dict[str, Any], gen: Any) -> bool | None:
     import importlib
 
     from vllm.model_executor.layers.quantization.auto_gptq import AutoGPTQConfig

@@ -20,7 +20,6 @@ ENGINE = "vllm"
 ENGINE_MODULE = "vllm"
 # vLLM's pyproject registers both; skip_global_cleanup keeps its conftest from asking for an accelerator.
 MARKS = ("skip_global_cleanup", "cpu_test")
-RELEASES = ("0.32.0",)  # until the contract's `models` line states them (LAYOUT.models wins)
 SHARED = ("vllm_common",)
 CPU_MOE = "vllm.model_executor.layers.fused_moe.experts.cpu_moe"
 ROUTED = "vllm.model_executor.layers.fused_moe.routed_experts:RoutedExperts"
@@ -32,16 +31,16 @@ TARGETS = {
     f"{ROUTED}._load_per_channel_weight_scale":
         ("self", "expert_data", "shard_dim", "shard_id", "loaded_weight", "tp_rank"),
 }
-ISA_CLASSES = {"amx": "CPUExpertsInt8", "neon": "ArmCPUExpertsInt8", "vsx": "PowerCPUExpertsInt8"}
 
 
-def engine_admits(params: dict[str, Any]) -> bool | None:
+def engine_admits(params: dict[str, Any], gen: Any) -> bool | None:
     import importlib
 
     from vllm.model_executor.layers.fused_moe import modular_kernel as mk
     from vllm.model_executor.layers.quantization.utils import quant_utils as qu
 
-    cls = getattr(importlib.import_module(CPU_MOE), ISA_CLASSES[params["isa"]])
+    importlib.import_module(CPU_MOE)
+    cls = model_target(gen, params, CPU_MOE)  # the class the contract's `models vllm ... when isa == X` names
     try:
         config = vllm_moe_config(num_experts=params["num_experts"], hidden_size=params["hidden_size"],
                                  intermediate_size=params["intermediate_size"], tp_size=params["tp_size"],

@@ -19,7 +19,6 @@ ENGINE = "vllm"
 ENGINE_MODULE = "vllm"
 # vLLM's pyproject registers both; skip_global_cleanup keeps its conftest from asking for an accelerator.
 MARKS = ("skip_global_cleanup", "cpu_test")
-RELEASES = ("0.32.0",)  # until the contract's `models` line states them (LAYOUT.models wins)
 SHARED = ("vllm_common",)
 CPU_MOE = "vllm.model_executor.layers.fused_moe.experts.cpu_moe"
 TARGETS = {
@@ -34,21 +33,19 @@ TARGETS = {
 # The path's scope (the solver picks inside it): vLLM 0.32 keeps swigluoai unpadded (the contract
 # pads its pairs: docs/kernels.md, known "cpu_swigluoai_padded_pairs"); the loader is pure TP.
 SCOPE = {"activation": ("silu", "gelu", "gelu_tanh"), "ep_size": (1,)}
-ISA_CLASSES = {"vec": "CPUUnquantizedExperts", "amx": "X86CPUUnquantizedExperts",
-               "neon": "ArmCPUUnquantizedExperts", "vsx": "PowerCPUUnquantizedExperts"}
 
 
-def _classes(isa: str) -> Any:
+def _classes(params: dict[str, Any], gen: Any) -> Any:
+    """cpu_moe and the experts class the contract's `models vllm ... when isa == X` line names."""
     import importlib
 
-    cpu_moe = importlib.import_module(CPU_MOE)
-    return cpu_moe, getattr(cpu_moe, ISA_CLASSES[isa])
+    return importlib.import_module(CPU_MOE), model_target(gen, params, CPU_MOE)
 
 
-def engine_admits(params: dict[str, Any]) -> bool | None:
+def engine_admits(params: dict[str, Any], gen: Any) -> bool | None:
     from vllm.model_executor.layers.fused_moe import modular_kernel as mk
 
-    cpu_moe, cls = _classes(params["isa"])
+    cpu_moe, cls = _classes(params, gen)
     try:
         config = vllm_moe_config(num_experts=params["num_experts"], hidden_size=params["hidden_size"],
                                  intermediate_size=params["intermediate_size"], tp_size=params["tp_size"],
@@ -63,7 +60,7 @@ def engine_admits(params: dict[str, Any]) -> bool | None:
 
 def engine_run(params: dict[str, Any], plan: Any, gen: Any, poison: bool) -> Any:
     """Yield (what, engine tensor, the contract tensor's thunk) for every rank."""
-    _, cls = _classes(params["isa"])
+    _, cls = _classes(params, gen)
     E, H, I, tp = params["num_experts"], params["hidden_size"], params["intermediate_size"], params["tp_size"]
     td = VLLM_DTYPES[params["dtype"]]
     g = torch.Generator().manual_seed(0)
