@@ -183,3 +183,24 @@ def test_kit_needs_the_contracts_models_line(tmp_path: Path, capsys: pytest.Capt
     assert main(["kit", str(contract), "--path", "vllm_cpu_unquantized", "--out", str(out)]) == 2
     assert "error[LR184]: vllm_cpu_grouped_gemm has no `models vllm` line" in capsys.readouterr().err
     assert not out.exists()
+
+
+DEVICE_OP = f"""
+import importlib
+import torch
+cpu_moe = importlib.import_module({CPU_MOE!r})
+original = cpu_moe.CPUUnquantizedExperts._pad_moe_intermediate
+def moved(self, layer):
+    layer.w2_weight.data = layer.w2_weight.data.to("cuda")  # a release that pads on the device
+    original(self, layer)
+cpu_moe.CPUUnquantizedExperts._pad_moe_intermediate = moved
+"""
+
+
+def test_kit_stops_at_the_first_device_only_operation_and_names_it(tmp_path: Path) -> None:
+    """The path reaching a device is a failure naming the operation and the engine line, never a pass or a skip."""
+    kit = _write_kit(tmp_path, "vllm_cpu_grouped_gemm", "vllm_cpu_unquantized")
+    done = _run_kit(kit, DEVICE_OP, ("-k", "0-aligned and test_engine_pads"))
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "the path stopped at the first device-only operation" in done.stdout, done.stdout[-3000:]
+    assert re.search(r"called at \S*conftest\.py:\d+ \(moved", done.stdout), done.stdout[-3000:]

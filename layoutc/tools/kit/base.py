@@ -119,18 +119,23 @@ def check_engine(gen: Any) -> str:
     return release
 
 
-def _engine_frame(tb: Any) -> str:
-    frames = traceback.extract_tb(tb)
-    inside = [f for f in frames if f"{os.sep}{ENGINE_MODULE}{os.sep}" in f.filename] or frames
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+def _call_site(frames: list[traceback.FrameSummary]) -> str:
+    """The innermost frame outside torch and this kit: the engine line that called the operation."""
+    inside = [f for f in frames if not f.filename.startswith(_TORCH_DIR) and f.filename != __file__
+              and f"{os.sep}contextlib.py" not in f.filename] or frames
     f = inside[-1]
     return f"{f.filename}:{f.lineno} ({f.name}: {(f.line or '').strip()})"
 
 
+def _engine_frame(tb: Any) -> str:
+    return _call_site(traceback.extract_tb(tb))
+
+
 def _caller() -> str:
-    for f in reversed(traceback.extract_stack()[:-3]):
-        if f"{os.sep}{ENGINE_MODULE}{os.sep}" in f.filename:
-            return f"{f.filename}:{f.lineno} ({f.name})"
-    return "the kit's driver"
+    return _call_site(traceback.extract_stack()[:-2])
 
 
 _ALLOCATORS = ("aten::empty", "aten::empty_like", "aten::new_empty", "aten::empty_strided", "aten::new_empty_strided")
