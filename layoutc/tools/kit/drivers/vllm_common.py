@@ -1,4 +1,5 @@
-"""vLLM adapters shared by the vLLM drivers (copied into each vLLM kit as text).
+"""vLLM adapters shared by the vLLM drivers (copied into each vLLM kit as text) and by the
+conformance lane (tests/conformance/oracle.py imports them: one copy of each call).
 
 Nothing here re-implements a vLLM rule: each helper builds the inputs a vLLM function takes
 (a `FusedMoEConfig`, the `self` its loader reads) and calls the function. Imports vLLM only
@@ -15,8 +16,12 @@ VLLM_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": 
 
 
 def vllm_moe_config(*, num_experts: int, hidden_size: int, intermediate_size: int, tp_size: int,
-                    activation: str = "silu", dtype: str = "bfloat16", **extra: Any) -> Any:
-    """vLLM's own FusedMoEConfig for one layer (pure TP, every expert local)."""
+                    activation: str = "silu", dtype: str | torch.dtype = "bfloat16",
+                    experts_per_token: int | None = None, **extra: Any) -> Any:
+    """vLLM's own FusedMoEConfig for one layer (pure TP, every expert local); `dtype` a name or a
+    torch dtype; `experts_per_token` default min(2, num_experts). Raises whatever vLLM raises for an
+    ill-formed layer (AssertionError when intermediate_size % tp_size != 0, NotImplementedError for a
+    non-gated activation on CPU). Also tests/conformance/oracle.py's `moe_config`."""
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.config import (
         FusedMoEConfig,
@@ -26,10 +31,11 @@ def vllm_moe_config(*, num_experts: int, hidden_size: int, intermediate_size: in
 
     parallel = dataclasses.replace(FusedMoEParallelConfig.make_no_parallel(), tp_size=tp_size)
     return FusedMoEConfig(
-        num_experts=num_experts, experts_per_token=min(2, num_experts), hidden_dim=hidden_size,
+        num_experts=num_experts,
+        experts_per_token=min(2, num_experts) if experts_per_token is None else experts_per_token, hidden_dim=hidden_size,
         intermediate_size=intermediate_size, num_local_experts=num_experts, num_logical_experts=num_experts,
         activation=MoEActivation(activation), device="cpu", routing_method=RoutingMethodType.Renormalize,
-        moe_parallel_config=parallel, in_dtype=VLLM_DTYPES[dtype], **extra)
+        moe_parallel_config=parallel, in_dtype=VLLM_DTYPES[dtype] if isinstance(dtype, str) else dtype, **extra)
 
 
 def _loader_self(config: Any) -> Any:
