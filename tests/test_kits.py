@@ -204,3 +204,28 @@ def test_kit_stops_at_the_first_device_only_operation_and_names_it(tmp_path: Pat
     assert done.returncode == 1, done.stdout[-3000:]
     assert "the path stopped at the first device-only operation" in done.stdout, done.stdout[-3000:]
     assert re.search(r"called at \S*conftest\.py:\d+ \(moved", done.stdout), done.stdout[-3000:]
+
+
+def test_sglang_kit_fails_naming_rows_when_the_config_update_pads_less(tmp_path: Path) -> None:
+    """SGLang's config update rounded to 16 instead of its 32 (a pad count mutation): the padded size
+    and every rank's tensors differ, named."""
+    kit = _write_kit(tmp_path, "sglang_cpu_moe", "sglang_cpu_unquantized")
+    text = kit.read_text()
+    # the mutation wraps SGLang's own function once the kit's set-up made SGLang importable
+    text = text.replace("def engine_setup() -> None:\n    sglang_setup()",
+                        "def engine_setup() -> None:\n    sglang_setup()\n"
+                        "    from sglang.srt.configs import update_config\n"
+                        "    original = update_config.adjust_config_with_unaligned_cpu_tp\n"
+                        "    def mutated(model_config, load_config, tp_size):\n"
+                        "        full = model_config.hf_config.moe_intermediate_size\n"
+                        "        out = original(model_config, load_config, tp_size)\n"
+                        "        per_rank = -(-full // tp_size)\n"
+                        "        model_config.hf_config.moe_intermediate_size = -(-per_rank // 16) * 16 * tp_size\n"
+                        "        return out\n"
+                        "    update_config.adjust_config_with_unaligned_cpu_tp = mutated")
+    assert "mutated" in text
+    kit.write_text(text)
+    done = _run_kit(kit, args=("-k", "test_engine_pads_like_the_contract"))
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "sglang 0.5.23 differs from contract sglang_cpu_moe" in done.stdout, done.stdout[-4000:]
+    assert re.search(r"padded intermediate: 1 of 1 elements differ", done.stdout), done.stdout[-4000:]
