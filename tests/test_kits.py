@@ -39,7 +39,8 @@ def _run_kit(kit: Path, conftest: str = "", args: tuple[str, ...] = (), env: dic
         subprocess.CompletedProcess[str]:
     if conftest:
         (kit.parent / "conftest.py").write_text(conftest)
-    child_env = {**os.environ, "LAYOUTC_SGLANG_PATH": str(ROOT / ".venv-sglang"), **(env or {})}
+    sglang = os.environ.get("LAYOUTC_SGLANG_PATH", str(ROOT / ".venv-sglang"))  # README: SGLang's Python
+    child_env = {**os.environ, "LAYOUTC_SGLANG_PATH": sglang, **(env or {})}
     child_env.pop("PYTEST_ADDOPTS", None)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", str(kit), *args],
                           cwd=kit.parent, env=child_env, capture_output=True, text=True, timeout=900)

@@ -23,7 +23,7 @@ from robust_helpers import REPO, run_python
 # Nothing in the compiler imports torch; of the tools, run, tp, the checkpoint readers and
 # the vLLM plugin do (checkpoints, kernels), and ep_run (`run --ep`).
 TORCH_MODULES: set[str] = set()
-TORCH_TOOLS = {"run", "tp", "checkpoints", "vllm_plugin", "ep_run", "quant_run"}
+TORCH_TOOLS = {"run", "tp", "checkpoints", "vllm_plugin", "ep_run", "quant_run", "kit"}  # kit: the drivers are kit text (torch)
 BLOCKED = ("torch", "numpy", "zentorch", "vllm", "transformers", "safetensors", "torchvision")
 
 CHILD = textwrap.dedent(r'''
