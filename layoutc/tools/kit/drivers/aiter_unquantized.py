@@ -37,9 +37,9 @@ TARGETS = {
 }
 
 
-class _GateMode(enum.Enum):  # what aiter.ops.flydsl.moe_common.GateMode offers the function
-    INTERLEAVE = "interleave"
-    SEPARATED = "separated"
+class _GateMode(enum.Enum):  # the members aiter.ops.flydsl.moe_common.GateMode offers the function
+    INTERLEAVE = enum.auto()
+    SEPARATED = enum.auto()
 
 
 def engine_admits(params: dict[str, Any], gen: Any) -> bool | None:
