@@ -198,6 +198,24 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return run_audit(args)
 
 
+def cmd_kit(args: argparse.Namespace) -> int:
+    """`layoutc kit CONTRACT --path DRIVER --out FILE` (layoutc.tools.kit.write); `--list` the drivers."""
+    from layoutc.tools.kit.write import KitError, drivers, write
+    if args.list:
+        for name, d in drivers().items():
+            print(f"{name}: {d.engine} -> {', '.join(d.contracts)}")
+        return 0
+    if not (args.contract and args.path and args.out):
+        raise _Usage("layoutc kit: error[LC801]: give CONTRACT, --path DRIVER and --out FILE (or --list)")
+    try:
+        out = write(args.contract, args.path, args.out, args.generated)
+    except KitError as exc:
+        sys.stderr.write(f"layoutc kit: error[{exc.code}]: {exc}\n")
+        return 2
+    print(f"{out}: kit for {args.path}")
+    return 0
+
+
 def cmd_rule(args: argparse.Namespace) -> int:
     """`layoutc rule CODE`: the code's documentation (docs/language.md); LC801 for an unknown code.
     `layoutc rule` or `rule --list`: every registered code and its one-line title."""
@@ -299,6 +317,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     from layoutc.tools.run import add_parser as add_run
     add_run(sub)
+
+    p = _sub(sub, "kit", "write a pytest module that holds an engine's own pad code to a contract")
+    p.add_argument("contract", metavar="CONTRACT", nargs="?", help=POSITIONALS["kit", "CONTRACT"])
+    p.add_argument("--path", metavar="DRIVER", help="the engine path to drive (layoutc kit --list names them)")
+    p.add_argument("--out", metavar="FILE", help="the kit to write (a test_*.py file)")
+    p.add_argument("--generated", metavar="MODULE", default=None,
+                   help="the generated module's import name in the kit (default layoutc_generated.<contract>)")
+    p.add_argument("--list", action="store_true", help="list the drivers with their contracts and engine")
+    p.set_defaults(func=cmd_kit)
 
     p = _sub(sub, "formats", "list the built-in checkpoint formats of `layoutc run` (docs/formats.md)")
     from layoutc.tools.checkpoints.formats import FORMATS as BUILT_IN

@@ -48,6 +48,15 @@ HELP: dict[str, tuple[str, str]] = {
         "  1  a contract has errors (its LCxxx diagnostics)\n"
         "  2  a config cannot be read or is not an MoE model, an unknown name (LC704), an unreadable "
         "contract (LC100), no contracts (LC705), or a bad --tp (LC801)\n\n" + _RULE),
+    "kit": (
+        "Write a self-contained pytest module (a test kit) that runs an engine's own pad code on CPU tensors "
+        "at configurations z3 picks over the contract, and compares its bytes with the generated module's "
+        "(docs/kits.md). The kit needs torch, pytest, the engine and the generated module, never layoutc.",
+        "examples:\n  layoutc kit contracts/vllm_cpu_grouped_gemm.moe --path vllm_cpu_unquantized "
+        "--out tests/kits/test_layoutc_vllm_cpu.py\n  layoutc kit --list\n\n"
+        "exit codes:\n  0  written (or listed)\n"
+        "  2  no such driver or a driver for another contract (LR180), a contract that does not load (LR181), "
+        "an output that cannot be written (LR182), no padded configuration (LR183)\n\n" + _RULE),
     "formats": (
         "List the built-in checkpoint formats of `layoutc run` (the family table, docs/formats.md); "
         "with NAME, print that family's format as JSON, the schema of a --format-file.",
@@ -68,5 +77,6 @@ POSITIONALS: dict[tuple[str, str], str] = {
     ("compile", "PATH"): "a contract file (.moe) or a folder of them",
     ("explain", "CONTRACT"): "a contract file (.moe), e.g. contracts/vllm_cpu_grouped_gemm.moe",
     ("audit", "CONFIG"): "a config.json path, a checkpoint folder, or a bundled model name (e.g. qwen3-30b-a3b)",
+    ("kit", "CONTRACT"): "a contract file (.moe), e.g. contracts/vllm_cpu_grouped_gemm.moe",
     ("rule", "CODE"): "a diagnostic code, e.g. LC201, LR116 (none: list every code)",
 }

@@ -24,7 +24,8 @@ from robust_helpers import REPO, run_python
 # the vLLM plugin do (checkpoints, kernels), and ep_run (`run --ep`).
 TORCH_MODULES: set[str] = set()
 # runcompare: run.py's inputs and comparison, moved there with their lazy torch import (issue 41)
-TORCH_TOOLS = {"run", "tp", "checkpoints", "vllm_plugin", "ep_run", "quant_run", "runcompare"}
+# kit: its drivers are kit text (they import torch and the engine)
+TORCH_TOOLS = {"run", "tp", "checkpoints", "vllm_plugin", "ep_run", "quant_run", "runcompare", "kit"}
 BLOCKED = ("torch", "numpy", "zentorch", "vllm", "transformers", "safetensors", "torchvision")
 
 CHILD = textwrap.dedent(r'''

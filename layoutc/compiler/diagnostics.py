@@ -184,6 +184,11 @@ CODES: dict[str, str] = {
     "LR164": "quantized checkpoint: a stored tensor the contract's loader needs is absent",
     "LR165": "quantized checkpoint: the contract text found differs from the text the generated module was compiled from",
     "LR166": "quantized checkpoint: GPTQ qzeros that are not the symmetric constant where the config says sym: true",
+    "LR180": "`kit`: no such kit driver, or the driver drives another contract",
+    "LR181": "`kit`: the contract does not load or check",
+    "LR182": "`kit`: the kit file cannot be written",
+    "LR183": "`kit`: no admitted configuration pads and none is refused (the kit would see no pad bug)",
+    "LR184": "`kit`: the contract has no `models` line for the driver's engine (no releases to hold it to)",
     "LR199": "`run`: an unexpected error (set LAYOUTC_TRACEBACK=1 and please report it)",
 }
 

@@ -24,13 +24,14 @@ from unittest import mock
 
 import torch
 
+from layoutc.tools.kit.drivers import vllm_common
+
 try:
     from vllm.model_executor.layers.fused_moe import config as moe_config_module
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.config import (
         FusedMoEConfig,
         FusedMoEParallelConfig,
-        RoutingMethodType,
     )
     from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
 except Exception:  # a --no-deps vllm fails deep inside; conftest's `engine` fixture skips or fails
@@ -63,18 +64,16 @@ def activation(name: str) -> MoEActivation:
 
 def moe_config(*, num_experts: int = 8, hidden_size: int, intermediate_size: int, tp_size: int,
                activation_name: str = "silu", dtype: torch.dtype = torch.bfloat16, **extra: Any) -> FusedMoEConfig:
-    """vLLM's own FusedMoEConfig for one layer (pure TP, no EP/DP split of experts).
+    """vLLM's own FusedMoEConfig for one layer (pure TP, no EP/DP split of experts), two experts per
+    token: the kits' `vllm_moe_config` (layoutc/tools/kit/drivers/vllm_common.py), one copy of the call.
 
     Raises whatever vLLM raises for an ill-formed layer (AssertionError when
     intermediate_size % tp_size != 0, NotImplementedError for a non-gated activation
     on CPU).
     """
-    parallel = dataclasses.replace(FusedMoEParallelConfig.make_no_parallel(), tp_size=tp_size)
-    return FusedMoEConfig(
-        num_experts=num_experts, experts_per_token=2, hidden_dim=hidden_size,
-        intermediate_size=intermediate_size, num_local_experts=num_experts,
-        num_logical_experts=num_experts, activation=MoEActivation(activation_name), device="cpu",
-        routing_method=RoutingMethodType.Renormalize, moe_parallel_config=parallel, in_dtype=dtype, **extra)
+    return vllm_common.vllm_moe_config(num_experts=num_experts, hidden_size=hidden_size,
+                                       intermediate_size=intermediate_size, tp_size=tp_size,
+                                       activation=activation_name, dtype=dtype, experts_per_token=2, **extra)
 
 
 @contextlib.contextmanager
@@ -95,23 +94,15 @@ def rocm_platform(cdna_version: int = 4) -> Iterator[None]:
 
 
 def _loader_self(config: FusedMoEConfig) -> Any:
-    """The attributes RoutedExperts._load_w13/_load_w2 read from `self`."""
-    return types.SimpleNamespace(
-        moe_config=config,
-        _get_hidden_dim=RoutedExperts._get_hidden_dim,
-        _narrow_expert_data_for_padding=RoutedExperts._narrow_expert_data_for_padding,
-    )
+    """The attributes RoutedExperts._load_w13/_load_w2 read from `self` (the kits' helper)."""
+    return vllm_common._loader_self(config)
 
 
 def load_w13(config: FusedMoEConfig, param: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, rank: int) -> torch.Tensor:
     """vLLM's loader: load checkpoint w1 [E, I, H] and w3 [E, I, H] into `param`
     ([E, 2 * I_param, H], modified in place) for TP rank `rank`, one expert at a time,
-    with RoutedExperts._load_w13 (shard_dim 0 of each expert's [2 * I_param, H])."""
-    fake = _loader_self(config)
-    for e in range(param.shape[0]):
-        RoutedExperts._load_w13(fake, expert_data=param[e], shard_dim=0, shard_id="w1", loaded_weight=w1[e], tp_rank=rank)
-        RoutedExperts._load_w13(fake, expert_data=param[e], shard_dim=0, shard_id="w3", loaded_weight=w3[e], tp_rank=rank)
-    return param
+    with RoutedExperts._load_w13 (the kits' `vllm_load_w13`)."""
+    return vllm_common.vllm_load_w13(config, param, w1, w3, rank)
 
 
 def load_w2_grouped(config: FusedMoEConfig, expert_param: torch.Tensor, w2: torch.Tensor, rank: int,
@@ -143,11 +134,9 @@ def load_w13_grouped(config: FusedMoEConfig, expert_param: torch.Tensor, w1: tor
 
 
 def load_w2(config: FusedMoEConfig, param: torch.Tensor, w2: torch.Tensor, rank: int) -> torch.Tensor:
-    """vLLM's loader for w2 [E, H, I] into `param` [E, H, I_param] (RoutedExperts._load_w2, shard_dim 1)."""
-    fake = _loader_self(config)
-    for e in range(param.shape[0]):
-        RoutedExperts._load_w2(fake, expert_data=param[e], shard_dim=1, loaded_weight=w2[e], tp_rank=rank)
-    return param
+    """vLLM's loader: checkpoint w2 [E, H, I] into `param` [E, H, I_param] for `rank` with
+    RoutedExperts._load_w2 (the kits' `vllm_load_w2`)."""
+    return vllm_common.vllm_load_w2(config, param, w2, rank)
 
 
 def gpt_oss_mxfp4_rank_rows(intermediate_size: int, tp_size: int, rank: int, hidden_size: int = 8,

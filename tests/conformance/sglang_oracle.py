@@ -14,7 +14,8 @@ Environment:
 - SGLANG_USE_CPU_ENGINE=1 is set here: SGLang's own switch (sglang.srt.utils.common.is_cpu)
   that selects its CPU code paths (`_is_cpu` in the MoE layer: padded loading).
 
-Stubbed modules (each touches a device; nothing on the MoE padding path calls them):
+Stubbed modules (each touches a device; nothing on the MoE padding path calls them; the stubs live in
+layoutc/tools/kit/drivers/sglang_common.py, shared with `layoutc kit`'s SGLang kits):
 - `sgl_kernel`: SGLang's C++/CUDA kernel package. PyPI's sgl-kernel is a CUDA build
   (`common_ops` needs libnvrtc); the CPU build with `fused_experts_cpu` and
   `convert_weight_packed` is built from source for AMX machines. SGLang imports it at
@@ -42,66 +43,21 @@ position no checkpoint row reached; they are sent run-length encoded,
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import sys
 import types
 from typing import Any
 
-STUBBED = ("sgl_kernel", "torchvision")
-
-
-class _DeviceStub(types.ModuleType):
-    """A stubbed device module: attributes are placeholders that raise when called."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Placeholder(f"{self.__name__}.{name}")
-
-
-class _Placeholder:
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Placeholder(f"{self._name}.{name}")
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(f"{self._name} is a stub (a device module, tests/conformance/sglang_oracle.py)")
-
-    def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[type, ...]:
-        return (object,)
-
-
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname.split(".")[0] in STUBBED:
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        module = _DeviceStub(spec.name)
-        module.__path__ = []
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        return None
+from layoutc.tools.kit.drivers.sglang_common import SGLANG_STUBBED as STUBBED  # noqa: F401  (named in the docstring)
+from layoutc.tools.kit.drivers.sglang_common import sglang_setup
 
 
 def _setup() -> None:
     path = os.environ.get("LAYOUTC_SGLANG_PATH")
     if not path or not os.path.isdir(os.path.join(path, "sglang")):
         raise SystemExit(f"LAYOUTC_SGLANG_PATH={path!r} holds no sglang package")
-    os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
-    sys.path.append(path)
-    import transformers.utils.import_utils  # noqa: F401  (its torchvision probe runs before the stub exists)
-
-    sys.meta_path.insert(0, _StubFinder())
+    sglang_setup()  # the device stubs and SGLang's CPU switch, shared with the SGLang test kits
 
 
 def _runs(values: list[int]) -> list[list[int]]:

@@ -1,0 +1,232 @@
+"""`layoutc kit`: each kit, written into a temp dir, run by pytest in a child process against the
+installed engine (vLLM 0.32; SGLang 0.5.23 through LAYOUTC_SGLANG_PATH): it passes where the
+contract models the release, and fails naming rows when the engine's function is mutated
+(a conftest.py beside the kit monkeypatches the engine: a pad count or a fill), refuses a
+release the contract does not model, and names a renamed function."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from layoutc.cli import main
+
+pytestmark = [pytest.mark.conformance, pytest.mark.engine, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _write_kit(tmp_path: Path, contract: str, driver: str) -> Path:
+    out = tmp_path / f"test_kit_{driver}.py"
+    assert main(["kit", str(ROOT / "contracts" / f"{contract}.moe"), "--path", driver, "--out", str(out)]) == 0
+    imported = set()
+    for node in ast.walk(ast.parse(out.read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            imported.add(node.module.split(".")[0])
+    assert not imported & {"layoutc", "z3", "lark"}, imported  # the kit never imports layoutc
+    return out
+
+
+def _run_kit(kit: Path, conftest: str = "", args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> \
+        subprocess.CompletedProcess[str]:
+    if conftest:
+        (kit.parent / "conftest.py").write_text(conftest)
+    sglang = os.environ.get("LAYOUTC_SGLANG_PATH", str(ROOT / ".venv-sglang"))  # README: SGLang's Python
+    child_env = {**os.environ, "LAYOUTC_SGLANG_PATH": sglang, **(env or {})}
+    child_env.pop("PYTEST_ADDOPTS", None)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", str(kit), *args],
+                          cwd=kit.parent, env=child_env, capture_output=True, text=True, timeout=900)
+
+
+CPU_MOE = "vllm.model_executor.layers.fused_moe.experts.cpu_moe"
+
+# fill mutation: the engine writes 1.0 into w2's pad columns after padding
+MUTATE_FILL = f"""
+import importlib
+cpu_moe = importlib.import_module({CPU_MOE!r})
+original = cpu_moe.CPUUnquantizedExperts._pad_moe_intermediate
+def mutated(self, layer):
+    original(self, layer)
+    i = self.moe_config.intermediate_size_per_partition
+    layer.w2_weight.data[:, :, i:] = 1.0
+cpu_moe.CPUUnquantizedExperts._pad_moe_intermediate = mutated
+"""
+
+# pad-count mutation: the engine rounds the shard up to 16 more than its tile
+MUTATE_COUNT = f"""
+import importlib
+cpu_moe = importlib.import_module({CPU_MOE!r})
+original = cpu_moe.CPUUnquantizedExperts._padded_intermediate_size.__func__
+@classmethod
+def mutated(cls, moe_config):
+    padded = original(cls, moe_config)
+    return padded + 16 if padded != moe_config.intermediate_size_per_partition else padded
+cpu_moe.CPUUnquantizedExperts._padded_intermediate_size = mutated
+"""
+
+RENAMED = f"""
+import importlib
+cpu_moe = importlib.import_module({CPU_MOE!r})
+del cpu_moe.CPUUnquantizedExperts._pad_moe_intermediate
+"""
+
+NEW_RELEASE = "import vllm\nvllm.__version__ = '0.34.0'\n"
+
+
+@pytest.mark.parametrize("contract, driver", [
+    ("vllm_cpu_grouped_gemm", "vllm_cpu_unquantized"),
+    ("flashinfer_nvfp4_moe", "flashinfer_nvfp4_align"),
+    ("vllm_cpu_int8_moe", "vllm_cpu_int8"),
+    ("marlin_moe_wna16", "marlin_wna16"),
+    ("aiter_unquantized_moe", "aiter_unquantized"),
+    ("sglang_cpu_moe", "sglang_cpu_unquantized"),
+])
+def test_kit_passes_on_the_release_its_contract_models(tmp_path: Path, contract: str, driver: str) -> None:
+    kit = _write_kit(tmp_path, contract, driver)
+    done = _run_kit(kit, args=("-rx",))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert re.search(r"\d+ passed", done.stdout) and not re.search(r"\d+ (failed|error)", done.stdout), done.stdout[-2000:]
+    # the only tolerated xfail is a disagreement the driver names (Marlin: a pinned vLLM bug)
+    for line in done.stdout.splitlines():
+        if line.startswith("XFAIL"):
+            assert ": known gptq_int4_channelwise_ipp_not_8" in line, line
+
+
+@pytest.mark.parametrize("mutation, expect", [
+    (MUTATE_FILL, "w2 rank 0: "),
+    (MUTATE_COUNT, "w13 rank 0: engine ("),
+])
+def test_vllm_cpu_unquantized_kit_fails_naming_rows_on_a_mutated_engine(tmp_path: Path, mutation: str,
+                                                                        expect: str) -> None:
+    kit = _write_kit(tmp_path, "vllm_cpu_grouped_gemm", "vllm_cpu_unquantized")
+    done = _run_kit(kit, mutation, ("-k", "test_engine_pads_like_the_contract"))
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "differs from contract vllm_cpu_grouped_gemm" in done.stdout, done.stdout[-4000:]
+    assert expect in done.stdout, done.stdout[-4000:]
+    if mutation is MUTATE_FILL:
+        assert re.search(r"w2 rank 0: \d+ of \d+ elements differ \(dim 2 indices \d", done.stdout)  # pad columns named
+        assert "engine bytes [128, 63], contract bytes [0, 0]" in done.stdout  # bf16 1.0 where the fill 0 belongs
+
+
+def test_kit_refuses_a_release_the_contract_does_not_model(tmp_path: Path) -> None:
+    kit = _write_kit(tmp_path, "vllm_cpu_grouped_gemm", "vllm_cpu_unquantized")
+    done = _run_kit(kit, NEW_RELEASE, ("-k", "0-aligned"))
+    assert done.returncode == 1
+    assert "vllm 0.34.0 is not modelled by contract vllm_cpu_grouped_gemm (it models vllm 0.32.0): refused" \
+        in done.stdout, done.stdout[-3000:]
+
+
+def test_kit_names_a_renamed_engine_function(tmp_path: Path) -> None:
+    kit = _write_kit(tmp_path, "vllm_cpu_grouped_gemm", "vllm_cpu_unquantized")
+    done = _run_kit(kit, RENAMED, ("-k", "0-aligned"))
+    assert done.returncode == 1
+    assert f"vllm 0.32.0 renamed or removed {CPU_MOE}:CPUUnquantizedExperts._pad_moe_intermediate" in done.stdout, \
+        done.stdout[-3000:]
+
+
+FI = "vllm.model_executor.layers.quantization.utils.flashinfer_utils"
+
+# pad-count mutation: the intermediate aligned to 128 instead of vLLM's 64
+MUTATE_NVFP4_COUNT = f"""
+import importlib
+importlib.import_module("vllm.model_executor.layers.fused_moe")
+fi = importlib.import_module({FI!r})
+original = fi.align_fp4_moe_weights_for_fi
+def mutated(w13, w13_scale, w2, w2_scale, is_act_and_mul, min_alignment=16):
+    return original(w13, w13_scale, w2, w2_scale, is_act_and_mul, min_alignment=128)
+fi.align_fp4_moe_weights_for_fi = mutated
+"""
+
+# fill mutation: the w2 block scales' pad columns hold 0x7F (e4m3fn NaN) instead of the fill 0
+MUTATE_NVFP4_FILL = f"""
+import importlib
+importlib.import_module("vllm.model_executor.layers.fused_moe")
+fi = importlib.import_module({FI!r})
+original = fi.align_fp4_moe_weights_for_fi
+def mutated(w13, w13_scale, w2, w2_scale, is_act_and_mul, min_alignment=16):
+    out = list(original(w13, w13_scale, w2, w2_scale, is_act_and_mul, min_alignment))
+    i_pp = w2_scale.shape[-1] * 16
+    out[3].view(__import__("torch").uint8)[..., i_pp // 16:] = 0x7F
+    return tuple(out)
+fi.align_fp4_moe_weights_for_fi = mutated
+"""
+
+
+@pytest.mark.parametrize("mutation, expect", [
+    (MUTATE_NVFP4_COUNT, r"w13_weight: engine \(\d+, \d+, \d+\) torch.uint8, contract"),
+    (MUTATE_NVFP4_FILL, r"w2_weight_scale: \d+ of \d+ elements differ \(dim 2 indices \[?\d+"),
+])
+def test_flashinfer_nvfp4_kit_fails_naming_rows_on_a_mutated_engine(tmp_path: Path, mutation: str,
+                                                                    expect: str) -> None:
+    kit = _write_kit(tmp_path, "flashinfer_nvfp4_moe", "flashinfer_nvfp4_align")
+    done = _run_kit(kit, mutation, ("-k", "test_engine_pads_like_the_contract"))
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "differs from contract flashinfer_nvfp4_moe" in done.stdout, done.stdout[-4000:]
+    assert re.search(expect, done.stdout), done.stdout[-4000:]
+
+
+def test_kit_needs_the_contracts_models_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """LR184: without a `models vllm` line the contract states no release; nothing is written."""
+    text = (ROOT / "contracts" / "vllm_cpu_grouped_gemm.moe").read_text()
+    stripped = "\n".join(line for line in text.splitlines() if not line.startswith("models "))
+    assert stripped != text
+    contract = tmp_path / "vllm_cpu_grouped_gemm.moe"
+    contract.write_text(stripped + "\n")
+    out = tmp_path / "test_kit.py"
+    assert main(["kit", str(contract), "--path", "vllm_cpu_unquantized", "--out", str(out)]) == 2
+    assert "error[LR184]: vllm_cpu_grouped_gemm has no `models vllm` line" in capsys.readouterr().err
+    assert not out.exists()
+
+
+DEVICE_OP = f"""
+import importlib
+import torch
+cpu_moe = importlib.import_module({CPU_MOE!r})
+original = cpu_moe.CPUUnquantizedExperts._pad_moe_intermediate
+def moved(self, layer):
+    layer.w2_weight.data = layer.w2_weight.data.to("cuda")  # a release that pads on the device
+    original(self, layer)
+cpu_moe.CPUUnquantizedExperts._pad_moe_intermediate = moved
+"""
+
+
+def test_kit_stops_at_the_first_device_only_operation_and_names_it(tmp_path: Path) -> None:
+    """The path reaching a device is a failure naming the operation and the engine line, never a pass or a skip."""
+    kit = _write_kit(tmp_path, "vllm_cpu_grouped_gemm", "vllm_cpu_unquantized")
+    done = _run_kit(kit, DEVICE_OP, ("-k", "0-aligned and test_engine_pads"))
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "the path stopped at the first device-only operation" in done.stdout, done.stdout[-3000:]
+    assert re.search(r"called at \S*conftest\.py:\d+ \(moved", done.stdout), done.stdout[-3000:]
+
+
+def test_sglang_kit_fails_naming_rows_when_the_config_update_pads_less(tmp_path: Path) -> None:
+    """SGLang's config update rounded to 16 instead of its 32 (a pad count mutation): the padded size
+    and every rank's tensors differ, named."""
+    kit = _write_kit(tmp_path, "sglang_cpu_moe", "sglang_cpu_unquantized")
+    text = kit.read_text()
+    # the mutation wraps SGLang's own function once the kit's set-up made SGLang importable
+    text = text.replace("def engine_setup() -> None:\n    sglang_setup()",
+                        "def engine_setup() -> None:\n    sglang_setup()\n"
+                        "    from sglang.srt.configs import update_config\n"
+                        "    original = update_config.adjust_config_with_unaligned_cpu_tp\n"
+                        "    def mutated(model_config, load_config, tp_size):\n"
+                        "        full = model_config.hf_config.moe_intermediate_size\n"
+                        "        out = original(model_config, load_config, tp_size)\n"
+                        "        per_rank = -(-full // tp_size)\n"
+                        "        model_config.hf_config.moe_intermediate_size = -(-per_rank // 16) * 16 * tp_size\n"
+                        "        return out\n"
+                        "    update_config.adjust_config_with_unaligned_cpu_tp = mutated")
+    assert "mutated" in text
+    kit.write_text(text)
+    done = _run_kit(kit, args=("-k", "test_engine_pads_like_the_contract"))
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "sglang 0.5.23 differs from contract sglang_cpu_moe" in done.stdout, done.stdout[-4000:]
+    assert re.search(r"padded intermediate: 1 of 1 elements differ", done.stdout), done.stdout[-4000:]
