@@ -254,7 +254,8 @@ def engine_rows(report: AuditReport, contracts: Sequence[ir.Contract], engines: 
                                          f"{checkpoint_format(model).label}", None, (), None, None,
                                          engine_label(engine, contracts)))
                     continue
-                out.append(_engine_row(label, engine, by_name[row.contract], row, engine_label(engine, contracts)))
+                held = by_name[row.contract]
+                out.append(_engine_row(label, engine, held, row, engine_label(engine, [held])))
     return out
 
 
