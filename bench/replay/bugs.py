@@ -127,6 +127,28 @@ BUGS: tuple[Bug, ...] = (
         models_upto="0.33.0",
     ),
     Bug(
+        key="vllm-cpu-grouped-gemm-pad",
+        reports=("vllm#49591",),
+        engine="vllm",
+        function="vllm.model_executor.layers.fused_moe.cpu_fused_moe:CPUFusedMOE",
+        buggy="0.26.0",
+        fixed="0.27.0",
+        contract="vllm_cpu_grouped_gemm",
+        driver="cpu_fused_moe_init",
+        configs=(
+            # Gemma-4-26B-A4B: H 2816, I 704; tp 4 -> I_pp 176 (not a multiple of the 32-wide tile).
+            dict(num_experts=2, hidden_size=2816, intermediate_size=704, tp_size=4, isa="amx", activation="silu"),
+            dict(num_experts=2, hidden_size=2816, intermediate_size=704, tp_size=4, isa="vec", activation="silu"),
+            dict(num_experts=2, hidden_size=2816, intermediate_size=704, tp_size=2, isa="amx", activation="silu"),
+        ),
+        note="CPU MoE intermediate not padded to the grouped GEMM's 32-wide tile: at I_pp 176 the AMX "
+        "path silently fell back to the per-expert torch loop (Gemma-4-26B tp 4 slower than tp 2) and the "
+        "vec path ran the tile-32 kernel on an unpadded 176",
+        # 0.28 moved the experts to experts/cpu_moe.py (CPUUnquantizedExperts); this driver drives
+        # cpu_fused_moe.CPUFusedMOE, which 0.28 no longer routes unquantized layers through.
+        models_upto="0.27.1",
+    ),
+    Bug(
         key="sglang-cpu-mxfp4-padding",
         reports=("sglang 0.5.17 release diff",),
         engine="sglang",
