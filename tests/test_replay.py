@@ -112,3 +112,54 @@ def test_installed_vllm_has_every_fix(key: str) -> None:
     out = json.loads(line)
     assert out["version"].startswith("0.32"), out
     assert verdict(by_key(key), out) == "PASS", out
+
+
+def _fake_cpu_fused_moe_module(end_pad: bool) -> tuple[type, object]:
+    """A stand-in for vLLM's cpu_fused_moe module whose CPUFusedMOE pads w13 wrongly ([gate | up | 0])
+    when end_pad is set, or not at all; only the names the driver touches."""
+    import enum
+    from types import ModuleType
+
+    mod = ModuleType("fake_cpu_fused_moe")
+    mod.MoEActivation = enum.Enum("MoEActivation", "SILU SWIGLUOAI")  # type: ignore[attr-defined]
+    mod.CpuArchEnum = enum.Enum("CpuArchEnum", "X86 ARM")  # type: ignore[attr-defined]
+    mod.torch = torch  # type: ignore[attr-defined]
+    mod.current_platform = None  # type: ignore[attr-defined]
+
+    class CPUFusedMOE:
+        def __init__(self, layer: torch.nn.Module) -> None:
+            if end_pad:
+                e, _n, h = layer.w13_weight.shape
+                w13 = torch.cat([layer.w13_weight.data, layer.w13_weight.new_zeros(e, 32, h)], 1)
+                layer.w13_weight = torch.nn.Parameter(w13, requires_grad=False)
+                w2 = layer.w2_weight.data
+                w2 = torch.cat([w2, w2.new_zeros(*w2.shape[:2], 16)], 2)
+                layer.w2_weight = torch.nn.Parameter(w2, requires_grad=False)
+            self.isa = "vec"
+            self.init_moe_grouped_gemm(layer)
+
+        def init_moe_grouped_gemm(self, layer: torch.nn.Module) -> None:
+            raise AssertionError("the driver stands in for the prepack")
+
+        def init_moe_torch(self, layer: torch.nn.Module) -> None:
+            raise AssertionError("the driver stands in for the torch path")
+
+    return CPUFusedMOE, mod
+
+
+def test_cpu_grouped_gemm_driver_names_unpadded_and_end_padded_rows() -> None:
+    import layoutc_generated.vllm_cpu_grouped_gemm as gen
+
+    cfg = dict(num_experts=2, hidden_size=64, intermediate_size=704, tp_size=4, isa="vec", activation="silu")
+    cls, mod = _fake_cpu_fused_moe_module(end_pad=False)
+    bad, _ = drivers.cpu_fused_moe_init(cls, mod, gen, cfg)  # type: ignore[arg-type]
+    assert bad[0].startswith("grouped GEMM admitted at I_pp 176, not a multiple of the 32-wide tile")
+    assert bad[1:] == [
+        "w13_weight: engine (2, 352, 64) torch.bfloat16, contract (2, 384, 64) torch.bfloat16",
+        "w2_weight: engine (2, 64, 176) torch.bfloat16, contract (2, 64, 192) torch.bfloat16",
+    ]
+    cls, mod = _fake_cpu_fused_moe_module(end_pad=True)
+    bad, info = drivers.cpu_fused_moe_init(cls, mod, gen, cfg)  # type: ignore[arg-type]
+    assert bad == ["w13_weight: 192 of 384 rows along dim 1 differ: 176..367"]
+    assert info == ["I_pp 176: engine path grouped_gemm isa vec, engine I_pp 192, contract grouped GEMM at 192"]
+    assert mod.torch is torch and mod.current_platform is None  # type: ignore[attr-defined]

@@ -290,8 +290,9 @@ def cpu_fused_moe_init(
         return [
             f"engine took the per-expert torch loop (isa {getattr(engine, 'isa', '?')}); contract runs the "
             f"grouped GEMM with I_pp {i} padded to {ipad} (rows {i}..{ipad - 1} of each w13 half, w2 k "
-            f"{i}..{ipad - 1})" if ipad > i else f"engine took the per-expert torch loop; contract runs the "
-            f"grouped GEMM at I_pp {i}"
+            f"{i}..{ipad - 1})"
+            if ipad > i
+            else f"engine took the per-expert torch loop; contract runs the grouped GEMM at I_pp {i}"
         ], info
     bad = []
     if ew2.shape[2] % p.intermediate_alignment:
