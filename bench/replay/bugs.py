@@ -150,7 +150,7 @@ BUGS: tuple[Bug, ...] = (
     ),
     Bug(
         key="sglang-cpu-mxfp4-padding",
-        reports=("sglang 0.5.17 release diff",),
+        reports=("sglang#31334", "sglang#20072"),
         engine="sglang",
         function="sglang.srt.configs.update_config:adjust_config_with_unaligned_cpu_tp",
         buggy="0.5.16",
@@ -162,8 +162,9 @@ BUGS: tuple[Bug, ...] = (
             dict(num_experts=2, hidden_size=2880, intermediate_size=2880, tp_size=5),
             dict(num_experts=2, hidden_size=2880, intermediate_size=2880, tp_size=3),
         ),
-        note="CPU MXFP4 intermediate padded to a multiple of tp * 32, not 2 * tp * 32: a rank's "
-        "packed FP4 shard is not whole bytes (gpt-oss I 2880 at TP 6: 480 rows a rank, contract 512)",
+        note="CPU MXFP4 intermediate padded to a multiple of tp * 32, not 2 * tp * 32 (the mxfp4 step "
+        "sglang#20072 missed): gpt-oss I 2880 at TP 6 keeps 480 rows a rank, 240 packed bytes, and the AMX "
+        "MoE kernel falls back to the native path (contract: 3072, 512 rows a rank)",
     ),
 )
 
