@@ -63,6 +63,27 @@ BUGS: tuple[Bug, ...] = (
         "(Gemma-4-26B NVFP4 at TP 2 scores 2% on GSM8K)",
     ),
     Bug(
+        key="vllm-nvfp4-gated-alignment",
+        reports=("vllm#46879", "vllm#46880"),
+        engine="vllm",
+        function="vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe:"
+        "prepare_nvfp4_moe_layer_for_fi_or_cutlass",
+        buggy="0.25.0",
+        fixed="0.26.0",
+        contract="flashinfer_nvfp4_moe",
+        driver="fi_nvfp4_caller_alignment",
+        configs=(
+            # Gemma-4-26B-A4B NVFP4: H 2816, I 704; tp 4 -> I_pp 176 (16-aligned, 2 * 176 = 352, 352 % 128 = 96).
+            # tp 2 -> I_pp 352 (2 * 352 = 704, 704 % 128 = 64); tp 1 (704) is 64-aligned: the control.
+            dict(num_experts=2, hidden_size=2816, intermediate_size=704, tp_size=4),
+            dict(num_experts=2, hidden_size=2816, intermediate_size=704, tp_size=2),
+            dict(num_experts=2, hidden_size=2816, intermediate_size=704, tp_size=1),
+        ),
+        note="gated NVFP4 intermediate padded to 16 for the FlashInfer TRT-LLM path: the fused gate/up dim "
+        "is only a multiple of 32, and the block-scale shuffle asserts M % 128 (Gemma-4-26B NVFP4 at tp 4 "
+        "fails engine init)",
+    ),
+    Bug(
         key="vllm-fp8-endpad",
         reports=("vllm#48624", "vllm#46880"),
         engine="vllm",

@@ -306,10 +306,66 @@ def cpu_fused_moe_init(
     return bad, info
 
 
+def fi_nvfp4_caller_alignment(
+    fn: Callable[..., Any], mod: ModuleType, gen_mod: ModuleType, cfg: dict[str, Any]
+) -> tuple[list[str], list[str]]:
+    """vLLM `prepare_nvfp4_moe_layer_for_fi_or_cutlass` (FLASHINFER_TRTLLM): the alignment it asks for.
+
+    The caller's own code runs (w1/w3 reorder, global scales, hidden-dim alignment) up to its call
+    of `align_fp4_moe_weights_for_fi`, which is wrapped: the release's own function runs, then the
+    wrapper stops with its min_alignment and padded intermediate (the next step,
+    `prepare_static_weights_for_trtllm_fp4_moe`, is FlashInfer's shuffle). Inputs as in
+    `fi_nvfp4_align`, gated silu. Expected: contract flashinfer_nvfp4_moe's
+    `intermediate_size_per_partition_padded`. Only the padded count is compared: where gate and up
+    sit inside it is `fi_nvfp4_align`'s row (the end-pad, fixed later).
+    """
+    import importlib
+
+    p = gen_mod.plan(activation="silu", dtype="bfloat16", **cfg)
+    e, h, i = p.num_experts, p.hidden_size, p.intermediate_size_per_partition
+    g = torch.Generator().manual_seed(0)
+    w13, w2 = _bytes((e, 2 * i, h // 2), g), _bytes((e, h, i // 2), g)
+    w13s = _bytes((e, 2 * i, h // 16), g, 0x7F).view(torch.float8_e4m3fn)
+    w2s = _bytes((e, h, i // 16), g, 0x7F).view(torch.float8_e4m3fn)
+    pkg = mod.__name__.split(".model_executor.")[0]
+    backend = importlib.import_module(f"{pkg}.model_executor.layers.fused_moe.oracle.nvfp4").NvFp4MoeBackend
+    layer = SimpleNamespace(
+        activation=SimpleNamespace(is_gated=True),
+        moe_config=SimpleNamespace(hidden_dim=h, hidden_dim_unpadded=None, intermediate_size_per_partition=i),
+    )
+    real = mod.align_fp4_moe_weights_for_fi
+
+    def wrapped(*args: Any) -> Any:
+        raise _Captured({"min_alignment": args[5], "result": real(*args)})
+
+    mod.align_fp4_moe_weights_for_fi = wrapped
+    ones = torch.ones(e)
+    try:
+        fn(backend.FLASHINFER_TRTLLM, layer, w13, w13s, ones, ones, w2, w2s, ones, ones, True)
+    except _Captured as c:
+        got = c.kwargs
+    else:
+        return ["the caller returned without calling align_fp4_moe_weights_for_fi"], []
+    finally:
+        mod.align_fp4_moe_weights_for_fi = real
+    eng, want = int(got["result"][4]), p.intermediate_size_per_partition_padded
+    info = [
+        f"I_pp {i}: caller asks min_alignment {got['min_alignment']}, pads to {eng} (gate/up rows {2 * eng}, "
+        f"{2 * eng} % 128 = {2 * eng % 128}); contract {want} (gate/up rows {2 * want})"
+    ]
+    if eng == want:
+        return [], info
+    return [
+        f"intermediate: engine {eng}, contract {want}: contract pad rows {eng}..{want - 1} of each w13 half "
+        f"missing; the fused gate/up dim {2 * eng} is not a multiple of FlashInfer's 128-row shuffle tile"
+    ], info
+
+
 DRIVERS: dict[str, Driver] = {
     "fi_nvfp4_align": fi_nvfp4_align,
     "aiter_pad_counts": aiter_pad_counts,
     "fi_fp8_align": fi_fp8_align,
     "sglang_cpu_config": sglang_cpu_config,
     "cpu_fused_moe_init": cpu_fused_moe_init,
+    "fi_nvfp4_caller_alignment": fi_nvfp4_caller_alignment,
 }
