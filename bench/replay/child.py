@@ -68,6 +68,8 @@ def main(argv: list[str]) -> int:
         fn, mod, version, where = _load(bug.function, bug.engine)
     except Exception as exc:  # reported as a named import failure, never a pass
         out["import_error"] = f"{type(exc).__name__}: {exc}"
+        with contextlib.suppress(Exception):  # the release, so that a moved function can be told unmodeled
+            out["version"] = importlib.import_module(bug.engine).__version__
         print(json.dumps(out))
         return 0
     out["version"], out["file"] = version, where

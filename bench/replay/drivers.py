@@ -331,7 +331,12 @@ def fi_nvfp4_caller_alignment(
     backend = importlib.import_module(f"{pkg}.model_executor.layers.fused_moe.oracle.nvfp4").NvFp4MoeBackend
     layer = SimpleNamespace(
         activation=SimpleNamespace(is_gated=True),
-        moe_config=SimpleNamespace(hidden_dim=h, hidden_dim_unpadded=None, intermediate_size_per_partition=i),
+        moe_config=SimpleNamespace(
+            hidden_dim=h,
+            hidden_dim_unpadded=None,
+            intermediate_size_per_partition=i,
+            moe_parallel_config=SimpleNamespace(enable_eplb=False),  # read from 0.32 on
+        ),
     )
     real = mod.align_fp4_moe_weights_for_fi
 
