@@ -95,7 +95,9 @@ def test_nvfp4_driver_catches_an_end_pad_and_names_the_rows() -> None:
 
 @pytest.mark.conformance
 @pytest.mark.slow
-@pytest.mark.parametrize("key", ["vllm-nvfp4-endpad", "vllm-fp8-endpad", "vllm-aiter-intermediate-pad"])
+@pytest.mark.parametrize(
+    "key", ["vllm-nvfp4-endpad", "vllm-nvfp4-gated-alignment", "vllm-fp8-endpad", "vllm-aiter-intermediate-pad"]
+)
 def test_installed_vllm_has_every_fix(key: str) -> None:
     """The installed vLLM (0.32.0) passes every configuration, the bug ones and the control."""
     proc = subprocess.run(
