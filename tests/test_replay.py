@@ -165,3 +165,33 @@ def test_cpu_grouped_gemm_driver_names_unpadded_and_end_padded_rows() -> None:
     assert bad == ["w13_weight: 192 of 384 rows along dim 1 differ: 176..367"]
     assert info == ["I_pp 176: engine path grouped_gemm isa vec, engine I_pp 192, contract grouped GEMM at 192"]
     assert mod.torch is torch and mod.current_platform is None  # type: ignore[attr-defined]
+
+
+def test_nvfp4_caller_driver_names_the_missing_pad_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in caller asking the 16 alignment (vLLM 0.25's) is caught with its rows; 64 passes."""
+    import enum
+    from types import ModuleType
+
+    import layoutc_generated.flashinfer_nvfp4_moe as gen
+
+    oracle = ModuleType("fakevllm.model_executor.layers.fused_moe.oracle.nvfp4")
+    oracle.NvFp4MoeBackend = enum.Enum("NvFp4MoeBackend", "FLASHINFER_TRTLLM")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, oracle.__name__, oracle)
+    mod = ModuleType("fakevllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe")
+
+    def align(w13, w13s, w2, w2s, is_act_and_mul, min_alignment):  # type: ignore[no-untyped-def]
+        n = w13.shape[1] // 2
+        return w13, w13s, w2, w2s, -(-n // min_alignment) * min_alignment
+
+    mod.align_fp4_moe_weights_for_fi = align  # type: ignore[attr-defined]
+    cfg = dict(num_experts=2, hidden_size=256, intermediate_size=704, tp_size=4)
+    for alignment, want in ((16, 1), (64, 0)):
+
+        def caller(backend, layer, w13, w13s, _a, _b, w2, w2s, _c, _d, act, k=alignment):  # type: ignore[no-untyped-def]
+            return mod.align_fp4_moe_weights_for_fi(w13, w13s, w2, w2s, act, k)
+
+        bad, _ = drivers.fi_nvfp4_caller_alignment(caller, mod, gen, cfg)
+        assert len(bad) == want, bad
+        if want:
+            assert bad[0].startswith("intermediate: engine 176, contract 192: contract pad rows 176..191")
+    assert mod.align_fp4_moe_weights_for_fi is align  # type: ignore[attr-defined]
