@@ -81,6 +81,8 @@ def verdict(bug: Bug, out: dict[str, object]) -> str:
 def expected(bug: Bug, release: str, installed: str | None) -> str:
     """CAUGHT at or before `bug.buggy`, PASS at or after `bug.fixed` up to `bug.models_upto`,
     UNMODELED past it."""
+    if release == "installed" and not installed:  # the engine itself did not import: a named skip
+        return "SKIP"
     v = Version(installed if release == "installed" and installed else release)
     if bug.models_upto and v > Version(bug.models_upto):
         return "UNMODELED"

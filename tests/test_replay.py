@@ -95,7 +95,9 @@ def test_nvfp4_driver_catches_an_end_pad_and_names_the_rows() -> None:
 
 @pytest.mark.conformance
 @pytest.mark.slow
-@pytest.mark.parametrize("key", ["vllm-nvfp4-endpad", "vllm-fp8-endpad", "vllm-aiter-intermediate-pad"])
+@pytest.mark.parametrize(
+    "key", ["vllm-nvfp4-endpad", "vllm-nvfp4-gated-alignment", "vllm-fp8-endpad", "vllm-aiter-intermediate-pad"]
+)
 def test_installed_vllm_has_every_fix(key: str) -> None:
     """The installed vLLM (0.32.0) passes every configuration, the bug ones and the control."""
     proc = subprocess.run(
@@ -112,3 +114,84 @@ def test_installed_vllm_has_every_fix(key: str) -> None:
     out = json.loads(line)
     assert out["version"].startswith("0.32"), out
     assert verdict(by_key(key), out) == "PASS", out
+
+
+def _fake_cpu_fused_moe_module(end_pad: bool) -> tuple[type, object]:
+    """A stand-in for vLLM's cpu_fused_moe module whose CPUFusedMOE pads w13 wrongly ([gate | up | 0])
+    when end_pad is set, or not at all; only the names the driver touches."""
+    import enum
+    from types import ModuleType
+
+    mod = ModuleType("fake_cpu_fused_moe")
+    mod.MoEActivation = enum.Enum("MoEActivation", "SILU SWIGLUOAI")  # type: ignore[attr-defined]
+    mod.CpuArchEnum = enum.Enum("CpuArchEnum", "X86 ARM")  # type: ignore[attr-defined]
+    mod.torch = torch  # type: ignore[attr-defined]
+    mod.current_platform = None  # type: ignore[attr-defined]
+
+    class CPUFusedMOE:
+        def __init__(self, layer: torch.nn.Module) -> None:
+            if end_pad:
+                e, _n, h = layer.w13_weight.shape
+                w13 = torch.cat([layer.w13_weight.data, layer.w13_weight.new_zeros(e, 32, h)], 1)
+                layer.w13_weight = torch.nn.Parameter(w13, requires_grad=False)
+                w2 = layer.w2_weight.data
+                w2 = torch.cat([w2, w2.new_zeros(*w2.shape[:2], 16)], 2)
+                layer.w2_weight = torch.nn.Parameter(w2, requires_grad=False)
+            self.isa = "vec"
+            self.init_moe_grouped_gemm(layer)
+
+        def init_moe_grouped_gemm(self, layer: torch.nn.Module) -> None:
+            raise AssertionError("the driver stands in for the prepack")
+
+        def init_moe_torch(self, layer: torch.nn.Module) -> None:
+            raise AssertionError("the driver stands in for the torch path")
+
+    return CPUFusedMOE, mod
+
+
+def test_cpu_grouped_gemm_driver_names_unpadded_and_end_padded_rows() -> None:
+    import layoutc_generated.vllm_cpu_grouped_gemm as gen
+
+    cfg = dict(num_experts=2, hidden_size=64, intermediate_size=704, tp_size=4, isa="vec", activation="silu")
+    cls, mod = _fake_cpu_fused_moe_module(end_pad=False)
+    bad, _ = drivers.cpu_fused_moe_init(cls, mod, gen, cfg)  # type: ignore[arg-type]
+    assert bad[0].startswith("grouped GEMM admitted at I_pp 176, not a multiple of the 32-wide tile")
+    assert bad[1:] == [
+        "w13_weight: engine (2, 352, 64) torch.bfloat16, contract (2, 384, 64) torch.bfloat16",
+        "w2_weight: engine (2, 64, 176) torch.bfloat16, contract (2, 64, 192) torch.bfloat16",
+    ]
+    cls, mod = _fake_cpu_fused_moe_module(end_pad=True)
+    bad, info = drivers.cpu_fused_moe_init(cls, mod, gen, cfg)  # type: ignore[arg-type]
+    assert bad == ["w13_weight: 192 of 384 rows along dim 1 differ: 176..367"]
+    assert info == ["I_pp 176: engine path grouped_gemm isa vec, engine I_pp 192, contract grouped GEMM at 192"]
+    assert mod.torch is torch and mod.current_platform is None  # type: ignore[attr-defined]
+
+
+def test_nvfp4_caller_driver_names_the_missing_pad_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in caller asking the 16 alignment (vLLM 0.25's) is caught with its rows; 64 passes."""
+    import enum
+    from types import ModuleType
+
+    import layoutc_generated.flashinfer_nvfp4_moe as gen
+
+    oracle = ModuleType("fakevllm.model_executor.layers.fused_moe.oracle.nvfp4")
+    oracle.NvFp4MoeBackend = enum.Enum("NvFp4MoeBackend", "FLASHINFER_TRTLLM")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, oracle.__name__, oracle)
+    mod = ModuleType("fakevllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe")
+
+    def align(w13, w13s, w2, w2s, is_act_and_mul, min_alignment):  # type: ignore[no-untyped-def]
+        n = w13.shape[1] // 2
+        return w13, w13s, w2, w2s, -(-n // min_alignment) * min_alignment
+
+    mod.align_fp4_moe_weights_for_fi = align  # type: ignore[attr-defined]
+    cfg = dict(num_experts=2, hidden_size=256, intermediate_size=704, tp_size=4)
+    for alignment, want in ((16, 1), (64, 0)):
+
+        def caller(backend, layer, w13, w13s, _a, _b, w2, w2s, _c, _d, act, k=alignment):  # type: ignore[no-untyped-def]
+            return mod.align_fp4_moe_weights_for_fi(w13, w13s, w2, w2s, act, k)
+
+        bad, _ = drivers.fi_nvfp4_caller_alignment(caller, mod, gen, cfg)
+        assert len(bad) == want, bad
+        if want:
+            assert bad[0].startswith("intermediate: engine 176, contract 192: contract pad rows 176..191")
+    assert mod.align_fp4_moe_weights_for_fi is align  # type: ignore[attr-defined]

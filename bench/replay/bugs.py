@@ -63,6 +63,27 @@ BUGS: tuple[Bug, ...] = (
         "(Gemma-4-26B NVFP4 at TP 2 scores 2% on GSM8K)",
     ),
     Bug(
+        key="vllm-nvfp4-gated-alignment",
+        reports=("vllm#46879", "vllm#46880"),
+        engine="vllm",
+        function="vllm.model_executor.layers.quantization.utils.flashinfer_fp4_moe:"
+        "prepare_nvfp4_moe_layer_for_fi_or_cutlass",
+        buggy="0.25.0",
+        fixed="0.26.0",
+        contract="flashinfer_nvfp4_moe",
+        driver="fi_nvfp4_caller_alignment",
+        configs=(
+            # Gemma-4-26B-A4B NVFP4: H 2816, I 704; tp 4 -> I_pp 176 (16-aligned, 2 * 176 = 352, 352 % 128 = 96).
+            # tp 2 -> I_pp 352 (2 * 352 = 704, 704 % 128 = 64); tp 1 (704) is 64-aligned: the control.
+            dict(num_experts=2, hidden_size=2816, intermediate_size=704, tp_size=4),
+            dict(num_experts=2, hidden_size=2816, intermediate_size=704, tp_size=2),
+            dict(num_experts=2, hidden_size=2816, intermediate_size=704, tp_size=1),
+        ),
+        note="gated NVFP4 intermediate padded to 16 for the FlashInfer TRT-LLM path: the fused gate/up dim "
+        "is only a multiple of 32, and the block-scale shuffle asserts M % 128 (Gemma-4-26B NVFP4 at tp 4 "
+        "fails engine init)",
+    ),
+    Bug(
         key="vllm-fp8-endpad",
         reports=("vllm#48624", "vllm#46880"),
         engine="vllm",
@@ -127,8 +148,30 @@ BUGS: tuple[Bug, ...] = (
         models_upto="0.33.0",
     ),
     Bug(
+        key="vllm-cpu-grouped-gemm-pad",
+        reports=("vllm#49591",),
+        engine="vllm",
+        function="vllm.model_executor.layers.fused_moe.cpu_fused_moe:CPUFusedMOE",
+        buggy="0.26.0",
+        fixed="0.27.0",
+        contract="vllm_cpu_grouped_gemm",
+        driver="cpu_fused_moe_init",
+        configs=(
+            # Gemma-4-26B-A4B: H 2816, I 704; tp 4 -> I_pp 176 (not a multiple of the 32-wide tile).
+            dict(num_experts=2, hidden_size=2816, intermediate_size=704, tp_size=4, isa="amx", activation="silu"),
+            dict(num_experts=2, hidden_size=2816, intermediate_size=704, tp_size=4, isa="vec", activation="silu"),
+            dict(num_experts=2, hidden_size=2816, intermediate_size=704, tp_size=2, isa="amx", activation="silu"),
+        ),
+        note="CPU MoE intermediate not padded to the grouped GEMM's 32-wide tile: at I_pp 176 the AMX "
+        "path silently fell back to the per-expert torch loop (Gemma-4-26B tp 4 slower than tp 2) and the "
+        "vec path ran the tile-32 kernel on an unpadded 176",
+        # 0.28 moved the experts to experts/cpu_moe.py (CPUUnquantizedExperts); this driver drives
+        # cpu_fused_moe.CPUFusedMOE, which 0.28 no longer routes unquantized layers through.
+        models_upto="0.27.1",
+    ),
+    Bug(
         key="sglang-cpu-mxfp4-padding",
-        reports=("sglang 0.5.17 release diff",),
+        reports=("sglang#31334", "sglang#20072"),
         engine="sglang",
         function="sglang.srt.configs.update_config:adjust_config_with_unaligned_cpu_tp",
         buggy="0.5.16",
@@ -140,8 +183,9 @@ BUGS: tuple[Bug, ...] = (
             dict(num_experts=2, hidden_size=2880, intermediate_size=2880, tp_size=5),
             dict(num_experts=2, hidden_size=2880, intermediate_size=2880, tp_size=3),
         ),
-        note="CPU MXFP4 intermediate padded to a multiple of tp * 32, not 2 * tp * 32: a rank's "
-        "packed FP4 shard is not whole bytes (gpt-oss I 2880 at TP 6: 480 rows a rank, contract 512)",
+        note="CPU MXFP4 intermediate padded to a multiple of tp * 32, not 2 * tp * 32 (the mxfp4 step "
+        "sglang#20072 missed): gpt-oss I 2880 at TP 6 keeps 480 rows a rank, 240 packed bytes, and the AMX "
+        "MoE kernel falls back to the native path (contract: 3072, 512 rows a rank)",
     ),
 )
 

@@ -15,6 +15,24 @@ import sys
 import traceback
 
 
+def _configs_registered_once() -> None:
+    """Let an older SGLang register a config that transformers 5 now ships itself.
+
+    SGLang 0.5.16 / 0.5.17 call `AutoConfig.register("qwen3_asr", ...)` without `exist_ok`, which
+    transformers 5 refuses ("'qwen3_asr' is already used by a Transformers config"); SGLang 0.5.23
+    passes `exist_ok=True` (sglang/srt/configs/qwen3_asr.py). The stand-in passes it for them. It
+    touches the model-config registry only, never the pad code under test.
+    """
+    from transformers import AutoConfig
+
+    register = AutoConfig.register
+
+    def tolerant(model_type: str, config: object, exist_ok: bool = False) -> None:
+        register(model_type, config, exist_ok=True)
+
+    AutoConfig.register = staticmethod(tolerant)  # type: ignore[method-assign]
+
+
 def _load(bug_function: str, engine: str) -> tuple[object, object, str, str]:
     """Import the engine function; for vLLM, its CPU experts module first (the wheel's Python
     then imports without CUDA, as measured for 0.34 in issue 42)."""
@@ -24,6 +42,7 @@ def _load(bug_function: str, engine: str) -> tuple[object, object, str, str]:
         from tests.conformance.sglang_oracle import _setup
 
         _setup()
+        _configs_registered_once()
     if engine == "vllm":
         # older releases lack the module; the engine function's own import below decides
         with contextlib.suppress(Exception):
@@ -49,6 +68,8 @@ def main(argv: list[str]) -> int:
         fn, mod, version, where = _load(bug.function, bug.engine)
     except Exception as exc:  # reported as a named import failure, never a pass
         out["import_error"] = f"{type(exc).__name__}: {exc}"
+        with contextlib.suppress(Exception):  # the release, so that a moved function can be told unmodeled
+            out["version"] = importlib.import_module(bug.engine).__version__
         print(json.dumps(out))
         return 0
     out["version"], out["file"] = version, where

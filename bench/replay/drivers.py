@@ -226,9 +226,151 @@ def sglang_cpu_config(
     ], info
 
 
+class _TorchView:
+    """`torch` as the engine module sees it, with the two device queries answered for one ISA.
+
+    vLLM's CPUFusedMOE asks `torch.ops._C` whether the prepack op exists and
+    `torch.cpu._is_amx_tile_supported()`; the CUDA wheel's Python has no `_C`, and this machine's
+    answer is not the configuration's. Everything else is the real torch.
+    """
+
+    def __init__(self, amx: bool) -> None:
+        self.ops = SimpleNamespace(_C=SimpleNamespace(prepack_moe_weight=object()))
+        self.cpu = SimpleNamespace(_is_amx_tile_supported=lambda: amx)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
+def cpu_fused_moe_init(
+    fn: Callable[..., Any], mod: ModuleType, gen_mod: ModuleType, cfg: dict[str, Any]
+) -> tuple[list[str], list[str]]:
+    """vLLM `CPUFusedMOE(layer)` (cpu_fused_moe.py, 0.24-0.27): the layout its grouped GEMM gets.
+
+    The release's own `__init__` runs on a layer holding w13 [E, 2 I_pp, H] ([gate | up]) and
+    w2 [E, H, I_pp] bfloat16 with random nonzero bytes: its pad step where the release has one,
+    then `check_grouped_gemm`. Stand-ins, device-only: `torch.ops._C.prepack_moe_weight` exists,
+    `torch.cpu._is_amx_tile_supported()` answers isa == amx, the CPU architecture is x86 (vec, amx)
+    or ARM (neon); `init_moe_grouped_gemm` / `init_moe_torch` (the prepack, a `_C` op) only record
+    which path was taken. Expected: contract vllm_cpu_grouped_gemm (policy error: an admitted
+    configuration runs the grouped GEMM on `pad_w13` / `pad_w2`'s layout, never the per-expert loop).
+    """
+    p = gen_mod.plan(dtype="bfloat16", **cfg)
+    e, h, i = p.num_experts, p.hidden_size, p.intermediate_size_per_partition
+    g = torch.Generator().manual_seed(0)
+    w13 = _bytes((e, 2 * i, h * 2), g, 0x7F).view(torch.bfloat16)
+    w2 = _bytes((e, h, i * 2), g, 0x7F).view(torch.bfloat16)
+    layer = torch.nn.Module()
+    layer.w13_weight = torch.nn.Parameter(w13.clone(), requires_grad=False)
+    layer.w2_weight = torch.nn.Parameter(w2.clone(), requires_grad=False)
+    layer.activation = getattr(mod.MoEActivation, str(cfg["activation"]).upper())
+    arch = mod.CpuArchEnum.ARM if p.isa == "neon" else mod.CpuArchEnum.X86
+    taken: list[str] = []
+    saved = {k: mod.__dict__[k] for k in ("torch", "current_platform")}
+    cls_saved = {k: fn.__dict__[k] for k in ("init_moe_grouped_gemm", "init_moe_torch")}
+    mod.torch = _TorchView(amx=p.isa == "amx")
+    mod.current_platform = SimpleNamespace(get_cpu_architecture=lambda: arch)
+    fn.init_moe_grouped_gemm = lambda self, layer: taken.append("grouped_gemm")
+    fn.init_moe_torch = lambda self, layer: taken.append("torch")
+    try:
+        engine = fn(layer)
+    except RuntimeError as exc:
+        return [f"engine refused the layer: {exc}"], []
+    finally:
+        mod.__dict__.update(saved)
+        for k, v in cls_saved.items():
+            setattr(fn, k, v)
+    ew13, ew2 = layer.w13_weight.data, layer.w2_weight.data
+    ipad = p.intermediate_size_per_partition_padded
+    info = [
+        f"I_pp {i}: engine path {taken[0] if taken else '?'} isa {getattr(engine, 'isa', '?')}, "
+        f"engine I_pp {ew2.shape[2]}, contract grouped GEMM at {ipad}"
+    ]
+    if taken != ["grouped_gemm"]:
+        return [
+            f"engine took the per-expert torch loop (isa {getattr(engine, 'isa', '?')}); contract runs the "
+            f"grouped GEMM with I_pp {i} padded to {ipad} (rows {i}..{ipad - 1} of each w13 half, w2 k "
+            f"{i}..{ipad - 1})"
+            if ipad > i
+            else f"engine took the per-expert torch loop; contract runs the grouped GEMM at I_pp {i}"
+        ], info
+    bad = []
+    if ew2.shape[2] % p.intermediate_alignment:
+        bad.append(
+            f"grouped GEMM admitted at I_pp {ew2.shape[2]}, not a multiple of the {p.intermediate_alignment}"
+            f"-wide tile: w13 rows {ew2.shape[2] - ew2.shape[2] % p.intermediate_alignment}..{ew2.shape[2] - 1} "
+            f"of each half read as a partial tile (contract pads rows {i}..{ipad - 1})"
+        )
+    bad += diff_rows("w13_weight", ew13, gen_mod.pad_w13(w13, p), 1)
+    bad += diff_rows("w2_weight", ew2, gen_mod.pad_w2(w2, p), 2)
+    return bad, info
+
+
+def fi_nvfp4_caller_alignment(
+    fn: Callable[..., Any], mod: ModuleType, gen_mod: ModuleType, cfg: dict[str, Any]
+) -> tuple[list[str], list[str]]:
+    """vLLM `prepare_nvfp4_moe_layer_for_fi_or_cutlass` (FLASHINFER_TRTLLM): the alignment it asks for.
+
+    The caller's own code runs (w1/w3 reorder, global scales, hidden-dim alignment) up to its call
+    of `align_fp4_moe_weights_for_fi`, which is wrapped: the release's own function runs, then the
+    wrapper stops with its min_alignment and padded intermediate (the next step,
+    `prepare_static_weights_for_trtllm_fp4_moe`, is FlashInfer's shuffle). Inputs as in
+    `fi_nvfp4_align`, gated silu. Expected: contract flashinfer_nvfp4_moe's
+    `intermediate_size_per_partition_padded`. Only the padded count is compared: where gate and up
+    sit inside it is `fi_nvfp4_align`'s row (the end-pad, fixed later).
+    """
+    import importlib
+
+    p = gen_mod.plan(activation="silu", dtype="bfloat16", **cfg)
+    e, h, i = p.num_experts, p.hidden_size, p.intermediate_size_per_partition
+    g = torch.Generator().manual_seed(0)
+    w13, w2 = _bytes((e, 2 * i, h // 2), g), _bytes((e, h, i // 2), g)
+    w13s = _bytes((e, 2 * i, h // 16), g, 0x7F).view(torch.float8_e4m3fn)
+    w2s = _bytes((e, h, i // 16), g, 0x7F).view(torch.float8_e4m3fn)
+    pkg = mod.__name__.split(".model_executor.")[0]
+    backend = importlib.import_module(f"{pkg}.model_executor.layers.fused_moe.oracle.nvfp4").NvFp4MoeBackend
+    layer = SimpleNamespace(
+        activation=SimpleNamespace(is_gated=True),
+        moe_config=SimpleNamespace(
+            hidden_dim=h,
+            hidden_dim_unpadded=None,
+            intermediate_size_per_partition=i,
+            moe_parallel_config=SimpleNamespace(enable_eplb=False),  # read from 0.32 on
+        ),
+    )
+    real = mod.align_fp4_moe_weights_for_fi
+
+    def wrapped(*args: Any) -> Any:
+        raise _Captured({"min_alignment": args[5], "result": real(*args)})
+
+    mod.align_fp4_moe_weights_for_fi = wrapped
+    ones = torch.ones(e)
+    try:
+        fn(backend.FLASHINFER_TRTLLM, layer, w13, w13s, ones, ones, w2, w2s, ones, ones, True)
+    except _Captured as c:
+        got = c.kwargs
+    else:
+        return ["the caller returned without calling align_fp4_moe_weights_for_fi"], []
+    finally:
+        mod.align_fp4_moe_weights_for_fi = real
+    eng, want = int(got["result"][4]), p.intermediate_size_per_partition_padded
+    info = [
+        f"I_pp {i}: caller asks min_alignment {got['min_alignment']}, pads to {eng} (gate/up rows {2 * eng}, "
+        f"{2 * eng} % 128 = {2 * eng % 128}); contract {want} (gate/up rows {2 * want})"
+    ]
+    if eng == want:
+        return [], info
+    return [
+        f"intermediate: engine {eng}, contract {want}: contract pad rows {eng}..{want - 1} of each w13 half "
+        f"missing; the fused gate/up dim {2 * eng} is not a multiple of FlashInfer's 128-row shuffle tile"
+    ], info
+
+
 DRIVERS: dict[str, Driver] = {
     "fi_nvfp4_align": fi_nvfp4_align,
     "aiter_pad_counts": aiter_pad_counts,
     "fi_fp8_align": fi_fp8_align,
     "sglang_cpu_config": sglang_cpu_config,
+    "cpu_fused_moe_init": cpu_fused_moe_init,
+    "fi_nvfp4_caller_alignment": fi_nvfp4_caller_alignment,
 }

@@ -30,11 +30,27 @@ def cache_dir() -> Path:
     return Path(os.environ.get("LAYOUTC_REPLAY_DIR") or ROOT / ".replay-wheels")
 
 
+def _wanted(member: str) -> bool:
+    """A wheel member to unpack: every `*.py` file, and SGLang's JIT kernel sources.
+
+    SGLang 0.5.16 looks for `sglang/jit_kernel/include` and `csrc` when `sglang.jit_kernel` is
+    imported (`_resolve_kernel_path`, "Cannot find sglang.jit_kernel path"), 0.5.17 for
+    `sglang/kernels/jit/include` and `csrc` ("Cannot find sglang.kernels.jit path"); the headers are
+    unpacked so that import succeeds. They are never compiled here.
+    """
+    parts = Path(member).parts
+    for root in (("sglang", "jit_kernel"), ("sglang", "kernels", "jit")):
+        n = len(root)
+        if parts[:n] == root and len(parts) > n + 1 and parts[n] in ("include", "csrc"):
+            return True
+    return member.endswith(".py")
+
+
 def unpacked(requirement: str) -> Path:
     """The folder holding the Python files of `requirement` ("vllm==0.28.0"), fetching it if needed.
 
     Runs `python -m pip download --no-deps --only-binary=:all: REQ -d CACHE/wheels` (pip's own
-    cache makes a second call cheap) and extracts the wheel's `*.py` members only.
+    cache makes a second call cheap) and extracts the wheel's `*.py` members (and SGLang's JIT kernel headers, see `_wanted`).
     Raises FetchError naming the command that failed.
     """
     name, _, version = requirement.partition("==")
@@ -72,7 +88,7 @@ def unpacked(requirement: str) -> Path:
     try:
         with zipfile.ZipFile(found[0]) as whl:
             for member in whl.namelist():
-                if member.endswith(".py") and ".." not in Path(member).parts:
+                if _wanted(member) and ".." not in Path(member).parts:
                     whl.extract(member, stage)
     except (OSError, zipfile.BadZipFile) as exc:
         shutil.rmtree(stage, ignore_errors=True)
