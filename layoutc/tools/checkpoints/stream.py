@@ -191,8 +191,12 @@ class StreamingOracle:
         keys = [k for k, target in sk.targets.items() if target.startswith(prefix)]
         if not keys:
             return f"no checkpoint tensor is loaded into {entry.path}"
-        config = LoadStateDictConfig(pretrained_model_name_or_path=self.folder, dtype=torch.float32,
-                                     device_map={"": "cpu"}, weight_mapping=sk.conversions)
+        config = LoadStateDictConfig(
+            pretrained_model_name_or_path=self.folder,
+            dtype=torch.float32,
+            device_map={"": "cpu"},
+            weight_mapping=sk.conversions,
+        )
         try:
             tensors = self._source_once().read(keys)
             info, _ = convert_and_load_state_dict_in_model(sk.model, tensors, config)
@@ -204,10 +208,16 @@ class StreamingOracle:
         bad = sorted(str(m[0]) for m in info.mismatched_keys if str(m[0]).startswith(prefix))
         errors = [f"{k}: {v}" for k, v in info.conversion_errors.items() if str(k).startswith(prefix)]
         if left or bad or errors:
-            return "; ".join(filter(None, (
-                f"left unloaded: {', '.join(left[:4])}" if left else "",
-                f"shape mismatch: {', '.join(bad[:4])}" if bad else "",
-                f"conversion errors: {'; '.join(errors[:2])[:300]}" if errors else "")))
+            return "; ".join(
+                filter(
+                    None,
+                    (
+                        f"left unloaded: {', '.join(left[:4])}" if left else "",
+                        f"shape mismatch: {', '.join(bad[:4])}" if bad else "",
+                        f"conversion errors: {'; '.join(errors[:2])[:300]}" if errors else "",
+                    ),
+                )
+            )
         still = [n for n, t in (*entry.module.named_parameters(), *entry.module.named_buffers()) if t.is_meta]
         if still:
             return f"holds {', '.join(still[:4])} that no checkpoint tensor fills"
@@ -273,8 +283,10 @@ def _skeletons(transformers: Any, folder: str, source: TensorSource) -> list[_Sk
         return [f"transformers {transformers.__version__} cannot read this config.json ({_first_line(exc)})"]
     classes = model_classes(transformers, config)
     if not classes:
-        return [f"transformers {transformers.__version__} has no causal-LM, architectures or image-text class "
-                f"for model_type {getattr(config, 'model_type', '?')!r}"]
+        return [
+            f"transformers {transformers.__version__} has no causal-LM, architectures or image-text class "
+            f"for model_type {getattr(config, 'model_type', '?')!r}"
+        ]
     out: list[_Skeleton | str] = []
     for label, cls in classes:
         try:
