@@ -95,14 +95,15 @@ class StreamingOracle:
     """`reference.Oracle`'s interface (`layers.get(n)`, `missing`, `why(n)`), one layer built at a time.
 
     folder: the checkpoint folder (config.json); source: where tensors come from (default:
-    `safetensors_source(folder)`). `layers.get(n)` builds layer n's module (float32, eval) and
+    `safetensors_source(folder)`); config: config.json's dict to build from (default: the folder's). `layers.get(n)` builds layer n's module (float32, eval) and
     frees the one built before; `release()` frees it now. `build_s[n]`: seconds spent building
     layer n. Never raises for a layer transformers cannot build: `why(n)` says why.
     """
 
-    def __init__(self, folder: str, source: TensorSource | None = None) -> None:
+    def __init__(self, folder: str, source: TensorSource | None = None, config: dict[str, Any] | None = None) -> None:
         self.folder = folder
         self._source = source
+        self._config = config
         self.missing = ""
         self._why: dict[int, str] = {}
         self._current: tuple[int, OracleLayer, _Skeleton] | None = None
@@ -174,7 +175,7 @@ class StreamingOracle:
 
     def _skeletons_once(self, transformers: Any) -> list[_Skeleton | str]:
         if self._skeletons is None:
-            self._skeletons = _skeletons(transformers, self.folder, self._source_once())
+            self._skeletons = _skeletons(transformers, self.folder, self._source_once(), self._config)
         return self._skeletons
 
     def _source_once(self) -> TensorSource:
@@ -272,13 +273,19 @@ def _auto_class(transformers: Any, auto: str, config: Any) -> Any:
         return None
 
 
-def _skeletons(transformers: Any, folder: str, source: TensorSource) -> list[_Skeleton | str]:
-    """Each class of `model_classes` built on the meta device (or, in words, why it was not)."""
+def _skeletons(
+    transformers: Any, folder: str, source: TensorSource, config_json: dict[str, Any] | None = None
+) -> list[_Skeleton | str]:
+    """Each class of `model_classes` built on the meta device (or, in words, why it was not), from
+    `config_json` (a config.json's dict, e.g. without its quantization_config) or the folder's."""
     from transformers.conversion_mapping import get_model_conversion_mapping
     from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
 
     try:
-        config = transformers.AutoConfig.from_pretrained(folder)
+        if config_json is None:
+            config = transformers.AutoConfig.from_pretrained(folder)
+        else:
+            config = transformers.CONFIG_MAPPING[config_json["model_type"]].from_dict(config_json)
     except (ValueError, KeyError, OSError) as exc:
         return [f"transformers {transformers.__version__} cannot read this config.json ({_first_line(exc)})"]
     classes = model_classes(transformers, config)
