@@ -67,7 +67,8 @@ def test_peak_memory_does_not_grow_with_layers(tmp_path: Path) -> None:
         assert [f["layer"] for f in data["layers"]] == list(range(layers)), data["layers"]
         assert all(f["reference_build_ms"] > 0 and f["peak_mib"] > 0 for f in data["layers"]), data["layers"]
         assert "ETA" in err, err[-2000:]
-        peaks[layers] = peak
+        # the rows reset the kernel's peak per rank: the layers' own peaks (over those resets) count too
+        peaks[layers] = max(peak, max(int(f["peak_mib"] * 1024) for f in data["layers"]))
     # one layer's float32 reference here is 151 MB; 4 more layers held would add over 600 MB
     assert peaks[6] <= 1.10 * peaks[2], peaks
 

@@ -116,8 +116,25 @@ class Row:
     input_reach: str = ""  # what that half reaches, and the clamp limit it was chosen against (InputReach.text)
 
 
+#: the largest VmHWM (KiB) seen before a reset since `_peak_mark()`: the rows reset the peak per rank,
+#: so a layer's peak is the largest of the peaks between those resets
+_PEAK_KIB = [0]
+
+
+def _peak_mark() -> None:
+    """Start a new span for `_peak_kib` (and reset the kernel's peak)."""
+    _rss_peak_reset()
+    _PEAK_KIB[0] = 0
+
+
+def _peak_kib() -> int:
+    """This process's peak RSS (KiB) since `_peak_mark()`, over every reset in between."""
+    return max(_PEAK_KIB[0], _status_kib("VmHWM"))
+
+
 def _rss_peak_reset() -> bool:
-    """Reset this process's peak RSS (Linux: /proc/self/clear_refs 5)."""
+    """Reset this process's peak RSS (Linux: /proc/self/clear_refs 5), first keeping it for `_peak_kib`."""
+    _PEAK_KIB[0] = max(_PEAK_KIB[0], _status_kib("VmHWM"))
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
@@ -165,7 +182,7 @@ class LayerFigures:
     preparing the inputs (inputs_ms), building transformers' module of the layer (reference_build_ms),
     running it (reference_ms), loading every rank at every degree (load_ms), running the kernel
     (kernel_ms, the rows' medians summed), comparing (compare_ms); peak_mib: this process's peak
-    RSS (VmHWM, MiB) while the layer ran, its peak reset when the layer started."""
+    RSS (VmHWM, MiB) while the layer ran, the largest over the per-rank resets (`_peak_kib`)."""
 
     layer: int
     inputs_ms: float
@@ -781,7 +798,7 @@ def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, 
     figures: list[LayerFigures] = []
     for layer in layers:
         _trim()
-        _rss_peak_reset()
+        _peak_mark()
         t0 = time.perf_counter()
         x, scale, reach = run_inputs(ckpt, moe, layer, args.tokens, args.seed, dtype)
         t1 = time.perf_counter()
@@ -812,7 +829,7 @@ def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, 
         _trim()
         figures.append(LayerFigures(layer, (t1 - t0) * 1e3, build * 1e3, (t2 - t1 - build) * 1e3,
                                     sum(r.load_ms for r in mine), sum(r.kernel_ms for r in mine), compare * 1e3,
-                                    (time.perf_counter() - t0) * 1e3, _status_kib("VmHWM") / 1024))
+                                    (time.perf_counter() - t0) * 1e3, _peak_kib() / 1024))
     return rows, refused, figures
 
 

@@ -442,9 +442,9 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, sch
     from layoutc.tools.run import (
         TOLERANCE,
         LayerFigures,
+        _peak_kib,
+        _peak_mark,
         _Progress,
-        _rss_peak_reset,
-        _status_kib,
         _trim,
         halves_error,
         run_inputs,
@@ -470,7 +470,7 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, sch
     figures: list[LayerFigures] = []
     for layer in layers:
         _trim()
-        _rss_peak_reset()
+        _peak_mark()
         t0 = time.perf_counter()
         kinds = {r.kind for r in routes}
         # read per rank, one expert at a time (codes.LayerCodes): no layer of codes is held
@@ -560,7 +560,7 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, sch
         _trim()
         figures.append(LayerFigures(layer, (t1 - t0) * 1e3, build * 1e3, (t2 - t1 - build) * 1e3,
                                     sum(r.load_ms for r in mine), sum(r.kernel_ms for r in mine), compare * 1e3,
-                                    (time.perf_counter() - t0) * 1e3, _status_kib("VmHWM") / 1024))
+                                    (time.perf_counter() - t0) * 1e3, _peak_kib() / 1024))
     return _print(args, moe, scheme, dtype, rows, refused, figures)
 
 
