@@ -34,7 +34,7 @@ import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -313,12 +313,29 @@ class OracleLayer:
     routes_experts: bool
 
 
+class OracleLike(Protocol):
+    """What `reference` reads of an oracle: `Oracle` (every layer built at once) or
+    `layoutc.tools.checkpoints.stream.StreamingOracle` (one layer at a time)."""
+
+    @property
+    def layers(self) -> Any: ...  # .get(n) -> OracleLayer | None
+
+    def why(self, layer: int) -> str: ...
+
+
 @dataclass
 class Oracle:
     """`transformers_oracle`'s result: the layers found, and why any asked for is missing ("" if none)."""
 
     layers: dict[int, OracleLayer] = field(default_factory=dict)
     missing: str = ""
+
+    def why(self, layer: int) -> str:
+        """Why `layer` has no module ("" when it has one)."""
+        return "" if layer in self.layers else self.missing
+
+    def release(self) -> None:
+        """Nothing to free: every layer was loaded at once (`StreamingOracle.release` frees one)."""
 
 
 def _routing_params(experts: torch.nn.Module) -> list[str]:
@@ -366,11 +383,36 @@ def _first_line(exc: BaseException) -> str:
     return (text.splitlines()[0] if text else type(exc).__name__)[:200]
 
 
-def transformers_oracle(folder: str, layers: list[int], **load: Any) -> Oracle:
-    """transformers' own sparse-MoE blocks (or experts modules) of `layers`, loaded by
-    `AutoModelForCausalLM.from_pretrained(folder, dtype=float32, **load)` through transformers'
-    weight conversion (then cast to float32: a model transformers dequantizes to bfloat16, e.g.
-    `quantization_config=Mxfp4Config(dequantize=True)`), independent of the declared formats.
+def transformers_oracle(folder: str, layers: list[int], **load: Any) -> Any:
+    """transformers' own sparse-MoE blocks (or experts modules) of `layers`, independent of the
+    declared formats.
+
+    Without `load` options: a `stream.StreamingOracle`, which builds one layer's module at a
+    time on a meta-device skeleton of the whole model and loads it through transformers' own
+    key renaming and weight conversion (peak: one layer's module in float32, whatever the
+    number of layers or the vocabulary). With `load` options (e.g. the MXFP4 path's
+    `quantization_config=Mxfp4Config(dequantize=True)`, which needs transformers' quantizer):
+    `AutoModelForCausalLM.from_pretrained(folder, dtype=float32, **load)` of the first
+    max(layers) + 1 decoder layers, cast to float32 (`loaded_oracle`).
+
+    `why(layer)` says why a layer has none: transformers absent, a model_type it does not know,
+    a load failure, or no experts module in the layer. Never raises for those.
+    """
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return Oracle(missing="transformers is not installed")
+    if not load:
+        from layoutc.tools.checkpoints.stream import StreamingOracle
+
+        return StreamingOracle(folder)
+    return loaded_oracle(folder, layers, **load)
+
+
+def loaded_oracle(folder: str, layers: list[int], **load: Any) -> Oracle:
+    """Every layer of `layers` at once: `AutoModelForCausalLM.from_pretrained(folder, dtype=float32,
+    **load)` through transformers' weight conversion (then cast to float32: a model transformers
+    dequantizes to bfloat16, e.g. `quantization_config=Mxfp4Config(dequantize=True)`).
 
     Only the first max(layers) + 1 decoder layers are built. `Oracle.missing` says why a
     layer has none: transformers absent, a model_type it does not know, a load failure, or
@@ -508,7 +550,7 @@ def _declared_routing(moe: MoEModelConfig) -> str:
 
 
 def reference(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, x: torch.Tensor, *, use_transformers: bool = True,
-              oracle: Oracle | None = None, why_no_oracle: str = "") -> Reference:
+              oracle: OracleLike | None = None, why_no_oracle: str = "") -> Reference:
     """The reference of `layer` on hidden states x [T, H] (any float dtype), float32.
 
     With `oracle` (from `transformers_oracle`) holding the layer's block: the block's routed
@@ -546,7 +588,7 @@ def reference(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, x: torch.Tensor
         why = (f"transformers' {type(entry.experts).__name__} in layer {layer} is in no sparse-MoE block and "
                "takes no routing")
     else:
-        why = why_no_oracle or (oracle.missing if oracle is not None else "") or \
+        why = why_no_oracle or (oracle.why(layer) if oracle is not None else "") or \
             f"no transformers block for model_type {moe.format.model_type!r}"
     module = transformers_experts(ckpt, moe, layer) if use_transformers else None
     if module is not None:
