@@ -37,7 +37,8 @@ from typing import Any
 
 import torch
 
-from layoutc.tools.checkpoints.reference import OracleLayer, _first_line, moe_modules
+from layoutc.tools.checkpoints.oracle_layer import OracleLayer, moe_modules
+from layoutc.tools.checkpoints.oracle_layer import first_line as _first_line
 
 #: name -> a tensor, or an object with `get_dtype()` and `[...]` (safetensors' slice), as
 #: `convert_and_load_state_dict_in_model` takes them.
