@@ -61,14 +61,17 @@ def test_runtime_imports_only_torch_and_the_standard_library() -> None:
 
 def test_interface_module_and_package_need_no_torch() -> None:
     """The compiler imports these (glues.py) and must run without torch: the standard library
-    only, and the runtime's own standard-library-only layout algebra (algebra.py)."""
+    only, and the runtime's own standard-library-only layout algebra (algebra.py) and operator
+    semantics (vocab.py, which a `models ... when` Condition evaluates with)."""
     for path in (RUNTIME / "__init__.py", RUNTIME / "interface.py", RUNTIME / "glue" / "__init__.py",
-                 RUNTIME / "algebra.py"):
+                 RUNTIME / "algebra.py", RUNTIME / "vocab.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 assert all(a.name.split(".")[0] in sys.stdlib_module_names for a in node.names), path
             elif isinstance(node, ast.ImportFrom) and (node.level, node.module) == (1, "algebra"):
                 assert path.name == "interface.py", (path, node.module)
+            elif isinstance(node, ast.ImportFrom) and node.level == 1 and node.module is None:
+                assert path.name == "interface.py" and [a.name for a in node.names] == ["vocab"], path
             elif isinstance(node, ast.ImportFrom):
                 assert node.level == 0 and str(node.module).split(".")[0] in sys.stdlib_module_names | {"__future__"}, \
                     (path, node.module)

@@ -72,6 +72,13 @@ CODES: dict[str, str] = {
     "LC208": "definition is used before it is defined",
     "LC209": "missing `source` declaration",
     "LC210": "no `policy` declared (`policy error` is assumed)",
+    # 23x: what a contract models (`models ENGINE {RELEASE, ...} "module:Name" [when COND]`)
+    "LC230": "a `models` line names an unknown engine",
+    "LC231": "a `models` target is not \"importable.module:Qualified.name\"",
+    "LC232": "a `models` release set is empty or lists a release twice",
+    "LC233": "a `models` release is not a version",
+    "LC234": "a `models ... when` reads something other than parameters, or is not a condition over them",
+    "LC235": "two `models` lines name the same engine, release and target",
     # 3xx: types and domains
     "LC301": "type mismatch",
     "LC302": "empty or impossible parameter domain",

@@ -379,6 +379,18 @@ class ExpertParallel:
 
 
 @dataclass(frozen=True)
+class Models:
+    """`models ENGINE {RELEASE, ...} "module:Qualified.name" [when COND]`: the engine object the
+    contract stands for in those releases, where COND (over parameters only) holds."""
+
+    engine: str
+    releases: tuple[str, ...]
+    target: str
+    when: Expr | None
+    span: Span
+
+
+@dataclass(frozen=True)
 class Contract:
     name: str
     file: str
@@ -396,6 +408,7 @@ class Contract:
     enum_members: dict[str, EnumT] = field(default_factory=dict, compare=False, hash=False)
     shard: Shard | None = None  # None: nothing is sharded (no tp_size parameter)
     ep: ExpertParallel | None = None  # None: no expert parallelism (every rank holds every expert)
+    models: tuple[Models, ...] = ()  # the `models` lines, in source order
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)

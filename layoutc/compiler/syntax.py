@@ -132,6 +132,19 @@ class SourceDecl:
 
 
 @dataclass(frozen=True)
+class ModelsDecl:
+    """`models ENGINE {RELEASE, ...} "module:Qualified.name" [when COND]`: the engine object
+    this contract stands for, in those releases, where COND (over parameters) holds."""
+
+    engine: str
+    releases: tuple[tuple[str, Span], ...]
+    target: str
+    target_span: Span
+    when: Expr | None
+    span: Span
+
+
+@dataclass(frozen=True)
 class EpDecl:
     """`experts NUM over EP placement P [redundant R] [load stride S] [foreign raw|masked]
     [intermediate unpadded]`: the experts axis split over EP ranks (docs/language.md)."""
@@ -323,7 +336,7 @@ class GlueDecl:
     span: Span
 
 
-Decl = ContractDecl | SourceDecl | ShardDecl | EpDecl | PolicyDecl | ParamDecl | LetDecl | RuleDecl | TensorDecl | KernelDecl | GlueDecl
+Decl = ContractDecl | SourceDecl | ModelsDecl | ShardDecl | EpDecl | PolicyDecl | ParamDecl | LetDecl | RuleDecl | TensorDecl | KernelDecl | GlueDecl
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from . import vocab
 from .algebra import ViewWord, Word
 
 
@@ -313,6 +314,130 @@ class KernelEntry:
     fused_moe: Callable[..., Any]
 
 
+#: The engines a contract's `models` line may name (docs/language.md, "What a contract models").
+ENGINES = ("vllm", "sglang", "flashinfer", "aiter", "zentorch", "torch")
+
+
+class ConditionError(LookupError):
+    """A `models ... when` condition cannot be evaluated on the parameters given: one it
+    reads is missing. Attribute: ``param`` (its name)."""
+
+    def __init__(self, param: str, condition: str) -> None:
+        super().__init__(f"the condition `{condition}` reads the parameter `{param}`, which was not given")
+        self.param = param
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A `models ... when EXPR` condition as data, evaluated on a dict of `plan()` parameters.
+
+    op: "param" (the parameter named `value`), "const" (the literal `value`: an int, a bool or
+    an enum member) or an operator of `vocab.Op` (its value: "==", "and", "not", "+", ...)
+    applied to `args` with the integer semantics every generated `plan()` shares (`vocab.apply`).
+    """
+
+    op: str
+    args: tuple[Condition, ...] = ()
+    value: int | bool | str | None = None
+
+    def evaluate(self, params: Mapping[str, Any]) -> int | bool | str:
+        """The condition's value under `params` (parameter name -> value). An enum parameter may
+        be given as its member (any case) or as an object whose `str` ends in `.member`
+        (`torch.bfloat16` for `bfloat16`). Raises ConditionError for a parameter not in
+        `params`, and vocab.OpError as `plan()` would (a division by zero)."""
+        if self.op == "const":
+            if self.value is None:
+                raise ValueError("a `const` condition holds no value")
+            return self.value
+        if self.op == "param":
+            name = str(self.value)
+            if name not in params:
+                raise ConditionError(name, str(self))
+            return _param_value(params[name])
+        return vocab.apply(vocab.Op(self.op), [a.evaluate(params) for a in self.args])
+
+    def holds(self, params: Mapping[str, Any]) -> bool:
+        """Whether the condition holds under `params` (raises as `evaluate`)."""
+        return bool(self.evaluate(params))
+
+    def params(self) -> tuple[str, ...]:
+        """The parameters the condition reads, in order of first reading."""
+        found: list[str] = []
+        stack: list[Condition] = [self]
+        while stack:
+            node = stack.pop()
+            if node.op == "param" and str(node.value) not in found:
+                found.append(str(node.value))
+            stack.extend(reversed(node.args))
+        return tuple(found)
+
+    def __str__(self) -> str:
+        if self.op == "param":
+            return str(self.value)
+        if self.op == "const":
+            return str(self.value).lower() if isinstance(self.value, bool) else str(self.value)
+        op = vocab.Op(self.op)
+        parts = [a._operand() for a in self.args]
+        if op is vocab.Op.NOT:
+            return f"not {parts[0]}"
+        if op is vocab.Op.NEG:
+            return f"-{parts[0]}"
+        if op.is_function:
+            return f"{op.value}({', '.join(str(a) for a in self.args)})"
+        return f" {op.value} ".join(parts)
+
+    def _operand(self) -> str:
+        return str(self) if self.op in ("param", "const") or vocab.Op(self.op).is_function else f"({self})"
+
+
+def _param_value(value: Any) -> int | bool | str:
+    if isinstance(value, (bool, int)):
+        return value
+    text = value if isinstance(value, str) else str(value).rpartition(".")[2]
+    return text.lower()
+
+
+@dataclass(frozen=True)
+class ModelsEntry:
+    """One `models ENGINE {RELEASE, ...} "module:Qualified.name" [when COND]` line of a contract:
+    the engine object the contract stands for, in those releases, where COND holds.
+
+    engine: one of ENGINES. releases: the engine releases modelled (version strings such as
+    "0.32.0", as the engine's package reports its version without a local part). target:
+    "importable.module:Qualified.name" of the class or function. when: None (always), or the
+    condition over `plan()` parameters. contract_line: the line of the `models` declaration.
+    """
+
+    engine: str
+    releases: tuple[str, ...]
+    target: str
+    when: Condition | None = None
+    contract_line: int = 0
+
+    @property
+    def module(self) -> str:
+        """The target's importable module (`vllm.model_executor.layers.fused_moe.experts.cpu_moe`)."""
+        return self.target.partition(":")[0]
+
+    @property
+    def qualname(self) -> str:
+        """The target's qualified name inside its module (`CPUExpertsInt8`)."""
+        return self.target.partition(":")[2]
+
+    def models_release(self, release: str) -> bool:
+        """Whether `release` is one this line models; a local version part (`0.32.0+cpu`) is ignored."""
+        return release.partition("+")[0] in self.releases
+
+    def applies(self, params: Mapping[str, Any]) -> bool:
+        """Whether the line applies under `params` (True without a `when`); raises as Condition.evaluate."""
+        return self.when is None or self.when.holds(params)
+
+    def __str__(self) -> str:
+        releases = ", ".join(f'"{r}"' for r in self.releases)
+        when = f" when {self.when}" if self.when is not None else ""
+        return f'models {self.engine} {{{releases}}} "{self.target}"{when}'
+
+
 @dataclass(frozen=True)
 class ModuleLayout:
     """What a generated contract module exports as `LAYOUT`.
@@ -323,7 +448,8 @@ class ModuleLayout:
     shard functions split over (`tp_size`), or None when nothing is sharded. tensors: every
     declared tensor, in declaration order. kernel: the glue's functions, or None (no glue).
     local_experts: `local_experts(rank, plan)` -> (local_num_experts, expert_map) where the
-    contract partitions its experts over EP ranks, else None.
+    contract partitions its experts over EP ranks, else None. models: the contract's
+    `models` lines, in source order (() where it models no engine object).
     """
 
     version: int
@@ -336,6 +462,16 @@ class ModuleLayout:
     tensors: tuple[TensorEntry, ...]
     kernel: KernelEntry | None = None
     local_experts: Callable[[int, Any], tuple[int, Any]] | None = None
+    models: tuple[ModelsEntry, ...] = ()
+
+    def models_of(self, engine: str) -> tuple[ModelsEntry, ...]:
+        """The `models` lines naming `engine`, in source order."""
+        return tuple(m for m in self.models if m.engine == engine)
+
+    def releases(self, engine: str) -> tuple[str, ...]:
+        """Every release of `engine` some `models` line of this contract names, sorted by version."""
+        found = {r for m in self.models_of(engine) for r in m.releases}
+        return tuple(sorted(found, key=release_key))
 
     def tensors_of(self, kind: str, projection: str) -> tuple[TensorEntry, ...]:
         """Every tensor of role `kind projection`, in declaration order (a two-level scaled
@@ -418,3 +554,20 @@ class GluedModule(GeneratedModule, Protocol):
     def prepack_padded(self) -> PrepackPaddedFn: ...
     @property
     def fused_moe(self) -> Callable[..., Any]: ...
+
+
+def release_key(release: str) -> tuple[tuple[int, ...], str]:
+    """A sort key for a release string (check/models.py's RELEASE form, "0.32.0", "0.5.23rc1"): its
+    leading dotted numbers as ints, then the rest as text; a local part ("+cpu") is dropped.
+    Orders releases of different numbers as versions do ("0.9.0" < "0.32.0")."""
+    head = release.partition("+")[0]
+    parts = head.split(".")
+    numbers: list[int] = []
+    for i, part in enumerate(parts):
+        if not part.isdigit():
+            digits = len(part) - len(part.lstrip("0123456789"))
+            if digits:
+                numbers.append(int(part[:digits]))
+            return tuple(numbers), ".".join([part[digits:], *parts[i + 1:]])
+        numbers.append(int(part))
+    return tuple(numbers), ""

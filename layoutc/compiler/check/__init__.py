@@ -8,6 +8,7 @@ pass is a function of its own module:
 
 * ``declarations``: every declaration in source order: the once-per-contract table
   (contract, policy, shard, kernel, glue; LC206), sources, params, lets, rules, tensors;
+* ``check_models``: the `models` lines, once every parameter is known;
 * ``required``, ``fills``, ``structure``, ``kernel``, ``glue``, ``shard``: the checks
   that need every tensor; ``build``: the IR; ``unread``: every parameter is read by what
   the contract states (LC309); then its glue binding and its layout cases.
@@ -25,6 +26,7 @@ from layoutc.compiler.check.ep import check_ep
 from layoutc.compiler.check.fills import check_fill_ranges, check_tail_fills, resolve_fills
 from layoutc.compiler.check.glue import check_glue, glue_matches_kernel
 from layoutc.compiler.check.kernel import check_kernel
+from layoutc.compiler.check.models import check_models
 from layoutc.compiler.check.scope import Pass, Scope, Sink
 from layoutc.compiler.check.shard import check_shard
 from layoutc.compiler.check.structure import check_structure
@@ -37,6 +39,7 @@ __all__ = ["PASSES", "Scope", "Sink", "check", "run_passes"]
 PASSES: tuple[Pass, ...] = (
     declarations,         # source order: names, params, lets, rules, tensors; LC206 table
     required,             # LC205 contract name, LC209 source
+    check_models,         # the `models` lines (LC230-LC235; a `when` reads any parameter)
     resolve_fills,        # `fill decoded V` -> a stored code
     check_fill_ranges,    # every pad code fits its storage
     check_structure,      # one w13 and one w2 weight (only on a contract with no error yet)

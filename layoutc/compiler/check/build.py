@@ -22,7 +22,7 @@ def build_contract(scope: Scope, sink: Sink) -> None:
         policy=policy.kind if policy else "error", fallback=policy.fallback if policy else None,
         params=tuple(scope.params.values()), lets=tuple(scope.lets.values()), rules=tuple(scope.rules),
         tensors=tuple(scope.tensors.values()), kernel=scope.kernel, glue=scope.glue, span=contract.span,
-        enum_members=dict(scope.members), shard=scope.shard, ep=scope.ep,
+        enum_members=dict(scope.members), shard=scope.shard, ep=scope.ep, models=tuple(scope.models),
     )
 
 

@@ -16,7 +16,7 @@ MAX_NAME = 64
 KEYWORDS = frozenset({
     "contract", "source", "policy", "param", "let", "require", "admit", "tensor", "kernel", "glue",
     "if", "then", "else", "and", "or", "not", "match", "true", "false", "in", "int", "enum", "when",
-    "shard", "over", "blocks", "of",
+    "shard", "over", "blocks", "of", "models",
 })
 RESERVED = frozenset({
     "plan", "Plan", "torch", "math", "logging", "itertools", "dataclass", "dataclasses", "Any", "self", "cls",

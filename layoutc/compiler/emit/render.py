@@ -463,6 +463,60 @@ def _plan_param_lines(p: ir.Param) -> list[str]:
             "            ),", *(f"            {t}," for t in tail), "        ),"]
 
 
+def condition_source(e: ir.Expr) -> str:
+    """`Condition(...)` source of a `models ... when` condition (runtime/interface.py): data a tool
+    evaluates on a parameter dict. The checker admits constants, parameters and operators only."""
+    match e:
+        case ir.Const():
+            return f'Condition("const", value={_literal(e.value)})'
+        case ir.Ref():
+            return f'Condition("param", value={_literal(e.name)})'
+        case ir.Op():
+            args = ", ".join(condition_source(a) for a in e.args)
+            return f'Condition("{e.op.value}", ({args}{"," if len(e.args) == 1 else ""}))'
+        case _:
+            raise ValueError(f"a `models ... when` holds a {type(e).__name__} (the checker admits none)")
+
+
+def _condition_lines(e: ir.Expr, indent: int, head: str, width: int = 99) -> list[str]:
+    """`head` + the condition's source + ",", on one line when it fits in `width` columns, else
+    with each operator's arguments on lines of their own, indented by 4."""
+    one = " " * indent + head + condition_source(e) + ","
+    if len(one) <= width or not isinstance(e, ir.Op):
+        return [one]
+    lines = [" " * indent + f'{head}Condition("{e.op.value}", (']
+    for a in e.args:
+        lines += _condition_lines(a, indent + 4, "")
+    return [*lines, " " * indent + ")),"]
+
+
+def _models_lines(contract: ir.Contract) -> list[str]:
+    """`ModelsEntry(...)` of each `models` line for the module's LAYOUT, one field per line.
+    Engines, releases and targets are checked to hold no quote or backslash (check/models.py)."""
+    lines: list[str] = []
+    for m in contract.models:
+        releases = ", ".join(f'"{r}"' for r in m.releases) + ("," if len(m.releases) == 1 else "")
+        lines += ["        ModelsEntry(", f'            "{m.engine}",', f"            ({releases}),",
+                  f'            "{m.target}",']
+        if m.when is not None:
+            lines += _condition_lines(m.when, 12, "when=")
+        lines += [f"            contract_line={m.span.line},", "        ),"]
+    return lines
+
+
+def _interface_import(contract: ir.Contract) -> str:
+    """The module's import from `_runtime.interface`, its names in ruff's isort order, on one line
+    when it fits 100 columns (generated lines stay short), else one name per line with a trailing
+    comma (which ruff's isort keeps as written)."""
+    names = ["LAYOUT_VERSION", "ModuleLayout", "PlanParam", "TensorEntry"]
+    names += ["KernelEntry"] if contract.glue is not None else []
+    names += ["ModelsEntry"] if contract.models else []
+    names += ["Condition"] if any(m.when is not None for m in contract.models) else []
+    names.sort(key=_natural)
+    line = f"from ._runtime.interface import {', '.join(names)}"
+    return line if len(line) <= 100 else "\n".join(["from ._runtime.interface import (", *(f"    {n}," for n in names), ")"])
+
+
 def _layout_view(contract: ir.Contract, has_tp: bool) -> dict[str, Any]:
     """The parts of the module's `LAYOUT` that are not per tensor: its plan parameters and the
     parameter the shard functions split over (None: nothing is sharded)."""
@@ -473,6 +527,8 @@ def _layout_view(contract: ir.Contract, has_tp: bool) -> dict[str, Any]:
            f"default={_literal(e['served'][0])}),"
            for e in ep_params(contract)],
         "shard_count": _literal(count) if has_tp else "None",
+        "models_lines": _models_lines(contract),
+        "interface_import": _interface_import(contract),
     }
 
 
