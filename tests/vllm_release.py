@@ -149,3 +149,22 @@ def require(version: str) -> None:
         if os.environ.get("CI"):
             pytest.fail(f"CI must hold the contracts to vLLM {version}, not skip it: {exc}")
         pytest.skip(str(exc))
+
+
+def main() -> int:
+    """`python -m tests.vllm_release`: fetch and probe every release (CI's step), with the seconds each took."""
+    import time
+
+    for version in RELEASES:
+        start = time.monotonic()
+        try:
+            where = probe(version)
+        except ReleaseUnavailable as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print(f"vLLM {version}: {where} ({time.monotonic() - start:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

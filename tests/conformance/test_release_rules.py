@@ -109,10 +109,20 @@ def int8():  # type: ignore[no-untyped-def]
     from vllm.model_executor.layers.quantization.utils import quant_utils as qu
 
     cls = cpu_moe.CPUExpertsInt8
-    with mock.patch.object(cls, "_supports_current_device", staticmethod(lambda: True)):
-        yield types.SimpleNamespace(
-            cls=cls, keys=(qu.kInt8StaticChannelSym, qu.kInt8DynamicTokenSym), std=mk.FusedMoEActivationFormat.Standard
-        )
+    others = {"neon": cpu_moe.ArmCPUExpertsInt8, "vsx": cpu_moe.PowerCPUExpertsInt8}
+    patches = [
+        mock.patch.object(c, "_supports_current_device", staticmethod(lambda: True)) for c in (cls, *others.values())
+    ]
+    for p in patches:
+        p.start()
+    yield types.SimpleNamespace(
+        cls=cls,
+        others=others,
+        keys=(qu.kInt8StaticChannelSym, qu.kInt8DynamicTokenSym),
+        std=mk.FusedMoEActivationFormat.Standard,
+    )
+    for p in reversed(patches):
+        p.stop()
 
 
 @pytest.mark.slow
@@ -157,6 +167,54 @@ def test_int8_amx_admission_and_padded_size_per_release(gen, int8) -> None:  # t
                 )
     print(f"CPUExpertsInt8 (vLLM {RELEASE}):", tally.summary())
     assert tally.decisions > 20_000 and tally.sizes > 500  # 0.32: 22,176 and 570
+    assert not tally.disagreements, tally.summary()
+
+
+@pytest.mark.slow
+def test_int8_arm_and_power_keep_the_unpadded_rule(gen, int8) -> None:  # type: ignore[no-untyped-def]
+    """ArmCPUExpertsInt8 (neon) and PowerCPUExpertsInt8 (vsx) pad nothing in every release:
+    their is_supported_config against vllm_cpu_int8_moe's, over every degree (so the neon and
+    vsx `models` lines may name 0.33.0 and 0.34.0 while the amx one names 0.32.0 alone)."""
+    tally = oracle.Tally()
+    for H, I, tp, act, dtype in itertools.product(
+        HIDDEN,
+        INTERMEDIATE,
+        oracle.effective_tp_degrees(),
+        ("silu", "gelu", "gelu_tanh", "swigluoai"),
+        ("bfloat16", "float16", "float32"),
+    ):
+        ok, config = oracle.call_or_reject(
+            oracle.moe_config,
+            hidden_size=H,
+            intermediate_size=I,
+            tp_size=tp,
+            activation_name=act,
+            dtype=oracle.DTYPES[dtype],
+        )
+        for isa, cls in int8.others.items():
+            tally.decisions += 1
+            assert not hasattr(cls, "_pad_moe_intermediate"), f"vLLM {RELEASE}: {cls.__name__} pads"
+            admitted = ok and cls.is_supported_config(cls, config, *int8.keys, int8.std)[0]
+            plan = oracle.plan_or_none(
+                gen["vllm_cpu_int8_moe"],
+                num_experts=8,
+                hidden_size=H,
+                intermediate_size=I,
+                tp_size=tp,
+                isa=isa,
+                activation=act,
+                dtype=dtype,
+            )
+            if admitted != (plan is not None):
+                tally.record(
+                    "unexplained",
+                    f"isa={isa} H={H} I={I} tp={tp} act={act} dtype={dtype}: "
+                    f"vllm {RELEASE} admits={admitted} layoutc={plan is not None}",
+                )
+            elif admitted:
+                tally.sizes += 1
+    print(f"Arm/PowerCPUExpertsInt8 (vLLM {RELEASE}):", tally.summary())
+    assert tally.decisions > 40_000 and tally.sizes > 1_000
     assert not tally.disagreements, tally.summary()
 
 
