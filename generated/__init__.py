@@ -9,6 +9,7 @@ __all__ = [
     "aiter_fused_moe",
     "aiter_mxfp4_w4a4_moe",
     "aiter_unquantized_moe",
+    "flashinfer_fp8_moe",
     "flashinfer_nvfp4_moe",
     "flashinfer_trtllm_mxfp4_moe",
     "flashinfer_trtllm_mxfp8_moe",

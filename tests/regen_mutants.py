@@ -314,7 +314,11 @@ MUTANTS: list[Mutant] = [
       ("param isa: enum {vec, amx, neon, vsx}", "param isa: enum {amx}"),
       ("match isa { vec => 32, amx => 32, neon => 32, vsx => 16 }", "match isa { amx => 32 }"),
       ("match isa { vec => 1, amx => 32, neon => 4, vsx => 2 }", "match isa { amx => 32 }"),
-      ("admit isa == vec or dtype == bfloat16", "admit dtype == bfloat16")),
+      ("admit isa == vec or dtype == bfloat16", "admit dtype == bfloat16"),
+      # the ISAs it no longer serves take their `models` lines with them
+      *((f'models vllm {{"0.32.0"}} "vllm.model_executor.layers.fused_moe.experts.cpu_moe:{cls}" when isa == {isa}\n', "")
+        for cls, isa in (("CPUUnquantizedExperts", "vec"), ("ArmCPUUnquantizedExperts", "neon"),
+                         ("PowerCPUUnquantizedExperts", "vsx")))),
     # ---- more edits of the same kinds ---------------------------------------------------
     m("v_w2_n_double", "v", "hidden-padding", "w2.n = 2 * hidden_size (w13.k stays hidden_size)",
       ("  axis experts = num_experts\n  axis n = hidden_size\n  axis k = pad(",

@@ -341,7 +341,7 @@ def test_markdown_shape(capsys):
     table = [line for line in lines[2:] if line.startswith("|")]
     assert table and all(len(_cells(line)) == len(header) for line in table)
     report = audit_report([(n, load_model_config(n)) for n in ("gemma-4-26b-a4b", "gpt-oss-120b")],
-                          [1, 4], [c for c in load_contracts([str(CONTRACTS)])[0] if engine_of(c.name) == "vllm"])
+                          [1, 4], [c for c in load_contracts([str(CONTRACTS)])[0] if engine_of(c) == "vllm"])
     assert len(table) == len(report.rows)  # the default --engine vllm: every contract but sglang_*
     assert "Skipped (model, contract) pairs:" in out
     assert any("| gemma-4-26b-a4b | `vllm_cpu_grouped_gemm` | isa=vec | 4 | 176 | 192 |" in line
@@ -418,7 +418,7 @@ def test_broken_contract_exit_1(capsys, tmp_path):
 def test_text_render_of_report_matches_cli(capsys, contracts):
     assert main(["audit", "gpt-oss-120b", "--tp", "8"]) == 0
     out = capsys.readouterr().out
-    vllm = [c for c in contracts if engine_of(c.name) == "vllm"]  # the default --engine vllm
+    vllm = [c for c in contracts if engine_of(c) == "vllm"]  # the default --engine vllm
     report = audit_report([("gpt-oss-120b", load_model_config("gpt-oss-120b"))], [8], vllm)
     assert render_text(report) == out
     assert re.search(r"aiter_fused_moe\s+-\s+8\s+360\s+512\s", out)

@@ -138,7 +138,7 @@ def test_jamba_counts_every_other_layer() -> None:
 
 def test_jamba_memory_figures_follow_the_layer_count(contracts) -> None:  # type: ignore[no-untyped-def]
     half = parse_model_config(_jamba(intermediate_size=14000), source="jamba.json")  # 3500 per rank: padded
-    every = dataclasses.replace(half, num_moe_layers=32)
+    every = dataclasses.replace(half, moe_layers=tuple(range(32)))
     a = [r for r in audit([("j", half)], [4], contracts) if r.admitted and r.extra_bytes]
     b = [r for r in audit([("j", every)], [4], contracts) if r.admitted and r.extra_bytes]
     assert a and len(a) == len(b)

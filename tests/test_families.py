@@ -107,8 +107,8 @@ def test_config_keys_under_other_names_and_dotted() -> None:
               "ffn_config": {"moe_num_experts": E, "ffn_hidden_size": INTER, "moe_top_k": 2,
                              "ffn_act_fn": {"name": "silu"}}}
     moe = describe(config)
-    assert (moe.hidden_size, moe.num_experts, moe.intermediate_size, moe.top_k, moe.activation, moe.moe_layers) == \
-        (H, E, INTER, 2, "silu", (0, 1))
+    assert (moe.hidden_size, moe.num_experts, moe.intermediate_size, moe.num_experts_per_tok, moe.activation,
+            moe.moe_layers) == (H, E, INTER, 2, "silu", (0, 1))
 
 
 @pytest.mark.parametrize("bad", [{"moe_layers": "every_other"}, {"moe_layers": [0, 99]},

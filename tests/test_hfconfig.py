@@ -590,9 +590,12 @@ def test_module_imports_nothing_heavy() -> None:
     # the standard-library-only family table it reads its keys and layer rules from (issue 24:
     # one table; checkpoints.formats with its layout words, layoutc.runtime.algebra), and the
     # standard-library-only quantization reader `layoutc run` uses (issue 22: one reader;
-    # importing checkpoints.quant loads the header reader its package imports).
+    # importing checkpoints.quant loads the header reader its package imports), and the record,
+    # error and bounded JSON reader both readers share (issue 41: moved below both readers).
     table = ("layoutc.runtime.algebra", "layoutc.tools.checkpoints", "layoutc.tools.checkpoints.errors",
              "layoutc.tools.checkpoints.families", "layoutc.tools.checkpoints.formats",
+             "layoutc.tools.checkpoints.checkpoint_format", "layoutc.tools.checkpoints.jsonread",
+             "layoutc.tools.checkpoints.moeconfig",
              "layoutc.tools.checkpoints.header", "layoutc.tools.checkpoints.reader",
              "layoutc.tools.checkpoints.quant", "layoutc.tools.checkpoints.quant.config",
              "layoutc.tools.checkpoints.quant.scheme", "layoutc.tools.checkpoints.quant.validate")

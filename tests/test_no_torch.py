@@ -23,7 +23,8 @@ from robust_helpers import REPO, run_python
 # Nothing in the compiler imports torch; of the tools, run, tp, the checkpoint readers and
 # the vLLM plugin do (checkpoints, kernels), and ep_run (`run --ep`).
 TORCH_MODULES: set[str] = set()
-TORCH_TOOLS = {"run", "tp", "checkpoints", "vllm_plugin", "ep_run", "quant_run"}
+# runcompare: run.py's inputs and comparison, moved there with their lazy torch import (issue 41)
+TORCH_TOOLS = {"run", "tp", "checkpoints", "vllm_plugin", "ep_run", "quant_run", "runcompare"}
 BLOCKED = ("torch", "numpy", "zentorch", "vllm", "transformers", "safetensors", "torchvision")
 
 CHILD = textwrap.dedent(r'''

@@ -29,7 +29,9 @@ from typing import Any
 import pytest
 
 from layoutc.tools.checkpoints.formats import FormatError
-from layoutc.tools.checkpoints.quant import awq, fp8, gptq, mxfp4, nvfp4, read_quantization, tensor_names, validate
+from layoutc.tools.checkpoints.quant import awq, fp8, gptq, mxfp4, nvfp4, tensor_names
+from layoutc.tools.checkpoints.quant.config import read_quantization
+from layoutc.tools.checkpoints.quant.validate import validate
 from tests.conftest import ROOT, require_package
 
 torch = pytest.importorskip("torch")

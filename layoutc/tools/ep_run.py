@@ -22,6 +22,7 @@ from typing import Any
 
 from layoutc.runtime.experts import ExpertParallelError, check_ep, check_placement, world_ranks
 from layoutc.tools.contract_module import kernel_of, layout_of
+from layoutc.tools.runmemory import rss_peak_reset, status_kib, trim
 from layoutc.tools.runplan import KernelRun, RunError, checkpoint_plan
 
 # The run's code for each runtime expert-parallel code (layoutc.runtime.experts.CODES) a
@@ -149,15 +150,13 @@ def ep_kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, x
     """
     import statistics
 
-    from layoutc.tools.run import _rss_peak_reset, _status_kib, _trim
-
     total = plan = None
     load_s = kernel_s = peak = 0.0
     fused_moe = kernel_of(layout_of(mod)).fused_moe
     for ep_rank, tp_rank in world_ranks(ep * tp, ep, tp):
-        _trim()  # each rank's peak RSS from here, as run.kernel_sum measures a TP rank's
-        base = _status_kib("VmRSS")
-        _rss_peak_reset()
+        trim()  # each rank's peak RSS from here, as run.kernel_sum measures a TP rank's
+        base = status_kib("VmRSS")
+        rss_peak_reset()
         t0 = time.perf_counter()
         plan, packed13, packed2, bias, emap = load_ep_rank(ckpt, moe, mod, layer, tp, ep, ep_rank, tp_rank,
                                                            dtype=dtype, isa=isa, placement=placement)
@@ -168,7 +167,7 @@ def ep_kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, x
             t2 = time.perf_counter()
             part = fused_moe(x, packed13, packed2, weights, ids, plan, expert_map=emap, **bias, **options)
             times.append(time.perf_counter() - t2)
-        peak = max(peak, (_status_kib("VmHWM") - base) / 1024)
+        peak = max(peak, (status_kib("VmHWM") - base) / 1024)
         kernel_s = max(kernel_s, statistics.median(times))
         load_s = max(load_s, t1 - t0)
         total = part.clone() if total is None else total.add_(part)

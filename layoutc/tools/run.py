@@ -49,7 +49,6 @@ weights' dtype; the reference in float32).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import json
 import os
@@ -60,7 +59,6 @@ from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import Any
 
-from layoutc.runtime.vocab import MODEL_DTYPES
 from layoutc.tools.checkpoints.activation import check_activation
 from layoutc.tools.contract_module import GENERATED_PACKAGE, NoKernelError, kernel_of
 from layoutc.tools.ep_run import (
@@ -70,15 +68,16 @@ from layoutc.tools.ep_run import (
     placement_lines,
     vllm_placement_note,
 )
+from layoutc.tools.runcompare import TOLERANCE, halves_error, hidden_states, reach_words, rel_error, run_inputs
+from layoutc.tools.runmemory import rss_peak_reset as _rss_peak_reset
+from layoutc.tools.runmemory import status_kib as _status_kib
+from layoutc.tools.runmemory import trim as _trim
 from layoutc.tools.runplan import KernelRun, RunError, checkpoint_plan, module_layout
 
-#: Relative tolerance of the kernel's output against the reference, per model dtype
-#: (vocab.MODEL_DTYPES: bfloat16, float16, float32).
 #: `--contract` when none is given (a quantized checkpoint: layoutc/tools/quant_run).
 DEFAULT_CONTRACT = "vllm_cpu_grouped_gemm"
 #: the largest --seed: torch.Generator.manual_seed takes 64-bit seeds, and a layer's seed is seed + layer
 MAX_SEED = (1 << 63) - 1 - 100_000
-TOLERANCE: dict[str, float] = dict(zip(MODEL_DTYPES, (2e-2, 5e-3, 1e-5), strict=True))
 
 
 @dataclass
@@ -114,24 +113,6 @@ class Row:
     input_reach: str = ""  # what that half reaches, and the clamp limit it was chosen against (InputReach.text)
 
 
-def _rss_peak_reset() -> bool:
-    """Reset this process's peak RSS (Linux: /proc/self/clear_refs 5)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def _status_kib(key: str) -> int:
-    with contextlib.suppress(OSError), open("/proc/self/status", encoding="ascii") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    return 0
-
-
 class _Progress:
     """Progress on stderr: a bar redrawn in place on a terminal, else one line per layer and
     TP degree (so a log or a CI job shows where a long run is)."""
@@ -152,19 +133,10 @@ class _Progress:
         sys.stderr.flush()
 
 
-def _trim() -> None:
-    """Give freed heap memory back to the OS (glibc), so the next peak is measured from here."""
-    import ctypes
-    import ctypes.util
-
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-
-
 def router_weight_on_input(moe: Any, mod: Any, contract: str) -> bool:
     """Hold the family's `router_weight` to what the contract's glue computes, before any load.
 
-    moe: `describe()`'s ModelMoE; mod: the generated contract module (its LAYOUT's kernel
+    moe: `describe()`'s MoEModelConfig; mod: the generated contract module (its LAYOUT's kernel
     glue, the glue's declared interface, layoutc/runtime/interface.py GlueInterface). Returns True when
     the kernel must be called with `apply_router_weight_on_input=True` (the family weights
     the experts' input, as transformers' Llama4TextMoe does). Raises RunError LR140 when the
@@ -187,8 +159,9 @@ def router_weight_on_input(moe: Any, mod: Any, contract: str) -> bool:
     if where != "input":
         return False
     only = interface.router_weight_input_top_k if interface is not None else None
-    if only is not None and moe.top_k != only:
-        raise RunError("LR141", f"model_type {family!r} weights each expert's input at top_k {moe.top_k}, but "
+    if only is not None and moe.num_experts_per_tok != only:
+        raise RunError("LR141", f"model_type {family!r} weights each expert's input at top_k "
+                       f"{moe.num_experts_per_tok}, but "
                        f"contract {contract}'s glue {kind} computes input weighting only at top_k {only} "
                        "(apply_router_weight_on_input)")
     return True
@@ -240,68 +213,6 @@ def kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, x: Any, weigh
         del packed13, packed2, part, rw
     assert total is not None
     return KernelRun(total, plan, load_s, kernel_s, peak)
-
-
-def rel_error(out: Any, ref: Any) -> float:
-    """||out - ref||_F / ||ref||_F in float32."""
-    import torch
-
-    diff = out.to(torch.float32) - ref.to(torch.float32)
-    norm = float(ref.to(torch.float32).norm())
-    return float(diff.norm()) / norm if norm else float(diff.norm())
-
-
-def hidden_states(moe: Any, layer: int, tokens: int, seed: int, dtype: str) -> Any:
-    """Seeded hidden states of one layer: [tokens, hidden_size] ~ N(0, 1), in `dtype`."""
-    import torch
-
-    gen = torch.Generator().manual_seed(seed + layer)
-    return torch.randn(tokens, moe.hidden_size, generator=gen).to(getattr(torch, dtype))
-
-
-def run_inputs(ckpt: Any, moe: Any, layer: int, tokens: int, seed: int, dtype: str,
-               gate_up: Any = None) -> tuple[Any, float, Any]:
-    """(hidden states [2 * tokens, H] in `dtype`, s, reach): the seeded `hidden_states`, then the
-    same times s, where s brings the median |gate/up pre-activation| to reference.REACH, or past
-    CLAMP_MARGIN times the largest clamp limit config.json states for the layer
-    (reference.input_reach, activation.clamp_limits), so every branch of a clamped activation is
-    reached. reach: the `InputReach` (its `text()` says what was reached and against which limit).
-    gate_up: the layer's float [E, 2I, H] weights (default: read through the declared format)."""
-    import torch
-
-    from layoutc.tools.checkpoints.reference import input_reach, layer_gate_up
-
-    x = hidden_states(moe, layer, tokens, seed, dtype)
-    if gate_up is None:
-        gate_up = layer_gate_up(ckpt, moe, layer)
-        transposed = bool(moe.format.transposed)
-    else:
-        transposed = False
-    reach = input_reach(x, gate_up, transposed, moe.text_config, layer)
-    return torch.cat([x, (x.to(torch.float32) * reach.scale).to(x.dtype)]), reach.scale, reach
-
-
-def reach_words(rows: list[Any]) -> str:
-    """The report's words for the scaled half of every row's inputs: per layer, its factor and what
-    it reached (`Row.input_reach`); layers that read alike are said once."""
-    said: dict[str, list[int]] = {}
-    for r in rows:
-        words = f"times {r.input_scale:.3g}, " + (r.input_reach or "median |gate/up pre-activation| unrecorded")
-        layers = said.setdefault(words, [])
-        if r.layer not in layers:
-            layers.append(r.layer)
-    if len(said) == 1:
-        return next(iter(said))
-    return "; ".join(f"layer{'s' if len(ls) > 1 else ''} {', '.join(map(str, ls))}: {w}" for w, ls in said.items())
-
-
-def halves_error(out: Any, ref: Any) -> float:
-    """The larger `rel_error` of the two halves of `run_inputs`' tokens (the 1x and the scaled
-    inputs): one half's error is not hidden by the other's larger norm."""
-    half = out.shape[0] // 2
-    if half == 0 or out.shape[0] % 2:
-        return rel_error(out, ref)
-    return max(rel_error(out[:half], ref[:half]), rel_error(out[half:], ref[half:]))
 
 
 def inputs(ckpt: Any, moe: Any, layer: int, tokens: int, seed: int, dtype: str) -> tuple[Any, Any, Any]:

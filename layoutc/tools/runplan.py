@@ -29,7 +29,7 @@ def module_layout(mod: ModuleType) -> ModuleLayout:
 
 def checkpoint_plan(mod: ModuleType, moe: Any, tp: int, dtype: str, isa: str) -> Any:
     """`mod.plan(...)` for a checkpoint's layer at TP degree `tp`: the sizes and activation from
-    `describe()`'s ModelMoE, its swigluoai constants in the contract's thousandths. Raises
+    `describe()`'s MoEModelConfig, its swigluoai constants in the contract's thousandths. Raises
     RunError LR131 for a contract parameter a config.json does not give, and the module's
     LayoutContractError when the contract refuses the configuration."""
     values: dict[str, Any] = {"num_experts": moe.num_experts, "hidden_size": moe.hidden_size,

@@ -8,20 +8,22 @@ every rank takes whole L-row blocks of it, so the last ranks hold fewer live row
 (a block shard, docs/language.md ``shard``). Both read, per rank, a slice of L_padded rows
 whose live rows come first and whose pad follows: w13's gate and up halves each, and w2's k.
 
-Another engine's rule is its CPU contract for the same checkpoint format
-(layoutc.tools.audit.engines.FORMAT_CONTRACTS), loaded from the bundled contracts and
-evaluated at the explained configuration's sizes, so the picture is that contract's plan,
-refusals included.
+Another engine's rule is its CPU contract for the same checkpoint format: the bundled contract
+whose `models` lines name that engine's objects for the format (layoutc.tools.audit.engines.ROUTES,
+`counterpart`), evaluated at the explained configuration's sizes, so the picture is that
+contract's plan, refusals included. Each engine is labelled with the release its contracts
+declare (``vLLM 0.32.0``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from layoutc.compiler import ir
 from layoutc.compiler.evaluate import EvalError, Value, eval_expr, eval_lets
-from layoutc.tools.audit.engines import ENGINE_NAMES, counterpart, engine_of, live_rows
+from layoutc.tools.audit.engines import counterpart, engine_label, engine_of, live_rows
 
 BAR = 32  # characters of one rank's slice drawing
 
@@ -39,14 +41,17 @@ def engine_slices(contract: ir.Contract, env: Mapping[str, Value], engines: Sequ
     engine; another engine draws its counterpart (or says why it cannot). Raises nothing."""
     lines = ["each rank's slice of the intermediate axis (w13's gate and up halves, w2's k) by engine "
              "(# live checkpoint rows, . pad):"]
-    own = engine_of(contract.name)
+    own = engine_of(contract)
+    bundled = _bundled()
     for engine in engines:
-        label = ENGINE_NAMES[engine]
+        label = engine_label(engine, [contract] if engine == own else bundled)
         if engine == own:
             lines += _draw(label, contract, env, {})
             continue
-        chosen, mine = counterpart(contract.name, engine), counterpart(contract.name, own)
-        other = _load_bundled(chosen[0]) if chosen else None
+        chosen, mine = counterpart(contract, engine, bundled), counterpart(contract, own, [contract, *bundled])
+        other = next((c for c in bundled if chosen is not None and c.name == chosen[0]), None)
+        if other is not None:
+            label = engine_label(engine, [other])
         if chosen is None or other is None:
             lines.append(f"  {label}: no CPU contract for the format {contract.name} serves")
             continue
@@ -72,14 +77,20 @@ def engine_slices(contract: ir.Contract, env: Mapping[str, Value], engines: Sequ
     return lines
 
 
-def _load_bundled(name: str) -> ir.Contract | None:
+@functools.cache
+def _bundled() -> tuple[ir.Contract, ...]:
+    """Every bundled contract that checks, by file name (read once per process)."""
     from layoutc.compiler.diagnostics import has_errors
     from layoutc.compiler.source import load
     from layoutc.tools.audit.command import DEFAULT_CONTRACTS_DIR
-    if DEFAULT_CONTRACTS_DIR is None or not (Path(DEFAULT_CONTRACTS_DIR) / f"{name}.moe").is_file():
-        return None
-    contract, diags, _ = load(str(Path(DEFAULT_CONTRACTS_DIR) / f"{name}.moe"))
-    return None if contract is None or has_errors(diags) else contract
+    if DEFAULT_CONTRACTS_DIR is None:
+        return ()
+    out = []
+    for path in sorted(Path(DEFAULT_CONTRACTS_DIR).glob("*.moe")):
+        contract, diags, _ = load(str(path))
+        if contract is not None and not has_errors(diags):
+            out.append(contract)
+    return tuple(out)
 
 
 def _config_for(other: ir.Contract, env: Mapping[str, Value],

@@ -142,7 +142,8 @@ def test_every_vllm_release_named_is_checked() -> None:
     from tests.vllm_release import RELEASES
 
     named = {r for _, e, rs, _ in LINES if e == "vllm" for r in rs}
-    assert named <= {"0.32.0", *RELEASES}, sorted(named)
+    # 0.29.0: flashinfer_fp8_moe's line, held by the replay (bench/replay_bugs.py), not by this lane
+    assert named - {"0.32.0", *RELEASES} <= {"0.29.0"}, sorted(named)
 
 
 def test_torch_targets_resolve_in_the_installed_release() -> None:

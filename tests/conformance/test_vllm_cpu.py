@@ -101,6 +101,7 @@ def _any_params(name: str) -> dict[str, object]:
         "vllm_cpu_int8_moe": dict(isa="neon", activation="silu", dtype="bfloat16"),
         "vllm_cpu_int8_padded_moe": dict(activation="silu", dtype="bfloat16"),
         "flashinfer_trtllm_mxfp8_moe": dict(activation="silu"),
+        "flashinfer_fp8_moe": dict(activation="silu"),
         "vllm_cpu_mxfp4_moe": dict(),
         "vllm_cpu_mxfp4_gpt_oss_moe": dict(),
     }

@@ -176,7 +176,7 @@ def run_audit(args: argparse.Namespace) -> int:
         return fail(problems, sources)
     if not args.contracts:
         # the bundled set: each engine's own contracts (vLLM's are today's default set)
-        contracts = [c for c in contracts if engine_of(c.name) in engines]
+        contracts = [c for c in contracts if engine_of(c) in engines]
     if not contracts:
         return fail([error("LC705", file_span("<command line>"), f"no contracts (*.moe) found in {', '.join(paths)}")])
     report = audit_report(models, tps, contracts)

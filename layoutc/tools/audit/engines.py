@@ -1,15 +1,19 @@
 """``layoutc audit --engine vllm,sglang``: each engine's CPU MoE layout for a model, side by side.
 
-An engine is a set of contracts: vLLM's are every shipped contract but SGLang's (today's
-default audit), SGLang's are the ``sglang_*`` contracts. For the side-by-side table each
-engine's CPU path for the model's checkpoint format is one contract (and variant):
+Which contract is an engine's is read from the contracts' `models` declarations (docs/language.md
+3.2a), never from a table of contract names: SGLang's are the contracts that model an SGLang
+object, vLLM's every other one (today's default audit). For the side-by-side table each engine's
+CPU path for the model's checkpoint format is the engine objects it runs (`ROUTES`, the engines'
+own class names): the contract that models every one of them is that engine's contract for the
+format, and the equalities of its `when` (`isa == amx`) are the variant's fixed values:
 
-| format | vLLM 0.32 | SGLang 0.5.23 |
+| format | vLLM 0.32.0 | SGLang 0.5.23 |
 | --- | --- | --- |
-| unquantized | ``vllm_cpu_grouped_gemm`` (isa=amx) | ``sglang_cpu_moe`` |
-| MXFP4 | ``vllm_cpu_mxfp4_gpt_oss_moe`` (swigluoai), ``vllm_cpu_mxfp4_moe`` | ``sglang_cpu_mxfp4_moe`` |
-| block FP8 [128, 128] | ``marlin_moe_fp8`` (vLLM's block-FP8 TP-shard padding; no CPU contract) | ``sglang_cpu_fp8_moe`` (block=128) |
+| unquantized | ``X86CPUUnquantizedExperts`` (its line's ``when isa == amx``) | ``UnquantizedFusedMoEMethod`` |
+| MXFP4 | ``CPUExpertsMxfp4`` + ``GptOssMxfp4MoEMethod`` (swigluoai) or ``Mxfp4MoEMethod`` | ``Mxfp4MoEMethod`` |
+| block FP8 [128, 128] | ``MarlinExperts`` + ``Fp8MoEMethod`` (vLLM's block-FP8 TP-shard padding; no CPU contract) | ``Fp8MoEMethod`` (block=128) |
 
+The release an engine is held to is the one the chosen contracts declare (`engine_label`).
 Per engine and TP degree it shows the per-rank padded size, the waste (pad fraction of the
 rank's rows, mean over the ranks), which ranks hold how many live checkpoint rows, and the
 bytes of one rank's expert weights and scales over all MoE layers (docs/audit.md, "Engines").
@@ -17,11 +21,13 @@ bytes of one rank's expert weights and scales over all MoE layers (docs/audit.md
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from layoutc.compiler import ir
 from layoutc.compiler.evaluate import EvalError, Value, eval_expr
+from layoutc.runtime.interface import release_key
+from layoutc.runtime.vocab import Op
 from layoutc.tools.audit.costs import cdiv, storage_bytes
 from layoutc.tools.audit.formats import checkpoint_format
 from layoutc.tools.audit.rows import AuditReport, AuditRow
@@ -29,12 +35,25 @@ from layoutc.tools.audit.verdict import _lets
 from layoutc.tools.hfconfig import MoEModelConfig
 
 ENGINES = ("vllm", "sglang")
-ENGINE_NAMES = {"vllm": "vLLM 0.32", "sglang": "SGLang 0.5.23"}
+DISPLAY = {"vllm": "vLLM", "sglang": "SGLang"}
 
 
-def engine_of(contract_name: str) -> str:
-    """Which engine a contract belongs to: ``sglang`` for ``sglang_*``, else ``vllm``."""
-    return "sglang" if contract_name.startswith("sglang_") else "vllm"
+def engine_of(contract: ir.Contract) -> str:
+    """Which engine's audit a contract belongs to, from its `models` lines: ``sglang`` when it
+    models an SGLang object, else ``vllm`` (torch's own kernels included, as today's default)."""
+    return "sglang" if any(m.engine == "sglang" for m in contract.models) else "vllm"
+
+
+def held_releases(engine: str, contracts: Iterable[ir.Contract]) -> tuple[str, ...]:
+    """Every release of ``engine`` the contracts' `models` lines name, sorted as versions."""
+    found = {r for c in contracts for m in c.models if m.engine == engine for r in m.releases}
+    return tuple(sorted(found, key=release_key))
+
+
+def engine_label(engine: str, contracts: Iterable[ir.Contract]) -> str:
+    """``vLLM 0.32.0``: the engine and the release(s) the contracts hold it to (their `models` lines)."""
+    releases = held_releases(engine, contracts)
+    return f"{DISPLAY.get(engine, engine)} {'/'.join(releases) if releases else '(no release declared)'}"
 
 
 def parse_engines(text: str) -> tuple[str, ...]:
@@ -52,33 +71,89 @@ def parse_engines(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-# Each checkpoint format's CPU contract (and the variant's fixed values) per engine, the table
-# above; vLLM's MXFP4 contract depends on the activation (gpt-oss's swigluoai or not).
-FORMAT_CONTRACTS: dict[str, dict[str, tuple[str, dict[str, Value]]]] = {
-    "unquantized": {"vllm": ("vllm_cpu_grouped_gemm", {"isa": "amx"}), "sglang": ("sglang_cpu_moe", {})},
-    "mxfp4": {"vllm": ("vllm_cpu_mxfp4_gpt_oss_moe", {}), "sglang": ("sglang_cpu_mxfp4_moe", {})},
-    "fp8_block128": {"vllm": ("marlin_moe_fp8", {"scheme": "fp8_block128", "scale_dtype": "float32"}),
-                     "sglang": ("sglang_cpu_fp8_moe", {"block": 128})},
+_CPU = "vllm.model_executor.layers.fused_moe.experts.cpu_moe"
+_MXFP4 = "vllm.model_executor.layers.quantization.mxfp4"
+
+
+@dataclass(frozen=True)
+class Route:
+    """An engine's path for a checkpoint format: the engine objects it runs (`models` targets, all
+    of which its contract models), the format's own fixed values (a block size, a scheme), and the
+    model activation it is for (None: any)."""
+
+    targets: tuple[str, ...]
+    fixed: Mapping[str, Value] = field(default_factory=dict)
+    activation: str | None = None
+
+
+# Each checkpoint format's CPU path per engine, by the engine objects it runs (the table above):
+# the first route whose activation matches the model's.
+ROUTES: dict[str, dict[str, tuple[Route, ...]]] = {
+    "unquantized": {"vllm": (Route((f"{_CPU}:X86CPUUnquantizedExperts",)),),
+                    "sglang": (Route(("sglang.srt.layers.quantization.unquant:UnquantizedFusedMoEMethod",)),)},
+    "mxfp4": {"vllm": (Route((f"{_CPU}:CPUExpertsMxfp4", f"{_MXFP4}:GptOssMxfp4MoEMethod"), activation="swigluoai"),
+                       Route((f"{_CPU}:CPUExpertsMxfp4", f"{_MXFP4}:Mxfp4MoEMethod"))),
+              "sglang": (Route(("sglang.srt.layers.quantization.mxfp4:Mxfp4MoEMethod",)),)},
+    "fp8_block128": {"vllm": (Route(("vllm.model_executor.layers.fused_moe.experts.marlin_moe:MarlinExperts",
+                                     "vllm.model_executor.layers.quantization.fp8:Fp8MoEMethod"),
+                                    {"scheme": "fp8_block128", "scale_dtype": "float32"}),),
+                     "sglang": (Route(("sglang.srt.layers.quantization.fp8:Fp8MoEMethod",), {"block": 128}),)},
 }
-_OTHER_NAMES = {"vllm_cpu_mxfp4_moe": "mxfp4"}
 
 
-def engine_contract(engine: str, model: MoEModelConfig) -> tuple[str, dict[str, Value]] | None:
+def _equalities(cond: ir.Expr | None) -> dict[str, Value] | None:
+    """The `param == value` conjuncts of a `when` (None when it is anything else)."""
+    if cond is None:
+        return {}
+    if isinstance(cond, ir.Op) and cond.op is Op.AND:
+        parts = [_equalities(a) for a in cond.args]
+        return None if any(p is None for p in parts) else {k: v for p in parts if p for k, v in p.items()}
+    if isinstance(cond, ir.Op) and cond.op is Op.EQ:
+        ref, const = cond.args
+        if isinstance(ref, ir.Const):
+            ref, const = const, ref
+        if isinstance(ref, ir.Ref) and isinstance(const, ir.Const):
+            return {ref.name: const.value}
+    return None
+
+
+def resolve(engine: str, route: Route, contracts: Iterable[ir.Contract]) -> tuple[str, dict[str, Value]] | None:
+    """The contract among ``contracts`` whose `models` lines name every target of ``route`` for
+    ``engine`` (the first, in the order given), with the variant's fixed values: the route's own,
+    then the equalities of the lines' `when`s; None when no contract models them all."""
+    for contract in contracts:
+        lines = [next((m for m in contract.models if m.engine == engine and m.target == t), None)
+                 for t in route.targets]
+        if not route.targets or any(m is None for m in lines):
+            continue
+        fixed: dict[str, Value] = {}
+        for m in lines:
+            found = _equalities(m.when) if m is not None else {}
+            fixed.update(found or {})
+        fixed.update(route.fixed)
+        return contract.name, fixed
+    return None
+
+
+def engine_contract(engine: str, model: MoEModelConfig,
+                    contracts: Iterable[ir.Contract]) -> tuple[str, dict[str, Value]] | None:
     """The contract (and the variant's fixed values) of ``engine``'s CPU path for the model's format."""
-    key = checkpoint_format(model).key
-    if engine == "vllm" and key == "mxfp4" and model.activation != "swigluoai":
-        return ("vllm_cpu_mxfp4_moe", {})
-    return FORMAT_CONTRACTS.get(key, {}).get(engine)
+    routes = ROUTES.get(checkpoint_format(model).key, {}).get(engine, ())
+    route = next((r for r in routes if r.activation in (None, model.activation)), None)
+    return None if route is None else resolve(engine, route, list(contracts))
 
 
-def counterpart(contract_name: str, engine: str) -> tuple[str, dict[str, Value]] | None:
-    """``engine``'s CPU contract for the checkpoint format that ``contract_name`` serves, from
-    FORMAT_CONTRACTS (``sglang_cpu_moe`` -> ``vllm_cpu_grouped_gemm`` with isa=amx); None for a
-    contract of no listed format."""
-    for key, by_engine in FORMAT_CONTRACTS.items():
-        names = {name for name, _ in by_engine.values()}
-        if contract_name in names or _OTHER_NAMES.get(contract_name) == key:
-            return by_engine.get(engine)
+def counterpart(contract: ir.Contract, engine: str,
+                contracts: Iterable[ir.Contract]) -> tuple[str, dict[str, Value]] | None:
+    """``engine``'s CPU contract for the checkpoint format that ``contract`` serves (the format one
+    of whose routes it models: SGLang's unquantized contract -> vLLM's that models
+    ``X86CPUUnquantizedExperts``, with isa=amx);
+    None for a contract of no listed format, or when no contract in ``contracts`` models it."""
+    pool = list(contracts)
+    for by_engine in ROUTES.values():
+        serves = any(resolve(e, r, [contract]) is not None for e, routes in by_engine.items() for r in routes)
+        if serves and by_engine.get(engine):
+            return resolve(engine, by_engine[engine][0], pool)
     return None
 
 
@@ -96,6 +171,7 @@ class EngineRow:
     live_rows: tuple[int, ...]
     pad_fraction: float | None
     rank_bytes: int | None
+    held: str = ""  # the engine and the release its contracts declare (`engine_label`): "vLLM 0.32.0"
 
     def live_text(self) -> str:
         """``ranks 0-6: 384, rank 7: 192``: runs of ranks holding the same number of live rows."""
@@ -170,18 +246,19 @@ def engine_rows(report: AuditReport, contracts: Sequence[ir.Contract], engines: 
     for label, model in report.models:
         for tp in tps:
             for engine in engines:
-                chosen = engine_contract(engine, model)
+                chosen = engine_contract(engine, model, contracts)
                 row = None if chosen is None or chosen[0] not in by_name else _pick(report.rows, label, *chosen, tp)
                 if chosen is None or row is None:
                     out.append(EngineRow(label, engine, chosen[0] if chosen else "-", tp, False,
-                                         f"no {ENGINE_NAMES[engine]} contract for {checkpoint_format(model).label}",
-                                         None, (), None, None))
+                                         f"no {engine_label(engine, contracts)} contract for "
+                                         f"{checkpoint_format(model).label}", None, (), None, None,
+                                         engine_label(engine, contracts)))
                     continue
-                out.append(_engine_row(label, engine, by_name[row.contract], row))
+                out.append(_engine_row(label, engine, by_name[row.contract], row, engine_label(engine, contracts)))
     return out
 
 
-def _engine_row(label: str, engine: str, contract: ir.Contract, row: AuditRow) -> EngineRow:
+def _engine_row(label: str, engine: str, contract: ir.Contract, row: AuditRow, held: str) -> EngineRow:
     config = {k: v for k, v in row.params.items() if not isinstance(v, float)}
     config["tp_size"] = row.tp_size
     try:
@@ -205,4 +282,4 @@ def _engine_row(label: str, engine: str, contract: ir.Contract, row: AuditRow) -
     if memory is not None:
         memory *= row.num_moe_layers
     return EngineRow(label, engine, contract.name, row.tp_size, row.admitted, row.reason, padded, live, waste,
-                     memory)
+                     memory, held)

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from layoutc.tools.audit.engines import ENGINE_NAMES, EngineRow
+from layoutc.tools.audit.engines import DISPLAY, EngineRow
 from layoutc.tools.audit.ep import EpSection, Topology, tp_fast_path
 from layoutc.tools.audit.formats import checkpoint_format
 from layoutc.tools.audit.rows import AuditReport, AuditRow
@@ -136,7 +136,16 @@ def render_text(report: AuditReport, engines: Sequence[EngineRow] | None = None,
         out.append(ENGINE_LEGEND)
     if ep is not None:
         out.append(EP_LEGEND)
+    if report.held:
+        out.append(held_line(report))
     return "\n".join(out) + "\n"
+
+
+def held_line(report: AuditReport) -> str:
+    """``models (the contracts' `models` declarations): vllm 0.32.0, torch 2.13.0``: every engine
+    release the audited contracts model, as their `models` lines name them."""
+    return "models (the contracts' `models` declarations): " + ", ".join(
+        f"{engine} {'/'.join(releases)}" for engine, releases in report.held)
 
 
 EP_LEGEND = """\
@@ -202,7 +211,7 @@ engines (--engine):
 
 def _engine_cells(e: EngineRow) -> tuple[str, ...]:
     verdict = "yes" if e.admitted else f"NO: {e.reason}"
-    return (ENGINE_NAMES[e.engine], e.contract, str(e.tp_size), _size(e.per_rank_padded), _pct(e.pad_fraction, 100),
+    return (e.held or DISPLAY.get(e.engine, e.engine), e.contract, str(e.tp_size), _size(e.per_rank_padded), _pct(e.pad_fraction, 100),
             e.live_text() if e.live_rows else "-", _human_bytes(e.rank_bytes), verdict)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from layoutc.compiler import ir
 from layoutc.compiler.evaluate import Value
+from layoutc.runtime.interface import release_key
 from layoutc.tools.audit.formats import checkpoint_format, takes
 from layoutc.tools.audit.params import (
     SWIGLU_PARAMS,
@@ -60,7 +61,10 @@ def audit_report(models: Models, tps: Sequence[int], contracts: Sequence[ir.Cont
                 skipped.append(Skipped(label, model.name, prep.contract.name, taken))
                 continue
             rows.extend(_audit_pair(label, model, prep, model_values(model, taken), tps, skipped))
-    return AuditReport(tuple(rows), tuple(skipped), tuple(entries))
+    engines = list(dict.fromkeys(m.engine for c in contracts for m in c.models))
+    held = tuple((e, tuple(sorted({r for c in contracts for m in c.models if m.engine == e for r in m.releases},
+                                  key=release_key))) for e in engines)
+    return AuditReport(tuple(rows), tuple(skipped), tuple(entries), held)
 
 
 def audit(models: Models, tps: Sequence[int], contracts: Sequence[ir.Contract]) -> list[AuditRow]:

@@ -85,8 +85,11 @@ class Skipped:
 
 @dataclass(frozen=True)
 class AuditReport:
-    """Every row and skipped pair of one audit, and the models in the order they were given."""
+    """Every row and skipped pair of one audit, and the models in the order they were given;
+    held: (engine, its releases) that the audited contracts' `models` lines name, in first-seen
+    order (the releases sorted as versions): the releases the audit holds each engine to."""
 
     rows: tuple[AuditRow, ...]
     skipped: tuple[Skipped, ...]
     models: tuple[tuple[str, MoEModelConfig], ...] = ()
+    held: tuple[tuple[str, tuple[str, ...]], ...] = ()

@@ -79,7 +79,7 @@ def clamp_limits(cfg: Mapping[str, Any], layer: int) -> dict[str, float]:
     swiglu_alpha and the shared-only keys (a key LR142 refuses unless taken out). `run`'s
     scaled inputs must reach past the largest of these (reference.input_reach): a clamp the
     inputs never reach cannot show that one side computes it and the other does not.
-    cfg: the parsed MoE settings' dict (`ModelMoE.text_config`)."""
+    cfg: the parsed MoE settings' dict (`MoEModelConfig.text_config`)."""
     found: dict[str, float] = {}
     for key, value in cfg.items():
         named = key in LIMIT_KEYS
@@ -97,7 +97,7 @@ def check_activation(moe: Any, mod: Any, contract: str, layers: list[int]) -> No
     """Hold the family's activation settings (config.json, `clamp_settings`) of every layer in
     `layers` to the contract's glue, before anything is loaded.
 
-    moe: `describe()`'s ModelMoE (its activation name and config dict `text_config`); mod: the
+    moe: `describe()`'s MoEModelConfig (its activation name and config dict `text_config`); mod: the
     generated module (its LAYOUT's kernel glue). Raises RunError LR142 naming the key when the
     glue's activation `moe.activation` does not declare the key's constant at the config's
     value (thousandths), or the key is one layoutc cannot read. A module without a glue, or a

@@ -29,15 +29,18 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Collection
-from dataclasses import dataclass, fields, replace
+from dataclasses import fields, replace
 from typing import Any
 
 from layoutc.runtime.algebra import Word
 from layoutc.runtime.vocab import ACTIVATIONS as VOCAB_ACTIVATIONS
 from layoutc.runtime.vocab import HF_ACTIVATIONS
+from layoutc.tools.checkpoints.checkpoint_format import CheckpointFormat
 from layoutc.tools.checkpoints.errors import FormatError
 from layoutc.tools.checkpoints.families import GENERIC_KEYS, moe_layers_by_rule, swiglu_values
 from layoutc.tools.checkpoints.families import MOE_LAYER_RULES as RULES
+from layoutc.tools.checkpoints.header import read_json_object
+from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 
 #: The row layouts a fused gate/up checkpoint tensor may have (the loader's source layouts).
 GATE_UP_LAYOUTS = (Word.HALVES.value, Word.INTERLEAVE.value)
@@ -51,112 +54,6 @@ MAX_LAYERS = 100_000
 #: A config's `hidden_act` -> the contract activation: the gated ones of vocab.HF_ACTIVATIONS
 #: (a checkpoint family's experts compute act(gate) * up).
 ACTIVATIONS = {hf: name for hf, name in HF_ACTIVATIONS.items() if VOCAB_ACTIVATIONS[name].gated}
-
-
-@dataclass(frozen=True)
-class CheckpointFormat:
-    """How one family stores its routed experts (see the module docstring).
-
-    model_type: config.json's `model_type` this applies to.
-    source: where each fact below comes from (file and class in transformers).
-    text_config: the MoE settings live under config["text_config"] (multimodal wrappers).
-    layer_prefix: name prefix of decoder layer `{layer}`, e.g. "model.layers.{layer}.".
-    experts: prefix of the experts module inside a layer, e.g. "mlp.experts.".
-    fused: one tensor holds every expert ([E, ...]); else one tensor per expert.
-    gate / up / down: per-expert names (with `{e}`), or the fused names (gate_up, down).
-    gate_up_layout: rows of a fused gate/up tensor, a layout word: `halves` ([gate | up]) or `interleave` (pairs).
-    transposed / down_transposed: the w13 / w2 source stores `[in, out]` (`x @ W`).
-    gate_up_bias / down_bias: bias names (None: no biases).
-    router / router_bias: the router's weight (and bias) relative to the layer prefix.
-    num_hidden_layers / hidden_size / num_experts / intermediate_size / top_k / activation:
-    config keys (the first present wins); a dotted key reads a sub-object
-    ("ffn_config.moe_num_experts"; an activation object's "ffn_act_fn.name").
-    moe_layers: which layers are MoE: an explicit tuple of layer indices; "tensors" (the
-    layers whose expert tensors the checkpoint holds); or a rule over config keys: "all",
-    "decoder_sparse_step" (Qwen: every step-th layer, minus `mlp_only_layers`),
-    "first_k_dense_replace" (DeepSeek, with `moe_layer_freq`), "enable_moe_block"
-    (Gemma-4), "moe_layers" (Llama-4's list), "moe_layer_interval" (ERNIE-4.5:
-    `(i + 1) % moe_layer_interval == 0` within `moe_layer_start_index`..`moe_layer_end_index`),
-    "expert_layer_period" (Jamba: `i % expert_layer_period == expert_layer_offset`) or
-    "num_dense_layers" (LFM2-MoE: the first `num_dense_layers` are dense).
-    experts_flattened: a fused tensor stacks the experts along its rows (`[E * rows, cols]`,
-    DBRX) instead of a leading experts axis. A fused format names either one gate_up
-    tensor, or separate fused gate and up tensors (DBRX's w1 and v1).
-    routing: "softmax_topk" (softmax, top-k, renormalised when the config's
-    `norm_topk_prob` is true or absent-and-`renormalize`), "topk_softmax" (gpt-oss: top-k
-    logits, softmax over them), "sigmoid_topk" (Llama-4).
-    renormalize: default of norm_topk_prob when the config lacks it.
-    shared_expert: prefix of a shared (dense) expert inside the layer, or None.
-    swiglu: (alpha key, limit key) for swigluoai, read from config.json.
-    swiglu_defaults: (alpha, limit) where config.json leaves a swiglu key out (gpt-oss: 1.702 and
-    7.0, transformers GptOssConfig's swiglu_alpha / swiglu_limit defaults, read by GptOssExperts).
-    experts_class: transformers' module class holding the routed experts ("module:Class"),
-    or None when its forward does not take (hidden, top_k_index, top_k_weights).
-    router_weight: where the routing weight multiplies: "output" (each expert's output,
-    the default) or "input" (each expert's input, Llama-4; vLLM's apply_router_weight_on_input).
-    """
-
-    model_type: str
-    source: str
-    layer_prefix: str
-    experts: str
-    fused: bool
-    gate: str | None
-    up: str | None
-    down: str
-    gate_up: str | None = None
-    gate_up_layout: str = Word.HALVES.value
-    transposed: bool = False
-    down_transposed: bool = False
-    gate_up_bias: str | None = None
-    down_bias: str | None = None
-    router: str = "mlp.gate.weight"
-    router_bias: str | None = None
-    text_config: bool = False
-    num_hidden_layers: tuple[str, ...] = ("num_hidden_layers",)
-    hidden_size: tuple[str, ...] = ("hidden_size",)
-    num_experts: tuple[str, ...] = ("num_experts",)
-    intermediate_size: tuple[str, ...] = ("moe_intermediate_size",)
-    top_k: tuple[str, ...] = ("num_experts_per_tok",)
-    activation: tuple[str, ...] = ("hidden_act",)
-    fixed_activation: str | None = None
-    moe_layers: str | tuple[int, ...] = "all"
-    experts_flattened: bool = False
-    routing: str = "softmax_topk"
-    renormalize: bool = True
-    shared_expert: str | None = None
-    swiglu: tuple[str, str] | None = None
-    swiglu_defaults: tuple[float, float] | None = None
-    experts_class: str | None = None
-    router_weight: str = "output"
-
-    def names(self, layer: int, expert: int | None = None) -> dict[str, str]:
-        """Full tensor names of layer `layer` by role: w13 parts ("gate", "up" or
-        "gate_up"), "down", and biases ("gate_up_bias", "down_bias") when declared."""
-        base = self.layer_prefix.format(layer=layer) + self.experts
-        out: dict[str, str] = {}
-        if self.fused and self.gate_up:
-            out["gate_up"] = base + self.gate_up
-            out["down"] = base + self.down
-        elif self.fused:  # separate fused gate and up tensors (DBRX's w1, v1)
-            out["gate"] = base + str(self.gate)
-            out["up"] = base + str(self.up)
-            out["down"] = base + self.down
-        else:
-            assert expert is not None and self.gate is not None and self.up is not None
-            out["gate"] = base + self.gate.format(e=expert)
-            out["up"] = base + self.up.format(e=expert)
-            out["down"] = base + self.down.format(e=expert)
-        if self.gate_up_bias is not None:
-            out["gate_up_bias"] = base + self.gate_up_bias.format(e=expert)
-        if self.down_bias is not None:
-            out["down_bias"] = base + self.down_bias.format(e=expert)
-        return out
-
-    def router_names(self, layer: int) -> tuple[str, str | None]:
-        """`layer`'s router weight name and its bias name (None when the format declares none)."""
-        base = self.layer_prefix.format(layer=layer)
-        return base + self.router, (base + self.router_bias) if self.router_bias else None
 
 
 _TF = "transformers 5.19 models/"
@@ -275,23 +172,6 @@ def swiglu_params(config: dict[str, Any]) -> tuple[float, float] | None:
     return alpha, limit
 
 
-@dataclass(frozen=True)
-class ModelMoE:
-    """What a checkpoint's config.json says about its routed experts (via its format)."""
-
-    format: CheckpointFormat
-    num_experts: int
-    hidden_size: int
-    intermediate_size: int
-    top_k: int
-    activation: str  # a contract activation name: silu, gelu, gelu_tanh, swigluoai
-    moe_layers: tuple[int, ...]
-    norm_topk_prob: bool
-    swiglu_alpha: float | None
-    swiglu_limit: float | None
-    text_config: dict[str, Any]
-
-
 def _lookup(cfg: dict[str, Any], key: str) -> Any:
     value: Any = cfg
     for part in key.split("."):
@@ -317,8 +197,9 @@ def _int(value: Any, what: str) -> int:
 
 
 def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None,
-             tensor_names: Collection[str] | None = None) -> ModelMoE:
-    """The routed-expert settings of a parsed config.json.
+             tensor_names: Collection[str] | None = None) -> MoEModelConfig:
+    """The routed-expert settings of a parsed config.json, by its family's own keys (`layoutc
+    run`'s reader; layoutc.tools.checkpoints.moeconfig says what it fills and what it leaves).
 
     fmt: a user-declared format; None looks up FORMATS by config["model_type"].
     tensor_names: the checkpoint's tensor names, for a format whose moe_layers is "tensors"
@@ -342,10 +223,12 @@ def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None,
         raise FormatError("LR102", f"config.json: num_hidden_layers is {layers} (at most {MAX_LAYERS}, "
                           "as layoutc audit)")
     experts = _int(_get(cfg, fmt.num_experts, "number of routed experts", mt), "num_experts")
-    if fmt.fixed_activation is not None:
+    if fmt.fixed_activation is not None:  # hidden_act: as written where the config states one (gpt-oss: silu)
         activation = fmt.fixed_activation
+        written = next((v for k in fmt.activation if isinstance(v := _lookup(cfg, k), str)), None)
+        hidden_act = written if written is not None else activation
     else:
-        act = str(_get(cfg, fmt.activation, "activation", mt))
+        act = hidden_act = str(_get(cfg, fmt.activation, "activation", mt))
         if act not in ACTIVATIONS:
             raise FormatError("LR102", f"config.json activation {act!r} has no contract activation; "
                               f"known: {', '.join(sorted(ACTIVATIONS))}")
@@ -360,13 +243,18 @@ def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None,
     if top_k > experts:  # transformers' topk would fail after building the model
         raise FormatError("LR102", f"config.json: {fmt.top_k[0]} is {top_k}, more experts per token than the "
                           f"{experts} routed experts")
-    return ModelMoE(
-        format=fmt, num_experts=experts,
+    name = config.get("_name_or_path")
+    dtype = next((v for v in (cfg.get("torch_dtype"), cfg.get("dtype"), config.get("torch_dtype"),
+                              config.get("dtype")) if isinstance(v, str)), None)
+    return MoEModelConfig(
+        name=name if isinstance(name, str) and name else mt, num_experts=experts,
         hidden_size=_int(_get(cfg, fmt.hidden_size, "hidden size", mt), "hidden_size"),
         intermediate_size=_int(_get(cfg, fmt.intermediate_size, "expert intermediate size", mt),
                                "intermediate_size"),
-        top_k=top_k,
-        activation=activation, moe_layers=_moe_layers(fmt, cfg, layers, tensor_names),
+        num_experts_per_tok=top_k, num_hidden_layers=layers,
+        moe_layers=_moe_layers(fmt, cfg, layers, tensor_names),
+        hidden_act=hidden_act, activation=activation, dtype=dtype,
+        is_gated=VOCAB_ACTIVATIONS[activation].gated, format=fmt,
         norm_topk_prob=fmt.renormalize if norm is None else norm,
         swiglu_alpha=alpha, swiglu_limit=limit, text_config=cfg,
     )
@@ -416,8 +304,6 @@ def load_format_file(path: str) -> CheckpointFormat:
     64 levels: layoutc.tools.checkpoints.header.read_json_object). Raises FormatError LR103
     on an unreadable file or JSON, unknown or missing keys, or bad values.
     """
-    from layoutc.tools.checkpoints.header import read_json_object
-
     data = read_json_object(path, "LR103", "a JSON format")
     known = {f.name for f in fields(CheckpointFormat)}
     unknown = sorted(set(data) - known)

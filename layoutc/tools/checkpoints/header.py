@@ -4,7 +4,7 @@
 `--format-file` through the same bounded reader as contracts and audit's configs
 (`layoutc.compiler.safeio.read_bounded`: a regular file only, never blocking on a FIFO or
 a device, at most `MAX_JSON_BYTES`), refuses JSON nested deeper than 64 levels or holding
-integers of more than 30 digits (layoutc.tools.hfconfig.reading), and raises FormatError
+integers of more than 30 digits (layoutc.tools.checkpoints.jsonread), and raises FormatError
 with the caller's code naming the file.
 
 `read_header(path)` parses a safetensors file's header (8-byte little-endian length, then
@@ -25,7 +25,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from layoutc.tools.checkpoints.errors import FormatError
+from layoutc.tools.checkpoints.errors import FormatError, ModelConfigError
+from layoutc.tools.checkpoints.jsonread import parse_json
 
 MAX_JSON_BYTES = 16 << 20  # config.json and index files are well under 1 MiB
 MAX_HEADER_BYTES = 100 << 20  # safetensors' own limit on a header
@@ -71,8 +72,6 @@ def read_json_object(path: str, code: str, what: str) -> dict[str, Any]:
     nested over 64 levels, an over-long integer, invalid JSON, or not an object.
     """
     from layoutc.compiler.safeio import ReadError, read_bounded
-    from layoutc.tools.hfconfig.jsonread import parse_json
-    from layoutc.tools.hfconfig.model import ModelConfigError
 
     try:
         raw = read_bounded(path, MAX_JSON_BYTES)

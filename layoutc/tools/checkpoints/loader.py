@@ -17,7 +17,8 @@ from typing import Any
 from layoutc.runtime.algebra import Word
 from layoutc.runtime.errors import LayoutContractError
 from layoutc.runtime.interface import KernelEntry, ModuleLayout, TensorEntry
-from layoutc.tools.checkpoints.formats import FormatError, ModelMoE
+from layoutc.tools.checkpoints.formats import FormatError
+from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 from layoutc.tools.checkpoints.reader import Checkpoint
 from layoutc.tools.contract_module import (
     MissingTensorError,
@@ -47,7 +48,7 @@ def _layout(mod: ModuleType) -> ModuleLayout:
         raise FormatError("LR120", str(exc)) from None
 
 
-def _bias_tensors(layout: ModuleLayout, moe: ModelMoE) -> tuple[TensorEntry, TensorEntry]:
+def _bias_tensors(layout: ModuleLayout, moe: MoEModelConfig) -> tuple[TensorEntry, TensorEntry]:
     """The contract's `bias w13` and `bias w2`; FormatError LR120 when it declares none."""
     why = f", but format {moe.format.model_type!r} has expert biases ({moe.format.gate_up_bias})"
     try:
@@ -64,7 +65,7 @@ def _kernel(layout: ModuleLayout) -> KernelEntry:
         raise FormatError("LR120", str(exc)) from None
 
 
-def load_layer_rank(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType, plan: Any,
+def load_layer_rank(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, mod: ModuleType, plan: Any,
                     rank: int) -> RankWeights:
     """Rank `rank`'s padded w13, w2 (and biases when the format declares them) of `layer`.
 
@@ -102,7 +103,7 @@ def load_layer_rank(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType
     return out
 
 
-def load_layer_experts(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType, plan: Any, rank: int,
+def load_layer_experts(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, mod: ModuleType, plan: Any, rank: int,
                        held: list[int]) -> RankWeights:
     """Rank `rank`'s padded w13, w2 (and biases) of `layer` holding only the experts `held`.
 
@@ -157,7 +158,7 @@ def load_layer_experts(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleT
     return out
 
 
-def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: ModuleType, plan: Any,
+def load_layer_rank_packed(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, mod: ModuleType, plan: Any,
                            rank: int, *, chunk_experts: int = 4) -> tuple[Any, Any, RankWeights]:
     """Rank `rank`'s prepacked (w13, w2) of `layer`, built `chunk_experts` experts at a time.
 
@@ -230,7 +231,7 @@ def load_layer_rank_packed(ckpt: Checkpoint, moe: ModelMoE, layer: int, mod: Mod
     return packed_type("w13", config, full13), packed_type("w2", config, full2), biases
 
 
-def _load_biases(ckpt: Checkpoint, moe: ModelMoE, layer: int, layout: ModuleLayout, plan: Any, rank: int,
+def _load_biases(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, layout: ModuleLayout, plan: Any, rank: int,
                  out: RankWeights) -> None:
     """Fill `out`'s allocated biases from a fused format's gate_up / down biases (the module's
     `bias w2` loader gives the row-parallel bias to rank 0 only)."""

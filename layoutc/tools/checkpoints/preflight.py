@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from layoutc.tools.checkpoints.formats import FormatError, ModelMoE
+from layoutc.tools.checkpoints.formats import FormatError
 from layoutc.tools.checkpoints.header import FLOAT_NAMES
+from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 
 
-def expected_shapes(moe: ModelMoE, layer: int) -> dict[str, tuple[int, ...]]:
+def expected_shapes(moe: MoEModelConfig, layer: int) -> dict[str, tuple[int, ...]]:
     """Each routed-expert tensor of `layer` the format names -> the shape it must have."""
     fmt, e, i, h = moe.format, moe.num_experts, moe.intermediate_size, moe.hidden_size
 
@@ -53,7 +54,7 @@ def expected_shapes(moe: ModelMoE, layer: int) -> dict[str, tuple[int, ...]]:
     return want
 
 
-def check_experts(ckpt: Any, moe: ModelMoE, layers: list[int]) -> dict[str, str]:
+def check_experts(ckpt: Any, moe: MoEModelConfig, layers: list[int]) -> dict[str, str]:
     """Every expert tensor of `layers` against its expected shape, from the headers.
 
     Returns name -> safetensors dtype ("BF16", ...). Raises FormatError LR112 for an
@@ -121,7 +122,7 @@ def run_dtype(ckpt: Any, dtypes: dict[str, str], requested: str | None) -> tuple
     return FLOAT_NAMES[stored], None
 
 
-def check_finite(ckpt: Any, moe: ModelMoE, layer: int) -> None:
+def check_finite(ckpt: Any, moe: MoEModelConfig, layer: int) -> None:
     """FormatError LR114 naming the first expert or router tensor of `layer` that holds a NaN
     or an infinity (read one expert at a time, so memory stays one expert's weights)."""
     import torch

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from layoutc.runtime.algebra import Word
-from layoutc.tools.checkpoints.formats import ModelMoE
+from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 from layoutc.tools.checkpoints.reader import Checkpoint
 
 #: Child names of a sparse-MoE block's router in transformers 5.19 (`gate`: Qwen, Mixtral,
@@ -51,7 +51,7 @@ ROUTER_CHILDREN = ("gate", "router")
 DECODER_STACKS = ("layers", "blocks")
 
 
-def route(ckpt: Checkpoint, moe: ModelMoE, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def route(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The family's declared routing (`CheckpointFormat.routing`) from the router weight of `layer`.
 
     x: [T, H] hidden states (any float dtype; computed in float32).
@@ -63,7 +63,7 @@ def route(ckpt: Checkpoint, moe: ModelMoE, layer: int, x: torch.Tensor) -> tuple
     logits = x.to(torch.float32) @ w.T
     if bname is not None:
         logits = logits + ckpt.tensor(bname).to(torch.float32)
-    k = moe.top_k
+    k = moe.num_experts_per_tok
     if moe.format.routing == "topk_softmax":
         vals, ids = torch.topk(logits, k, dim=-1)
         weights = torch.softmax(vals, dim=-1)
@@ -78,7 +78,7 @@ def route(ckpt: Checkpoint, moe: ModelMoE, layer: int, x: torch.Tensor) -> tuple
     return weights.contiguous(), ids.to(torch.int32).contiguous()
 
 
-def _full_w13_w2(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> dict[str, torch.Tensor]:
+def _full_w13_w2(ckpt: Checkpoint, moe: MoEModelConfig, layer: int) -> dict[str, torch.Tensor]:
     """transformers' in-memory layout: gate_up_proj [E, 2I, H] ([gate | up]) and down_proj [E, H, I],
     or for transposed formats [E, H, 2I] / [E, I, H]; float32."""
     fmt = moe.format
@@ -143,7 +143,7 @@ def input_reach(x: torch.Tensor, gate_up: torch.Tensor, transposed: bool, cfg: A
     """The scale that brings x's median |gate/up pre-activation| over every expert to the target:
     max(REACH, CLAMP_MARGIN * the largest clamp limit `cfg` states for `layer`) (at least 1).
     x: [T, H]; gate_up: float [E, 2I, H] (or [E, H, 2I] where `transposed`); cfg: the MoE
-    settings' dict (`ModelMoE.text_config`; None: no clamp). The scale only chooses inputs; it is
+    settings' dict (`MoEModelConfig.text_config`; None: no clamp). The scale only chooses inputs; it is
     never part of a verdict."""
     from layoutc.tools.checkpoints.activation import clamp_limits
 
@@ -163,13 +163,13 @@ def reach_scale(x: torch.Tensor, gate_up: torch.Tensor, transposed: bool) -> flo
     return input_reach(x, gate_up, transposed).scale
 
 
-def layer_gate_up(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> torch.Tensor:
+def layer_gate_up(ckpt: Checkpoint, moe: MoEModelConfig, layer: int) -> torch.Tensor:
     """The layer's gate/up weights read through the declared format (float32, `_full_w13_w2`), for
     `reach_scale` only."""
     return _full_w13_w2(ckpt, moe, layer)["gate_up_proj"]
 
 
-def transformers_experts(ckpt: Checkpoint, moe: ModelMoE, layer: int) -> torch.nn.Module | None:
+def transformers_experts(ckpt: Checkpoint, moe: MoEModelConfig, layer: int) -> torch.nn.Module | None:
     """transformers' experts module of this family (`CheckpointFormat.experts_class`, e.g.
     transformers/models/qwen3_moe/modeling_qwen3_moe.py Qwen3MoeExperts) with the layer's
     weights read *through the declared format* (float32): not independent of the declaration.
@@ -244,7 +244,7 @@ def _input_weighted(experts: Callable[[torch.Tensor, torch.Tensor, torch.Tensor]
     return out
 
 
-def _act(gate: torch.Tensor, up: torch.Tensor, moe: ModelMoE) -> torch.Tensor:
+def _act(gate: torch.Tensor, up: torch.Tensor, moe: MoEModelConfig) -> torch.Tensor:
     if moe.activation == "silu":
         return F.silu(gate) * up
     if moe.activation == "gelu":
@@ -256,7 +256,7 @@ def _act(gate: torch.Tensor, up: torch.Tensor, moe: ModelMoE) -> torch.Tensor:
     return (up.clamp(-limit, limit) + 1) * g * torch.sigmoid(alpha * g)
 
 
-def loop_reference(ckpt: Checkpoint, moe: ModelMoE, layer: int, x: torch.Tensor, weights: torch.Tensor,
+def loop_reference(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, x: torch.Tensor, weights: torch.Tensor,
                    ids: torch.Tensor) -> torch.Tensor:
     """A float32 per-expert loop over the layer's weights read through the *declared* format
     (no transformers, no layoutc runtime), weighting where the format's `router_weight` says.
@@ -502,12 +502,12 @@ def _generic(entry: OracleLayer) -> str:
     return entry.path.replace(f"layers.{entry.layer}.", "layers.N.", 1)
 
 
-def _declared_routing(moe: ModelMoE) -> str:
+def _declared_routing(moe: MoEModelConfig) -> str:
     return (f"declared {moe.format.routing} (route(), the checkpoint's router weight), weight on the "
             f"experts' {moe.format.router_weight}")
 
 
-def reference(ckpt: Checkpoint, moe: ModelMoE, layer: int, x: torch.Tensor, *, use_transformers: bool = True,
+def reference(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, x: torch.Tensor, *, use_transformers: bool = True,
               oracle: Oracle | None = None, why_no_oracle: str = "") -> Reference:
     """The reference of `layer` on hidden states x [T, H] (any float dtype), float32.
 

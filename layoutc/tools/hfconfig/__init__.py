@@ -46,13 +46,18 @@ nested deeper than :data:`MAX_JSON_DEPTH` and integers longer than
 
 The modules: ``reading`` (files, bundled names, the bounds), ``keys`` (each family's
 spellings and the scopes they are looked in), ``parse`` (the sizes, the activation,
-SwiGLU), ``layers`` (MoE layer counting), ``quantization`` (``quantization_config``),
-``model`` (the result and the error). Only the standard library is imported.
+SwiGLU), ``layers`` (MoE layer counting), ``quantization`` (``quantization_config``). The
+result, :class:`MoEModelConfig`, is the record ``layoutc run``'s reader returns too, and lives
+below both readers (``layoutc.tools.checkpoints.moeconfig``), as do the error
+(``checkpoints.errors``) and the bounded JSON parser (``checkpoints.jsonread``), so the
+checkpoint tools never import this package. Only the standard library is imported.
 """
 
 from __future__ import annotations
 
-from layoutc.tools.hfconfig.jsonread import MAX_INT_DIGITS, MAX_JSON_DEPTH
+from layoutc.tools.checkpoints.errors import ModelConfigError
+from layoutc.tools.checkpoints.jsonread import MAX_INT_DIGITS, MAX_JSON_DEPTH
+from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 from layoutc.tools.hfconfig.keys import (
     DTYPE_ALIASES,
     GPT_OSS_SWIGLU_ALPHA,
@@ -63,7 +68,6 @@ from layoutc.tools.hfconfig.keys import (
     NUM_EXPERTS_PER_TOK_ALIASES,
     NUM_HIDDEN_LAYERS_ALIASES,
 )
-from layoutc.tools.hfconfig.model import ModelConfigError, MoEModelConfig
 from layoutc.tools.hfconfig.parse import MAX_LAYERS, parse_model_config
 from layoutc.tools.hfconfig.reading import MAX_CONFIG_BYTES, bundled_model_names, load_model_config
 

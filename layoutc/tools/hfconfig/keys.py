@@ -16,8 +16,8 @@ from typing import Any
 
 from layoutc.runtime.vocab import ACTIVATIONS as VOCAB_ACTIVATIONS
 from layoutc.runtime.vocab import HF_ACTIVATIONS
+from layoutc.tools.checkpoints.errors import ModelConfigError
 from layoutc.tools.checkpoints.formats import FORMATS, GENERIC
-from layoutc.tools.hfconfig.model import ModelConfigError
 
 # Sub-configs searched before the top level, innermost first.
 SUBCONFIG_KEYS: tuple[str, ...] = (

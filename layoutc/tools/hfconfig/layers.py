@@ -17,20 +17,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from layoutc.tools.checkpoints.errors import ModelConfigError
 from layoutc.tools.hfconfig.keys import Scopes
-from layoutc.tools.hfconfig.model import ModelConfigError
 
 
-def _merged(scopes: Scopes) -> dict[str, Any]:
-    """One dict of every scope's non-null keys, the innermost scope winning (Scopes.find's order)."""
+def merged_scopes(scopes: Scopes) -> dict[str, Any]:
+    """One dict of every scope's non-null keys, the innermost scope winning (Scopes.find's order):
+    the layer rules' input, and the settings dict of the model-config record (`text_config`)."""
     out: dict[str, Any] = {}
     for _, scope in reversed(scopes.entries):
         out.update({k: v for k, v in scope.items() if v is not None})
     return out
 
 
-def count_moe_layers(scopes: Scopes, num_hidden_layers: int) -> int:
-    """Layers holding routed experts, by the family table (the module docstring).
+def moe_layers(scopes: Scopes, num_hidden_layers: int) -> tuple[int, ...]:
+    """The indices of the layers holding routed experts, ascending, by the family table (the
+    module docstring).
 
     Records the rule or key used as ``scopes.used["num_moe_layers"]``. Raises
     ModelConfigError (naming the config) on a pattern of the wrong length or type, or a bad
@@ -54,11 +56,11 @@ def count_moe_layers(scopes: Scopes, num_hidden_layers: int) -> int:
             scopes.used["num_moe_layers"] = (f"every layer (num_hidden_layers; {rule})"
                                              if len(layers) == num_hidden_layers
                                              else f"{len(layers)} of num_hidden_layers by {rule}")
-            return len(layers)
-        layers, how = generic_moe_layers(_merged(scopes), num_hidden_layers)
+            return tuple(layers)
+        layers, how = generic_moe_layers(merged_scopes(scopes), num_hidden_layers)
     except FormatError as exc:
         message = str(exc).split(": ", 2)[-1]
         raise ModelConfigError(f"{scopes.source}: {message}", source=scopes.source,
                                field="num_moe_layers") from None
     scopes.used["num_moe_layers"] = how
-    return len(layers)
+    return tuple(layers)

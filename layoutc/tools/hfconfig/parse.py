@@ -1,6 +1,6 @@
 """Reduce a parsed ``config.json`` to a :class:`MoEModelConfig`: sizes, activation, dtype, SwiGLU.
 
-The MoE layer count is ``layers.count_moe_layers``; the quantization settings are
+The MoE layers are ``layers.moe_layers``; the quantization settings are
 ``quantization.read_quantization``. Every field's origin is recorded in ``sources``.
 """
 
@@ -10,6 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from layoutc.tools.checkpoints.errors import ModelConfigError
+from layoutc.tools.checkpoints.formats import FORMATS, GENERIC
+from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 from layoutc.tools.hfconfig.keys import (
     ACTIVATIONS,
     DTYPE_ALIASES,
@@ -26,8 +29,7 @@ from layoutc.tools.hfconfig.keys import (
     is_gpt_oss,
     model_type,
 )
-from layoutc.tools.hfconfig.layers import count_moe_layers
-from layoutc.tools.hfconfig.model import ModelConfigError, MoEModelConfig
+from layoutc.tools.hfconfig.layers import merged_scopes, moe_layers
 from layoutc.tools.hfconfig.quantization import read_quantization
 
 MAX_LAYERS = 100_000  # decoder depth; layers are counted one by one
@@ -52,12 +54,15 @@ def parse_model_config(
     scopes = Scopes(raw, source)
     sizes = _read_sizes(scopes)
     hidden_act, activation = _read_activation(scopes)
-    num_moe_layers = count_moe_layers(scopes, sizes.num_hidden_layers)
+    layers = moe_layers(scopes, sizes.num_hidden_layers)
     quant = read_quantization(raw, expert_modules=sizes.num_hidden_layers * sizes.num_experts, source=source)
     if quant.where is not None:
         scopes.used["quant_method"] = quant.where
     dtype_found = scopes.find(DTYPE_ALIASES, "dtype")
     swiglu_limit, swiglu_alpha = _read_swiglu(scopes, activation)
+    settings = merged_scopes(scopes)
+    # where the config does not say: the family's default (Qwen2-MoE: false), else the generic one
+    default_norm = FORMATS.get(str(raw.get("model_type")), GENERIC).renormalize
     name = raw.get("_name_or_path")
     if not isinstance(name, str) or not name:
         name = default_name or source
@@ -68,15 +73,18 @@ def parse_model_config(
         num_experts=sizes.num_experts,
         num_experts_per_tok=sizes.num_experts_per_tok,
         num_hidden_layers=sizes.num_hidden_layers,
-        num_moe_layers=num_moe_layers,
+        moe_layers=layers,
         hidden_act=hidden_act,
         activation=activation,
         dtype=str(dtype_found[1]) if dtype_found else None,
+        is_gated=activation not in NON_GATED,
+        format=GENERIC,
+        norm_topk_prob=norm if isinstance(norm := settings.get("norm_topk_prob"), bool) else default_norm,
+        text_config=settings,
         group_size=quant.group_size,
         act_order=quant.act_order,
         block_size=quant.block_size,
         quant_method=quant.quant_method,
-        is_gated=activation not in NON_GATED,
         bits=quant.bits,
         swiglu_limit=swiglu_limit,
         swiglu_alpha=swiglu_alpha,

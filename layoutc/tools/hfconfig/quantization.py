@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from layoutc.tools.checkpoints.errors import ModelConfigError
 from layoutc.tools.checkpoints.formats import FormatError
 from layoutc.tools.checkpoints.quant.config import read_quantization as read_scheme
 from layoutc.tools.checkpoints.quant.scheme import QuantScheme
-from layoutc.tools.hfconfig.model import ModelConfigError
 
 #: Where config.json keeps ``quantization_config``, in the order the reader looks.
 _SCOPES = ((), ("text_config",))

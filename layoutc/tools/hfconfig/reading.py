@@ -15,8 +15,9 @@ import os
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from layoutc.tools.hfconfig.jsonread import parse_json
-from layoutc.tools.hfconfig.model import ModelConfigError, MoEModelConfig
+from layoutc.tools.checkpoints.errors import ModelConfigError
+from layoutc.tools.checkpoints.jsonread import parse_json
+from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 from layoutc.tools.hfconfig.parse import parse_model_config
 
 MAX_CONFIG_BYTES = 8 << 20  # real config.json files are well under 1 MiB

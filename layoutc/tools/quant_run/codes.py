@@ -27,9 +27,10 @@ from dataclasses import dataclass
 
 import torch
 
-from layoutc.tools.checkpoints.formats import FormatError, ModelMoE
+from layoutc.tools.checkpoints.formats import FormatError
+from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 from layoutc.tools.checkpoints.quant import scheme as S
-from layoutc.tools.checkpoints.quant.dequant import unpack
+from layoutc.tools.checkpoints.quant.unpack import unpack
 from layoutc.tools.checkpoints.quant.validate import check_g_idx, weight_extents
 from layoutc.tools.checkpoints.reader import Checkpoint
 
@@ -115,7 +116,7 @@ def projection_codes(scheme: S.QuantScheme, stored: dict[str, torch.Tensor], nam
     return ProjectionCodes(codes.contiguous(), scale.contiguous(), ((8 - z) * scale).contiguous(), perm)
 
 
-def expert_codes(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: int, expert: int) -> ExpertCodes:
+def expert_codes(ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layer: int, expert: int) -> ExpertCodes:
     """gate, up and down of `expert` in `layer`, read from the checkpoint (per-expert GPTQ / AWQ modules).
 
     With act-order on down, gate's and up's rows follow down's column order. Raises FormatError

@@ -28,7 +28,7 @@ import re
 import tempfile
 from typing import Any
 
-from layoutc.tools.checkpoints.formats import ModelMoE
+from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 from layoutc.tools.checkpoints.quant import scheme as S
 from layoutc.tools.checkpoints.reader import Checkpoint
 from layoutc.tools.checkpoints.reference import Oracle
@@ -43,7 +43,9 @@ PER_TENSOR_HOW = (
 )
 
 
-def independent_oracle(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layers: list[int]) -> tuple[Oracle, str]:
+def independent_oracle(
+    ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layers: list[int]
+) -> tuple[Oracle, str]:
     """(transformers' blocks of `layers`, how the weights were dequantized). The Oracle's
     `missing` says why a layer has none (never raises for that). Raises FormatError (LR112,
     LR153-LR157) for a quantized module the dequantizer refuses."""

@@ -41,7 +41,7 @@ from layoutc.compiler import evaluate, ir
 from layoutc.runtime import vocab
 from layoutc.runtime.algebra import Word
 from layoutc.runtime.numformats import CODES, DECODERS
-from layoutc.tools.checkpoints.formats import ModelMoE
+from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 from layoutc.tools.checkpoints.quant import scheme as S
 from layoutc.tools.checkpoints.reader import Checkpoint
 from layoutc.tools.runplan import RunError
@@ -124,7 +124,7 @@ def _load_ir(path: str, text: str) -> ir.Contract:
     return contract
 
 
-def plan_values(layout: Any, moe: ModelMoE, scheme: S.QuantScheme, tp: int, dtype: str,
+def plan_values(layout: Any, moe: MoEModelConfig, scheme: S.QuantScheme, tp: int, dtype: str,
                 stored_scale_dtype: str | None) -> dict[str, Any]:
     """The `plan()` arguments for this layer and scheme. `dtype` is the model dtype; a contract
     whose dtype domain lacks it (Marlin: float16 / bfloat16) stores its scales in the dtype the
@@ -179,7 +179,7 @@ def check_holds(contract: ir.Contract, scheme: S.QuantScheme) -> None:
 # ---- the checkpoint's stored tensors, per expert and role -------------------------------------
 
 
-def expert_sources(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: int
+def expert_sources(ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layer: int
                    ) -> dict[tuple[str, str], list[torch.Tensor]]:
     """The stored tensors of `layer`, by (projection role "gate" / "up" / "down", scheme role),
     one per expert, in the checkpoint's own dtype and dims. A fused gpt-oss tensor [E, 2I, ...]
@@ -465,14 +465,14 @@ def decode_rank(loaded: Loaded, scheme: S.QuantScheme) -> RankWeights:
 # ---- a layer's rows ------------------------------------------------------------------------------
 
 
-def reference_layer(mod: Any, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: int, tp: int,
+def reference_layer(mod: Any, ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layer: int, tp: int,
                     dtype: str, x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, use_transformers: bool,
                     sources: dict[tuple[str, str], list[torch.Tensor]]) -> tuple[torch.Tensor, Any, str, float, float]:
     """All ranks of one layer through `mod`'s loaders, decoded and run through the reference,
     summed in float32: (output [T, H], plan, reference name, slowest rank's load + decode
     seconds, slowest rank's reference seconds). Raises the module's LayoutContractError when the contract refuses
     the plan, RunError LR160-LR164."""
-    from layoutc.tools.quant_run.runner import reference_output
+    from layoutc.tools.quant_run.experts_ref import reference_output
     from layoutc.tools.runplan import module_layout
 
     layout = module_layout(mod)

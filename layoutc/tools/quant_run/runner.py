@@ -32,8 +32,8 @@ routed output and its own routing, as the unquantized path (checkpoints/referenc
 int4pack / int8pack); a reference-only row, or one compared with the family's experts class
 or a float32 loop over the declared format (no transformers block), is "unchecked" and exits 1.
 The family's activation clamps are held to the kernel's glue first (LR142), and the tokens are
-run.py's `run_inputs` (half of them scaled past every clamp config.json states). Tolerance: TOLERANCE
-of layoutc/tools/run.py on ||out - ref|| / ||ref||, the larger of the two halves
+runcompare.py's `run_inputs` (half of them scaled past every clamp config.json states). Tolerance: TOLERANCE
+of layoutc/tools/runcompare.py on ||out - ref|| / ||ref||, the larger of the two halves
 (docs/verification.md, "Quantized checkpoints").
 """
 
@@ -46,10 +46,10 @@ import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from layoutc.runtime.algebra import Word
-from layoutc.tools.checkpoints.formats import ModelMoE
+from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 from layoutc.tools.checkpoints.quant import scheme as S
 from layoutc.tools.checkpoints.reader import Checkpoint
+from layoutc.tools.quant_run.experts_ref import reference_output
 from layoutc.tools.runplan import RunError
 
 #: The contract whose generated loaders and glue run GPTQ / AWQ int4 here.
@@ -77,7 +77,7 @@ class QuantRow:
     declared format. kernel_ran: a real kernel computed the kernel side (int4pack / int8pack),
     not a reference of the declared format (reference-only rows). ok: all three. result:
     "ok", "MISMATCH" or "unchecked: ..." in words. input_scale: the second half of the tokens
-    is the first times this (layoutc/tools/run.py run_inputs); input_reach: what that half reaches
+    is the first times this (layoutc/tools/runcompare.py run_inputs); input_reach: what that half reaches
     (the median |gate/up pre-activation| and the clamp limit it was chosen against).
     """
 
@@ -108,7 +108,7 @@ def row_result(matched: bool, independent: bool, kernel_ran: bool, why_not: str)
     return "ok" if independent and kernel_ran else f"unchecked: {why_not}"
 
 
-def model_dtype(ckpt: Checkpoint, moe: ModelMoE, layer: int, requested: str | None) -> str:
+def model_dtype(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, requested: str | None) -> str:
     """--dtype, else the dtype the checkpoint stores the layer's router in (bfloat16 / float16 / float32).
     RunError LR102 for any other."""
     if requested:
@@ -120,7 +120,7 @@ def model_dtype(ckpt: Checkpoint, moe: ModelMoE, layer: int, requested: str | No
     return _ST_DTYPES[stored]
 
 
-def dequantized(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: int) -> dict[str, Any]:
+def dequantized(ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layer: int) -> dict[str, Any]:
     """The layer's float32 gate_up_proj [E, 2I, H] ([gate | up]) and down_proj [E, H, I], dequantized
     by checkpoints/quant/dequant.py: per-expert modules, or gpt-oss's fused tensors (gate_up's
     interleaved rows split into gate = even, up = odd), with the family's biases
@@ -156,97 +156,7 @@ def dequantized(ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: i
     return {"gate_up_proj": torch.cat([torch.stack(gates), torch.stack(ups)], dim=1), "down_proj": torch.stack(downs)}
 
 
-DEQUANTIZER = "the independent dequantizer (checkpoints/quant/dequant.py)"
-
-
-def reference_output(ckpt: Checkpoint, moe: ModelMoE, params: dict[str, Any], x: Any, weights: Any, ids: Any,
-                     use_transformers: bool, source: str = DEQUANTIZER) -> tuple[Any, str]:
-    """(float32 [T, H] routed output, its name): transformers' experts module of the family filled
-    with `params` (built at `moe`'s intermediate size, so a rank's padded shapes run through it
-    too), or a float32 loop (no experts class, a parameter it has no place for, or
-    --no-transformers). params: gate_up_proj [E, 2I, H] ([gate | up]), down_proj [E, H, I],
-    optionally gate_up_proj_bias [E, 2I] and down_proj_bias [E, H] (float32); source: what
-    `params` were decoded by, for the name."""
-    import torch
-
-    from layoutc.tools.checkpoints.reference import _act, transformers_forward
-
-    module = _experts_module(ckpt, moe, params) if use_transformers else None
-    if module is not None:
-        return (transformers_forward(module, x, weights, ids),
-                f"transformers {type(module).__name__} over {source}")
-    out = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32)
-    gu_bias, down_bias = params.get("gate_up_proj_bias"), params.get("down_proj_bias")
-    for e in torch.unique(ids).tolist():
-        tok, slot = (ids == e).nonzero(as_tuple=True)
-        h = x[tok].to(torch.float32) @ params["gate_up_proj"][e].T
-        if gu_bias is not None:
-            h = h + gu_bias[e]
-        gate, up = h.chunk(2, dim=-1)
-        y = _act(gate, up, moe) @ params["down_proj"][e].T
-        if down_bias is not None:
-            y = y + down_bias[e]
-        out.index_add_(0, tok, y * weights[tok, slot, None].to(torch.float32))
-    return out, f"a float32 loop over {source}"
-
-
-def _module_layout(moe: ModelMoE, name: str, value: Any) -> Any:
-    """A [gate | up] / [out, in] parameter in the family's own layout: gate_up's rows interleaved
-    (gate, up) pairs where the format says `interleave`, weights [in, out] where it says
-    `transposed` (gpt-oss: gate_up_proj [E, H, 2I], down_proj [E, I, H])."""
-    import torch
-
-    fmt = moe.format
-    if name.startswith("gate_up") and fmt.gate_up_layout == Word.INTERLEAVE.value:
-        gate, up = value.chunk(2, dim=1)
-        value = torch.stack([gate, up], dim=2).flatten(1, 2)
-    if name in ("gate_up_proj", "down_proj") and (fmt.transposed if name == "gate_up_proj" else fmt.down_transposed):
-        value = value.transpose(1, 2)
-    return value
-
-
-def _experts_module(ckpt: Checkpoint, moe: ModelMoE, params: dict[str, Any]) -> Any:
-    """transformers' experts class of the family with `params` copied in (in the family's layout,
-    `_module_layout`), built at `moe`'s intermediate size; None without one, or where a
-    parameter has no place in it."""
-    import importlib
-
-    import torch
-
-    if moe.format.experts_class is None:
-        return None
-    try:
-        import transformers
-        modname, cls_name = moe.format.experts_class.split(":")
-        cls = getattr(importlib.import_module(f"transformers.models.{modname}"), cls_name)
-        config = transformers.AutoConfig.from_pretrained(ckpt.folder)
-    except (ImportError, AttributeError, ValueError, KeyError, OSError):
-        return None
-    if moe.format.text_config:
-        config = config.get_text_config()
-    for key in moe.format.intermediate_size:  # a rank's (padded) intermediate size, not the model's
-        if "." not in key and hasattr(config, key):
-            setattr(config, key, moe.intermediate_size)
-    if hasattr(config, "hidden_size") and moe.hidden_size != config.hidden_size:
-        return None
-    config.quantization_config = None
-    if hasattr(config, "_experts_implementation"):
-        config._experts_implementation = "eager"
-    module = cls(config).to(torch.float32)
-    with torch.no_grad():
-        for name, value in params.items():
-            target = getattr(module, name, None)
-            value = _module_layout(moe, name, value)
-            if target is None or tuple(target.shape) != tuple(value.shape):
-                return None
-            target.copy_(value)
-    for name, _ in module.named_parameters():
-        if name not in params:  # e.g. gpt-oss's biases where the caller gave none
-            return None
-    return module.eval()
-
-
-def _int4_plan(layout: Any, moe: ModelMoE, scheme: S.QuantScheme, tp: int, dtype: str) -> Any:
+def _int4_plan(layout: Any, moe: MoEModelConfig, scheme: S.QuantScheme, tp: int, dtype: str) -> Any:
     """The contract's plan for this layer at TP degree `tp` (the module's LayoutContractError on a refusal)."""
     values = {"num_experts": moe.num_experts, "hidden_size": moe.hidden_size,
               "intermediate_size": moe.intermediate_size, "tp_size": tp, "group_size": scheme.group_size,
@@ -254,7 +164,7 @@ def _int4_plan(layout: Any, moe: ModelMoE, scheme: S.QuantScheme, tp: int, dtype
     return layout.plan(**layout.plan_arguments(values))
 
 
-def int4_layer(mod: Any, experts: list[Any], moe: ModelMoE, scheme: S.QuantScheme, tp: int, dtype: str,
+def int4_layer(mod: Any, experts: list[Any], moe: MoEModelConfig, scheme: S.QuantScheme, tp: int, dtype: str,
                x: Any, weights: Any, ids: Any) -> tuple[Any, Any, float, float]:
     """All ranks of one layer on the int4pack kernel, summed in `dtype`: (output [T, H], plan,
     slowest rank's load + pack seconds, slowest rank's forward seconds)."""
@@ -288,7 +198,7 @@ def _sum_ranks(tp: int, load: Any, forward: Any) -> tuple[Any, float, float]:
     return total, load_s, kernel_s
 
 
-def int8_layer(mod: Any, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme, layer: int, tp: int, dtype: str,
+def int8_layer(mod: Any, ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layer: int, tp: int, dtype: str,
                x: Any, weights: Any, ids: Any) -> tuple[Any, Any, float, float]:
     """All ranks of one GPTQ int8 layer on the int8pack kernel, summed in `dtype`: (output [T, H],
     plan, slowest rank's load + pack seconds, slowest rank's forward seconds). Raises RunError
@@ -312,7 +222,7 @@ def int8_layer(mod: Any, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme,
     return total, plan, load_s, kernel_s
 
 
-def reference_ranks(params: dict[str, Any], moe: ModelMoE, scheme: S.QuantScheme, tp: int, x: Any, weights: Any,
+def reference_ranks(params: dict[str, Any], moe: MoEModelConfig, scheme: S.QuantScheme, tp: int, x: Any, weights: Any,
                     ids: Any, ckpt: Checkpoint, use_transformers: bool) -> Any:
     """No contract declares the method (per-channel / per-tensor FP8): each rank's even slice
     of the dequantized intermediate (vLLM's split) through the reference, summed in float32.
@@ -423,7 +333,7 @@ def _routes(args: argparse.Namespace, scheme: S.QuantScheme) -> list[_Route]:
     return routes
 
 
-def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, scheme: S.QuantScheme,
+def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme,
                   layers: list[int], tps: list[int]) -> int:
     """The rows of every layer and TP degree, printed; 0 when all matched, 1 on a mismatch or a
     refused degree (every route's refusal: the contract's LayoutContractError, or RunError
@@ -438,7 +348,7 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: ModelMoE, sch
     from layoutc.tools.quant_run import padded
     from layoutc.tools.quant_run.codes import expert_codes
     from layoutc.tools.quant_run.oracle import independent_oracle
-    from layoutc.tools.run import TOLERANCE, halves_error, run_inputs
+    from layoutc.tools.runcompare import TOLERANCE, halves_error, run_inputs
 
     for layer in layers:
         validate(scheme, ckpt, layer, moe)
@@ -539,7 +449,7 @@ def int8pack_name() -> str:
     return FORWARD_OP
 
 
-def _print(args: argparse.Namespace, moe: ModelMoE, scheme: S.QuantScheme, dtype: str, rows: list[QuantRow],
+def _print(args: argparse.Namespace, moe: MoEModelConfig, scheme: S.QuantScheme, dtype: str, rows: list[QuantRow],
            refused: list[str]) -> int:
     """Print the rows (text or JSON); 0 when every row is ok (matched, independent, a real
     kernel) and nothing was refused, else 1."""
@@ -562,7 +472,7 @@ def _print(args: argparse.Namespace, moe: ModelMoE, scheme: S.QuantScheme, dtype
               f"{r.load_ms:>9.1f}  {'yes' if r.independent else 'no':>5} {'yes' if r.kernel_ran else 'no':>6}  "
               f"{r.result} | {r.kernel} | {r.reference}")
     if rows:
-        from layoutc.tools.run import reach_words
+        from layoutc.tools.runcompare import reach_words
 
         print(f"inputs: seeded N(0, 1) hidden states, and the same scaled: {reach_words(rows)}; the larger error "
               "of the two halves")

@@ -17,9 +17,15 @@ wrong byte count; LR155 a g_idx out of range (or not k // group_size without act
 LR156 an E8M0 scale byte 255 (NaN); LR157 the config disagrees with the tensors (dtype,
 bit width, unquantized tensors); LR158 a scheme whose layout the family's format cannot hold;
 LR166 GPTQ qzeros other than the symmetric constant where the config says sym: true.
+
+The package re-exports the schemes only (scheme.py, which imports nothing of the checkpoint
+tools but the format type and the error): a module that names a `QuantScheme` (the model-config
+record, layoutc.tools.checkpoints.moeconfig) imports this package, and the config reader and the
+validator import the format table above it, so re-exporting them here would close an import
+circle. Import them from their modules: `quant.config.read_quantization`,
+`quant.config.find_quantization_config`, `quant.validate.validate`.
 """
 
-from layoutc.tools.checkpoints.quant.config import find_quantization_config, read_quantization
 from layoutc.tools.checkpoints.quant.scheme import (
     AWQ_ORDER,
     Dim,
@@ -34,7 +40,6 @@ from layoutc.tools.checkpoints.quant.scheme import (
     projection_extents,
     tensor_names,
 )
-from layoutc.tools.checkpoints.quant.validate import validate
 
-__all__ = ["AWQ_ORDER", "Dim", "Packing", "QuantScheme", "TensorSpec", "awq", "find_quantization_config", "fp8",
-           "gptq", "mxfp4", "nvfp4", "projection_extents", "read_quantization", "tensor_names", "validate"]
+__all__ = ["AWQ_ORDER", "Dim", "Packing", "QuantScheme", "TensorSpec", "awq", "fp8", "gptq", "mxfp4", "nvfp4",
+           "projection_extents", "tensor_names"]

@@ -39,7 +39,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from layoutc.tools.checkpoints.formats import CheckpointFormat, FormatError
+from layoutc.tools.checkpoints.checkpoint_format import CheckpointFormat
+from layoutc.tools.checkpoints.errors import FormatError
 
 AXES = ("out", "in")
 ROLES = ("weight", "scale", "zero", "g_idx", "input_scale", "global_scale")

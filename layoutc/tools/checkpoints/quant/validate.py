@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from layoutc.tools.checkpoints.formats import FormatError, ModelMoE, describe
+from layoutc.tools.checkpoints.formats import FormatError, describe
+from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 from layoutc.tools.checkpoints.quant import scheme as S
 from layoutc.tools.checkpoints.reader import Checkpoint
 
@@ -119,7 +120,7 @@ def weight_extents(scheme: S.QuantScheme, shape: tuple[int, ...], name: str = "w
     return extents
 
 
-def validate(scheme: S.QuantScheme, ckpt: Checkpoint, layer: int, moe: ModelMoE | None = None) -> None:
+def validate(scheme: S.QuantScheme, ckpt: Checkpoint, layer: int, moe: MoEModelConfig | None = None) -> None:
     """Every quantized expert tensor of `layer` against `scheme`, for the model's extents.
 
     moe: the config's routed-expert settings (None: `describe(ckpt.config)`).
@@ -210,7 +211,7 @@ def check_sym_qzeros(scheme: S.QuantScheme, spec: S.TensorSpec, name: str, qzero
     Raises FormatError LR166 naming the tensor, the first other slot, its value and the config key.
     Source: vLLM 0.32 auto_gptq.py AutoGPTQConfig.TYPE_MAP ((bits, sym true) -> uint4b8 / uint8b128, whose
     zero is the type's fixed bias); GPTQModel's v1 / v2 checkpoint formats (z - 1 / z in qzeros)."""
-    from layoutc.tools.checkpoints.quant.dequant import unpack
+    from layoutc.tools.checkpoints.quant.unpack import unpack  # torch: validate imports without it
 
     want = scheme.sym_qzero
     assert want is not None and spec.packing is not None

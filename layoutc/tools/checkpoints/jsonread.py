@@ -2,7 +2,7 @@
 nest at most MAX_JSON_DEPTH deep, hold integers of at most MAX_INT_DIGITS digits and no more
 values than max_json_items allows for their size (so the parsed objects stay within a few
 times the text); else ModelConfigError naming the source. Used by hfconfig.reading and
-checkpoints.header (a leaf: it imports nothing of the tools but the error).
+checkpoints.header (a leaf: it imports nothing of the tools but the error, checkpoints.errors).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from layoutc.tools.hfconfig.model import ModelConfigError
+from layoutc.tools.checkpoints.errors import ModelConfigError
 
 MAX_JSON_DEPTH = 64  # real configs nest 3 to 5 levels
 MAX_INT_DIGITS = 30  # sizes are below 2^62; a longer literal is not a size

@@ -1,0 +1,118 @@
+"""`CheckpointFormat`: how one model family stores its routed experts in a safetensors
+checkpoint (layoutc.tools.checkpoints.formats declares one per `model_type` in `FORMATS`, and
+reads a user's from JSON). Alone in its module, below everything that names a format: the
+quantized schemes (quant/scheme.py), the model-config record (moeconfig.py) and the format
+table itself, so none of them imports another to name the type. Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from layoutc.runtime.algebra import Word
+
+
+@dataclass(frozen=True)
+class CheckpointFormat:
+    """How one family stores its routed experts (see layoutc.tools.checkpoints.formats' module docstring).
+
+    model_type: config.json's `model_type` this applies to.
+    source: where each fact below comes from (file and class in transformers).
+    text_config: the MoE settings live under config["text_config"] (multimodal wrappers).
+    layer_prefix: name prefix of decoder layer `{layer}`, e.g. "model.layers.{layer}.".
+    experts: prefix of the experts module inside a layer, e.g. "mlp.experts.".
+    fused: one tensor holds every expert ([E, ...]); else one tensor per expert.
+    gate / up / down: per-expert names (with `{e}`), or the fused names (gate_up, down).
+    gate_up_layout: rows of a fused gate/up tensor, a layout word: `halves` ([gate | up]) or `interleave` (pairs).
+    transposed / down_transposed: the w13 / w2 source stores `[in, out]` (`x @ W`).
+    gate_up_bias / down_bias: bias names (None: no biases).
+    router / router_bias: the router's weight (and bias) relative to the layer prefix.
+    num_hidden_layers / hidden_size / num_experts / intermediate_size / top_k / activation:
+    config keys (the first present wins); a dotted key reads a sub-object
+    ("ffn_config.moe_num_experts"; an activation object's "ffn_act_fn.name").
+    moe_layers: which layers are MoE: an explicit tuple of layer indices; "tensors" (the
+    layers whose expert tensors the checkpoint holds); or a rule over config keys: "all",
+    "decoder_sparse_step" (Qwen: every step-th layer, minus `mlp_only_layers`),
+    "first_k_dense_replace" (DeepSeek, with `moe_layer_freq`), "enable_moe_block"
+    (Gemma-4), "moe_layers" (Llama-4's list), "moe_layer_interval" (ERNIE-4.5:
+    `(i + 1) % moe_layer_interval == 0` within `moe_layer_start_index`..`moe_layer_end_index`),
+    "expert_layer_period" (Jamba: `i % expert_layer_period == expert_layer_offset`) or
+    "num_dense_layers" (LFM2-MoE: the first `num_dense_layers` are dense).
+    experts_flattened: a fused tensor stacks the experts along its rows (`[E * rows, cols]`,
+    DBRX) instead of a leading experts axis. A fused format names either one gate_up
+    tensor, or separate fused gate and up tensors (DBRX's w1 and v1).
+    routing: "softmax_topk" (softmax, top-k, renormalised when the config's
+    `norm_topk_prob` is true or absent-and-`renormalize`), "topk_softmax" (gpt-oss: top-k
+    logits, softmax over them), "sigmoid_topk" (Llama-4).
+    renormalize: default of norm_topk_prob when the config lacks it.
+    shared_expert: prefix of a shared (dense) expert inside the layer, or None.
+    swiglu: (alpha key, limit key) for swigluoai, read from config.json.
+    swiglu_defaults: (alpha, limit) where config.json leaves a swiglu key out (gpt-oss: 1.702 and
+    7.0, transformers GptOssConfig's swiglu_alpha / swiglu_limit defaults, read by GptOssExperts).
+    experts_class: transformers' module class holding the routed experts ("module:Class"),
+    or None when its forward does not take (hidden, top_k_index, top_k_weights).
+    router_weight: where the routing weight multiplies: "output" (each expert's output,
+    the default) or "input" (each expert's input, Llama-4; vLLM's apply_router_weight_on_input).
+    """
+
+    model_type: str
+    source: str
+    layer_prefix: str
+    experts: str
+    fused: bool
+    gate: str | None
+    up: str | None
+    down: str
+    gate_up: str | None = None
+    gate_up_layout: str = Word.HALVES.value
+    transposed: bool = False
+    down_transposed: bool = False
+    gate_up_bias: str | None = None
+    down_bias: str | None = None
+    router: str = "mlp.gate.weight"
+    router_bias: str | None = None
+    text_config: bool = False
+    num_hidden_layers: tuple[str, ...] = ("num_hidden_layers",)
+    hidden_size: tuple[str, ...] = ("hidden_size",)
+    num_experts: tuple[str, ...] = ("num_experts",)
+    intermediate_size: tuple[str, ...] = ("moe_intermediate_size",)
+    top_k: tuple[str, ...] = ("num_experts_per_tok",)
+    activation: tuple[str, ...] = ("hidden_act",)
+    fixed_activation: str | None = None
+    moe_layers: str | tuple[int, ...] = "all"
+    experts_flattened: bool = False
+    routing: str = "softmax_topk"
+    renormalize: bool = True
+    shared_expert: str | None = None
+    swiglu: tuple[str, str] | None = None
+    swiglu_defaults: tuple[float, float] | None = None
+    experts_class: str | None = None
+    router_weight: str = "output"
+
+    def names(self, layer: int, expert: int | None = None) -> dict[str, str]:
+        """Full tensor names of layer `layer` by role: w13 parts ("gate", "up" or
+        "gate_up"), "down", and biases ("gate_up_bias", "down_bias") when declared."""
+        base = self.layer_prefix.format(layer=layer) + self.experts
+        out: dict[str, str] = {}
+        if self.fused and self.gate_up:
+            out["gate_up"] = base + self.gate_up
+            out["down"] = base + self.down
+        elif self.fused:  # separate fused gate and up tensors (DBRX's w1, v1)
+            out["gate"] = base + str(self.gate)
+            out["up"] = base + str(self.up)
+            out["down"] = base + self.down
+        else:
+            assert expert is not None and self.gate is not None and self.up is not None
+            out["gate"] = base + self.gate.format(e=expert)
+            out["up"] = base + self.up.format(e=expert)
+            out["down"] = base + self.down.format(e=expert)
+        if self.gate_up_bias is not None:
+            out["gate_up_bias"] = base + self.gate_up_bias.format(e=expert)
+        if self.down_bias is not None:
+            out["down_bias"] = base + self.down_bias.format(e=expert)
+        return out
+
+    def router_names(self, layer: int) -> tuple[str, str | None]:
+        """`layer`'s router weight name and its bias name (None when the format declares none)."""
+        base = self.layer_prefix.format(layer=layer)
+        return base + self.router, (base + self.router_bias) if self.router_bias else None
