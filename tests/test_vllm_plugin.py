@@ -295,10 +295,12 @@ def _quantized_layer(name: str, experts_cls: type):  # type: ignore[no-untyped-d
 @pytest.mark.parametrize("mode", ["check", "replace"])
 def test_every_moe_layer_is_held_or_named(cpu_moe, mode: str) -> None:  # type: ignore[no-untyped-def]
     """A model with one unquantized layer (held by the hook, vLLM's real method) and three quantized
-    layers (vLLM's CPUExpertsFp8 twice, which no contract models, and CPUExpertsInt8 once, which
+    layers (vLLM's CPUExpertsFp8 twice, which no contract models, and ArmCPUExpertsInt8 once, which
     vllm_cpu_int8_moe models but whose repacked weights the plugin does not hold yet): the three are
     named with their class and why they are not held; the summary counts them by class; strict mode
-    refuses to start. (ZenCPUExpertsInt8 stood for the unmodelled class until vllm_zen_cpu_int8_moe.)"""
+    refuses to start. (ZenCPUExpertsInt8 stood for the unmodelled class until vllm_zen_cpu_int8_moe, then
+    CPUExpertsInt8 until the plugin held it before its repack; a CPUExpertsInt8 layer the hook did not
+    see is named as such.)"""
     from collections import Counter
 
     import torch
@@ -313,7 +315,7 @@ def test_every_moe_layer_is_held_or_named(cpu_moe, mode: str) -> None:  # type: 
     object.__setattr__(method, "moe_kernel", SimpleNamespace(fused_experts=ex))
     object.__setattr__(held, "quant_method", method)
     model.add_module("held", held)
-    for i, cls in enumerate((cpu_moe.CPUExpertsFp8, cpu_moe.CPUExpertsFp8, cpu_moe.CPUExpertsInt8)):
+    for i, cls in enumerate((cpu_moe.CPUExpertsFp8, cpu_moe.CPUExpertsFp8, cpu_moe.ArmCPUExpertsInt8)):
         model.add_module(f"q{i}", _quantized_layer(f"model.layers.{i + 1}.mlp.experts", cls))
     model.add_module("dense", torch.nn.Linear(2, 2))  # not a MoE layer: not counted
     assert survey.not_held(model, hook._STATE["held"])[0].vllm_class == "cpu_moe.CPUUnquantizedExperts"
@@ -322,15 +324,17 @@ def test_every_moe_layer_is_held_or_named(cpu_moe, mode: str) -> None:  # type: 
     assert [(m.layer, m.vllm_class) for m in missed] == [
         ("model.layers.1.mlp.experts", "cpu_moe.CPUExpertsFp8"),
         ("model.layers.2.mlp.experts", "cpu_moe.CPUExpertsFp8"),
-        ("model.layers.3.mlp.experts", "cpu_moe.CPUExpertsInt8")], missed
+        ("model.layers.3.mlp.experts", "cpu_moe.ArmCPUExpertsInt8")], missed
     assert missed[0].reason == "no contract models this class"
     assert missed[2].reason == "contract vllm_cpu_int8_moe models this class, but the plugin does not hook it yet"
-    assert survey.by_class(missed) == "CPUExpertsFp8 x2, CPUExpertsInt8 x1"
+    assert survey.reason(cpu_moe.CPUExpertsInt8) == (
+        "contract vllm_cpu_int8_moe models this class, but the plugin's hook did not run on this layer")
+    assert survey.by_class(missed) == "ArmCPUExpertsInt8 x1, CPUExpertsFp8 x2"
     assert survey.report(missed) == [
         "layoutc: 2 MoE layers not held (model.layers.1.mlp.experts, model.layers.2.mlp.experts): vLLM class "
         "CPUExpertsFp8 (cpu_moe.CPUExpertsFp8): no contract models this class",
-        "layoutc: 1 MoE layer not held (model.layers.3.mlp.experts): vLLM class CPUExpertsInt8 "
-        "(cpu_moe.CPUExpertsInt8): contract vllm_cpu_int8_moe models this class, but the plugin does not hook it yet"]
+        "layoutc: 1 MoE layer not held (model.layers.3.mlp.experts): vLLM class ArmCPUExpertsInt8 "
+        "(cpu_moe.ArmCPUExpertsInt8): contract vllm_cpu_int8_moe models this class, but the plugin does not hook it yet"]
     hook._summary(Counter(hook.handled()), 0.0, missed)  # not strict: reported, the engine goes on
     hook.uninstall()
     hook.install(mode, strict=True)
@@ -341,7 +345,7 @@ def test_every_moe_layer_is_held_or_named(cpu_moe, mode: str) -> None:  # type: 
         message
     assert ("are not held by a contract: 2 MoE layers not held (model.layers.1.mlp.experts, model.layers.2.mlp.experts)"
             ": vLLM class CPUExpertsFp8 (cpu_moe.CPUExpertsFp8): no contract models this class; 1 MoE layer "
-            "not held (model.layers.3.mlp.experts): vLLM class CPUExpertsInt8") in message, message
+            "not held (model.layers.3.mlp.experts): vLLM class ArmCPUExpertsInt8") in message, message
     hook._summary(Counter({"vllm_cpu_grouped_gemm": 1}), 0.0, [])  # strict, every layer held: starts
 
 

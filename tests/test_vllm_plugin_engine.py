@@ -403,3 +403,49 @@ def test_a_w8a8_checkpoint_is_checked_and_planted_bugs_are_refused(tmp_path: Pat
         assert text.startswith("layoutc: layer model.layers.0.block_sparse_moe.experts: "), (kind, text)
         for needle in needles:
             assert needle in text, (kind, needle, text)
+
+
+AMX_INT8 = "vllm_cpu_int8_moe"
+
+
+def _amx_tiles() -> str | None:
+    """None where the CPU has AMX tiles (vLLM's own test: CPUExpertsInt8._supports_current_device asks
+    `torch.cpu._is_amx_tile_supported()`; Linux lists the `amx_tile` flag in /proc/cpuinfo), else why not."""
+    import torch
+
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    if torch.cpu._is_amx_tile_supported() and "amx_tile" in flags.split():
+        return None
+    return ("CPUExpertsInt8 needs AMX tiles (ISA amx, the /proc/cpuinfo flag amx_tile); this CPU has none "
+            f"(torch.cpu._is_amx_tile_supported() = {torch.cpu._is_amx_tile_supported()}); "
+            "tests/test_vllm_plugin_amx_int8.py holds vLLM's method with the op stood in")
+
+
+def test_cpu_int8_amx_engine_is_held(tmp_path: Path) -> None:
+    """Issue 43 item 2, where the CPU has AMX tiles: a compressed-tensors W8A8 int8 Mixtral (I = 128, a
+    multiple of the amx tile 32) with zentorch unimportable, so vLLM picks CPUExpertsInt8. check and
+    check,strict start with the MoE layer held to vllm_cpu_int8_moe before `_C::convert_weight_packed`;
+    the w13 scales' halves swapped is refused, and the caller catches LayoutcVllmError naming the layer,
+    the tensor, the experts, the rows and the contract line. One caller process, 3 engine starts at tp 1."""
+    why = _amx_tiles()
+    if why is not None:
+        pytest.skip(why)
+    _require("vllm")
+    from tests.engine import checkpoints as ck
+
+    model = ck.mixtral_w8a8(tmp_path / "mixtral_w8a8_amx", intermediate=128)
+    out = tmp_path / "w8a8_amx.json"
+    log = _run_caller(model, out, "none@check;none@check,strict;w8a8_scale_swap@check", "w8a8_amx.log",
+                      LAYOUTC_TEST_BLOCK_ZENTORCH="1")
+    checked, strict, swapped = json.loads(out.read_text())["calls"]
+    assert checked["started"] and strict["started"], (checked, strict, log[-4000:])
+    summaries = [ln for ln in log.splitlines() if f"layoutc: mode=check, contract={AMX_INT8} x1, layers=1, not held=0 ("
+                 in ln]
+    assert len(summaries) == 2, ([ln for ln in log.splitlines() if "layoutc: mode=" in ln], log[-4000:])
+    assert not swapped["started"] and swapped["type"] == REFUSAL, swapped
+    text = swapped["text"]
+    for needle in ("layoutc: layer model.layers.0.block_sparse_moe.experts: ",
+                   f"w13_weight_scale is not laid out as contract {AMX_INT8} says",
+                   "rows 0..127 hold up[0..127], where the contract puts gate[0..127]",
+                   contract_line(AMX_INT8, "tensor w13_weight_scale:")):
+        assert needle in text, (needle, text)

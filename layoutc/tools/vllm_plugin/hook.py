@@ -250,7 +250,7 @@ def _int8_layer(method: Any, layer: Any, original: Any) -> None:
             moe = method.moe
             info = check.info_of(moe, name=str(getattr(layer, "layer_name", None) or type(layer).__name__),
                                  num_experts=int(layer.w13_weight.shape[0]), dtype=moe.in_dtype,
-                                 isa=str(getattr(cls, "isa", "")))
+                                 isa=str(getattr(cls, "isa", "") or int8.ISA.get(cls.__qualname__, "")))
             alpha, limit = _swiglu(moe, info.activation)
             info = dataclasses.replace(info, swiglu_alpha=alpha, swiglu_limit=limit)
             gen = declared.pick(cls, declared.release(), check.when_params(info), f"layer {info.name}")
@@ -258,12 +258,29 @@ def _int8_layer(method: Any, layer: Any, original: Any) -> None:
                 raise LayoutcVllmError(f"layoutc: layer {info.name}: no contract models {cls.__qualname__}")
             plan = int8.admit(gen, info)
             want = int8.expected(gen, plan, int8.snapshot(layer))
-            original(method, layer)
+            seen: list[Any] = []
+            if int8.repacks(cls):  # held as the class's own repack gets them (int8.before_repack)
+
+                def held(experts: Any) -> None:
+                    int8.check_layer(gen, plan, info, want, layer, experts)
+                    seen.append(experts)
+
+                with int8.before_repack(layer, held):
+                    original(method, layer)
+            else:
+                original(method, layer)
             experts = getattr(getattr(method, "moe_kernel", None), "fused_experts", None)
             if type(experts) is not cls:
                 raise LayoutcVllmError(f"layoutc: layer {info.name}: vLLM built {type(experts).__qualname__}, not "
                                        f"{cls.__qualname__} as the method chose; contract {gen.CONTRACT} does not apply")
-            int8.check_layer(gen, plan, info, want, layer, experts)
+            if int8.repacks(cls):
+                if not seen or seen[0] is not experts:
+                    raise LayoutcVllmError(
+                        f"layoutc: layer {info.name}: vLLM's W8A8 method did not call {cls.__qualname__}."
+                        f"process_weights_after_loading (its {int8.REPACKS[cls.__qualname__]} repack), where the "
+                        f"plugin holds the layer to contract {gen.CONTRACT}; not checked")
+            else:
+                int8.check_layer(gen, plan, info, want, layer, experts)
         _STATE["held"].add(id(layer))
         _STATE["handled"][gen.CONTRACT] += 1
     finally:

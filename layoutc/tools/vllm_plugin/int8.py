@@ -15,11 +15,19 @@ contract's `load` of the loaded tensor (a copy taken just before; the loader's r
 [gate | up] halves, vllm's `_load_w13`), and so do the scale copies the kernel reads. The
 contracts of these classes pad and prepack nothing, so replace mode has nothing of layoutc's to
 install: it checks, as check does. A class no contract models is left to vLLM (survey.py names it).
+
+A class that repacks the weights in its own `process_weights_after_loading` (`REPACKS`: CPUExpertsInt8,
+`_C::convert_weight_packed`, cpu_moe.py) is held BEFORE that repack: the W8A8 method calls
+`moe_kernel.fused_experts.process_weights_after_loading(layer)` last, and the plugin's wrapper of the
+class's method (`install`) holds the layer's tensors, as the method hands them to the repacking op, to
+the contract, then runs vLLM's repack unchanged. The packed (VNNI) result is the op's, not modelled.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -43,19 +51,52 @@ PARAMS = {
 }
 # The scale copies an experts class hands its kernel, by role (ZenCPUExpertsInt8.__init__).
 KERNEL_COPIES = {"scale w13": "_w1_scale_f32", "scale w2": "_w2_scale_f32"}
+# Experts classes (cpu_moe.py) whose own process_weights_after_loading repacks w13/w2, by the op it calls
+# (vllm 0.32.0 CPUExpertsInt8.process_weights_after_loading: `torch.ops._C.convert_weight_packed`).
+REPACKS = {"CPUExpertsInt8": "_C::convert_weight_packed"}
+# The plan's `isa` of a class with no `isa` attribute: CPUExpertsInt8._supports_current_device asks for x86 with AMX
+# tiles (`torch.cpu._is_amx_tile_supported()`), the `when isa == amx` of its contract's `models` line.
+ISA = {"CPUExpertsInt8": "amx"}
+_REPACK_MARK = "__layoutc_vllm_int8_repack__"
+# id(layer) -> the check to run on entry to the experts' repack (set by `before_repack`).
+_PENDING: dict[int, Callable[[Any], None]] = {}
 
 
 def holdable(cls: type) -> bool:
     """Whether layers of experts class `cls` can be held here: a CPU class vLLM's int8 backend picks from
     (oracle/int8.py `backend_to_kernel_cls(Int8MoeBackend.CPU)`) that leaves the layer's weights as the
     W8A8 method processed them (its `process_weights_after_loading` is the modular kernel's base no-op,
-    modular_kernel.py FusedMoEExperts). CPUExpertsInt8 (convert_weight_packed) and the Arm/Power
-    classes (prepack_moe_weight_int8) repack the weights in their own method: not holdable yet."""
+    modular_kernel.py FusedMoEExperts), or a `REPACKS` class, held before its repack (`before_repack`).
+    The Arm/Power classes (prepack_moe_weight_int8) repack too and are not held yet."""
     import vllm.model_executor.layers.fused_moe.modular_kernel as mk
     from vllm.model_executor.layers.fused_moe.oracle import int8 as oracle
 
     base = getattr(mk.FusedMoEExperts, _HOOKED, None)
-    return cls in oracle.backend_to_kernel_cls(oracle.Int8MoeBackend.CPU) and getattr(cls, _HOOKED, None) is base
+    if cls not in oracle.backend_to_kernel_cls(oracle.Int8MoeBackend.CPU):
+        return False
+    return getattr(cls, _HOOKED, None) is base or repacks(cls)
+
+
+def repacks(cls: type) -> bool:
+    """Whether `cls` is a `REPACKS` class from vLLM's cpu_moe.py (its own method repacks the weights)."""
+    return cls.__qualname__ in REPACKS and cls.__module__.endswith(".experts.cpu_moe") and _HOOKED in cls.__dict__
+
+
+@contextlib.contextmanager
+def before_repack(layer: Any, held: Callable[[Any], None]) -> Iterator[None]:
+    """Within the block, the first call of a `REPACKS` class's `process_weights_after_loading(layer)` runs
+    `held(experts)` first (the layer's tensors as the repacking op is about to get them); then vLLM's repack."""
+    _PENDING[id(layer)] = held
+    try:
+        yield
+    finally:
+        _PENDING.pop(id(layer), None)
+
+
+def _repack_classes() -> list[type]:
+    from vllm.model_executor.layers.fused_moe.experts import cpu_moe
+
+    return [c for c in (getattr(cpu_moe, n, None) for n in REPACKS) if isinstance(c, type) and _HOOKED in c.__dict__]
 
 
 def method_class() -> type:
@@ -92,14 +133,37 @@ def install(on_layer: Any) -> None:
 
     setattr(process_weights_after_loading, _MARK, True)
     setattr(cls, _HOOKED, process_weights_after_loading)
+    for klass in _repack_classes():
+        _wrap_repack(klass)
+
+
+def _wrap_repack(klass: type) -> None:
+    repack = klass.__dict__[_HOOKED]
+    if getattr(repack, _REPACK_MARK, False):
+        return
+
+    @functools.wraps(repack)
+    def process_weights_after_loading(self: Any, layer: Any) -> None:
+        held = _PENDING.pop(id(layer), None)
+        if held is not None:
+            held(self)
+        repack(self, layer)
+
+    setattr(process_weights_after_loading, _REPACK_MARK, True)
+    setattr(klass, _HOOKED, process_weights_after_loading)
 
 
 def uninstall() -> None:
-    """Put vLLM's method back (tests)."""
+    """Put vLLM's methods back (tests)."""
     cls = method_class()
     fn = cls.__dict__[_HOOKED]
     if getattr(fn, _MARK, False):
         setattr(cls, _HOOKED, fn.__wrapped__)
+    for klass in _repack_classes():
+        repack = klass.__dict__[_HOOKED]
+        if getattr(repack, _REPACK_MARK, False):
+            setattr(klass, _HOOKED, repack.__wrapped__)
+    _PENDING.clear()
 
 
 def snapshot(layer: Any) -> dict[str, torch.Tensor]:
@@ -203,14 +267,18 @@ def _hold(
 
 
 __all__ = [
+    "ISA",
     "KERNEL_COPIES",
     "PARAMS",
+    "REPACKS",
     "admit",
+    "before_repack",
     "check_layer",
     "expected",
     "holdable",
     "install",
     "method_class",
+    "repacks",
     "snapshot",
     "uninstall",
 ]
