@@ -388,7 +388,7 @@ def test_a_w8a8_checkpoint_is_checked_and_planted_bugs_are_refused(tmp_path: Pat
                       "w8a8.log")
     if "[zen_cpu] Using zentorch_fused_moe for W8A8 INT8 MoE" not in log:
         pytest.skip("vLLM did not pick ZenCPUExpertsInt8 for W8A8 int8 on this CPU (it needs zentorch and an AMD "
-                    "CPU vLLM's ZenCpuPlatform accepts); the AMX/neon/vsx int8 classes are not held yet")
+                    "CPU vLLM's ZenCpuPlatform accepts); AMX: test_cpu_int8_amx_engine_is_held; neon/vsx are not held yet")
     calls = json.loads(out.read_text())["calls"]
     checked, strict, *broken = calls
     assert checked["started"] and strict["started"], (checked, strict, log[-4000:])
