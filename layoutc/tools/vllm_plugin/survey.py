@@ -10,8 +10,8 @@ the reason (`reason`).
 
 Which contract models which vLLM class is what the contracts declare (`models vllm` lines, read
 through declared.py), never a table here. The plugin holds two families of classes: the unquantized
-CPU experts (hook.py) and the int8 experts whose weights vLLM's W8A8 method leaves unpacked
-(int8.holdable); a class a contract models but the plugin holds in neither way is named as such.
+CPU experts (hook.py) and the int8 experts of vLLM's W8A8 method, held as it leaves them or, for
+CPUExpertsInt8, just before its own repack (int8.holdable); a class a contract models but the plugin holds in neither way is named as such.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def key(cls: type) -> str:
 
 def hooked(cls: type) -> bool:
     """Whether the plugin holds layers of experts class `cls` when a contract models it: the unquantized
-    CPU experts (and subclasses), and the int8 experts whose weights stay as the W8A8 method leaves them."""
+    CPU experts (and subclasses), and the int8 experts int8.holdable names (CPUExpertsInt8: before its repack)."""
     from layoutc.tools.vllm_plugin import int8
 
     return any(key(klass) == HOOKED for klass in cls.__mro__) or int8.holdable(cls)
