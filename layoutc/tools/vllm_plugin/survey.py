@@ -11,7 +11,8 @@ the reason (`reason`).
 Which contract models which vLLM class is what the contracts declare (`models vllm` lines, read
 through declared.py), never a table here. The plugin holds two families of classes: the unquantized
 CPU experts (hook.py) and the int8 experts of vLLM's W8A8 method, held as it leaves them or, for
-CPUExpertsInt8, just before its own repack (int8.holdable); a class a contract models but the plugin holds in neither way is named as such.
+CPUExpertsInt8, just before its own repack (int8.holdable); a class a contract models but the plugin
+holds in neither way is named as such.
 """
 
 from __future__ import annotations
