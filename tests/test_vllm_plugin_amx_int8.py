@@ -164,9 +164,7 @@ def test_cpu_int8_amx_refuses_a_planted_bug_before_the_repack(
     assert amx == [], f"_C::{OP} ran on tensors the contract refused"
 
 
-def test_an_amx_layer_whose_repack_never_ran_is_refused(
-    w8a8, amx, monkeypatch: pytest.MonkeyPatch
-) -> None:  # type: ignore[no-untyped-def]
+def test_an_amx_layer_whose_repack_never_ran_is_refused(w8a8, amx, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """Where vLLM's method built CPUExpertsInt8 but never called its repack, the plugin says the layer was not
     checked, rather than counting it."""
     from vllm.model_executor.layers.fused_moe.experts import cpu_moe
