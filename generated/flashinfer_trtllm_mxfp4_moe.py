@@ -134,7 +134,16 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(locals(), warn=True)  # plan()'s arguments, by name
+    return _plan(
+        {
+            "num_experts": num_experts,
+            "hidden_size": hidden_size,
+            "intermediate_size": intermediate_size,
+            "tp_size": tp_size,
+            "activation": activation,
+        },
+        warn=True,
+    )
 
 
 def _plan(args: dict[str, Any], warn: bool) -> Plan:
@@ -203,8 +212,21 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     )
 
 
-# a Plan's parameters planned again (PlanChecker refuses one not made by plan())
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, lambda p: _plan(vars(p), warn=False))
+def _replan(p: Plan) -> Plan:
+    """A Plan's parameters planned again (PlanChecker refuses one not made by plan())."""
+    return _plan(
+        {
+            "num_experts": p.num_experts,
+            "hidden_size": p.hidden_size,
+            "intermediate_size": p.intermediate_size,
+            "tp_size": p.tp_size,
+            "activation": p.activation,
+        },
+        warn=False,
+    )
+
+
+_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _replan)
 _MODULE = _w.Module(
     CONTRACT,
     SOURCE_FILE,

@@ -102,6 +102,9 @@ def _any_params(name: str) -> dict[str, object]:
         "vllm_cpu_int8_padded_moe": dict(activation="silu", dtype="bfloat16"),
         "flashinfer_trtllm_mxfp8_moe": dict(activation="silu"),
         "flashinfer_fp8_moe": dict(activation="silu"),
+        "vllm_zen_cpu_int8_moe": dict(activation="silu", dtype="bfloat16"),
+        "vllm_zen_cpu_int8_swigluoai_moe": dict(activation="swigluoai", dtype="bfloat16",
+                                                swiglu_alpha_milli=1702, swiglu_limit_milli=7000),
         "vllm_cpu_mxfp4_moe": dict(),
         "vllm_cpu_mxfp4_gpt_oss_moe": dict(),
     }
