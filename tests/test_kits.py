@@ -88,6 +88,8 @@ NEW_RELEASE = "import vllm\nvllm.__version__ = '0.34.0'\n"
     ("marlin_moe_wna16", "marlin_wna16"),
     ("aiter_unquantized_moe", "aiter_unquantized"),
     ("sglang_cpu_moe", "sglang_cpu_unquantized"),
+    ("sglang_cpu_fp8_moe", "sglang_cpu_fp8"),
+    ("aiter_fused_moe", "aiter_mxfp4"),
 ])
 def test_kit_passes_on_the_release_its_contract_models(tmp_path: Path, contract: str, driver: str) -> None:
     kit = _write_kit(tmp_path, contract, driver)
@@ -97,7 +99,7 @@ def test_kit_passes_on_the_release_its_contract_models(tmp_path: Path, contract:
     # the only tolerated xfail is a disagreement the driver names (Marlin: a pinned vLLM bug)
     for line in done.stdout.splitlines():
         if line.startswith("XFAIL"):
-            assert ": known gptq_int4_channelwise_ipp_not_8" in line, line
+            assert re.search(r": known (gptq_int4_channelwise_ipp_not_8|mxfp4_ipp_not_32) ", line), line
 
 
 @pytest.mark.parametrize("mutation, expect", [
@@ -230,3 +232,71 @@ def test_sglang_kit_fails_naming_rows_when_the_config_update_pads_less(tmp_path:
     assert done.returncode == 1, done.stdout[-4000:]
     assert "sglang 0.5.23 differs from contract sglang_cpu_moe" in done.stdout, done.stdout[-4000:]
     assert re.search(r"padded intermediate: 1 of 1 elements differ", done.stdout), done.stdout[-4000:]
+
+
+def _mutate_sglang_setup(kit: Path, lines: str) -> None:
+    """Append `lines` (4-space indented) to the kit's engine_setup, which makes SGLang importable first."""
+    text = kit.read_text()
+    head = "def engine_setup() -> None:\n    sglang_setup()"
+    assert head in text
+    kit.write_text(text.replace(head, head + "\n" + lines))
+
+
+# fill mutation: SGLang's CPU padded loader resets a short rank's rows to 1 instead of 0
+SGLANG_FILL_ONE = """    from sglang.srt.model_loader import weight_utils
+    def mutated(param_data, dim, start, length):
+        if length:
+            param_data.narrow(dim, start, length).fill_(1)
+    weight_utils.reset_param_data_if_needed = mutated"""
+
+# pad-count mutation: the FP8 config update, where it pads, pads each rank by one more 128 block
+SGLANG_FP8_COUNT = """    from sglang.srt.configs import update_config
+    original = update_config.adjust_config_with_unaligned_cpu_tp
+    def mutated(model_config, load_config, tp_size):
+        full = model_config.hf_config.moe_intermediate_size
+        out = original(model_config, load_config, tp_size)
+        if model_config.hf_config.moe_intermediate_size != full:
+            model_config.hf_config.moe_intermediate_size += 128 * tp_size
+        return out
+    update_config.adjust_config_with_unaligned_cpu_tp = mutated"""
+
+
+@pytest.mark.parametrize("mutation, expect", [
+    (SGLANG_FILL_ONE, r"(w13_weight|w13_weight_scale_inv|w2_weight|w2_weight_scale_inv) rank [1-9]\d*: \d+ of \d+ "
+                      r"elements differ \((everywhere|dim \d indices \[?\d+)"),
+    (SGLANG_FP8_COUNT, r"padded intermediate: 1 of 1 elements differ"),
+])
+def test_sglang_fp8_kit_fails_naming_rows_on_a_mutated_engine(tmp_path: Path, mutation: str, expect: str) -> None:
+    """SGLang's CPU FP8 loader filling a short rank's pad with 1, or its config update padding a block more:
+    the kit fails naming the tensor, the rank and the rows."""
+    kit = _write_kit(tmp_path, "sglang_cpu_fp8_moe", "sglang_cpu_fp8")
+    _mutate_sglang_setup(kit, mutation)
+    done = _run_kit(kit, args=("-k", "test_engine_pads_like_the_contract"))
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "sglang 0.5.23 differs from contract sglang_cpu_fp8_moe" in done.stdout, done.stdout[-4000:]
+    assert re.search(expect, done.stdout), done.stdout[-4000:]
+
+
+MXFP4 = "vllm.model_executor.layers.fused_moe.oracle.mxfp4"
+
+# pad-count mutation: AITER MXFP4's intermediate rounded to 64 instead of its 128 / 256
+MUTATE_AITER_MXFP4_COUNT = f"""
+import importlib
+mxfp4 = importlib.import_module({MXFP4!r})
+original = mxfp4.mxfp4_round_up_hidden_size_and_intermediate_size
+def mutated(backend, hidden_size, intermediate_size, activation=None):
+    h, _ = original(backend, hidden_size, intermediate_size, activation)
+    return h, -(-intermediate_size // 64) * 64
+mxfp4.mxfp4_round_up_hidden_size_and_intermediate_size = mutated
+"""
+
+
+def test_aiter_mxfp4_kit_fails_naming_rows_on_a_mutated_engine(tmp_path: Path) -> None:
+    """vLLM's AITER MXFP4 round-up padding to 64: the padded size, the pad count handed to AITER and
+    the tensors differ, named."""
+    kit = _write_kit(tmp_path, "aiter_fused_moe", "aiter_mxfp4")
+    done = _run_kit(kit, MUTATE_AITER_MXFP4_COUNT, ("-k", "test_engine_pads_like_the_contract"))
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "vllm 0.32.0 differs from contract aiter_fused_moe" in done.stdout, done.stdout[-4000:]
+    assert "padded intermediate: 1 of 1 elements differ" in done.stdout, done.stdout[-4000:]
+    assert re.search(r"w13 rank 0: engine \(\d+, \d+, \d+\) torch.bfloat16, contract", done.stdout), done.stdout[-4000:]
