@@ -90,6 +90,7 @@ NEW_RELEASE = "import vllm\nvllm.__version__ = '0.34.0'\n"
     ("sglang_cpu_moe", "sglang_cpu_unquantized"),
     ("sglang_cpu_fp8_moe", "sglang_cpu_fp8"),
     ("aiter_fused_moe", "aiter_mxfp4"),
+    ("sglang_cpu_mxfp4_moe", "sglang_cpu_mxfp4"),
 ])
 def test_kit_passes_on_the_release_its_contract_models(tmp_path: Path, contract: str, driver: str) -> None:
     kit = _write_kit(tmp_path, contract, driver)
@@ -265,7 +266,7 @@ SGLANG_FP8_COUNT = """    from sglang.srt.configs import update_config
     (SGLANG_FILL_ONE, r"(w13_weight|w13_weight_scale_inv|w2_weight|w2_weight_scale_inv) rank [1-9]\d*: \d+ of \d+ "
                       r"elements differ \((everywhere|dim \d indices \[?\d+)"),
     (SGLANG_FP8_COUNT, r"padded intermediate: 1 of 1 elements differ"),
-])
+], ids=["fill", "pad_count"])
 def test_sglang_fp8_kit_fails_naming_rows_on_a_mutated_engine(tmp_path: Path, mutation: str, expect: str) -> None:
     """SGLang's CPU FP8 loader filling a short rank's pad with 1, or its config update padding a block more:
     the kit fails naming the tensor, the rank and the rows."""
@@ -300,3 +301,26 @@ def test_aiter_mxfp4_kit_fails_naming_rows_on_a_mutated_engine(tmp_path: Path) -
     assert "vllm 0.32.0 differs from contract aiter_fused_moe" in done.stdout, done.stdout[-4000:]
     assert "padded intermediate: 1 of 1 elements differ" in done.stdout, done.stdout[-4000:]
     assert re.search(r"w13 rank 0: engine \(\d+, \d+, \d+\) torch.bfloat16, contract", done.stdout), done.stdout[-4000:]
+
+
+# fill mutation: SGLang's MXFP4 create_weights fills the E8M0 scales with 0 (2^-127) instead of 127 (1.0)
+SGLANG_MXFP4_SCALE_FILL = """    from sglang.srt.layers.quantization import mxfp4
+    mxfp4._UE8M0_ONE = 0"""
+
+# pad-count mutation: the MXFP4 config update, where it pads, pads each rank by 64 more
+SGLANG_MXFP4_COUNT = SGLANG_FP8_COUNT.replace("128 * tp_size", "64 * tp_size")
+
+
+@pytest.mark.parametrize("mutation, expect", [
+    (SGLANG_MXFP4_SCALE_FILL, r"w(13|2)_weight_scale rank \d+: \d+ of \d+ elements differ \(dim 1 indices \[?\d+"),
+    (SGLANG_MXFP4_COUNT, r"padded intermediate: 1 of 1 elements differ"),
+], ids=["scale_fill", "pad_count"])
+def test_sglang_mxfp4_kit_fails_naming_rows_on_a_mutated_engine(tmp_path: Path, mutation: str, expect: str) -> None:
+    """SGLang's MXFP4 create_weights filling the scales' pad with 0 instead of its E8M0 one, or its
+    config update padding 64 more per rank: the kit fails naming the tensor, the rank and the rows."""
+    kit = _write_kit(tmp_path, "sglang_cpu_mxfp4_moe", "sglang_cpu_mxfp4")
+    _mutate_sglang_setup(kit, mutation)
+    done = _run_kit(kit, args=("-k", "test_engine_pads_like_the_contract"))
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "sglang 0.5.23 differs from contract sglang_cpu_mxfp4_moe" in done.stdout, done.stdout[-4000:]
+    assert re.search(expect, done.stdout), done.stdout[-4000:]
