@@ -316,7 +316,7 @@ MUTANTS: list[Mutant] = [
       ("match isa { vec => 1, amx => 32, neon => 4, vsx => 2 }", "match isa { amx => 32 }"),
       ("admit isa == vec or dtype == bfloat16", "admit dtype == bfloat16"),
       # the ISAs it no longer serves take their `models` lines with them
-      *((f'models vllm {{"0.32.0"}} "vllm.model_executor.layers.fused_moe.experts.cpu_moe:{cls}" when isa == {isa}\n', "")
+      *((f'models vllm {{"0.32.0", "0.33.0", "0.34.0"}} "vllm.model_executor.layers.fused_moe.experts.cpu_moe:{cls}" when isa == {isa}\n', "")
         for cls, isa in (("CPUUnquantizedExperts", "vec"), ("ArmCPUUnquantizedExperts", "neon"),
                          ("PowerCPUUnquantizedExperts", "vsx")))),
     # ---- more edits of the same kinds ---------------------------------------------------

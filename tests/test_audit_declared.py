@@ -78,14 +78,15 @@ def test_each_format_routes_to_the_contracts_main_routed_by_name() -> None:
 
 
 def test_the_release_an_engine_is_held_to_comes_from_the_declarations() -> None:
-    assert held_releases("vllm", BUNDLED) == ("0.29.0", "0.32.0", "0.34.0")
+    # 0.33.0/0.34.0: the release matrix (issue 42); 0.29.0: flashinfer_fp8_moe's replay
+    assert held_releases("vllm", BUNDLED) == ("0.29.0", "0.32.0", "0.33.0", "0.34.0")
     assert engine_label("sglang", BUNDLED) == "SGLang 0.5.23"
     newer = _load(Path("n.moe"), (CONTRACTS / "sglang_cpu_moe.moe").read_text(encoding="utf-8")
                   .replace('models sglang {"0.5.23"}', 'models sglang {"0.5.23", "0.5.24"}'))
     assert engine_label("sglang", [newer]) == "SGLang 0.5.23/0.5.24"
     assert engine_label("vllm", [newer]) == "vLLM (no release declared)"
     report = audit_report([("mixtral-8x7b", load_model_config(str(MODELS / "mixtral-8x7b.json")))], [2], BUNDLED)
-    assert dict(report.held) == {"vllm": ("0.29.0", "0.32.0", "0.34.0"), "flashinfer": ("0.7.4",),
+    assert dict(report.held) == {"vllm": ("0.29.0", "0.32.0", "0.33.0", "0.34.0"), "flashinfer": ("0.7.4",),
                                  "sglang": ("0.5.23",), "torch": ("2.13.0",)}
     assert held_line(report).startswith("models (the contracts' `models` declarations): ")
 
@@ -93,9 +94,11 @@ def test_the_release_an_engine_is_held_to_comes_from_the_declarations() -> None:
 def test_audit_text_says_which_release_it_holds_each_engine_to(in_root, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     assert main(["audit", "layoutc/tools/models/mixtral-8x7b.json", "--tp", "2", "--engine", "vllm,sglang"]) == 0
     out = capsys.readouterr().out
-    assert "\n  vLLM 0.32.0    vllm_cpu_grouped_gemm   2 " in out
-    assert "\n  SGLang 0.5.23  sglang_cpu_moe          2 " in out
-    assert out.rstrip().splitlines()[-1].startswith("models (the contracts' `models` declarations): vllm 0.29.0/0.32.0/0.34.0")
+    # each row names the releases its own contract models, not the bundle's union
+    assert "\n  vLLM 0.32.0/0.33.0/0.34.0  vllm_cpu_grouped_gemm   2 " in out
+    assert "\n  SGLang 0.5.23              sglang_cpu_moe          2 " in out
+    assert out.rstrip().splitlines()[-1].startswith(
+        "models (the contracts' `models` declarations): vllm 0.29.0/0.32.0/0.33.0/0.34.0")
 
 
 def test_no_contract_is_named_in_the_engine_tables() -> None:

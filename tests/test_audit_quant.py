@@ -275,13 +275,17 @@ def test_mxfp8_block_sets_marlins_scheme(contracts) -> None:  # type: ignore[no-
                    "scale_fmt": "ue8m0"})
     assert checkpoint_format(model).key == "mxfp8"
     rep = report(model, contracts)
-    assert audited(rep) == {"marlin_moe_fp8"}
+    # vLLM 0.33+'s FlashInfer TRT-LLM MXFP8 path (issue 42) takes the same checkpoint
+    assert audited(rep) == {"marlin_moe_fp8", "flashinfer_trtllm_mxfp8_moe"}
     # scheme read off the scale groups (block_n 1, block_k 32); the require pins E8M0 scales
-    assert {(r.params["scheme"], r.params["scale_dtype"]) for r in rep.rows} == {("mxfp8", "uint8")}
+    assert {(r.params["scheme"], r.params["scale_dtype"]) for r in rep.rows if r.contract == "marlin_moe_fp8"} \
+        == {("mxfp8", "uint8")}
     # SGLang's block is square (64 or 128): no value of `block` gives 1 x 32 scale groups
     why = {s.contract: s.reason for s in rep.skipped}["sglang_cpu_fp8_moe"]
     assert "one per n value, one per 32 along k" in why and "one per 64 along n, one per 64 along k" in why
     assert hold_to_plans(rep)["marlin_moe_fp8"] == [True, True, True, True]
+    held = hold_to_plans(rep)["flashinfer_trtllm_mxfp8_moe"]
+    assert len(held) == 4 and held[0], held
 
 
 @pytest.mark.parametrize("wrapper", ["text_config", "llm_config", "language_config"])

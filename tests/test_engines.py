@@ -80,14 +80,14 @@ def test_explain_draws_each_ranks_slice_under_both_rules(in_root, capsys: pytest
     """gemma-4's I = 704 at tp 4: vLLM 176 live + 16 pad on every rank; SGLang 192 on ranks 0-2, 128 + 64 pad on rank 3."""
     assert main([*SGLANG_704, "--engine", "vllm,sglang"]) == 0
     out = capsys.readouterr().out
-    assert ("  vLLM 0.32.0 (vllm_cpu_grouped_gemm, isa=amx): shard I = 704 into 176 rows per rank, then pad each "
+    assert ("  vLLM 0.32.0/0.33.0/0.34.0 (vllm_cpu_grouped_gemm, isa=amx): shard I = 704 into 176 rows per rank, then pad each "
             "rank's slice to 192; L_padded = 192 per rank, waste 8.3%\n"
             f"    ranks 0-3: rows [0, 176) .. [528, 704), 176 live + 16 pad  |{'#' * 29}{'.' * 3}|\n") in out
     assert ("  SGLang 0.5.23 (sglang_cpu_moe): pad I = 704 to 768 (a multiple of tp_size x 32) before sharding, "
             "then 192 rows per rank, the last ranks shorter; L_padded = 192 per rank, waste 8.3%\n"
             f"    ranks 0-2: rows [0, 192) .. [384, 576), 192 live + 0 pad  |{'#' * 32}|\n"
             f"    rank 3: rows [576, 704), 128 live + 64 pad  |{'#' * 21}{'.' * 11}|\n") in out
-    assert out.index("vLLM 0.32.0 (") < out.index("SGLang 0.5.23 (")
+    assert out.index("vLLM 0.32.0/0.33.0/0.34.0 (") < out.index("SGLang 0.5.23 (")
     assert main([*SGLANG_704, "--engine", "sglang"]) == 0
     assert "vLLM" not in capsys.readouterr().out
     assert main(SGLANG_704) == 0
@@ -105,7 +105,7 @@ def test_explain_from_a_vllm_contract_draws_sglangs_empty_rank(in_root, capsys: 
     assert "    ranks 0-7: rows [0, 112) .. [784, 896), 112 live + 16 pad" in out
     assert "    ranks 0-6: rows [0, 128) .. [768, 896), 128 live + 0 pad" in out
     assert f"    rank 7: no rows, 0 live + 128 pad  |{'.' * 32}|" in out
-    assert out.index("SGLang 0.5.23 (") < out.index("vLLM 0.32.0 (")
+    assert out.index("SGLang 0.5.23 (") < out.index("vLLM 0.32.0/0.33.0/0.34.0 (")
 
 
 def test_explain_engine_refusals_are_lines_and_unknown_engine_is_lc703(  # type: ignore[no-untyped-def]
@@ -113,10 +113,10 @@ def test_explain_engine_refusals_are_lines_and_unknown_engine_is_lc703(  # type:
     fp8 = ["explain", "contracts/sglang_cpu_fp8_moe.moe", "--set", "num_experts=8", "--set", "hidden_size=7168",
            "--set", "intermediate_size=2048", "--set", "dtype=bfloat16", "--engine", "vllm,sglang"]
     assert main([*fp8, "--set", "tp_size=9", "--set", "block=64"]) == 0
-    assert ("  vLLM 0.32.0: no CPU contract for this variant (marlin_moe_fp8 is the format at block=128)"
+    assert ("  vLLM 0.32.0/0.33.0: no CPU contract for this variant (marlin_moe_fp8 is the format at block=128)"
             in capsys.readouterr().out)
     assert main([*fp8, "--set", "tp_size=3", "--set", "block=128"]) == 0
-    assert ("  vLLM 0.32.0 (marlin_moe_fp8): refused: require (line 22): intermediate_size must split evenly over "
+    assert ("  vLLM 0.32.0/0.33.0 (marlin_moe_fp8): refused: require (line 22): intermediate_size must split evenly over "
             "tp_size" in capsys.readouterr().out)
     assert main([*SGLANG_704, "--engine", "vllm,tgi"]) == 2
     captured = capsys.readouterr()

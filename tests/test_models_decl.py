@@ -170,12 +170,16 @@ def test_the_query_api_answers_from_the_generated_package() -> None:
     found = M.modelling("vllm", f"{CPU}:CPUExpertsInt8", "0.32.0+cpu", params={"isa": "amx"})
     assert [d.module for d in found] == ["layoutc_generated.vllm_cpu_int8_moe"]
     assert found[0].where.startswith("contracts/vllm_cpu_int8_moe.moe:")
-    assert M.modelling("vllm", f"{CPU}:CPUExpertsInt8", params={"isa": "neon"}) == ()
+    assert M.modelling("vllm", f"{CPU}:CPUExpertsInt8", "0.32.0", params={"isa": "neon"}) == ()
+    # from 0.33.0 the amx class pads: another contract models it (issue 42 item 1)
+    assert [d.contract for d in M.modelling("vllm", f"{CPU}:CPUExpertsInt8", "0.34.0", params={"isa": "amx"})] \
+        == ["vllm_cpu_int8_padded_moe"]
     assert [d.contract for d in M.modelling("vllm", f"{CPU}:ArmCPUExpertsInt8", params={"isa": "neon"})] \
         == ["vllm_cpu_int8_moe"]
     unquantized = {d.contract: str(d.entry.when) for d in M.modelling("vllm", f"{CPU}:CPUUnquantizedExperts")}
     assert unquantized == {"vllm_cpu_grouped_gemm": "isa == vec", "zentorch_fused_moe": "None"}
-    assert M.releases("vllm", "vllm_cpu_int8_moe") == ("0.32.0",)
+    assert M.releases("vllm", "vllm_cpu_int8_moe") == ("0.32.0", "0.33.0", "0.34.0")
+    assert M.releases("vllm", "vllm_cpu_int8_padded_moe") == ("0.33.0", "0.34.0")
     assert M.releases("sglang") == ("0.5.23",) and M.releases("flashinfer") == ("0.7.4",)
     assert M.is_modelled("vllm", "0.32.0") and not M.is_modelled("vllm", "0.31.0")
     assert set(M.contract_modules()) == {f"layoutc_generated.{p.stem}" for p in CONTRACTS}

@@ -145,7 +145,7 @@ CODES: dict[str, str] = {
     "LR101": "`run`: no checkpoint format is declared or proposed for the config's model_type",
     "LR102": "`run`: a config.json value is missing or bad (sizes, layers, activation, dtype)",
     "LR103": "`run`: the --format-file cannot be read or is not a valid format",
-    "LR104": "`run`: a bad command-line option (--tp, --layers, --tokens, --threads, --seed, --write-format)",
+    "LR104": "`run`: a bad command-line option (--tp, --layers, --layer-range, --tokens, --threads, --seed, --write-format)",
     "LR105": "`run`: an EP degree above the model's experts (a rank would hold none; runtime EP01)",
     "LR106": "`run`: a --tp x --ep product that does not match --world (runtime EP02)",
     "LR107": "`run`: an expert placement vLLM does not know, or the contract does not serve (runtime EP03)",

@@ -69,15 +69,21 @@ from layoutc.tools.ep_run import (
     vllm_placement_note,
 )
 from layoutc.tools.runcompare import TOLERANCE, halves_error, hidden_states, reach_words, rel_error, run_inputs
+from layoutc.tools.runmemory import peak_kib as _peak_kib
+from layoutc.tools.runmemory import peak_mark as _peak_mark
 from layoutc.tools.runmemory import rss_peak_reset as _rss_peak_reset
 from layoutc.tools.runmemory import status_kib as _status_kib
 from layoutc.tools.runmemory import trim as _trim
 from layoutc.tools.runplan import KernelRun, RunError, checkpoint_plan, module_layout
+from layoutc.tools.runprogress import LayerFigures
+from layoutc.tools.runprogress import Progress as _Progress
 
 #: `--contract` when none is given (a quantized checkpoint: layoutc/tools/quant_run).
 DEFAULT_CONTRACT = "vllm_cpu_grouped_gemm"
 #: the largest --seed: torch.Generator.manual_seed takes 64-bit seeds, and a layer's seed is seed + layer
 MAX_SEED = (1 << 63) - 1 - 100_000
+#: seconds the last `run_layer` spent comparing (halves_error), for `LayerFigures.compare_ms`
+_LAST_COMPARE_S = [0.0]
 
 
 @dataclass
@@ -112,25 +118,6 @@ class Row:
     input_scale: float = 1.0  # the second half of the tokens is the first times this (run_inputs)
     input_reach: str = ""  # what that half reaches, and the clamp limit it was chosen against (InputReach.text)
 
-
-class _Progress:
-    """Progress on stderr: a bar redrawn in place on a terminal, else one line per layer and
-    TP degree (so a log or a CI job shows where a long run is)."""
-
-    def __init__(self, total: int, tty: bool) -> None:
-        self.total, self.done, self.tty = total, 0, tty
-
-    def step(self, label: str) -> None:
-        self.done += 1
-        if not self.tty:
-            sys.stderr.write(f"layoutc run: [{self.done}/{self.total}] {label} done\n")
-        elif self.total > 1:
-            width = 30
-            filled = width * self.done // self.total
-            sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {label:<24}")
-            if self.done == self.total:
-                sys.stderr.write("\n")
-        sys.stderr.flush()
 
 
 def router_weight_on_input(moe: Any, mod: Any, contract: str) -> bool:
@@ -258,7 +245,9 @@ def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str,
     else:
         k = kernel_sum(ckpt, moe, mod, layer, tp, x, ref.weights, ref.ids, dtype=dtype, isa=isa,
                        apply_router_weight_on_input=on_input)
+    t0 = time.perf_counter()
     rel = halves_error(k.output, ref.output)
+    _LAST_COMPARE_S[0] = time.perf_counter() - t0
     tol = TOLERANCE[dtype]
     plan = k.plan
     matched = rel <= tol
@@ -396,6 +385,7 @@ def _tp_list(text: str, flag: str = "--tp", what: str = "TP") -> list[int]:
 def _check_options(args: argparse.Namespace) -> list[int]:
     """The TP degrees; RunError LR104 naming the first bad option (before torch is imported)."""
     tps = _tp_list(args.tp)
+    layer_range(getattr(args, "layer_range", None))
     for option, value, low, high in (("--tokens", args.tokens, 1, 65536), ("--layers", args.layers, 0, 100_000),
                                      ("--threads", args.threads, 0, 4096), ("--seed", args.seed, 0, MAX_SEED)):
         if not low <= value <= high:
@@ -423,15 +413,41 @@ def _check_options(args: argparse.Namespace) -> list[int]:
     return tps
 
 
+def layer_range(text: str | None) -> tuple[int, int] | None:
+    """`--layer-range A:B` as (A, B): the decoder layers A <= n < B (either side may be left out:
+    `3:`, `:4`). None for no option. RunError LR104 for anything else (before torch is imported)."""
+    if text is None:
+        return None
+    low, sep, high = text.partition(":")
+    try:
+        if not sep or len(text) > 24:
+            raise ValueError(text)
+        a = int(low) if low.strip() else 0
+        b = int(high) if high.strip() else 100_000
+    except ValueError:
+        raise RunError("LR104", f"--layer-range {text[:40]!r}: expected A:B, the decoder layers A <= n < B "
+                       "(e.g. 3:4; either side may be left out)") from None
+    if not 0 <= a < b <= 100_000:
+        raise RunError("LR104", f"--layer-range {text[:40]}: expected 0 <= A < B <= 100000")
+    return a, b
+
+
 def _select_layers(args: argparse.Namespace, moe: Any) -> list[int]:
-    """The MoE layers to run: all, or the first --layers of them (LR104 when the model has fewer)."""
+    """The MoE layers to run: all, those of --layer-range A:B (decoder layers A <= n < B), then
+    the first --layers of them (LR104 when there are fewer, or none in the range)."""
     if not moe.moe_layers:
         raise RunError("LR102", f"config.json of {args.model_dir} declares no MoE layers")
-    if args.layers > len(moe.moe_layers):
-        raise RunError("LR104", f"--layers {args.layers}: {args.model_dir} has {len(moe.moe_layers)} MoE "
-                       f"layer{'s' if len(moe.moe_layers) != 1 else ''} ({_span(moe.moe_layers)}); pass at most "
-                       f"{len(moe.moe_layers)}, or 0 for all")
-    return list(moe.moe_layers[: args.layers] if args.layers else moe.moe_layers)
+    span = layer_range(getattr(args, "layer_range", None))
+    chosen = tuple(n for n in moe.moe_layers if span is None or span[0] <= n < span[1])
+    if not chosen:
+        raise RunError("LR104", f"--layer-range {args.layer_range}: {args.model_dir} has no MoE layer there (its MoE "
+                       f"layers: {_span(moe.moe_layers)})")
+    where = "" if span is None else f" in --layer-range {args.layer_range}"
+    if args.layers > len(chosen):
+        raise RunError("LR104", f"--layers {args.layers}: {args.model_dir} has {len(chosen)} MoE "
+                       f"layer{'s' if len(chosen) != 1 else ''}{where} ({_span(chosen)}); pass at most "
+                       f"{len(chosen)}, or 0 for all")
+    return list(chosen[: args.layers] if args.layers else chosen)
 
 
 def _span(layers: tuple[int, ...]) -> str:
@@ -608,11 +624,11 @@ def _run(args: argparse.Namespace) -> int:
         if moe.format.shared_expert and args.format == "text":
             print(f"note: the shared expert ({moe.format.shared_expert}) is a dense MLP outside the routed "
                   "experts: the kernel does not run it, and the reference's routed output leaves it out")
-        rows, refused = _run_layers(args, ckpt, moe, mod, layers, [(t, e) for e in eps for t in tps], dtype,
-                                    on_input, oracle)
+        rows, refused, figures = _run_layers(args, ckpt, moe, mod, layers, [(t, e) for e in eps for t in tps],
+                                             dtype, on_input, oracle)
     if args.write_format and args.format == "json":  # before the report: stdout stays one JSON document
         _write_format(args.write_format, moe.format)
-    code = _print_report(args, moe, dtype, rows, refused_first + refused, warnings)
+    code = _print_report(args, moe, dtype, rows, refused_first + refused, warnings, figures)
     if args.write_format and args.format != "json":  # after the table: a target that fails now (a full
         sys.stdout.flush()  # disk) loses nothing printed
         _write_format(args.write_format, moe.format)
@@ -620,9 +636,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, layers: list[int],
-                tps: list[tuple[int, int]], dtype: str, on_input: bool, oracle: Any) -> tuple[list[Row], list[str]]:
-    """Every layer at every (TP, EP) degree: the rows, and the configurations the contract refused.
-    oracle: transformers' model of the layers (`transformers_oracle`), None without one."""
+                tps: list[tuple[int, int]], dtype: str, on_input: bool,
+                oracle: Any) -> tuple[list[Row], list[str], list[LayerFigures]]:
+    """Every layer at every (TP, EP) degree: the rows, the configurations the contract refused, and
+    each layer's figures. oracle: transformers' modules of the layers (`transformers_oracle`), None
+    without one; each layer's module is released before the next is built."""
     from layoutc.tools.checkpoints.reference import reference
 
     contract_error: type[Exception] = mod.LayoutContractError  # the generated package's own classes
@@ -632,10 +650,21 @@ def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, 
     progress = _Progress(len(layers) * len(tps), sys.stderr.isatty())
     rows: list[Row] = []
     refused: list[str] = []
+    figures: list[LayerFigures] = []
     for layer in layers:
+        _trim()
+        _peak_mark()
+        t0 = time.perf_counter()
         x, scale, reach = run_inputs(ckpt, moe, layer, args.tokens, args.seed, dtype)
+        t1 = time.perf_counter()
         ref = reference(ckpt, moe, layer, x, use_transformers=not args.no_transformers, oracle=oracle,
                         why_no_oracle=why_no_oracle)
+        t2 = time.perf_counter()
+        build = (getattr(oracle, "build_s", {}) or {}).get(layer, 0.0) if oracle is not None else 0.0
+        if oracle is not None:
+            oracle.release()  # the rows need only the reference's output: the module goes now
+        first = len(rows)
+        compare = 0.0
         for tp, ep in tps:
             where = f"layer {layer} tp={tp}" + (f" ep={ep}" if ep > 1 else "")
             try:
@@ -644,16 +673,23 @@ def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, 
                                       use_transformers=not args.no_transformers, on_input=on_input, ref=ref, ep=ep,
                                       placement=getattr(args, "placement", "linear"), x=x, input_scale=scale,
                                       input_reach=reach.text()))
+                compare += _LAST_COMPARE_S[0]
             except contract_error as exc:  # plan() names the rule and the contract line
                 refused.append(f"{where}: {exc}")
             except kernel_error as exc:
                 raise RunError("LR130", str(exc)) from None
             progress.step(where)
-    return rows, refused
+        mine = rows[first:]
+        del ref, x
+        _trim()
+        figures.append(LayerFigures(layer, (t1 - t0) * 1e3, build * 1e3, (t2 - t1 - build) * 1e3,
+                                    sum(r.load_ms for r in mine), sum(r.kernel_ms for r in mine), compare * 1e3,
+                                    (time.perf_counter() - t0) * 1e3, _peak_kib() / 1024))
+    return rows, refused, figures
 
 
 def _print_report(args: argparse.Namespace, moe: Any, dtype: str, rows: list[Row], refused: list[str],
-                  warnings: list[str] | None = None) -> int:
+                  warnings: list[str] | None = None, figures: list[Any] | None = None) -> int:
     """Print the rows as a table (or JSON); 0 when every row is ok and nothing was refused, else 1.
     warnings: the notes and warnings printed on stderr before the run (a config dtype that is not
     the tensors', a format file of another model_type): repeated under the table, and in JSON."""
@@ -672,7 +708,8 @@ def _print_report(args: argparse.Namespace, moe: Any, dtype: str, rows: list[Row
                                      "router_weight": moe.format.router_weight,
                                      "rows": [asdict(r) for r in rows], "refused": refused,
                                      "unchecked": [f"layer {r.layer} tp={r.tp_size}: {r.result}" for r in unchecked],
-                                     "warnings": warnings},
+                                     "warnings": warnings,
+                                     "layers": [asdict(f) for f in figures or []]},
                                     indent=2) + "\n")
     else:
         sys.stdout.write(_table(rows, f"{args.model_dir} ({moe.format.model_type}, {dtype})", args.contract))
@@ -725,6 +762,9 @@ def add_parser(sub: Any) -> None:
                    help=f"generated contract module in generated/ (default {DEFAULT_CONTRACT}; GPTQ / AWQ int4 "
                    "checkpoints: torch_int4pack_gptq_moe; GPTQ int8 channelwise: torch_int8pack_gptq_moe)")
     p.add_argument("--layers", type=int, default=0, help="only the first N MoE layers (default all)")
+    p.add_argument("--layer-range", default=None, metavar="A:B",
+                   help="only the MoE layers among decoder layers A <= n < B (e.g. 3:4); with --layers, the first "
+                   "N of them")
     p.add_argument("--tokens", type=int, default=16, help="tokens per forward (default 16)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="the report: text (default) or json")
     p.add_argument("--format-file", default=None, metavar="FILE",

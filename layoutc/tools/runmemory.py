@@ -10,9 +10,27 @@ from __future__ import annotations
 
 import contextlib
 
+#: the largest VmHWM (KiB) seen before a reset since `peak_mark()`: the rows reset the peak per
+#: rank, so a layer's peak is the largest of the peaks between those resets
+_PEAK_KIB = [0]
+
+
+def peak_mark() -> None:
+    """Start a new span for `peak_kib` (and reset the kernel's peak)."""
+    rss_peak_reset()
+    _PEAK_KIB[0] = 0
+
+
+def peak_kib() -> int:
+    """This process's peak RSS (KiB) since `peak_mark()`, over every reset in between; 0 where
+    /proc cannot be read."""
+    return max(_PEAK_KIB[0], status_kib("VmHWM"))
+
 
 def rss_peak_reset() -> bool:
-    """Reset this process's peak RSS (Linux: /proc/self/clear_refs 5)."""
+    """Reset this process's peak RSS (Linux: /proc/self/clear_refs 5), first keeping it for
+    `peak_kib`."""
+    _PEAK_KIB[0] = max(_PEAK_KIB[0], status_kib("VmHWM"))
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")

@@ -99,6 +99,9 @@ def _any_params(name: str) -> dict[str, object]:
         "marlin_moe_gptq_int8": dict(group_size=128, activation="silu", dtype="bfloat16"),
         "vllm_cpu_w4a8_int4_moe": dict(group_size=32, activation="silu", scale_dtype="bfloat16"),
         "vllm_cpu_int8_moe": dict(isa="neon", activation="silu", dtype="bfloat16"),
+        "vllm_cpu_int8_padded_moe": dict(activation="silu", dtype="bfloat16"),
+        "flashinfer_trtllm_mxfp8_moe": dict(activation="silu"),
+        "flashinfer_fp8_moe": dict(activation="silu"),
         "vllm_cpu_mxfp4_moe": dict(),
         "vllm_cpu_mxfp4_gpt_oss_moe": dict(),
     }

@@ -34,21 +34,21 @@ import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
 from layoutc.runtime.algebra import Word
 from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
+from layoutc.tools.checkpoints.oracle_layer import (
+    ROUTER_CHILDREN,
+    OracleLayer,
+    moe_modules,
+)
+from layoutc.tools.checkpoints.oracle_layer import first_line as _first_line
+from layoutc.tools.checkpoints.oracle_layer import routing_params as _routing_params
 from layoutc.tools.checkpoints.reader import Checkpoint
-
-#: Child names of a sparse-MoE block's router in transformers 5.19 (`gate`: Qwen, Mixtral,
-#: DeepSeek; `router`: gpt-oss, Llama-4).
-ROUTER_CHILDREN = ("gate", "router")
-#: Names of the decoder-layer list in a model's module path (`model.layers.N`; DBRX's
-#: `transformer.blocks.N`).
-DECODER_STACKS = ("layers", "blocks")
 
 
 def route(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -294,23 +294,14 @@ def loop_reference(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, x: torch.T
 # ---- transformers' own model: the sparse-MoE block of each layer --------------------------------
 
 
-@dataclass
-class OracleLayer:
-    """transformers' own modules of one MoE layer, as `from_pretrained` loaded them (float32, eval).
+class OracleLike(Protocol):
+    """What `reference` reads of an oracle: `Oracle` (every layer built at once) or
+    `layoutc.tools.checkpoints.stream.StreamingOracle` (one layer at a time)."""
 
-    module: the sparse-MoE block (router + experts child, e.g. Llama4TextMoe), or, where
-    the family has none (`block` False), the experts module itself.
-    experts: the experts child (e.g. Llama4TextExperts). path: `module`'s name in the model.
-    routes_experts: the experts forward takes (hidden, top_k_index, top_k_weights), so the
-    block's own routing can be captured from its call.
-    """
+    @property
+    def layers(self) -> Any: ...  # .get(n) -> OracleLayer | None
 
-    layer: int
-    module: torch.nn.Module
-    experts: torch.nn.Module
-    path: str
-    block: bool
-    routes_experts: bool
+    def why(self, layer: int) -> str: ...
 
 
 @dataclass
@@ -320,57 +311,44 @@ class Oracle:
     layers: dict[int, OracleLayer] = field(default_factory=dict)
     missing: str = ""
 
+    def why(self, layer: int) -> str:
+        """Why `layer` has no module ("" when it has one)."""
+        return "" if layer in self.layers else self.missing
 
-def _routing_params(experts: torch.nn.Module) -> list[str]:
-    """Names of the experts forward's positional parameters (self excluded), [] when unreadable."""
-    try:
-        sig = inspect.signature(experts.forward)
-    except (TypeError, ValueError):
-        return []
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return [p.name for p in sig.parameters.values() if p.kind in kinds]
+    def release(self) -> None:
+        """Nothing to free: every layer was loaded at once (`StreamingOracle.release` frees one)."""
 
 
-def moe_modules(model: torch.nn.Module, layers: list[int]) -> dict[int, OracleLayer]:
-    """Per decoder layer in `layers`, transformers' sparse-MoE block of a loaded model.
+def transformers_oracle(folder: str, layers: list[int], **load: Any) -> Any:
+    """transformers' own sparse-MoE blocks (or experts modules) of `layers`, independent of the
+    declared formats.
 
-    A layer's experts module is its first submodule whose class name ends in "Experts"
-    (transformers 5.19: Qwen3MoeExperts, Llama4TextExperts, ...). Its parent is the block
-    when it lies below the decoder layer (`...layers.N.<block>.experts`, or `blocks.N`) and has a router
-    child (`ROUTER_CHILDREN`); a parent that is the decoder layer itself (Gemma-4) is not a
-    block, and the experts module alone is kept. Layers without an experts module are absent.
+    Without `load` options: a `stream.StreamingOracle`, which builds one layer's module at a
+    time on a meta-device skeleton of the whole model and loads it through transformers' own
+    key renaming and weight conversion (peak: one layer's module in float32, whatever the
+    number of layers or the vocabulary). With `load` options (e.g. the MXFP4 path's
+    `quantization_config=Mxfp4Config(dequantize=True)`, which needs transformers' quantizer):
+    `AutoModelForCausalLM.from_pretrained(folder, dtype=float32, **load)` of the first
+    max(layers) + 1 decoder layers, cast to float32 (`loaded_oracle`).
+
+    `why(layer)` says why a layer has none: transformers absent, a model_type it does not know,
+    a load failure, or no experts module in the layer. Never raises for those.
     """
-    named = dict(model.named_modules())
-    found: dict[int, OracleLayer] = {}
-    for name, module in named.items():
-        parts = name.split(".")
-        stacks = [j for j, p in enumerate(parts[:-1]) if p in DECODER_STACKS and parts[j + 1].isdigit()]
-        if not type(module).__name__.endswith("Experts") or not stacks:
-            continue
-        i = stacks[0]
-        layer = int(parts[i + 1])
-        if layer not in layers or layer in found:
-            continue
-        parent_path = ".".join(parts[:-1])
-        parent = named[parent_path]
-        children = dict(parent.named_children())
-        is_block = len(parts) - 1 > i + 2 and any(c in children for c in ROUTER_CHILDREN)
-        routes = len(_routing_params(module)) >= 3
-        found[layer] = OracleLayer(layer, parent.eval() if is_block else module.eval(), module.eval(),
-                                   parent_path if is_block else name, is_block, routes)
-    return found
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return Oracle(missing="transformers is not installed")
+    if not load:
+        from layoutc.tools.checkpoints.stream import StreamingOracle
+
+        return StreamingOracle(folder)
+    return loaded_oracle(folder, layers, **load)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
-
-
-def transformers_oracle(folder: str, layers: list[int], **load: Any) -> Oracle:
-    """transformers' own sparse-MoE blocks (or experts modules) of `layers`, loaded by
-    `AutoModelForCausalLM.from_pretrained(folder, dtype=float32, **load)` through transformers'
-    weight conversion (then cast to float32: a model transformers dequantizes to bfloat16, e.g.
-    `quantization_config=Mxfp4Config(dequantize=True)`), independent of the declared formats.
+def loaded_oracle(folder: str, layers: list[int], **load: Any) -> Oracle:
+    """Every layer of `layers` at once: `AutoModelForCausalLM.from_pretrained(folder, dtype=float32,
+    **load)` through transformers' weight conversion (then cast to float32: a model transformers
+    dequantizes to bfloat16, e.g. `quantization_config=Mxfp4Config(dequantize=True)`).
 
     Only the first max(layers) + 1 decoder layers are built. `Oracle.missing` says why a
     layer has none: transformers absent, a model_type it does not know, a load failure, or
@@ -508,7 +486,7 @@ def _declared_routing(moe: MoEModelConfig) -> str:
 
 
 def reference(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, x: torch.Tensor, *, use_transformers: bool = True,
-              oracle: Oracle | None = None, why_no_oracle: str = "") -> Reference:
+              oracle: OracleLike | None = None, why_no_oracle: str = "") -> Reference:
     """The reference of `layer` on hidden states x [T, H] (any float dtype), float32.
 
     With `oracle` (from `transformers_oracle`) holding the layer's block: the block's routed
@@ -546,7 +524,7 @@ def reference(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, x: torch.Tensor
         why = (f"transformers' {type(entry.experts).__name__} in layer {layer} is in no sparse-MoE block and "
                "takes no routing")
     else:
-        why = why_no_oracle or (oracle.missing if oracle is not None else "") or \
+        why = why_no_oracle or (oracle.why(layer) if oracle is not None else "") or \
             f"no transformers block for model_type {moe.format.model_type!r}"
     module = transformers_experts(ckpt, moe, layer) if use_transformers else None
     if module is not None:

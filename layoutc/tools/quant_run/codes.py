@@ -23,7 +23,9 @@ unpackers in tests/test_quant_formats.py). Source: vLLM 0.32 auto_gptq.py / auto
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import torch
 
@@ -131,3 +133,29 @@ def expert_codes(ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, l
     perm = down.in_perm
     return ExpertCodes(proj["gate"].rows(perm), proj["up"].rows(perm),
                        ProjectionCodes(down.codes, down.scale, down.zero, None))
+
+
+class LayerCodes(Sequence[ExpertCodes]):
+    """The experts of one layer as a sequence whose item e is `expert_codes(ckpt, moe, scheme,
+    layer, e)`, read from the checkpoint each time it is asked for and not kept: a rank's loader
+    holds one expert's codes at a time (issue 44 item 2), never the layer's."""
+
+    def __init__(self, ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layer: int) -> None:
+        self._args = (ckpt, moe, scheme, layer)
+
+    def __len__(self) -> int:
+        return int(self._args[1].num_experts)
+
+    @overload
+    def __getitem__(self, index: int) -> ExpertCodes: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[ExpertCodes]: ...
+
+    def __getitem__(self, index: int | slice) -> ExpertCodes | Sequence[ExpertCodes]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        ckpt, moe, scheme, layer = self._args
+        return expert_codes(ckpt, moe, scheme, layer, index % len(self))

@@ -6,13 +6,13 @@ as the unquantized path: layoutc/tools/checkpoints/reference.py).
   transformers dequantizes (transformers 5.19 integrations/mxfp4.py, on CPU without
   accelerate), then the model is cast to float32 (bf16 -> float32 is exact).
 - Any per-expert method (GPTQ, AWQ, FP8, NVFP4): transformers' own loaders need gptqmodel,
-  autoawq or accelerate, which are absent here. Instead, every module of the first
-  max(layers) + 1 decoder layers that has the scheme's scale tensor is dequantized on its own
-  by the independent dequantizer (checkpoints/quant/dequant.py, held to vLLM's unpackers in
-  tests/test_quant_formats.py) and written under its own name (`<module>.weight`), beside the
-  checkpoint's other float tensors, into a temporary folder with config.json minus
-  `quantization_config`; `from_pretrained` loads that folder through transformers' own weight
-  conversion. Which tensor is gate, up or down, its orientation, fusing and the block's
+  autoawq or accelerate, which are absent here. Instead, one layer at a time
+  (checkpoints/stream.py `StreamingOracle`, on config.json minus `quantization_config`), every
+  module of the layer's block that has the scheme's scale tensor is dequantized on its own by
+  the independent dequantizer (checkpoints/quant/dequant.py, held to vLLM's unpackers in
+  tests/test_quant_formats.py) under its own name (`<module>.weight`), beside the checkpoint's
+  other float tensors, and transformers' own key renaming and weight conversion load them
+  into the block; the block is freed before the next layer. Which tensor is gate, up or down, its orientation, fusing and the block's
   routing, weighting and scaling are transformers' decisions: the declared format (or a
   --format-file) is not read, so a wrong declaration is caught.
 
@@ -23,18 +23,16 @@ no independent reference; the rows are "unchecked" (exit 1).
 from __future__ import annotations
 
 import json
-import os
-import re
-import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 from layoutc.tools.checkpoints.quant import scheme as S
 from layoutc.tools.checkpoints.reader import Checkpoint
 from layoutc.tools.checkpoints.reference import Oracle
 
-#: a decoder layer's index in a tensor name (`model.layers.3.`, DBRX's `transformer.blocks.3.`)
-_LAYER = re.compile(r"(?:^|\.)(?:layers|blocks)\.(\d+)\.")
+if TYPE_CHECKING:
+    from layoutc.tools.checkpoints.stream import StreamingOracle
+
 MXFP4_HOW = "transformers' own MXFP4 dequantization (from_pretrained, Mxfp4Config(dequantize=True))"
 PER_TENSOR_HOW = (
     "each quantized module dequantized on its own, under its own name, by the independent dequantizer "
@@ -45,7 +43,7 @@ PER_TENSOR_HOW = (
 
 def independent_oracle(
     ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layers: list[int]
-) -> tuple[Oracle, str]:
+) -> tuple[Oracle | StreamingOracle, str]:
     """(transformers' blocks of `layers`, how the weights were dequantized). The Oracle's
     `missing` says why a layer has none (never raises for that). Raises FormatError (LR112,
     LR153-LR157) for a quantized module the dequantizer refuses."""
@@ -65,56 +63,61 @@ def independent_oracle(
             f"{moe.format.model_type!r} here, and the per-tensor dequantizer holds per-expert "
             "modules only"
         ), ""
-    with tempfile.TemporaryDirectory(prefix="layoutc-dequant-") as folder:
-        write_dequantized(ckpt, scheme, max(layers) + 1, folder)
-        return transformers_oracle(folder, layers), PER_TENSOR_HOW
+    from layoutc.tools.checkpoints.stream import StreamingOracle
+
+    return StreamingOracle(str(ckpt.folder), dequantized_source(ckpt, scheme), plain_config(ckpt.config)), PER_TENSOR_HOW
 
 
-def write_dequantized(ckpt: Checkpoint, scheme: S.QuantScheme, keep: int, folder: str) -> None:
-    """Write `folder`/model.safetensors and config.json: the checkpoint's first `keep` decoder
-    layers (and its tensors outside any layer) with every module that has the scheme's scale
-    tensor dequantized to float32 `[out, in]` as `<module>.weight`; the other quantization
-    tensors, and any other non-float tensor, left out. config.json: the checkpoint's, without
-    `quantization_config` (at the top and in text_config)."""
+#: safetensors dtypes transformers loads as floats (a float8 weight without a scale is left out)
+_FLOATS = ("F16", "BF16", "F32", "F64")
+
+
+def dequantized_source(ckpt: Checkpoint, scheme: S.QuantScheme) -> Any:
+    """The checkpoint as float32 tensors, read one layer at a time (`stream.TensorSource`): every
+    module that has the scheme's scale tensor as `<module>.weight`, dequantized on read by the
+    independent dequantizer (float32 `[out, in]`); every other float tensor of 2 bytes or more
+    under its own name; the other quantization tensors, and any other non-float tensor, left out.
+    The names are decided from the headers alone; nothing is read until transformers asks."""
     import torch
-    from safetensors.torch import save_file
 
     from layoutc.tools.checkpoints.quant.dequant import dequantize
+    from layoutc.tools.checkpoints.stream import TensorSource
 
     wspec, sspec = scheme.weight(), scheme.spec("scale")
     assert sspec is not None
     suffixes = tuple(t.suffix for t in scheme.tensors)
-    names = [n for n in ckpt.weight_map if (m := _LAYER.search(n)) is None or int(m.group(1)) < keep]
-    out: dict[str, Any] = {}
+    modules: dict[str, dict[str, str]] = {}  # "<module>.weight" -> role -> stored name
     used: set[str] = set()
-    for name in names:
+    for name in ckpt.weight_map:
         if not name.endswith(wspec.suffix):
             continue
         module = name[: -len(wspec.suffix)]
         if not ckpt.has(module + sspec.suffix):
             continue
         roles = {t.role: module + t.suffix for t in scheme.tensors if ckpt.has(module + t.suffix)}
-        out[module + ".weight"] = (
-            dequantize(scheme, {r: ckpt.tensor(n) for r, n in roles.items()}, name=module)
-            .to(torch.float32)
-            .contiguous()
-        )
+        modules[module + ".weight"] = roles
         used.update(roles.values())
-    for name in names:
-        if name in used or name in out:
-            continue
-        t = ckpt.tensor(name)
-        if (
-            not t.is_floating_point()
-            or t.element_size() < 2
-            or (name.endswith(suffixes) and not name.endswith(".weight"))
-        ):
-            continue  # a float8 weight without a scale, a stray scale: nothing transformers should load
-        out[name] = t.to(torch.float32).contiguous()
-    save_file(out, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
-    config = json.loads(json.dumps(ckpt.config))
-    config.pop("quantization_config", None)
-    if isinstance(config.get("text_config"), dict):
-        config["text_config"].pop("quantization_config", None)
-    with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(config, f)
+    plain = [n for n in ckpt.weight_map if n not in used and n not in modules and ckpt.dtype(n) in _FLOATS
+             and not (n.endswith(suffixes) and not n.endswith(".weight"))]
+
+    def read(keys: list[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in keys:
+            if key in modules:
+                roles = modules[key]
+                out[key] = dequantize(scheme, {r: ckpt.tensor(n) for r, n in roles.items()},
+                                      name=key.removesuffix(".weight")).to(torch.float32).contiguous()
+            else:
+                out[key] = ckpt.tensor(key).to(torch.float32)
+        return out
+
+    return TensorSource((*modules, *plain), read)
+
+
+def plain_config(config: dict[str, Any]) -> dict[str, Any]:
+    """config.json without `quantization_config` (at the top and in text_config)."""
+    out = json.loads(json.dumps(config))
+    out.pop("quantization_config", None)
+    if isinstance(out.get("text_config"), dict):
+        out["text_config"].pop("quantization_config", None)
+    return out

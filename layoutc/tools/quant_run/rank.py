@@ -11,6 +11,7 @@ The kernel calls are the glue's (layoutc/runtime/glue/int4pack.py: `pack_codes`,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,22 +33,26 @@ class RankTensors:
     in_perms: tuple[tuple[torch.Tensor | None, torch.Tensor | None], ...]  # per expert: (gate, up)
 
 
-def load_rank(layout: Any, plan: Any, rank: int, experts: list[ExpertCodes], dtype: torch.dtype) -> RankTensors:
+def load_rank(layout: Any, plan: Any, rank: int, experts: Sequence[ExpertCodes], dtype: torch.dtype) -> RankTensors:
     """Rank `rank`'s padded tensors, each checkpoint projection loaded into its slice by the
-    generated `load` (role gate / up / down). Shapes: the contract's padded shapes at `plan`."""
-    out: dict[tuple[str, str], torch.Tensor] = {}
-    for kind in ("weight", "scale", "zero"):
-        for proj in ("w13", "w2"):
-            entry = layout.tensor(kind, proj)
-            dst = entry.alloc(plan, rank)
+    generated `load` (role gate / up / down). Shapes: the contract's padded shapes at `plan`.
+    `experts` is read once, in order, one expert at a time (a `codes.LayerCodes` reads each from
+    the checkpoint when asked), so only the rank's tensors and one expert's codes are held."""
+    kinds = [(kind, proj) for kind in ("weight", "scale", "zero") for proj in ("w13", "w2")]
+    entries = {key: layout.tensor(*key) for key in kinds}
+    out: dict[tuple[str, str], torch.Tensor] = {key: entries[key].alloc(plan, rank) for key in kinds}
+    perms = []
+    for e in range(len(experts)):
+        ex = experts[e]
+        for kind, proj in kinds:
             store = torch.int32 if kind == "weight" else dtype
-            for e, ex in enumerate(experts):
-                parts = (("gate", ex.gate), ("up", ex.up)) if proj == "w13" else (("down", ex.down),)
-                for role, p in parts:
-                    src = {"weight": p.codes, "scale": p.scale, "zero": p.zero}[kind]
-                    entry.load(dst, src.to(store), plan, rank, expert=e, role=role)
-            out[(kind, proj)] = dst
-    return RankTensors(out, tuple((ex.gate.in_perm, ex.up.in_perm) for ex in experts))
+            parts = (("gate", ex.gate), ("up", ex.up)) if proj == "w13" else (("down", ex.down),)
+            for role, p in parts:
+                src = {"weight": p.codes, "scale": p.scale, "zero": p.zero}[kind]
+                entries[(kind, proj)].load(out[(kind, proj)], src.to(store), plan, rank, expert=e, role=role)
+        perms.append((ex.gate.in_perm, ex.up.in_perm))
+        del ex
+    return RankTensors(out, tuple(perms))
 
 
 def kernel_config(mod: Any, plan: Any, dtype: torch.dtype) -> KernelConfig:

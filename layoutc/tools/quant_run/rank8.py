@@ -11,6 +11,7 @@ kernel calls are the glue's (layoutc/runtime/glue/int8pack.py: `pack_codes`, `fu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -25,28 +26,28 @@ from layoutc.tools.runplan import RunError
 INT8PACK_SCHEMES = ("gptq_int8",)
 
 
-def load_rank(layout: Any, plan: Any, rank: int, experts: list[ExpertCodes]) -> dict[tuple[str, str], torch.Tensor]:
+def load_rank(layout: Any, plan: Any, rank: int, experts: Sequence[ExpertCodes]) -> dict[tuple[str, str], torch.Tensor]:
     """Rank `rank`'s padded tensors by (kind, projection): ("weight", p) int32 codes, ("scale", p)
     scales in the plan's dtype, each checkpoint projection (codes [out, in] 0..255, scales [out, 1])
     loaded into its slice by the generated `load` (role gate / up / down). Shapes: the
     contract's padded shapes at `plan`. RunError LR162 for an act-order input permutation
     (none exists with one group along K: the contract has no g_idx)."""
-    if any(ex.gate.in_perm is not None or ex.up.in_perm is not None or ex.down.in_perm is not None
-           for ex in experts):
-        raise RunError("LR162", f"contract {layout.contract} reads K in the stored order: an act-order "
-                       "permutation of its input channels cannot be held")
-    out: dict[tuple[str, str], torch.Tensor] = {}
-    for kind in ("weight", "scale"):
-        for proj in ("w13", "w2"):
-            entry = layout.tensor(kind, proj)
-            assert entry is not None, (layout.contract, kind, proj)
-            dst = entry.alloc(plan, rank)
-            for e, ex in enumerate(experts):
-                parts = (("gate", ex.gate), ("up", ex.up)) if proj == "w13" else (("down", ex.down),)
-                for role, p in parts:
-                    src = p.codes if kind == "weight" else p.scale
-                    entry.load(dst, src.to(dst.dtype), plan, rank, expert=e, role=role)
-            out[(kind, proj)] = dst
+    kinds = [(kind, proj) for kind in ("weight", "scale") for proj in ("w13", "w2")]
+    entries = {key: layout.tensor(*key) for key in kinds}
+    assert all(e is not None for e in entries.values()), layout.contract
+    out: dict[tuple[str, str], torch.Tensor] = {key: entries[key].alloc(plan, rank) for key in kinds}
+    for e in range(len(experts)):  # one expert's codes at a time (a codes.LayerCodes reads each when asked)
+        ex = experts[e]
+        if ex.gate.in_perm is not None or ex.up.in_perm is not None or ex.down.in_perm is not None:
+            raise RunError("LR162", f"contract {layout.contract} reads K in the stored order: an act-order "
+                           "permutation of its input channels cannot be held")
+        for kind, proj in kinds:
+            dst = out[(kind, proj)]
+            parts = (("gate", ex.gate), ("up", ex.up)) if proj == "w13" else (("down", ex.down),)
+            for role, p in parts:
+                src = p.codes if kind == "weight" else p.scale
+                entries[(kind, proj)].load(dst, src.to(dst.dtype), plan, rank, expert=e, role=role)
+        del ex
     return out
 
 

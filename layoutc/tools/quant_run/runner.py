@@ -43,6 +43,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -164,7 +165,7 @@ def _int4_plan(layout: Any, moe: MoEModelConfig, scheme: S.QuantScheme, tp: int,
     return layout.plan(**layout.plan_arguments(values))
 
 
-def int4_layer(mod: Any, experts: list[Any], moe: MoEModelConfig, scheme: S.QuantScheme, tp: int, dtype: str,
+def int4_layer(mod: Any, experts: Sequence[Any], moe: MoEModelConfig, scheme: S.QuantScheme, tp: int, dtype: str,
                x: Any, weights: Any, ids: Any) -> tuple[Any, Any, float, float]:
     """All ranks of one layer on the int4pack kernel, summed in `dtype`: (output [T, H], plan,
     slowest rank's load + pack seconds, slowest rank's forward seconds)."""
@@ -208,14 +209,14 @@ def int8_layer(mod: Any, ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantS
     import torch
 
     from layoutc.tools.quant_run import rank8
-    from layoutc.tools.quant_run.codes import expert_codes
+    from layoutc.tools.quant_run.codes import LayerCodes
     from layoutc.tools.quant_run.padded import check_holds, contract_ir
     from layoutc.tools.runplan import module_layout
 
     check_holds(contract_ir(mod), scheme)
     layout = module_layout(mod)
     plan = _int4_plan(layout, moe, scheme, tp, dtype)
-    experts = [expert_codes(ckpt, moe, scheme, layer, e) for e in range(moe.num_experts)]
+    experts = LayerCodes(ckpt, moe, scheme, layer)  # read per rank, one expert at a time
     cfg = rank8.kernel_config(mod, plan, getattr(torch, dtype))
     total, load_s, kernel_s = _sum_ranks(tp, lambda r: rank8.load_rank(layout, plan, r, experts),
                                          lambda tensors: rank8.forward(cfg, tensors, x, weights, ids))
@@ -346,9 +347,14 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
     from layoutc.tools.checkpoints.reference import reference
     from layoutc.tools.checkpoints.reference import route as declared_route
     from layoutc.tools.quant_run import padded
-    from layoutc.tools.quant_run.codes import expert_codes
+    from layoutc.tools.quant_run.codes import LayerCodes
     from layoutc.tools.quant_run.oracle import independent_oracle
     from layoutc.tools.runcompare import TOLERANCE, halves_error, run_inputs
+    from layoutc.tools.runmemory import peak_kib as _peak_kib
+    from layoutc.tools.runmemory import peak_mark as _peak_mark
+    from layoutc.tools.runmemory import trim as _trim
+    from layoutc.tools.runprogress import LayerFigures
+    from layoutc.tools.runprogress import Progress as _Progress
 
     for layer in layers:
         validate(scheme, ckpt, layer, moe)
@@ -366,26 +372,46 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
     use_tf = not args.no_transformers
     no_pretrained = bool(getattr(args, "no_from_pretrained", False))
     oracle, how = independent_oracle(ckpt, moe, scheme, layers) if use_tf and not no_pretrained else (None, "")
+    progress = _Progress(len(layers) * len(tps), sys.stderr.isatty())
+    figures: list[LayerFigures] = []
     for layer in layers:
+        _trim()
+        _peak_mark()
+        t0 = time.perf_counter()
         kinds = {r.kind for r in routes}
-        experts = [expert_codes(ckpt, moe, scheme, layer, e) for e in range(moe.num_experts)] \
-            if "int4pack" in kinds else []
+        # read per rank, one expert at a time (codes.LayerCodes): no layer of codes is held
+        experts = LayerCodes(ckpt, moe, scheme, layer) if "int4pack" in kinds else []
         sources = padded.expert_sources(ckpt, moe, scheme, layer) if "padded" in kinds else {}
-        params = dequantized(ckpt, moe, scheme, layer)
+        params: dict[str, Any] | None = dequantized(ckpt, moe, scheme, layer)
+        assert params is not None
         x, scale, reach = run_inputs(ckpt, moe, layer, args.tokens, args.seed, dtype,
                                      gate_up=params["gate_up_proj"])
+        if "even" not in kinds:  # only the reach needed the layer in float32 here; rebuilt if a reference needs it
+            params = None
+        t1 = time.perf_counter()
         entry = oracle.layers.get(layer) if oracle is not None else None
         if entry is not None and (entry.block or entry.routes_experts):  # transformers' own block: independent
             own = reference(ckpt, moe, layer, x, oracle=oracle)
             ref, weights, ids = own.output, own.weights, own.ids
             ref_name, independent, why_ref = f"{own.name}, over {how}", True, ""
+            del own
         else:
             weights, ids = declared_route(ckpt, moe, layer, x)
+            params = params if params is not None else dequantized(ckpt, moe, scheme, layer)
             ref, ref_name = reference_output(ckpt, moe, params, x, weights, ids, use_tf)
             independent = False
             why_ref = "--no-transformers" if not use_tf else "--no-from-pretrained" if no_pretrained else \
-                (oracle.missing if oracle is not None and oracle.missing else f"no transformers block in layer {layer}")
+                (oracle.why(layer) if oracle is not None and oracle.why(layer) else f"no transformers block in layer {layer}")
             why_ref = f"no independent reference ({why_ref}): a reference built from the declared format"
+        build = oracle.build_s.get(layer, 0.0) if oracle is not None and hasattr(oracle, "build_s") else 0.0
+        entry = None
+        if oracle is not None:
+            oracle.release()
+        if params is not None and "even" not in kinds:
+            params = None
+        t2 = time.perf_counter()
+        first = len(rows)
+        compare = 0.0
         for tp in tps:
             why: list[str] = []
             for route in routes:
@@ -408,6 +434,8 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
                         name = f"{rank_ref}, ranks summed, against {ref_name}"
                     else:
                         t0 = time.perf_counter()
+                        if params is None:
+                            params = dequantized(ckpt, moe, scheme, layer)
                         out = reference_ranks(params, moe, scheme, tp, x, weights, ids, ckpt, use_tf)
                         load_s, kernel_s = 0.0, time.perf_counter() - t0
                         pp = pad = moe.intermediate_size // tp
@@ -422,7 +450,9 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
                         raise
                     why.append(str(exc))
                     continue
+                tc = time.perf_counter()
                 rel = halves_error(out, ref)
+                compare += time.perf_counter() - tc
                 ran = route.kind in ("int4pack", "int8pack")
                 no_run = NO_KERNEL_WHY["padded" if route.kind == "padded" else "even"]
                 why_not = "; ".join(w for w in (why_ref, "" if ran else no_run) if w)
@@ -432,7 +462,14 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
                 break
             else:
                 refused.append(f"layer {layer} tp={tp}: " + "; then ".join(why))
-    return _print(args, moe, scheme, dtype, rows, refused)
+            progress.step(f"layer {layer} tp={tp}")
+        mine = rows[first:]
+        del experts, sources, params, x, ref, weights, ids
+        _trim()
+        figures.append(LayerFigures(layer, (t1 - t0) * 1e3, build * 1e3, (t2 - t1 - build) * 1e3,
+                                    sum(r.load_ms for r in mine), sum(r.kernel_ms for r in mine), compare * 1e3,
+                                    (time.perf_counter() - t0) * 1e3, _peak_kib() / 1024))
+    return _print(args, moe, scheme, dtype, rows, refused, figures)
 
 
 def int4pack_name() -> str:
@@ -450,16 +487,17 @@ def int8pack_name() -> str:
 
 
 def _print(args: argparse.Namespace, moe: MoEModelConfig, scheme: S.QuantScheme, dtype: str, rows: list[QuantRow],
-           refused: list[str]) -> int:
+           refused: list[str], figures: list[Any] | None = None) -> int:
     """Print the rows (text or JSON); 0 when every row is ok (matched, independent, a real
-    kernel) and nothing was refused, else 1."""
+    kernel) and nothing was refused, else 1. figures: each layer's `run.LayerFigures` (JSON "layers")."""
     ok = bool(rows) and all(r.ok for r in rows) and not refused
     unchecked = [r for r in rows if not (r.independent and r.kernel_ran)]
     if args.format == "json":
         sys.stdout.write(json.dumps({"model": args.model_dir, "model_type": moe.format.model_type,
                                      "quantization": scheme.name, "dtype": dtype, "ok": ok,
                                      "rows": [asdict(r) for r in rows], "refused": refused,
-                                     "unchecked": [f"layer {r.layer} tp={r.tp_size}: {r.result}" for r in unchecked]},
+                                     "unchecked": [f"layer {r.layer} tp={r.tp_size}: {r.result}" for r in unchecked],
+                                     "layers": [asdict(f) for f in figures or []]},
                                     indent=2) + "\n")
         return 0 if ok else 1
     print(f"{args.model_dir} ({moe.format.model_type}, {scheme.name}, group {scheme.group_size}, "

@@ -1,0 +1,232 @@
+"""`layoutc run` at the width people deploy: peak RSS and CPU seconds against the number of layers (issue 44).
+
+    python bench/stream_bench.py                                   # gemma4 + qwen3_moe, 2/4/8 layers, tp 1,2,4
+    python bench/stream_bench.py --families gemma4 --layers 2,4 --width 0.5 --out /tmp/s.json
+
+For each family (bench/wide_checkpoint.py SHAPES: gemma-4-26B-A4B's text model, Qwen3-30B-A3B)
+and layer count, the checkpoint is written (bf16, one shard per layer), then:
+
+* `layoutc run DIR --tp TPS --format json` in a child: its peak RSS (VmHWM, KiB), CPU seconds
+  (user + system, getrusage of the child), wall seconds, exit code, rows ok / total, and the
+  per-layer figures run reports;
+* the per-rank loader (`checkpoints.loader.load_layer_rank`, the generated `load_*` over the
+  mapped reader) of layer 0 at the largest TP degree, each rank in a child: the bytes it read
+  from the file (every `MappedSlice._pread` counted) against the bytes the rank owns (its
+  gate / up rows and down columns, unpadded), its seconds, and the disk-read bound: the same
+  number of bytes read sequentially from the same shard with `os.pread` in 8 MiB chunks, page
+  cache warm (the ratio is load seconds / bound seconds);
+
+and the checkpoint is deleted. Results, with the commit and the load average before and after,
+go to bench/results/stream.json (or --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import RESULTS, ROOT, load
+
+PEAK = r"""
+import sys
+from layoutc import cli
+try:
+    rc = cli.main(sys.argv[1:])
+finally:
+    with open("/proc/self/status") as fh:
+        hwm = next(line.split()[1] for line in fh if line.startswith("VmHWM"))
+    print(f"peak_kib={hwm}", file=sys.stderr)
+sys.exit(rc)
+"""
+
+
+def _commit() -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False
+    ).stdout.strip()
+
+
+def run_child(folder: str, tps: str) -> dict[str, Any]:
+    """`layoutc run` in a child: peak, CPU and wall seconds, exit code, rows, per-layer figures."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", PEAK, "run", folder, "--tp", tps, "--format", "json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak = [int(line.split("=")[1]) for line in proc.stderr.splitlines() if line.startswith("peak_kib=")]
+    try:
+        data = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        data = {}
+    rows = data.get("rows", []) if isinstance(data, dict) else []
+    return {
+        "exit": proc.returncode,
+        "peak_kib": peak[0] if peak else None,
+        "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
+        "wall_s": round(wall, 1),
+        "rows_ok": sum(1 for r in rows if r.get("result") == "ok"),
+        "rows": len(rows),
+        "layers": data.get("layers", []) if isinstance(data, dict) else [],
+        "stderr_tail": proc.stderr[-600:] if proc.returncode else "",
+    }
+
+
+LOADER = r"""
+import json, os, sys, time
+from layoutc.tools.checkpoints import reader
+from layoutc.tools.checkpoints.formats import describe
+from layoutc.tools.checkpoints.loader import load_layer_rank
+from layoutc.tools.run import checkpoint_dtype
+from layoutc.tools.runplan import checkpoint_plan
+import importlib
+folder, tp, rank = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+count = [0]
+orig = reader.MappedSlice._pread
+def counted(self, buf, pos, nbytes):
+    count[0] += nbytes
+    return orig(self, buf, pos, nbytes)
+reader.MappedSlice._pread = counted
+mod = importlib.import_module("layoutc_generated.vllm_cpu_grouped_gemm")
+with reader.Checkpoint(folder) as ckpt:
+    from layoutc.tools.checkpoints.formats import FORMATS
+    moe = describe(ckpt.config, FORMATS.get(ckpt.config["model_type"]), ckpt.weight_map)
+    layer = moe.moe_layers[0]
+    dtype = checkpoint_dtype(ckpt, moe, layer)
+    plan = checkpoint_plan(mod, moe, tp, dtype, "vec")
+    del load_layer_rank(ckpt, moe, layer, mod, plan, rank).w13  # imports and page cache warm
+    count[0] = 0
+    t0 = time.perf_counter()
+    rw = load_layer_rank(ckpt, moe, layer, mod, plan, rank)
+    seconds = time.perf_counter() - t0
+    owned = moe.num_experts * 3 * (moe.intermediate_size // tp) * moe.hidden_size * 2
+    shard = ckpt.weight_map[next(n for n in ckpt.weight_map if f"layers.{layer}." in n and "expert" in n)]
+print(json.dumps({"read": count[0], "owned": owned, "seconds": seconds,
+                  "shard": os.path.join(folder, shard)}))
+"""
+
+
+def disk_bound(path: str, nbytes: int) -> float:
+    """Seconds to read `nbytes` of `path` sequentially (8 MiB preads, from the start, wrapping), cache warm."""
+    chunk = 8 << 20
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        for _ in range(2):  # the first pass warms the cache, the second is timed
+            t0 = time.perf_counter()
+            done = pos = 0
+            while done < nbytes:
+                got = os.pread(fd, min(chunk, nbytes - done), pos)
+                done += len(got)
+                pos = (pos + len(got)) % max(1, size - chunk)
+        return time.perf_counter() - t0
+    finally:
+        os.close(fd)
+
+
+def loader_child(folder: str, tp: int) -> list[dict[str, Any]]:
+    out = []
+    for rank in range(tp):
+        proc = subprocess.run(
+            [sys.executable, "-c", LOADER, folder, str(tp), str(rank)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=False,
+        )
+        if proc.returncode:
+            out.append({"rank": rank, "error": proc.stderr[-600:]})
+            continue
+        got = json.loads(proc.stdout.strip().splitlines()[-1])
+        bound = disk_bound(got["shard"], got["read"])
+        out.append(
+            {
+                "rank": rank,
+                "bytes_read": got["read"],
+                "bytes_owned": got["owned"],
+                "read_over_owned": round(got["read"] / got["owned"], 4),
+                "load_s": round(got["seconds"], 3),
+                "disk_bound_s": round(bound, 3),
+                "ratio_to_bound": round(got["seconds"] / bound, 2),
+            }
+        )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--families", default="gemma4,qwen3_moe")
+    parser.add_argument("--layers", default="2,4,8")
+    parser.add_argument("--tp", default="1,2,4")
+    parser.add_argument("--width", type=float, default=1.0)
+    parser.add_argument("--experts", type=int, default=None)
+    parser.add_argument("--dir", default="/tmp/layoutc-stream-bench")
+    parser.add_argument("--out", default=str(RESULTS / "stream.json"))
+    parser.add_argument("--keep", action="store_true", help="keep the checkpoints")
+    args = parser.parse_args()
+    import wide_checkpoint as wide
+
+    result: dict[str, Any] = {
+        "commit": _commit(),
+        "load_before": load(),
+        "width": args.width,
+        "tp": args.tp,
+        "runs": [],
+    }
+    tps = [int(t) for t in args.tp.split(",")]
+    for family in args.families.split(","):
+        for layers in (int(n) for n in args.layers.split(",")):
+            folder = os.path.join(args.dir, f"{family}-{layers}-w{args.width}")
+            cfg = wide.config_for(family, layers, args.width, args.experts)
+            t0 = time.perf_counter()
+            if not os.path.exists(os.path.join(folder, "config.json")):
+                wide.write(folder, cfg)
+            written = time.perf_counter() - t0
+            disk = sum(p.stat().st_size for p in Path(folder).glob("*.safetensors"))
+            entry = {
+                "family": family,
+                "layers": layers,
+                "hidden": cfg["hidden_size"],
+                "moe_intermediate": cfg["moe_intermediate_size"],
+                "experts": cfg["num_experts"],
+                "disk_bytes": disk,
+                "write_s": round(written, 1),
+                "run": run_child(folder, args.tp),
+                "loader": loader_child(folder, max(tps))
+                if layers == min(int(n) for n in args.layers.split(","))
+                else [],
+            }
+            result["runs"].append(entry)
+            r = entry["run"]
+            print(
+                f"{family} {layers} layers: exit {r['exit']}, {r['rows_ok']}/{r['rows']} ok, peak "
+                f"{(r['peak_kib'] or 0) / 1024:.0f} MiB, {r['cpu_s']} cpu s, {r['wall_s']} s",
+                flush=True,
+            )
+            if not args.keep:
+                shutil.rmtree(folder, ignore_errors=True)
+    result["load_after"] = load()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out + ".tmp"
+    Path(tmp).write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(tmp, args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
