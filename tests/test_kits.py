@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from layoutc.cli import main
+from tests import vllm_release
 
 pytestmark = [pytest.mark.conformance, pytest.mark.engine, pytest.mark.slow]
 
@@ -323,4 +324,56 @@ def test_sglang_mxfp4_kit_fails_naming_rows_on_a_mutated_engine(tmp_path: Path, 
     done = _run_kit(kit, args=("-k", "test_engine_pads_like_the_contract"))
     assert done.returncode == 1, done.stdout[-4000:]
     assert "sglang 0.5.23 differs from contract sglang_cpu_mxfp4_moe" in done.stdout, done.stdout[-4000:]
+    assert re.search(expect, done.stdout), done.stdout[-4000:]
+
+
+FI_FIRST = ("vllm.model_executor.layers.fused_moe.experts.cpu_moe", "vllm.model_executor.layers.fused_moe")
+
+# pad-count mutation: MXFP8's intermediate aligned to 64 instead of vLLM's 128
+MUTATE_MXFP8_COUNT = f"""
+import importlib
+for name in {FI_FIRST!r}:
+    importlib.import_module(name)
+fi = importlib.import_module({FI!r})
+original = fi.align_mxfp8_moe_weights_for_fi_trtllm
+def mutated(w13, w2, w13_scale, w2_scale, is_act_and_mul, min_alignment, hidden_alignment):
+    return original(w13, w2, w13_scale, w2_scale, is_act_and_mul, 64, hidden_alignment)
+fi.align_mxfp8_moe_weights_for_fi_trtllm = mutated
+"""
+
+# fill mutation: the w2 UE8M0 scales' padded hidden rows hold 0 (2^-127) instead of 127 (1.0)
+MUTATE_MXFP8_FILL = f"""
+import importlib
+for name in {FI_FIRST!r}:
+    importlib.import_module(name)
+fi = importlib.import_module({FI!r})
+original = fi.align_mxfp8_moe_weights_for_fi_trtllm
+def mutated(w13, w2, w13_scale, w2_scale, is_act_and_mul, min_alignment, hidden_alignment):
+    out = list(original(w13, w2, w13_scale, w2_scale, is_act_and_mul, min_alignment, hidden_alignment))
+    out[3] = out[3].clone()
+    out[3][:, w2.shape[1]:] = 0
+    return tuple(out)
+fi.align_mxfp8_moe_weights_for_fi_trtllm = mutated
+"""
+
+
+@pytest.mark.parametrize("mutation, expect", [
+    ("", None),
+    (MUTATE_MXFP8_COUNT, r"w13_weight: engine \(\d+, \d+, \d+\) torch.uint8, contract"),
+    (MUTATE_MXFP8_FILL, r"w2_weight_scale: \d+ of \d+ elements differ \(dim 1 indices \[?\d+"),
+], ids=["release", "pad_count", "fill"])
+def test_flashinfer_mxfp8_kit_on_vllm_034(tmp_path: Path, mutation: str, expect: str | None) -> None:
+    """The MXFP8 alignment kit against vLLM 0.34's wheel Python (fetched at test time, tests/vllm_release.py;
+    a named skip outside CI, a failure under CI when it cannot be fetched): it passes on the release its
+    contract models, and fails naming rows when the alignment pads to 64 or fills the scales' pad with 0."""
+    vllm_release.require("0.34.0")
+    kit = _write_kit(tmp_path, "flashinfer_trtllm_mxfp8_moe", "flashinfer_mxfp8_align")
+    args = ("-k", "test_engine_pads_like_the_contract") if mutation else ()
+    done = _run_kit(kit, mutation, args, env=vllm_release.child_env("0.34.0", {}))
+    if expect is None:
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+        assert re.search(r"\d+ passed", done.stdout) and not re.search(r"\d+ (failed|error)", done.stdout)
+        return
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "vllm 0.34.0 differs from contract flashinfer_trtllm_mxfp8_moe" in done.stdout, done.stdout[-4000:]
     assert re.search(expect, done.stdout), done.stdout[-4000:]
