@@ -92,6 +92,7 @@ NEW_RELEASE = "import vllm\nvllm.__version__ = '0.34.0'\n"
     ("sglang_cpu_fp8_moe", "sglang_cpu_fp8"),
     ("aiter_fused_moe", "aiter_mxfp4"),
     ("sglang_cpu_mxfp4_moe", "sglang_cpu_mxfp4"),
+    ("marlin_moe_fp8", "marlin_mxfp8"),
 ])
 def test_kit_passes_on_the_release_its_contract_models(tmp_path: Path, contract: str, driver: str) -> None:
     kit = _write_kit(tmp_path, contract, driver)
@@ -376,4 +377,41 @@ def test_flashinfer_mxfp8_kit_on_vllm_034(tmp_path: Path, mutation: str, expect:
         return
     assert done.returncode == 1, done.stdout[-4000:]
     assert "vllm 0.34.0 differs from contract flashinfer_trtllm_mxfp8_moe" in done.stdout, done.stdout[-4000:]
+    assert re.search(expect, done.stdout), done.stdout[-4000:]
+
+
+MARLIN_FP8 = "vllm.model_executor.layers.quantization.utils.marlin_utils_fp8"
+
+# pad-count mutation: Marlin MXFP8 pads the intermediate to 128 instead of marlin_moe_padded_intermediate's
+MUTATE_MARLIN_MXFP8_COUNT = f"""
+import importlib
+mod = importlib.import_module({MARLIN_FP8!r})
+mod.marlin_moe_padded_intermediate = lambda n, group_size: -(-n // 128) * 128
+"""
+
+# fill mutation: w2's padded intermediate columns hold e4m3fn 1.0 (0x38) instead of 0
+MUTATE_MARLIN_MXFP8_FILL = f"""
+import importlib
+mod = importlib.import_module({MARLIN_FP8!r})
+original = mod._moe_pad_last
+def mutated(x, n, padded_n):
+    out = original(x, n, padded_n)
+    if out.dtype == __import__("torch").float8_e4m3fn:
+        out.view(__import__("torch").uint8)[..., n:] = 0x38
+    return out
+mod._moe_pad_last = mutated
+"""
+
+
+@pytest.mark.parametrize("mutation, expect", [
+    (MUTATE_MARLIN_MXFP8_COUNT, r"w13_weight: engine \(\d+, \d+, \d+\) torch.uint8, contract"),
+    (MUTATE_MARLIN_MXFP8_FILL, r"w2_weight: \d+ of \d+ elements differ \(dim 2 indices \[?\d+.*engine bytes \[56\]"),
+], ids=["pad_count", "fill"])
+def test_marlin_mxfp8_kit_fails_naming_rows_on_a_mutated_engine(tmp_path: Path, mutation: str, expect: str) -> None:
+    """vLLM's Marlin MXFP8 preparation padding to 128, or writing 1.0 into w2's pad columns: the kit
+    fails naming the tensor and the columns."""
+    kit = _write_kit(tmp_path, "marlin_moe_fp8", "marlin_mxfp8")
+    done = _run_kit(kit, mutation, ("-k", "test_engine_pads_like_the_contract"))
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "vllm 0.32.0 differs from contract marlin_moe_fp8" in done.stdout, done.stdout[-4000:]
     assert re.search(expect, done.stdout), done.stdout[-4000:]
