@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from layoutc.cli import main
+from tests import vllm_release
 
 pytestmark = [pytest.mark.conformance, pytest.mark.engine, pytest.mark.slow]
 
@@ -88,6 +89,10 @@ NEW_RELEASE = "import vllm\nvllm.__version__ = '0.34.0'\n"
     ("marlin_moe_wna16", "marlin_wna16"),
     ("aiter_unquantized_moe", "aiter_unquantized"),
     ("sglang_cpu_moe", "sglang_cpu_unquantized"),
+    ("sglang_cpu_fp8_moe", "sglang_cpu_fp8"),
+    ("aiter_fused_moe", "aiter_mxfp4"),
+    ("sglang_cpu_mxfp4_moe", "sglang_cpu_mxfp4"),
+    ("marlin_moe_fp8", "marlin_mxfp8"),
 ])
 def test_kit_passes_on_the_release_its_contract_models(tmp_path: Path, contract: str, driver: str) -> None:
     kit = _write_kit(tmp_path, contract, driver)
@@ -97,7 +102,7 @@ def test_kit_passes_on_the_release_its_contract_models(tmp_path: Path, contract:
     # the only tolerated xfail is a disagreement the driver names (Marlin: a pinned vLLM bug)
     for line in done.stdout.splitlines():
         if line.startswith("XFAIL"):
-            assert ": known gptq_int4_channelwise_ipp_not_8" in line, line
+            assert re.search(r": known (gptq_int4_channelwise_ipp_not_8|mxfp4_ipp_not_32) ", line), line
 
 
 @pytest.mark.parametrize("mutation, expect", [
@@ -230,3 +235,183 @@ def test_sglang_kit_fails_naming_rows_when_the_config_update_pads_less(tmp_path:
     assert done.returncode == 1, done.stdout[-4000:]
     assert "sglang 0.5.23 differs from contract sglang_cpu_moe" in done.stdout, done.stdout[-4000:]
     assert re.search(r"padded intermediate: 1 of 1 elements differ", done.stdout), done.stdout[-4000:]
+
+
+def _mutate_sglang_setup(kit: Path, lines: str) -> None:
+    """Append `lines` (4-space indented) to the kit's engine_setup, which makes SGLang importable first."""
+    text = kit.read_text()
+    head = "def engine_setup() -> None:\n    sglang_setup()"
+    assert head in text
+    kit.write_text(text.replace(head, head + "\n" + lines))
+
+
+# fill mutation: SGLang's CPU padded loader resets a short rank's rows to 1 instead of 0
+SGLANG_FILL_ONE = """    from sglang.srt.model_loader import weight_utils
+    def mutated(param_data, dim, start, length):
+        if length:
+            param_data.narrow(dim, start, length).fill_(1)
+    weight_utils.reset_param_data_if_needed = mutated"""
+
+# pad-count mutation: the FP8 config update, where it pads, pads each rank by one more 128 block
+SGLANG_FP8_COUNT = """    from sglang.srt.configs import update_config
+    original = update_config.adjust_config_with_unaligned_cpu_tp
+    def mutated(model_config, load_config, tp_size):
+        full = model_config.hf_config.moe_intermediate_size
+        out = original(model_config, load_config, tp_size)
+        if model_config.hf_config.moe_intermediate_size != full:
+            model_config.hf_config.moe_intermediate_size += 128 * tp_size
+        return out
+    update_config.adjust_config_with_unaligned_cpu_tp = mutated"""
+
+
+@pytest.mark.parametrize("mutation, expect", [
+    (SGLANG_FILL_ONE, r"(w13_weight|w13_weight_scale_inv|w2_weight|w2_weight_scale_inv) rank [1-9]\d*: \d+ of \d+ "
+                      r"elements differ \((everywhere|dim \d indices \[?\d+)"),
+    (SGLANG_FP8_COUNT, r"padded intermediate: 1 of 1 elements differ"),
+], ids=["fill", "pad_count"])
+def test_sglang_fp8_kit_fails_naming_rows_on_a_mutated_engine(tmp_path: Path, mutation: str, expect: str) -> None:
+    """SGLang's CPU FP8 loader filling a short rank's pad with 1, or its config update padding a block more:
+    the kit fails naming the tensor, the rank and the rows."""
+    kit = _write_kit(tmp_path, "sglang_cpu_fp8_moe", "sglang_cpu_fp8")
+    _mutate_sglang_setup(kit, mutation)
+    done = _run_kit(kit, args=("-k", "test_engine_pads_like_the_contract"))
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "sglang 0.5.23 differs from contract sglang_cpu_fp8_moe" in done.stdout, done.stdout[-4000:]
+    assert re.search(expect, done.stdout), done.stdout[-4000:]
+
+
+MXFP4 = "vllm.model_executor.layers.fused_moe.oracle.mxfp4"
+
+# pad-count mutation: AITER MXFP4's intermediate rounded to 64 instead of its 128 / 256
+MUTATE_AITER_MXFP4_COUNT = f"""
+import importlib
+mxfp4 = importlib.import_module({MXFP4!r})
+original = mxfp4.mxfp4_round_up_hidden_size_and_intermediate_size
+def mutated(backend, hidden_size, intermediate_size, activation=None):
+    h, _ = original(backend, hidden_size, intermediate_size, activation)
+    return h, -(-intermediate_size // 64) * 64
+mxfp4.mxfp4_round_up_hidden_size_and_intermediate_size = mutated
+"""
+
+
+def test_aiter_mxfp4_kit_fails_naming_rows_on_a_mutated_engine(tmp_path: Path) -> None:
+    """vLLM's AITER MXFP4 round-up padding to 64: the padded size, the pad count handed to AITER and
+    the tensors differ, named."""
+    kit = _write_kit(tmp_path, "aiter_fused_moe", "aiter_mxfp4")
+    done = _run_kit(kit, MUTATE_AITER_MXFP4_COUNT, ("-k", "test_engine_pads_like_the_contract"))
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "vllm 0.32.0 differs from contract aiter_fused_moe" in done.stdout, done.stdout[-4000:]
+    assert "padded intermediate: 1 of 1 elements differ" in done.stdout, done.stdout[-4000:]
+    assert re.search(r"w13 rank 0: engine \(\d+, \d+, \d+\) torch.bfloat16, contract", done.stdout), done.stdout[-4000:]
+
+
+# fill mutation: SGLang's MXFP4 create_weights fills the E8M0 scales with 0 (2^-127) instead of 127 (1.0)
+SGLANG_MXFP4_SCALE_FILL = """    from sglang.srt.layers.quantization import mxfp4
+    mxfp4._UE8M0_ONE = 0"""
+
+# pad-count mutation: the MXFP4 config update, where it pads, pads each rank by 64 more
+SGLANG_MXFP4_COUNT = SGLANG_FP8_COUNT.replace("128 * tp_size", "64 * tp_size")
+
+
+@pytest.mark.parametrize("mutation, expect", [
+    (SGLANG_MXFP4_SCALE_FILL, r"w(13|2)_weight_scale rank \d+: \d+ of \d+ elements differ \(dim 1 indices \[?\d+"),
+    (SGLANG_MXFP4_COUNT, r"padded intermediate: 1 of 1 elements differ"),
+], ids=["scale_fill", "pad_count"])
+def test_sglang_mxfp4_kit_fails_naming_rows_on_a_mutated_engine(tmp_path: Path, mutation: str, expect: str) -> None:
+    """SGLang's MXFP4 create_weights filling the scales' pad with 0 instead of its E8M0 one, or its
+    config update padding 64 more per rank: the kit fails naming the tensor, the rank and the rows."""
+    kit = _write_kit(tmp_path, "sglang_cpu_mxfp4_moe", "sglang_cpu_mxfp4")
+    _mutate_sglang_setup(kit, mutation)
+    done = _run_kit(kit, args=("-k", "test_engine_pads_like_the_contract"))
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "sglang 0.5.23 differs from contract sglang_cpu_mxfp4_moe" in done.stdout, done.stdout[-4000:]
+    assert re.search(expect, done.stdout), done.stdout[-4000:]
+
+
+FI_FIRST = ("vllm.model_executor.layers.fused_moe.experts.cpu_moe", "vllm.model_executor.layers.fused_moe")
+
+# pad-count mutation: MXFP8's intermediate aligned to 64 instead of vLLM's 128
+MUTATE_MXFP8_COUNT = f"""
+import importlib
+for name in {FI_FIRST!r}:
+    importlib.import_module(name)
+fi = importlib.import_module({FI!r})
+original = fi.align_mxfp8_moe_weights_for_fi_trtllm
+def mutated(w13, w2, w13_scale, w2_scale, is_act_and_mul, min_alignment, hidden_alignment):
+    return original(w13, w2, w13_scale, w2_scale, is_act_and_mul, 64, hidden_alignment)
+fi.align_mxfp8_moe_weights_for_fi_trtllm = mutated
+"""
+
+# fill mutation: the w2 UE8M0 scales' padded hidden rows hold 0 (2^-127) instead of 127 (1.0)
+MUTATE_MXFP8_FILL = f"""
+import importlib
+for name in {FI_FIRST!r}:
+    importlib.import_module(name)
+fi = importlib.import_module({FI!r})
+original = fi.align_mxfp8_moe_weights_for_fi_trtllm
+def mutated(w13, w2, w13_scale, w2_scale, is_act_and_mul, min_alignment, hidden_alignment):
+    out = list(original(w13, w2, w13_scale, w2_scale, is_act_and_mul, min_alignment, hidden_alignment))
+    out[3] = out[3].clone()
+    out[3][:, w2.shape[1]:] = 0
+    return tuple(out)
+fi.align_mxfp8_moe_weights_for_fi_trtllm = mutated
+"""
+
+
+@pytest.mark.parametrize("mutation, expect", [
+    ("", None),
+    (MUTATE_MXFP8_COUNT, r"w13_weight: engine \(\d+, \d+, \d+\) torch.uint8, contract"),
+    (MUTATE_MXFP8_FILL, r"w2_weight_scale: \d+ of \d+ elements differ \(dim 1 indices \[?\d+"),
+], ids=["release", "pad_count", "fill"])
+def test_flashinfer_mxfp8_kit_on_vllm_034(tmp_path: Path, mutation: str, expect: str | None) -> None:
+    """The MXFP8 alignment kit against vLLM 0.34's wheel Python (fetched at test time, tests/vllm_release.py;
+    a named skip outside CI, a failure under CI when it cannot be fetched): it passes on the release its
+    contract models, and fails naming rows when the alignment pads to 64 or fills the scales' pad with 0."""
+    vllm_release.require("0.34.0")
+    kit = _write_kit(tmp_path, "flashinfer_trtllm_mxfp8_moe", "flashinfer_mxfp8_align")
+    args = ("-k", "test_engine_pads_like_the_contract") if mutation else ()
+    done = _run_kit(kit, mutation, args, env=vllm_release.child_env("0.34.0", {}))
+    if expect is None:
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+        assert re.search(r"\d+ passed", done.stdout) and not re.search(r"\d+ (failed|error)", done.stdout)
+        return
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "vllm 0.34.0 differs from contract flashinfer_trtllm_mxfp8_moe" in done.stdout, done.stdout[-4000:]
+    assert re.search(expect, done.stdout), done.stdout[-4000:]
+
+
+MARLIN_FP8 = "vllm.model_executor.layers.quantization.utils.marlin_utils_fp8"
+
+# pad-count mutation: Marlin MXFP8 pads the intermediate to 128 instead of marlin_moe_padded_intermediate's
+MUTATE_MARLIN_MXFP8_COUNT = f"""
+import importlib
+mod = importlib.import_module({MARLIN_FP8!r})
+mod.marlin_moe_padded_intermediate = lambda n, group_size: -(-n // 128) * 128
+"""
+
+# fill mutation: w2's padded intermediate columns hold e4m3fn 1.0 (0x38) instead of 0
+MUTATE_MARLIN_MXFP8_FILL = f"""
+import importlib
+mod = importlib.import_module({MARLIN_FP8!r})
+original = mod._moe_pad_last
+def mutated(x, n, padded_n):
+    out = original(x, n, padded_n)
+    if out.dtype == __import__("torch").float8_e4m3fn:
+        out.view(__import__("torch").uint8)[..., n:] = 0x38
+    return out
+mod._moe_pad_last = mutated
+"""
+
+
+@pytest.mark.parametrize("mutation, expect", [
+    (MUTATE_MARLIN_MXFP8_COUNT, r"w13_weight: engine \(\d+, \d+, \d+\) torch.uint8, contract"),
+    (MUTATE_MARLIN_MXFP8_FILL, r"w2_weight: \d+ of \d+ elements differ \(dim 2 indices \[?\d+.*engine bytes \[56\]"),
+], ids=["pad_count", "fill"])
+def test_marlin_mxfp8_kit_fails_naming_rows_on_a_mutated_engine(tmp_path: Path, mutation: str, expect: str) -> None:
+    """vLLM's Marlin MXFP8 preparation padding to 128, or writing 1.0 into w2's pad columns: the kit
+    fails naming the tensor and the columns."""
+    kit = _write_kit(tmp_path, "marlin_moe_fp8", "marlin_mxfp8")
+    done = _run_kit(kit, mutation, ("-k", "test_engine_pads_like_the_contract"))
+    assert done.returncode == 1, done.stdout[-4000:]
+    assert "vllm 0.32.0 differs from contract marlin_moe_fp8" in done.stdout, done.stdout[-4000:]
+    assert re.search(expect, done.stdout), done.stdout[-4000:]

@@ -15,10 +15,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import sys
 import types
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 from unittest import mock
 
@@ -76,21 +75,12 @@ def moe_config(*, num_experts: int = 8, hidden_size: int, intermediate_size: int
                                        activation=activation_name, dtype=dtype, experts_per_token=2, **extra)
 
 
-@contextlib.contextmanager
-def rocm_platform(cdna_version: int = 4) -> Iterator[None]:
+def rocm_platform(cdna_version: int = 4) -> contextlib.AbstractContextManager[None]:
     """Make vLLM's ROCm branches reachable on this CPU host: `current_platform.is_rocm()`
     returns True and `vllm.platforms.rocm` is a stub (the real module loads ROCm libraries
     and dies with SIGILL here) for a gfx950 (MI355X, CDNA4) device: `get_cdna_version`,
-    `on_gfx950` True, `on_gfx1250` False."""
-    from vllm.platforms import current_platform
-
-    stub = types.ModuleType("vllm.platforms.rocm")
-    stub.get_cdna_version = lambda: cdna_version  # type: ignore[attr-defined]
-    stub.on_gfx950 = lambda: True  # type: ignore[attr-defined]
-    stub.on_gfx1250 = lambda: False  # type: ignore[attr-defined]
-    with mock.patch.object(current_platform, "is_rocm", return_value=True), \
-            mock.patch.dict(sys.modules, {"vllm.platforms.rocm": stub}):
-        yield
+    `on_gfx950` True, `on_gfx1250` False (the kits' `vllm_rocm_platform`, one copy)."""
+    return vllm_common.vllm_rocm_platform(cdna_version)
 
 
 def _loader_self(config: FusedMoEConfig) -> Any:

@@ -70,3 +70,30 @@ def sglang_setup() -> None:
 
     if not any(isinstance(f, DeviceStubFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, DeviceStubFinder())
+
+
+def sglang_fused_moe(tp_size: int, rank: int, quant_method: str = "unquant") -> Any:
+    """A FusedMoE built without __init__ (which needs SGLang's server and parallel state): only the
+    attributes its loaders (`_load_w13`, `_load_w2`, `weight_loader`) and `create_*_weight_` read, for
+    `rank` of `tp_size`; `quant_method` names the method class the loaders look at (unquant, fp8, mxfp4)."""
+    import torch
+    from sglang.srt.layers.moe.fused_moe_triton.layer import FusedMoE
+
+    if quant_method == "fp8":
+        from sglang.srt.layers.quantization.fp8 import Fp8MoEMethod as method
+    elif quant_method == "mxfp4":
+        from sglang.srt.layers.quantization.mxfp4 import Mxfp4MoEMethod as method
+    else:
+        from sglang.srt.layers.quantization.unquant import UnquantizedFusedMoEMethod as method
+    layer = object.__new__(FusedMoE)
+    torch.nn.Module.__init__(layer)
+    layer.moe_tp_size, layer.moe_tp_rank = tp_size, rank
+    layer.moe_ep_size, layer.moe_ep_rank = 1, 0
+    layer.use_presharded_weights = False
+    layer.use_triton_kernels = False
+    layer.use_flashinfer_trtllm_moe = False
+    layer.quant_config = None
+    # a plain attribute, not a submodule: the method is never initialised, only its class is read
+    object.__setattr__(layer, "quant_method", object.__new__(method))
+    layer.moe_runner_config = types.SimpleNamespace(is_gated=True)
+    return layer

@@ -6,9 +6,13 @@ Nothing here re-implements a vLLM rule: each helper builds the inputs a vLLM fun
 inside the functions, so the kit collects (and refuses by name) when vLLM is missing.
 """
 
+import contextlib
 import dataclasses
+import sys
 import types
+from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -66,3 +70,20 @@ def vllm_load_w2(config: Any, param: torch.Tensor, w2: torch.Tensor, rank: int) 
     for e in range(param.shape[0]):
         RoutedExperts._load_w2(fake, expert_data=param[e], shard_dim=1, loaded_weight=w2[e], tp_rank=rank)
     return param
+
+
+@contextlib.contextmanager
+def vllm_rocm_platform(cdna_version: int = 4) -> Iterator[None]:
+    """Make vLLM's ROCm branches reachable on a CPU host: `current_platform.is_rocm()` returns True
+    and `vllm.platforms.rocm` is a stub (the real module loads ROCm libraries) for a gfx950 (MI355X,
+    CDNA4) device: `get_cdna_version`, `on_gfx950` True, `on_gfx1250` False. Nothing else of the
+    platform changes. Also tests/conformance/oracle.py's `rocm_platform`."""
+    from vllm.platforms import current_platform
+
+    stub = types.ModuleType("vllm.platforms.rocm")
+    stub.get_cdna_version = lambda: cdna_version  # type: ignore[attr-defined]
+    stub.on_gfx950 = lambda: True  # type: ignore[attr-defined]
+    stub.on_gfx1250 = lambda: False  # type: ignore[attr-defined]
+    with mock.patch.object(current_platform, "is_rocm", return_value=True), \
+            mock.patch.dict(sys.modules, {"vllm.platforms.rocm": stub}):
+        yield
