@@ -54,6 +54,10 @@ def _item(arg: str, indent: int) -> list[str]:
         return [line]
     head, bracket = m.groups()
     inner = _split_args(arg[len(head) + 1 : -1])
+    if not head and bracket == "(" and len(inner) == 1 and not arg[1:-1].rstrip().endswith(","):
+        # a parenthesised expression (or generator), not a tuple: a trailing comma would make it
+        # one (`max((a if c else b), g)` would compare an int with a tuple), so it stays whole
+        return [line]
     return [
         f"{pad}{head}{bracket}",
         *(x for part in inner for x in _item(part.strip(), indent + 4)),
