@@ -10,6 +10,9 @@ CompressedTensorsW8A8Int8MoEMethod on CPU tensors (the harness of tests/test_vll
    "0 of 352 rows wrong, in experts  of 4): ;": it names no row, no expert and not the dtype.
 3. A kernel scale copy that is missing (`_w1_scale_f32 = None`) was skipped silently.
 4. A non-contiguous weight passes at load, then zentorch refuses it at the first forward.
+5. The release gate admitted any release some contract models: flashinfer_fp8_moe (a GPU function,
+   flashinfer_utils.align_moe_weights_for_fi) models vLLM 0.29.0, so a vllm 0.29.0 install passed the gate
+   though no contract models a class the plugin holds in 0.29.0.
 """
 
 from __future__ import annotations
@@ -181,3 +184,25 @@ def test_an_int16_w2_weight_is_refused_naming_the_dtype(w8a8, monkeypatch: pytes
     text = str(info.value)
     assert "w2_weight" in text and "int16" in text and "int8" in text, text
     assert "rows wrong" not in text, text
+
+
+def test_a_release_only_gpu_contracts_model_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.29.0 is modelled only by flashinfer_fp8_moe (a GPU function the plugin never holds): install
+    refuses it, saying the release. Found: the gate passed it (any contract's release was admitted)."""
+    from tests.test_vllm_plugin import _require_vllm
+
+    _require_vllm()
+    import vllm
+
+    from layoutc.runtime import models
+    from layoutc.tools.vllm_plugin import LayoutcVllmError, hook
+
+    assert models.modelling("vllm", release="0.29.0"), "the premise: some contract models vLLM 0.29.0"
+    hook.uninstall()
+    monkeypatch.setattr(vllm, "__version__", "0.29.0")
+    try:
+        with pytest.raises(LayoutcVllmError, match=r"vLLM 0\.29\.0 is not a release") as info:
+            hook.install("check")
+        assert "0.32.0" in str(info.value), str(info.value)
+    finally:
+        hook.uninstall()
