@@ -206,3 +206,17 @@ def test_a_release_only_gpu_contracts_model_is_refused(monkeypatch: pytest.Monke
         assert "0.32.0" in str(info.value), str(info.value)
     finally:
         hook.uninstall()
+
+
+def test_a_biased_swigluoai_layer_with_the_kernels_own_copies_is_held(w8a8, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """The control of the bias-copy test: vLLM's own ZenCPUExpertsInt8 copies of a gpt-oss layer's biases
+    (interleaved, bf16) pass the check and the layer is counted as held."""
+    from layoutc.tools.vllm_plugin import hook
+
+    method, layer = _biased_layer(monkeypatch, 88, 2, "swigluoai")
+    _zen(method)
+    hook.install("check")
+    method.process_weights_after_loading(layer)
+    assert sum(hook.handled().values()) == 1, hook.handled()
+    experts = method.moe_kernel.fused_experts
+    assert experts._w1_bias_bf16 is not None and experts._w2_bias_bf16 is not None
