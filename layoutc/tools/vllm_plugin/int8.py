@@ -244,11 +244,13 @@ def check_layer(
     copies = KERNEL_COPIES.get(cls, {})
     for role, (entry, exp) in want.items():
         name = PARAMS[role]
-        actual = getattr(layer, name, None)
-        _hold(gen, plan, info, entry, exp, None if actual is None else actual.data, name)
-        if role in CONTIGUOUS.get(cls, ()) and not actual.data.is_contiguous():
+        param = getattr(layer, name, None)
+        actual = None if param is None else param.data
+        _hold(gen, plan, info, entry, exp, actual, name)
+        assert actual is not None  # _hold refuses a missing tensor
+        if role in CONTIGUOUS.get(cls, ()) and not actual.is_contiguous():
             raise LayoutcVllmError(
-                f"layoutc: layer {info.name}: {name} is not contiguous (strides {tuple(actual.data.stride())}), "
+                f"layoutc: layer {info.name}: {name} is not contiguous (strides {tuple(actual.stride())}), "
                 f"but {cls}.apply hands it to its kernel as it is and zentorch_fused_moe requires contiguous "
                 f"weights (it refuses it at the first forward); {check.tensor_line(gen, entry)}"
             )
