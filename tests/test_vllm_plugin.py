@@ -418,8 +418,9 @@ def test_an_engine_release_no_contract_models_is_refused(monkeypatch: pytest.Mon
     with pytest.raises(LayoutcVllmError) as info:
         hook.install("check")
     message = str(info.value)
-    assert message.startswith("layoutc: vLLM 0.31.1 is not a release any contract models (the contracts' "
-                              "`models vllm` lines name "), message
+    assert message.startswith("layoutc: vLLM 0.31.1 is not a release any contract of a class the plugin holds "
+                              "models (the `models vllm` lines of vLLM's CPU MoE experts and W8A8 int8 method "
+                              "name "), message
     assert "0.32.0" in message and "unset LAYOUTC_VLLM" in message, message
     assert hook._STATE["mode"] is None  # nothing installed
     monkeypatch.setattr(vllm, "__version__", "0.32.0+cpu")  # a local part is not a release

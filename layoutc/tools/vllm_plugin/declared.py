@@ -25,22 +25,36 @@ def release() -> str:
     return str(getattr(vllm, "__version__", "unknown")).partition("+")[0]
 
 
-def releases() -> tuple[str, ...]:
-    """Every vLLM release some contract models, in version order."""
-    from layoutc.runtime import models
+# The modules of the vLLM objects the plugin holds: hook.install wraps cpu_moe.CPUUnquantizedExperts (and so its
+# X86/Arm/Power subclasses), int8.holdable admits only the classes oracle/int8.py backend_to_kernel_cls(CPU)
+# returns (all in cpu_moe.py), and int8.install wraps the compressed-tensors W8A8 int8 method. A `models vllm`
+# line naming anything else (a GPU class: flashinfer_utils, trtllm_*, marlin_moe...) models a release the
+# plugin never sees built, so it does not admit that release here.
+HELD_MODULES = (
+    "vllm.model_executor.layers.fused_moe.experts.cpu_moe",
+    "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe.compressed_tensors_moe_w8a8_int8",
+)
 
-    return models.releases(ENGINE)
+
+def releases() -> tuple[str, ...]:
+    """Every vLLM release some contract models a class the plugin holds in (`HELD_MODULES`), in version order."""
+    from layoutc.runtime import models
+    from layoutc.runtime.interface import release_key
+
+    found = {r for d in models.modelling(ENGINE) if d.entry.module in HELD_MODULES for r in d.entry.releases}
+    return tuple(sorted(found, key=release_key))
 
 
 def require_release() -> str:
-    """The running vLLM's release, when some contract models it; else LayoutcVllmError naming it and the
-    releases the contracts model (the plugin holds the engine to those only)."""
+    """The running vLLM's release, when a contract models one of the classes the plugin holds in it
+    (`releases`); else LayoutcVllmError naming the release and the releases those contracts model (the
+    plugin holds the engine to those only; a release only GPU classes' contracts model is refused)."""
     running, held = release(), releases()
     if running not in held:
         raise LayoutcVllmError(
-            f"layoutc: vLLM {running} is not a release any contract models (the contracts' "
-            f"`models vllm` lines name {', '.join(held) or 'none'}); the plugin holds vLLM "
-            f"to those releases only: install one, or unset LAYOUTC_VLLM"
+            f"layoutc: vLLM {running} is not a release any contract of a class the plugin holds models (the "
+            f"`models vllm` lines of vLLM's CPU MoE experts and W8A8 int8 method name {', '.join(held) or 'none'}); "
+            f"the plugin holds vLLM to those releases only: install one, or unset LAYOUTC_VLLM"
         )
     return running
 
@@ -131,4 +145,4 @@ def _params(params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={getattr(v, 'value', v)}" for k, v in params.items())
 
 
-__all__ = ["ENGINE", "contracts", "lines", "pick", "release", "releases", "require_release"]
+__all__ = ["ENGINE", "HELD_MODULES", "contracts", "lines", "pick", "release", "releases", "require_release"]

@@ -6,13 +6,15 @@ compressed_tensors_moe_w8a8_int8.py), called once per MoE layer after the checkp
 The method's `experts_cls` (chosen in its `__init__` by oracle/int8.py `select_int8_moe_backend`)
 is the vLLM class the contract must model (declared.py). The method reorders w13 for
 `ZenCPUExpertsInt8` + swigluoai, converts the weights for the backend, and builds the modular
-kernel, whose experts keep their own float32 copies of the scales (`_w1_scale_f32`,
-`_w2_scale_f32`: what `zentorch_fused_moe` reads).
+kernel, whose ZenCPUExpertsInt8 experts keep their own float32 copies of the scales (`_w1_scale_f32`,
+`_w2_scale_f32`) and bfloat16 copies of the biases (`_w1_bias_bf16`, `_w2_bias_bf16`): what
+`zentorch_fused_moe` reads (`KERNEL_COPIES`).
 
 Both modes run vLLM's method unchanged and hold what it leaves to the contract: every tensor
 of the layer the contract declares (weights, scales, biases) has the plan's shape and equals the
 contract's `load` of the loaded tensor (a copy taken just before; the loader's rows are
-[gate | up] halves, vllm's `_load_w13`), and so do the scale copies the kernel reads. The
+[gate | up] halves, vllm's `_load_w13`) with the contract's dtype, and so do the copies the kernel reads;
+the weights zentorch reads as they are must be contiguous (`CONTIGUOUS`). The
 contracts of these classes pad and prepack nothing, so replace mode has nothing of layoutc's to
 install: it checks, as check does. A class no contract models is left to vLLM (survey.py names it).
 
@@ -49,8 +51,23 @@ PARAMS = {
     "scale w2": "w2_weight_scale",
     "bias w2": "w2_bias",
 }
-# The scale copies an experts class hands its kernel, by role (ZenCPUExpertsInt8.__init__).
-KERNEL_COPIES = {"scale w13": "_w1_scale_f32", "scale w2": "_w2_scale_f32"}
+# The copies an experts class hands its kernel in place of the layer's tensors, by class then role: (attribute,
+# dtype). vllm 0.32.0 cpu_moe.py ZenCPUExpertsInt8.__init__ makes them (`w1_scale.to(float32).reshape(E, -1)`,
+# `w1_bias.to(bfloat16)`, each `.contiguous()`; a bias copy is None when the layer has no bias) and its apply()
+# passes all four to `zentorch_fused_moe`, never the layer's scales or biases.
+KERNEL_COPIES: dict[str, dict[str, tuple[str, torch.dtype]]] = {
+    "ZenCPUExpertsInt8": {
+        "scale w13": ("_w1_scale_f32", torch.float32),
+        "scale w2": ("_w2_scale_f32", torch.float32),
+        "bias w13": ("_w1_bias_bf16", torch.bfloat16),
+        "bias w2": ("_w2_bias_bf16", torch.bfloat16),
+    }
+}
+# The layer tensors an experts class's apply() hands its kernel as they are, which the kernel requires contiguous:
+# ZenCPUExpertsInt8.apply passes w1/w2 (the layer's w13_weight/w2_weight) to `zentorch_fused_moe`, whose
+# zentorch_group_matmul refuses a non-contiguous weight at the first forward ("weight[0] must be contiguous",
+# libzentorch.so; measured on vllm 0.32.0 + zentorch, tests/test_redteam43.py).
+CONTIGUOUS = {"ZenCPUExpertsInt8": ("weight w13", "weight w2")}
 # Experts classes (cpu_moe.py) whose own process_weights_after_loading repacks w13/w2, by the op it calls
 # (vllm 0.32.0 CPUExpertsInt8.process_weights_after_loading: `torch.ops._C.convert_weight_packed`).
 REPACKS = {"CPUExpertsInt8": "_C::convert_weight_packed"}
@@ -215,28 +232,41 @@ def check_layer(
     layer: Any,
     experts: Any,
 ) -> None:
-    """Hold the tensors vLLM left on `layer` (and the scale copies `experts` hands its kernel) to `want`.
+    """Hold the tensors vLLM left on `layer` (and the copies `experts` hands its kernel, `KERNEL_COPIES`) to `want`.
 
-    Each must have the plan's shape (`shapes(plan)[1]`) and equal the contract's tensor bit for bit
-    (NaN matches NaN). Raises LayoutcVllmError naming layoutc, the layer, the tensor, the experts, the
+    Each must have the plan's shape (`shapes(plan)[1]`), the contract's dtype, and equal the contract's tensor
+    bit for bit (NaN matches NaN); a kernel copy must exist and equal the contract's tensor converted as the
+    class converts it (its `KERNEL_COPIES` dtype); a `CONTIGUOUS` weight must be contiguous. Raises
+    LayoutcVllmError naming layoutc, the layer, the tensor (or copy attribute), the experts, the dtype or the
     rows, what they hold, what the contract puts there and the contract line.
     """
+    cls = type(experts).__qualname__
+    copies = KERNEL_COPIES.get(cls, {})
     for role, (entry, exp) in want.items():
         name = PARAMS[role]
-        actual = getattr(layer, name, None)
-        _hold(gen, plan, info, entry, exp, None if actual is None else actual.data, name)
-        copy = getattr(experts, KERNEL_COPIES.get(role, ""), None)
-        if isinstance(copy, torch.Tensor):
-            got = copy.reshape(exp.shape) if copy.numel() == exp.numel() else copy
-            _hold(
-                gen,
-                plan,
-                info,
-                entry,
-                exp,
-                got.to(exp.dtype) if got.dtype != exp.dtype else got,
-                f"{name} (as {type(experts).__name__} hands it to the kernel, {KERNEL_COPIES[role]})",
+        param = getattr(layer, name, None)
+        actual = None if param is None else param.data
+        _hold(gen, plan, info, entry, exp, actual, name)
+        assert actual is not None  # _hold refuses a missing tensor
+        if role in CONTIGUOUS.get(cls, ()) and not actual.is_contiguous():
+            raise LayoutcVllmError(
+                f"layoutc: layer {info.name}: {name} is not contiguous (strides {tuple(actual.stride())}), "
+                f"but {cls}.apply hands it to its kernel as it is and zentorch_fused_moe requires contiguous "
+                f"weights (it refuses it at the first forward); {check.tensor_line(gen, entry)}"
             )
+        if role not in copies:
+            continue
+        attr, dtype = copies[role]
+        label = f"{name} (as {cls} hands it to the kernel, {attr})"
+        copy = getattr(experts, attr, None)
+        if not isinstance(copy, torch.Tensor):
+            raise LayoutcVllmError(
+                f"layoutc: layer {info.name}: {cls} holds no {attr} (it has {type(copy).__name__}), the copy of "
+                f"{name} its apply() hands zentorch_fused_moe, but contract {gen.CONTRACT} declares {role}; "
+                f"{check.tensor_line(gen, entry)}"
+            )
+        got = copy.reshape(exp.shape) if copy.numel() == exp.numel() else copy
+        _hold(gen, plan, info, entry, exp.to(dtype), got, label)
 
 
 def _hold(
@@ -261,12 +291,19 @@ def _hold(
             f"{plan.intermediate_size_per_partition} -> {plan.intermediate_size_per_partition_padded})"
             f"{check._shape_rows(entry, plan, tuple(actual.shape), want)}; {check.tensor_line(gen, entry)}"
         )
+    if actual.dtype != exp.dtype:
+        raise LayoutcVllmError(
+            f"layoutc: layer {info.name}: {label} has dtype {str(actual.dtype).removeprefix('torch.')}, but "
+            f"contract {gen.CONTRACT} stores it as {str(exp.dtype).removeprefix('torch.')}; "
+            f"{check.tensor_line(gen, entry)}"
+        )
     if not check._same(exp, actual):
         text = check._message(gen, plan, info, entry, exp, actual, exp, packed=False)
         raise LayoutcVllmError(text.replace(f": {entry.name} is not laid out", f": {label} is not laid out", 1))
 
 
 __all__ = [
+    "CONTIGUOUS",
     "ISA",
     "KERNEL_COPIES",
     "PARAMS",
