@@ -42,7 +42,7 @@ DECODES: tuple[str | None, ...] = (None, "code", *DECODERS)  # none, the code re
 KINDS = ("fixed", "param")  # `storage S`, or `storage sd` with `param sd: enum {S, other}`
 # torch's own decode of a byte format, where torch has the dtype (an oracle layoutc did not write)
 TORCH_FORMAT = {"e4m3fn": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2, "e8m0": torch.float8_e8m0fnu}
-EDGE_CODES = (0, 1, 8, 15, 16, 127, 128, 255, 256, -1, -128, 448)
+EDGE_CODES = (0, 1, 8, 15, 16, 124, 127, 128, 252, 255, 256, -1, -128, 448)
 
 
 def _packs(storage: str) -> tuple[int, ...]:
@@ -185,7 +185,8 @@ def check_combination(storage: str, decode: str | None, pack: int, kind: str, fi
         values = _kernel_values(_written(word, storage, zero_path), storage, decode, pack, fill)
         want = _model(t) if kind == "fixed" or decode in (None, "code") else _model_in(contract, t, storage)
         for v in values:
-            assert (math.isnan(v) and math.isnan(want)) or v == want, \
+            # the model has no value for a non-finite code (NaN stands for it: e5m2's 0x7C is +inf)
+            assert (not math.isfinite(v) and math.isnan(want)) or v == want, \
                 (storage, decode, pack, kind, fill, word, v, want)
     return True
 
@@ -199,7 +200,8 @@ def _model_in(contract: ir.Contract, t: ir.Tensor, storage: str) -> float:
 
 @pytest.mark.parametrize(("storage", "decode", "pack", "kind"), combinations())
 def test_edge_codes_are_written_as_proved(storage: str, decode: str | None, pack: int, kind: str) -> None:
-    """Every combination at the codes where byte and value part ways (0x80, 0x7F, 0xFF, 128 ...)."""
+    """Every combination at the codes where byte and value part ways (0x80, 0x7F, 0xFF, 128 ...,
+    and 124, e5m2's +inf, which hypothesis once drew in an int8 storage)."""
     for code in EDGE_CODES:
         check_combination(storage, decode, pack, kind, code)
 
