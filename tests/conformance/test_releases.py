@@ -51,6 +51,10 @@ def _start(version: str, out: Path) -> tuple[subprocess.Popen[str], Path] | vllm
         "no:cacheprovider",
         "-m",
         "not kernel",
+        # the zentorch W8A8 holders hold vllm_zen_cpu_int8_*, whose `models` lines name vLLM 0.32.0
+        # alone (ZenCPUExpertsInt8 is held in 0.32's engine): not a release they claim
+        "-k",
+        "not w8a8_zen",
         "--tb=short",
         f"--junitxml={report}",
         *(f"tests/conformance/{m}" for m in MODULES),
