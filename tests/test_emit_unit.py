@@ -167,11 +167,14 @@ def test_number_and_bool_literals_read_back_exactly(value: int | bool) -> None:
 
 def test_rule_messages_and_locations_are_repr_safe() -> None:
     rule = ir.Rule("require", op(">", ref("a"), const(0), type_=ir.BOOL), HOSTILE, SPAN)
-    view = R._rule_view(rule, "dir/it's \"x\".moe")
-    assert ast.literal_eval(view["message"]) == HOSTILE
-    assert ast.literal_eval(view["where"]) == "dir/it's \"x\".moe:1"
-    assert [ast.literal_eval(n) for n in view["names"]] == ["a"]
-    assert view["require_lines"] == ["    if a <= 0:"]  # as ruff writes it: no redundant parentheses
+    lines = R._rule_lines(rule, "dir/it's \"x\".moe", "require")
+    assert lines[0] == "    if a <= 0:"  # as ruff writes it: no redundant parentheses
+    tree = ast.parse("def f(a):\n" + "\n".join(lines))
+    refusal = next(n for n in ast.walk(tree) if isinstance(n, ast.Call))
+    _contract, where, message, values = refusal.args
+    assert ast.literal_eval(message) == HOSTILE
+    assert ast.literal_eval(where) == "dir/it's \"x\".moe:1"
+    assert isinstance(values, ast.Dict) and [ast.literal_eval(k) for k in values.keys if k] == ["a"]
 
 
 def test_doc_text_cannot_close_a_docstring() -> None:

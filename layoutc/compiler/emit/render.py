@@ -255,17 +255,6 @@ def _src(e: ir.Expr) -> str:
     return render_expr(e, "")
 
 
-def _rule_view(rule: ir.Rule | ir.Align, file: str) -> dict[str, Any]:
-    return {
-        "code": render_expr(rule.cond, ""),
-        "negated": render_negated(rule.cond, ""),
-        "require_lines": statement("if ", render_negated(rule.cond, "", True), ":"),
-        "message": literal(rule.message),
-        "where": literal(f"{file}:{rule.span.line}"),
-        "names": [literal(n) for n in _names(rule.cond)],
-    }
-
-
 def _params(contract: ir.Contract, dtype_params: list[str]) -> list[ParamView]:
     """Each declared parameter: its check in `_plan` (`_check`: its domain is the module's
     `_PARAMS` row), its annotation in `plan()` and its field type in `Plan`."""
