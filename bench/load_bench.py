@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import os
 import statistics
@@ -232,9 +233,8 @@ def child(which: str, folder: Path) -> None:
         mod.load_kernel()
         # imports before the baseline, with those the reader makes on first use (its dtype table in
         # layoutc.runtime.loading, config.json's reader)
-        import layoutc.runtime.loading
-        import layoutc.tools.checkpoints.loader
-        import layoutc.tools.hfconfig.jsonread  # noqa: F401
+        for name in ("layoutc.runtime.loading", "layoutc.tools.checkpoints.loader", "layoutc.tools.hfconfig.jsonread"):
+            importlib.import_module(name)
     else:
         import vllm._custom_ops
         import vllm.model_executor.layers.fused_moe.experts.cpu_moe  # noqa: F401

@@ -58,6 +58,7 @@ from __future__ import annotations
 import argparse
 import gc
 import hashlib
+import importlib
 import json
 import os
 import statistics
@@ -233,10 +234,9 @@ def child(which: str, folder: Path) -> None:
 
     # before the baseline too: the reader imports its dtype table (layoutc.runtime.loading) and
     # config.json's reader (hfconfig.jsonread) on first use
-    import layoutc.runtime.loading
-    import layoutc.tools.checkpoints.quant
-    import layoutc.tools.checkpoints.reader
-    import layoutc.tools.hfconfig.jsonread  # noqa: F401
+    for name in ("layoutc.runtime.loading", "layoutc.tools.checkpoints.quant", "layoutc.tools.checkpoints.reader",
+                 "layoutc.tools.hfconfig.jsonread"):
+        importlib.import_module(name)
     from bench._common import wait_for_quiet
     from generated import marlin_moe_wna16  # noqa: F401
 

@@ -89,7 +89,7 @@ def test_generated_modules_need_only_torch(name: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tool", [["ruff", "check", "generated", "layoutc", "tests", "examples", "bench"],
+@pytest.mark.parametrize("tool", [["ruff", "check", "--no-cache", "generated", "layoutc", "tests", "examples", "bench"],
                                   ["mypy", "--strict", "generated", "layoutc/runtime"]])
 def test_generated_code_is_lint_and_type_clean(tool: list[str]) -> None:
     if shutil.which(tool[0]) is None:

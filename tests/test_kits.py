@@ -63,7 +63,8 @@ def mutated(self, layer):
 cpu_moe.CPUUnquantizedExperts._pad_moe_intermediate = mutated
 """
 
-# pad-count mutation: the engine rounds the shard up to 16 more than its tile
+# pad-count mutation: the engine rounds the shard up one tile past its own round-up (a padded size its
+# gate still admits, whichever configuration the solver picked and whatever the ISA class's tile)
 MUTATE_COUNT = f"""
 import importlib
 cpu_moe = importlib.import_module({CPU_MOE!r})
@@ -71,7 +72,9 @@ original = cpu_moe.CPUUnquantizedExperts._padded_intermediate_size.__func__
 @classmethod
 def mutated(cls, moe_config):
     padded = original(cls, moe_config)
-    return padded + 16 if padded != moe_config.intermediate_size_per_partition else padded
+    if padded == moe_config.intermediate_size_per_partition:
+        return padded
+    return padded + cls._intermediate_alignment()
 cpu_moe.CPUUnquantizedExperts._padded_intermediate_size = mutated
 """
 
@@ -121,7 +124,13 @@ def test_vllm_cpu_unquantized_kit_fails_naming_rows_on_a_mutated_engine(tmp_path
     assert expect in done.stdout, done.stdout[-4000:]
     if mutation is MUTATE_FILL:
         assert re.search(r"w2 rank 0: \d+ of \d+ elements differ \(dim 2 indices \d", done.stdout)  # pad columns named
-        assert "engine bytes [128, 63], contract bytes [0, 0]" in done.stdout  # bf16 1.0 where the fill 0 belongs
+        # 1.0 where the fill 0 belongs, in the dtype of the configuration the solver picked
+        one = {"bfloat16": "[128, 63]", "float16": "[0, 60]", "float32": "[0, 0, 128, 63]"}
+        dtype = re.search(r"differs from contract \S+ at \{[^}]*'dtype': '(\w+)'", done.stdout)
+        assert dtype and dtype.group(1) in one, done.stdout[-4000:]
+        engine = one[dtype.group(1)]
+        zero = "[" + ", ".join(["0"] * (engine.count(",") + 1)) + "]"
+        assert f"engine bytes {engine}, contract bytes {zero}" in done.stdout, done.stdout[-4000:]
 
 
 def test_kit_refuses_a_release_the_contract_does_not_model(tmp_path: Path) -> None:
