@@ -54,7 +54,7 @@ REFERENCE_CONTRACTS: dict[str, tuple[str, ...]] = {
     "gptq_int4": ("marlin_moe_wna16",),
     "gptq_int8": ("marlin_moe_gptq_int8",),
     "awq_int4": ("marlin_moe_awq",),
-    "fp8_block": ("marlin_moe_fp8",),
+    "fp8_block": ("marlin_moe_fp8", "marlin_moe_ct_fp8"),  # quant_method fp8 / compressed-tensors (methods.py)
     "mxfp4": ("vllm_cpu_mxfp4_gpt_oss_moe", "flashinfer_trtllm_mxfp4_moe"),
     "nvfp4": ("flashinfer_nvfp4_moe",),
 }

@@ -257,7 +257,28 @@ def reference_contract(args: argparse.Namespace, scheme: S.QuantScheme) -> str |
     if args.contract:
         return str(args.contract)
     found = REFERENCE_CONTRACTS.get(scheme.name)
-    return found[0] if found else None
+    if not found:
+        return None
+    return next(c for c in found if c not in own_method_left_out(found, scheme.method))
+
+
+def own_method_left_out(contracts: Sequence[str], quant_method: str) -> dict[str, str]:
+    """{contract: why} for the generated contracts among `contracts` that stand for another quantization
+    method's object than `quant_method`'s, where one of them stands for its own (checkpoints/quant/methods.py,
+    read from each module's `LAYOUT.models`; a module that cannot be imported is not a candidate)."""
+    import importlib
+
+    from layoutc.tools.checkpoints.quant.methods import left_out
+    from layoutc.tools.contract_module import GENERATED_PACKAGE
+
+    lines: dict[str, list[tuple[str, str]]] = {}
+    for name in contracts:
+        try:
+            mod = importlib.import_module(f"{GENERATED_PACKAGE}.{name}")
+        except ImportError:
+            continue
+        lines[name] = [(m.engine, m.target) for m in mod.LAYOUT.models]
+    return left_out(lines, quant_method)
 
 
 #: vLLM 0.32's CPU experts class for a method (model_executor/layers/fused_moe/experts/cpu_moe.py;
@@ -343,6 +364,7 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
     module is absent."""
     import torch
 
+    from layoutc.tools.checkpoints.quant.methods import own_refusal
     from layoutc.tools.checkpoints.quant.validate import validate
     from layoutc.tools.checkpoints.reference import reference
     from layoutc.tools.checkpoints.reference import route as declared_route
@@ -448,7 +470,8 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
                 except ValueError as exc:  # the generated module's LayoutContractError (a ValueError)
                     if route.mod is None or not isinstance(exc, route.mod.LayoutContractError):
                         raise
-                    why.append(str(exc))
+                    why.append(own_refusal(str(route.contract), [(m.engine, m.target) for m in route.mod.LAYOUT.models],
+                                           scheme.method, str(exc)) or str(exc))
                     continue
                 tc = time.perf_counter()
                 rel = halves_error(out, ref)
