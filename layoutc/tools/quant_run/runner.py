@@ -110,15 +110,34 @@ def row_result(matched: bool, independent: bool, kernel_ran: bool, why_not: str)
 
 
 def model_dtype(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, requested: str | None) -> str:
-    """--dtype, else the dtype the checkpoint stores the layer's router in (bfloat16 / float16 / float32).
-    RunError LR102 for any other."""
+    """--dtype; else config.json's `dtype` (or `torch_dtype`, also under a wrapper's text_config) when it
+    is bfloat16 or float16, as vLLM 0.32 runs it (config/model.py _get_and_verify_dtype, dtype "auto":
+    the config's dtype; float32 is downcast, so it is not taken from there): auto-round's GPTQ and AWQ
+    exports write float16 there while leaving bfloat16 tensors as they are (auto_round 0.16.1
+    export/utils.py save_model casts float32 tensors only); else the dtype the checkpoint stores the
+    layer's router in (bfloat16 / float16 / float32). RunError LR102 for any other."""
     if requested:
         return requested
+    declared = config_dtype(ckpt.config)
+    if declared in ("bfloat16", "float16"):
+        return declared
     name, _ = moe.format.router_names(layer)
     stored = str(ckpt.slice(name).get_dtype())
     if stored not in _ST_DTYPES:
         raise RunError("LR102", f"{name} is stored as {stored}; pass --dtype bfloat16, float16 or float32")
     return _ST_DTYPES[stored]
+
+
+def config_dtype(config: dict[str, Any]) -> str | None:
+    """config.json's model dtype as written (`dtype`, transformers 5; `torch_dtype`, before), at the top
+    level or under `text_config`; None when neither states a string."""
+    for scope in (config, config.get("text_config")):
+        if isinstance(scope, dict):
+            for key in ("dtype", "torch_dtype"):
+                value = scope.get(key)
+                if isinstance(value, str):
+                    return value.removeprefix("torch.")
+    return None
 
 
 def dequantized(ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layer: int) -> dict[str, Any]:
