@@ -57,6 +57,7 @@ FORMAT_LABELS: dict[str, str] = {
     "fp8_tensor": "FP8 per tensor",
     "mxfp4": "MXFP4",
     "nvfp4": "NVFP4",
+    "mxfp4_ct": "MXFP4 (compressed-tensors mxfp4-pack-quantized)",
 }
 
 # Contracts whose tensors do not say which checkpoint they take: AITER's contracts write the
