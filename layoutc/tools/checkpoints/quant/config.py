@@ -39,7 +39,6 @@ from fnmatch import fnmatch
 from typing import Any
 
 from layoutc.tools.checkpoints.formats import FORMATS, CheckpointFormat, FormatError, describe
-from layoutc.tools.checkpoints.quant import ct_mxfp4
 from layoutc.tools.checkpoints.quant import scheme as S
 
 DECLARED = ("gptq (int4, int8; sym or asym; desc_act on or off; v1 or gptq_v2)",
@@ -307,6 +306,8 @@ def _compressed_tensors(quant: dict[str, Any], names: _ExpertNames) -> S.QuantSc
     if not chosen:
         raise FormatError("LR152", "no compressed-tensors config group targets the routed experts "
                           f"(groups: {', '.join(sorted(groups))}); they would stay unquantized")
+    from layoutc.tools.checkpoints.quant import ct_mxfp4  # here: `layoutc audit` imports the reader, not each format
+
     mx = [(gname, g) for gname, g in chosen if ct_mxfp4.is_mxfp4(g, quant)]
     if mx:  # mxfp4-pack-quantized (quant/ct_mxfp4.py)
         if len(mx) != len(chosen):
