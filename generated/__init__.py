@@ -14,6 +14,8 @@ __all__ = [
     "flashinfer_trtllm_mxfp4_moe",
     "flashinfer_trtllm_mxfp8_moe",
     "marlin_moe_awq",
+    "marlin_moe_ct_fp8",
+    "marlin_moe_ct_mxfp4",
     "marlin_moe_fp8",
     "marlin_moe_gptq_int8",
     "marlin_moe_wna16",

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from layoutc.tools.checkpoints.quant import ct_mxfp4
 from layoutc.tools.checkpoints.quant import scheme as S
 from layoutc.tools.quant_run import padded
 from layoutc.tools.runplan import RunError
@@ -25,6 +26,7 @@ SCHEMES = {
     "fp8_block": S.fp8("block", block=(128, 128)),
     "mxfp4": S.mxfp4(),
     "nvfp4": S.nvfp4(),
+    "mxfp4_ct": ct_mxfp4.scheme(),
 }
 
 

@@ -184,6 +184,7 @@ CODES: dict[str, str] = {
     "LR164": "quantized checkpoint: a stored tensor the contract's loader needs is absent",
     "LR165": "quantized checkpoint: the contract text found differs from the text the generated module was compiled from",
     "LR166": "quantized checkpoint: GPTQ qzeros that are not the symmetric constant where the config says sym: true",
+    "LR170": "quantized checkpoint: the checkpoint's own quantization method (the engine object its quant_method selects) refuses the degree",
     "LR180": "`kit`: no such kit driver, or the driver drives another contract",
     "LR181": "`kit`: the contract does not load or check",
     "LR182": "`kit`: the kit file cannot be written",

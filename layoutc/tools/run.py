@@ -552,6 +552,7 @@ def _write_format(path: str, fmt: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from layoutc.tools.checkpoints.formats import describe, load_format_file
+    from layoutc.tools.checkpoints.namesets import for_checkpoint
     from layoutc.tools.checkpoints.preflight import check_experts, run_dtype
     from layoutc.tools.checkpoints.reader import Checkpoint
 
@@ -566,6 +567,7 @@ def _run(args: argparse.Namespace) -> int:
                      f"{found[:80]!r}: the file's format is used")
             sys.stderr.write(f"layoutc run: {other}\n")
             warnings.append(other)
+        fmt = for_checkpoint(ckpt.config, fmt, ckpt.weight_map)  # Mixtral's linearized expert names
         candidates = _candidates(ckpt, fmt)
         moe = describe(ckpt.config, candidates[0] if candidates else fmt, ckpt.weight_map)
         layers = _select_layers(args, moe)

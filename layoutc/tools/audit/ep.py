@@ -29,7 +29,7 @@ from layoutc.compiler import ir
 from layoutc.compiler.evaluate import EvalError, Value
 from layoutc.runtime.experts import ExpertParallelError, check_ep, held
 from layoutc.tools.audit.engines import rank_bytes
-from layoutc.tools.audit.formats import checkpoint_format, takes
+from layoutc.tools.audit.formats import checkpoint_format, method_left_out, takes
 from layoutc.tools.audit.params import contract_values, domain_text, fmt_value, in_domain, model_values, rule_name
 from layoutc.tools.audit.report import Models, _model_entries, split_params
 from layoutc.tools.audit.rows import AuditReport, AuditRow
@@ -128,9 +128,10 @@ def ep_report(models: Models, eps: Sequence[int], contracts: Sequence[ir.Contrac
     rows: list[EpRow] = []
     for label, model in _model_entries(models):
         fmt = checkpoint_format(model)
+        other = method_left_out([c for c in contracts if not isinstance(takes(c, fmt), str)], fmt)
         for contract in contracts:
             taken = takes(contract, fmt)
-            if isinstance(taken, str):
+            if isinstance(taken, str) or contract.name in other:
                 continue
             split = split_params(model, contract, model_values(model, taken))
             if isinstance(split, str):

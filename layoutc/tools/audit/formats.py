@@ -14,12 +14,14 @@ the plan argument. A parameter named ``group_size`` or ``act_order`` comes from 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
 from layoutc.compiler import ir
 from layoutc.compiler.evaluate import EvalError, Value, eval_expr, eval_real, needed_lets, param_deps
 from layoutc.runtime.vocab import Op
+from layoutc.tools.checkpoints.quant.methods import left_out
 from layoutc.tools.checkpoints.quant.scheme import QuantScheme, TensorSpec
 from layoutc.tools.hfconfig import MoEModelConfig
 
@@ -55,6 +57,7 @@ FORMAT_LABELS: dict[str, str] = {
     "fp8_tensor": "FP8 per tensor",
     "mxfp4": "MXFP4",
     "nvfp4": "NVFP4",
+    "mxfp4_ct": "MXFP4 (compressed-tensors mxfp4-pack-quantized)",
 }
 
 # Contracts whose tensors do not say which checkpoint they take: AITER's contracts write the
@@ -153,6 +156,15 @@ def takes(contract: ir.Contract, fmt: CheckpointFormat) -> Taken | str:
     if fmt.scheme is None:
         return f"checkpoint is {fmt.label}; {contract.name} declares scale tensors (takes quantized checkpoints)"
     return _takes_scheme(contract, fmt.scheme, fmt.label)
+
+
+def method_left_out(contracts: Sequence[ir.Contract], fmt: CheckpointFormat) -> dict[str, str]:
+    """{contract: why} for the contracts among ``contracts`` (those that take ``fmt``) that stand for
+    another quantization method's object than the checkpoint's own, where one stands for its own
+    (checkpoints/quant/methods.py: compressed-tensors block FP8 is not Fp8MoEMethod's to pad)."""
+    if fmt.scheme is None:
+        return {}
+    return left_out({c.name: [(m.engine, m.target) for m in c.models] for c in contracts}, fmt.scheme.method)
 
 
 def _tensor(contract: ir.Contract, kind: str) -> ir.Tensor | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from layoutc.compiler import ir
 from layoutc.compiler.evaluate import Value
 from layoutc.runtime.interface import release_key
-from layoutc.tools.audit.formats import checkpoint_format, takes
+from layoutc.tools.audit.formats import checkpoint_format, method_left_out, takes
 from layoutc.tools.audit.params import (
     SWIGLU_PARAMS,
     ModelValue,
@@ -55,8 +55,10 @@ def audit_report(models: Models, tps: Sequence[int], contracts: Sequence[ir.Cont
     entries = _model_entries(models)
     for label, model in entries:
         fmt = checkpoint_format(model)
+        found = {prep.contract.name: takes(prep.contract, fmt) for prep in prepared}
+        other = method_left_out([p.contract for p in prepared if not isinstance(found[p.contract.name], str)], fmt)
         for prep in prepared:
-            taken = takes(prep.contract, fmt)
+            taken = other.get(prep.contract.name) or found[prep.contract.name]
             if isinstance(taken, str):
                 skipped.append(Skipped(label, model.name, prep.contract.name, taken))
                 continue

@@ -54,9 +54,10 @@ REFERENCE_CONTRACTS: dict[str, tuple[str, ...]] = {
     "gptq_int4": ("marlin_moe_wna16",),
     "gptq_int8": ("marlin_moe_gptq_int8",),
     "awq_int4": ("marlin_moe_awq",),
-    "fp8_block": ("marlin_moe_fp8",),
+    "fp8_block": ("marlin_moe_fp8", "marlin_moe_ct_fp8"),  # quant_method fp8 / compressed-tensors (methods.py)
     "mxfp4": ("vllm_cpu_mxfp4_gpt_oss_moe", "flashinfer_trtllm_mxfp4_moe"),
     "nvfp4": ("flashinfer_nvfp4_moe",),
+    "mxfp4_ct": ("marlin_moe_ct_mxfp4",),  # compressed-tensors mxfp4-pack-quantized (quant/ct_mxfp4.py)
 }
 #: contract tensor kind -> the scheme's role of the stored tensor it is loaded from
 _ROLE = {"weight": "weight", "scale": "scale", "zero": "zero"}

@@ -110,15 +110,34 @@ def row_result(matched: bool, independent: bool, kernel_ran: bool, why_not: str)
 
 
 def model_dtype(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, requested: str | None) -> str:
-    """--dtype, else the dtype the checkpoint stores the layer's router in (bfloat16 / float16 / float32).
-    RunError LR102 for any other."""
+    """--dtype; else config.json's `dtype` (or `torch_dtype`, also under a wrapper's text_config) when it
+    is bfloat16 or float16, as vLLM 0.32 runs it (config/model.py _get_and_verify_dtype, dtype "auto":
+    the config's dtype; float32 is downcast, so it is not taken from there): auto-round's GPTQ and AWQ
+    exports write float16 there while leaving bfloat16 tensors as they are (auto_round 0.16.1
+    export/utils.py save_model casts float32 tensors only); else the dtype the checkpoint stores the
+    layer's router in (bfloat16 / float16 / float32). RunError LR102 for any other."""
     if requested:
         return requested
+    declared = config_dtype(ckpt.config)
+    if declared in ("bfloat16", "float16"):
+        return declared
     name, _ = moe.format.router_names(layer)
     stored = str(ckpt.slice(name).get_dtype())
     if stored not in _ST_DTYPES:
         raise RunError("LR102", f"{name} is stored as {stored}; pass --dtype bfloat16, float16 or float32")
     return _ST_DTYPES[stored]
+
+
+def config_dtype(config: dict[str, Any]) -> str | None:
+    """config.json's model dtype as written (`dtype`, transformers 5; `torch_dtype`, before), at the top
+    level or under `text_config`; None when neither states a string."""
+    for scope in (config, config.get("text_config")):
+        if isinstance(scope, dict):
+            for key in ("dtype", "torch_dtype"):
+                value = scope.get(key)
+                if isinstance(value, str):
+                    return value.removeprefix("torch.")
+    return None
 
 
 def dequantized(ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layer: int) -> dict[str, Any]:
@@ -257,7 +276,28 @@ def reference_contract(args: argparse.Namespace, scheme: S.QuantScheme) -> str |
     if args.contract:
         return str(args.contract)
     found = REFERENCE_CONTRACTS.get(scheme.name)
-    return found[0] if found else None
+    if not found:
+        return None
+    return next(c for c in found if c not in own_method_left_out(found, scheme.method))
+
+
+def own_method_left_out(contracts: Sequence[str], quant_method: str) -> dict[str, str]:
+    """{contract: why} for the generated contracts among `contracts` that stand for another quantization
+    method's object than `quant_method`'s, where one of them stands for its own (checkpoints/quant/methods.py,
+    read from each module's `LAYOUT.models`; a module that cannot be imported is not a candidate)."""
+    import importlib
+
+    from layoutc.tools.checkpoints.quant.methods import left_out
+    from layoutc.tools.contract_module import GENERATED_PACKAGE
+
+    lines: dict[str, list[tuple[str, str]]] = {}
+    for name in contracts:
+        try:
+            mod = importlib.import_module(f"{GENERATED_PACKAGE}.{name}")
+        except ImportError:
+            continue
+        lines[name] = [(m.engine, m.target) for m in mod.LAYOUT.models]
+    return left_out(lines, quant_method)
 
 
 #: vLLM 0.32's CPU experts class for a method (model_executor/layers/fused_moe/experts/cpu_moe.py;
@@ -343,6 +383,7 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
     module is absent."""
     import torch
 
+    from layoutc.tools.checkpoints.quant.methods import own_refusal
     from layoutc.tools.checkpoints.quant.validate import validate
     from layoutc.tools.checkpoints.reference import reference
     from layoutc.tools.checkpoints.reference import route as declared_route
@@ -448,7 +489,8 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
                 except ValueError as exc:  # the generated module's LayoutContractError (a ValueError)
                     if route.mod is None or not isinstance(exc, route.mod.LayoutContractError):
                         raise
-                    why.append(str(exc))
+                    why.append(own_refusal(str(route.contract), [(m.engine, m.target) for m in route.mod.LAYOUT.models],
+                                           scheme.method, str(exc)) or str(exc))
                     continue
                 tc = time.perf_counter()
                 rel = halves_error(out, ref)

@@ -43,7 +43,7 @@ from layoutc.tools.checkpoints.quant import scheme as S
 
 DECLARED = ("gptq (int4, int8; sym or asym; desc_act on or off; v1 or gptq_v2)",
             "awq (int4 GEMM with zero points)", "fp8 (block, per tensor)",
-            "compressed-tensors (float 8-bit: channel, tensor, block; nvfp4-pack-quantized)", "mxfp4 (gpt-oss)",
+            "compressed-tensors (float 8-bit: channel, tensor, block; nvfp4-pack-quantized; mxfp4-pack-quantized)", "mxfp4 (gpt-oss)",
             "modelopt (NVFP4, W4A16_NVFP4; group_size 16)")
 #: ModelOpt quant_algo values whose weights are NVFP4 (vLLM 0.32 modelopt.py LINEAR_ALGOS owned by
 #: modelopt_fp4) -> whether activations are NVFP4 too (a static input_scale per projection).
@@ -306,6 +306,14 @@ def _compressed_tensors(quant: dict[str, Any], names: _ExpertNames) -> S.QuantSc
     if not chosen:
         raise FormatError("LR152", "no compressed-tensors config group targets the routed experts "
                           f"(groups: {', '.join(sorted(groups))}); they would stay unquantized")
+    from layoutc.tools.checkpoints.quant import ct_mxfp4  # here: `layoutc audit` imports the reader, not each format
+
+    mx = [(gname, g) for gname, g in chosen if ct_mxfp4.is_mxfp4(g, quant)]
+    if mx:  # mxfp4-pack-quantized (quant/ct_mxfp4.py)
+        if len(mx) != len(chosen):
+            raise FormatError("LR150", f"compressed-tensors config groups {', '.join(n for n, _ in chosen)} quantize "
+                              "the experts differently; one scheme for all experts is declared")
+        return ct_mxfp4.read(mx)
     nvfp4 = {gname for gname, g in chosen if _ct_is_nvfp4(g, quant)}
     if nvfp4:
         if len(nvfp4) != len(chosen):
