@@ -232,6 +232,28 @@ BUGS: tuple[Bug, ...] = (
         "the padded shard size (DeepSeek-V4-Pro at TP 16: 'start out of range' on the last ranks, the "
         "others load their neighbour's rows)",
     ),
+    Bug(
+        key="vllm-aiter-unquantized-intermediate-pad",
+        reports=("vllm#55368", "aiter#5444", "vllm#38833"),
+        engine="vllm",
+        function="vllm.model_executor.layers.fused_moe.oracle.unquantized:"
+        "unquantized_round_up_hidden_size_and_intermediate_size",
+        buggy="0.31.0",
+        fixed="0.32.0",
+        contract="aiter_unquantized_moe",
+        driver="aiter_unquantized_roundup",
+        configs=(
+            # vllm#55368's K2-Horizon (moe_intermediate_size 1792): tp 8 -> 224 (128 tile: 256), tp 4 -> 448
+            # (512); Gemma-4-26B-A4B (704) at tp 4 -> 176 (64 tile: 192); 1024 at tp 4 (256) is the control.
+            dict(num_experts=2, hidden_size=256, intermediate_size=1792, tp_size=8, activation="silu"),
+            dict(num_experts=2, hidden_size=256, intermediate_size=1792, tp_size=4, activation="silu"),
+            dict(num_experts=2, hidden_size=256, intermediate_size=704, tp_size=4, activation="silu"),
+            dict(num_experts=2, hidden_size=256, intermediate_size=1024, tp_size=4, activation="silu"),
+        ),
+        note="the unquantized AITER MoE allocates the unpadded per-rank intermediate: CK 2-stage BF16 "
+        "rejects an inter_dim off its tile ('device_gemm ... does not support this GEMM problem'; "
+        "moe_intermediate_size 1792 at TP 8 / 4, Gemma-4 704)",
+    ),
 )
 
 

@@ -456,6 +456,50 @@ def moe_loader_stride(
     return bad, info
 
 
+def aiter_unquantized_roundup(
+    fn: Callable[..., Any], mod: ModuleType, gen_mod: ModuleType, cfg: dict[str, Any]
+) -> tuple[list[str], list[str]]:
+    """vLLM `unquantized_round_up_hidden_size_and_intermediate_size(UnquantizedMoeBackend.AITER, H, I_pp)`:
+    the sizes the unquantized AITER layer allocates (`maybe_roundup_sizes`), then the pad's bytes.
+
+    Expected: contract aiter_unquantized_moe's `intermediate_size_per_partition_padded` (H never
+    padded). Where the release pads, its own `_zero_intermediate_padding` runs on the padded
+    parameters as vLLM allocates them (`torch.empty`: poisoned here with 0xFF bytes, live rows
+    random nonzero bf16 bytes, as the loader leaves them) and the result must be byte-equal to the
+    contract's `pad_w13` / `pad_w2`. A difference is named as the kernel tile the unpadded size
+    misses (CK 2-stage: 64 wide up to 192, 128 above).
+    """
+    p = gen_mod.plan(dtype="bfloat16", **cfg)
+    e, h, i = p.num_experts, p.hidden_size, p.intermediate_size_per_partition
+    want = p.intermediate_size_per_partition_padded
+    got_h, got_i = fn(mod.UnquantizedMoeBackend.AITER, h, i)
+    info = [f"I_pp {i}: engine allocates H {got_h} I_pp {got_i}, contract H {h} I_pp {want}"]
+    if (got_h, got_i) != (h, want):
+        tile = 64 if i <= 192 else 128
+        return [
+            f"intermediate_size_per_partition: engine {got_i}, contract {want}: I_pp {i} is not a multiple of "
+            f"the CK 2-stage {tile}-wide tile; contract pad rows {i}..{want - 1} of each w13 half and w2 k "
+            f"{i}..{want - 1} missing"
+            + (f"; hidden: engine {got_h}, contract {h}" if got_h != h else "")
+        ], info
+    zero = getattr(mod, "_zero_intermediate_padding", None)
+    if zero is None or want == i:
+        return [], info
+    g = torch.Generator().manual_seed(0)
+    w13 = _bytes((e, 2 * i, h * 2), g, 0x7F).view(torch.bfloat16)
+    w2 = _bytes((e, h, i * 2), g, 0x7F).view(torch.bfloat16)
+    ew13 = torch.full((e, 2 * want, h * 2), 0xFF, dtype=torch.uint8).view(torch.bfloat16)
+    ew2 = torch.full((e, h, want * 2), 0xFF, dtype=torch.uint8).view(torch.bfloat16)
+    ew13[:, :i], ew13[:, want : want + i], ew2[:, :, :i] = w13[:, :i], w13[:, i:], w2
+    moe = SimpleNamespace(
+        intermediate_size_per_partition=want, intermediate_size_per_partition_unpadded=i, is_act_and_mul=True
+    )
+    zero(moe, ew13, ew2)
+    bad = diff_rows("w13_weight", ew13, gen_mod.pad_w13(w13, p), 1)
+    bad += diff_rows("w2_weight", ew2, gen_mod.pad_w2(w2, p), 2)
+    return bad, info
+
+
 DRIVERS: dict[str, Driver] = {
     "fi_nvfp4_align": fi_nvfp4_align,
     "aiter_pad_counts": aiter_pad_counts,
@@ -464,4 +508,5 @@ DRIVERS: dict[str, Driver] = {
     "cpu_fused_moe_init": cpu_fused_moe_init,
     "fi_nvfp4_caller_alignment": fi_nvfp4_caller_alignment,
     "moe_loader_stride": moe_loader_stride,
+    "aiter_unquantized_roundup": aiter_unquantized_roundup,
 }
