@@ -415,7 +415,7 @@ def moe_loader_stride(
 
     p = gen_mod.plan(**cfg)
     e, h, full_i, tp = p.num_experts, p.hidden_size, p.intermediate_size, p.tp_size
-    cls = getattr(mod, fn.__qualname__.split(".")[0])
+    cls = getattr(mod, fn.__qualname__.split(".")[-2])
     load_w2 = inspect.getattr_static(cls, "_load_w2")
     g = torch.Generator().manual_seed(0)
     w13 = _bytes((e, 2 * full_i, h * 2), g, 0x7F).view(torch.bfloat16)  # [gate | up] at full length
