@@ -203,8 +203,8 @@ def test_nvfp4_caller_driver_names_the_missing_pad_rows(monkeypatch: pytest.Monk
 @pytest.mark.parametrize("against", ["vllm==0.34.0", "sglang==installed"])
 def test_replay_small_mode_in_ci(against: str) -> None:
     """Issue 42: CI runs the replay against vLLM 0.34 (the wheel's Python, fetched by pip into the
-    ignored .replay-wheels/) and the installed SGLang 0.5.23; every verdict must be the expected one
-    (exit 0). A wheel pip cannot fetch is a SKIP that the script names; under CI that is a failure."""
+    ignored .engines/, shared with the release matrix) and the installed SGLang 0.5.23; every verdict
+    must be the expected one (exit 0). A wheel pip cannot fetch is a SKIP that the script names; under CI that is a failure."""
     import os
 
     if against.startswith("sglang") and not os.environ.get("LAYOUTC_SGLANG_PATH"):
@@ -236,7 +236,8 @@ def _loader_module(stride: str) -> ModuleType:
         def _slice(self, loaded: torch.Tensor, dim: int, padded: int) -> torch.Tensor:
             tp = self.moe_config.moe_parallel_config.tp_size  # type: ignore[attr-defined]
             per = padded if stride == "padded" else loaded.shape[dim] // tp
-            return loaded.narrow(dim, per * self.moe_tp_rank, min(per, loaded.shape[dim] - per * self.moe_tp_rank))  # type: ignore[attr-defined]
+            start = per * self.moe_tp_rank  # type: ignore[attr-defined]
+            return loaded.narrow(dim, start, min(per, loaded.shape[dim] - start))
 
         def _load_w13(self, expert_data, shard_dim, shard_id, loaded_weight):  # type: ignore[no-untyped-def]
             half = expert_data.shape[shard_dim] // 2

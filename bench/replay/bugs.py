@@ -202,9 +202,9 @@ BUGS: tuple[Bug, ...] = (
         configs=(
             # Qwen3-235B-A22B MXFP4's intermediate (1536; H kept at 256, the AITER MXFP4 hidden alignment):
             # tp 8 -> I_pp 192 padded to 256, tp 4 -> 384 padded to 512; tp 2 (768) is aligned: the control.
-            dict(num_experts=2, hidden_size=256, intermediate_size=1536, tp_size=8, activation="silu"),
-            dict(num_experts=2, hidden_size=256, intermediate_size=1536, tp_size=4, activation="silu"),
-            dict(num_experts=2, hidden_size=256, intermediate_size=1536, tp_size=2, activation="silu"),
+            dict(num_experts=1, hidden_size=256, intermediate_size=1536, tp_size=8, activation="silu"),
+            dict(num_experts=1, hidden_size=256, intermediate_size=1536, tp_size=4, activation="silu"),
+            dict(num_experts=1, hidden_size=256, intermediate_size=1536, tp_size=2, activation="silu"),
         ),
         note="the MoE weight loader slices the unpadded checkpoint at the padded per-rank stride: rank r "
         "reads rows r * I_pp_padded.., so every rank loads its neighbour's rows and the last ranks load "
@@ -224,9 +224,9 @@ BUGS: tuple[Bug, ...] = (
         configs=(
             # DeepSeek-V4-Pro's report: a 256-padded MXFP4 intermediate at TP 16 (3072 -> 192 -> 256); the
             # same rule at Qwen3-235B's 1536 (tp 8: 192 -> 256, tp 4: 384 -> 512); tp 2 (768) is the control.
-            dict(num_experts=2, hidden_size=256, intermediate_size=3072, tp_size=16, activation="silu"),
-            dict(num_experts=2, hidden_size=256, intermediate_size=1536, tp_size=4, activation="silu"),
-            dict(num_experts=2, hidden_size=256, intermediate_size=1536, tp_size=2, activation="silu"),
+            dict(num_experts=1, hidden_size=256, intermediate_size=3072, tp_size=16, activation="silu"),
+            dict(num_experts=1, hidden_size=256, intermediate_size=1536, tp_size=4, activation="silu"),
+            dict(num_experts=1, hidden_size=256, intermediate_size=1536, tp_size=2, activation="silu"),
         ),
         note="SGLang's twin of the vLLM loader bug: _load_w13 / _load_w2 narrow the unpadded checkpoint at "
         "the padded shard size (DeepSeek-V4-Pro at TP 16: 'start out of range' on the last ranks, the "

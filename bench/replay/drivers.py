@@ -479,8 +479,7 @@ def aiter_unquantized_roundup(
         return [
             f"intermediate_size_per_partition: engine {got_i}, contract {want}: I_pp {i} is not a multiple of "
             f"the CK 2-stage {tile}-wide tile; contract pad rows {i}..{want - 1} of each w13 half and w2 k "
-            f"{i}..{want - 1} missing"
-            + (f"; hidden: engine {got_h}, contract {h}" if got_h != h else "")
+            f"{i}..{want - 1} missing" + (f"; hidden: engine {got_h}, contract {h}" if got_h != h else "")
         ], info
     zero = getattr(mod, "_zero_intermediate_padding", None)
     if zero is None or want == i:
