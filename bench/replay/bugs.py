@@ -25,6 +25,8 @@ class Bug:
     extra_wheels: pure-Python wheels the release's import chain needs beyond the environment.
     models_upto: the last release whose rule the contract states, where a later one changed it;
         a check against a later release is refused by name, never run as a pass.
+    moved: where later releases hold the same function ("module:qualname"), tried in order when
+        `function` does not import there (a release that renamed it still runs the check).
     """
 
     key: str
@@ -39,6 +41,7 @@ class Bug:
     note: str
     extra_wheels: tuple[str, ...] = field(default=())
     models_upto: str | None = None
+    moved: tuple[str, ...] = field(default=())
 
 
 _FI_UTILS = "vllm.model_executor.layers.quantization.utils.flashinfer_utils"
@@ -186,6 +189,70 @@ BUGS: tuple[Bug, ...] = (
         note="CPU MXFP4 intermediate padded to a multiple of tp * 32, not 2 * tp * 32 (the mxfp4 step "
         "sglang#20072 missed): gpt-oss I 2880 at TP 6 keeps 480 rows a rank, 240 packed bytes, and the AMX "
         "MoE kernel falls back to the native path (contract: 3072, 512 rows a rank)",
+    ),
+    Bug(
+        key="vllm-moe-loader-padded-stride",
+        reports=("vllm#43865", "vllm#42595", "vllm#43863"),
+        engine="vllm",
+        function="vllm.model_executor.layers.fused_moe.layer:FusedMoE._load_w13",
+        buggy="0.22.1",
+        fixed="0.23.0",
+        contract="aiter_mxfp4_w4a4_moe",
+        driver="moe_loader_stride",
+        configs=(
+            # Qwen3-235B-A22B MXFP4's intermediate (1536; H kept at 256, the AITER MXFP4 hidden alignment):
+            # tp 8 -> I_pp 192 padded to 256, tp 4 -> 384 padded to 512; tp 2 (768) is aligned: the control.
+            dict(num_experts=1, hidden_size=256, intermediate_size=1536, tp_size=8, activation="silu"),
+            dict(num_experts=1, hidden_size=256, intermediate_size=1536, tp_size=4, activation="silu"),
+            dict(num_experts=1, hidden_size=256, intermediate_size=1536, tp_size=2, activation="silu"),
+        ),
+        note="the MoE weight loader slices the unpadded checkpoint at the padded per-rank stride: rank r "
+        "reads rows r * I_pp_padded.., so every rank loads its neighbour's rows and the last ranks load "
+        "nothing (Qwen3-235B MXFP4 on the AITER MXFP4 backend at TP 4 / 8)",
+        extra_wheels=("gguf==0.19.0",),
+        moved=("vllm.model_executor.layers.fused_moe.routed_experts:RoutedExperts._load_w13",),
+    ),
+    Bug(
+        key="sglang-moe-loader-padded-stride",
+        reports=("sglang#32781",),
+        engine="sglang",
+        function="sglang.srt.layers.moe.fused_moe_triton.layer:FusedMoE._load_w13",
+        buggy="0.5.16",
+        fixed="0.5.17",
+        contract="aiter_mxfp4_w4a4_moe",
+        driver="moe_loader_stride",
+        configs=(
+            # DeepSeek-V4-Pro's report: a 256-padded MXFP4 intermediate at TP 16 (3072 -> 192 -> 256); the
+            # same rule at Qwen3-235B's 1536 (tp 8: 192 -> 256, tp 4: 384 -> 512); tp 2 (768) is the control.
+            dict(num_experts=1, hidden_size=256, intermediate_size=3072, tp_size=16, activation="silu"),
+            dict(num_experts=1, hidden_size=256, intermediate_size=1536, tp_size=4, activation="silu"),
+            dict(num_experts=1, hidden_size=256, intermediate_size=1536, tp_size=2, activation="silu"),
+        ),
+        note="SGLang's twin of the vLLM loader bug: _load_w13 / _load_w2 narrow the unpadded checkpoint at "
+        "the padded shard size (DeepSeek-V4-Pro at TP 16: 'start out of range' on the last ranks, the "
+        "others load their neighbour's rows)",
+    ),
+    Bug(
+        key="vllm-aiter-unquantized-intermediate-pad",
+        reports=("vllm#55368", "aiter#5444", "vllm#38833"),
+        engine="vllm",
+        function="vllm.model_executor.layers.fused_moe.oracle.unquantized:"
+        "unquantized_round_up_hidden_size_and_intermediate_size",
+        buggy="0.31.0",
+        fixed="0.32.0",
+        contract="aiter_unquantized_moe",
+        driver="aiter_unquantized_roundup",
+        configs=(
+            # vllm#55368's K2-Horizon (moe_intermediate_size 1792): tp 8 -> 224 (128 tile: 256), tp 4 -> 448
+            # (512); Gemma-4-26B-A4B (704) at tp 4 -> 176 (64 tile: 192); 1024 at tp 4 (256) is the control.
+            dict(num_experts=2, hidden_size=256, intermediate_size=1792, tp_size=8, activation="silu"),
+            dict(num_experts=2, hidden_size=256, intermediate_size=1792, tp_size=4, activation="silu"),
+            dict(num_experts=2, hidden_size=256, intermediate_size=704, tp_size=4, activation="silu"),
+            dict(num_experts=2, hidden_size=256, intermediate_size=1024, tp_size=4, activation="silu"),
+        ),
+        note="the unquantized AITER MoE allocates the unpadded per-rank intermediate: CK 2-stage BF16 "
+        "rejects an inter_dim off its tile ('device_gemm ... does not support this GEMM problem'; "
+        "moe_intermediate_size 1792 at TP 8 / 4, Gemma-4 704)",
     ),
 )
 

@@ -366,6 +366,139 @@ def fi_nvfp4_caller_alignment(
     ], info
 
 
+class _LayerStandIn:
+    """The engine's MoE layer as its weight loader sees it: the attributes a configuration sets,
+    and every other attribute (a staticmethod such as `_narrow_expert_data_for_padding`, a method)
+    taken from the engine's own class, bound to this object. No `__init__` of the engine runs."""
+
+    def __init__(self, cls: type, **attrs: Any) -> None:
+        self.__dict__.update(attrs, _cls=cls)
+
+    def __getattr__(self, name: str) -> Any:
+        import inspect
+
+        try:
+            found = inspect.getattr_static(self.__dict__["_cls"], name)
+        except AttributeError:
+            raise AttributeError(f"the loader read {name!r}, which the stand-in layer does not set") from None
+        return found.__get__(self, type(self)) if hasattr(found, "__get__") else found
+
+
+def _call(fn: Callable[..., Any], layer: object, **kwargs: Any) -> None:
+    """`fn(layer, **kwargs)` with only the keywords `fn` takes (releases differ: `tp_rank` was an
+    argument in vLLM and SGLang 0.5.16, an attribute in SGLang 0.5.17 on)."""
+    import inspect
+
+    names = inspect.signature(fn).parameters
+    fn(layer, **{k: v for k, v in kwargs.items() if k in names})
+
+
+def moe_loader_stride(
+    fn: Callable[..., Any], mod: ModuleType, gen_mod: ModuleType, cfg: dict[str, Any]
+) -> tuple[list[str], list[str]]:
+    """The MoE layer's own weight loader (`_load_w13` for gate and up, `_load_w2` for down) on
+    every rank, from the full (unsharded) checkpoint into the padded per-rank parameter.
+
+    vLLM `FusedMoE._load_w13(expert_data, shard_dim, shard_id, loaded_weight, tp_rank)` (later
+    `RoutedExperts`) and SGLang `FusedMoE._load_w13` (rank from `moe_tp_rank` since 0.5.17) are
+    called unbound on a stand-in layer (`_LayerStandIn`: gated, TP degree and rank set; SGLang's
+    non-padded-loading path, no presharded weights, no triton-kernels transpose), one expert at a
+    time, as the layer's `weight_loader` calls them (`expert_data = param[expert]`, shard dim 0 for
+    w1/w3 and 1 for w2). Checkpoint: random nonzero bf16 bytes, gate / up [I, H], down [H, I] an
+    expert. The parameter starts as the contract's pad (`shard_*` of an all-0xFF checkpoint: pad
+    rows hold the contract's fill, every live row 0xFF), so a row the engine does not load is named.
+    Expected: contract `shard_w13` / `shard_w2` (each rank's slice at the logical stride, I / tp,
+    each gate / up half padded at its end). A rank where the engine raises is named with its error.
+    Rows are named along the intermediate dim, per rank.
+    """
+    import inspect
+
+    p = gen_mod.plan(**cfg)
+    e, h, full_i, tp = p.num_experts, p.hidden_size, p.intermediate_size, p.tp_size
+    cls = getattr(mod, fn.__qualname__.split(".")[-2])
+    load_w2 = inspect.getattr_static(cls, "_load_w2")
+    g = torch.Generator().manual_seed(0)
+    w13 = _bytes((e, 2 * full_i, h * 2), g, 0x7F).view(torch.bfloat16)  # [gate | up] at full length
+    w2 = _bytes((e, h, full_i * 2), g, 0x7F).view(torch.bfloat16)
+    ones13 = torch.full((e, 2 * full_i, h * 2), 0xFF, dtype=torch.uint8).view(torch.bfloat16)
+    ones2 = torch.full((e, h, full_i * 2), 0xFF, dtype=torch.uint8).view(torch.bfloat16)
+    ipad = p.intermediate_size_per_partition_padded
+    info = [f"I {full_i} at tp {tp}: I_pp {p.intermediate_size_per_partition} padded {ipad}"]
+    bad: list[str] = []
+    for rank in range(tp):
+        layer = _LayerStandIn(
+            cls,
+            moe_config=SimpleNamespace(is_act_and_mul=True, moe_parallel_config=SimpleNamespace(tp_size=tp)),
+            moe_runner_config=SimpleNamespace(is_gated=True),
+            quant_method=None,
+            weight_load_method=None,
+            use_padded_loading=False,
+            use_presharded_weights=False,
+            use_triton_kernels=False,
+            moe_tp_rank=rank,
+            moe_tp_size=tp,
+            quant_config=None,
+        )
+        got13, got2 = gen_mod.shard_w13(ones13, rank, p).clone(), gen_mod.shard_w2(ones2, rank, p).clone()
+        try:
+            for x in range(e):
+                for shard_id, half in (("w1", 0), ("w3", 1)):
+                    src = w13[x, half * full_i : (half + 1) * full_i]
+                    _call(fn, layer, expert_data=got13[x], shard_dim=0, shard_id=shard_id, loaded_weight=src,
+                          tp_rank=rank)  # fmt: skip
+                _call(load_w2, layer, expert_data=got2[x], shard_dim=1, shard_id="w2", loaded_weight=w2[x],
+                      tp_rank=rank)  # fmt: skip
+        except Exception as exc:  # the engine refusing a rank is the finding, named with its error
+            bad.append(f"rank {rank}: engine raised {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+            continue
+        bad += diff_rows(f"rank {rank} w13", got13, gen_mod.shard_w13(w13, rank, p), 1)
+        bad += diff_rows(f"rank {rank} w2", got2, gen_mod.shard_w2(w2, rank, p), 2)
+    return bad, info
+
+
+def aiter_unquantized_roundup(
+    fn: Callable[..., Any], mod: ModuleType, gen_mod: ModuleType, cfg: dict[str, Any]
+) -> tuple[list[str], list[str]]:
+    """vLLM `unquantized_round_up_hidden_size_and_intermediate_size(UnquantizedMoeBackend.AITER, H, I_pp)`:
+    the sizes the unquantized AITER layer allocates (`maybe_roundup_sizes`), then the pad's bytes.
+
+    Expected: contract aiter_unquantized_moe's `intermediate_size_per_partition_padded` (H never
+    padded). Where the release pads, its own `_zero_intermediate_padding` runs on the padded
+    parameters as vLLM allocates them (`torch.empty`: poisoned here with 0xFF bytes, live rows
+    random nonzero bf16 bytes, as the loader leaves them) and the result must be byte-equal to the
+    contract's `pad_w13` / `pad_w2`. A difference is named as the kernel tile the unpadded size
+    misses (CK 2-stage: 64 wide up to 192, 128 above).
+    """
+    p = gen_mod.plan(dtype="bfloat16", **cfg)
+    e, h, i = p.num_experts, p.hidden_size, p.intermediate_size_per_partition
+    want = p.intermediate_size_per_partition_padded
+    got_h, got_i = fn(mod.UnquantizedMoeBackend.AITER, h, i)
+    info = [f"I_pp {i}: engine allocates H {got_h} I_pp {got_i}, contract H {h} I_pp {want}"]
+    if (got_h, got_i) != (h, want):
+        tile = 64 if i <= 192 else 128
+        return [
+            f"intermediate_size_per_partition: engine {got_i}, contract {want}: I_pp {i} is not a multiple of "
+            f"the CK 2-stage {tile}-wide tile; contract pad rows {i}..{want - 1} of each w13 half and w2 k "
+            f"{i}..{want - 1} missing" + (f"; hidden: engine {got_h}, contract {h}" if got_h != h else "")
+        ], info
+    zero = getattr(mod, "_zero_intermediate_padding", None)
+    if zero is None or want == i:
+        return [], info
+    g = torch.Generator().manual_seed(0)
+    w13 = _bytes((e, 2 * i, h * 2), g, 0x7F).view(torch.bfloat16)
+    w2 = _bytes((e, h, i * 2), g, 0x7F).view(torch.bfloat16)
+    ew13 = torch.full((e, 2 * want, h * 2), 0xFF, dtype=torch.uint8).view(torch.bfloat16)
+    ew2 = torch.full((e, h, want * 2), 0xFF, dtype=torch.uint8).view(torch.bfloat16)
+    ew13[:, :i], ew13[:, want : want + i], ew2[:, :, :i] = w13[:, :i], w13[:, i:], w2
+    moe = SimpleNamespace(
+        intermediate_size_per_partition=want, intermediate_size_per_partition_unpadded=i, is_act_and_mul=True
+    )
+    zero(moe, ew13, ew2)
+    bad = diff_rows("w13_weight", ew13, gen_mod.pad_w13(w13, p), 1)
+    bad += diff_rows("w2_weight", ew2, gen_mod.pad_w2(w2, p), 2)
+    return bad, info
+
+
 DRIVERS: dict[str, Driver] = {
     "fi_nvfp4_align": fi_nvfp4_align,
     "aiter_pad_counts": aiter_pad_counts,
@@ -373,4 +506,6 @@ DRIVERS: dict[str, Driver] = {
     "sglang_cpu_config": sglang_cpu_config,
     "cpu_fused_moe_init": cpu_fused_moe_init,
     "fi_nvfp4_caller_alignment": fi_nvfp4_caller_alignment,
+    "moe_loader_stride": moe_loader_stride,
+    "aiter_unquantized_roundup": aiter_unquantized_roundup,
 }
