@@ -223,3 +223,34 @@ def test_block_fields_in_a_format_file(tmp_path: Path) -> None:
         with pytest.raises(FormatError, match="LR103"):
             load_format_file(str(path))
 
+
+
+@pytest.mark.slow
+@pytest.mark.kernel
+@pytest.mark.transformers
+def test_routed_scale_on_the_quantized_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The quantized runner applies the same step: a GPTQ int4 checkpoint whose block multiplies its
+    routed output by config.json's routed_scaling_factor after the experts (transformers'
+    Qwen3MoeSparseMoeBlock with its forward so wrapped) runs ok with the scale in the format, and
+    without it MISMATCHes diagnosed as that scale, by its key."""
+    _require()
+    import transformers.models.qwen3_moe.modeling_qwen3_moe as q
+
+    from layoutc.tools.checkpoints.formats import FORMATS, format_json
+    from tests.tiny_run import make as make_tiny
+
+    folder = make_tiny(tmp_path / "ckpt", "--quant", "gptq4", "--group-size", "64")  # int4pack runs a kernel
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "routed_scaling_factor": 2.5}))
+    real = q.Qwen3MoeSparseMoeBlock.forward
+    monkeypatch.setattr(q.Qwen3MoeSparseMoeBlock, "forward", lambda self, h: real(self, h) * 2.5)
+    declared = tmp_path / "scaled.json"
+    declared.write_text(json.dumps({**format_json(FORMATS["qwen3_moe"]), "routed_scale": ["routed_scaling_factor"]}))
+    code, out, err = _run(str(folder), "--tp", "1,2", "--format", "json", "--format-file", str(declared))
+    assert code == 0, (out, err)
+    assert all(r["ok"] for r in json.loads(out)["rows"]), out
+    code, out, err = _run(str(folder), "--tp", "1", "--format", "json")
+    assert code == 1, (out, err)
+    for r in json.loads(out)["rows"]:
+        assert r["result"].startswith("MISMATCH: the block's routed output is x2.5 the kernel's"), r
+        assert "routed_scaling_factor" in r["result"], r
