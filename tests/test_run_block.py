@@ -69,6 +69,13 @@ def test_routed_scale_after_the_experts(tmp_path: Path) -> None:
     assert fmt["routed_scale"] == ["moe_routed_scaling_factor"], fmt
     assert "moe_routed_scaling_factor" in err
     assert all("x2.5 after the experts" in r["block"] for r in report["rows"])
+    from layoutc.tools.checkpoints.formats import load_format_file
+    from layoutc.tools.tp import run_tp_checkpoint
+
+    written = Path(folder).parent / "laguna-format.json"  # the TP runner (gloo ranks) applies the same step
+    tp = run_tp_checkpoint(folder, tp_size=2, layer=1, checkpoint_format=load_format_file(str(written)),
+                           timeout_s=240)
+    assert tp.rel_error <= 1e-5, tp.rel_error
     fmt["routed_scale"] = []
     plain = tmp_path / "no-scale.json"
     plain.write_text(json.dumps(fmt))

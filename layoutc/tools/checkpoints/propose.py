@@ -48,20 +48,20 @@ def _block_fields(config: dict[str, Any], here: dict[str, tuple[int, ...]], e: i
     E + n rows when a config key counts n identity or shared-expert rows (_EXTRA_ROWS), and
     hash routing when a per-layer type list holds "hash_moe"."""
     fields: dict[str, Any] = {}
-    for key in _HASH_TYPES:
-        if key2 := _key(config, (key,)):
-            types = config.get(key) if not key2.startswith("text_config.") else config["text_config"].get(key)
-            if isinstance(types, list) and "hash_moe" in types:
-                fields["hash_routing"] = key2
+    for scope, prefix in ((config, ""), (config.get("text_config"), "text_config.")):
+        for key in _HASH_TYPES:
+            types = scope.get(key) if isinstance(scope, dict) else None
+            if isinstance(types, list) and "hash_moe" in types and "hash_routing" not in fields:
+                fields["hash_routing"] = prefix + key
     if routers:
         return routers, fields
     for name, shape in sorted(here.items()):
         if len(shape) != 2 or shape[1] != h or shape[0] <= e or "experts." in name or not name.endswith("weight"):
             continue
         for field, keys in _EXTRA_ROWS:
-            key = _key(config, keys, shape[0] - e)
-            if key is not None:
-                fields[field] = (key,)
+            found = _key(config, keys, shape[0] - e)
+            if found is not None:
+                fields[field] = (found,)
                 return [name], fields
     return routers, fields
 
