@@ -25,8 +25,15 @@ for a format with biases), LR130 the kernel is unavailable, LR131 a contract par
 LR132 the contract admits none of the requested TP degrees, LR140 the family weights the
 experts' input and the contract's glue cannot, LR141 input weighting at a top_k the
 contract's kernel does not compute it at, LR142 a clamp or alpha in config.json that the
-contract's glue does not compute (layoutc/tools/checkpoints/activation.py), LR199 an
+contract's glue does not compute (layoutc/tools/checkpoints/activation.py), LR146 a block
+whose routed part cannot be isolated (a norm over routed + shared after the MoE), LR147 a
+proposal that matches the block only up to a constant factor no config key holds, LR199 an
 unexpected error.
+
+What the block does outside its experts is the format's (layoutc/tools/checkpoints/block.py):
+a scale after the experts, an average with the shared expert, identity experts; `run_layer`
+applies it to the kernel's summed output before the compare, and a MISMATCH that is a constant
+factor is reported as a scale outside the experts, naming the config key that holds it.
 
 The tokens are `--tokens` seeded hidden states and the same scaled so the median |gate/up
 pre-activation| is 16, or twice the largest clamp limit config.json states for the layer where
