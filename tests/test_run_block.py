@@ -261,3 +261,21 @@ def test_routed_scale_on_the_quantized_path(tmp_path: Path, monkeypatch: pytest.
     for r in json.loads(out)["rows"]:
         assert r["result"].startswith("MISMATCH: the block's routed output is x2.5 the kernel's"), r
         assert "routed_scaling_factor" in r["result"], r
+
+
+@pytest.mark.kernel
+@pytest.mark.transformers
+def test_a_constant_factor_no_key_holds_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A proposed family whose block is x3 its experts' output with no config key holding 3
+    (transformers' OlmoeSparseMoeBlock with its forward so wrapped): LR147 says it is a scale
+    outside the experts, x3, not a layout to check."""
+    _require()
+    import transformers.models.olmoe.modeling_olmoe as m
+
+    folder = _make(tmp_path, "olmoe")
+    real = m.OlmoeSparseMoeBlock.forward
+    monkeypatch.setattr(m.OlmoeSparseMoeBlock, "forward", lambda self, h: real(self, h) * 3.0)
+    code, out, err = _run(folder, "--tp", "1")
+    assert code == 2, (out, err)
+    assert "error[LR147]" in err and "x3 the kernel's on every token: a scale outside the experts" in err, err
+    assert "no config key holds 3" in err and "check the format" not in err, err

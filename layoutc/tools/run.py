@@ -570,12 +570,12 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
         tried.append(f"{summary}: rel error {rel:.2e}" + (f" (x{c:.4g} off: a constant factor)" if residual <= 1e-4
                                                            else ""))
     for fmt, c in scaled:  # a constant factor: a scale outside the experts, stated by a config key or not at all
-        keys = [k.removeprefix("text_config.") for k in ratio_keys(ckpt.config, c)]
+        keys = ratio_keys(ckpt.config, c)  # dotted under text_config: a proposal reads config.json whole
         if not keys:
             raise RunError("LR147", f"model_type {model_type!r}, layer {layer}: {explain_ratio(c, ckpt.config)}. "
                            "Declare it in a format file (docs/formats.md: routed_scale, shared_combination) and "
                            "pass --format-file")
-        fixed = replace(fmt, shared_combination="average") if keys[0] == COMBINATION_KEY else \
+        fixed = replace(fmt, shared_combination="average") if keys[0].endswith(COMBINATION_KEY) else \
             replace(fmt, routed_scale=(keys[0],))
         moe, out, ref, _ = measure(fixed)
         rel = rel_error(out, ref.output) if out is not None else float("inf")
