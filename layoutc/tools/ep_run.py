@@ -73,13 +73,17 @@ def check_expert_count(ckpt: Any, moe: Any, layers: list[int]) -> None:
     """RunError LR119 when a layer's checkpoint holds another number of experts than
     config.json says: its router's rows ([E, H], an nn.Linear(H, E) weight), and, for a
     per-expert format, a tensor of expert E (one past the config's last). From the
-    safetensors headers only."""
+    safetensors headers only. The router may hold the rows the format's block states past the
+    routed experts (shared experts' scores, identity experts: checkpoints.block.BlockOps.router_rows)."""
+    from layoutc.tools.checkpoints.block import block_ops
+
+    more = block_ops(moe).router_rows
     for layer in layers:
         router, _ = moe.format.router_names(layer)
         rows = ckpt.shape(router)[0] if router in ckpt.weight_map else None
         extra = None if moe.format.fused else moe.format.names(layer, moe.num_experts)["down"]
-        if rows is not None and rows != moe.num_experts:
-            held = f"its router {router!r} has {rows} rows"
+        if rows is not None and rows != moe.num_experts + more:
+            held = f"its router {router!r} has {rows} rows" + (f" (the format states {more} past them)" if more else "")
         elif extra is not None and extra in ckpt.weight_map:
             held = f"it holds a tensor of expert {moe.num_experts}, {extra!r}"
         else:

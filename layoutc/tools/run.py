@@ -25,8 +25,15 @@ for a format with biases), LR130 the kernel is unavailable, LR131 a contract par
 LR132 the contract admits none of the requested TP degrees, LR140 the family weights the
 experts' input and the contract's glue cannot, LR141 input weighting at a top_k the
 contract's kernel does not compute it at, LR142 a clamp or alpha in config.json that the
-contract's glue does not compute (layoutc/tools/checkpoints/activation.py), LR199 an
+contract's glue does not compute (layoutc/tools/checkpoints/activation.py), LR146 a block
+whose routed part cannot be isolated (a norm over routed + shared after the MoE), LR147 a
+proposal that matches the block only up to a constant factor no config key holds, LR199 an
 unexpected error.
+
+What the block does outside its experts is the format's (layoutc/tools/checkpoints/block.py):
+a scale after the experts, an average with the shared expert, identity experts; `run_layer`
+applies it to the kernel's summed output before the compare, and a MISMATCH that is a constant
+factor is reported as a scale outside the experts, naming the config key that holds it.
 
 The tokens are `--tokens` seeded hidden states and the same scaled so the median |gate/up
 pre-activation| is 16, or twice the largest clamp limit config.json states for the layer where
@@ -117,6 +124,8 @@ class Row:
     experts_by_rank: list[list[int]] = field(default_factory=list)
     input_scale: float = 1.0  # the second half of the tokens is the first times this (run_inputs)
     input_reach: str = ""  # what that half reaches, and the clamp limit it was chosen against (InputReach.text)
+    block: str = ""  # what the block does outside its experts, applied around the kernel (block.BlockOps.words)
+    scale_ratio: float | None = None  # a MISMATCH that is a constant factor: the block's output / the kernel's
 
 
 
@@ -235,28 +244,37 @@ def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str,
     if ref is None:
         ref = reference(ckpt, moe, layer, x, use_transformers=use_transformers, oracle=oracle,
                         why_no_oracle=why_no_oracle)
+    from layoutc.tools.checkpoints.block import block_ops, combine, fit_ratio, kernel_routing
+
+    ops = block_ops(moe)
+    weights, ids = kernel_routing(ref.weights, ref.ids, moe.num_experts)  # identity slots: weight 0 in the kernel
     topology: tuple[str, list[list[int]]] = ("", [])
     if ep > 1:
         from layoutc.tools.ep_run import ep_kernel_sum, rank_experts
 
-        k = ep_kernel_sum(ckpt, moe, mod, layer, tp, ep, x, ref.weights, ref.ids, dtype=dtype, isa=isa,
+        k = ep_kernel_sum(ckpt, moe, mod, layer, tp, ep, x, weights, ids, dtype=dtype, isa=isa,
                           options={"apply_router_weight_on_input": True} if on_input else {}, placement=placement)
         topology = (k.plan.expert_placement, rank_experts(mod, k.plan, moe.num_experts))
     else:
-        k = kernel_sum(ckpt, moe, mod, layer, tp, x, ref.weights, ref.ids, dtype=dtype, isa=isa,
+        k = kernel_sum(ckpt, moe, mod, layer, tp, x, weights, ids, dtype=dtype, isa=isa,
                        apply_router_weight_on_input=on_input)
+    out = combine(k.output, x, ref.weights, ref.ids, ops, moe.num_experts)  # the block's step after its experts
     t0 = time.perf_counter()
-    rel = halves_error(k.output, ref.output)
+    rel = halves_error(out, ref.output)
     _LAST_COMPARE_S[0] = time.perf_counter() - t0
     tol = TOLERANCE[dtype]
     plan = k.plan
     matched = rel <= tol
+    ratio = None
+    if not matched:  # a constant factor is a scale outside the experts, not a layout error
+        c, residual = fit_ratio(out, ref.output)
+        ratio = c if residual <= tol and abs(c - 1.0) > tol else None
     return Row(layer, tp, plan.intermediate_size_per_partition,
                getattr(plan, "intermediate_size_per_partition_padded", plan.intermediate_size_per_partition),
                rel, tol, matched and ref.independent, k.kernel_s * 1e3, k.load_s * 1e3, k.peak_mib, ref.name,
                ref.routing, ref.independent, matched, moe.format.router_weight,
                _result(matched, ref.independent, ref.name, ref.why_not), ep, *topology, input_scale=input_scale,
-               input_reach=input_reach)
+               input_reach=input_reach, block=ops.words(), scale_ratio=ratio)
 
 
 def checkpoint_dtype(ckpt: Any, moe: Any, layer: int) -> str:
@@ -288,6 +306,8 @@ def _table(rows: list[Row], model: str, contract: str) -> str:
         lines.append(f"routing{which}: {routing}")
     if rows:
         lines.append(f"router weight: on each expert's {rows[0].router_weight}")
+        if rows[0].block:
+            lines.append(f"block outside the experts (the format's, applied to the kernel's output): {rows[0].block}")
         lines.append(f"inputs: seeded N(0, 1) hidden states, and the same scaled: {reach_words(rows)}; the larger "
                      "error of the two halves")
     lines += placement_lines(rows)
@@ -491,14 +511,31 @@ def _candidates(ckpt: Any, fmt: Any) -> list[Any]:
 
 def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: int, oracle: Any) -> Any:
     """The first proposed format whose float32 loop over layer `layer` matches transformers'
-    own sparse-MoE block (with the block's routing) to 1e-4; it is printed (stderr). RunError
-    LR117 when transformers has no block to prove it with, or no candidate matches."""
+    own sparse-MoE block (with the block's routing) to 1e-4; it is printed (stderr). The loop
+    goes through the block step the format states (layoutc.tools.checkpoints.block.combine).
+    Where no candidate matches but one matches up to a constant factor, that factor is a scale
+    outside the experts: a config key holding it (routed_scale, or shared_combination "average")
+    is taken into the format and proved with it. RunError LR117 when transformers has no block to
+    prove it with, or no candidate matches; LR147 when one matches up to a factor no config key holds."""
+    from dataclasses import replace
+
+    from layoutc.tools.checkpoints.block import (
+        COMBINATION_KEY,
+        block_ops,
+        combine,
+        explain_ratio,
+        fit_ratio,
+        kernel_routing,
+        ratio_keys,
+    )
     from layoutc.tools.checkpoints.formats import describe
     from layoutc.tools.checkpoints.reference import loop_reference, reference
 
     model_type = candidates[0].model_type
     tried = []
-    for fmt in candidates:
+    scaled: list[tuple[Any, float]] = []
+
+    def measure(fmt: Any) -> tuple[Any, Any, Any, Any]:
         moe = describe(ckpt.config, fmt, ckpt.weight_map)
         x = hidden_states(moe, layer, args.tokens, args.seed, "float32")
         ref = reference(ckpt, moe, layer, x, oracle=oracle, use_transformers=oracle is not None,
@@ -507,15 +544,47 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
             if args.write_format:  # saved unproved, for the user to review: the advice below points at it
                 _write_format(args.write_format, candidates[0])
             _unproved(model_type, candidates, ref.why_not, args.write_format)
-        rel = rel_error(loop_reference(ckpt, moe, layer, x, ref.weights, ref.ids), ref.output)
+        weights, ids = kernel_routing(ref.weights, ref.ids, moe.num_experts)
+        try:
+            out = loop_reference(ckpt, moe, layer, x, weights, ids)
+        except RuntimeError as exc:  # a candidate orientation whose shapes do not multiply (H == I)
+            return moe, None, ref, f"its shapes do not multiply ({str(exc).splitlines()[0][:120]})"
+        return moe, combine(out, x, ref.weights, ref.ids, block_ops(moe), moe.num_experts), ref, ""
+
+    for fmt in candidates:
+        moe, out, ref, why = measure(fmt)
         summary = (f"{'fused' if fmt.fused else 'per-expert'} {fmt.layer_prefix}{fmt.experts}"
                    f"{fmt.gate_up or fmt.gate}, {fmt.gate_up_layout}, transposed={fmt.transposed}")
+        if out is None:
+            tried.append(f"{summary}: {why}")
+            continue
+        rel = rel_error(out, ref.output)
         if rel <= 1e-4:
             sys.stderr.write(f"layoutc run: model_type {model_type!r} has no declared format; proposed from the "
                              f"tensors: {summary}; proved on layer {layer} against {ref.name} (rel error "
                              f"{rel:.1e}); --write-format FILE saves it\n")
             return moe
-        tried.append(f"{summary}: rel error {rel:.2e}")
+        c, residual = fit_ratio(out, ref.output)
+        if residual <= 1e-4:
+            scaled.append((fmt, c))
+        tried.append(f"{summary}: rel error {rel:.2e}" + (f" (x{c:.4g} off: a constant factor)" if residual <= 1e-4
+                                                           else ""))
+    for fmt, c in scaled:  # a constant factor: a scale outside the experts, stated by a config key or not at all
+        keys = ratio_keys(ckpt.config, c)  # dotted under text_config: a proposal reads config.json whole
+        if not keys:
+            raise RunError("LR147", f"model_type {model_type!r}, layer {layer}: {explain_ratio(c, ckpt.config)}. "
+                           "Declare it in a format file (docs/formats.md: routed_scale, shared_combination) and "
+                           "pass --format-file")
+        fixed = replace(fmt, shared_combination="average") if keys[0].endswith(COMBINATION_KEY) else \
+            replace(fmt, routed_scale=(keys[0],))
+        moe, out, ref, _ = measure(fixed)
+        rel = rel_error(out, ref.output) if out is not None else float("inf")
+        if rel <= 1e-4:
+            sys.stderr.write(f"layoutc run: model_type {model_type!r} has no declared format; proposed from the "
+                             f"tensors and proved on layer {layer} against {ref.name} (rel error {rel:.1e}) once the "
+                             f"block's x{c:.4g} outside the experts (config.json {keys[0]}) was taken into the format; "
+                             "--write-format FILE saves it\n")
+            return moe
     raise RunError("LR117", f"no proposed format for model_type {model_type!r} agrees with transformers' block "
                    f"on layer {layer}; tried: {'; '.join(tried)}. Write the format by hand (docs/formats.md) "
                    "and pass --format-file")
@@ -571,6 +640,9 @@ def _run(args: argparse.Namespace) -> int:
         candidates = _candidates(ckpt, fmt)
         moe = describe(ckpt.config, candidates[0] if candidates else fmt, ckpt.weight_map)
         layers = _select_layers(args, moe)
+        from layoutc.tools.checkpoints.block import block_ops, refuse_post_norm
+        refuse_post_norm(moe)  # LR146: a norm after the MoE, declared: nothing can be compared
+        block_ops(moe)  # LR102: a block-level key the format declares and config.json lacks
         placement = getattr(args, "placement", "linear")  # the EP options, from the headers alone
         check_ep_options(moe.num_experts, [(t, e) for e in eps for t in tps], placement, getattr(args, "world", None))
         check_expert_count(ckpt, moe, layers)
@@ -718,7 +790,12 @@ def _print_report(args: argparse.Namespace, moe: Any, dtype: str, rows: list[Row
         for line in refused:
             print(f"refused: {line}")
         bad = [r for r in rows if not r.matched]
-        if bad:
+        ratios = [r.scale_ratio for r in bad if r.scale_ratio is not None]
+        if bad and len(ratios) == len(bad):
+            from layoutc.tools.checkpoints.block import explain_ratio
+
+            print(f"MISMATCH in {len(bad)} of {len(rows)} runs: {explain_ratio(ratios[0], moe.text_config)}")
+        elif bad:
             print(f"MISMATCH in {len(bad)} of {len(rows)} runs (check the format: gate/up order, orientation, "
                   "fused row layout, routing, router_weight)")
         if unchecked_line:

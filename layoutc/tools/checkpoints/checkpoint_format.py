@@ -53,6 +53,22 @@ class CheckpointFormat:
     or None when its forward does not take (hidden, top_k_index, top_k_weights).
     router_weight: where the routing weight multiplies: "output" (each expert's output,
     the default) or "input" (each expert's input, Llama-4; vLLM's apply_router_weight_on_input).
+
+    What the block does outside its experts (layoutc.tools.checkpoints.block reads them):
+    routed_scale: config keys of a factor the block multiplies the experts' summed output by,
+    after the experts (LagunaSparseMoeBlock `moe_routed_scaling_factor`, MiniMaxM3VLSparseMoeBlock
+    `routed_scaling_factor`); () for none. A factor the router puts into the routing weights
+    (DeepSeek-V3's) is not one: the captured weights carry it.
+    shared_combination: how the block combines routed and shared output: "sum" or "average"
+    (Cohere2MoeSparseMoeBlock with `shared_expert_combination_strategy: average`: (routed + shared) / 2).
+    router_extra_rows: config keys of the router rows past the routed experts that score shared
+    experts (InklingTopkRouter: `n_shared_experts`); () for none.
+    identity_experts: config keys of the identity ("zero") experts the router may pick, ids E..E+Z-1,
+    whose output is the token times its weight (LongcatFlashExperts: `zero_expert_num`); () for none.
+    hash_routing: config key of the per-layer MoE types whose entry "hash_moe" marks a layer routed
+    by a token-id table, the block's forward taking input_ids (DeepseekV4HashRouter: `mlp_layer_types`).
+    post_norm: name (relative to the layer prefix) of a norm the block applies to routed + shared
+    after the MoE (AXK1MoE `post_mlp_layernorm`): the routed part cannot be isolated, `run` refuses (LR146).
     """
 
     model_type: str
@@ -88,6 +104,12 @@ class CheckpointFormat:
     swiglu_defaults: tuple[float, float] | None = None
     experts_class: str | None = None
     router_weight: str = "output"
+    routed_scale: tuple[str, ...] = ()
+    shared_combination: str = "sum"
+    router_extra_rows: tuple[str, ...] = ()
+    identity_experts: tuple[str, ...] = ()
+    hash_routing: str | None = None
+    post_norm: str | None = None
 
     def names(self, layer: int, expert: int | None = None) -> dict[str, str]:
         """Full tensor names of layer `layer` by role: w13 parts ("gate", "up" or

@@ -25,7 +25,7 @@ from layoutc.tools.checkpoints.errors import FormatError
 GENERIC_KEYS: dict[str, tuple[str, ...]] = {
     "num_hidden_layers": ("num_hidden_layers", "n_layers", "num_layers"),
     "hidden_size": ("hidden_size", "d_model"),
-    "intermediate_size": ("moe_intermediate_size", "intermediate_size", "ffn_hidden_size"),
+    "intermediate_size": ("moe_intermediate_size", "intermediate_size", "ffn_hidden_size", "expert_ffn_hidden_size"),
     "num_experts": ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"),
     "top_k": ("num_experts_per_tok", "moe_top_k", "top_k_experts", "num_experts_per_token",
               "experts_per_token", "moe_topk", "moe_k"),

@@ -293,8 +293,10 @@ def _layers_with_tensors(fmt: CheckpointFormat, layers: int, tensor_names: Colle
     return tuple(i for i in range(layers) if fmt.names(i, None if fmt.fused else 0)["down"] in names)
 
 
+#: the block-level config-key fields of a format, each () for none (layoutc.tools.checkpoints.block)
+BLOCK_KEYS = ("routed_scale", "router_extra_rows", "identity_experts")
 _TUPLES = {"num_hidden_layers", "hidden_size", "num_experts", "intermediate_size", "top_k", "activation",
-           "swiglu", "swiglu_defaults", "moe_layers"}
+           "swiglu", "swiglu_defaults", "moe_layers", *BLOCK_KEYS}
 
 
 def load_format_file(path: str) -> CheckpointFormat:
@@ -336,21 +338,26 @@ def load_format_file(path: str) -> CheckpointFormat:
     if fmt.fixed_activation is not None and fmt.fixed_activation not in VOCAB_ACTIVATIONS:
         raise FormatError("LR103", f"{path}: fixed_activation {_show(fmt.fixed_activation)} is not a contract "
                           f"activation; known: {', '.join(sorted(VOCAB_ACTIVATIONS))}")
+    if fmt.shared_combination not in SHARED_COMBINATIONS:
+        raise FormatError("LR103", f"{path}: shared_combination must be {' or '.join(map(repr, SHARED_COMBINATIONS))}, "
+                          f"got {_show(fmt.shared_combination)}")
     if isinstance(fmt.moe_layers, str) and fmt.moe_layers not in MOE_LAYER_RULES:
         raise FormatError("LR103", f"{path}: moe_layers {fmt.moe_layers!r} is none of {', '.join(MOE_LAYER_RULES)}, "
                           "nor a list of layer indices")
     return fmt
 
 
+#: how a block combines routed and shared output (CheckpointFormat.shared_combination)
+SHARED_COMBINATIONS = ("sum", "average")
 #: the routings a format may declare (CheckpointFormat.routing; layoutc/tools/checkpoints/reference.py route)
 ROUTINGS = ("softmax_topk", "topk_softmax", "sigmoid_topk")
 #: the template fields of a format and the one placeholder each may hold (`names`, `router_names`)
 TEMPLATES = {"layer_prefix": "layer", "gate": "e", "up": "e", "down": "e", "gate_up": "e", "gate_up_bias": "e",
              "down_bias": "e"}
 _STR = ("model_type", "source", "layer_prefix", "experts", "down", "gate_up_layout", "router", "routing",
-        "router_weight")
+        "router_weight", "shared_combination")
 _OPT_STR = ("gate", "up", "gate_up", "gate_up_bias", "down_bias", "router_bias", "fixed_activation", "shared_expert",
-            "experts_class")
+            "experts_class", "hash_routing", "post_norm")
 _BOOL = ("fused", "transposed", "down_transposed", "text_config", "experts_flattened", "renormalize")
 _KEYS = ("num_hidden_layers", "hidden_size", "num_experts", "intermediate_size", "top_k", "activation")
 _MAX_VALUE_CHARS = 4096  # a name or config key longer than this is no tensor name a checkpoint holds
@@ -397,6 +404,13 @@ def _check_values(path: str, data: dict[str, Any]) -> None:
         if key in data and not (isinstance(value, str) or (isinstance(value, list) and value
                                                            and all(isinstance(v, str) for v in value))):
             raise bad(key, "a config key or a non-empty list of config keys (strings)")
+        for v in [value] if isinstance(value, str) else value if isinstance(value, list) else []:
+            short(key, v)
+    for key in BLOCK_KEYS:  # config keys, or none: [] (or "" is refused as no key)
+        value = data.get(key)
+        if key in data and not ((isinstance(value, str) and value) or (isinstance(value, list) and all(
+                isinstance(v, str) and v for v in value))):
+            raise bad(key, "a config key or a list of config keys (strings; [] for none)")
         for v in [value] if isinstance(value, str) else value if isinstance(value, list) else []:
             short(key, v)
     if "moe_layers" in data:

@@ -34,6 +34,36 @@ _PER_EXPERT = re.compile(r"^(?P<pre>.*?\.)(?P<layer>\d+)\.(?P<path>(?:\w+\.)*?)e
                          r"(?P<proj>\w+)\.weight$")
 _ROLES = ({"gate": "gate_proj", "up": "up_proj", "down": "down_proj"}, {"gate": "w1", "up": "w3", "down": "w2"})
 _LAYER = re.compile(r"^(?P<pre>.*?\.)(?P<layer>\d+)\.(?P<rest>.+)$")
+#: a router with rows past the routed experts: the format field and the config keys that count them
+#: (LongcatFlashTopkRouter: zero_expert_num identity experts; InklingTopkRouter: n_shared_experts)
+_EXTRA_ROWS = (("identity_experts", ("zero_expert_num",)),
+               ("router_extra_rows", ("n_shared_experts", "num_shared_experts")))
+#: config keys of per-layer MoE types, where "hash_moe" marks a layer routed by token id (DeepSeek-V4)
+_HASH_TYPES = ("mlp_layer_types",)
+
+
+def _block_fields(config: dict[str, Any], here: dict[str, tuple[int, ...]], e: int, h: int,
+                  routers: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """Router candidates and the block fields the tensors and config.json state: a router of
+    E + n rows when a config key counts n identity or shared-expert rows (_EXTRA_ROWS), and
+    hash routing when a per-layer type list holds "hash_moe"."""
+    fields: dict[str, Any] = {}
+    for scope, prefix in ((config, ""), (config.get("text_config"), "text_config.")):
+        for key in _HASH_TYPES:
+            types = scope.get(key) if isinstance(scope, dict) else None
+            if isinstance(types, list) and "hash_moe" in types and "hash_routing" not in fields:
+                fields["hash_routing"] = prefix + key
+    if routers:
+        return routers, fields
+    for name, shape in sorted(here.items()):
+        if len(shape) != 2 or shape[1] != h or shape[0] <= e or "experts." in name or not name.endswith("weight"):
+            continue
+        for field, keys in _EXTRA_ROWS:
+            found = _key(config, keys, shape[0] - e)
+            if found is not None:
+                fields[field] = (found,)
+                return [name], fields
+    return routers, fields
 
 
 def undecided(candidates: list[CheckpointFormat]) -> list[str]:
@@ -136,10 +166,12 @@ def _per_expert(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], m: r
             continue
         e = len({n for n in shapes if n.startswith(base[: -len("0.")]) and n.endswith(f".{roles['down']}.weight")})
         here = _layer_tensors(shapes, m["pre"], m["layer"])
-        routers = [n for n, s in here.items() if s == (e, h) and "experts." not in n]
+        routers, block = _block_fields(config, here, e, h,
+                                       [n for n, s in here.items() if s == (e, h) and "experts." not in n])
         sizes = _sizes(config, h, i, e, routers, missing)
         if sizes is None:
             continue
+        sizes.update(block)
         first = CheckpointFormat(
             model_type=model_type, source="proposed from the safetensors headers (layoutc run)",
             layer_prefix=m["pre"] + "{layer}.", experts=m["path"] + "experts.", fused=False,
@@ -172,10 +204,11 @@ def _fused(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], model_typ
                         continue
                     i = two_i // 2
                     down_t = ds[1:] == (i, h) and h != i
-                    routers = [n for n, s in here.items() if s == (e, h)]
+                    routers, block = _block_fields(config, here, e, h, [n for n, s in here.items() if s == (e, h)])
                     sizes = _sizes(config, h, i, e, routers, missing)
                     if sizes is None:
                         continue
+                    sizes.update(block)
                     common = up_name.rfind("experts.")
                     path = up_name[: common + len("experts.")] if common >= 0 else ""
                     first = CheckpointFormat(

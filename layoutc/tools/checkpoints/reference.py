@@ -411,45 +411,100 @@ def _zeros(module: torch.nn.Module, args: object, output: object) -> object:
     return torch.zeros_like(output) if isinstance(output, torch.Tensor) else output
 
 
-def block_routed(entry: OracleLayer, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+def _doubled(module: torch.nn.Module, args: object, output: object) -> object:
+    if isinstance(output, tuple):
+        return tuple(o * 2 if isinstance(o, torch.Tensor) else o for o in output)
+    return output * 2 if isinstance(output, torch.Tensor) else output
+
+
+def takes_token_ids(block: torch.nn.Module) -> bool:
+    """The block's forward takes `input_ids` (DeepseekV4SparseMoeBlock: a hash-routed layer looks
+    its experts up by token id, `DeepseekV4HashRouter.tid2eid[input_ids]`)."""
+    try:
+        return "input_ids" in inspect.signature(block.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _norm_children(block: torch.nn.Module) -> str:
+    found = [f"{n} ({type(c).__name__})" for n, c in block.named_children() if "Norm" in type(c).__name__]
+    return ", ".join(found)
+
+
+def block_routed(entry: OracleLayer, x: torch.Tensor, token_ids: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
     """The routed part of transformers' block on `x`, and the routing its own router chose.
 
-    x: [T, H] (any float dtype; the block runs in float32 on [1, T, H]). The routed output
+    x: [T, H] (any float dtype; the block runs in float32 on [1, T, H]). token_ids: int64 [T],
+    passed as `input_ids` to a block whose forward takes them (hash routing). The routed output
     is `block(x) - block(x) with the experts child's output replaced by zeros` (a forward
-    hook), so any shared expert drops out exactly. Returns (float32 [T, H], (topk_weights
+    hook), so any shared expert drops out exactly. That holds only where the block adds what
+    it makes of the experts' output to the rest: a third forward with the experts' output
+    doubled must move the block's output twice as far. Returns (float32 [T, H], (topk_weights
     float32 [T, top_k], topk_ids int32 [T, top_k]) as the block passed them to its experts,
     or None when the experts forward takes no routing (Llama4TextExperts)).
-    Raises TypeError when the block's output is not a tensor (or a tuple starting with one).
+    Raises TypeError when the block's output is not a tensor (or a tuple starting with one);
+    FormatError LR146 when the doubled forward is not twice as far (a norm after the MoE, AXK1MoE).
     """
+    from layoutc.tools.checkpoints.errors import FormatError
+
     hidden = x.shape[-1]
     xf = x.to(torch.float32).reshape(1, -1, hidden)
+    kwargs: dict[str, Any] = {}
+    if token_ids is not None and takes_token_ids(entry.module):
+        kwargs["input_ids"] = token_ids.reshape(1, -1)
     captured: list[tuple[torch.Tensor, torch.Tensor]] = []
     names = _routing_params(entry.experts)
 
-    def grab(module: torch.nn.Module, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+    def grab(module: torch.nn.Module, args: tuple[object, ...], kw: dict[str, object]) -> None:
         bound = dict(zip(names, args, strict=False))
-        bound.update(kwargs)
+        bound.update(kw)
         if len(names) >= 3:
             ids, weights = bound.get(names[1]), bound.get(names[2])
             if isinstance(ids, torch.Tensor) and isinstance(weights, torch.Tensor):
                 captured.append((weights.detach().clone(), ids.detach().clone()))
 
+    def hooked(hook: Callable[..., object]) -> torch.Tensor:
+        handle = entry.experts.register_forward_hook(hook)
+        try:
+            return _first(entry.module(xf, **kwargs)).to(torch.float32)
+        finally:
+            handle.remove()
+
     with torch.no_grad():
         handle = entry.experts.register_forward_pre_hook(grab, with_kwargs=True)
         try:
-            full = _first(entry.module(xf))
+            full = _first(entry.module(xf, **kwargs)).to(torch.float32)
         finally:
             handle.remove()
-        handle = entry.experts.register_forward_hook(_zeros)
-        try:
-            rest = _first(entry.module(xf))
-        finally:
-            handle.remove()
-    routed = (full.to(torch.float32) - rest.to(torch.float32)).reshape(-1, hidden)
+        rest = hooked(_zeros)
+        twice = hooked(_doubled)
+    routed = (full - rest).reshape(-1, hidden)
+    moved = torch.linalg.vector_norm(twice - rest)
+    expected = 2 * torch.linalg.vector_norm(full - rest)
+    if float(expected) > 0 and float(torch.linalg.vector_norm((twice - rest) - 2 * (full - rest))) > 1e-4 * float(expected):
+        block = type(entry.module).__name__
+        norms = _norm_children(entry.module)
+        raise FormatError("LR146", f"transformers' {block} ({_generic(entry)}) does not add its experts' output to "
+                          f"the rest of its output (doubling the experts' output moves the block's output "
+                          f"x{2 * float(moved) / float(expected):.3g}, not x2)"
+                          + (f": a norm after the MoE ({norms}) mixes routed and shared output" if norms else "")
+                          + ", so the routed experts' part of its output cannot be isolated and no kernel output can "
+                          "be compared with the block; layoutc run cannot check this family")
     if not entry.routes_experts or len(captured) != 1:
         return routed, None
     weights, ids = captured[0]
     return routed, (weights.to(torch.float32).contiguous(), ids.to(torch.int32).contiguous())
+
+
+def token_ids(moe: MoEModelConfig, layer: int, tokens: int) -> torch.Tensor | None:
+    """Seeded token ids [tokens] (int64) in config.json's vocabulary for a block that routes on them
+    (hash routing); None when the config states no vocab_size."""
+    vocab = moe.text_config.get("vocab_size") if isinstance(moe.text_config, dict) else None
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
+        return None
+    gen = torch.Generator().manual_seed(1_000_003 + layer)
+    return torch.randint(0, vocab, (tokens,), generator=gen)
 
 
 # ---- the reference of one layer --------------------------------------------------------------
@@ -499,7 +554,8 @@ def reference(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, x: torch.Tensor
     """
     entry = oracle.layers.get(layer) if oracle is not None else None
     if entry is not None and entry.block:
-        routed, captured = block_routed(entry, x)
+        hashed = takes_token_ids(entry.module)
+        routed, captured = block_routed(entry, x, token_ids(moe, layer, x.shape[0]) if hashed else None)
         block = type(entry.module).__name__
         name = (f"transformers {block} (from_pretrained, {_generic(entry)}): its routed output, block(x) minus "
                 "block(x) with its experts' output zeroed")
@@ -507,6 +563,8 @@ def reference(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, x: torch.Tensor
             weights, ids = captured
             router = next(type(c).__name__ for n, c in entry.module.named_children() if n in ROUTER_CHILDREN)
             routing = f"the block's own router ({router}), captured from its call to {type(entry.experts).__name__}"
+            if hashed:
+                routing += " (the block takes input_ids: seeded token ids, for a router that looks experts up by id)"
         else:
             weights, ids = route(ckpt, moe, layer, x)
             why = "takes no routing" if not entry.routes_experts else "was not called once with a routing"

@@ -109,6 +109,16 @@ def row_result(matched: bool, independent: bool, kernel_ran: bool, why_not: str)
     return "ok" if independent and kernel_ran else f"unchecked: {why_not}"
 
 
+def _ratio_words(out: Any, ref: Any, tol: float, moe: MoEModelConfig) -> str:
+    """For a MISMATCH (out, ref float [T, H]) that is a constant factor between the block's output and the kernel's: ": "
+    and that factor diagnosed as a scale outside the experts (checkpoints/block.py explain_ratio),
+    naming the config key that holds it; "" otherwise."""
+    from layoutc.tools.checkpoints.block import explain_ratio, fit_ratio
+
+    c, residual = fit_ratio(out, ref)
+    return f": {explain_ratio(c, moe.text_config)}" if residual <= tol and abs(c - 1.0) > tol else ""
+
+
 def model_dtype(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, requested: str | None) -> str:
     """--dtype; else config.json's `dtype` (or `torch_dtype`, also under a wrapper's text_config) when it
     is bfloat16 or float16, as vLLM 0.32 runs it (config/model.py _get_and_verify_dtype, dtype "auto":
@@ -383,6 +393,7 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
     module is absent."""
     import torch
 
+    from layoutc.tools.checkpoints.block import block_ops, combine, kernel_routing
     from layoutc.tools.checkpoints.quant.methods import own_refusal
     from layoutc.tools.checkpoints.quant.validate import validate
     from layoutc.tools.checkpoints.reference import reference
@@ -397,6 +408,7 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
     from layoutc.tools.runprogress import LayerFigures
     from layoutc.tools.runprogress import Progress as _Progress
 
+    ops = block_ops(moe)
     for layer in layers:
         validate(scheme, ckpt, layer, moe)
     dtype = model_dtype(ckpt, moe, layers[0], args.dtype)
@@ -444,6 +456,10 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
             why_ref = "--no-transformers" if not use_tf else "--no-from-pretrained" if no_pretrained else \
                 (oracle.why(layer) if oracle is not None and oracle.why(layer) else f"no transformers block in layer {layer}")
             why_ref = f"no independent reference ({why_ref}): a reference built from the declared format"
+        # the block's step after its experts (checkpoints/block.py): the kernels get the routed slots, and
+        # their output is scaled / given the identity slots before it is compared with the block
+        block_w, block_i = weights, ids
+        weights, ids = kernel_routing(weights, ids, moe.num_experts)
         build = oracle.build_s.get(layer, 0.0) if oracle is not None and hasattr(oracle, "build_s") else 0.0
         entry = None
         if oracle is not None:
@@ -493,6 +509,8 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
                                            scheme.method, str(exc)) or str(exc))
                     continue
                 tc = time.perf_counter()
+                if independent:
+                    out = combine(out, x, block_w, block_i, ops, moe.num_experts)
                 rel = halves_error(out, ref)
                 compare += time.perf_counter() - tc
                 ran = route.kind in ("int4pack", "int8pack")
@@ -500,13 +518,15 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
                 why_not = "; ".join(w for w in (why_ref, "" if ran else no_run) if w)
                 rows.append(QuantRow(layer, tp, pp, pad, rel, tol, rel <= tol and independent and ran, kernel, name,
                                      kernel_s * 1e3, load_s * 1e3, rel <= tol, independent, ran,
-                                     row_result(rel <= tol, independent, ran, why_not), scale, reach.text()))
+                                     row_result(rel <= tol, independent, ran, why_not)
+                                     + (_ratio_words(out, ref, tol, moe) if rel > tol and independent else ""),
+                                     scale, reach.text()))
                 break
             else:
                 refused.append(f"layer {layer} tp={tp}: " + "; then ".join(why))
             progress.step(f"layer {layer} tp={tp}")
         mine = rows[first:]
-        del experts, sources, params, x, ref, weights, ids
+        del experts, sources, params, x, ref, weights, ids, block_w, block_i
         _trim()
         figures.append(LayerFigures(layer, (t1 - t0) * 1e3, build * 1e3, (t2 - t1 - build) * 1e3,
                                     sum(r.load_ms for r in mine), sum(r.kernel_ms for r in mine), compare * 1e3,

@@ -82,7 +82,11 @@ def _checkpoint_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, 
                                   "plan": (plan.intermediate_size_per_partition,
                                            plan.intermediate_size_per_partition_padded)}
         if rank == 0:
-            report.update(rel_error=halves_error(out, tensors["ref"]))
+            from layoutc.tools.checkpoints.block import block_ops, combine
+
+            step = combine(out, tensors["x"], tensors["block_weights"], tensors["block_ids"], block_ops(moe),
+                           moe.num_experts)
+            report.update(rel_error=halves_error(step, tensors["ref"]))
     return report
 
 
@@ -181,7 +185,13 @@ def _checkpoint_inputs(model_dir: str, module_name: str, layer: int | None, dtyp
         ref = reference(ckpt, moe, layer, x, use_transformers=use_transformers, oracle=oracle,
                         why_no_oracle="" if use_transformers else "use_transformers=False")
         del oracle
-    tensors = {"x": x, "topk_weights": ref.weights, "topk_ids": ref.ids, "ref": ref.output}
+    from layoutc.tools.checkpoints.block import kernel_routing
+
+    # the kernel gets the routed slots; rank 0 applies the block's step after the experts to the
+    # all-reduced output before comparing (checkpoints/block.py combine), from the block's own routing
+    weights, ids = kernel_routing(ref.weights, ref.ids, moe.num_experts)
+    tensors = {"x": x, "topk_weights": weights, "topk_ids": ids, "ref": ref.output, "block_weights": ref.weights,
+               "block_ids": ref.ids}
     for t in tensors.values():
         t.share_memory_()
     return _CheckpointInputs(layer, dtype, on_input, moe.format.router_weight, tensors, ref)
