@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .errors import LayoutContractError
+from .plans import fall_back as fall_back
 from .vocab import cdiv as cdiv
 from .vocab import lcm as lcm
 from .vocab import round_down as round_down
