@@ -27,9 +27,9 @@ Sources:
 - vllm 0.32.0: vllm/model_executor/models/gpt_oss.py GptOssModel._load_weights_mxfp4
   (per-rank rows cdiv(I // 32, tp) * 32, last rank shorter; w2 bias on rank 0 only)
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -155,8 +155,7 @@ def plan(
     )  # fmt: skip
     flydsl = tp_size == 1
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/aiter_fused_moe.moe:24",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
@@ -165,9 +164,7 @@ def plan(
     if reason is None and (
         not ((activation == "swigluoai") or ((intermediate_size_per_partition % 32) == 0))
     ):  # fmt: skip
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/aiter_fused_moe.moe:48",
             "MXFP4 w2 scales cover blocks of 32 along the intermediate dim: intermediate_size / tp_size must be a whole number of blocks",
             {
@@ -176,9 +173,7 @@ def plan(
             },
         )
     if reason is None and not ((activation != "swigluoai") or ((intermediate_size % 32) == 0)):
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/aiter_fused_moe.moe:49",
             "a gpt-oss MXFP4 checkpoint holds whole 32-value blocks: intermediate_size must be a multiple of 32",
             {"activation": activation, "intermediate_size": intermediate_size},
@@ -300,7 +295,6 @@ _W13 = _MODULE.tensor(
         "[num_experts, 2 * shard_size, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
@@ -318,7 +312,6 @@ _W2 = _MODULE.tensor(
         "[num_experts, hidden_size, shard_size]",
         "[num_experts, hidden_size_padded, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
 w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
@@ -335,7 +328,6 @@ _W13_BIAS = _MODULE.tensor(
         "[num_experts, 2 * shard_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
     optional=True,
 )
@@ -352,14 +344,12 @@ _W2_BIAS = _MODULE.tensor(
     dtype=torch.bfloat16,
     fill=0.0,
     shape_docs=("[num_experts, hidden_size]", "[num_experts, hidden_size_padded]"),
-    fill_doc="stored code 0",
     optional=True,
 )
 w2_bias_shapes, pad_w2_bias, unpad_w2_bias, w2_bias_full_shape, shard_w2_bias = _W2_BIAS[:5]
 alloc_w2_bias, load_w2_bias = _W2_BIAS[5:]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13, _W2, _W13_BIAS, _W2_BIAS),
     models=(

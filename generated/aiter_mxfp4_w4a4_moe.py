@@ -24,9 +24,9 @@ Sources:
   convert_gpt_oss_weight_to_mxfp4_moe_kernel_format (AITER_MXFP4_MXFP4: rows as loaded,
   then shuffle_weights)
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -136,8 +136,7 @@ def plan(
     hidden_size_padded = _p.round_up(hidden_size, 256)
     flydsl = tp_size == 1
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/aiter_mxfp4_w4a4_moe.moe:25",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
@@ -146,9 +145,7 @@ def plan(
     if reason is None and (
         not ((activation == "swigluoai") or ((intermediate_size_per_partition % 32) == 0))
     ):  # fmt: skip
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/aiter_mxfp4_w4a4_moe.moe:36",
             "MXFP4 w2 scales cover blocks of 32 along the intermediate dim: intermediate_size / tp_size must be a whole number of blocks",
             {
@@ -157,9 +154,7 @@ def plan(
             },
         )
     if reason is None and activation == "swigluoai":
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/aiter_mxfp4_w4a4_moe.moe:43",
             "gpt-oss (swigluoai) on AITER W4A4: vLLM hands the kernel interleaved (gate, up) rows, which this contract's [gate | up] view does not state",
             {"activation": activation},
@@ -269,7 +264,6 @@ _W13 = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
@@ -287,7 +281,6 @@ _W2 = _MODULE.tensor(
         "[num_experts, hidden_size, intermediate_size_per_partition]",
         "[num_experts, hidden_size_padded, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
 w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
@@ -304,7 +297,6 @@ _W13_BIAS = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition]",
         "[num_experts, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
     optional=True,
 )
@@ -321,14 +313,12 @@ _W2_BIAS = _MODULE.tensor(
     dtype=torch.bfloat16,
     fill=0.0,
     shape_docs=("[num_experts, hidden_size]", "[num_experts, hidden_size_padded]"),
-    fill_doc="stored code 0",
     optional=True,
 )
 w2_bias_shapes, pad_w2_bias, unpad_w2_bias, w2_bias_full_shape, shard_w2_bias = _W2_BIAS[:5]
 alloc_w2_bias, load_w2_bias = _W2_BIAS[5:]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13, _W2, _W13_BIAS, _W2_BIAS),
     models=(

@@ -21,9 +21,9 @@ Sources:
 - vllm#55251: torch.empty pads gave sporadic garbage tokens on the CK path (Gemma-4
   I=704); the pad must be zero
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -139,8 +139,7 @@ def plan(
     )  # fmt: skip
     pad_factor = 2 if (tp_size == 1) else 1
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/aiter_unquantized_moe.moe:24",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
@@ -244,7 +243,6 @@ _W13 = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
@@ -262,7 +260,6 @@ _W2 = _MODULE.tensor(
         "[num_experts, hidden_size, intermediate_size_per_partition]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
 w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
@@ -279,7 +276,6 @@ _W13_BIAS = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition]",
         "[num_experts, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
     optional=True,
 )
@@ -296,14 +292,12 @@ _W2_BIAS = _MODULE.tensor(
     dtype="dtype",
     fill=0.0,
     shape_docs=("[num_experts, hidden_size]", "[num_experts, hidden_size]"),
-    fill_doc="stored code 0",
     optional=True,
 )
 w2_bias_shapes, pad_w2_bias, unpad_w2_bias, w2_bias_full_shape, shard_w2_bias = _W2_BIAS[:5]
 alloc_w2_bias, load_w2_bias = _W2_BIAS[5:]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13, _W2, _W13_BIAS, _W2_BIAS),
     models=(

@@ -15,9 +15,9 @@ Sources:
 - vllm 0.28.0: the same function end-pads [gate | up | pad] (the bug this contract
   replays)
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -122,8 +122,7 @@ def plan(
     intermediate_size_per_partition = intermediate_size // tp_size
     intermediate_size_per_partition_padded = _p.round_up(intermediate_size_per_partition, 16)
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/flashinfer_fp8_moe.moe:19",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
@@ -214,7 +213,6 @@ _W13_WEIGHT_SCALE = _MODULE.tensor(
     dtype=torch.float32,
     fill=0.0,
     shape_docs=("[num_experts]", "[num_experts]"),
-    fill_doc="stored code 0",
 )
 w13_weight_scale_shapes, pad_w13_weight_scale, unpad_w13_weight_scale = _W13_WEIGHT_SCALE[:3]
 w13_weight_scale_full_shape, shard_w13_weight_scale = _W13_WEIGHT_SCALE[3:5]
@@ -248,14 +246,12 @@ _W2_WEIGHT_SCALE = _MODULE.tensor(
     dtype=torch.float32,
     fill=0.0,
     shape_docs=("[num_experts]", "[num_experts]"),
-    fill_doc="stored code 0",
 )
 w2_weight_scale_shapes, pad_w2_weight_scale, unpad_w2_weight_scale = _W2_WEIGHT_SCALE[:3]
 w2_weight_scale_full_shape, shard_w2_weight_scale, alloc_w2_weight_scale = _W2_WEIGHT_SCALE[3:6]
 load_w2_weight_scale = _W2_WEIGHT_SCALE[6]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13_WEIGHT, _W13_WEIGHT_SCALE, _W2_WEIGHT, _W2_WEIGHT_SCALE),
     models=(

@@ -19,9 +19,9 @@ Sources:
 - vllm 0.32.0: vllm/model_executor/layers/quantization/modelopt.py
   ModelOptNvFp4FusedMoE.create_weights (shapes)
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -140,22 +140,19 @@ def plan(
     intermediate_size_per_partition_padded = _p.round_up(intermediate_size_per_partition, 64)
     hidden_size_padded = _p.round_up(hidden_size, 256)
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/flashinfer_nvfp4_moe.moe:24",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     if (intermediate_size_per_partition % 16) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/flashinfer_nvfp4_moe.moe:30",
             "NVFP4 w2 scales cover blocks of 16 along the intermediate dim: a shard must hold whole blocks",
             {"intermediate_size_per_partition": intermediate_size_per_partition},
         )
     if (hidden_size % 16) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/flashinfer_nvfp4_moe.moe:31",
             "NVFP4 w13 scales cover blocks of 16 along hidden_size",
             {"hidden_size": hidden_size},
@@ -283,7 +280,6 @@ _W13_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size / 16]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size_padded / 16]",
     ),
-    fill_doc="stored code 0",
     roles=("up", "gate"),
 )
 w13_weight_scale_shapes, pad_w13_weight_scale, unpad_w13_weight_scale = _W13_WEIGHT_SCALE[:3]
@@ -300,7 +296,6 @@ _W13_WEIGHT_SCALE_2 = _MODULE.tensor(
     dtype=torch.float32,
     fill=0.0,
     shape_docs=("[num_experts]", "[num_experts]"),
-    fill_doc="stored code 0",
 )
 w13_weight_scale_2_shapes, pad_w13_weight_scale_2 = _W13_WEIGHT_SCALE_2[:2]
 unpad_w13_weight_scale_2, w13_weight_scale_2_full_shape = _W13_WEIGHT_SCALE_2[2:4]
@@ -338,7 +333,6 @@ _W2_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, hidden_size, intermediate_size_per_partition / 16]",
         "[num_experts, hidden_size_padded, intermediate_size_per_partition_padded / 16]",
     ),
-    fill_doc="stored code 0",
 )
 w2_weight_scale_shapes, pad_w2_weight_scale, unpad_w2_weight_scale = _W2_WEIGHT_SCALE[:3]
 w2_weight_scale_full_shape, shard_w2_weight_scale, alloc_w2_weight_scale = _W2_WEIGHT_SCALE[3:6]
@@ -354,14 +348,12 @@ _W2_WEIGHT_SCALE_2 = _MODULE.tensor(
     dtype=torch.float32,
     fill=0.0,
     shape_docs=("[num_experts]", "[num_experts]"),
-    fill_doc="stored code 0",
 )
 w2_weight_scale_2_shapes, pad_w2_weight_scale_2, unpad_w2_weight_scale_2 = _W2_WEIGHT_SCALE_2[:3]
 w2_weight_scale_2_full_shape, shard_w2_weight_scale_2 = _W2_WEIGHT_SCALE_2[3:5]
 alloc_w2_weight_scale_2, load_w2_weight_scale_2 = _W2_WEIGHT_SCALE_2[5:]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (
         _W13_WEIGHT,

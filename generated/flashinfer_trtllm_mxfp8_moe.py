@@ -16,9 +16,9 @@ Sources:
 - vllm 0.34.0: vllm/model_executor/layers/fused_moe/experts/trtllm_fp8_moe.py
   _supports_activation (silu, swigluoai_uninterleave, relu2_no_mul)
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -125,25 +125,20 @@ def plan(
     intermediate_size_per_partition_padded = _p.round_up(intermediate_size_per_partition, 128)
     hidden_size_padded = _p.round_up(hidden_size, 256)
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/flashinfer_trtllm_mxfp8_moe.moe:29",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     reason: str | None = None
     if reason is None and (hidden_size % 32) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/flashinfer_trtllm_mxfp8_moe.moe:34",
             "MXFP8 w13 scales cover blocks of 32 along hidden_size",
             {"hidden_size": hidden_size},
         )
     if reason is None and (intermediate_size_per_partition % 32) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/flashinfer_trtllm_mxfp8_moe.moe:35",
             "MXFP8 w2 scales cover blocks of 32 along the intermediate dim: intermediate_size / tp_size must be whole blocks",
             {"intermediate_size_per_partition": intermediate_size_per_partition},
@@ -262,7 +257,6 @@ _W13_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size / 32]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size_padded / 32]",
     ),
-    fill_doc="stored code 127",
     roles=("up", "gate"),
 )
 w13_weight_scale_shapes, pad_w13_weight_scale, unpad_w13_weight_scale = _W13_WEIGHT_SCALE[:3]
@@ -300,14 +294,12 @@ _W2_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, hidden_size, intermediate_size_per_partition / 32]",
         "[num_experts, hidden_size_padded, intermediate_size_per_partition_padded / 32]",
     ),
-    fill_doc="stored code 127",
 )
 w2_weight_scale_shapes, pad_w2_weight_scale, unpad_w2_weight_scale = _W2_WEIGHT_SCALE[:3]
 w2_weight_scale_full_shape, shard_w2_weight_scale, alloc_w2_weight_scale = _W2_WEIGHT_SCALE[3:6]
 load_w2_weight_scale = _W2_WEIGHT_SCALE[6]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13_WEIGHT, _W13_WEIGHT_SCALE, _W2_WEIGHT, _W2_WEIGHT_SCALE),
     models=(

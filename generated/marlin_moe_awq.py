@@ -17,9 +17,9 @@ Sources:
   marlin_moe_padded_intermediate,
   check_moe_marlin_supports_config(allow_tile_padding=True)
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -141,38 +141,32 @@ def plan(
         _p.lcm(64, group),
     )
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_awq.moe:27",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     if (intermediate_size_per_partition % 8) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_awq.moe:39",
             "AWQ packs 8 int4 per int32 along w13's output dim: intermediate_size_per_partition must be a multiple of 8",
             {"intermediate_size_per_partition": intermediate_size_per_partition},
         )
     if (hidden_size % 8) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_awq.moe:40",
             "w2_qweight packs 8 int4 per int32 along hidden_size",
             {"hidden_size": hidden_size},
         )
     if not ((group_size == (-1)) or ((hidden_size % group) == 0)):
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_awq.moe:41",
             "hidden_size must be a whole number of quant groups",
             {"group_size": group_size, "hidden_size": hidden_size, "group": group},
         )
     reason: str | None = None
     if reason is None and (hidden_size % 128) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/marlin_moe_awq.moe:34",
             "Marlin needs hidden_size % 128 == 0; hidden is never padded",
             {"hidden_size": hidden_size},
@@ -180,9 +174,7 @@ def plan(
     if reason is None and (
         not ((group_size == (-1)) or ((intermediate_size_per_partition % group) == 0))
     ):  # fmt: skip
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/marlin_moe_awq.moe:35",
             "intermediate_size_per_partition must be a multiple of group_size: no quant group may straddle the pad boundary",
             {
@@ -310,7 +302,6 @@ _W13_QWEIGHT = _MODULE.tensor(
         "[num_experts, hidden_size, 2 * intermediate_size_per_partition / 8]",
         "[num_experts, hidden_size, 2 * intermediate_size_per_partition_padded / 8]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_qweight_shapes, pad_w13_qweight, unpad_w13_qweight, w13_qweight_full_shape = _W13_QWEIGHT[:4]
@@ -329,7 +320,6 @@ _W13_SCALES = _MODULE.tensor(
         "[num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition]",
         "[num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_scales_shapes, pad_w13_scales, unpad_w13_scales, w13_scales_full_shape = _W13_SCALES[:4]
@@ -348,7 +338,6 @@ _W13_QZEROS = _MODULE.tensor(
         "[num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition / 8]",
         "[num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded / 8]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_qzeros_shapes, pad_w13_qzeros, unpad_w13_qzeros, w13_qzeros_full_shape = _W13_QZEROS[:4]
@@ -367,7 +356,6 @@ _W2_QWEIGHT = _MODULE.tensor(
         "[num_experts, intermediate_size_per_partition, hidden_size / 8]",
         "[num_experts, intermediate_size_per_partition_padded, hidden_size / 8]",
     ),
-    fill_doc="stored code 0",
 )
 w2_qweight_shapes, pad_w2_qweight, unpad_w2_qweight, w2_qweight_full_shape = _W2_QWEIGHT[:4]
 shard_w2_qweight, alloc_w2_qweight, load_w2_qweight = _W2_QWEIGHT[4:]
@@ -385,7 +373,6 @@ _W2_SCALES = _MODULE.tensor(
         "[num_experts, intermediate_size_per_partition / group_size, hidden_size]",
         "[num_experts, intermediate_size_per_partition_padded / group_size, hidden_size]",
     ),
-    fill_doc="stored code 0",
 )
 w2_scales_shapes, pad_w2_scales, unpad_w2_scales, w2_scales_full_shape = _W2_SCALES[:4]
 shard_w2_scales, alloc_w2_scales, load_w2_scales = _W2_SCALES[4:]
@@ -403,13 +390,11 @@ _W2_QZEROS = _MODULE.tensor(
         "[num_experts, intermediate_size_per_partition / group_size, hidden_size / 8]",
         "[num_experts, intermediate_size_per_partition_padded / group_size, hidden_size / 8]",
     ),
-    fill_doc="stored code 0",
 )
 w2_qzeros_shapes, pad_w2_qzeros, unpad_w2_qzeros, w2_qzeros_full_shape = _W2_QZEROS[:4]
 shard_w2_qzeros, alloc_w2_qzeros, load_w2_qzeros = _W2_QZEROS[4:]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13_QWEIGHT, _W13_SCALES, _W13_QZEROS, _W2_QWEIGHT, _W2_SCALES, _W2_QZEROS),
     models=(

@@ -25,9 +25,9 @@ Sources:
   RoutedExperts._load_model_weight_or_group_weight_scale (padded-TP branch: rows clipped
   to I, the rest zero-filled for weights and one-filled for scales)
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -156,32 +156,26 @@ def plan(
         _p.lcm(64, block_k),
     )
     if (scheme == "fp8_block128") != (scale_dtype == "float32"):
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_fp8.moe:21",
             "block FP8 scales are float32, MXFP8 scales are E8M0 bytes (uint8)",
             {"scheme": scheme, "scale_dtype": scale_dtype},
         )
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_fp8.moe:22",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     reason: str | None = None
     if reason is None and not ((scheme != "fp8_block128") or ((intermediate_size % 128) == 0)):
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/marlin_moe_fp8.moe:42",
             "block FP8 holds whole 128-row scale blocks: intermediate_size must be a multiple of 128 (vLLM's pad_tp_shard_to_weight_blocks at tp > 1, validate_fp8_block_shape_moe or the refined block Marlin does not take at tp = 1)",
             {"scheme": scheme, "intermediate_size": intermediate_size},
         )
     if reason is None and (intermediate_size_per_partition % block_k) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/marlin_moe_fp8.moe:44",
             "the per-rank intermediate size must be a whole number of scale blocks (block_k)",
             {
@@ -190,9 +184,7 @@ def plan(
             },
         )
     if reason is None and (hidden_size % 128) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/marlin_moe_fp8.moe:47",
             "hidden_size must be a multiple of 128 (Marlin tile; also whole scale blocks); hidden is never padded",
             {"hidden_size": hidden_size},
@@ -320,7 +312,6 @@ _W13_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition / block_n, hidden_size / block_k]",
         "[num_experts, 2 * intermediate_size_per_partition_padded / block_n, hidden_size / block_k]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
     tail_fill=1.0,
     tail_doc="stored code 1",
@@ -360,7 +351,6 @@ _W2_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, hidden_size / block_n, intermediate_size_per_partition / block_k]",
         "[num_experts, hidden_size / block_n, intermediate_size_per_partition_padded / block_k]",
     ),
-    fill_doc="stored code 0",
     tail_fill=1.0,
     tail_doc="stored code 1",
 )
@@ -368,8 +358,7 @@ w2_weight_scale_shapes, pad_w2_weight_scale, unpad_w2_weight_scale = _W2_WEIGHT_
 w2_weight_scale_full_shape, shard_w2_weight_scale, alloc_w2_weight_scale = _W2_WEIGHT_SCALE[3:6]
 load_w2_weight_scale = _W2_WEIGHT_SCALE[6]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13_WEIGHT, _W13_WEIGHT_SCALE, _W2_WEIGHT, _W2_WEIGHT_SCALE),
     models=(

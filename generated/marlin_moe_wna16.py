@@ -20,9 +20,9 @@ Sources:
   normalize_and_validate_gptq_desc_act (desc_act with group_size -1 is a no-op; with a
   real group size it raises)
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -154,45 +154,38 @@ def plan(
         _p.lcm(64, group),
     )
     if not ((not act_order) or (group_size == (-1))):
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_wna16.moe:27",
             "GPTQ group activation ordering (desc_act=True) is no longer supported (vLLM 0.32); with group_size -1 act-order is a no-op",
             {"act_order": act_order, "group_size": group_size},
         )
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_wna16.moe:28",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     if (intermediate_size_per_partition % 8) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_wna16.moe:39",
             "w13_qzeros pack 8 int4 per int32 along the intermediate dim",
             {"intermediate_size_per_partition": intermediate_size_per_partition},
         )
     if (hidden_size % 8) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_wna16.moe:40",
             "qweight packs 8 int4 per int32 along hidden_size",
             {"hidden_size": hidden_size},
         )
     if not ((group_size == (-1)) or ((hidden_size % group) == 0)):
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_wna16.moe:41",
             "hidden_size must be a whole number of quant groups",
             {"group_size": group_size, "hidden_size": hidden_size, "group": group},
         )
     reason: str | None = None
     if reason is None and (hidden_size % 128) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/marlin_moe_wna16.moe:36",
             "Marlin needs hidden_size % 128 == 0; hidden is never padded",
             {"hidden_size": hidden_size},
@@ -200,9 +193,7 @@ def plan(
     if reason is None and (
         not ((group_size == (-1)) or ((intermediate_size_per_partition % group) == 0))
     ):  # fmt: skip
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/marlin_moe_wna16.moe:37",
             "intermediate_size_per_partition must be a multiple of group_size: no quant group may straddle the pad boundary",
             {
@@ -351,7 +342,6 @@ _W13_QWEIGHT = _MODULE.tensor(
         "[num_experts, hidden_size / 8, 2 * intermediate_size_per_partition]",
         "[num_experts, hidden_size / 8, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_qweight_shapes, pad_w13_qweight, unpad_w13_qweight, w13_qweight_full_shape = _W13_QWEIGHT[:4]
@@ -370,7 +360,6 @@ _W13_SCALES = _MODULE.tensor(
         "[num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition]",
         "[num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_scales_shapes, pad_w13_scales, unpad_w13_scales, w13_scales_full_shape = _W13_SCALES[:4]
@@ -389,7 +378,6 @@ _W13_QZEROS = _MODULE.tensor(
         "[num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition / 8]",
         "[num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded / 8]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_qzeros_shapes, pad_w13_qzeros, unpad_w13_qzeros, w13_qzeros_full_shape = _W13_QZEROS[:4]
@@ -408,7 +396,6 @@ _W13_BIAS = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition]",
         "[num_experts, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
     optional=True,
 )
@@ -428,7 +415,6 @@ _W2_QWEIGHT = _MODULE.tensor(
         "[num_experts, intermediate_size_per_partition / 8, hidden_size]",
         "[num_experts, intermediate_size_per_partition_padded / 8, hidden_size]",
     ),
-    fill_doc="stored code 0",
 )
 w2_qweight_shapes, pad_w2_qweight, unpad_w2_qweight, w2_qweight_full_shape = _W2_QWEIGHT[:4]
 shard_w2_qweight, alloc_w2_qweight, load_w2_qweight = _W2_QWEIGHT[4:]
@@ -446,7 +432,6 @@ _W2_SCALES = _MODULE.tensor(
         "[num_experts, intermediate_size_per_partition / group_size, hidden_size]",
         "[num_experts, intermediate_size_per_partition_padded / group_size, hidden_size]",
     ),
-    fill_doc="stored code 0",
 )
 w2_scales_shapes, pad_w2_scales, unpad_w2_scales, w2_scales_full_shape = _W2_SCALES[:4]
 shard_w2_scales, alloc_w2_scales, load_w2_scales = _W2_SCALES[4:]
@@ -464,7 +449,6 @@ _W2_QZEROS = _MODULE.tensor(
         "[num_experts, intermediate_size_per_partition / group_size, hidden_size / 8]",
         "[num_experts, intermediate_size_per_partition_padded / group_size, hidden_size / 8]",
     ),
-    fill_doc="stored code 0",
 )
 w2_qzeros_shapes, pad_w2_qzeros, unpad_w2_qzeros, w2_qzeros_full_shape = _W2_QZEROS[:4]
 shard_w2_qzeros, alloc_w2_qzeros, load_w2_qzeros = _W2_QZEROS[4:]
@@ -479,14 +463,12 @@ _W2_BIAS = _MODULE.tensor(
     dtype="dtype",
     fill=0.0,
     shape_docs=("[num_experts, hidden_size]", "[num_experts, hidden_size]"),
-    fill_doc="stored code 0",
     optional=True,
 )
 w2_bias_shapes, pad_w2_bias, unpad_w2_bias, w2_bias_full_shape, shard_w2_bias = _W2_BIAS[:5]
 alloc_w2_bias, load_w2_bias = _W2_BIAS[5:]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (
         _W13_QWEIGHT,

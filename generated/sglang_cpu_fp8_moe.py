@@ -26,9 +26,9 @@ Sources:
   csrc/cpu/moe.cpp CHECK_MOE_SCALES_FP8 (w1s [2N / block_N, K / block_K], w2s [K /
   block_N, N / block_K])
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -139,17 +139,13 @@ def plan(
     intermediate_size_per_partition_padded = intermediate_size_per_partition
     reason: str | None = None
     if reason is None and (intermediate_size % block) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/sglang_cpu_fp8_moe.moe:30",
             "layoutc shards block-FP8 scales in whole blocks: intermediate_size must be a multiple of the block (SGLang also loads a ragged last block; docs/kernels.md 10.3)",
             {"intermediate_size": intermediate_size, "block": block},
         )
     if reason is None and (hidden_size % block) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/sglang_cpu_fp8_moe.moe:31",
             "hidden_size must be whole scale blocks (and AMX TILE_K = 32 tiles); it is never padded",
             {"hidden_size": hidden_size, "block": block},
@@ -258,7 +254,6 @@ _W13_WEIGHT = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_weight_shapes, pad_w13_weight, unpad_w13_weight, w13_weight_full_shape = _W13_WEIGHT[:4]
@@ -277,7 +272,6 @@ _W13_WEIGHT_SCALE_INV = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition / block, hidden_size / block]",
         "[num_experts, 2 * intermediate_size_per_partition_padded / block, hidden_size / block]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_weight_scale_inv_shapes, pad_w13_weight_scale_inv = _W13_WEIGHT_SCALE_INV[:2]
@@ -298,7 +292,6 @@ _W2_WEIGHT = _MODULE.tensor(
         "[num_experts, hidden_size, intermediate_size_per_partition]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
 w2_weight_shapes, pad_w2_weight, unpad_w2_weight, w2_weight_full_shape = _W2_WEIGHT[:4]
 shard_w2_weight, alloc_w2_weight, load_w2_weight = _W2_WEIGHT[4:]
@@ -316,15 +309,13 @@ _W2_WEIGHT_SCALE_INV = _MODULE.tensor(
         "[num_experts, hidden_size / block, intermediate_size_per_partition / block]",
         "[num_experts, hidden_size / block, intermediate_size_per_partition_padded / block]",
     ),
-    fill_doc="stored code 0",
 )
 w2_weight_scale_inv_shapes, pad_w2_weight_scale_inv = _W2_WEIGHT_SCALE_INV[:2]
 unpad_w2_weight_scale_inv, w2_weight_scale_inv_full_shape = _W2_WEIGHT_SCALE_INV[2:4]
 shard_w2_weight_scale_inv, alloc_w2_weight_scale_inv = _W2_WEIGHT_SCALE_INV[4:6]
 load_w2_weight_scale_inv = _W2_WEIGHT_SCALE_INV[6]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13_WEIGHT, _W13_WEIGHT_SCALE_INV, _W2_WEIGHT, _W2_WEIGHT_SCALE_INV),
     models=(

@@ -35,9 +35,9 @@ Sources:
   K] read as halves: nb_upper = nb, nb_lower = nb + NB; TORCH_CHECK(N % BLOCK_N == 0)),
   csrc/cpu/gemm.h (TILE_N 16, TILE_K 32, BLOCK_N = block_size_n() = 32)
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -152,9 +152,7 @@ def plan(
     intermediate_size_per_partition_padded = intermediate_size_per_partition
     reason: str | None = None
     if reason is None and (hidden_size % 32) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/sglang_cpu_moe.moe:39",
             "hidden_size must be a multiple of 32 (AMX TILE_K: dim_is_supported's IC of w13, and w2's OC in 16-row tiles); it is never padded, and SGLang otherwise leaves the layer unpacked on the torch-native path",
             {"hidden_size": hidden_size},
@@ -232,7 +230,6 @@ _W13_WEIGHT = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_weight_shapes, pad_w13_weight, unpad_w13_weight, w13_weight_full_shape = _W13_WEIGHT[:4]
@@ -251,13 +248,11 @@ _W2_WEIGHT = _MODULE.tensor(
         "[num_experts, hidden_size, intermediate_size_per_partition]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
 w2_weight_shapes, pad_w2_weight, unpad_w2_weight, w2_weight_full_shape = _W2_WEIGHT[:4]
 shard_w2_weight, alloc_w2_weight, load_w2_weight = _W2_WEIGHT[4:]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13_WEIGHT, _W2_WEIGHT),
     models=(

@@ -27,9 +27,9 @@ Sources:
 - sglang 0.5.23: python/sglang/srt/layers/amx_utils.py dim_is_supported (IC % 32 == 0,
   OC % 16 == 0, on the packed uint8 tensors: IC = H / 2 for w13, L / 2 for w2)
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -150,25 +150,19 @@ def plan(
     intermediate_size_per_partition_padded = intermediate_size_per_partition
     reason: str | None = None
     if reason is None and (intermediate_size % 32) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/sglang_cpu_mxfp4_moe.moe:32",
             "a gpt-oss MXFP4 checkpoint holds whole 32-value blocks: intermediate_size must be a multiple of 32",
             {"intermediate_size": intermediate_size},
         )
     if reason is None and (hidden_size % 64) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/sglang_cpu_mxfp4_moe.moe:33",
             "hidden_size must be a multiple of 64: dim_is_supported reads the packed w13 [E, 2 L, H / 2] uint8, whose IC = H / 2 must be whole TILE_K = 32 bytes (else SGLang leaves the layer unpacked on the torch-native path); it is never padded",
             {"hidden_size": hidden_size},
         )
     if reason is None and not ((swiglu_alpha_milli == 1702) and (swiglu_limit_milli == 7000)):
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/sglang_cpu_mxfp4_moe.moe:34",
             "gpt-oss's swigluoai: alpha 1.702, clamp limit 7.0",
             {"swiglu_alpha_milli": swiglu_alpha_milli, "swiglu_limit_milli": swiglu_limit_milli},
@@ -320,7 +314,6 @@ _W13_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size / 32]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / 32]",
     ),
-    fill_doc="stored code 127",
     roles=("gate", "up"),
 )
 w13_weight_scale_shapes, pad_w13_weight_scale, unpad_w13_weight_scale = _W13_WEIGHT_SCALE[:3]
@@ -340,7 +333,6 @@ _W13_BIAS = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition]",
         "[num_experts, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
     optional=True,
 )
@@ -378,7 +370,6 @@ _W2_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, hidden_size, intermediate_size_per_partition / 32]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded / 32]",
     ),
-    fill_doc="stored code 127",
 )
 w2_weight_scale_shapes, pad_w2_weight_scale, unpad_w2_weight_scale = _W2_WEIGHT_SCALE[:3]
 w2_weight_scale_full_shape, shard_w2_weight_scale, alloc_w2_weight_scale = _W2_WEIGHT_SCALE[3:6]
@@ -394,14 +385,12 @@ _W2_BIAS = _MODULE.tensor(
     dtype=torch.float32,
     fill=0.0,
     shape_docs=("[num_experts, hidden_size]", "[num_experts, hidden_size]"),
-    fill_doc="stored code 0",
     optional=True,
 )
 w2_bias_shapes, pad_w2_bias, unpad_w2_bias, w2_bias_full_shape, shard_w2_bias = _W2_BIAS[:5]
 alloc_w2_bias, load_w2_bias = _W2_BIAS[5:]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13_WEIGHT, _W13_WEIGHT_SCALE, _W13_BIAS, _W2_WEIGHT, _W2_WEIGHT_SCALE, _W2_BIAS),
     models=(

@@ -12,9 +12,9 @@ Sources:
 - measured in docs/kernels.md section 6.1: 'strides should be multiple of 16 bytes';
   'Offsets have to be int32'
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -145,8 +145,7 @@ def plan(
         stride_elements,
     )
     if ep_size > (num_experts + num_redundant_experts):
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/torch_grouped_mm.moe:23",
             "[EP01] ep_size exceeds the experts: a rank would hold none",
             {
@@ -159,8 +158,7 @@ def plan(
         not ((num_redundant_experts == 0) or (((num_experts + num_redundant_experts) % ep_size) ==
         0))
     ):  # fmt: skip
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/torch_grouped_mm.moe:24",
             "EPLB places the physical experts evenly over the EP ranks (vLLM 0.32 layer.py)",
             {
@@ -170,17 +168,14 @@ def plan(
             },
         )
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/torch_grouped_mm.moe:31",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     reason: str | None = None
     if reason is None and (hidden_size % stride_elements) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/torch_grouped_mm.moe:38",
             "hidden_size must be a multiple of 16 bytes of elements (hidden is never padded)",
             {"hidden_size": hidden_size, "stride_elements": stride_elements},
@@ -255,7 +250,6 @@ _W13 = _MODULE.tensor(
         "[local_num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
@@ -273,13 +267,11 @@ _W2 = _MODULE.tensor(
         "[local_num_experts, hidden_size, intermediate_size_per_partition]",
         "[local_num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
 w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
 # ---- glue: torch._grouped_mm ----
-# runtime/glue/grouped_mm.py calls the kernel; its INTERFACE (what the kernel computes: its
-# activations, dtypes, ops) is what the checker held this contract to.
+# runtime/glue/grouped_mm.py calls it; the checker held this contract to its INTERFACE.
 INTERFACE = _glue.INTERFACE
 OPS: dict[str, str] = dict(INTERFACE.ops)
 _KERNEL = _MODULE.kernel(
@@ -292,8 +284,7 @@ _KERNEL = _MODULE.kernel(
 )
 load_kernel, prepack_padded, prepack, fused_moe, _config = _KERNEL
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13, _W2),
     kernel=_KERNEL,

@@ -15,9 +15,9 @@ Sources:
 - GPTQ (AutoGPTQ / GPTQModel) and AutoAWQ: a group's weight is (q - z) * s, one (s, z)
   per group_size input channels
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -137,25 +137,19 @@ def plan(
     intermediate_size_per_partition_padded = shard_size
     reason: str | None = None
     if reason is None and (intermediate_size % group_size) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/torch_int4pack_gptq_moe.moe:33",
             "the intermediate dim must be whole quant groups (w2's K is sharded in whole groups; a ragged last group has no kernel group)",
             {"intermediate_size": intermediate_size, "group_size": group_size},
         )
     if reason is None and (hidden_size % group_size) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/torch_int4pack_gptq_moe.moe:34",
             "w13's reduction dim (hidden_size) must be a whole number of quant groups; hidden is never padded",
             {"hidden_size": hidden_size, "group_size": group_size},
         )
     if reason is None and (hidden_size % 16) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/torch_int4pack_gptq_moe.moe:35",
             "w2's output dim (hidden_size) must be a multiple of 16 for int4 packing",
             {"hidden_size": hidden_size},
@@ -294,7 +288,6 @@ _W13_QWEIGHT = _MODULE.tensor(
         "[num_experts, 2 * shard_size, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 8",
     roles=("gate", "up"),
 )
 w13_qweight_shapes, pad_w13_qweight, unpad_w13_qweight, w13_qweight_full_shape = _W13_QWEIGHT[:4]
@@ -313,7 +306,6 @@ _W13_SCALES = _MODULE.tensor(
         "[num_experts, 2 * shard_size, hidden_size / group_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / group_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_scales_shapes, pad_w13_scales, unpad_w13_scales, w13_scales_full_shape = _W13_SCALES[:4]
@@ -332,7 +324,6 @@ _W13_ZEROS = _MODULE.tensor(
         "[num_experts, 2 * shard_size, hidden_size / group_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / group_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_zeros_shapes, pad_w13_zeros, unpad_w13_zeros, w13_zeros_full_shape = _W13_ZEROS[:4]
@@ -351,7 +342,6 @@ _W2_QWEIGHT = _MODULE.tensor(
         "[num_experts, hidden_size, shard_size]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 8",
 )
 w2_qweight_shapes, pad_w2_qweight, unpad_w2_qweight, w2_qweight_full_shape = _W2_QWEIGHT[:4]
 shard_w2_qweight, alloc_w2_qweight, load_w2_qweight = _W2_QWEIGHT[4:]
@@ -369,7 +359,6 @@ _W2_SCALES = _MODULE.tensor(
         "[num_experts, hidden_size, shard_size / group_size]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded / group_size]",
     ),
-    fill_doc="stored code 0",
 )
 w2_scales_shapes, pad_w2_scales, unpad_w2_scales, w2_scales_full_shape = _W2_SCALES[:4]
 shard_w2_scales, alloc_w2_scales, load_w2_scales = _W2_SCALES[4:]
@@ -387,13 +376,11 @@ _W2_ZEROS = _MODULE.tensor(
         "[num_experts, hidden_size, shard_size / group_size]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded / group_size]",
     ),
-    fill_doc="stored code 0",
 )
 w2_zeros_shapes, pad_w2_zeros, unpad_w2_zeros, w2_zeros_full_shape, shard_w2_zeros = _W2_ZEROS[:5]
 alloc_w2_zeros, load_w2_zeros = _W2_ZEROS[5:]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13_QWEIGHT, _W13_SCALES, _W13_ZEROS, _W2_QWEIGHT, _W2_SCALES, _W2_ZEROS),
     models=(

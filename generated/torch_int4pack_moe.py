@@ -13,9 +13,9 @@ Sources:
 - measured in docs/kernels.md section 6.2: dequantisation is (q - 8) * scale + zero;
   scales_and_zeros is [K / group_size, N, 2]
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -131,25 +131,20 @@ def plan(
         group_size,
     )
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/torch_int4pack_moe.moe:23",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     reason: str | None = None
     if reason is None and (hidden_size % group_size) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/torch_int4pack_moe.moe:29",
             "w13's reduction dim (hidden_size) must be a whole number of quant groups; hidden is never padded",
             {"hidden_size": hidden_size, "group_size": group_size},
         )
     if reason is None and (hidden_size % 16) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/torch_int4pack_moe.moe:30",
             "w2's output dim (hidden_size) must be a multiple of 16 for int4 packing",
             {"hidden_size": hidden_size},
@@ -215,7 +210,6 @@ _W13 = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
@@ -233,13 +227,11 @@ _W2 = _MODULE.tensor(
         "[num_experts, hidden_size, intermediate_size_per_partition]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
 w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
 # ---- glue: aten::_convert_weight_to_int4pack_for_cpu + _weight_int4pack_mm_for_cpu ----
-# runtime/glue/int4pack.py calls the kernel; its INTERFACE (what the kernel computes: its
-# activations, dtypes, ops) is what the checker held this contract to.
+# runtime/glue/int4pack.py calls it; the checker held this contract to its INTERFACE.
 INTERFACE = _glue.INTERFACE
 OPS: dict[str, str] = dict(INTERFACE.ops)
 _KERNEL = _MODULE.kernel(
@@ -251,8 +243,7 @@ _KERNEL = _MODULE.kernel(
 )
 load_kernel, prepack_padded, prepack, fused_moe, _config = _KERNEL
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13, _W2),
     kernel=_KERNEL,

@@ -18,9 +18,9 @@ Sources:
   AutoGPTQMoEMethod.__init__ (8 bits, sym -> scalar_types.uint8b128: the stored byte q
   means q - 128)
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -139,9 +139,7 @@ def plan(
     intermediate_size_per_partition_padded = _p.round_up(shard_size, k_multiple)
     reason: str | None = None
     if reason is None and (hidden_size % k_multiple) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/torch_int8pack_gptq_moe.moe:39",
             "bf16 _weight_int8pack_mm reads K (w13's K is hidden_size) in vectors of 16 with no tail: hidden_size must be a multiple of 16 (hidden is never padded)",
             {"hidden_size": hidden_size, "k_multiple": k_multiple},
@@ -250,7 +248,6 @@ _W13_QWEIGHT = _MODULE.tensor(
         "[num_experts, 2 * shard_size, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 128",
     roles=("gate", "up"),
 )
 w13_qweight_shapes, pad_w13_qweight, unpad_w13_qweight, w13_qweight_full_shape = _W13_QWEIGHT[:4]
@@ -269,7 +266,6 @@ _W13_SCALES = _MODULE.tensor(
         "[num_experts, 2 * shard_size, hidden_size / group_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / group_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_scales_shapes, pad_w13_scales, unpad_w13_scales, w13_scales_full_shape = _W13_SCALES[:4]
@@ -288,7 +284,6 @@ _W2_QWEIGHT = _MODULE.tensor(
         "[num_experts, hidden_size, shard_size]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 128",
 )
 w2_qweight_shapes, pad_w2_qweight, unpad_w2_qweight, w2_qweight_full_shape = _W2_QWEIGHT[:4]
 shard_w2_qweight, alloc_w2_qweight, load_w2_qweight = _W2_QWEIGHT[4:]
@@ -306,13 +301,11 @@ _W2_SCALES = _MODULE.tensor(
         "[num_experts, hidden_size, shard_size / group_size]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded / group_size]",
     ),
-    fill_doc="stored code 0",
 )
 w2_scales_shapes, pad_w2_scales, unpad_w2_scales, w2_scales_full_shape = _W2_SCALES[:4]
 shard_w2_scales, alloc_w2_scales, load_w2_scales = _W2_SCALES[4:]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13_QWEIGHT, _W13_SCALES, _W2_QWEIGHT, _W2_SCALES),
     models=(

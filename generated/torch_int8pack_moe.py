@@ -12,9 +12,9 @@ Sources:
 - measured in docs/kernels.md section 6.3: bf16 with K % 16 != 0 segfaults (M >= 2) or
   returns garbage (M = 1); fp32/fp16 have no K rule
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -127,17 +127,14 @@ def plan(
         k_multiple,
     )
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/torch_int8pack_moe.moe:21",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     reason: str | None = None
     if reason is None and (hidden_size % k_multiple) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/torch_int8pack_moe.moe:25",
             "bf16 _weight_int8pack_mm reads K (w13's K is hidden_size) in vectors of 16 with no tail: hidden_size must be a multiple of 16 (hidden is never padded)",
             {"hidden_size": hidden_size, "k_multiple": k_multiple},
@@ -203,7 +200,6 @@ _W13 = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
@@ -221,13 +217,11 @@ _W2 = _MODULE.tensor(
         "[num_experts, hidden_size, intermediate_size_per_partition]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
 w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
 # ---- glue: aten::_weight_int8pack_mm ----
-# runtime/glue/int8pack.py calls the kernel; its INTERFACE (what the kernel computes: its
-# activations, dtypes, ops) is what the checker held this contract to.
+# runtime/glue/int8pack.py calls it; the checker held this contract to its INTERFACE.
 INTERFACE = _glue.INTERFACE
 OPS: dict[str, str] = dict(INTERFACE.ops)
 _KERNEL = _MODULE.kernel(
@@ -239,8 +233,7 @@ _KERNEL = _MODULE.kernel(
 )
 load_kernel, prepack_padded, prepack, fused_moe, _config = _KERNEL
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13, _W2),
     kernel=_KERNEL,

@@ -11,9 +11,9 @@ Sources:
   (CPUUnquantizedExperts and subclasses)
 - vllm#49591: zero-pad the MoE intermediate size for grouped-GEMM TP alignment
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -161,15 +161,13 @@ def plan(
         intermediate_alignment,
     )
     if ep_size > num_experts:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/vllm_cpu_grouped_gemm.moe:31",
             "[EP01] ep_size exceeds the experts: a rank would hold none",
             {"ep_size": ep_size, "num_experts": num_experts},
         )
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/vllm_cpu_grouped_gemm.moe:41",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
@@ -179,9 +177,7 @@ def plan(
         not ((activation != "swigluoai") or ((swiglu_alpha_milli == 1702) and (swiglu_limit_milli
         == 7000)))
     ):  # fmt: skip
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/vllm_cpu_grouped_gemm.moe:51",
             "swigluoai runs with the kernel's fixed alpha 1.702 and clamp limit 7.0: pass the model's constants as swiglu_alpha_milli=1702, swiglu_limit_milli=7000 (a model with other constants is a different activation)",
             {
@@ -191,25 +187,19 @@ def plan(
             },
         )
     if reason is None and (hidden_size % output_alignment) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/vllm_cpu_grouped_gemm.moe:52",
             "hidden_size must be a multiple of the ISA's output alignment (hidden is never padded)",
             {"hidden_size": hidden_size, "output_alignment": output_alignment},
         )
     if reason is None and (hidden_size % reduction_alignment) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/vllm_cpu_grouped_gemm.moe:53",
             "hidden_size must be a multiple of the ISA's reduction alignment (hidden is never padded)",
             {"hidden_size": hidden_size, "reduction_alignment": reduction_alignment},
         )
     if reason is None and not ((isa == "vec") or (dtype == "bfloat16")):
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/vllm_cpu_grouped_gemm.moe:55",
             "the amx, neon and vsx kernels take bfloat16 only",
             {"isa": isa, "dtype": dtype},
@@ -301,7 +291,6 @@ _W13 = _MODULE.tensor(
         "[local_num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
@@ -319,7 +308,6 @@ _W2 = _MODULE.tensor(
         "[local_num_experts, hidden_size, intermediate_size_per_partition]",
         "[local_num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
 w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
@@ -336,7 +324,6 @@ _W13_BIAS = _MODULE.tensor(
         "[local_num_experts, 2 * intermediate_size_per_partition]",
         "[local_num_experts, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
     optional=True,
 )
@@ -353,15 +340,13 @@ _W2_BIAS = _MODULE.tensor(
     dtype="dtype",
     fill=0.0,
     shape_docs=("[local_num_experts, hidden_size]", "[local_num_experts, hidden_size]"),
-    fill_doc="stored code 0",
     optional=True,
 )
 w2_bias_shapes, pad_w2_bias, unpad_w2_bias, w2_bias_full_shape, shard_w2_bias = _W2_BIAS[:5]
 alloc_w2_bias, load_w2_bias = _W2_BIAS[5:]
 
 # ---- glue: vLLM CPU grouped-GEMM MoE (_C::prepack_moe_weight, _C::cpu_fused_moe) ----
-# runtime/glue/vllm_cpu.py calls the kernel; its INTERFACE (what the kernel computes: its
-# activations, dtypes, ops) is what the checker held this contract to.
+# runtime/glue/vllm_cpu.py calls it; the checker held this contract to its INTERFACE.
 INTERFACE = _glue.INTERFACE
 OPS: dict[str, str] = dict(INTERFACE.ops)
 _KERNEL = _MODULE.kernel(
@@ -375,8 +360,7 @@ _KERNEL = _MODULE.kernel(
 )
 load_kernel, prepack_padded, prepack, fused_moe, _config = _KERNEL
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13, _W2, _W13_BIAS, _W2_BIAS),
     kernel=_KERNEL,

@@ -21,9 +21,9 @@ Sources:
   CompressedTensorsW8A8Int8MoEMethod.create_weights (w13 [E, 2 I_pp, H] int8,
   w13_weight_scale [E, 2 I_pp, 1] float32, w2_weight_scale [E, H, 1])
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -136,17 +136,14 @@ def plan(
     intermediate_size_per_partition = intermediate_size // tp_size
     intermediate_size_per_partition_padded = _p.round_up(intermediate_size_per_partition, 32)
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/vllm_cpu_int8_padded_moe.moe:31",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     reason: str | None = None
     if reason is None and (hidden_size % 32) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/vllm_cpu_int8_padded_moe.moe:36",
             "hidden_size must be a multiple of 32 (convert_weight_packed and moe_int8.cpp); hidden is never padded",
             {"hidden_size": hidden_size},
@@ -262,7 +259,6 @@ _W13_WEIGHT = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_weight_shapes, pad_w13_weight, unpad_w13_weight, w13_weight_full_shape = _W13_WEIGHT[:4]
@@ -281,7 +277,6 @@ _W13_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size / (-1)]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / (-1)]",
     ),
-    fill_doc="stored code 1",
     roles=("gate", "up"),
 )
 w13_weight_scale_shapes, pad_w13_weight_scale, unpad_w13_weight_scale = _W13_WEIGHT_SCALE[:3]
@@ -301,7 +296,6 @@ _W13_BIAS = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition]",
         "[num_experts, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
     optional=True,
 )
@@ -321,7 +315,6 @@ _W2_WEIGHT = _MODULE.tensor(
         "[num_experts, hidden_size, intermediate_size_per_partition]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
 w2_weight_shapes, pad_w2_weight, unpad_w2_weight, w2_weight_full_shape = _W2_WEIGHT[:4]
 shard_w2_weight, alloc_w2_weight, load_w2_weight = _W2_WEIGHT[4:]
@@ -339,7 +332,6 @@ _W2_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, hidden_size, intermediate_size_per_partition / (-1)]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded / (-1)]",
     ),
-    fill_doc="stored code 0",
 )
 w2_weight_scale_shapes, pad_w2_weight_scale, unpad_w2_weight_scale = _W2_WEIGHT_SCALE[:3]
 w2_weight_scale_full_shape, shard_w2_weight_scale, alloc_w2_weight_scale = _W2_WEIGHT_SCALE[3:6]
@@ -355,14 +347,12 @@ _W2_BIAS = _MODULE.tensor(
     dtype="dtype",
     fill=0.0,
     shape_docs=("[num_experts, hidden_size]", "[num_experts, hidden_size]"),
-    fill_doc="stored code 0",
     optional=True,
 )
 w2_bias_shapes, pad_w2_bias, unpad_w2_bias, w2_bias_full_shape, shard_w2_bias = _W2_BIAS[:5]
 alloc_w2_bias, load_w2_bias = _W2_BIAS[5:]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13_WEIGHT, _W13_WEIGHT_SCALE, _W13_BIAS, _W2_WEIGHT, _W2_WEIGHT_SCALE, _W2_BIAS),
     models=(

@@ -20,9 +20,9 @@ Sources:
 - vllm 0.32.0: vllm/model_executor/models/gpt_oss.py GptOssModel._load_weights_mxfp4
   (interleaved w13 rows; shards in whole 32-value blocks)
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -135,32 +135,26 @@ def plan(
     hidden_size_padded = _p.round_up(hidden_size, 32)
     shard_size = _p.round_up(intermediate_size_per_partition, 32)
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/vllm_cpu_mxfp4_gpt_oss_moe.moe:28",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     if (hidden_size % 32) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/vllm_cpu_mxfp4_gpt_oss_moe.moe:32",
             "MXFP4 w13 scales cover blocks of 32 along hidden_size",
             {"hidden_size": hidden_size},
         )
     reason: str | None = None
     if reason is None and (intermediate_size % 32) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/vllm_cpu_mxfp4_gpt_oss_moe.moe:38",
             "a gpt-oss MXFP4 checkpoint holds whole 32-value blocks: intermediate_size must be a multiple of 32",
             {"intermediate_size": intermediate_size},
         )
     if reason is None and swiglu_limit_milli != 7000:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/vllm_cpu_mxfp4_gpt_oss_moe.moe:39",
             "gpt-oss's swigluoai clamp limit 7.0 (the limit this contract models)",
             {"swiglu_limit_milli": swiglu_limit_milli},
@@ -315,7 +309,6 @@ _W13_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, 2 * shard_size, hidden_size / 32]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size_padded / 32]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_weight_scale_shapes, pad_w13_weight_scale, unpad_w13_weight_scale = _W13_WEIGHT_SCALE[:3]
@@ -335,7 +328,6 @@ _W13_BIAS = _MODULE.tensor(
         "[num_experts, 2 * shard_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
     optional=True,
 )
@@ -373,7 +365,6 @@ _W2_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, hidden_size, shard_size / 32]",
         "[num_experts, hidden_size_padded, intermediate_size_per_partition_padded / 32]",
     ),
-    fill_doc="stored code 0",
 )
 w2_weight_scale_shapes, pad_w2_weight_scale, unpad_w2_weight_scale = _W2_WEIGHT_SCALE[:3]
 w2_weight_scale_full_shape, shard_w2_weight_scale, alloc_w2_weight_scale = _W2_WEIGHT_SCALE[3:6]
@@ -389,14 +380,12 @@ _W2_BIAS = _MODULE.tensor(
     dtype=torch.float32,
     fill=0.0,
     shape_docs=("[num_experts, hidden_size]", "[num_experts, hidden_size_padded]"),
-    fill_doc="stored code 0",
     optional=True,
 )
 w2_bias_shapes, pad_w2_bias, unpad_w2_bias, w2_bias_full_shape, shard_w2_bias = _W2_BIAS[:5]
 alloc_w2_bias, load_w2_bias = _W2_BIAS[5:]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13_WEIGHT, _W13_WEIGHT_SCALE, _W13_BIAS, _W2_WEIGHT, _W2_WEIGHT_SCALE, _W2_BIAS),
     models=(

@@ -18,9 +18,9 @@ Sources:
   Mxfp4MoEMethod.create_weights (torch.zeros: w13 [E, 2 I_p, H_p / 2], scales [E, 2 I_p,
   H_p / 32], biases bfloat16)
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -125,24 +125,20 @@ def plan(
     intermediate_size_per_partition_padded = _p.round_up(intermediate_size_per_partition, 32)
     hidden_size_padded = _p.round_up(hidden_size, 32)
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/vllm_cpu_mxfp4_moe.moe:23",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     if (hidden_size % 32) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/vllm_cpu_mxfp4_moe.moe:28",
             "MXFP4 w13 scales cover blocks of 32 along hidden_size",
             {"hidden_size": hidden_size},
         )
     reason: str | None = None
     if reason is None and (intermediate_size_per_partition % 32) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/vllm_cpu_mxfp4_moe.moe:31",
             "MXFP4 w2 scales cover blocks of 32 along the intermediate dim: intermediate_size / tp_size must be a whole number of blocks",
             {"intermediate_size_per_partition": intermediate_size_per_partition},
@@ -281,7 +277,6 @@ _W13_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size / 32]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size_padded / 32]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_weight_scale_shapes, pad_w13_weight_scale, unpad_w13_weight_scale = _W13_WEIGHT_SCALE[:3]
@@ -301,7 +296,6 @@ _W13_BIAS = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition]",
         "[num_experts, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
     optional=True,
 )
@@ -339,7 +333,6 @@ _W2_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, hidden_size, intermediate_size_per_partition / 32]",
         "[num_experts, hidden_size_padded, intermediate_size_per_partition_padded / 32]",
     ),
-    fill_doc="stored code 0",
 )
 w2_weight_scale_shapes, pad_w2_weight_scale, unpad_w2_weight_scale = _W2_WEIGHT_SCALE[:3]
 w2_weight_scale_full_shape, shard_w2_weight_scale, alloc_w2_weight_scale = _W2_WEIGHT_SCALE[3:6]
@@ -355,14 +348,12 @@ _W2_BIAS = _MODULE.tensor(
     dtype=torch.float32,
     fill=0.0,
     shape_docs=("[num_experts, hidden_size]", "[num_experts, hidden_size_padded]"),
-    fill_doc="stored code 0",
     optional=True,
 )
 w2_bias_shapes, pad_w2_bias, unpad_w2_bias, w2_bias_full_shape, shard_w2_bias = _W2_BIAS[:5]
 alloc_w2_bias, load_w2_bias = _W2_BIAS[5:]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13_WEIGHT, _W13_WEIGHT_SCALE, _W13_BIAS, _W2_WEIGHT, _W2_WEIGHT_SCALE, _W2_BIAS),
     models=(

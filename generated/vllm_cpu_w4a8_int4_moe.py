@@ -26,9 +26,9 @@ Sources:
 - torch 2.13.0: _dyn_quant_pack_4bit_weight_cpu 'Group size should be multiple of 32,
   in_features' (measured, docs/kernels.md 9.1)
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -150,32 +150,26 @@ def plan(
     intermediate_size_per_partition_padded = intermediate_size_per_partition
     k_multiple = 2 if (group_size == (-1)) else group_size
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/vllm_cpu_w4a8_int4_moe.moe:30",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     if (group_size == (-1)) != (scale_dtype == "float32"):
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/vllm_cpu_w4a8_int4_moe.moe:31",
             "channelwise W4A8 checkpoints hold float32 scales, groupwise ones bfloat16 (create_weights)",
             {"group_size": group_size, "scale_dtype": scale_dtype},
         )
     reason: str | None = None
     if reason is None and (hidden_size % k_multiple) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/vllm_cpu_w4a8_int4_moe.moe:44",
             "hidden_size (w13's reduction dim; never padded) must be a multiple of group_size, or even when channelwise (two int4 per byte)",
             {"hidden_size": hidden_size, "k_multiple": k_multiple},
         )
     if reason is None and (intermediate_size_per_partition % k_multiple) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/vllm_cpu_w4a8_int4_moe.moe:45",
             "intermediate_size / tp_size (w2's reduction dim) must be a multiple of group_size (a shard may not cut a quant group), or even when channelwise (two int4 per byte)",
             {
@@ -294,7 +288,6 @@ _W13_WEIGHT = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_weight_shapes, pad_w13_weight, unpad_w13_weight, w13_weight_full_shape = _W13_WEIGHT[:4]
@@ -313,7 +306,6 @@ _W13_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size / group_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / group_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_weight_scale_shapes, pad_w13_weight_scale, unpad_w13_weight_scale = _W13_WEIGHT_SCALE[:3]
@@ -333,7 +325,6 @@ _W13_BIAS = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition]",
         "[num_experts, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
     optional=True,
 )
@@ -353,7 +344,6 @@ _W2_WEIGHT = _MODULE.tensor(
         "[num_experts, hidden_size, intermediate_size_per_partition]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
 w2_weight_shapes, pad_w2_weight, unpad_w2_weight, w2_weight_full_shape = _W2_WEIGHT[:4]
 shard_w2_weight, alloc_w2_weight, load_w2_weight = _W2_WEIGHT[4:]
@@ -371,7 +361,6 @@ _W2_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, hidden_size, intermediate_size_per_partition / group_size]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded / group_size]",
     ),
-    fill_doc="stored code 0",
 )
 w2_weight_scale_shapes, pad_w2_weight_scale, unpad_w2_weight_scale = _W2_WEIGHT_SCALE[:3]
 w2_weight_scale_full_shape, shard_w2_weight_scale, alloc_w2_weight_scale = _W2_WEIGHT_SCALE[3:6]
@@ -387,14 +376,12 @@ _W2_BIAS = _MODULE.tensor(
     dtype=torch.float32,
     fill=0.0,
     shape_docs=("[num_experts, hidden_size]", "[num_experts, hidden_size]"),
-    fill_doc="stored code 0",
     optional=True,
 )
 w2_bias_shapes, pad_w2_bias, unpad_w2_bias, w2_bias_full_shape, shard_w2_bias = _W2_BIAS[:5]
 alloc_w2_bias, load_w2_bias = _W2_BIAS[5:]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13_WEIGHT, _W13_WEIGHT_SCALE, _W13_BIAS, _W2_WEIGHT, _W2_WEIGHT_SCALE, _W2_BIAS),
     models=(

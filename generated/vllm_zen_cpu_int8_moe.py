@@ -21,9 +21,9 @@ Sources:
 - zentorch 2.13.0.1: op schema zentorch::zentorch_fused_moe(output, input, w13, w2,
   w13_bias, w2_bias, topk_weights, topk_id, skip_weighted, act, w13_scales, w2_scales)
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -136,8 +136,7 @@ def plan(
     intermediate_size_per_partition = intermediate_size // tp_size
     intermediate_size_per_partition_padded = intermediate_size_per_partition
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/vllm_zen_cpu_int8_moe.moe:36",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
@@ -254,7 +253,6 @@ _W13_WEIGHT = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_weight_shapes, pad_w13_weight, unpad_w13_weight, w13_weight_full_shape = _W13_WEIGHT[:4]
@@ -273,7 +271,6 @@ _W13_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size / (-1)]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / (-1)]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_weight_scale_shapes, pad_w13_weight_scale, unpad_w13_weight_scale = _W13_WEIGHT_SCALE[:3]
@@ -293,7 +290,6 @@ _W13_BIAS = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition]",
         "[num_experts, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
     optional=True,
 )
@@ -313,7 +309,6 @@ _W2_WEIGHT = _MODULE.tensor(
         "[num_experts, hidden_size, intermediate_size_per_partition]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
 w2_weight_shapes, pad_w2_weight, unpad_w2_weight, w2_weight_full_shape = _W2_WEIGHT[:4]
 shard_w2_weight, alloc_w2_weight, load_w2_weight = _W2_WEIGHT[4:]
@@ -331,7 +326,6 @@ _W2_WEIGHT_SCALE = _MODULE.tensor(
         "[num_experts, hidden_size, intermediate_size_per_partition / (-1)]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded / (-1)]",
     ),
-    fill_doc="stored code 0",
 )
 w2_weight_scale_shapes, pad_w2_weight_scale, unpad_w2_weight_scale = _W2_WEIGHT_SCALE[:3]
 w2_weight_scale_full_shape, shard_w2_weight_scale, alloc_w2_weight_scale = _W2_WEIGHT_SCALE[3:6]
@@ -347,14 +341,12 @@ _W2_BIAS = _MODULE.tensor(
     dtype="dtype",
     fill=0.0,
     shape_docs=("[num_experts, hidden_size]", "[num_experts, hidden_size]"),
-    fill_doc="stored code 0",
     optional=True,
 )
 w2_bias_shapes, pad_w2_bias, unpad_w2_bias, w2_bias_full_shape, shard_w2_bias = _W2_BIAS[:5]
 alloc_w2_bias, load_w2_bias = _W2_BIAS[5:]
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13_WEIGHT, _W13_WEIGHT_SCALE, _W13_BIAS, _W2_WEIGHT, _W2_WEIGHT_SCALE, _W2_BIAS),
     models=(

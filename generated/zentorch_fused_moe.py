@@ -14,9 +14,9 @@ Sources:
 - zentorch 2.13.0.1: op schema zentorch::zentorch_fused_moe(output, input, w13, w2,
   w13_bias, w2_bias, topk_weights, topk_id, skip_weighted, act, ...)
 
-Here are `plan()` with the contract's rules, and the axis table and row of each tensor.
-The shared runtime (`_runtime/wrappers.py`) makes the functions of each tensor and of the
-kernel from them; each raises `LayoutContractError` (a `ValueError`) on a wrong input.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
@@ -138,8 +138,7 @@ def plan(
     intermediate_size_per_partition = intermediate_size // tp_size
     intermediate_size_per_partition_padded = intermediate_size_per_partition
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/zentorch_fused_moe.moe:25",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
@@ -149,9 +148,7 @@ def plan(
         not ((activation != "swigluoai") or ((swiglu_alpha_milli == 1702) and (swiglu_limit_milli
         == 7000)))
     ):  # fmt: skip
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/zentorch_fused_moe.moe:31",
             "swigluoai runs with the kernel's fixed alpha 1.702 and clamp limit 7.0: pass the model's constants as swiglu_alpha_milli=1702, swiglu_limit_milli=7000 (a model with other constants is a different activation)",
             {
@@ -243,7 +240,6 @@ _W13 = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
 )
 w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
@@ -261,7 +257,6 @@ _W2 = _MODULE.tensor(
         "[num_experts, hidden_size, intermediate_size_per_partition]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
 w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
@@ -278,7 +273,6 @@ _W13_BIAS = _MODULE.tensor(
         "[num_experts, 2 * intermediate_size_per_partition]",
         "[num_experts, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
     optional=True,
 )
@@ -295,15 +289,13 @@ _W2_BIAS = _MODULE.tensor(
     dtype="dtype",
     fill=0.0,
     shape_docs=("[num_experts, hidden_size]", "[num_experts, hidden_size]"),
-    fill_doc="stored code 0",
     optional=True,
 )
 w2_bias_shapes, pad_w2_bias, unpad_w2_bias, w2_bias_full_shape, shard_w2_bias = _W2_BIAS[:5]
 alloc_w2_bias, load_w2_bias = _W2_BIAS[5:]
 
 # ---- glue: zentorch fused MoE (zentorch::zentorch_fused_moe) ----
-# runtime/glue/zentorch.py calls the kernel; its INTERFACE (what the kernel computes: its
-# activations, dtypes, ops) is what the checker held this contract to.
+# runtime/glue/zentorch.py calls it; the checker held this contract to its INTERFACE.
 INTERFACE = _glue.INTERFACE
 OPS: dict[str, str] = dict(INTERFACE.ops)
 _KERNEL = _MODULE.kernel(
@@ -316,8 +308,7 @@ _KERNEL = _MODULE.kernel(
 )
 load_kernel, prepack_padded, prepack, fused_moe, _config = _KERNEL
 
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
 LAYOUT = _MODULE.layout(
     (_W13, _W2, _W13_BIAS, _W2_BIAS),
     kernel=_KERNEL,

@@ -174,7 +174,7 @@ def test_rule_messages_and_locations_are_repr_safe() -> None:
     assert lines[0] == "    if a <= 0:"  # as ruff writes it: no redundant parentheses
     tree = ast.parse("def f(a):\n" + "\n".join(lines))
     refusal = next(n for n in ast.walk(tree) if isinstance(n, ast.Call))
-    _contract, where, message, values = refusal.args
+    where, message, values = refusal.args
     assert ast.literal_eval(message) == HOSTILE
     assert ast.literal_eval(where) == "dir/it's \"x\".moe:1"
     assert isinstance(values, ast.Dict) and [ast.literal_eval(k) for k in values.keys if k] == ["a"]

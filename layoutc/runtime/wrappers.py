@@ -133,7 +133,7 @@ class Row:
     rank's block-shard slice (None: not declared). roles: the segment roles of its segmented
     axis (a function of the plan where a `when` alternative orders them otherwise; `()`: none).
     logical / padded / storage / fill_doc / tail_doc / roles_doc: what the docstrings say
-    (roles_doc None: read off `roles`).
+    (fill_doc None: read off `fill`; roles_doc None: read off `roles`).
     """
 
     name: str
@@ -145,7 +145,7 @@ class Row:
     dtype: torch.dtype | str
     fill: Any
     shape_docs: tuple[str, str]
-    fill_doc: str
+    fill_doc: str | None = None
     roles: tuple[str, ...] | Callable[[Any], tuple[str, ...]] = ()
     roles_doc: str | None = None
     optional: bool = False
@@ -164,6 +164,13 @@ class Row:
     @property
     def padded(self) -> str:
         return self.shape_docs[1]
+
+    @property
+    def fill_text(self) -> str:
+        """What the docstrings say the pad holds: `fill_doc`, else read off `fill` (its code)."""
+        if self.fill_doc is not None:
+            return self.fill_doc
+        return "left uninitialised" if self.fill is None else f"stored code {int(self.fill)}"
 
     @property
     def roles_text(self) -> str:
@@ -207,7 +214,7 @@ def _named(fn: Any, name: str, module: str, doc: str) -> Any:
 def _tensor_docs(m: Module, r: Row) -> dict[str, str]:
     """The docstrings of `r`'s functions (the text a function written out per tensor had)."""
     n, opt = r.name, ", optional" if r.optional else ""
-    every = ".\n    Every" if len(r.fill_doc) > 28 else ". Every"
+    every = ".\n    Every" if len(r.fill_text) > 28 else ". Every"
     as_new = ",\n    as a new tensor." if len(n) > 18 else ", as a new tensor."
     docs = {
         "shapes": f"(logical shape, padded shape) of `{n}` ({r.kind} of {r.projection}) under `plan`.",
@@ -217,7 +224,7 @@ def _tensor_docs(m: Module, r: Row) -> dict[str, str]:
         {r.logical}
     Output (padded, same dtype):
         {r.padded}
-    Pad positions hold the {r.fill_doc}{every} logical element is written once, only
+    Pad positions hold the {r.fill_text}{every} logical element is written once, only
     pad positions are filled. When nothing is padded and `out` is None, returns
     `t` itself (no copy); with `out`, writes into it and returns it.
     Raises LayoutContractError on a wrong shape, dtype, device or layout, or an

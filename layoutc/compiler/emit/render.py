@@ -298,13 +298,13 @@ def _members(contract: ir.Contract, t: ir.Tensor) -> tuple[str, ...]:
 
 
 def _var(t: ir.Tensor) -> str:
-    """The module's private name of a tensor's functions (`_W13`); its row is `_W13_ROW`."""
+    """The module's private name of a tensor (`_W13`: runtime/wrappers.py `Tensor`, its row and functions)."""
     return f"_{t.name.upper()}"
 
 
 def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> TensorView:
-    """One tensor: its axis table's body, its `Row` (runtime/wrappers.py) and the names its
-    functions are bound to."""
+    """One tensor: its axis table's body, its row (`_MODULE.tensor(...)`, runtime/wrappers.py) and
+    the names its functions are bound to."""
     # a decoded value only where the contract declares it (`fill decoded V`, which the verifier
     # proves at every pad lane); `fill N` on a quantized tensor is a code, not a value
     fill_doc = "left uninitialised" if t.fill_kind == "uninit" else f"stored code {t.fill}" + (
@@ -315,8 +315,9 @@ def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> TensorVie
     args = [f"name={literal(t.name)}", f"kind={literal(t.kind)}", f"projection={literal(t.projection)}",
             f"line={t.span.line}", f"axis_names={literal(tuple(a.name for a in t.axes))}",
             f"axes=_{t.name}_axes", f"dtype={dtype}", f"fill={fill}",
-            f"shape_docs={literal(tuple(_doc_safe(_shape_doc(contract, t, w)) for w in ('logical', 'padded')))}",
-            f"fill_doc={literal(_doc_safe(fill_doc))}"]
+            f"shape_docs={literal(tuple(_doc_safe(_shape_doc(contract, t, w)) for w in ('logical', 'padded')))}"]
+    if _doc_safe(fill_doc) != _read_off_fill(fill):  # else the runtime reads it off `fill` (Row.fill_text)
+        args.append(f"fill_doc={literal(_doc_safe(fill_doc))}")
     if roles != "()":
         args.append(f"roles={roles}")
     if roles_doc is not None:  # a `when` alternative orders the roles otherwise: the runtime cannot read them off
@@ -340,6 +341,19 @@ def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> TensorVie
         row=call(f"{var} = _MODULE.tensor", args, 0),
         binds=_binds(names, var),
     )
+
+
+def _read_off_fill(fill: str) -> str | None:
+    """What runtime/wrappers.py `Row.fill_text` says of a row whose `fill` is the literal `fill`
+    and that states no fill_doc (None: a fill it does not read, a `FormatCode`)."""
+    if fill == "None":
+        return "left uninitialised"
+    for number in (int, float):
+        try:
+            return f"stored code {int(number(fill))}"
+        except ValueError:
+            continue
+    return None
 
 
 def _binds(names: list[str], var: str) -> list[str]:
@@ -523,10 +537,9 @@ def _rule_lines(rule: ir.Rule | ir.Align, file: str, kind: str) -> list[str]:
     where, message = literal(f"{file}:{rule.span.line}"), literal(rule.message)
     negated = render_negated(rule.cond, "", True)
     if kind == "require":
-        return [*statement("if ", negated, ":"),
-                *call("raise _p.refused", ["CONTRACT", where, message, values], 8)]
+        return [*statement("if ", negated, ":"), *call("raise _check.refused", [where, message, values], 8)]
     return [*statement("if reason is None and ", negated, ":"),
-            *call("reason = _p.broken", ["CONTRACT", '"admit"', where, message, values], 8)]
+            *call("reason = _check.not_admitted", [where, message, values], 8)]
 
 
 def _plan_body(contract: ir.Contract, rel_path: str, params: list[ParamView], ep: dict[str, Any] | None
