@@ -143,7 +143,7 @@ def plan(
     intermediate_size = _check("intermediate_size", intermediate_size)
     tp_size = _check("tp_size", tp_size)
     scheme = _check("scheme", scheme)
-    scale_dtype = _check("scale_dtype", scale_dtype)
+    scale_dtype = _check.dtype("scale_dtype", scale_dtype)
     activation = _check("activation", activation)
     block_n = {"fp8_block128": 128, "mxfp8": 1}[scheme]
     block_k = {"fp8_block128": 128, "mxfp8": 32}[scheme]

@@ -142,7 +142,7 @@ def plan(
     intermediate_size = _check("intermediate_size", intermediate_size)
     tp_size = _check("tp_size", tp_size)
     activation = _check("activation", activation)
-    dtype = _check("dtype", dtype)
+    dtype = _check.dtype("dtype", dtype)
     moe_padding_size = 32
     intermediate_size_per_partition = _p.round_up(
         _p.cdiv(intermediate_size, tp_size),

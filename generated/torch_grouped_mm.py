@@ -132,7 +132,7 @@ def plan(
     intermediate_size = _check("intermediate_size", intermediate_size)
     tp_size = _check("tp_size", tp_size)
     activation = _check("activation", activation)
-    dtype = _check("dtype", dtype)
+    dtype = _check.dtype("dtype", dtype)
     ep_size = _check("ep_size", ep_size)
     num_redundant_experts = _check("num_redundant_experts", num_redundant_experts)
     expert_placement = _ep.check_served(CONTRACT, expert_placement, ("linear",))

@@ -131,7 +131,7 @@ def plan(
     tp_size = _check("tp_size", tp_size)
     group_size = _check("group_size", group_size)
     activation = _check("activation", activation)
-    dtype = _check("dtype", dtype)
+    dtype = _check.dtype("dtype", dtype)
     shard_size = _p.cdiv(intermediate_size, (group_size * tp_size)) * group_size
     intermediate_size_per_partition = shard_size
     intermediate_size_per_partition_padded = shard_size

@@ -124,7 +124,7 @@ def plan(
     tp_size = _check("tp_size", tp_size)
     group_size = _check("group_size", group_size)
     activation = _check("activation", activation)
-    dtype = _check("dtype", dtype)
+    dtype = _check.dtype("dtype", dtype)
     intermediate_size_per_partition = intermediate_size // tp_size
     intermediate_size_per_partition_padded = _p.round_up(
         intermediate_size_per_partition,

@@ -132,7 +132,7 @@ def plan(
     tp_size = _check("tp_size", tp_size)
     group_size = _check("group_size", group_size)
     activation = _check("activation", activation)
-    dtype = _check("dtype", dtype)
+    dtype = _check.dtype("dtype", dtype)
     k_multiple = {"bfloat16": 16, "float16": 1, "float32": 1}[dtype]
     shard_size = _p.cdiv(intermediate_size, tp_size)
     intermediate_size_per_partition = shard_size

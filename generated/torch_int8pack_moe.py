@@ -119,7 +119,7 @@ def plan(
     intermediate_size = _check("intermediate_size", intermediate_size)
     tp_size = _check("tp_size", tp_size)
     activation = _check("activation", activation)
-    dtype = _check("dtype", dtype)
+    dtype = _check.dtype("dtype", dtype)
     k_multiple = {"bfloat16": 16, "float16": 1, "float32": 1}[dtype]
     intermediate_size_per_partition = intermediate_size // tp_size
     intermediate_size_per_partition_padded = _p.round_up(

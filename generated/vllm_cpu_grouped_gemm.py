@@ -145,7 +145,7 @@ def plan(
     tp_size = _check("tp_size", tp_size)
     isa = _check("isa", isa)
     activation = _check("activation", activation)
-    dtype = _check("dtype", dtype)
+    dtype = _check.dtype("dtype", dtype)
     swiglu_alpha_milli = _check("swiglu_alpha_milli", swiglu_alpha_milli)
     swiglu_limit_milli = _check("swiglu_limit_milli", swiglu_limit_milli)
     ep_size = _check("ep_size", ep_size)

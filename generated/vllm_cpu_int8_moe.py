@@ -138,7 +138,7 @@ def plan(
     tp_size = _check("tp_size", tp_size)
     isa = _check("isa", isa)
     activation = _check("activation", activation)
-    dtype = _check("dtype", dtype)
+    dtype = _check.dtype("dtype", dtype)
     intermediate_size_per_partition = intermediate_size // tp_size
     intermediate_size_per_partition_padded = intermediate_size_per_partition
     alignment = {"amx": 32, "neon": 32, "vsx": 16}[isa]

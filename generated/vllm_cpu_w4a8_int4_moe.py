@@ -145,7 +145,7 @@ def plan(
     tp_size = _check("tp_size", tp_size)
     group_size = _check("group_size", group_size)
     activation = _check("activation", activation)
-    scale_dtype = _check("scale_dtype", scale_dtype)
+    scale_dtype = _check.dtype("scale_dtype", scale_dtype)
     intermediate_size_per_partition = intermediate_size // tp_size
     intermediate_size_per_partition_padded = intermediate_size_per_partition
     k_multiple = 2 if (group_size == (-1)) else group_size

@@ -132,7 +132,7 @@ def plan(
     intermediate_size = _check("intermediate_size", intermediate_size)
     tp_size = _check("tp_size", tp_size)
     activation = _check("activation", activation)
-    dtype = _check("dtype", dtype)
+    dtype = _check.dtype("dtype", dtype)
     intermediate_size_per_partition = intermediate_size // tp_size
     intermediate_size_per_partition_padded = intermediate_size_per_partition
     if (intermediate_size % tp_size) != 0:

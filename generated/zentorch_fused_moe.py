@@ -132,7 +132,7 @@ def plan(
     intermediate_size = _check("intermediate_size", intermediate_size)
     tp_size = _check("tp_size", tp_size)
     activation = _check("activation", activation)
-    dtype = _check("dtype", dtype)
+    dtype = _check.dtype("dtype", dtype)
     swiglu_alpha_milli = _check("swiglu_alpha_milli", swiglu_alpha_milli)
     swiglu_limit_milli = _check("swiglu_limit_milli", swiglu_limit_milli)
     intermediate_size_per_partition = intermediate_size // tp_size

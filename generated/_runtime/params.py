@@ -106,6 +106,12 @@ class Checker:
             return check_dtype(who, name, value, p.values, where)
         return check_member(who, name, value, p.values, where)
 
+    def dtype(self, name: str, value: object) -> str:
+        """`check(name, value)` of a storage dtype parameter: the member's name (a `str`, also for
+        a `torch.dtype` given)."""
+        checked: str = self(name, value)
+        return checked
+
     def refused(self, where: str, message: str, values: dict[str, Any]) -> LayoutContractError:
         """The error of the `require` rule at `where` (file:line), broken by `values`, for `raise`."""
         return refused(self.who, where, message, values)

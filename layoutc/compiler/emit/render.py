@@ -278,7 +278,8 @@ def _params(contract: ir.Contract, dtype_params: list[str]) -> list[ParamView]:
         field_type = {"range": "int", "set": "int", "bool": "bool"}.get(p.kind, "str")
         if p.default is not None:
             annotation = f"{annotation} = {literal(p.default)}"
-        params.append(ParamView(p.name, [f"    {p.name} = _check({literal(p.name)}, {p.name})"],
+        check = "_check.dtype" if p.name in dtype_params else "_check"  # typed `str` for mypy
+        params.append(ParamView(p.name, [f"    {p.name} = {check}({literal(p.name)}, {p.name})"],
                                 annotation, field_type, _domain_doc(p)))
     return params
 
