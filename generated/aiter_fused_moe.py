@@ -27,18 +27,14 @@ Sources:
 - vllm 0.32.0: vllm/model_executor/models/gpt_oss.py GptOssModel._load_weights_mxfp4
   (per-rank rows cdiv(I // 32, tp) * 32, last rank shorter; w2 bias on rank 0 only)
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
-table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
-shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
-`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
-`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -46,9 +42,8 @@ from ._runtime import params as _p
 from ._runtime import wrappers as _w
 from ._runtime.algebra import Word
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
-from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam
+from ._runtime.interface import ModelsEntry, PlanParam
 from ._runtime.layout import Axis
-from ._runtime.plans import PlanChecker
 from ._runtime.wrappers import axis
 
 __all__ = [
@@ -80,9 +75,7 @@ PROVED: tuple[str, ...] = (
 POLICY = "error"
 FALLBACK: str | None = None
 
-_LOG = logging.getLogger(__name__)
-
-# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` ----
 
 _TP_SIZE_VALUES = (
     1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
@@ -143,26 +136,12 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        {
-            "num_experts": num_experts,
-            "hidden_size": hidden_size,
-            "intermediate_size": intermediate_size,
-            "tp_size": tp_size,
-            "activation": activation,
-            "activation_passed": activation_passed,
-        },
-        warn=True,
-    )
-
-
-def _plan(args: dict[str, Any], warn: bool) -> Plan:
-    num_experts = _check("num_experts", args["num_experts"])
-    hidden_size = _check("hidden_size", args["hidden_size"])
-    intermediate_size = _check("intermediate_size", args["intermediate_size"])
-    tp_size = _check("tp_size", args["tp_size"])
-    activation = _check("activation", args["activation"])
-    activation_passed = _check("activation_passed", args["activation_passed"])
+    num_experts = _check("num_experts", num_experts)
+    hidden_size = _check("hidden_size", hidden_size)
+    intermediate_size = _check("intermediate_size", intermediate_size)
+    tp_size = _check("tp_size", tp_size)
+    activation = _check("activation", activation)
+    activation_passed = _check("activation_passed", activation_passed)
     intermediate_size_per_partition = intermediate_size // tp_size
     alignment = 128 if ((activation == "silu") and (activation_passed == 1)) else 256
     intermediate_size_per_partition_padded = _p.round_up(
@@ -176,8 +155,7 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     )  # fmt: skip
     flydsl = tp_size == 1
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/aiter_fused_moe.moe:24",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
@@ -186,9 +164,7 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     if reason is None and (
         not ((activation == "swigluoai") or ((intermediate_size_per_partition % 32) == 0))
     ):  # fmt: skip
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/aiter_fused_moe.moe:48",
             "MXFP4 w2 scales cover blocks of 32 along the intermediate dim: intermediate_size / tp_size must be a whole number of blocks",
             {
@@ -197,9 +173,7 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
             },
         )
     if reason is None and not ((activation != "swigluoai") or ((intermediate_size % 32) == 0)):
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/aiter_fused_moe.moe:49",
             "a gpt-oss MXFP4 checkpoint holds whole 32-value blocks: intermediate_size must be a multiple of 32",
             {"activation": activation, "intermediate_size": intermediate_size},
@@ -207,43 +181,22 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     if reason is not None:
         raise LayoutContractError(reason)
     return Plan(
-        num_experts=num_experts,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        tp_size=tp_size,
-        activation=activation,
-        activation_passed=activation_passed,
-        intermediate_size_per_partition=intermediate_size_per_partition,
-        alignment=alignment,
+        num_experts=num_experts, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        tp_size=tp_size, activation=activation, activation_passed=activation_passed,
+        intermediate_size_per_partition=intermediate_size_per_partition, alignment=alignment,
         intermediate_size_per_partition_padded=intermediate_size_per_partition_padded,
-        hidden_size_padded=hidden_size_padded,
-        shard_size=shard_size,
-        flydsl=flydsl,
-        supported=reason is None,
-        reason=reason,
-    )
+        hidden_size_padded=hidden_size_padded, shard_size=shard_size, flydsl=flydsl,
+        supported=reason is None, reason=reason,
+    )  # fmt: skip
 
 
-def _replan(p: Plan) -> Plan:
-    """A Plan's parameters planned again (PlanChecker refuses one not made by plan())."""
-    return _plan(
-        {
-            "num_experts": p.num_experts,
-            "hidden_size": p.hidden_size,
-            "intermediate_size": p.intermediate_size,
-            "tp_size": p.tp_size,
-            "activation": p.activation,
-            "activation_passed": p.activation_passed,
-        },
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _replan)
-_MODULE = _w.Module(
+_MODULE = _w.module(
+    __name__,
     CONTRACT,
     SOURCE_FILE,
-    _PLANS,
+    plan,
+    Plan,
+    _PARAMS,
     tp_param="tp_size",
     block_shard="`shard ... in blocks of 32`, line 47",
 )
@@ -261,7 +214,7 @@ def kernel_args(plan: Plan) -> dict[str, int]:
         positions of each segment of w13.n, w2.k (contract line 101).
     Raises LayoutContractError for a plan not made by `plan()` or not supported.
     """
-    _PLANS.require(plan)
+    _MODULE.plans.require(plan)
     return {
         "hidden_pad": _p.round_down((plan.hidden_size_padded - plan.hidden_size), 128),
         "intermediate_pad": (
@@ -327,9 +280,9 @@ def _w2_bias_axes(plan: Plan) -> tuple[Axis, ...]:
     )
 
 
-# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions ----
 
-_W13_ROW = _w.Row(
+_W13 = _MODULE.tensor(
     name="w13",
     kind="weight",
     projection="w13",
@@ -342,14 +295,11 @@ _W13_ROW = _w.Row(
         "[num_experts, 2 * shard_size, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13 = _w.tensor_functions(_MODULE, _W13_ROW, {}, __name__)
 w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
 
-_W2_ROW = _w.Row(
+_W2 = _MODULE.tensor(
     name="w2",
     kind="weight",
     projection="w2",
@@ -362,12 +312,10 @@ _W2_ROW = _w.Row(
         "[num_experts, hidden_size, shard_size]",
         "[num_experts, hidden_size_padded, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
-_W2 = _w.tensor_functions(_MODULE, _W2_ROW, {}, __name__)
 w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
-_W13_BIAS_ROW = _w.Row(
+_W13_BIAS = _MODULE.tensor(
     name="w13_bias",
     kind="bias",
     projection="w13",
@@ -380,21 +328,13 @@ _W13_BIAS_ROW = _w.Row(
         "[num_experts, 2 * shard_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
     optional=True,
 )
-_W13_BIAS = _w.tensor_functions(_MODULE, _W13_BIAS_ROW, {}, __name__)
-w13_bias_shapes = _W13_BIAS.shapes
-pad_w13_bias = _W13_BIAS.pad
-unpad_w13_bias = _W13_BIAS.unpad
-w13_bias_full_shape = _W13_BIAS.full_shape
-shard_w13_bias = _W13_BIAS.shard
-alloc_w13_bias = _W13_BIAS.alloc
-load_w13_bias = _W13_BIAS.load
+w13_bias_shapes, pad_w13_bias, unpad_w13_bias, w13_bias_full_shape, shard_w13_bias = _W13_BIAS[:5]
+alloc_w13_bias, load_w13_bias = _W13_BIAS[5:]
 
-_W2_BIAS_ROW = _w.Row(
+_W2_BIAS = _MODULE.tensor(
     name="w2_bias",
     kind="bias",
     projection="w2",
@@ -404,36 +344,14 @@ _W2_BIAS_ROW = _w.Row(
     dtype=torch.bfloat16,
     fill=0.0,
     shape_docs=("[num_experts, hidden_size]", "[num_experts, hidden_size_padded]"),
-    fill_doc="stored code 0",
     optional=True,
 )
-_W2_BIAS = _w.tensor_functions(_MODULE, _W2_BIAS_ROW, {}, __name__)
-w2_bias_shapes = _W2_BIAS.shapes
-pad_w2_bias = _W2_BIAS.pad
-unpad_w2_bias = _W2_BIAS.unpad
-w2_bias_full_shape = _W2_BIAS.full_shape
-shard_w2_bias = _W2_BIAS.shard
-alloc_w2_bias = _W2_BIAS.alloc
-load_w2_bias = _W2_BIAS.load
+w2_bias_shapes, pad_w2_bias, unpad_w2_bias, w2_bias_full_shape, shard_w2_bias = _W2_BIAS[:5]
+alloc_w2_bias, load_w2_bias = _W2_BIAS[5:]
 
-
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
-
-LAYOUT = ModuleLayout(
-    version=LAYOUT_VERSION,
-    contract=CONTRACT,
-    source_file=SOURCE_FILE,
-    plan=plan,
-    plan_type=Plan,
-    plan_params=_PARAMS,
-    shard_count="tp_size",
-    tensors=(
-        _w.entry(_W13_ROW, _W13),
-        _w.entry(_W2_ROW, _W2),
-        _w.entry(_W13_BIAS_ROW, _W13_BIAS),
-        _w.entry(_W2_BIAS_ROW, _W2_BIAS),
-    ),
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
+LAYOUT = _MODULE.layout(
+    (_W13, _W2, _W13_BIAS, _W2_BIAS),
     models=(
         ModelsEntry(
             "vllm",

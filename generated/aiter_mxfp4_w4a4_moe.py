@@ -24,18 +24,14 @@ Sources:
   convert_gpt_oss_weight_to_mxfp4_moe_kernel_format (AITER_MXFP4_MXFP4: rows as loaded,
   then shuffle_weights)
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
-table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
-shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
-`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
-`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -43,9 +39,8 @@ from ._runtime import params as _p
 from ._runtime import wrappers as _w
 from ._runtime.algebra import Word
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
-from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam
+from ._runtime.interface import ModelsEntry, PlanParam
 from ._runtime.layout import Axis
-from ._runtime.plans import PlanChecker
 from ._runtime.wrappers import axis
 
 __all__ = [
@@ -76,9 +71,7 @@ PROVED: tuple[str, ...] = (
 POLICY = "error"
 FALLBACK: str | None = None
 
-_LOG = logging.getLogger(__name__)
-
-# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` ----
 
 _TP_SIZE_VALUES = (
     1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
@@ -133,31 +126,17 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        {
-            "num_experts": num_experts,
-            "hidden_size": hidden_size,
-            "intermediate_size": intermediate_size,
-            "tp_size": tp_size,
-            "activation": activation,
-        },
-        warn=True,
-    )
-
-
-def _plan(args: dict[str, Any], warn: bool) -> Plan:
-    num_experts = _check("num_experts", args["num_experts"])
-    hidden_size = _check("hidden_size", args["hidden_size"])
-    intermediate_size = _check("intermediate_size", args["intermediate_size"])
-    tp_size = _check("tp_size", args["tp_size"])
-    activation = _check("activation", args["activation"])
+    num_experts = _check("num_experts", num_experts)
+    hidden_size = _check("hidden_size", hidden_size)
+    intermediate_size = _check("intermediate_size", intermediate_size)
+    tp_size = _check("tp_size", tp_size)
+    activation = _check("activation", activation)
     intermediate_size_per_partition = intermediate_size // tp_size
     intermediate_size_per_partition_padded = _p.round_up(intermediate_size_per_partition, 256)
     hidden_size_padded = _p.round_up(hidden_size, 256)
     flydsl = tp_size == 1
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/aiter_mxfp4_w4a4_moe.moe:25",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
@@ -166,9 +145,7 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     if reason is None and (
         not ((activation == "swigluoai") or ((intermediate_size_per_partition % 32) == 0))
     ):  # fmt: skip
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/aiter_mxfp4_w4a4_moe.moe:36",
             "MXFP4 w2 scales cover blocks of 32 along the intermediate dim: intermediate_size / tp_size must be a whole number of blocks",
             {
@@ -177,9 +154,7 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
             },
         )
     if reason is None and activation == "swigluoai":
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/aiter_mxfp4_w4a4_moe.moe:43",
             "gpt-oss (swigluoai) on AITER W4A4: vLLM hands the kernel interleaved (gate, up) rows, which this contract's [gate | up] view does not state",
             {"activation": activation},
@@ -187,36 +162,16 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     if reason is not None:
         raise LayoutContractError(reason)
     return Plan(
-        num_experts=num_experts,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        tp_size=tp_size,
-        activation=activation,
+        num_experts=num_experts, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        tp_size=tp_size, activation=activation,
         intermediate_size_per_partition=intermediate_size_per_partition,
         intermediate_size_per_partition_padded=intermediate_size_per_partition_padded,
-        hidden_size_padded=hidden_size_padded,
-        flydsl=flydsl,
-        supported=reason is None,
+        hidden_size_padded=hidden_size_padded, flydsl=flydsl, supported=reason is None,
         reason=reason,
-    )
+    )  # fmt: skip
 
 
-def _replan(p: Plan) -> Plan:
-    """A Plan's parameters planned again (PlanChecker refuses one not made by plan())."""
-    return _plan(
-        {
-            "num_experts": p.num_experts,
-            "hidden_size": p.hidden_size,
-            "intermediate_size": p.intermediate_size,
-            "tp_size": p.tp_size,
-            "activation": p.activation,
-        },
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _replan)
-_MODULE = _w.Module(CONTRACT, SOURCE_FILE, _PLANS, tp_param="tp_size")
+_MODULE = _w.module(__name__, CONTRACT, SOURCE_FILE, plan, Plan, _PARAMS, tp_param="tp_size")
 
 
 def kernel_args(plan: Plan) -> dict[str, int]:
@@ -231,7 +186,7 @@ def kernel_args(plan: Plan) -> dict[str, int]:
         positions of each segment of w13.n, w2.k (contract line 93).
     Raises LayoutContractError for a plan not made by `plan()` or not supported.
     """
-    _PLANS.require(plan)
+    _MODULE.plans.require(plan)
     return {
         "hidden_pad": _p.round_down((plan.hidden_size_padded - plan.hidden_size), 128),
         "intermediate_pad": (
@@ -294,9 +249,9 @@ def _w2_bias_axes(plan: Plan) -> tuple[Axis, ...]:
     )
 
 
-# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions ----
 
-_W13_ROW = _w.Row(
+_W13 = _MODULE.tensor(
     name="w13",
     kind="weight",
     projection="w13",
@@ -309,14 +264,11 @@ _W13_ROW = _w.Row(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13 = _w.tensor_functions(_MODULE, _W13_ROW, {}, __name__)
 w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
 
-_W2_ROW = _w.Row(
+_W2 = _MODULE.tensor(
     name="w2",
     kind="weight",
     projection="w2",
@@ -329,12 +281,10 @@ _W2_ROW = _w.Row(
         "[num_experts, hidden_size, intermediate_size_per_partition]",
         "[num_experts, hidden_size_padded, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
-_W2 = _w.tensor_functions(_MODULE, _W2_ROW, {}, __name__)
 w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
-_W13_BIAS_ROW = _w.Row(
+_W13_BIAS = _MODULE.tensor(
     name="w13_bias",
     kind="bias",
     projection="w13",
@@ -347,21 +297,13 @@ _W13_BIAS_ROW = _w.Row(
         "[num_experts, 2 * intermediate_size_per_partition]",
         "[num_experts, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
     optional=True,
 )
-_W13_BIAS = _w.tensor_functions(_MODULE, _W13_BIAS_ROW, {}, __name__)
-w13_bias_shapes = _W13_BIAS.shapes
-pad_w13_bias = _W13_BIAS.pad
-unpad_w13_bias = _W13_BIAS.unpad
-w13_bias_full_shape = _W13_BIAS.full_shape
-shard_w13_bias = _W13_BIAS.shard
-alloc_w13_bias = _W13_BIAS.alloc
-load_w13_bias = _W13_BIAS.load
+w13_bias_shapes, pad_w13_bias, unpad_w13_bias, w13_bias_full_shape, shard_w13_bias = _W13_BIAS[:5]
+alloc_w13_bias, load_w13_bias = _W13_BIAS[5:]
 
-_W2_BIAS_ROW = _w.Row(
+_W2_BIAS = _MODULE.tensor(
     name="w2_bias",
     kind="bias",
     projection="w2",
@@ -371,36 +313,14 @@ _W2_BIAS_ROW = _w.Row(
     dtype=torch.bfloat16,
     fill=0.0,
     shape_docs=("[num_experts, hidden_size]", "[num_experts, hidden_size_padded]"),
-    fill_doc="stored code 0",
     optional=True,
 )
-_W2_BIAS = _w.tensor_functions(_MODULE, _W2_BIAS_ROW, {}, __name__)
-w2_bias_shapes = _W2_BIAS.shapes
-pad_w2_bias = _W2_BIAS.pad
-unpad_w2_bias = _W2_BIAS.unpad
-w2_bias_full_shape = _W2_BIAS.full_shape
-shard_w2_bias = _W2_BIAS.shard
-alloc_w2_bias = _W2_BIAS.alloc
-load_w2_bias = _W2_BIAS.load
+w2_bias_shapes, pad_w2_bias, unpad_w2_bias, w2_bias_full_shape, shard_w2_bias = _W2_BIAS[:5]
+alloc_w2_bias, load_w2_bias = _W2_BIAS[5:]
 
-
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
-
-LAYOUT = ModuleLayout(
-    version=LAYOUT_VERSION,
-    contract=CONTRACT,
-    source_file=SOURCE_FILE,
-    plan=plan,
-    plan_type=Plan,
-    plan_params=_PARAMS,
-    shard_count="tp_size",
-    tensors=(
-        _w.entry(_W13_ROW, _W13),
-        _w.entry(_W2_ROW, _W2),
-        _w.entry(_W13_BIAS_ROW, _W13_BIAS),
-        _w.entry(_W2_BIAS_ROW, _W2_BIAS),
-    ),
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
+LAYOUT = _MODULE.layout(
+    (_W13, _W2, _W13_BIAS, _W2_BIAS),
     models=(
         ModelsEntry(
             "vllm",

@@ -17,29 +17,23 @@ Sources:
   marlin_moe_padded_intermediate,
   check_moe_marlin_supports_config(allow_tile_padding=True)
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
-table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
-shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
-`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
-`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from ._runtime import params as _p
 from ._runtime import wrappers as _w
 from ._runtime.algebra import Word
-from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
-from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam
+from ._runtime.interface import ModelsEntry, PlanParam
 from ._runtime.layout import Axis
-from ._runtime.plans import PlanChecker
 from ._runtime.wrappers import axis
 
 __all__ = [
@@ -71,9 +65,7 @@ PROVED: tuple[str, ...] = (
 POLICY = "error"
 FALLBACK: str | None = None
 
-_LOG = logging.getLogger(__name__)
-
-# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` ----
 
 _TP_SIZE_VALUES = (
     1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
@@ -135,28 +127,13 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        {
-            "num_experts": num_experts,
-            "hidden_size": hidden_size,
-            "intermediate_size": intermediate_size,
-            "tp_size": tp_size,
-            "group_size": group_size,
-            "activation": activation,
-            "dtype": dtype,
-        },
-        warn=True,
-    )
-
-
-def _plan(args: dict[str, Any], warn: bool) -> Plan:
-    num_experts = _check("num_experts", args["num_experts"])
-    hidden_size = _check("hidden_size", args["hidden_size"])
-    intermediate_size = _check("intermediate_size", args["intermediate_size"])
-    tp_size = _check("tp_size", args["tp_size"])
-    group_size = _check("group_size", args["group_size"])
-    activation = _check("activation", args["activation"])
-    dtype = _check("dtype", args["dtype"])
+    num_experts = _check("num_experts", num_experts)
+    hidden_size = _check("hidden_size", hidden_size)
+    intermediate_size = _check("intermediate_size", intermediate_size)
+    tp_size = _check("tp_size", tp_size)
+    group_size = _check("group_size", group_size)
+    activation = _check("activation", activation)
+    dtype = _check.dtype("dtype", dtype)
     intermediate_size_per_partition = intermediate_size // tp_size
     group = 1 if (group_size == (-1)) else group_size
     intermediate_size_per_partition_padded = _p.round_up(
@@ -164,38 +141,32 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
         _p.lcm(64, group),
     )
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_awq.moe:27",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     if (intermediate_size_per_partition % 8) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_awq.moe:39",
             "AWQ packs 8 int4 per int32 along w13's output dim: intermediate_size_per_partition must be a multiple of 8",
             {"intermediate_size_per_partition": intermediate_size_per_partition},
         )
     if (hidden_size % 8) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_awq.moe:40",
             "w2_qweight packs 8 int4 per int32 along hidden_size",
             {"hidden_size": hidden_size},
         )
     if not ((group_size == (-1)) or ((hidden_size % group) == 0)):
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_awq.moe:41",
             "hidden_size must be a whole number of quant groups",
             {"group_size": group_size, "hidden_size": hidden_size, "group": group},
         )
     reason: str | None = None
     if reason is None and (hidden_size % 128) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/marlin_moe_awq.moe:34",
             "Marlin needs hidden_size % 128 == 0; hidden is never padded",
             {"hidden_size": hidden_size},
@@ -203,9 +174,7 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     if reason is None and (
         not ((group_size == (-1)) or ((intermediate_size_per_partition % group) == 0))
     ):  # fmt: skip
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/marlin_moe_awq.moe:35",
             "intermediate_size_per_partition must be a multiple of group_size: no quant group may straddle the pad boundary",
             {
@@ -217,39 +186,15 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     if reason is not None:
         raise LayoutContractError(reason)
     return Plan(
-        num_experts=num_experts,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        tp_size=tp_size,
-        group_size=group_size,
-        activation=activation,
-        dtype=dtype,
-        intermediate_size_per_partition=intermediate_size_per_partition,
-        group=group,
+        num_experts=num_experts, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        tp_size=tp_size, group_size=group_size, activation=activation, dtype=dtype,
+        intermediate_size_per_partition=intermediate_size_per_partition, group=group,
         intermediate_size_per_partition_padded=intermediate_size_per_partition_padded,
-        supported=reason is None,
-        reason=reason,
-    )
+        supported=reason is None, reason=reason,
+    )  # fmt: skip
 
 
-def _replan(p: Plan) -> Plan:
-    """A Plan's parameters planned again (PlanChecker refuses one not made by plan())."""
-    return _plan(
-        {
-            "num_experts": p.num_experts,
-            "hidden_size": p.hidden_size,
-            "intermediate_size": p.intermediate_size,
-            "tp_size": p.tp_size,
-            "group_size": p.group_size,
-            "activation": p.activation,
-            "dtype": p.dtype,
-        },
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _replan)
-_MODULE = _w.Module(CONTRACT, SOURCE_FILE, _PLANS, tp_param="tp_size")
+_MODULE = _w.module(__name__, CONTRACT, SOURCE_FILE, plan, Plan, _PARAMS, tp_param="tp_size")
 
 
 # ---- axis tables: one `axis(name, word, logical=, padded=, segments=, sharded=)` per dim ----
@@ -342,9 +287,9 @@ def _w2_qzeros_axes(plan: Plan) -> tuple[Axis, ...]:
     )
 
 
-# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions ----
 
-_W13_QWEIGHT_ROW = _w.Row(
+_W13_QWEIGHT = _MODULE.tensor(
     name="w13_qweight",
     kind="weight",
     projection="w13",
@@ -357,20 +302,12 @@ _W13_QWEIGHT_ROW = _w.Row(
         "[num_experts, hidden_size, 2 * intermediate_size_per_partition / 8]",
         "[num_experts, hidden_size, 2 * intermediate_size_per_partition_padded / 8]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13_QWEIGHT = _w.tensor_functions(_MODULE, _W13_QWEIGHT_ROW, _DTYPES, __name__)
-w13_qweight_shapes = _W13_QWEIGHT.shapes
-pad_w13_qweight = _W13_QWEIGHT.pad
-unpad_w13_qweight = _W13_QWEIGHT.unpad
-w13_qweight_full_shape = _W13_QWEIGHT.full_shape
-shard_w13_qweight = _W13_QWEIGHT.shard
-alloc_w13_qweight = _W13_QWEIGHT.alloc
-load_w13_qweight = _W13_QWEIGHT.load
+w13_qweight_shapes, pad_w13_qweight, unpad_w13_qweight, w13_qweight_full_shape = _W13_QWEIGHT[:4]
+shard_w13_qweight, alloc_w13_qweight, load_w13_qweight = _W13_QWEIGHT[4:]
 
-_W13_SCALES_ROW = _w.Row(
+_W13_SCALES = _MODULE.tensor(
     name="w13_scales",
     kind="scale",
     projection="w13",
@@ -383,20 +320,12 @@ _W13_SCALES_ROW = _w.Row(
         "[num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition]",
         "[num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13_SCALES = _w.tensor_functions(_MODULE, _W13_SCALES_ROW, _DTYPES, __name__)
-w13_scales_shapes = _W13_SCALES.shapes
-pad_w13_scales = _W13_SCALES.pad
-unpad_w13_scales = _W13_SCALES.unpad
-w13_scales_full_shape = _W13_SCALES.full_shape
-shard_w13_scales = _W13_SCALES.shard
-alloc_w13_scales = _W13_SCALES.alloc
-load_w13_scales = _W13_SCALES.load
+w13_scales_shapes, pad_w13_scales, unpad_w13_scales, w13_scales_full_shape = _W13_SCALES[:4]
+shard_w13_scales, alloc_w13_scales, load_w13_scales = _W13_SCALES[4:]
 
-_W13_QZEROS_ROW = _w.Row(
+_W13_QZEROS = _MODULE.tensor(
     name="w13_qzeros",
     kind="zero",
     projection="w13",
@@ -409,20 +338,12 @@ _W13_QZEROS_ROW = _w.Row(
         "[num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition / 8]",
         "[num_experts, hidden_size / group_size, 2 * intermediate_size_per_partition_padded / 8]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13_QZEROS = _w.tensor_functions(_MODULE, _W13_QZEROS_ROW, _DTYPES, __name__)
-w13_qzeros_shapes = _W13_QZEROS.shapes
-pad_w13_qzeros = _W13_QZEROS.pad
-unpad_w13_qzeros = _W13_QZEROS.unpad
-w13_qzeros_full_shape = _W13_QZEROS.full_shape
-shard_w13_qzeros = _W13_QZEROS.shard
-alloc_w13_qzeros = _W13_QZEROS.alloc
-load_w13_qzeros = _W13_QZEROS.load
+w13_qzeros_shapes, pad_w13_qzeros, unpad_w13_qzeros, w13_qzeros_full_shape = _W13_QZEROS[:4]
+shard_w13_qzeros, alloc_w13_qzeros, load_w13_qzeros = _W13_QZEROS[4:]
 
-_W2_QWEIGHT_ROW = _w.Row(
+_W2_QWEIGHT = _MODULE.tensor(
     name="w2_qweight",
     kind="weight",
     projection="w2",
@@ -435,18 +356,11 @@ _W2_QWEIGHT_ROW = _w.Row(
         "[num_experts, intermediate_size_per_partition, hidden_size / 8]",
         "[num_experts, intermediate_size_per_partition_padded, hidden_size / 8]",
     ),
-    fill_doc="stored code 0",
 )
-_W2_QWEIGHT = _w.tensor_functions(_MODULE, _W2_QWEIGHT_ROW, _DTYPES, __name__)
-w2_qweight_shapes = _W2_QWEIGHT.shapes
-pad_w2_qweight = _W2_QWEIGHT.pad
-unpad_w2_qweight = _W2_QWEIGHT.unpad
-w2_qweight_full_shape = _W2_QWEIGHT.full_shape
-shard_w2_qweight = _W2_QWEIGHT.shard
-alloc_w2_qweight = _W2_QWEIGHT.alloc
-load_w2_qweight = _W2_QWEIGHT.load
+w2_qweight_shapes, pad_w2_qweight, unpad_w2_qweight, w2_qweight_full_shape = _W2_QWEIGHT[:4]
+shard_w2_qweight, alloc_w2_qweight, load_w2_qweight = _W2_QWEIGHT[4:]
 
-_W2_SCALES_ROW = _w.Row(
+_W2_SCALES = _MODULE.tensor(
     name="w2_scales",
     kind="scale",
     projection="w2",
@@ -459,18 +373,11 @@ _W2_SCALES_ROW = _w.Row(
         "[num_experts, intermediate_size_per_partition / group_size, hidden_size]",
         "[num_experts, intermediate_size_per_partition_padded / group_size, hidden_size]",
     ),
-    fill_doc="stored code 0",
 )
-_W2_SCALES = _w.tensor_functions(_MODULE, _W2_SCALES_ROW, _DTYPES, __name__)
-w2_scales_shapes = _W2_SCALES.shapes
-pad_w2_scales = _W2_SCALES.pad
-unpad_w2_scales = _W2_SCALES.unpad
-w2_scales_full_shape = _W2_SCALES.full_shape
-shard_w2_scales = _W2_SCALES.shard
-alloc_w2_scales = _W2_SCALES.alloc
-load_w2_scales = _W2_SCALES.load
+w2_scales_shapes, pad_w2_scales, unpad_w2_scales, w2_scales_full_shape = _W2_SCALES[:4]
+shard_w2_scales, alloc_w2_scales, load_w2_scales = _W2_SCALES[4:]
 
-_W2_QZEROS_ROW = _w.Row(
+_W2_QZEROS = _MODULE.tensor(
     name="w2_qzeros",
     kind="zero",
     projection="w2",
@@ -483,37 +390,13 @@ _W2_QZEROS_ROW = _w.Row(
         "[num_experts, intermediate_size_per_partition / group_size, hidden_size / 8]",
         "[num_experts, intermediate_size_per_partition_padded / group_size, hidden_size / 8]",
     ),
-    fill_doc="stored code 0",
 )
-_W2_QZEROS = _w.tensor_functions(_MODULE, _W2_QZEROS_ROW, _DTYPES, __name__)
-w2_qzeros_shapes = _W2_QZEROS.shapes
-pad_w2_qzeros = _W2_QZEROS.pad
-unpad_w2_qzeros = _W2_QZEROS.unpad
-w2_qzeros_full_shape = _W2_QZEROS.full_shape
-shard_w2_qzeros = _W2_QZEROS.shard
-alloc_w2_qzeros = _W2_QZEROS.alloc
-load_w2_qzeros = _W2_QZEROS.load
+w2_qzeros_shapes, pad_w2_qzeros, unpad_w2_qzeros, w2_qzeros_full_shape = _W2_QZEROS[:4]
+shard_w2_qzeros, alloc_w2_qzeros, load_w2_qzeros = _W2_QZEROS[4:]
 
-
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
-
-LAYOUT = ModuleLayout(
-    version=LAYOUT_VERSION,
-    contract=CONTRACT,
-    source_file=SOURCE_FILE,
-    plan=plan,
-    plan_type=Plan,
-    plan_params=_PARAMS,
-    shard_count="tp_size",
-    tensors=(
-        _w.entry(_W13_QWEIGHT_ROW, _W13_QWEIGHT),
-        _w.entry(_W13_SCALES_ROW, _W13_SCALES),
-        _w.entry(_W13_QZEROS_ROW, _W13_QZEROS),
-        _w.entry(_W2_QWEIGHT_ROW, _W2_QWEIGHT),
-        _w.entry(_W2_SCALES_ROW, _W2_SCALES),
-        _w.entry(_W2_QZEROS_ROW, _W2_QZEROS),
-    ),
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
+LAYOUT = _MODULE.layout(
+    (_W13_QWEIGHT, _W13_SCALES, _W13_QZEROS, _W2_QWEIGHT, _W2_SCALES, _W2_QZEROS),
     models=(
         ModelsEntry(
             "vllm",

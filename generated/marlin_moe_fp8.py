@@ -25,29 +25,23 @@ Sources:
   RoutedExperts._load_model_weight_or_group_weight_scale (padded-TP branch: rows clipped
   to I, the rest zero-filled for weights and one-filled for scales)
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
-table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
-shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
-`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
-`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from ._runtime import params as _p
 from ._runtime import wrappers as _w
 from ._runtime.algebra import Word
-from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
-from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam
+from ._runtime.interface import ModelsEntry, PlanParam
 from ._runtime.layout import Axis
-from ._runtime.plans import PlanChecker
 from ._runtime.wrappers import axis
 
 __all__ = [
@@ -81,9 +75,7 @@ PROVED: tuple[str, ...] = (
 POLICY = "error"
 FALLBACK: str | None = None
 
-_LOG = logging.getLogger(__name__)
-
-# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` ----
 
 _TP_SIZE_VALUES = (
     1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
@@ -146,28 +138,13 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        {
-            "num_experts": num_experts,
-            "hidden_size": hidden_size,
-            "intermediate_size": intermediate_size,
-            "tp_size": tp_size,
-            "scheme": scheme,
-            "scale_dtype": scale_dtype,
-            "activation": activation,
-        },
-        warn=True,
-    )
-
-
-def _plan(args: dict[str, Any], warn: bool) -> Plan:
-    num_experts = _check("num_experts", args["num_experts"])
-    hidden_size = _check("hidden_size", args["hidden_size"])
-    intermediate_size = _check("intermediate_size", args["intermediate_size"])
-    tp_size = _check("tp_size", args["tp_size"])
-    scheme = _check("scheme", args["scheme"])
-    scale_dtype = _check("scale_dtype", args["scale_dtype"])
-    activation = _check("activation", args["activation"])
+    num_experts = _check("num_experts", num_experts)
+    hidden_size = _check("hidden_size", hidden_size)
+    intermediate_size = _check("intermediate_size", intermediate_size)
+    tp_size = _check("tp_size", tp_size)
+    scheme = _check("scheme", scheme)
+    scale_dtype = _check.dtype("scale_dtype", scale_dtype)
+    activation = _check("activation", activation)
     block_n = {"fp8_block128": 128, "mxfp8": 1}[scheme]
     block_k = {"fp8_block128": 128, "mxfp8": 32}[scheme]
     intermediate_size_per_partition = (
@@ -179,32 +156,26 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
         _p.lcm(64, block_k),
     )
     if (scheme == "fp8_block128") != (scale_dtype == "float32"):
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_fp8.moe:21",
             "block FP8 scales are float32, MXFP8 scales are E8M0 bytes (uint8)",
             {"scheme": scheme, "scale_dtype": scale_dtype},
         )
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_fp8.moe:22",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     reason: str | None = None
     if reason is None and not ((scheme != "fp8_block128") or ((intermediate_size % 128) == 0)):
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/marlin_moe_fp8.moe:42",
             "block FP8 holds whole 128-row scale blocks: intermediate_size must be a multiple of 128 (vLLM's pad_tp_shard_to_weight_blocks at tp > 1, validate_fp8_block_shape_moe or the refined block Marlin does not take at tp = 1)",
             {"scheme": scheme, "intermediate_size": intermediate_size},
         )
     if reason is None and (intermediate_size_per_partition % block_k) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/marlin_moe_fp8.moe:44",
             "the per-rank intermediate size must be a whole number of scale blocks (block_k)",
             {
@@ -213,9 +184,7 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
             },
         )
     if reason is None and (hidden_size % 128) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/marlin_moe_fp8.moe:47",
             "hidden_size must be a multiple of 128 (Marlin tile; also whole scale blocks); hidden is never padded",
             {"hidden_size": hidden_size},
@@ -223,43 +192,22 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     if reason is not None:
         raise LayoutContractError(reason)
     return Plan(
-        num_experts=num_experts,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        tp_size=tp_size,
-        scheme=scheme,
-        scale_dtype=scale_dtype,
-        activation=activation,
-        block_n=block_n,
-        block_k=block_k,
+        num_experts=num_experts, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        tp_size=tp_size, scheme=scheme, scale_dtype=scale_dtype, activation=activation,
+        block_n=block_n, block_k=block_k,
         intermediate_size_per_partition=intermediate_size_per_partition,
         intermediate_size_per_partition_padded=intermediate_size_per_partition_padded,
-        supported=reason is None,
-        reason=reason,
-    )
+        supported=reason is None, reason=reason,
+    )  # fmt: skip
 
 
-def _replan(p: Plan) -> Plan:
-    """A Plan's parameters planned again (PlanChecker refuses one not made by plan())."""
-    return _plan(
-        {
-            "num_experts": p.num_experts,
-            "hidden_size": p.hidden_size,
-            "intermediate_size": p.intermediate_size,
-            "tp_size": p.tp_size,
-            "scheme": p.scheme,
-            "scale_dtype": p.scale_dtype,
-            "activation": p.activation,
-        },
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _replan)
-_MODULE = _w.Module(
+_MODULE = _w.module(
+    __name__,
     CONTRACT,
     SOURCE_FILE,
-    _PLANS,
+    plan,
+    Plan,
+    _PARAMS,
     tp_param="tp_size",
     block_shard="`shard ... in blocks of block_k`, line 41",
 )
@@ -330,9 +278,9 @@ def _w2_weight_scale_axes(plan: Plan) -> tuple[Axis, ...]:
     )
 
 
-# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions ----
 
-_W13_WEIGHT_ROW = _w.Row(
+_W13_WEIGHT = _MODULE.tensor(
     name="w13_weight",
     kind="weight",
     projection="w13",
@@ -347,18 +295,11 @@ _W13_WEIGHT_ROW = _w.Row(
     ),
     fill_doc="stored code 0 (`fill decoded 0`: decodes to 0)",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13_WEIGHT = _w.tensor_functions(_MODULE, _W13_WEIGHT_ROW, _DTYPES, __name__)
-w13_weight_shapes = _W13_WEIGHT.shapes
-pad_w13_weight = _W13_WEIGHT.pad
-unpad_w13_weight = _W13_WEIGHT.unpad
-w13_weight_full_shape = _W13_WEIGHT.full_shape
-shard_w13_weight = _W13_WEIGHT.shard
-alloc_w13_weight = _W13_WEIGHT.alloc
-load_w13_weight = _W13_WEIGHT.load
+w13_weight_shapes, pad_w13_weight, unpad_w13_weight, w13_weight_full_shape = _W13_WEIGHT[:4]
+shard_w13_weight, alloc_w13_weight, load_w13_weight = _W13_WEIGHT[4:]
 
-_W13_WEIGHT_SCALE_ROW = _w.Row(
+_W13_WEIGHT_SCALE = _MODULE.tensor(
     name="w13_weight_scale",
     kind="scale",
     projection="w13",
@@ -371,22 +312,15 @@ _W13_WEIGHT_SCALE_ROW = _w.Row(
         "[num_experts, 2 * intermediate_size_per_partition / block_n, hidden_size / block_k]",
         "[num_experts, 2 * intermediate_size_per_partition_padded / block_n, hidden_size / block_k]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
     tail_fill=1.0,
     tail_doc="stored code 1",
 )
-_W13_WEIGHT_SCALE = _w.tensor_functions(_MODULE, _W13_WEIGHT_SCALE_ROW, _DTYPES, __name__)
-w13_weight_scale_shapes = _W13_WEIGHT_SCALE.shapes
-pad_w13_weight_scale = _W13_WEIGHT_SCALE.pad
-unpad_w13_weight_scale = _W13_WEIGHT_SCALE.unpad
-w13_weight_scale_full_shape = _W13_WEIGHT_SCALE.full_shape
-shard_w13_weight_scale = _W13_WEIGHT_SCALE.shard
-alloc_w13_weight_scale = _W13_WEIGHT_SCALE.alloc
-load_w13_weight_scale = _W13_WEIGHT_SCALE.load
+w13_weight_scale_shapes, pad_w13_weight_scale, unpad_w13_weight_scale = _W13_WEIGHT_SCALE[:3]
+w13_weight_scale_full_shape, shard_w13_weight_scale = _W13_WEIGHT_SCALE[3:5]
+alloc_w13_weight_scale, load_w13_weight_scale = _W13_WEIGHT_SCALE[5:]
 
-_W2_WEIGHT_ROW = _w.Row(
+_W2_WEIGHT = _MODULE.tensor(
     name="w2_weight",
     kind="weight",
     projection="w2",
@@ -401,16 +335,10 @@ _W2_WEIGHT_ROW = _w.Row(
     ),
     fill_doc="stored code 0 (`fill decoded 0`: decodes to 0)",
 )
-_W2_WEIGHT = _w.tensor_functions(_MODULE, _W2_WEIGHT_ROW, _DTYPES, __name__)
-w2_weight_shapes = _W2_WEIGHT.shapes
-pad_w2_weight = _W2_WEIGHT.pad
-unpad_w2_weight = _W2_WEIGHT.unpad
-w2_weight_full_shape = _W2_WEIGHT.full_shape
-shard_w2_weight = _W2_WEIGHT.shard
-alloc_w2_weight = _W2_WEIGHT.alloc
-load_w2_weight = _W2_WEIGHT.load
+w2_weight_shapes, pad_w2_weight, unpad_w2_weight, w2_weight_full_shape = _W2_WEIGHT[:4]
+shard_w2_weight, alloc_w2_weight, load_w2_weight = _W2_WEIGHT[4:]
 
-_W2_WEIGHT_SCALE_ROW = _w.Row(
+_W2_WEIGHT_SCALE = _MODULE.tensor(
     name="w2_weight_scale",
     kind="scale",
     projection="w2",
@@ -423,37 +351,16 @@ _W2_WEIGHT_SCALE_ROW = _w.Row(
         "[num_experts, hidden_size / block_n, intermediate_size_per_partition / block_k]",
         "[num_experts, hidden_size / block_n, intermediate_size_per_partition_padded / block_k]",
     ),
-    fill_doc="stored code 0",
     tail_fill=1.0,
     tail_doc="stored code 1",
 )
-_W2_WEIGHT_SCALE = _w.tensor_functions(_MODULE, _W2_WEIGHT_SCALE_ROW, _DTYPES, __name__)
-w2_weight_scale_shapes = _W2_WEIGHT_SCALE.shapes
-pad_w2_weight_scale = _W2_WEIGHT_SCALE.pad
-unpad_w2_weight_scale = _W2_WEIGHT_SCALE.unpad
-w2_weight_scale_full_shape = _W2_WEIGHT_SCALE.full_shape
-shard_w2_weight_scale = _W2_WEIGHT_SCALE.shard
-alloc_w2_weight_scale = _W2_WEIGHT_SCALE.alloc
-load_w2_weight_scale = _W2_WEIGHT_SCALE.load
+w2_weight_scale_shapes, pad_w2_weight_scale, unpad_w2_weight_scale = _W2_WEIGHT_SCALE[:3]
+w2_weight_scale_full_shape, shard_w2_weight_scale, alloc_w2_weight_scale = _W2_WEIGHT_SCALE[3:6]
+load_w2_weight_scale = _W2_WEIGHT_SCALE[6]
 
-
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
-
-LAYOUT = ModuleLayout(
-    version=LAYOUT_VERSION,
-    contract=CONTRACT,
-    source_file=SOURCE_FILE,
-    plan=plan,
-    plan_type=Plan,
-    plan_params=_PARAMS,
-    shard_count="tp_size",
-    tensors=(
-        _w.entry(_W13_WEIGHT_ROW, _W13_WEIGHT),
-        _w.entry(_W13_WEIGHT_SCALE_ROW, _W13_WEIGHT_SCALE),
-        _w.entry(_W2_WEIGHT_ROW, _W2_WEIGHT),
-        _w.entry(_W2_WEIGHT_SCALE_ROW, _W2_WEIGHT_SCALE),
-    ),
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
+LAYOUT = _MODULE.layout(
+    (_W13_WEIGHT, _W13_WEIGHT_SCALE, _W2_WEIGHT, _W2_WEIGHT_SCALE),
     models=(
         ModelsEntry(
             "vllm",

@@ -26,18 +26,14 @@ Sources:
   csrc/cpu/moe.cpp CHECK_MOE_SCALES_FP8 (w1s [2N / block_N, K / block_K], w2s [K /
   block_N, N / block_K])
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
-table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
-shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
-`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
-`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -45,9 +41,8 @@ from ._runtime import params as _p
 from ._runtime import wrappers as _w
 from ._runtime.algebra import Word
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
-from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam
+from ._runtime.interface import ModelsEntry, PlanParam
 from ._runtime.layout import Axis
-from ._runtime.plans import PlanChecker
 from ._runtime.wrappers import axis
 
 __all__ = [
@@ -79,9 +74,7 @@ PROVED: tuple[str, ...] = (
 POLICY = "error"
 FALLBACK: str | None = None
 
-_LOG = logging.getLogger(__name__)
-
-# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` ----
 
 _PARAMS: tuple[PlanParam, ...] = (
     PlanParam("num_experts", "range", low=1, high=1024),
@@ -135,42 +128,24 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        {
-            "num_experts": num_experts,
-            "hidden_size": hidden_size,
-            "intermediate_size": intermediate_size,
-            "tp_size": tp_size,
-            "block": block,
-            "dtype": dtype,
-        },
-        warn=True,
-    )
-
-
-def _plan(args: dict[str, Any], warn: bool) -> Plan:
-    num_experts = _check("num_experts", args["num_experts"])
-    hidden_size = _check("hidden_size", args["hidden_size"])
-    intermediate_size = _check("intermediate_size", args["intermediate_size"])
-    tp_size = _check("tp_size", args["tp_size"])
-    block = _check("block", args["block"])
-    dtype = _check("dtype", args["dtype"])
+    num_experts = _check("num_experts", num_experts)
+    hidden_size = _check("hidden_size", hidden_size)
+    intermediate_size = _check("intermediate_size", intermediate_size)
+    tp_size = _check("tp_size", tp_size)
+    block = _check("block", block)
+    dtype = _check("dtype", dtype)
     intermediate_size_per_partition = _p.round_up(_p.cdiv(intermediate_size, tp_size), block)
     intermediate_size_padded = intermediate_size_per_partition * tp_size
     intermediate_size_per_partition_padded = intermediate_size_per_partition
     reason: str | None = None
     if reason is None and (intermediate_size % block) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/sglang_cpu_fp8_moe.moe:30",
             "layoutc shards block-FP8 scales in whole blocks: intermediate_size must be a multiple of the block (SGLang also loads a ragged last block; docs/kernels.md 10.3)",
             {"intermediate_size": intermediate_size, "block": block},
         )
     if reason is None and (hidden_size % block) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/sglang_cpu_fp8_moe.moe:31",
             "hidden_size must be whole scale blocks (and AMX TILE_K = 32 tiles); it is never padded",
             {"hidden_size": hidden_size, "block": block},
@@ -178,40 +153,22 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     if reason is not None:
         raise LayoutContractError(reason)
     return Plan(
-        num_experts=num_experts,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        tp_size=tp_size,
-        block=block,
-        dtype=dtype,
+        num_experts=num_experts, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        tp_size=tp_size, block=block, dtype=dtype,
         intermediate_size_per_partition=intermediate_size_per_partition,
         intermediate_size_padded=intermediate_size_padded,
         intermediate_size_per_partition_padded=intermediate_size_per_partition_padded,
-        supported=reason is None,
-        reason=reason,
-    )
+        supported=reason is None, reason=reason,
+    )  # fmt: skip
 
 
-def _replan(p: Plan) -> Plan:
-    """A Plan's parameters planned again (PlanChecker refuses one not made by plan())."""
-    return _plan(
-        {
-            "num_experts": p.num_experts,
-            "hidden_size": p.hidden_size,
-            "intermediate_size": p.intermediate_size,
-            "tp_size": p.tp_size,
-            "block": p.block,
-            "dtype": p.dtype,
-        },
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _replan)
-_MODULE = _w.Module(
+_MODULE = _w.module(
+    __name__,
     CONTRACT,
     SOURCE_FILE,
-    _PLANS,
+    plan,
+    Plan,
+    _PARAMS,
     tp_param="tp_size",
     block_shard="`shard ... in blocks of block`, line 29",
 )
@@ -282,9 +239,9 @@ def _w2_weight_scale_inv_axes(plan: Plan) -> tuple[Axis, ...]:
     )
 
 
-# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions ----
 
-_W13_WEIGHT_ROW = _w.Row(
+_W13_WEIGHT = _MODULE.tensor(
     name="w13_weight",
     kind="weight",
     projection="w13",
@@ -297,20 +254,12 @@ _W13_WEIGHT_ROW = _w.Row(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13_WEIGHT = _w.tensor_functions(_MODULE, _W13_WEIGHT_ROW, {}, __name__)
-w13_weight_shapes = _W13_WEIGHT.shapes
-pad_w13_weight = _W13_WEIGHT.pad
-unpad_w13_weight = _W13_WEIGHT.unpad
-w13_weight_full_shape = _W13_WEIGHT.full_shape
-shard_w13_weight = _W13_WEIGHT.shard
-alloc_w13_weight = _W13_WEIGHT.alloc
-load_w13_weight = _W13_WEIGHT.load
+w13_weight_shapes, pad_w13_weight, unpad_w13_weight, w13_weight_full_shape = _W13_WEIGHT[:4]
+shard_w13_weight, alloc_w13_weight, load_w13_weight = _W13_WEIGHT[4:]
 
-_W13_WEIGHT_SCALE_INV_ROW = _w.Row(
+_W13_WEIGHT_SCALE_INV = _MODULE.tensor(
     name="w13_weight_scale_inv",
     kind="scale",
     projection="w13",
@@ -323,20 +272,14 @@ _W13_WEIGHT_SCALE_INV_ROW = _w.Row(
         "[num_experts, 2 * intermediate_size_per_partition / block, hidden_size / block]",
         "[num_experts, 2 * intermediate_size_per_partition_padded / block, hidden_size / block]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13_WEIGHT_SCALE_INV = _w.tensor_functions(_MODULE, _W13_WEIGHT_SCALE_INV_ROW, {}, __name__)
-w13_weight_scale_inv_shapes = _W13_WEIGHT_SCALE_INV.shapes
-pad_w13_weight_scale_inv = _W13_WEIGHT_SCALE_INV.pad
-unpad_w13_weight_scale_inv = _W13_WEIGHT_SCALE_INV.unpad
-w13_weight_scale_inv_full_shape = _W13_WEIGHT_SCALE_INV.full_shape
-shard_w13_weight_scale_inv = _W13_WEIGHT_SCALE_INV.shard
-alloc_w13_weight_scale_inv = _W13_WEIGHT_SCALE_INV.alloc
-load_w13_weight_scale_inv = _W13_WEIGHT_SCALE_INV.load
+w13_weight_scale_inv_shapes, pad_w13_weight_scale_inv = _W13_WEIGHT_SCALE_INV[:2]
+unpad_w13_weight_scale_inv, w13_weight_scale_inv_full_shape = _W13_WEIGHT_SCALE_INV[2:4]
+shard_w13_weight_scale_inv, alloc_w13_weight_scale_inv = _W13_WEIGHT_SCALE_INV[4:6]
+load_w13_weight_scale_inv = _W13_WEIGHT_SCALE_INV[6]
 
-_W2_WEIGHT_ROW = _w.Row(
+_W2_WEIGHT = _MODULE.tensor(
     name="w2_weight",
     kind="weight",
     projection="w2",
@@ -349,18 +292,11 @@ _W2_WEIGHT_ROW = _w.Row(
         "[num_experts, hidden_size, intermediate_size_per_partition]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
-_W2_WEIGHT = _w.tensor_functions(_MODULE, _W2_WEIGHT_ROW, {}, __name__)
-w2_weight_shapes = _W2_WEIGHT.shapes
-pad_w2_weight = _W2_WEIGHT.pad
-unpad_w2_weight = _W2_WEIGHT.unpad
-w2_weight_full_shape = _W2_WEIGHT.full_shape
-shard_w2_weight = _W2_WEIGHT.shard
-alloc_w2_weight = _W2_WEIGHT.alloc
-load_w2_weight = _W2_WEIGHT.load
+w2_weight_shapes, pad_w2_weight, unpad_w2_weight, w2_weight_full_shape = _W2_WEIGHT[:4]
+shard_w2_weight, alloc_w2_weight, load_w2_weight = _W2_WEIGHT[4:]
 
-_W2_WEIGHT_SCALE_INV_ROW = _w.Row(
+_W2_WEIGHT_SCALE_INV = _MODULE.tensor(
     name="w2_weight_scale_inv",
     kind="scale",
     projection="w2",
@@ -373,35 +309,15 @@ _W2_WEIGHT_SCALE_INV_ROW = _w.Row(
         "[num_experts, hidden_size / block, intermediate_size_per_partition / block]",
         "[num_experts, hidden_size / block, intermediate_size_per_partition_padded / block]",
     ),
-    fill_doc="stored code 0",
 )
-_W2_WEIGHT_SCALE_INV = _w.tensor_functions(_MODULE, _W2_WEIGHT_SCALE_INV_ROW, {}, __name__)
-w2_weight_scale_inv_shapes = _W2_WEIGHT_SCALE_INV.shapes
-pad_w2_weight_scale_inv = _W2_WEIGHT_SCALE_INV.pad
-unpad_w2_weight_scale_inv = _W2_WEIGHT_SCALE_INV.unpad
-w2_weight_scale_inv_full_shape = _W2_WEIGHT_SCALE_INV.full_shape
-shard_w2_weight_scale_inv = _W2_WEIGHT_SCALE_INV.shard
-alloc_w2_weight_scale_inv = _W2_WEIGHT_SCALE_INV.alloc
-load_w2_weight_scale_inv = _W2_WEIGHT_SCALE_INV.load
+w2_weight_scale_inv_shapes, pad_w2_weight_scale_inv = _W2_WEIGHT_SCALE_INV[:2]
+unpad_w2_weight_scale_inv, w2_weight_scale_inv_full_shape = _W2_WEIGHT_SCALE_INV[2:4]
+shard_w2_weight_scale_inv, alloc_w2_weight_scale_inv = _W2_WEIGHT_SCALE_INV[4:6]
+load_w2_weight_scale_inv = _W2_WEIGHT_SCALE_INV[6]
 
-
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
-
-LAYOUT = ModuleLayout(
-    version=LAYOUT_VERSION,
-    contract=CONTRACT,
-    source_file=SOURCE_FILE,
-    plan=plan,
-    plan_type=Plan,
-    plan_params=_PARAMS,
-    shard_count="tp_size",
-    tensors=(
-        _w.entry(_W13_WEIGHT_ROW, _W13_WEIGHT),
-        _w.entry(_W13_WEIGHT_SCALE_INV_ROW, _W13_WEIGHT_SCALE_INV),
-        _w.entry(_W2_WEIGHT_ROW, _W2_WEIGHT),
-        _w.entry(_W2_WEIGHT_SCALE_INV_ROW, _W2_WEIGHT_SCALE_INV),
-    ),
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
+LAYOUT = _MODULE.layout(
+    (_W13_WEIGHT, _W13_WEIGHT_SCALE_INV, _W2_WEIGHT, _W2_WEIGHT_SCALE_INV),
     models=(
         ModelsEntry(
             "sglang",

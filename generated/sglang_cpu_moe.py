@@ -35,29 +35,23 @@ Sources:
   K] read as halves: nb_upper = nb, nb_lower = nb + NB; TORCH_CHECK(N % BLOCK_N == 0)),
   csrc/cpu/gemm.h (TILE_N 16, TILE_K 32, BLOCK_N = block_size_n() = 32)
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
-table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
-shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
-`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
-`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from ._runtime import params as _p
 from ._runtime import wrappers as _w
 from ._runtime.algebra import Word
-from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
-from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam
+from ._runtime.interface import ModelsEntry, PlanParam
 from ._runtime.layout import Axis
-from ._runtime.plans import PlanChecker
 from ._runtime.wrappers import axis
 
 __all__ = [
@@ -88,9 +82,7 @@ PROVED: tuple[str, ...] = (
 POLICY = "error"
 FALLBACK: str | None = None
 
-_LOG = logging.getLogger(__name__)
-
-# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` ----
 
 _PARAMS: tuple[PlanParam, ...] = (
     PlanParam("num_experts", "range", low=1, high=1024),
@@ -145,26 +137,12 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        {
-            "num_experts": num_experts,
-            "hidden_size": hidden_size,
-            "intermediate_size": intermediate_size,
-            "tp_size": tp_size,
-            "activation": activation,
-            "dtype": dtype,
-        },
-        warn=True,
-    )
-
-
-def _plan(args: dict[str, Any], warn: bool) -> Plan:
-    num_experts = _check("num_experts", args["num_experts"])
-    hidden_size = _check("hidden_size", args["hidden_size"])
-    intermediate_size = _check("intermediate_size", args["intermediate_size"])
-    tp_size = _check("tp_size", args["tp_size"])
-    activation = _check("activation", args["activation"])
-    dtype = _check("dtype", args["dtype"])
+    num_experts = _check("num_experts", num_experts)
+    hidden_size = _check("hidden_size", hidden_size)
+    intermediate_size = _check("intermediate_size", intermediate_size)
+    tp_size = _check("tp_size", tp_size)
+    activation = _check("activation", activation)
+    dtype = _check.dtype("dtype", dtype)
     moe_padding_size = 32
     intermediate_size_per_partition = _p.round_up(
         _p.cdiv(intermediate_size, tp_size),
@@ -174,9 +152,7 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     intermediate_size_per_partition_padded = intermediate_size_per_partition
     reason: str | None = None
     if reason is None and (hidden_size % 32) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/sglang_cpu_moe.moe:39",
             "hidden_size must be a multiple of 32 (AMX TILE_K: dim_is_supported's IC of w13, and w2's OC in 16-row tiles); it is never padded, and SGLang otherwise leaves the layer unpacked on the torch-native path",
             {"hidden_size": hidden_size},
@@ -184,41 +160,22 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     if reason is not None:
         raise LayoutContractError(reason)
     return Plan(
-        num_experts=num_experts,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        tp_size=tp_size,
-        activation=activation,
-        dtype=dtype,
-        moe_padding_size=moe_padding_size,
+        num_experts=num_experts, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        tp_size=tp_size, activation=activation, dtype=dtype, moe_padding_size=moe_padding_size,
         intermediate_size_per_partition=intermediate_size_per_partition,
         intermediate_size_padded=intermediate_size_padded,
         intermediate_size_per_partition_padded=intermediate_size_per_partition_padded,
-        supported=reason is None,
-        reason=reason,
-    )
+        supported=reason is None, reason=reason,
+    )  # fmt: skip
 
 
-def _replan(p: Plan) -> Plan:
-    """A Plan's parameters planned again (PlanChecker refuses one not made by plan())."""
-    return _plan(
-        {
-            "num_experts": p.num_experts,
-            "hidden_size": p.hidden_size,
-            "intermediate_size": p.intermediate_size,
-            "tp_size": p.tp_size,
-            "activation": p.activation,
-            "dtype": p.dtype,
-        },
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _replan)
-_MODULE = _w.Module(
+_MODULE = _w.module(
+    __name__,
     CONTRACT,
     SOURCE_FILE,
-    _PLANS,
+    plan,
+    Plan,
+    _PARAMS,
     tp_param="tp_size",
     block_shard="`shard ... in blocks of moe_padding_size`, line 36",
 )
@@ -258,9 +215,9 @@ def _w2_weight_axes(plan: Plan) -> tuple[Axis, ...]:
     )
 
 
-# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions ----
 
-_W13_WEIGHT_ROW = _w.Row(
+_W13_WEIGHT = _MODULE.tensor(
     name="w13_weight",
     kind="weight",
     projection="w13",
@@ -273,20 +230,12 @@ _W13_WEIGHT_ROW = _w.Row(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13_WEIGHT = _w.tensor_functions(_MODULE, _W13_WEIGHT_ROW, _DTYPES, __name__)
-w13_weight_shapes = _W13_WEIGHT.shapes
-pad_w13_weight = _W13_WEIGHT.pad
-unpad_w13_weight = _W13_WEIGHT.unpad
-w13_weight_full_shape = _W13_WEIGHT.full_shape
-shard_w13_weight = _W13_WEIGHT.shard
-alloc_w13_weight = _W13_WEIGHT.alloc
-load_w13_weight = _W13_WEIGHT.load
+w13_weight_shapes, pad_w13_weight, unpad_w13_weight, w13_weight_full_shape = _W13_WEIGHT[:4]
+shard_w13_weight, alloc_w13_weight, load_w13_weight = _W13_WEIGHT[4:]
 
-_W2_WEIGHT_ROW = _w.Row(
+_W2_WEIGHT = _MODULE.tensor(
     name="w2_weight",
     kind="weight",
     projection="w2",
@@ -299,33 +248,13 @@ _W2_WEIGHT_ROW = _w.Row(
         "[num_experts, hidden_size, intermediate_size_per_partition]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
-_W2_WEIGHT = _w.tensor_functions(_MODULE, _W2_WEIGHT_ROW, _DTYPES, __name__)
-w2_weight_shapes = _W2_WEIGHT.shapes
-pad_w2_weight = _W2_WEIGHT.pad
-unpad_w2_weight = _W2_WEIGHT.unpad
-w2_weight_full_shape = _W2_WEIGHT.full_shape
-shard_w2_weight = _W2_WEIGHT.shard
-alloc_w2_weight = _W2_WEIGHT.alloc
-load_w2_weight = _W2_WEIGHT.load
+w2_weight_shapes, pad_w2_weight, unpad_w2_weight, w2_weight_full_shape = _W2_WEIGHT[:4]
+shard_w2_weight, alloc_w2_weight, load_w2_weight = _W2_WEIGHT[4:]
 
-
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
-
-LAYOUT = ModuleLayout(
-    version=LAYOUT_VERSION,
-    contract=CONTRACT,
-    source_file=SOURCE_FILE,
-    plan=plan,
-    plan_type=Plan,
-    plan_params=_PARAMS,
-    shard_count="tp_size",
-    tensors=(
-        _w.entry(_W13_WEIGHT_ROW, _W13_WEIGHT),
-        _w.entry(_W2_WEIGHT_ROW, _W2_WEIGHT),
-    ),
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
+LAYOUT = _MODULE.layout(
+    (_W13_WEIGHT, _W2_WEIGHT),
     models=(
         ModelsEntry(
             "sglang",

@@ -12,33 +12,26 @@ Sources:
 - measured in docs/kernels.md section 6.1: 'strides should be multiple of 16 bytes';
   'Offsets have to be int32'
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
-table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
-shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
-`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
-`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from ._runtime import expert_map as _expert_map
 from ._runtime import experts as _ep
 from ._runtime import params as _p
 from ._runtime import wrappers as _w
 from ._runtime.algebra import Word
-from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
 from ._runtime.glue import grouped_mm as _glue
-from ._runtime.interface import LAYOUT_VERSION, KernelEntry, ModelsEntry, ModuleLayout, PlanParam
+from ._runtime.interface import ModelsEntry, PlanParam
 from ._runtime.layout import Axis
-from ._runtime.packed import KernelConfig, PackedWeight
-from ._runtime.plans import PlanChecker
+from ._runtime.packed import PackedWeight
 from ._runtime.wrappers import axis
 
 __all__ = [
@@ -63,9 +56,7 @@ PROVED: tuple[str, ...] = (
 POLICY = "error"
 FALLBACK: str | None = None
 
-_LOG = logging.getLogger(__name__)
-
-# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` ----
 
 _TP_SIZE_VALUES = (
     1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
@@ -136,32 +127,15 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        {
-            "num_experts": num_experts,
-            "hidden_size": hidden_size,
-            "intermediate_size": intermediate_size,
-            "tp_size": tp_size,
-            "activation": activation,
-            "dtype": dtype,
-            "ep_size": ep_size,
-            "num_redundant_experts": num_redundant_experts,
-            "expert_placement": expert_placement,
-        },
-        warn=True,
-    )
-
-
-def _plan(args: dict[str, Any], warn: bool) -> Plan:
-    num_experts = _check("num_experts", args["num_experts"])
-    hidden_size = _check("hidden_size", args["hidden_size"])
-    intermediate_size = _check("intermediate_size", args["intermediate_size"])
-    tp_size = _check("tp_size", args["tp_size"])
-    activation = _check("activation", args["activation"])
-    dtype = _check("dtype", args["dtype"])
-    ep_size = _check("ep_size", args["ep_size"])
-    num_redundant_experts = _check("num_redundant_experts", args["num_redundant_experts"])
-    expert_placement = _ep.check_served(CONTRACT, args["expert_placement"], ("linear",))
+    num_experts = _check("num_experts", num_experts)
+    hidden_size = _check("hidden_size", hidden_size)
+    intermediate_size = _check("intermediate_size", intermediate_size)
+    tp_size = _check("tp_size", tp_size)
+    activation = _check("activation", activation)
+    dtype = _check.dtype("dtype", dtype)
+    ep_size = _check("ep_size", ep_size)
+    num_redundant_experts = _check("num_redundant_experts", num_redundant_experts)
+    expert_placement = _ep.check_served(CONTRACT, expert_placement, ("linear",))
     _ep.check_ep(num_experts, ep_size, expert_placement, num_redundant_experts)
     local_num_experts = _p.cdiv((num_experts + num_redundant_experts), ep_size)
     stride_elements = {"bfloat16": 8, "float16": 8, "float32": 4}[dtype]
@@ -171,8 +145,7 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
         stride_elements,
     )
     if ep_size > (num_experts + num_redundant_experts):
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/torch_grouped_mm.moe:23",
             "[EP01] ep_size exceeds the experts: a rank would hold none",
             {
@@ -185,8 +158,7 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
         not ((num_redundant_experts == 0) or (((num_experts + num_redundant_experts) % ep_size) ==
         0))
     ):  # fmt: skip
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/torch_grouped_mm.moe:24",
             "EPLB places the physical experts evenly over the EP ranks (vLLM 0.32 layer.py)",
             {
@@ -196,17 +168,14 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
             },
         )
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/torch_grouped_mm.moe:31",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     reason: str | None = None
     if reason is None and (hidden_size % stride_elements) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/torch_grouped_mm.moe:38",
             "hidden_size must be a multiple of 16 bytes of elements (hidden is never padded)",
             {"hidden_size": hidden_size, "stride_elements": stride_elements},
@@ -214,47 +183,19 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     if reason is not None:
         raise LayoutContractError(reason)
     return Plan(
-        num_experts=num_experts,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        tp_size=tp_size,
-        activation=activation,
-        dtype=dtype,
-        ep_size=ep_size,
-        num_redundant_experts=num_redundant_experts,
-        expert_placement=expert_placement,
-        local_num_experts=local_num_experts,
-        stride_elements=stride_elements,
+        num_experts=num_experts, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        tp_size=tp_size, activation=activation, dtype=dtype, ep_size=ep_size,
+        num_redundant_experts=num_redundant_experts, expert_placement=expert_placement,
+        local_num_experts=local_num_experts, stride_elements=stride_elements,
         intermediate_size_per_partition=intermediate_size_per_partition,
         intermediate_size_per_partition_padded=intermediate_size_per_partition_padded,
-        supported=reason is None,
-        reason=reason,
-    )
+        supported=reason is None, reason=reason,
+    )  # fmt: skip
 
 
-def _replan(p: Plan) -> Plan:
-    """A Plan's parameters planned again (PlanChecker refuses one not made by plan())."""
-    return _plan(
-        {
-            "num_experts": p.num_experts,
-            "hidden_size": p.hidden_size,
-            "intermediate_size": p.intermediate_size,
-            "tp_size": p.tp_size,
-            "activation": p.activation,
-            "dtype": p.dtype,
-            "ep_size": p.ep_size,
-            "num_redundant_experts": p.num_redundant_experts,
-            "expert_placement": p.expert_placement,
-        },
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _replan)
-_MODULE = _w.Module(CONTRACT, SOURCE_FILE, _PLANS, tp_param="tp_size")
+_MODULE = _w.module(__name__, CONTRACT, SOURCE_FILE, plan, Plan, _PARAMS, tp_param="tp_size")
 local_experts = _w.local_experts(
     _MODULE,
-    __name__,
     "num_experts",
     "ep_size",
     "expert_placement",
@@ -294,9 +235,9 @@ def _w2_axes(plan: Plan) -> tuple[Axis, ...]:
     )
 
 
-# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions ----
 
-_W13_ROW = _w.Row(
+_W13 = _MODULE.tensor(
     name="w13",
     kind="weight",
     projection="w13",
@@ -309,14 +250,11 @@ _W13_ROW = _w.Row(
         "[local_num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13 = _w.tensor_functions(_MODULE, _W13_ROW, _DTYPES, __name__)
 w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
 
-_W2_ROW = _w.Row(
+_W2 = _MODULE.tensor(
     name="w2",
     kind="weight",
     projection="w2",
@@ -329,132 +267,27 @@ _W2_ROW = _w.Row(
         "[local_num_experts, hidden_size, intermediate_size_per_partition]",
         "[local_num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
-_W2 = _w.tensor_functions(_MODULE, _W2_ROW, _DTYPES, __name__)
 w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
 # ---- glue: torch._grouped_mm ----
-# The kernel call is runtime/glue/grouped_mm.py; its INTERFACE is what the
-# checker held this contract to. The values below are read by role.
-_VIEWS = {"silu": "halves", "gelu": "halves", "gelu_tanh": "halves", "swigluoai": "interleave"}
-# The ops the glue calls, by slot (its INTERFACE).
-OPS: dict[str, str] = {
-    "forward": "aten::_grouped_mm",
-}
-# The glue's declared interface (what the kernel computes: activations, dtypes, where it
-# can apply the routing weight); `layoutc run` holds a checkpoint's format to it.
+# runtime/glue/grouped_mm.py calls it; the checker held this contract to its INTERFACE.
 INTERFACE = _glue.INTERFACE
-
-
-def _config(plan: Plan) -> KernelConfig:
-    def make() -> KernelConfig:
-        activation = plan.activation
-        return KernelConfig(
-            contract=CONTRACT,
-            num_experts=w13_shapes(plan)[0][0],
-            hidden_size=w13_shapes(plan)[1][2],
-            intermediate_padded=w13_shapes(plan)[1][1] // 2,
-            dtype=_DTYPES[plan.dtype],
-            activation=activation,
-            w13_view=_VIEWS[activation],
-            shapes=(
-                ("w13", w13_shapes(plan)[1]),
-                ("w2", w2_shapes(plan)[1]),
-            ),
-            args=(),
-        )
-
-    return _PLANS.memo("config", plan, make)
-
-
-_KERNEL = _w.kernel_functions(
-    _MODULE,
-    __name__,
+OPS: dict[str, str] = dict(INTERFACE.ops)
+_KERNEL = _MODULE.kernel(
     _glue,
-    _config,
     _W13,
     _W2,
-    ("w13", "w2"),
-    (
-        "[local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
-        "[local_num_experts, hidden_size, intermediate_size_per_partition_padded]",
-        "[local_num_experts, 2 * intermediate_size_per_partition, hidden_size]",
-        "[local_num_experts, hidden_size, intermediate_size_per_partition]",
-    ),
+    activation=lambda plan: plan.activation,
+    args=lambda plan: (),
+    ep=("ep_size", lambda plan: plan.local_num_experts),
 )
-load_kernel = _KERNEL.load_kernel
-prepack_padded = _KERNEL.prepack_padded
-prepack = _KERNEL.prepack
+load_kernel, prepack_padded, prepack, fused_moe, _config = _KERNEL
 
-
-def fused_moe(
-    hidden_states: torch.Tensor,
-    packed_w13: PackedWeight,
-    packed_w2: PackedWeight,
-    topk_weights: torch.Tensor,
-    topk_ids: torch.Tensor,
-    plan: Plan,
-    *,
-    expert_map: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Run the real kernel:
-    torch._grouped_mm.
-
-    hidden_states: [num_tokens, hidden_size] in the weights' dtype, contiguous CPU.
-    packed_w13 / packed_w2: from `prepack` or `prepack_padded` with this plan.
-    topk_weights / topk_ids: [num_tokens, top_k]; ids in [0, num_experts) of the
-    weights' experts axis.
-    expert_map: this EP rank's map from `local_experts` when topk_ids are the router's
-    global ids: the kernel computes only the pairs routed to this rank's experts, with
-    local ids (`_runtime.expert_map.local_pairs`: a pair whose expert is foreign, vLLM's -1,
-    is never computed; a token with none adds exactly 0). Without it, under ep_size > 1
-    the ids must already be local: one at or above the rank's experts axis is refused (EP05).
-    Returns a new [num_tokens, hidden_size] tensor: this rank's partial sum (under
-    TP, all-reduce over the ranks).
-    Raises LayoutContractError on any wrong input, KernelUnavailableError when
-    the kernel cannot run here.
-    """
-    _PLANS.require(plan)
-
-    def kernel(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        return _glue.fused_moe(_config(plan), x, packed_w13, packed_w2, weights, ids)
-
-    if expert_map is None and isinstance(topk_ids, torch.Tensor):
-        _expert_map.refuse_global(CONTRACT, topk_ids, plan.local_num_experts, plan.ep_size)
-    return _expert_map.run_local(
-        CONTRACT,
-        kernel,
-        hidden_states,
-        topk_weights,
-        topk_ids,
-        expert_map,
-    )
-
-
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
-
-LAYOUT = ModuleLayout(
-    version=LAYOUT_VERSION,
-    contract=CONTRACT,
-    source_file=SOURCE_FILE,
-    plan=plan,
-    plan_type=Plan,
-    plan_params=_PARAMS,
-    shard_count="tp_size",
-    tensors=(
-        _w.entry(_W13_ROW, _W13),
-        _w.entry(_W2_ROW, _W2),
-    ),
-    kernel=KernelEntry(
-        glue=INTERFACE,
-        config=_config,
-        load_kernel=load_kernel,
-        prepack=prepack,
-        prepack_padded=prepack_padded,
-        fused_moe=fused_moe,
-    ),
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
+LAYOUT = _MODULE.layout(
+    (_W13, _W2),
+    kernel=_KERNEL,
     local_experts=local_experts,
     models=(
         ModelsEntry(

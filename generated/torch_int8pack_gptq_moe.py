@@ -18,29 +18,23 @@ Sources:
   AutoGPTQMoEMethod.__init__ (8 bits, sym -> scalar_types.uint8b128: the stored byte q
   means q - 128)
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
-table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
-shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
-`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
-`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from ._runtime import params as _p
 from ._runtime import wrappers as _w
 from ._runtime.algebra import Word
-from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
-from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam
+from ._runtime.interface import ModelsEntry, PlanParam
 from ._runtime.layout import Axis
-from ._runtime.plans import PlanChecker
 from ._runtime.wrappers import axis
 
 __all__ = [
@@ -69,9 +63,7 @@ PROVED: tuple[str, ...] = (
 POLICY = "error"
 FALLBACK: str | None = None
 
-_LOG = logging.getLogger(__name__)
-
-# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` ----
 
 _TP_SIZE_VALUES = (
     1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
@@ -134,37 +126,20 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        {
-            "num_experts": num_experts,
-            "hidden_size": hidden_size,
-            "intermediate_size": intermediate_size,
-            "tp_size": tp_size,
-            "group_size": group_size,
-            "activation": activation,
-            "dtype": dtype,
-        },
-        warn=True,
-    )
-
-
-def _plan(args: dict[str, Any], warn: bool) -> Plan:
-    num_experts = _check("num_experts", args["num_experts"])
-    hidden_size = _check("hidden_size", args["hidden_size"])
-    intermediate_size = _check("intermediate_size", args["intermediate_size"])
-    tp_size = _check("tp_size", args["tp_size"])
-    group_size = _check("group_size", args["group_size"])
-    activation = _check("activation", args["activation"])
-    dtype = _check("dtype", args["dtype"])
+    num_experts = _check("num_experts", num_experts)
+    hidden_size = _check("hidden_size", hidden_size)
+    intermediate_size = _check("intermediate_size", intermediate_size)
+    tp_size = _check("tp_size", tp_size)
+    group_size = _check("group_size", group_size)
+    activation = _check("activation", activation)
+    dtype = _check.dtype("dtype", dtype)
     k_multiple = {"bfloat16": 16, "float16": 1, "float32": 1}[dtype]
     shard_size = _p.cdiv(intermediate_size, tp_size)
     intermediate_size_per_partition = shard_size
     intermediate_size_per_partition_padded = _p.round_up(shard_size, k_multiple)
     reason: str | None = None
     if reason is None and (hidden_size % k_multiple) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/torch_int8pack_gptq_moe.moe:39",
             "bf16 _weight_int8pack_mm reads K (w13's K is hidden_size) in vectors of 16 with no tail: hidden_size must be a multiple of 16 (hidden is never padded)",
             {"hidden_size": hidden_size, "k_multiple": k_multiple},
@@ -172,43 +147,22 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     if reason is not None:
         raise LayoutContractError(reason)
     return Plan(
-        num_experts=num_experts,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        tp_size=tp_size,
-        group_size=group_size,
-        activation=activation,
-        dtype=dtype,
-        k_multiple=k_multiple,
-        shard_size=shard_size,
+        num_experts=num_experts, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        tp_size=tp_size, group_size=group_size, activation=activation, dtype=dtype,
+        k_multiple=k_multiple, shard_size=shard_size,
         intermediate_size_per_partition=intermediate_size_per_partition,
         intermediate_size_per_partition_padded=intermediate_size_per_partition_padded,
-        supported=reason is None,
-        reason=reason,
-    )
+        supported=reason is None, reason=reason,
+    )  # fmt: skip
 
 
-def _replan(p: Plan) -> Plan:
-    """A Plan's parameters planned again (PlanChecker refuses one not made by plan())."""
-    return _plan(
-        {
-            "num_experts": p.num_experts,
-            "hidden_size": p.hidden_size,
-            "intermediate_size": p.intermediate_size,
-            "tp_size": p.tp_size,
-            "group_size": p.group_size,
-            "activation": p.activation,
-            "dtype": p.dtype,
-        },
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _replan)
-_MODULE = _w.Module(
+_MODULE = _w.module(
+    __name__,
     CONTRACT,
     SOURCE_FILE,
-    _PLANS,
+    plan,
+    Plan,
+    _PARAMS,
     tp_param="tp_size",
     block_shard="`shard ... in blocks of 1`, line 34",
 )
@@ -279,9 +233,9 @@ def _w2_scales_axes(plan: Plan) -> tuple[Axis, ...]:
     )
 
 
-# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions ----
 
-_W13_QWEIGHT_ROW = _w.Row(
+_W13_QWEIGHT = _MODULE.tensor(
     name="w13_qweight",
     kind="weight",
     projection="w13",
@@ -294,20 +248,12 @@ _W13_QWEIGHT_ROW = _w.Row(
         "[num_experts, 2 * shard_size, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 128",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13_QWEIGHT = _w.tensor_functions(_MODULE, _W13_QWEIGHT_ROW, _DTYPES, __name__)
-w13_qweight_shapes = _W13_QWEIGHT.shapes
-pad_w13_qweight = _W13_QWEIGHT.pad
-unpad_w13_qweight = _W13_QWEIGHT.unpad
-w13_qweight_full_shape = _W13_QWEIGHT.full_shape
-shard_w13_qweight = _W13_QWEIGHT.shard
-alloc_w13_qweight = _W13_QWEIGHT.alloc
-load_w13_qweight = _W13_QWEIGHT.load
+w13_qweight_shapes, pad_w13_qweight, unpad_w13_qweight, w13_qweight_full_shape = _W13_QWEIGHT[:4]
+shard_w13_qweight, alloc_w13_qweight, load_w13_qweight = _W13_QWEIGHT[4:]
 
-_W13_SCALES_ROW = _w.Row(
+_W13_SCALES = _MODULE.tensor(
     name="w13_scales",
     kind="scale",
     projection="w13",
@@ -320,20 +266,12 @@ _W13_SCALES_ROW = _w.Row(
         "[num_experts, 2 * shard_size, hidden_size / group_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size / group_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13_SCALES = _w.tensor_functions(_MODULE, _W13_SCALES_ROW, _DTYPES, __name__)
-w13_scales_shapes = _W13_SCALES.shapes
-pad_w13_scales = _W13_SCALES.pad
-unpad_w13_scales = _W13_SCALES.unpad
-w13_scales_full_shape = _W13_SCALES.full_shape
-shard_w13_scales = _W13_SCALES.shard
-alloc_w13_scales = _W13_SCALES.alloc
-load_w13_scales = _W13_SCALES.load
+w13_scales_shapes, pad_w13_scales, unpad_w13_scales, w13_scales_full_shape = _W13_SCALES[:4]
+shard_w13_scales, alloc_w13_scales, load_w13_scales = _W13_SCALES[4:]
 
-_W2_QWEIGHT_ROW = _w.Row(
+_W2_QWEIGHT = _MODULE.tensor(
     name="w2_qweight",
     kind="weight",
     projection="w2",
@@ -346,18 +284,11 @@ _W2_QWEIGHT_ROW = _w.Row(
         "[num_experts, hidden_size, shard_size]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 128",
 )
-_W2_QWEIGHT = _w.tensor_functions(_MODULE, _W2_QWEIGHT_ROW, _DTYPES, __name__)
-w2_qweight_shapes = _W2_QWEIGHT.shapes
-pad_w2_qweight = _W2_QWEIGHT.pad
-unpad_w2_qweight = _W2_QWEIGHT.unpad
-w2_qweight_full_shape = _W2_QWEIGHT.full_shape
-shard_w2_qweight = _W2_QWEIGHT.shard
-alloc_w2_qweight = _W2_QWEIGHT.alloc
-load_w2_qweight = _W2_QWEIGHT.load
+w2_qweight_shapes, pad_w2_qweight, unpad_w2_qweight, w2_qweight_full_shape = _W2_QWEIGHT[:4]
+shard_w2_qweight, alloc_w2_qweight, load_w2_qweight = _W2_QWEIGHT[4:]
 
-_W2_SCALES_ROW = _w.Row(
+_W2_SCALES = _MODULE.tensor(
     name="w2_scales",
     kind="scale",
     projection="w2",
@@ -370,35 +301,13 @@ _W2_SCALES_ROW = _w.Row(
         "[num_experts, hidden_size, shard_size / group_size]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded / group_size]",
     ),
-    fill_doc="stored code 0",
 )
-_W2_SCALES = _w.tensor_functions(_MODULE, _W2_SCALES_ROW, _DTYPES, __name__)
-w2_scales_shapes = _W2_SCALES.shapes
-pad_w2_scales = _W2_SCALES.pad
-unpad_w2_scales = _W2_SCALES.unpad
-w2_scales_full_shape = _W2_SCALES.full_shape
-shard_w2_scales = _W2_SCALES.shard
-alloc_w2_scales = _W2_SCALES.alloc
-load_w2_scales = _W2_SCALES.load
+w2_scales_shapes, pad_w2_scales, unpad_w2_scales, w2_scales_full_shape = _W2_SCALES[:4]
+shard_w2_scales, alloc_w2_scales, load_w2_scales = _W2_SCALES[4:]
 
-
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
-
-LAYOUT = ModuleLayout(
-    version=LAYOUT_VERSION,
-    contract=CONTRACT,
-    source_file=SOURCE_FILE,
-    plan=plan,
-    plan_type=Plan,
-    plan_params=_PARAMS,
-    shard_count="tp_size",
-    tensors=(
-        _w.entry(_W13_QWEIGHT_ROW, _W13_QWEIGHT),
-        _w.entry(_W13_SCALES_ROW, _W13_SCALES),
-        _w.entry(_W2_QWEIGHT_ROW, _W2_QWEIGHT),
-        _w.entry(_W2_SCALES_ROW, _W2_SCALES),
-    ),
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
+LAYOUT = _MODULE.layout(
+    (_W13_QWEIGHT, _W13_SCALES, _W2_QWEIGHT, _W2_SCALES),
     models=(
         ModelsEntry(
             "torch",

@@ -12,32 +12,26 @@ Sources:
 - measured in docs/kernels.md section 6.3: bf16 with K % 16 != 0 segfaults (M >= 2) or
   returns garbage (M = 1); fp32/fp16 have no K rule
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
-table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
-shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
-`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
-`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from ._runtime import params as _p
 from ._runtime import wrappers as _w
 from ._runtime.algebra import Word
-from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
 from ._runtime.glue import int8pack as _glue
 from ._runtime.glue.int8pack import Int8Weights, quantize_int8
-from ._runtime.interface import LAYOUT_VERSION, KernelEntry, ModelsEntry, ModuleLayout, PlanParam
+from ._runtime.interface import ModelsEntry, PlanParam
 from ._runtime.layout import Axis
-from ._runtime.packed import KernelConfig, PackedWeight
-from ._runtime.plans import PlanChecker
+from ._runtime.packed import PackedWeight
 from ._runtime.wrappers import axis
 
 __all__ = [
@@ -62,9 +56,7 @@ PROVED: tuple[str, ...] = (
 POLICY = "error"
 FALLBACK: str | None = None
 
-_LOG = logging.getLogger(__name__)
-
-# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` ----
 
 _TP_SIZE_VALUES = (
     1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
@@ -122,26 +114,12 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        {
-            "num_experts": num_experts,
-            "hidden_size": hidden_size,
-            "intermediate_size": intermediate_size,
-            "tp_size": tp_size,
-            "activation": activation,
-            "dtype": dtype,
-        },
-        warn=True,
-    )
-
-
-def _plan(args: dict[str, Any], warn: bool) -> Plan:
-    num_experts = _check("num_experts", args["num_experts"])
-    hidden_size = _check("hidden_size", args["hidden_size"])
-    intermediate_size = _check("intermediate_size", args["intermediate_size"])
-    tp_size = _check("tp_size", args["tp_size"])
-    activation = _check("activation", args["activation"])
-    dtype = _check("dtype", args["dtype"])
+    num_experts = _check("num_experts", num_experts)
+    hidden_size = _check("hidden_size", hidden_size)
+    intermediate_size = _check("intermediate_size", intermediate_size)
+    tp_size = _check("tp_size", tp_size)
+    activation = _check("activation", activation)
+    dtype = _check.dtype("dtype", dtype)
     k_multiple = {"bfloat16": 16, "float16": 1, "float32": 1}[dtype]
     intermediate_size_per_partition = intermediate_size // tp_size
     intermediate_size_per_partition_padded = _p.round_up(
@@ -149,17 +127,14 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
         k_multiple,
     )
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/torch_int8pack_moe.moe:21",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     reason: str | None = None
     if reason is None and (hidden_size % k_multiple) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/torch_int8pack_moe.moe:25",
             "bf16 _weight_int8pack_mm reads K (w13's K is hidden_size) in vectors of 16 with no tail: hidden_size must be a multiple of 16 (hidden is never padded)",
             {"hidden_size": hidden_size, "k_multiple": k_multiple},
@@ -167,37 +142,15 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     if reason is not None:
         raise LayoutContractError(reason)
     return Plan(
-        num_experts=num_experts,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        tp_size=tp_size,
-        activation=activation,
-        dtype=dtype,
-        k_multiple=k_multiple,
+        num_experts=num_experts, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        tp_size=tp_size, activation=activation, dtype=dtype, k_multiple=k_multiple,
         intermediate_size_per_partition=intermediate_size_per_partition,
         intermediate_size_per_partition_padded=intermediate_size_per_partition_padded,
-        supported=reason is None,
-        reason=reason,
-    )
+        supported=reason is None, reason=reason,
+    )  # fmt: skip
 
 
-def _replan(p: Plan) -> Plan:
-    """A Plan's parameters planned again (PlanChecker refuses one not made by plan())."""
-    return _plan(
-        {
-            "num_experts": p.num_experts,
-            "hidden_size": p.hidden_size,
-            "intermediate_size": p.intermediate_size,
-            "tp_size": p.tp_size,
-            "activation": p.activation,
-            "dtype": p.dtype,
-        },
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _replan)
-_MODULE = _w.Module(CONTRACT, SOURCE_FILE, _PLANS, tp_param="tp_size")
+_MODULE = _w.module(__name__, CONTRACT, SOURCE_FILE, plan, Plan, _PARAMS, tp_param="tp_size")
 
 
 # ---- axis tables: one `axis(name, word, logical=, padded=, segments=, sharded=)` per dim ----
@@ -232,9 +185,9 @@ def _w2_axes(plan: Plan) -> tuple[Axis, ...]:
     )
 
 
-# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions ----
 
-_W13_ROW = _w.Row(
+_W13 = _MODULE.tensor(
     name="w13",
     kind="weight",
     projection="w13",
@@ -247,14 +200,11 @@ _W13_ROW = _w.Row(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13 = _w.tensor_functions(_MODULE, _W13_ROW, _DTYPES, __name__)
 w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
 
-_W2_ROW = _w.Row(
+_W2 = _MODULE.tensor(
     name="w2",
     kind="weight",
     projection="w2",
@@ -267,119 +217,26 @@ _W2_ROW = _w.Row(
         "[num_experts, hidden_size, intermediate_size_per_partition]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
-_W2 = _w.tensor_functions(_MODULE, _W2_ROW, _DTYPES, __name__)
 w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
 # ---- glue: aten::_weight_int8pack_mm ----
-# The kernel call is runtime/glue/int8pack.py; its INTERFACE is what the
-# checker held this contract to. The values below are read by role.
-_VIEWS = {"silu": "halves", "gelu": "halves", "gelu_tanh": "halves"}
-# The ops the glue calls, by slot (its INTERFACE).
-OPS: dict[str, str] = {
-    "forward": "aten::_weight_int8pack_mm",
-}
-# The glue's declared interface (what the kernel computes: activations, dtypes, where it
-# can apply the routing weight); `layoutc run` holds a checkpoint's format to it.
+# runtime/glue/int8pack.py calls it; the checker held this contract to its INTERFACE.
 INTERFACE = _glue.INTERFACE
-
-
-def _config(plan: Plan) -> KernelConfig:
-    def make() -> KernelConfig:
-        activation = plan.activation
-        return KernelConfig(
-            contract=CONTRACT,
-            num_experts=w13_shapes(plan)[0][0],
-            hidden_size=w13_shapes(plan)[1][2],
-            intermediate_padded=w13_shapes(plan)[1][1] // 2,
-            dtype=_DTYPES[plan.dtype],
-            activation=activation,
-            w13_view=_VIEWS[activation],
-            shapes=(
-                ("w13", w13_shapes(plan)[1]),
-                ("w2", w2_shapes(plan)[1]),
-            ),
-            args=(),
-        )
-
-    return _PLANS.memo("config", plan, make)
-
-
-_KERNEL = _w.kernel_functions(
-    _MODULE,
-    __name__,
+OPS: dict[str, str] = dict(INTERFACE.ops)
+_KERNEL = _MODULE.kernel(
     _glue,
-    _config,
     _W13,
     _W2,
-    ("w13", "w2"),
-    (
-        "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
-        "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
-        "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
-        "[num_experts, hidden_size, intermediate_size_per_partition]",
-    ),
+    activation=lambda plan: plan.activation,
+    args=lambda plan: (),
 )
-load_kernel = _KERNEL.load_kernel
-prepack_padded = _KERNEL.prepack_padded
-prepack = _KERNEL.prepack
+load_kernel, prepack_padded, prepack, fused_moe, _config = _KERNEL
 
-
-def fused_moe(
-    hidden_states: torch.Tensor,
-    packed_w13: PackedWeight,
-    packed_w2: PackedWeight,
-    topk_weights: torch.Tensor,
-    topk_ids: torch.Tensor,
-    plan: Plan,
-) -> torch.Tensor:
-    """Run the real kernel:
-    aten::_weight_int8pack_mm.
-
-    hidden_states: [num_tokens, hidden_size] in the weights' dtype, contiguous CPU.
-    packed_w13 / packed_w2: from `prepack` or `prepack_padded` with this plan.
-    topk_weights / topk_ids: [num_tokens, top_k]; ids in [0, num_experts) of the
-    weights' experts axis.
-    Returns a new [num_tokens, hidden_size] tensor: this rank's partial sum (under
-    TP, all-reduce over the ranks).
-    Raises LayoutContractError on any wrong input, KernelUnavailableError when
-    the kernel cannot run here.
-    """
-    _PLANS.require(plan)
-    return _glue.fused_moe(
-        _config(plan),
-        hidden_states,
-        packed_w13,
-        packed_w2,
-        topk_weights,
-        topk_ids,
-    )
-
-
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
-
-LAYOUT = ModuleLayout(
-    version=LAYOUT_VERSION,
-    contract=CONTRACT,
-    source_file=SOURCE_FILE,
-    plan=plan,
-    plan_type=Plan,
-    plan_params=_PARAMS,
-    shard_count="tp_size",
-    tensors=(
-        _w.entry(_W13_ROW, _W13),
-        _w.entry(_W2_ROW, _W2),
-    ),
-    kernel=KernelEntry(
-        glue=INTERFACE,
-        config=_config,
-        load_kernel=load_kernel,
-        prepack=prepack,
-        prepack_padded=prepack_padded,
-        fused_moe=fused_moe,
-    ),
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
+LAYOUT = _MODULE.layout(
+    (_W13, _W2),
+    kernel=_KERNEL,
     models=(
         ModelsEntry(
             "torch",

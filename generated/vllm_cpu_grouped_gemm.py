@@ -11,40 +11,26 @@ Sources:
   (CPUUnquantizedExperts and subclasses)
 - vllm#49591: zero-pad the MoE intermediate size for grouped-GEMM TP alignment
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
-table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
-shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
-`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
-`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from ._runtime import expert_map as _expert_map
 from ._runtime import experts as _ep
 from ._runtime import params as _p
 from ._runtime import wrappers as _w
 from ._runtime.algebra import Word
-from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
 from ._runtime.glue import vllm_cpu as _glue
-from ._runtime.interface import (
-    LAYOUT_VERSION,
-    Condition,
-    KernelEntry,
-    ModelsEntry,
-    ModuleLayout,
-    PlanParam,
-)
+from ._runtime.interface import Condition, ModelsEntry, PlanParam
 from ._runtime.layout import Axis
-from ._runtime.packed import KernelConfig, PackedWeight
-from ._runtime.plans import PlanChecker
+from ._runtime.packed import PackedWeight
 from ._runtime.wrappers import axis
 
 __all__ = [
@@ -72,9 +58,7 @@ PROVED: tuple[str, ...] = (
 POLICY = "error"
 FALLBACK: str | None = None
 
-_LOG = logging.getLogger(__name__)
-
-# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` ----
 
 _TP_SIZE_VALUES = (
     1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
@@ -155,40 +139,17 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        {
-            "num_experts": num_experts,
-            "hidden_size": hidden_size,
-            "intermediate_size": intermediate_size,
-            "tp_size": tp_size,
-            "isa": isa,
-            "activation": activation,
-            "dtype": dtype,
-            "swiglu_alpha_milli": swiglu_alpha_milli,
-            "swiglu_limit_milli": swiglu_limit_milli,
-            "ep_size": ep_size,
-            "expert_placement": expert_placement,
-        },
-        warn=True,
-    )
-
-
-def _plan(args: dict[str, Any], warn: bool) -> Plan:
-    num_experts = _check("num_experts", args["num_experts"])
-    hidden_size = _check("hidden_size", args["hidden_size"])
-    intermediate_size = _check("intermediate_size", args["intermediate_size"])
-    tp_size = _check("tp_size", args["tp_size"])
-    isa = _check("isa", args["isa"])
-    activation = _check("activation", args["activation"])
-    dtype = _check("dtype", args["dtype"])
-    swiglu_alpha_milli = _check("swiglu_alpha_milli", args["swiglu_alpha_milli"])
-    swiglu_limit_milli = _check("swiglu_limit_milli", args["swiglu_limit_milli"])
-    ep_size = _check("ep_size", args["ep_size"])
-    expert_placement = _ep.check_served(
-        CONTRACT,
-        args["expert_placement"],
-        ("linear", "round_robin"),
-    )
+    num_experts = _check("num_experts", num_experts)
+    hidden_size = _check("hidden_size", hidden_size)
+    intermediate_size = _check("intermediate_size", intermediate_size)
+    tp_size = _check("tp_size", tp_size)
+    isa = _check("isa", isa)
+    activation = _check("activation", activation)
+    dtype = _check.dtype("dtype", dtype)
+    swiglu_alpha_milli = _check("swiglu_alpha_milli", swiglu_alpha_milli)
+    swiglu_limit_milli = _check("swiglu_limit_milli", swiglu_limit_milli)
+    ep_size = _check("ep_size", ep_size)
+    expert_placement = _ep.check_served(CONTRACT, expert_placement, ("linear", "round_robin"))
     _ep.check_ep(num_experts, ep_size, expert_placement, 0)
     local_num_experts = _p.cdiv(num_experts, ep_size)
     output_alignment = {"vec": 32, "amx": 32, "neon": 32, "vsx": 16}[isa]
@@ -200,15 +161,13 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
         intermediate_alignment,
     )
     if ep_size > num_experts:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/vllm_cpu_grouped_gemm.moe:31",
             "[EP01] ep_size exceeds the experts: a rank would hold none",
             {"ep_size": ep_size, "num_experts": num_experts},
         )
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/vllm_cpu_grouped_gemm.moe:41",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
@@ -218,9 +177,7 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
         not ((activation != "swigluoai") or ((swiglu_alpha_milli == 1702) and (swiglu_limit_milli
         == 7000)))
     ):  # fmt: skip
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/vllm_cpu_grouped_gemm.moe:51",
             "swigluoai runs with the kernel's fixed alpha 1.702 and clamp limit 7.0: pass the model's constants as swiglu_alpha_milli=1702, swiglu_limit_milli=7000 (a model with other constants is a different activation)",
             {
@@ -230,25 +187,19 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
             },
         )
     if reason is None and (hidden_size % output_alignment) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/vllm_cpu_grouped_gemm.moe:52",
             "hidden_size must be a multiple of the ISA's output alignment (hidden is never padded)",
             {"hidden_size": hidden_size, "output_alignment": output_alignment},
         )
     if reason is None and (hidden_size % reduction_alignment) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/vllm_cpu_grouped_gemm.moe:53",
             "hidden_size must be a multiple of the ISA's reduction alignment (hidden is never padded)",
             {"hidden_size": hidden_size, "reduction_alignment": reduction_alignment},
         )
     if reason is None and not ((isa == "vec") or (dtype == "bfloat16")):
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/vllm_cpu_grouped_gemm.moe:55",
             "the amx, neon and vsx kernels take bfloat16 only",
             {"isa": isa, "dtype": dtype},
@@ -256,85 +207,36 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     if reason is not None:
         raise LayoutContractError(reason)
     return Plan(
-        num_experts=num_experts,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        tp_size=tp_size,
-        isa=isa,
-        activation=activation,
-        dtype=dtype,
-        swiglu_alpha_milli=swiglu_alpha_milli,
-        swiglu_limit_milli=swiglu_limit_milli,
-        ep_size=ep_size,
-        expert_placement=expert_placement,
-        local_num_experts=local_num_experts,
-        output_alignment=output_alignment,
-        reduction_alignment=reduction_alignment,
+        num_experts=num_experts, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        tp_size=tp_size, isa=isa, activation=activation, dtype=dtype,
+        swiglu_alpha_milli=swiglu_alpha_milli, swiglu_limit_milli=swiglu_limit_milli,
+        ep_size=ep_size, expert_placement=expert_placement, local_num_experts=local_num_experts,
+        output_alignment=output_alignment, reduction_alignment=reduction_alignment,
         intermediate_alignment=intermediate_alignment,
         intermediate_size_per_partition=intermediate_size_per_partition,
         intermediate_size_per_partition_padded=intermediate_size_per_partition_padded,
-        supported=reason is None,
-        reason=reason,
-    )
+        supported=reason is None, reason=reason,
+    )  # fmt: skip
 
 
-def _replan(p: Plan) -> Plan:
-    """A Plan's parameters planned again (PlanChecker refuses one not made by plan())."""
-    return _plan(
-        {
-            "num_experts": p.num_experts,
-            "hidden_size": p.hidden_size,
-            "intermediate_size": p.intermediate_size,
-            "tp_size": p.tp_size,
-            "isa": p.isa,
-            "activation": p.activation,
-            "dtype": p.dtype,
-            "swiglu_alpha_milli": p.swiglu_alpha_milli,
-            "swiglu_limit_milli": p.swiglu_limit_milli,
-            "ep_size": p.ep_size,
-            "expert_placement": p.expert_placement,
-        },
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _replan)
-_MODULE = _w.Module(CONTRACT, SOURCE_FILE, _PLANS, tp_param="tp_size")
-local_experts = _w.local_experts(
-    _MODULE,
-    __name__,
-    "num_experts",
-    "ep_size",
-    "expert_placement",
-    None,
-)
+_MODULE = _w.module(__name__, CONTRACT, SOURCE_FILE, plan, Plan, _PARAMS, tp_param="tp_size")
+local_experts = _w.local_experts(_MODULE, "num_experts", "ep_size", "expert_placement", None)
 
 
 # ---- axis tables: one `axis(name, word, logical=, padded=, segments=, sharded=)` per dim ----
 
 
 def _w13_axes(plan: Plan) -> tuple[Axis, ...]:
-    if plan.activation == "swigluoai":  # line 63
-        n_axis = axis(
-            "n",
-            Word.INTERLEAVE,
-            logical=plan.intermediate_size_per_partition,
-            padded=plan.intermediate_size_per_partition_padded,
-            segments=2,
-            sharded=True,
-        )
-    else:
-        n_axis = axis(
-            "n",
-            Word.HALVES,
-            logical=plan.intermediate_size_per_partition,
-            padded=plan.intermediate_size_per_partition_padded,
-            segments=2,
-            sharded=True,
-        )
     return (
         axis("experts", Word.NONE, logical=plan.local_num_experts),
-        n_axis,
+        axis(
+            "n",
+            Word.INTERLEAVE if plan.activation == "swigluoai" else Word.HALVES,  # line 63
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
+        ),
         axis("k", Word.NONE, logical=plan.hidden_size),
     )
 
@@ -354,27 +256,16 @@ def _w2_axes(plan: Plan) -> tuple[Axis, ...]:
 
 
 def _w13_bias_axes(plan: Plan) -> tuple[Axis, ...]:
-    if plan.activation == "swigluoai":  # line 82
-        n_axis = axis(
-            "n",
-            Word.INTERLEAVE,
-            logical=plan.intermediate_size_per_partition,
-            padded=plan.intermediate_size_per_partition_padded,
-            segments=2,
-            sharded=True,
-        )
-    else:
-        n_axis = axis(
-            "n",
-            Word.HALVES,
-            logical=plan.intermediate_size_per_partition,
-            padded=plan.intermediate_size_per_partition_padded,
-            segments=2,
-            sharded=True,
-        )
     return (
         axis("experts", Word.NONE, logical=plan.local_num_experts),
-        n_axis,
+        axis(
+            "n",
+            Word.INTERLEAVE if plan.activation == "swigluoai" else Word.HALVES,  # line 82
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
+        ),
     )
 
 
@@ -385,9 +276,9 @@ def _w2_bias_axes(plan: Plan) -> tuple[Axis, ...]:
     )
 
 
-# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions ----
 
-_W13_ROW = _w.Row(
+_W13 = _MODULE.tensor(
     name="w13",
     kind="weight",
     projection="w13",
@@ -400,14 +291,11 @@ _W13_ROW = _w.Row(
         "[local_num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13 = _w.tensor_functions(_MODULE, _W13_ROW, _DTYPES, __name__)
 w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
 
-_W2_ROW = _w.Row(
+_W2 = _MODULE.tensor(
     name="w2",
     kind="weight",
     projection="w2",
@@ -420,12 +308,10 @@ _W2_ROW = _w.Row(
         "[local_num_experts, hidden_size, intermediate_size_per_partition]",
         "[local_num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
-_W2 = _w.tensor_functions(_MODULE, _W2_ROW, _DTYPES, __name__)
 w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
-_W13_BIAS_ROW = _w.Row(
+_W13_BIAS = _MODULE.tensor(
     name="w13_bias",
     kind="bias",
     projection="w13",
@@ -438,21 +324,13 @@ _W13_BIAS_ROW = _w.Row(
         "[local_num_experts, 2 * intermediate_size_per_partition]",
         "[local_num_experts, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
     optional=True,
 )
-_W13_BIAS = _w.tensor_functions(_MODULE, _W13_BIAS_ROW, _DTYPES, __name__)
-w13_bias_shapes = _W13_BIAS.shapes
-pad_w13_bias = _W13_BIAS.pad
-unpad_w13_bias = _W13_BIAS.unpad
-w13_bias_full_shape = _W13_BIAS.full_shape
-shard_w13_bias = _W13_BIAS.shard
-alloc_w13_bias = _W13_BIAS.alloc
-load_w13_bias = _W13_BIAS.load
+w13_bias_shapes, pad_w13_bias, unpad_w13_bias, w13_bias_full_shape, shard_w13_bias = _W13_BIAS[:5]
+alloc_w13_bias, load_w13_bias = _W13_BIAS[5:]
 
-_W2_BIAS_ROW = _w.Row(
+_W2_BIAS = _MODULE.tensor(
     name="w2_bias",
     kind="bias",
     projection="w2",
@@ -462,200 +340,58 @@ _W2_BIAS_ROW = _w.Row(
     dtype="dtype",
     fill=0.0,
     shape_docs=("[local_num_experts, hidden_size]", "[local_num_experts, hidden_size]"),
-    fill_doc="stored code 0",
     optional=True,
 )
-_W2_BIAS = _w.tensor_functions(_MODULE, _W2_BIAS_ROW, _DTYPES, __name__)
-w2_bias_shapes = _W2_BIAS.shapes
-pad_w2_bias = _W2_BIAS.pad
-unpad_w2_bias = _W2_BIAS.unpad
-w2_bias_full_shape = _W2_BIAS.full_shape
-shard_w2_bias = _W2_BIAS.shard
-alloc_w2_bias = _W2_BIAS.alloc
-load_w2_bias = _W2_BIAS.load
+w2_bias_shapes, pad_w2_bias, unpad_w2_bias, w2_bias_full_shape, shard_w2_bias = _W2_BIAS[:5]
+alloc_w2_bias, load_w2_bias = _W2_BIAS[5:]
 
 # ---- glue: vLLM CPU grouped-GEMM MoE (_C::prepack_moe_weight, _C::cpu_fused_moe) ----
-# The kernel call is runtime/glue/vllm_cpu.py; its INTERFACE is what the
-# checker held this contract to. The values below are read by role.
-_VIEWS = {"silu": "halves", "gelu": "halves", "gelu_tanh": "halves", "swigluoai": "interleave"}
-# The ops the glue calls, by slot (its INTERFACE).
-OPS: dict[str, str] = {
-    "prepack": "_C::prepack_moe_weight",
-    "forward": "_C::cpu_fused_moe",
-}
-# The glue's declared interface (what the kernel computes: activations, dtypes, where it
-# can apply the routing weight); `layoutc run` holds a checkpoint's format to it.
+# runtime/glue/vllm_cpu.py calls it; the checker held this contract to its INTERFACE.
 INTERFACE = _glue.INTERFACE
-
-
-def _config(plan: Plan) -> KernelConfig:
-    def make() -> KernelConfig:
-        activation = plan.activation
-        return KernelConfig(
-            contract=CONTRACT,
-            num_experts=w13_shapes(plan)[0][0],
-            hidden_size=w13_shapes(plan)[1][2],
-            intermediate_padded=w13_shapes(plan)[1][1] // 2,
-            dtype=_DTYPES[plan.dtype],
-            activation=activation,
-            w13_view=_VIEWS[activation],
-            shapes=(
-                ("w13", w13_shapes(plan)[1]),
-                ("w2", w2_shapes(plan)[1]),
-                ("w13_bias", w13_bias_shapes(plan)[1]),
-                ("w2_bias", w2_bias_shapes(plan)[1]),
-            ),
-            args=(("isa", plan.isa),),
-        )
-
-    return _PLANS.memo("config", plan, make)
-
-
-_KERNEL = _w.kernel_functions(
-    _MODULE,
-    __name__,
+OPS: dict[str, str] = dict(INTERFACE.ops)
+_KERNEL = _MODULE.kernel(
     _glue,
-    _config,
     _W13,
     _W2,
-    ("w13", "w2"),
-    (
-        "[local_num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
-        "[local_num_experts, hidden_size, intermediate_size_per_partition_padded]",
-        "[local_num_experts, 2 * intermediate_size_per_partition, hidden_size]",
-        "[local_num_experts, hidden_size, intermediate_size_per_partition]",
-    ),
+    biases=(_W13_BIAS, _W2_BIAS),
+    activation=lambda plan: plan.activation,
+    args=lambda plan: (("isa", plan.isa),),
+    ep=("ep_size", lambda plan: plan.local_num_experts),
 )
-load_kernel = _KERNEL.load_kernel
-prepack_padded = _KERNEL.prepack_padded
-prepack = _KERNEL.prepack
+load_kernel, prepack_padded, prepack, fused_moe, _config = _KERNEL
 
-
-def fused_moe(
-    hidden_states: torch.Tensor,
-    packed_w13: PackedWeight,
-    packed_w2: PackedWeight,
-    topk_weights: torch.Tensor,
-    topk_ids: torch.Tensor,
-    plan: Plan,
-    *,
-    w13_bias: torch.Tensor | None = None,
-    w2_bias: torch.Tensor | None = None,
-    apply_router_weight_on_input: bool = False,
-    expert_map: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Run the real kernel:
-    vLLM CPU grouped-GEMM MoE (_C::prepack_moe_weight, _C::cpu_fused_moe).
-
-    hidden_states: [num_tokens, hidden_size] in the weights' dtype, contiguous CPU.
-    packed_w13 / packed_w2: from `prepack` or `prepack_padded` with this plan.
-    topk_weights / topk_ids: [num_tokens, top_k]; ids in [0, num_experts) of the
-    weights' experts axis.
-    w13_bias: the padded w13 bias (`pad_*` / `shard_*`); w2_bias: [num_experts,
-    hidden_size] (under TP, `shard_*` gives it to rank 0 only).
-    expert_map: this EP rank's map from `local_experts` when topk_ids are the router's
-    global ids: the kernel computes only the pairs routed to this rank's experts, with
-    local ids (`_runtime.expert_map.local_pairs`: a pair whose expert is foreign, vLLM's -1,
-    is never computed; a token with none adds exactly 0). Without it, under ep_size > 1
-    the ids must already be local: one at or above the rank's experts axis is refused (EP05).
-    Returns a new [num_tokens, hidden_size] tensor: this rank's partial sum (under
-    TP, all-reduce over the ranks).
-    Raises LayoutContractError on any wrong input, KernelUnavailableError when
-    the kernel cannot run here.
-    """
-    _PLANS.require(plan)
-
-    def kernel(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        return _glue.fused_moe(
-            _config(plan),
-            x,
-            packed_w13,
-            packed_w2,
-            weights,
-            ids,
-            w13_bias=w13_bias,
-            w2_bias=w2_bias,
-            apply_router_weight_on_input=apply_router_weight_on_input,
-        )
-
-    if expert_map is None and isinstance(topk_ids, torch.Tensor):
-        _expert_map.refuse_global(CONTRACT, topk_ids, plan.local_num_experts, plan.ep_size)
-    return _expert_map.run_local(
-        CONTRACT,
-        kernel,
-        hidden_states,
-        topk_weights,
-        topk_ids,
-        expert_map,
-        input_weighted=apply_router_weight_on_input is True,
-    )
-
-
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
-
-LAYOUT = ModuleLayout(
-    version=LAYOUT_VERSION,
-    contract=CONTRACT,
-    source_file=SOURCE_FILE,
-    plan=plan,
-    plan_type=Plan,
-    plan_params=_PARAMS,
-    shard_count="tp_size",
-    tensors=(
-        _w.entry(_W13_ROW, _W13),
-        _w.entry(_W2_ROW, _W2),
-        _w.entry(_W13_BIAS_ROW, _W13_BIAS),
-        _w.entry(_W2_BIAS_ROW, _W2_BIAS),
-    ),
-    kernel=KernelEntry(
-        glue=INTERFACE,
-        config=_config,
-        load_kernel=load_kernel,
-        prepack=prepack,
-        prepack_padded=prepack_padded,
-        fused_moe=fused_moe,
-    ),
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
+LAYOUT = _MODULE.layout(
+    (_W13, _W2, _W13_BIAS, _W2_BIAS),
+    kernel=_KERNEL,
     local_experts=local_experts,
     models=(
         ModelsEntry(
             "vllm",
             ("0.32.0", "0.33.0", "0.34.0"),
             "vllm.model_executor.layers.fused_moe.experts.cpu_moe:CPUUnquantizedExperts",
-            when=Condition(
-                "==",
-                (Condition("param", value="isa"), Condition("const", value="vec")),
-            ),
+            when=Condition("==", (Condition.param("isa"), Condition.const("vec"))),
             contract_line=113,
         ),
         ModelsEntry(
             "vllm",
             ("0.32.0", "0.33.0", "0.34.0"),
             "vllm.model_executor.layers.fused_moe.experts.cpu_moe:X86CPUUnquantizedExperts",
-            when=Condition(
-                "==",
-                (Condition("param", value="isa"), Condition("const", value="amx")),
-            ),
+            when=Condition("==", (Condition.param("isa"), Condition.const("amx"))),
             contract_line=114,
         ),
         ModelsEntry(
             "vllm",
             ("0.32.0", "0.33.0", "0.34.0"),
             "vllm.model_executor.layers.fused_moe.experts.cpu_moe:ArmCPUUnquantizedExperts",
-            when=Condition(
-                "==",
-                (Condition("param", value="isa"), Condition("const", value="neon")),
-            ),
+            when=Condition("==", (Condition.param("isa"), Condition.const("neon"))),
             contract_line=115,
         ),
         ModelsEntry(
             "vllm",
             ("0.32.0", "0.33.0", "0.34.0"),
             "vllm.model_executor.layers.fused_moe.experts.cpu_moe:PowerCPUUnquantizedExperts",
-            when=Condition(
-                "==",
-                (Condition("param", value="isa"), Condition("const", value="vsx")),
-            ),
+            when=Condition("==", (Condition.param("isa"), Condition.const("vsx"))),
             contract_line=116,
         ),
     ),

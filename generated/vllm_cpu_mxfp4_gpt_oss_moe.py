@@ -20,18 +20,14 @@ Sources:
 - vllm 0.32.0: vllm/model_executor/models/gpt_oss.py GptOssModel._load_weights_mxfp4
   (interleaved w13 rows; shards in whole 32-value blocks)
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
-table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
-shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
-`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
-`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -39,9 +35,8 @@ from ._runtime import params as _p
 from ._runtime import wrappers as _w
 from ._runtime.algebra import Word
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
-from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam
+from ._runtime.interface import ModelsEntry, PlanParam
 from ._runtime.layout import Axis
-from ._runtime.plans import PlanChecker
 from ._runtime.wrappers import axis
 
 __all__ = [
@@ -75,9 +70,7 @@ PROVED: tuple[str, ...] = (
 POLICY = "error"
 FALLBACK: str | None = None
 
-_LOG = logging.getLogger(__name__)
-
-# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` ----
 
 _TP_SIZE_VALUES = (
     1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
@@ -132,55 +125,36 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        {
-            "num_experts": num_experts,
-            "hidden_size": hidden_size,
-            "intermediate_size": intermediate_size,
-            "tp_size": tp_size,
-            "swiglu_limit_milli": swiglu_limit_milli,
-        },
-        warn=True,
-    )
-
-
-def _plan(args: dict[str, Any], warn: bool) -> Plan:
-    num_experts = _check("num_experts", args["num_experts"])
-    hidden_size = _check("hidden_size", args["hidden_size"])
-    intermediate_size = _check("intermediate_size", args["intermediate_size"])
-    tp_size = _check("tp_size", args["tp_size"])
-    swiglu_limit_milli = _check("swiglu_limit_milli", args["swiglu_limit_milli"])
+    num_experts = _check("num_experts", num_experts)
+    hidden_size = _check("hidden_size", hidden_size)
+    intermediate_size = _check("intermediate_size", intermediate_size)
+    tp_size = _check("tp_size", tp_size)
+    swiglu_limit_milli = _check("swiglu_limit_milli", swiglu_limit_milli)
     intermediate_size_per_partition = intermediate_size // tp_size
     intermediate_size_per_partition_padded = _p.round_up(intermediate_size_per_partition, 32)
     hidden_size_padded = _p.round_up(hidden_size, 32)
     shard_size = _p.round_up(intermediate_size_per_partition, 32)
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/vllm_cpu_mxfp4_gpt_oss_moe.moe:28",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     if (hidden_size % 32) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/vllm_cpu_mxfp4_gpt_oss_moe.moe:32",
             "MXFP4 w13 scales cover blocks of 32 along hidden_size",
             {"hidden_size": hidden_size},
         )
     reason: str | None = None
     if reason is None and (intermediate_size % 32) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/vllm_cpu_mxfp4_gpt_oss_moe.moe:38",
             "a gpt-oss MXFP4 checkpoint holds whole 32-value blocks: intermediate_size must be a multiple of 32",
             {"intermediate_size": intermediate_size},
         )
     if reason is None and swiglu_limit_milli != 7000:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/vllm_cpu_mxfp4_gpt_oss_moe.moe:39",
             "gpt-oss's swigluoai clamp limit 7.0 (the limit this contract models)",
             {"swiglu_limit_milli": swiglu_limit_milli},
@@ -188,39 +162,22 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     if reason is not None:
         raise LayoutContractError(reason)
     return Plan(
-        num_experts=num_experts,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        tp_size=tp_size,
-        swiglu_limit_milli=swiglu_limit_milli,
+        num_experts=num_experts, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        tp_size=tp_size, swiglu_limit_milli=swiglu_limit_milli,
         intermediate_size_per_partition=intermediate_size_per_partition,
         intermediate_size_per_partition_padded=intermediate_size_per_partition_padded,
-        hidden_size_padded=hidden_size_padded,
-        shard_size=shard_size,
-        supported=reason is None,
+        hidden_size_padded=hidden_size_padded, shard_size=shard_size, supported=reason is None,
         reason=reason,
-    )
+    )  # fmt: skip
 
 
-def _replan(p: Plan) -> Plan:
-    """A Plan's parameters planned again (PlanChecker refuses one not made by plan())."""
-    return _plan(
-        {
-            "num_experts": p.num_experts,
-            "hidden_size": p.hidden_size,
-            "intermediate_size": p.intermediate_size,
-            "tp_size": p.tp_size,
-            "swiglu_limit_milli": p.swiglu_limit_milli,
-        },
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _replan)
-_MODULE = _w.Module(
+_MODULE = _w.module(
+    __name__,
     CONTRACT,
     SOURCE_FILE,
-    _PLANS,
+    plan,
+    Plan,
+    _PARAMS,
     tp_param="tp_size",
     block_shard="`shard ... in blocks of 32`, line 37",
 )
@@ -318,9 +275,9 @@ def _w2_bias_axes(plan: Plan) -> tuple[Axis, ...]:
     )
 
 
-# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions ----
 
-_W13_WEIGHT_ROW = _w.Row(
+_W13_WEIGHT = _MODULE.tensor(
     name="w13_weight",
     kind="weight",
     projection="w13",
@@ -335,18 +292,11 @@ _W13_WEIGHT_ROW = _w.Row(
     ),
     fill_doc="stored code 0 (`fill decoded 0`: decodes to 0)",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13_WEIGHT = _w.tensor_functions(_MODULE, _W13_WEIGHT_ROW, {}, __name__)
-w13_weight_shapes = _W13_WEIGHT.shapes
-pad_w13_weight = _W13_WEIGHT.pad
-unpad_w13_weight = _W13_WEIGHT.unpad
-w13_weight_full_shape = _W13_WEIGHT.full_shape
-shard_w13_weight = _W13_WEIGHT.shard
-alloc_w13_weight = _W13_WEIGHT.alloc
-load_w13_weight = _W13_WEIGHT.load
+w13_weight_shapes, pad_w13_weight, unpad_w13_weight, w13_weight_full_shape = _W13_WEIGHT[:4]
+shard_w13_weight, alloc_w13_weight, load_w13_weight = _W13_WEIGHT[4:]
 
-_W13_WEIGHT_SCALE_ROW = _w.Row(
+_W13_WEIGHT_SCALE = _MODULE.tensor(
     name="w13_weight_scale",
     kind="scale",
     projection="w13",
@@ -359,20 +309,13 @@ _W13_WEIGHT_SCALE_ROW = _w.Row(
         "[num_experts, 2 * shard_size, hidden_size / 32]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size_padded / 32]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13_WEIGHT_SCALE = _w.tensor_functions(_MODULE, _W13_WEIGHT_SCALE_ROW, {}, __name__)
-w13_weight_scale_shapes = _W13_WEIGHT_SCALE.shapes
-pad_w13_weight_scale = _W13_WEIGHT_SCALE.pad
-unpad_w13_weight_scale = _W13_WEIGHT_SCALE.unpad
-w13_weight_scale_full_shape = _W13_WEIGHT_SCALE.full_shape
-shard_w13_weight_scale = _W13_WEIGHT_SCALE.shard
-alloc_w13_weight_scale = _W13_WEIGHT_SCALE.alloc
-load_w13_weight_scale = _W13_WEIGHT_SCALE.load
+w13_weight_scale_shapes, pad_w13_weight_scale, unpad_w13_weight_scale = _W13_WEIGHT_SCALE[:3]
+w13_weight_scale_full_shape, shard_w13_weight_scale = _W13_WEIGHT_SCALE[3:5]
+alloc_w13_weight_scale, load_w13_weight_scale = _W13_WEIGHT_SCALE[5:]
 
-_W13_BIAS_ROW = _w.Row(
+_W13_BIAS = _MODULE.tensor(
     name="w13_bias",
     kind="bias",
     projection="w13",
@@ -385,21 +328,13 @@ _W13_BIAS_ROW = _w.Row(
         "[num_experts, 2 * shard_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
     optional=True,
 )
-_W13_BIAS = _w.tensor_functions(_MODULE, _W13_BIAS_ROW, {}, __name__)
-w13_bias_shapes = _W13_BIAS.shapes
-pad_w13_bias = _W13_BIAS.pad
-unpad_w13_bias = _W13_BIAS.unpad
-w13_bias_full_shape = _W13_BIAS.full_shape
-shard_w13_bias = _W13_BIAS.shard
-alloc_w13_bias = _W13_BIAS.alloc
-load_w13_bias = _W13_BIAS.load
+w13_bias_shapes, pad_w13_bias, unpad_w13_bias, w13_bias_full_shape, shard_w13_bias = _W13_BIAS[:5]
+alloc_w13_bias, load_w13_bias = _W13_BIAS[5:]
 
-_W2_WEIGHT_ROW = _w.Row(
+_W2_WEIGHT = _MODULE.tensor(
     name="w2_weight",
     kind="weight",
     projection="w2",
@@ -414,16 +349,10 @@ _W2_WEIGHT_ROW = _w.Row(
     ),
     fill_doc="stored code 0 (`fill decoded 0`: decodes to 0)",
 )
-_W2_WEIGHT = _w.tensor_functions(_MODULE, _W2_WEIGHT_ROW, {}, __name__)
-w2_weight_shapes = _W2_WEIGHT.shapes
-pad_w2_weight = _W2_WEIGHT.pad
-unpad_w2_weight = _W2_WEIGHT.unpad
-w2_weight_full_shape = _W2_WEIGHT.full_shape
-shard_w2_weight = _W2_WEIGHT.shard
-alloc_w2_weight = _W2_WEIGHT.alloc
-load_w2_weight = _W2_WEIGHT.load
+w2_weight_shapes, pad_w2_weight, unpad_w2_weight, w2_weight_full_shape = _W2_WEIGHT[:4]
+shard_w2_weight, alloc_w2_weight, load_w2_weight = _W2_WEIGHT[4:]
 
-_W2_WEIGHT_SCALE_ROW = _w.Row(
+_W2_WEIGHT_SCALE = _MODULE.tensor(
     name="w2_weight_scale",
     kind="scale",
     projection="w2",
@@ -436,18 +365,12 @@ _W2_WEIGHT_SCALE_ROW = _w.Row(
         "[num_experts, hidden_size, shard_size / 32]",
         "[num_experts, hidden_size_padded, intermediate_size_per_partition_padded / 32]",
     ),
-    fill_doc="stored code 0",
 )
-_W2_WEIGHT_SCALE = _w.tensor_functions(_MODULE, _W2_WEIGHT_SCALE_ROW, {}, __name__)
-w2_weight_scale_shapes = _W2_WEIGHT_SCALE.shapes
-pad_w2_weight_scale = _W2_WEIGHT_SCALE.pad
-unpad_w2_weight_scale = _W2_WEIGHT_SCALE.unpad
-w2_weight_scale_full_shape = _W2_WEIGHT_SCALE.full_shape
-shard_w2_weight_scale = _W2_WEIGHT_SCALE.shard
-alloc_w2_weight_scale = _W2_WEIGHT_SCALE.alloc
-load_w2_weight_scale = _W2_WEIGHT_SCALE.load
+w2_weight_scale_shapes, pad_w2_weight_scale, unpad_w2_weight_scale = _W2_WEIGHT_SCALE[:3]
+w2_weight_scale_full_shape, shard_w2_weight_scale, alloc_w2_weight_scale = _W2_WEIGHT_SCALE[3:6]
+load_w2_weight_scale = _W2_WEIGHT_SCALE[6]
 
-_W2_BIAS_ROW = _w.Row(
+_W2_BIAS = _MODULE.tensor(
     name="w2_bias",
     kind="bias",
     projection="w2",
@@ -457,38 +380,14 @@ _W2_BIAS_ROW = _w.Row(
     dtype=torch.float32,
     fill=0.0,
     shape_docs=("[num_experts, hidden_size]", "[num_experts, hidden_size_padded]"),
-    fill_doc="stored code 0",
     optional=True,
 )
-_W2_BIAS = _w.tensor_functions(_MODULE, _W2_BIAS_ROW, {}, __name__)
-w2_bias_shapes = _W2_BIAS.shapes
-pad_w2_bias = _W2_BIAS.pad
-unpad_w2_bias = _W2_BIAS.unpad
-w2_bias_full_shape = _W2_BIAS.full_shape
-shard_w2_bias = _W2_BIAS.shard
-alloc_w2_bias = _W2_BIAS.alloc
-load_w2_bias = _W2_BIAS.load
+w2_bias_shapes, pad_w2_bias, unpad_w2_bias, w2_bias_full_shape, shard_w2_bias = _W2_BIAS[:5]
+alloc_w2_bias, load_w2_bias = _W2_BIAS[5:]
 
-
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
-
-LAYOUT = ModuleLayout(
-    version=LAYOUT_VERSION,
-    contract=CONTRACT,
-    source_file=SOURCE_FILE,
-    plan=plan,
-    plan_type=Plan,
-    plan_params=_PARAMS,
-    shard_count="tp_size",
-    tensors=(
-        _w.entry(_W13_WEIGHT_ROW, _W13_WEIGHT),
-        _w.entry(_W13_WEIGHT_SCALE_ROW, _W13_WEIGHT_SCALE),
-        _w.entry(_W13_BIAS_ROW, _W13_BIAS),
-        _w.entry(_W2_WEIGHT_ROW, _W2_WEIGHT),
-        _w.entry(_W2_WEIGHT_SCALE_ROW, _W2_WEIGHT_SCALE),
-        _w.entry(_W2_BIAS_ROW, _W2_BIAS),
-    ),
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
+LAYOUT = _MODULE.layout(
+    (_W13_WEIGHT, _W13_WEIGHT_SCALE, _W13_BIAS, _W2_WEIGHT, _W2_WEIGHT_SCALE, _W2_BIAS),
     models=(
         ModelsEntry(
             "vllm",

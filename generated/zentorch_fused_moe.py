@@ -14,32 +14,26 @@ Sources:
 - zentorch 2.13.0.1: op schema zentorch::zentorch_fused_moe(output, input, w13, w2,
   w13_bias, w2_bias, topk_weights, topk_id, skip_weighted, act, ...)
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
-table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
-shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
-`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
-`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from ._runtime import params as _p
 from ._runtime import wrappers as _w
 from ._runtime.algebra import Word
-from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
 from ._runtime.glue import zentorch as _glue
 from ._runtime.glue.zentorch import bf16_is_reliable
-from ._runtime.interface import LAYOUT_VERSION, KernelEntry, ModelsEntry, ModuleLayout, PlanParam
+from ._runtime.interface import ModelsEntry, PlanParam
 from ._runtime.layout import Axis
-from ._runtime.packed import KernelConfig, PackedWeight
-from ._runtime.plans import PlanChecker
+from ._runtime.packed import PackedWeight
 from ._runtime.wrappers import axis
 
 __all__ = [
@@ -68,9 +62,7 @@ PROVED: tuple[str, ...] = (
 POLICY = "error"
 FALLBACK: str | None = None
 
-_LOG = logging.getLogger(__name__)
-
-# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` ----
 
 _TP_SIZE_VALUES = (
     1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
@@ -135,35 +127,18 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        {
-            "num_experts": num_experts,
-            "hidden_size": hidden_size,
-            "intermediate_size": intermediate_size,
-            "tp_size": tp_size,
-            "activation": activation,
-            "dtype": dtype,
-            "swiglu_alpha_milli": swiglu_alpha_milli,
-            "swiglu_limit_milli": swiglu_limit_milli,
-        },
-        warn=True,
-    )
-
-
-def _plan(args: dict[str, Any], warn: bool) -> Plan:
-    num_experts = _check("num_experts", args["num_experts"])
-    hidden_size = _check("hidden_size", args["hidden_size"])
-    intermediate_size = _check("intermediate_size", args["intermediate_size"])
-    tp_size = _check("tp_size", args["tp_size"])
-    activation = _check("activation", args["activation"])
-    dtype = _check("dtype", args["dtype"])
-    swiglu_alpha_milli = _check("swiglu_alpha_milli", args["swiglu_alpha_milli"])
-    swiglu_limit_milli = _check("swiglu_limit_milli", args["swiglu_limit_milli"])
+    num_experts = _check("num_experts", num_experts)
+    hidden_size = _check("hidden_size", hidden_size)
+    intermediate_size = _check("intermediate_size", intermediate_size)
+    tp_size = _check("tp_size", tp_size)
+    activation = _check("activation", activation)
+    dtype = _check.dtype("dtype", dtype)
+    swiglu_alpha_milli = _check("swiglu_alpha_milli", swiglu_alpha_milli)
+    swiglu_limit_milli = _check("swiglu_limit_milli", swiglu_limit_milli)
     intermediate_size_per_partition = intermediate_size // tp_size
     intermediate_size_per_partition_padded = intermediate_size_per_partition
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/zentorch_fused_moe.moe:25",
             "intermediate_size must split evenly over tp_size",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
@@ -173,9 +148,7 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
         not ((activation != "swigluoai") or ((swiglu_alpha_milli == 1702) and (swiglu_limit_milli
         == 7000)))
     ):  # fmt: skip
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/zentorch_fused_moe.moe:31",
             "swigluoai runs with the kernel's fixed alpha 1.702 and clamp limit 7.0: pass the model's constants as swiglu_alpha_milli=1702, swiglu_limit_milli=7000 (a model with other constants is a different activation)",
             {
@@ -187,67 +160,32 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     if reason is not None:
         raise LayoutContractError(reason)
     return Plan(
-        num_experts=num_experts,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        tp_size=tp_size,
-        activation=activation,
-        dtype=dtype,
-        swiglu_alpha_milli=swiglu_alpha_milli,
+        num_experts=num_experts, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        tp_size=tp_size, activation=activation, dtype=dtype, swiglu_alpha_milli=swiglu_alpha_milli,
         swiglu_limit_milli=swiglu_limit_milli,
         intermediate_size_per_partition=intermediate_size_per_partition,
         intermediate_size_per_partition_padded=intermediate_size_per_partition_padded,
-        supported=reason is None,
-        reason=reason,
-    )
+        supported=reason is None, reason=reason,
+    )  # fmt: skip
 
 
-def _replan(p: Plan) -> Plan:
-    """A Plan's parameters planned again (PlanChecker refuses one not made by plan())."""
-    return _plan(
-        {
-            "num_experts": p.num_experts,
-            "hidden_size": p.hidden_size,
-            "intermediate_size": p.intermediate_size,
-            "tp_size": p.tp_size,
-            "activation": p.activation,
-            "dtype": p.dtype,
-            "swiglu_alpha_milli": p.swiglu_alpha_milli,
-            "swiglu_limit_milli": p.swiglu_limit_milli,
-        },
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _replan)
-_MODULE = _w.Module(CONTRACT, SOURCE_FILE, _PLANS, tp_param="tp_size")
+_MODULE = _w.module(__name__, CONTRACT, SOURCE_FILE, plan, Plan, _PARAMS, tp_param="tp_size")
 
 
 # ---- axis tables: one `axis(name, word, logical=, padded=, segments=, sharded=)` per dim ----
 
 
 def _w13_axes(plan: Plan) -> tuple[Axis, ...]:
-    if plan.activation == "swigluoai":  # line 37
-        n_axis = axis(
-            "n",
-            Word.INTERLEAVE,
-            logical=plan.intermediate_size_per_partition,
-            padded=plan.intermediate_size_per_partition_padded,
-            segments=2,
-            sharded=True,
-        )
-    else:
-        n_axis = axis(
-            "n",
-            Word.HALVES,
-            logical=plan.intermediate_size_per_partition,
-            padded=plan.intermediate_size_per_partition_padded,
-            segments=2,
-            sharded=True,
-        )
     return (
         axis("experts", Word.NONE, logical=plan.num_experts),
-        n_axis,
+        axis(
+            "n",
+            Word.INTERLEAVE if plan.activation == "swigluoai" else Word.HALVES,  # line 37
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
+        ),
         axis("k", Word.NONE, logical=plan.hidden_size),
     )
 
@@ -267,27 +205,16 @@ def _w2_axes(plan: Plan) -> tuple[Axis, ...]:
 
 
 def _w13_bias_axes(plan: Plan) -> tuple[Axis, ...]:
-    if plan.activation == "swigluoai":  # line 54
-        n_axis = axis(
-            "n",
-            Word.INTERLEAVE,
-            logical=plan.intermediate_size_per_partition,
-            padded=plan.intermediate_size_per_partition_padded,
-            segments=2,
-            sharded=True,
-        )
-    else:
-        n_axis = axis(
-            "n",
-            Word.HALVES,
-            logical=plan.intermediate_size_per_partition,
-            padded=plan.intermediate_size_per_partition_padded,
-            segments=2,
-            sharded=True,
-        )
     return (
         axis("experts", Word.NONE, logical=plan.num_experts),
-        n_axis,
+        axis(
+            "n",
+            Word.INTERLEAVE if plan.activation == "swigluoai" else Word.HALVES,  # line 54
+            logical=plan.intermediate_size_per_partition,
+            padded=plan.intermediate_size_per_partition_padded,
+            segments=2,
+            sharded=True,
+        ),
     )
 
 
@@ -298,9 +225,9 @@ def _w2_bias_axes(plan: Plan) -> tuple[Axis, ...]:
     )
 
 
-# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions ----
 
-_W13_ROW = _w.Row(
+_W13 = _MODULE.tensor(
     name="w13",
     kind="weight",
     projection="w13",
@@ -313,14 +240,11 @@ _W13_ROW = _w.Row(
         "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
         "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13 = _w.tensor_functions(_MODULE, _W13_ROW, _DTYPES, __name__)
 w13_shapes, pad_w13, unpad_w13, w13_full_shape, shard_w13, alloc_w13, load_w13 = _W13
 
-_W2_ROW = _w.Row(
+_W2 = _MODULE.tensor(
     name="w2",
     kind="weight",
     projection="w2",
@@ -333,12 +257,10 @@ _W2_ROW = _w.Row(
         "[num_experts, hidden_size, intermediate_size_per_partition]",
         "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
 )
-_W2 = _w.tensor_functions(_MODULE, _W2_ROW, _DTYPES, __name__)
 w2_shapes, pad_w2, unpad_w2, w2_full_shape, shard_w2, alloc_w2, load_w2 = _W2
 
-_W13_BIAS_ROW = _w.Row(
+_W13_BIAS = _MODULE.tensor(
     name="w13_bias",
     kind="bias",
     projection="w13",
@@ -351,21 +273,13 @@ _W13_BIAS_ROW = _w.Row(
         "[num_experts, 2 * intermediate_size_per_partition]",
         "[num_experts, 2 * intermediate_size_per_partition_padded]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
     optional=True,
 )
-_W13_BIAS = _w.tensor_functions(_MODULE, _W13_BIAS_ROW, _DTYPES, __name__)
-w13_bias_shapes = _W13_BIAS.shapes
-pad_w13_bias = _W13_BIAS.pad
-unpad_w13_bias = _W13_BIAS.unpad
-w13_bias_full_shape = _W13_BIAS.full_shape
-shard_w13_bias = _W13_BIAS.shard
-alloc_w13_bias = _W13_BIAS.alloc
-load_w13_bias = _W13_BIAS.load
+w13_bias_shapes, pad_w13_bias, unpad_w13_bias, w13_bias_full_shape, shard_w13_bias = _W13_BIAS[:5]
+alloc_w13_bias, load_w13_bias = _W13_BIAS[5:]
 
-_W2_BIAS_ROW = _w.Row(
+_W2_BIAS = _MODULE.tensor(
     name="w2_bias",
     kind="bias",
     projection="w2",
@@ -375,139 +289,29 @@ _W2_BIAS_ROW = _w.Row(
     dtype="dtype",
     fill=0.0,
     shape_docs=("[num_experts, hidden_size]", "[num_experts, hidden_size]"),
-    fill_doc="stored code 0",
     optional=True,
 )
-_W2_BIAS = _w.tensor_functions(_MODULE, _W2_BIAS_ROW, _DTYPES, __name__)
-w2_bias_shapes = _W2_BIAS.shapes
-pad_w2_bias = _W2_BIAS.pad
-unpad_w2_bias = _W2_BIAS.unpad
-w2_bias_full_shape = _W2_BIAS.full_shape
-shard_w2_bias = _W2_BIAS.shard
-alloc_w2_bias = _W2_BIAS.alloc
-load_w2_bias = _W2_BIAS.load
+w2_bias_shapes, pad_w2_bias, unpad_w2_bias, w2_bias_full_shape, shard_w2_bias = _W2_BIAS[:5]
+alloc_w2_bias, load_w2_bias = _W2_BIAS[5:]
 
 # ---- glue: zentorch fused MoE (zentorch::zentorch_fused_moe) ----
-# The kernel call is runtime/glue/zentorch.py; its INTERFACE is what the
-# checker held this contract to. The values below are read by role.
-_VIEWS = {"silu": "halves", "gelu": "halves", "gelu_tanh": "halves", "swigluoai": "interleave"}
-# The ops the glue calls, by slot (its INTERFACE).
-OPS: dict[str, str] = {
-    "forward": "zentorch::zentorch_fused_moe",
-}
-# The glue's declared interface (what the kernel computes: activations, dtypes, where it
-# can apply the routing weight); `layoutc run` holds a checkpoint's format to it.
+# runtime/glue/zentorch.py calls it; the checker held this contract to its INTERFACE.
 INTERFACE = _glue.INTERFACE
-
-
-def _config(plan: Plan) -> KernelConfig:
-    def make() -> KernelConfig:
-        activation = plan.activation
-        return KernelConfig(
-            contract=CONTRACT,
-            num_experts=w13_shapes(plan)[0][0],
-            hidden_size=w13_shapes(plan)[1][2],
-            intermediate_padded=w13_shapes(plan)[1][1] // 2,
-            dtype=_DTYPES[plan.dtype],
-            activation=activation,
-            w13_view=_VIEWS[activation],
-            shapes=(
-                ("w13", w13_shapes(plan)[1]),
-                ("w2", w2_shapes(plan)[1]),
-                ("w13_bias", w13_bias_shapes(plan)[1]),
-                ("w2_bias", w2_bias_shapes(plan)[1]),
-            ),
-            args=(),
-        )
-
-    return _PLANS.memo("config", plan, make)
-
-
-_KERNEL = _w.kernel_functions(
-    _MODULE,
-    __name__,
+OPS: dict[str, str] = dict(INTERFACE.ops)
+_KERNEL = _MODULE.kernel(
     _glue,
-    _config,
     _W13,
     _W2,
-    ("w13", "w2"),
-    (
-        "[num_experts, 2 * intermediate_size_per_partition_padded, hidden_size]",
-        "[num_experts, hidden_size, intermediate_size_per_partition_padded]",
-        "[num_experts, 2 * intermediate_size_per_partition, hidden_size]",
-        "[num_experts, hidden_size, intermediate_size_per_partition]",
-    ),
+    biases=(_W13_BIAS, _W2_BIAS),
+    activation=lambda plan: plan.activation,
+    args=lambda plan: (),
 )
-load_kernel = _KERNEL.load_kernel
-prepack_padded = _KERNEL.prepack_padded
-prepack = _KERNEL.prepack
+load_kernel, prepack_padded, prepack, fused_moe, _config = _KERNEL
 
-
-def fused_moe(
-    hidden_states: torch.Tensor,
-    packed_w13: PackedWeight,
-    packed_w2: PackedWeight,
-    topk_weights: torch.Tensor,
-    topk_ids: torch.Tensor,
-    plan: Plan,
-    *,
-    w13_bias: torch.Tensor | None = None,
-    w2_bias: torch.Tensor | None = None,
-    apply_router_weight_on_input: bool = False,
-) -> torch.Tensor:
-    """Run the real kernel:
-    zentorch fused MoE (zentorch::zentorch_fused_moe).
-
-    hidden_states: [num_tokens, hidden_size] in the weights' dtype, contiguous CPU.
-    packed_w13 / packed_w2: from `prepack` or `prepack_padded` with this plan.
-    topk_weights / topk_ids: [num_tokens, top_k]; ids in [0, num_experts) of the
-    weights' experts axis.
-    w13_bias: the padded w13 bias (`pad_*` / `shard_*`); w2_bias: [num_experts,
-    hidden_size] (under TP, `shard_*` gives it to rank 0 only).
-    Returns a new [num_tokens, hidden_size] tensor: this rank's partial sum (under
-    TP, all-reduce over the ranks).
-    Raises LayoutContractError on any wrong input, KernelUnavailableError when
-    the kernel cannot run here.
-    """
-    _PLANS.require(plan)
-    return _glue.fused_moe(
-        _config(plan),
-        hidden_states,
-        packed_w13,
-        packed_w2,
-        topk_weights,
-        topk_ids,
-        w13_bias=w13_bias,
-        w2_bias=w2_bias,
-        apply_router_weight_on_input=apply_router_weight_on_input,
-    )
-
-
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
-
-LAYOUT = ModuleLayout(
-    version=LAYOUT_VERSION,
-    contract=CONTRACT,
-    source_file=SOURCE_FILE,
-    plan=plan,
-    plan_type=Plan,
-    plan_params=_PARAMS,
-    shard_count="tp_size",
-    tensors=(
-        _w.entry(_W13_ROW, _W13),
-        _w.entry(_W2_ROW, _W2),
-        _w.entry(_W13_BIAS_ROW, _W13_BIAS),
-        _w.entry(_W2_BIAS_ROW, _W2_BIAS),
-    ),
-    kernel=KernelEntry(
-        glue=INTERFACE,
-        config=_config,
-        load_kernel=load_kernel,
-        prepack=prepack,
-        prepack_padded=prepack_padded,
-        fused_moe=fused_moe,
-    ),
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
+LAYOUT = _MODULE.layout(
+    (_W13, _W2, _W13_BIAS, _W2_BIAS),
+    kernel=_KERNEL,
     models=(
         ModelsEntry(
             "vllm",

@@ -12,9 +12,11 @@ import dataclasses
 import itertools
 import keyword
 import math
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 
 from layoutc.compiler import ir
 from layoutc.compiler.diagnostics import Span
@@ -23,6 +25,7 @@ from layoutc.compiler.emit.compile import render_all
 from layoutc.compiler.evaluate import eval_expr
 from layoutc.compiler.source import load
 from layoutc.runtime import params as runtime_params
+from layoutc.runtime import wrappers
 from layoutc.runtime.vocab import FUNCTIONS, Op, OpKind
 from tests.conftest import ROOT
 
@@ -171,7 +174,7 @@ def test_rule_messages_and_locations_are_repr_safe() -> None:
     assert lines[0] == "    if a <= 0:"  # as ruff writes it: no redundant parentheses
     tree = ast.parse("def f(a):\n" + "\n".join(lines))
     refusal = next(n for n in ast.walk(tree) if isinstance(n, ast.Call))
-    _contract, where, message, values = refusal.args
+    where, message, values = refusal.args
     assert ast.literal_eval(message) == HOSTILE
     assert ast.literal_eval(where) == "dir/it's \"x\".moe:1"
     assert isinstance(values, ast.Dict) and [ast.literal_eval(k) for k in values.keys if k] == ["a"]
@@ -197,8 +200,16 @@ def test_fill_words_replicate_the_code_over_packed_lanes() -> None:
     assert R._fill_word(tensor("int32", 8, 8)) == str(0x88888888 - 2**32)  # signed storage wraps
     assert R._fill_word(tensor("int32", 8, 8), code=0) == "0"  # a tail code replaces the fill
     by_param = dataclasses.replace(tensor("int8", 1, 2), storage=ir.ParamStorage("dtype"))
-    assert R._fill_word(by_param) == "2.0" and R._dtype_expr(by_param) == "_DTYPES[plan.dtype]"
-    assert R._dtype_expr(tensor("int8", 1, 2)) == "torch.int8"
+    assert R._fill_word(by_param) == "2.0"
+    # its storage is the plan's dtype parameter's, which the runtime looks up (the emitter's
+    # _dtype_expr wrote `_DTYPES[plan.dtype]` until the runtime made the kernel configuration)
+    dtype_of = wrappers.storage_dtype(wrappers.Row("w", "weight", "w13", 1, ("k",), lambda p: (), "dtype", 2.0,
+                                                   ("[8]", "[8]"), "stored code 2"))
+    assert dtype_of(SimpleNamespace(dtype="int8")) is torch.int8
+    assert dtype_of(SimpleNamespace(dtype="bfloat16")) is torch.bfloat16
+    fixed = wrappers.storage_dtype(wrappers.Row("w", "weight", "w13", 1, ("k",), lambda p: (), torch.int8, -3,
+                                                ("[8]", "[8]"), "stored code -3"))
+    assert fixed(SimpleNamespace(dtype="bfloat16")) is torch.int8  # a fixed storage ignores the plan's dtype
 
 
 # ---- layout of the output ----------------------------------------------------------

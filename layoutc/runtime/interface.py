@@ -341,6 +341,16 @@ class Condition:
     args: tuple[Condition, ...] = ()
     value: int | bool | str | None = None
 
+    @staticmethod
+    def param(name: str) -> Condition:
+        """The `plan()` parameter `name`: `Condition("param", value=name)`."""
+        return Condition("param", value=name)
+
+    @staticmethod
+    def const(value: int | bool | str) -> Condition:
+        """The literal `value` (an int, a bool or an enum member): `Condition("const", value=value)`."""
+        return Condition("const", value=value)
+
     def evaluate(self, params: Mapping[str, Any]) -> int | bool | str:
         """The condition's value under `params` (parameter name -> value). An enum parameter may
         be given as its member (any case) or as an object whose `str` ends in `.member`

@@ -8,12 +8,12 @@ integer helpers (`round_up`, `round_down`, `cdiv`, `lcm`) are the vocabulary's
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from .errors import LayoutContractError
+from .plans import fall_back as fall_back
 from .vocab import cdiv as cdiv
 from .vocab import lcm as lcm
 from .vocab import round_down as round_down
@@ -79,24 +79,46 @@ def refused(who: str, where: str, message: str, values: dict[str, Any]) -> Layou
     return LayoutContractError(broken(who, "require", where, message, values))
 
 
-def checker(who: str, where: str, params: tuple[Any, ...], dtypes: tuple[str, ...] = ()) -> Callable[[str, object], Any]:
-    """`check(name, value)`: `value` of `plan()`'s parameter `name` checked against its
-    declared domain in `params` (the module's `PlanParam` table, interface.py): a range by
-    `check_int`, a set by `check_choice`, a bool by `check_bool`, an enum by `check_member`
-    (`check_dtype` for the storage dtype parameters named in `dtypes`). Returns the value
-    as the plan holds it; raises LayoutContractError as those do."""
-    table = {p.name: p for p in params}
+class Checker:
+    """What `plan()` of one contract checks with: `check(name, value)` is `value` of `plan()`'s
+    parameter `name` checked against its declared domain in `params` (the module's `PlanParam`
+    table, interface.py): a range by `check_int`, a set by `check_choice`, a bool by
+    `check_bool`, an enum by `check_member` (`check_dtype` for the storage dtype parameters
+    named in `dtypes`); it returns the value as the plan holds it and raises
+    LayoutContractError as those do. `refused` and `not_admitted` are the contract's broken
+    `require` (an error to raise) and `admit` (the reason a plan is not supported)."""
 
-    def check(name: str, value: object) -> Any:
-        p = table[name]
+    def __init__(self, who: str, where: str, params: tuple[Any, ...], dtypes: tuple[str, ...] = ()) -> None:
+        self.who, self.where, self.dtypes = who, where, dtypes
+        self.table = {p.name: p for p in params}
+
+    def __call__(self, name: str, value: object) -> Any:
+        who, where, p = self.who, self.where, self.table[name]
         if p.kind == "range":
             return check_int(who, name, value, p.low, p.high, where)
         if p.kind == "set":
             return check_choice(who, name, value, p.values, where)
         if p.kind == "bool":
             return check_bool(who, name, value)
-        if name in dtypes:
+        if name in self.dtypes:
             return check_dtype(who, name, value, p.values, where)
         return check_member(who, name, value, p.values, where)
 
-    return check
+    def dtype(self, name: str, value: object) -> str:
+        """`check(name, value)` of a storage dtype parameter: the member's name (a `str`, also for
+        a `torch.dtype` given)."""
+        checked: str = self(name, value)
+        return checked
+
+    def refused(self, where: str, message: str, values: dict[str, Any]) -> LayoutContractError:
+        """The error of the `require` rule at `where` (file:line), broken by `values`, for `raise`."""
+        return refused(self.who, where, message, values)
+
+    def not_admitted(self, where: str, message: str, values: dict[str, Any]) -> str:
+        """The reason a plan is not supported: the `admit` rule at `where`, broken by `values`."""
+        return broken(self.who, "admit", where, message, values)
+
+
+def checker(who: str, where: str, params: tuple[Any, ...], dtypes: tuple[str, ...] = ()) -> Checker:
+    """The `Checker` of one contract (`who`, its file `where`) over its `PlanParam` table."""
+    return Checker(who, where, params, dtypes)

@@ -8,7 +8,9 @@ compared field by field, so a plan built by hand or changed with
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Hashable
+from contextvars import ContextVar
 from typing import Any, Generic, TypeVar
 
 from .errors import LayoutContractError
@@ -17,6 +19,30 @@ P = TypeVar("P", bound=Hashable)
 T = TypeVar("T")
 
 _LIMIT = 256  # distinct plans remembered per module before the memo is cleared
+# True while a PlanChecker re-derives a plan: `fall_back` logs no warning then (the caller's
+# own `plan()` call logged it once); a context variable, so other threads still warn.
+_REDERIVING: ContextVar[bool] = ContextVar("layoutc_rederiving", default=False)
+
+
+def replanner(plan: Callable[..., Any], names: tuple[str, ...]) -> Callable[[Any], Any]:
+    """`rederive(p)` for a PlanChecker: `plan(**{name: p.name for name in names})` (names: every
+    parameter `plan()` takes, in order), under which `fall_back` stays silent."""
+
+    def rederive(p: Any) -> Any:
+        token = _REDERIVING.set(True)
+        try:
+            return plan(**{name: getattr(p, name) for name in names})
+        finally:
+            _REDERIVING.reset(token)
+
+    return rederive
+
+
+def fall_back(module: str, reason: str, fallback: str | None) -> None:
+    """Log that `plan()` of the module named `module` falls back (policy `fallback`): one warning
+    on the module's logger, none while a PlanChecker re-derives the plan."""
+    if not _REDERIVING.get():
+        logging.getLogger(module).warning("%s; falling back to %s", reason, fallback)
 
 
 class PlanChecker(Generic[P]):

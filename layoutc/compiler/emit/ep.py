@@ -25,7 +25,7 @@ def ep_params(contract: ir.Contract) -> list[dict[str, Any]]:
     if ep is None or ep.placement_param:
         return []
     served = tuple(ep.placement)
-    lines = call("expert_placement = _ep.check_served", ["CONTRACT", 'args["expert_placement"]', literal(served)], 4)
+    lines = call("expert_placement = _ep.check_served", ["CONTRACT", "expert_placement", literal(served)], 4)
     return [{"name": "expert_placement", "served": served, "check_lines": lines,
              "annotation": f"str = {literal(served[0])}", "field_type": "str",
              "domain": "one of " + ", ".join(repr(s) for s in served) + f" (default {served[0]!r})"}]

@@ -149,11 +149,12 @@ def _closes_at_end(text: str) -> bool:
     return False
 
 
-def packed(head: str, items: list[str], close: str) -> list[str]:
+def packed(head: str, items: list[str], close: str, indent: int = 4) -> list[str]:
     """`head` + items + `close` for a long flat collection (a module's `__all__`, a parameter's
-    domain): on one line when it fits, else the items packed into lines of WIDTH columns, kept
-    so by `# fmt: skip` (ruff would write one item per line)."""
-    one = f"{head}{', '.join(items)}{close}"
+    domain, the fields `plan()` returns): on one line when it fits, else the items packed into
+    lines of WIDTH columns at `indent`, kept so by `# fmt: skip` (ruff would write one item per
+    line)."""
+    one = f"{head}{', '.join(items)}{close.lstrip()}"
     if len(one) <= WIDTH:
         return [one]
     lines: list[str] = []
@@ -161,5 +162,5 @@ def packed(head: str, items: list[str], close: str) -> list[str]:
         if lines and len(lines[-1]) + len(item) + 2 <= WIDTH:
             lines[-1] += f" {item},"
         else:
-            lines.append(f"    {item},")
+            lines.append(f"{' ' * indent}{item},")
     return [head, *lines, f"{close}  # fmt: skip"]

@@ -211,6 +211,10 @@ def _axis_table(tensor: ir.Tensor, has_tp: bool, full: ir.Expr | None = None) ->
         if not alternatives:
             entries += call("axis", _axis_args(tensor, axis, has_tp, full), 8, ",")
             continue
+        merged = _merged_axis(tensor, axis, alternatives, has_tp, full)
+        if merged is not None:
+            entries += merged
+            continue
         var = f"{axis.name}_axis"
         for k, alt in enumerate(alternatives):
             keyword = "if" if k == 0 else "elif"
@@ -224,16 +228,24 @@ def _axis_table(tensor: ir.Tensor, has_tp: bool, full: ir.Expr | None = None) ->
     return [*lines, "    return (", *entries, "    )"]
 
 
-def _dtype_expr(tensor: ir.Tensor) -> str:
-    """The torch dtype of `tensor` under `plan`: a fixed one, or the plan's dtype parameter's
-    (looked up in the runtime's table, runtime/dtypes.py)."""
-    match tensor.storage:
-        case ir.FixedStorage(dtype=dtype):
-            return f"torch.{dtype}"
-        case ir.ParamStorage(param=param):
-            return f"_DTYPES[plan.{param}]"
-        case _:
-            assert_never(tensor.storage)
+def _merged_axis(tensor: ir.Tensor, axis: ir.Axis, alternatives: list[ir.GuardedAxis], has_tp: bool,
+                 full: ir.Expr | None) -> list[str] | None:
+    """One `axis(...)` entry whose word is chosen by the `when` guards (`Word.A if GUARD else
+    Word.B`), where the alternatives differ from the unguarded axis in their word only; None
+    where they differ otherwise, or a guard is not a plain comparison or the line would not fit."""
+    base = _axis_args(tensor, axis, has_tp, full)
+    word = base[1]
+    for alt in reversed(alternatives):
+        args = _axis_args(tensor, alt.axis, has_tp, full)
+        if args[:1] + args[2:] != base[:1] + base[2:] or not isinstance(alt.guard, ir.Op) \
+                or alt.guard.op.kind is OpKind.FUNCTION or alt.guard.op.arity == 1:
+            return None
+        word = f"{args[1]} if {_bare(render_expr(alt.guard, 'plan.', True))} else {word}"
+    lines = call("axis", [base[0], word, *base[2:]], 8, ",")
+    at = 0 if len(lines) == 1 else 2  # the word's line
+    lines[at] += "  # line" + ("s " if len(alternatives) > 1 else " ") + ", ".join(
+        str(alt.axis.span.line) for alt in alternatives)
+    return lines if all(len(line) <= WIDTH for line in lines) else None
 
 
 def _shape_doc(contract: ir.Contract, tensor: ir.Tensor, which: str) -> str:
@@ -266,7 +278,8 @@ def _params(contract: ir.Contract, dtype_params: list[str]) -> list[ParamView]:
         field_type = {"range": "int", "set": "int", "bool": "bool"}.get(p.kind, "str")
         if p.default is not None:
             annotation = f"{annotation} = {literal(p.default)}"
-        params.append(ParamView(p.name, [f"    {p.name} = _check({literal(p.name)}, args[{literal(p.name)}])"],
+        check = "_check.dtype" if p.name in dtype_params else "_check"  # typed `str` for mypy
+        params.append(ParamView(p.name, [f"    {p.name} = {check}({literal(p.name)}, {p.name})"],
                                 annotation, field_type, _domain_doc(p)))
     return params
 
@@ -286,13 +299,13 @@ def _members(contract: ir.Contract, t: ir.Tensor) -> tuple[str, ...]:
 
 
 def _var(t: ir.Tensor) -> str:
-    """The module's private name of a tensor's functions (`_W13`); its row is `_W13_ROW`."""
+    """The module's private name of a tensor (`_W13`: runtime/wrappers.py `Tensor`, its row and functions)."""
     return f"_{t.name.upper()}"
 
 
-def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool, dtypes: str) -> TensorView:
-    """One tensor: its axis table's body, its `Row` (runtime/wrappers.py) and the names its
-    functions are bound to."""
+def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool) -> TensorView:
+    """One tensor: its axis table's body, its row (`_MODULE.tensor(...)`, runtime/wrappers.py) and
+    the names its functions are bound to."""
     # a decoded value only where the contract declares it (`fill decoded V`, which the verifier
     # proves at every pad lane); `fill N` on a quantized tensor is a code, not a value
     fill_doc = "left uninitialised" if t.fill_kind == "uninit" else f"stored code {t.fill}" + (
@@ -303,10 +316,13 @@ def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool, dtypes: str)
     args = [f"name={literal(t.name)}", f"kind={literal(t.kind)}", f"projection={literal(t.projection)}",
             f"line={t.span.line}", f"axis_names={literal(tuple(a.name for a in t.axes))}",
             f"axes=_{t.name}_axes", f"dtype={dtype}", f"fill={fill}",
-            f"shape_docs={literal(tuple(_doc_safe(_shape_doc(contract, t, w)) for w in ('logical', 'padded')))}",
-            f"fill_doc={literal(_doc_safe(fill_doc))}"]
+            f"shape_docs={literal(tuple(_doc_safe(_shape_doc(contract, t, w)) for w in ('logical', 'padded')))}"]
+    if _doc_safe(fill_doc) != _read_off_fill(fill):  # else the runtime reads it off `fill` (Row.fill_text)
+        args.append(f"fill_doc={literal(_doc_safe(fill_doc))}")
     if roles != "()":
-        args += [f"roles={roles}", f"roles_doc={literal(_doc_safe(roles_doc))}"]
+        args.append(f"roles={roles}")
+    if roles_doc is not None:  # a `when` alternative orders the roles otherwise: the runtime cannot read them off
+        args.append(f"roles_doc={literal(_doc_safe(roles_doc))}")
     if t.optional:
         args.append("optional=True")
     if t.tail_fill is not None:
@@ -315,32 +331,59 @@ def _tensor_view(contract: ir.Contract, t: ir.Tensor, has_tp: bool, dtypes: str)
         args += [f"tail_fill={_fill_word(t, t.tail_fill, _members(contract, t))}",
                  f"tail_doc={literal(_doc_safe(tail_doc))}"]
     n = t.name
-    binds = [(f"{n}_shapes", "shapes"), (f"pad_{n}", "pad"), (f"unpad_{n}", "unpad")]
+    names = [f"{n}_shapes", f"pad_{n}", f"unpad_{n}"]
     if has_tp:
-        binds += [(f"{n}_full_shape", "full_shape"), (f"shard_{n}", "shard")]
-    binds += [(f"alloc_{n}", "alloc"), (f"load_{n}", "load")]
+        names += [f"{n}_full_shape", f"shard_{n}"]
+    names += [f"alloc_{n}", f"load_{n}"]
     var = _var(t)
-    names = ", ".join(name for name, _ in binds)
-    if len(f"{names} = {var}") <= WIDTH:  # the names on one line, else one line each
-        bound = [f"{names} = {var}"] if len(binds) == 7 else [f"{name} = {var}.{attr}" for name, attr in binds]
-    else:
-        bound = [f"{name} = {var}.{attr}" for name, attr in binds]
     return TensorView(
         name=n,
         table=_axis_table(t, has_tp, contract.block_shard.full if contract.block_shard else None),
-        row=call(f"{var}_ROW = _w.Row", args, 0),
-        functions=f"{var} = _w.tensor_functions(_MODULE, {var}_ROW, {dtypes}, __name__)",
-        binds=bound,
-        entry=f"_w.entry({var}_ROW, {var}),",
+        row=call(f"{var} = _MODULE.tensor", args, 0),
+        binds=_binds(names, var),
     )
 
 
-def _roles_view(t: ir.Tensor) -> tuple[str, str]:
+def _read_off_fill(fill: str) -> str | None:
+    """What runtime/wrappers.py `Row.fill_text` says of a row whose `fill` is the literal `fill`
+    and that states no fill_doc (None: a fill it does not read, a `FormatCode`)."""
+    if fill == "None":
+        return "left uninitialised"
+    for number in (int, float):
+        try:
+            return f"stored code {int(number(fill))}"
+        except ValueError:
+            continue
+    return None
+
+
+def _binds(names: list[str], var: str) -> list[str]:
+    """`a, b, c = VAR` binding a tensor's functions (runtime/wrappers.py `Tensor`, in its order) to
+    the module's names: on one line where it fits, else in slices (`a, b = VAR[:2]`; one name:
+    `c = VAR[2]`) of as many names as fit a line."""
+    if len(f"{', '.join(names)} = {var}") <= WIDTH:
+        return [f"{', '.join(names)} = {var}"]
+    lines: list[str] = []
+    start = 0
+    while start < len(names):
+        end = start + 1
+        while end < len(names) and len(f"{', '.join(names[start:end + 1])} = {var}[{start}:{end + 1}]") <= WIDTH:
+            end += 1
+        if end - start == 1:  # one name: its function by index
+            lines.append(f"{names[start]} = {var}[{start}]")
+        else:
+            lines.append(f"{', '.join(names[start:end])} = {var}[{start or ''}:{end if end < len(names) else ''}]")
+        start = end
+    return lines
+
+
+def _roles_view(t: ir.Tensor) -> tuple[str, str | None]:
     """The segment roles of `t`'s segmented axis, as a Python expression (a function of the
-    plan where a `when` alternative names them in another order), and a docstring phrase."""
+    plan where a `when` alternative names them in another order), and, for such a function, the
+    docstring phrase (None: the runtime reads it off the roles)."""
     seg = next((a for a in t.axes if a.segments > 1), None)
     if seg is None:
-        return "()", '"down" or None (the whole tensor)'
+        return "()", None
     expr = literal(tuple(seg.roles))
     conditional = False
     for alt in reversed([g for g in t.guarded if g.axis.name == seg.name]):
@@ -348,11 +391,15 @@ def _roles_view(t: ir.Tensor) -> tuple[str, str]:
             conditional = True
             expr = f"({literal(tuple(alt.axis.roles))} if {render_expr(alt.guard, 'plan.', True)} else {expr})"
     names = ", ".join(f'"{r}"' for r in seg.roles)
-    return (f"lambda plan: {_bare(expr)}" if conditional else expr,
-            f"one of {names} (one segment), or None / \"gate_up\" (all)")
+    if not conditional:
+        return expr, None  # the runtime reads the phrase off the roles (wrappers.Row.roles_text)
+    return f"lambda plan: {_bare(expr)}", f"one of {names} (one segment), or None / \"gate_up\" (all)"
 
 
 def _glue_view(contract: ir.Contract, ep: dict[str, Any] | None) -> GlueView | None:
+    """The glue section: `_MODULE.kernel(...)` (runtime/wrappers.py), given what the kernel
+    configuration reads of a plan: the activation, the glue's arguments and, under EP, the
+    degree's plan field and the rank's experts axis."""
     g = contract.glue
     if g is None:
         return None
@@ -361,56 +408,20 @@ def _glue_view(contract: ir.Contract, ep: dict[str, Any] | None) -> GlueView | N
     w13, w2 = contract.weight("w13"), contract.weight("w2")
     act = glue_activation(contract)
     activation = render_expr(act, "plan.", True) if act is not None else literal(interface.activations[0].name)
-    shapes = [("w13", w13.name), ("w2", w2.name)]
-    for t in contract.tensors:
-        if t.kind == "bias":
-            shapes.append((f"{t.projection}_bias", t.name))
-    biases = any(s.kind == "bias" for s in interface.tensors)
-    keywords = (["w13_bias: torch.Tensor | None = None", "w2_bias: torch.Tensor | None = None"] if biases else []) \
-        + [f"{o}: bool = False" for o in interface.forward_options]
-    names = (["w13_bias", "w2_bias"] if biases else []) + list(interface.forward_options)
-    views = "{" + ", ".join(f"{literal(a.name)}: {literal(str(a.view))}" for a in interface.activations) + "}"
-    docs = [_shape_doc(contract, w13, "padded"), _shape_doc(contract, w2, "padded"),
-            _shape_doc(contract, w13, "logical"), _shape_doc(contract, w2, "logical")]
-    kernel = call("_KERNEL = _w.kernel_functions", [
-        "_MODULE", "__name__", "_glue", "_config", _var(w13), _var(w2), literal((w13.name, w2.name)),
-        literal(tuple(_doc_safe(d) for d in docs))], 0)
-    # under EP, run_local refuses input weighting above the top_k the kernel computes it at
-    input_weighted = "apply_router_weight_on_input" if "apply_router_weight_on_input" in interface.forward_options \
-        and interface.router_weight_input_top_k == 1 else None
-    glue_args = ["_config(plan)", "x" if ep else "hidden_states", "packed_w13", "packed_w2",
-                 "weights" if ep else "topk_weights", "ids" if ep else "topk_ids", *(f"{k}={k}" for k in names)]
+    items = [f"({literal(k)}, {_bare(render_expr(v, 'plan.', True))})" for k, v in g.args if k != "activation"]
+    args = ["_glue", _var(w13), _var(w2)]
+    biases = [_var(t) for t in contract.tensors if t.kind == "bias"]
+    if biases:
+        args.append(f"biases=({', '.join(biases)}{',' if len(biases) == 1 else ''})")
+    args += [f"activation=lambda plan: {_bare(activation)}",
+             f"args=lambda plan: ({', '.join(items)}{',' if len(items) == 1 else ''})"]
     if ep:
-        body = ["",
-                "    def kernel(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:",
-                *call("return _glue.fused_moe", glue_args, 8), "",
-                "    if expert_map is None and isinstance(topk_ids, torch.Tensor):",
-                *call("_expert_map.refuse_global", ["CONTRACT", "topk_ids", _bare(ep["axis"]), f"plan.{ep['count']}"],
-                      8),
-                *call("return _expert_map.run_local", [
-                    "CONTRACT", "kernel", "hidden_states", "topk_weights", "topk_ids", "expert_map",
-                    *([f"input_weighted={input_weighted} is True"] if input_weighted else [])], 4)]
-    else:
-        body = call("return _glue.fused_moe", glue_args, 4)
+        args.append(f"ep=({literal(ep['count'])}, lambda plan: {_bare(ep['axis'])})")
     return GlueView(
-        module=entry.module, summary=interface.summary, views=views, activation=_bare(activation),
-        ops="{\n" + "".join(f'    "{k}": "{v}",\n' for k, v in interface.ops) + "}",
+        module=entry.module, summary=interface.summary,
         reexports=sorted((n for n in entry.public if n != "load_kernel"), key=_natural),
-        num_experts=f"{w13.name}_shapes(plan)[0][0]",  # logical: a padded expert is never routed
-        hidden_size=f"{w13.name}_shapes(plan)[1][2]",
-        intermediate_padded=f"{w13.name}_shapes(plan)[1][1] // 2",
-        dtype=_dtype_expr(w13),
-        shapes=shapes,
-        args=_tuple_item("args", [f"({literal(k)}, {_bare(render_expr(v, 'plan.', True))})" for k, v in g.args
-                                  if k != "activation"], 12),
-        keywords=keywords, biases=biases, kernel=kernel, fused_body=body,
+        kernel=call("_KERNEL = _MODULE.kernel", args, 0),
     )
-
-
-def _tuple_item(keyword: str, items: list[str], indent: int) -> list[str]:
-    """`keyword=(items),` as one argument line, or broken one item per line."""
-    text = "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-    return _item(f"{keyword}={text}", indent)
 
 
 def _plan_param(p: ir.Param) -> list[str]:
@@ -445,9 +456,9 @@ def condition_source(e: ir.Expr) -> str:
     evaluates on a parameter dict. The checker admits constants, parameters and operators only."""
     match e:
         case ir.Const():
-            return f'Condition("const", value={literal(e.value)})'
+            return f"Condition.const({literal(e.value)})"
         case ir.Ref():
-            return f'Condition("param", value={literal(e.name)})'
+            return f"Condition.param({literal(e.name)})"
         case ir.Op():
             args = ", ".join(condition_source(a) for a in e.args)
             return f'Condition("{e.op.value}", ({args}{"," if len(e.args) == 1 else ""}))'
@@ -490,31 +501,26 @@ def _exports(contract: ir.Contract, glue: GlueView | None, has_tp: bool) -> list
     return packed("__all__ = [", [f'"{n}"' for n in sorted(names, key=_natural)], "]")
 
 
-def _imports(contract: ir.Contract, glue: GlueView | None, dtype_table: bool, format_code: bool) -> list[str]:
+def _imports(contract: ir.Contract, glue: GlueView | None, format_code: bool) -> list[str]:
     """The module's runtime imports, in ruff's isort order."""
     lines = []
     if contract.ep is not None:
-        if glue is not None:
-            lines.append("from ._runtime import expert_map as _expert_map")
         lines.append("from ._runtime import experts as _ep")
     lines += ["from ._runtime import params as _p", "from ._runtime import wrappers as _w",
-              "from ._runtime.algebra import Word"]
-    if dtype_table:
-        lines.append("from ._runtime.dtypes import TORCH as _DTYPES")
-    lines.append("from ._runtime.errors import KernelUnavailableError, LayoutContractError")
+              "from ._runtime.algebra import Word",
+              "from ._runtime.errors import KernelUnavailableError, LayoutContractError"]
     if glue is not None:
         lines.append(f"from ._runtime.glue import {glue.module} as _glue")
         if glue.reexports:
             lines.append(f"from ._runtime.glue.{glue.module} import {', '.join(glue.reexports)}")
-    names = ["LAYOUT_VERSION", "ModuleLayout", "PlanParam"]
-    names += ["KernelEntry"] if glue is not None else []
+    names = ["PlanParam"]
     names += ["ModelsEntry"] if contract.models else []
     names += ["Condition"] if any(m.when is not None for m in contract.models) else []
     lines += _import_lines("._runtime.interface", sorted(names, key=_natural))
     lines.append("from ._runtime.layout import Axis" + (", FormatCode" if format_code else ""))
     if glue is not None:
-        lines.append("from ._runtime.packed import KernelConfig, PackedWeight")
-    lines += ["from ._runtime.plans import PlanChecker", "from ._runtime.wrappers import axis"]
+        lines.append("from ._runtime.packed import PackedWeight")
+    lines.append("from ._runtime.wrappers import axis")
     return lines
 
 
@@ -532,17 +538,17 @@ def _rule_lines(rule: ir.Rule | ir.Align, file: str, kind: str) -> list[str]:
     where, message = literal(f"{file}:{rule.span.line}"), literal(rule.message)
     negated = render_negated(rule.cond, "", True)
     if kind == "require":
-        return [*statement("if ", negated, ":"),
-                *call("raise _p.refused", ["CONTRACT", where, message, values], 8)]
+        return [*statement("if ", negated, ":"), *call("raise _check.refused", [where, message, values], 8)]
     return [*statement("if reason is None and ", negated, ":"),
-            *call("reason = _p.broken", ["CONTRACT", '"admit"', where, message, values], 8)]
+            *call("reason = _check.not_admitted", [where, message, values], 8)]
 
 
 def _plan_body(contract: ir.Contract, rel_path: str, params: list[ParamView], ep: dict[str, Any] | None
                ) -> list[str]:
-    """`plan()`'s call of `_plan`, `_plan` itself and `_rederive`: the checks of every parameter
-    (`_check`, runtime/params.py `checker`, over the module's `_PARAMS`), the derived sizes,
-    the `require` rules (a refusal) and the `admit` rules (the reason a plan is not supported)."""
+    """The body of `plan()`: the checks of every parameter (`_check`, runtime/params.py `checker`,
+    over the module's `_PARAMS`), the derived sizes, the `require` rules (a refusal) and the
+    `admit` rules (the reason a plan is not supported). A PlanChecker re-derives a plan by
+    calling `plan()` itself (runtime/plans.py `replanner`), under which `_p.fall_back` is silent."""
     names = [p.name for p in params]
     body: list[str] = []
     for p in params:
@@ -560,9 +566,10 @@ def _plan_body(contract: ir.Contract, rel_path: str, params: list[ParamView], ep
     if contract.policy == "error":
         body.append("        raise LayoutContractError(reason)")
     else:
-        body += ["        if warn:", '            _LOG.warning("%s; falling back to %s", reason, FALLBACK)']
+        body.append("        _p.fall_back(__name__, reason, FALLBACK)")
     fields = [*names, *(let.name for let in contract.lets)]
-    body += call("return Plan", [*(f"{n}={n}" for n in fields), "supported=reason is None", "reason=reason"], 4)
+    body += packed("    return Plan(", [*(f"{n}={n}" for n in fields), "supported=reason is None", "reason=reason"],
+                   "    )", 8)
     return body
 
 
@@ -571,7 +578,7 @@ def _ep_lines(contract: ir.Contract, ep: dict[str, Any] | None) -> list[str]:
         return []
     redundant = literal(contract.ep.redundant) if contract.ep is not None and contract.ep.redundant else "None"
     return call("local_experts = _w.local_experts", [
-        "_MODULE", "__name__", literal(ep["experts"]), literal(ep["count"]), literal(ep["placement"]), redundant], 0)
+        "_MODULE", literal(ep["experts"]), literal(ep["count"]), literal(ep["placement"]), redundant], 0)
 
 
 def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) -> ModuleView:
@@ -591,11 +598,12 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
             returns.append((arg.name, render_expr(arg.value, "plan.", True)))
     glue = _glue_view(contract, ep)
     digest = hashlib.sha256(contract.source_text.encode("utf-8")).hexdigest()
-    tensors = [_tensor_view(contract, t, has_tp, "_DTYPES" if dtype_params else "{}") for t in contract.tensors]
+    tensors = [_tensor_view(contract, t, has_tp) for t in contract.tensors]
     format_code = any("FormatCode(" in line for t in tensors for line in t.row)
     block = _block_shard_doc(contract.block_shard)
     count = contract.shard.count if contract.shard is not None else "tp_size"
-    module_args = ["CONTRACT", "SOURCE_FILE", "_PLANS", f"tp_param={literal(count) if has_tp else 'None'}"]
+    module_args = ["__name__", "CONTRACT", "SOURCE_FILE", "plan", "Plan", "_PARAMS",
+                   f"tp_param={literal(count) if has_tp else 'None'}"]
     if block is not None:
         module_args.append(f"block_shard={literal(_doc_safe(block))}")
     return ModuleView(
@@ -606,7 +614,7 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
                                    initial_indent="# ", subsequent_indent="#   "),
         sources_doc=[line for src in contract.sources
                      for line in textwrap.wrap(src, 88, initial_indent="- ", subsequent_indent="  ")],
-        imports=_imports(contract, glue, bool(dtype_params), format_code),
+        imports=_imports(contract, glue, format_code),
         all_names=_exports(contract, glue, has_tp),
         sources=[literal(s) for s in contract.sources],
         proved_lines_code=packed("PROVED: tuple[str, ...] = (", [literal(x) for x in proved],
@@ -623,14 +631,27 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
         + [f"{let.name}: {_let_type(let)}" for let in contract.lets],
         params=params,
         plan_body=_plan_body(contract, rel_path, params, ep),
-        module_line="\n".join(call("_MODULE = _w.Module", module_args, 0)),
-        ep_lines=_ep_lines(contract, ep), ep=ep,
+        module_lines=call("_MODULE = _w.module", module_args, 0),
+        ep_lines=_ep_lines(contract, ep),
         kernel_args=kernel_args, kernel_args_return=_kernel_args_return(returns),
         tensors=tensors, glue=glue,
-        shard_count=literal(count) if has_tp else "None",
-        models_lines=_models_lines(contract),
+        layout_lines=_layout_lines(contract, glue is not None),
         uses_math=_uses(contract, (Op.GCD,)),
     )
+
+
+def _layout_lines(contract: ir.Contract, glued: bool) -> list[str]:
+    """`LAYOUT = _MODULE.layout(...)` (runtime/wrappers.py `Module.layout`): the tensors in
+    declaration order, the kernel, `local_experts` and the `models` lines."""
+    names = [_var(t) for t in contract.tensors]
+    args = ["(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"]
+    args += ["kernel=_KERNEL"] if glued else []
+    args += ["local_experts=local_experts"] if contract.ep is not None else []
+    models = _models_lines(contract)
+    if not models:
+        return call("LAYOUT = _MODULE.layout", args, 0)
+    return ["LAYOUT = _MODULE.layout(", *(line for a in args for line in _item(a, 4)), "    models=(", *models,
+            "    ),", ")"]
 
 
 def _let_type(let: ir.Let) -> str:

@@ -7,7 +7,6 @@ a name, a literal, or the lines of one construct. The template only loops and pr
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -23,15 +22,13 @@ class ParamView:
 
 @dataclass(frozen=True)
 class TensorView:
-    """One tensor: the body of `_<name>_axes(plan)`, its `Row`, the call that makes its
-    functions, the module names they are bound to and its `LAYOUT` entry."""
+    """One tensor: the body of `_<name>_axes(plan)`, the call that makes its functions from its
+    row (`_MODULE.tensor(...)`) and the lines that bind them to the module's names."""
 
     name: str
     table: list[str]
     row: list[str]
-    functions: str
     binds: list[str]
-    entry: str
 
 
 @dataclass(frozen=True)
@@ -43,25 +40,13 @@ class KernelArgView:
 
 @dataclass(frozen=True)
 class GlueView:
-    """The glue section: the glue module, its views and ops, `_config`'s fields, the kernel
-    functions' call and `fused_moe`'s keywords and body."""
+    """The glue section: the glue module, its summary, the names the module re-exports from it and
+    the call that makes the kernel functions (`_MODULE.kernel(...)`)."""
 
     module: str
     summary: str
-    views: str
-    activation: str
-    ops: str
     reexports: list[str]
-    num_experts: str
-    hidden_size: str
-    intermediate_padded: str
-    dtype: str
-    shapes: list[tuple[str, str]]
-    args: list[str]
-    keywords: list[str]
-    biases: bool
     kernel: list[str]
-    fused_body: list[str]
 
 
 @dataclass(frozen=True)
@@ -87,13 +72,11 @@ class ModuleView:
     plan_fields: list[str]
     params: list[ParamView]
     plan_body: list[str]
-    module_line: str
+    module_lines: list[str]
     ep_lines: list[str]
-    ep: dict[str, Any] | None
     kernel_args: list[KernelArgView]
     kernel_args_return: list[str]
     tensors: list[TensorView]
     glue: GlueView | None
-    shard_count: str
-    models_lines: list[str]
+    layout_lines: list[str]
     uses_math: bool
