@@ -23,29 +23,23 @@ Sources:
 - vllm 0.32.0: vllm/model_executor/layers/quantization/utils/marlin_utils_fp8.py
   prepare_fp8_moe_layer_for_marlin (the Marlin tile pads, none at whole 128-row blocks)
 
-Everything contract-specific is here: the `Plan`, `plan()` and its arithmetic, the axis
-table of each tensor and one row per tensor. The functions of each tensor (pad, unpad,
-shard, alloc, load) and of the kernel are made from those tables by the shared runtime in
-`_runtime/` (layoutc/runtime, `wrappers.py`). Every function validates its inputs and raises
-`LayoutContractError` (a `ValueError`) naming the tensor and the expected shape.
+Here: `plan()` with the contract's rules, each tensor's axis table and row. The shared
+`_runtime/wrappers.py` makes every function from them; each raises `LayoutContractError`
+(a `ValueError`) on a wrong input.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from ._runtime import params as _p
 from ._runtime import wrappers as _w
 from ._runtime.algebra import Word
-from ._runtime.dtypes import TORCH as _DTYPES
 from ._runtime.errors import KernelUnavailableError, LayoutContractError
-from ._runtime.interface import LAYOUT_VERSION, ModelsEntry, ModuleLayout, PlanParam
+from ._runtime.interface import ModelsEntry, PlanParam
 from ._runtime.layout import Axis
-from ._runtime.plans import PlanChecker
 from ._runtime.wrappers import axis
 
 __all__ = [
@@ -76,9 +70,7 @@ PROVED: tuple[str, ...] = (
 POLICY = "error"
 FALLBACK: str | None = None
 
-_LOG = logging.getLogger(__name__)
-
-# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` -------
+# ---- plan: its parameters' domains (LAYOUT.plan_params), `Plan`, `plan()` ----
 
 _TP_SIZE_VALUES = (
     1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128,
@@ -141,28 +133,13 @@ def plan(
     the contract line when the configuration is not well-formed or not admitted
     (policy `error`: there is no silent fallback).
     """
-    return _plan(
-        {
-            "num_experts": num_experts,
-            "hidden_size": hidden_size,
-            "intermediate_size": intermediate_size,
-            "tp_size": tp_size,
-            "scheme": scheme,
-            "scale_dtype": scale_dtype,
-            "activation": activation,
-        },
-        warn=True,
-    )
-
-
-def _plan(args: dict[str, Any], warn: bool) -> Plan:
-    num_experts = _check("num_experts", args["num_experts"])
-    hidden_size = _check("hidden_size", args["hidden_size"])
-    intermediate_size = _check("intermediate_size", args["intermediate_size"])
-    tp_size = _check("tp_size", args["tp_size"])
-    scheme = _check("scheme", args["scheme"])
-    scale_dtype = _check("scale_dtype", args["scale_dtype"])
-    activation = _check("activation", args["activation"])
+    num_experts = _check("num_experts", num_experts)
+    hidden_size = _check("hidden_size", hidden_size)
+    intermediate_size = _check("intermediate_size", intermediate_size)
+    tp_size = _check("tp_size", tp_size)
+    scheme = _check("scheme", scheme)
+    scale_dtype = _check.dtype("scale_dtype", scale_dtype)
+    activation = _check("activation", activation)
     block_n = 128
     block_k = 128
     intermediate_size_per_partition = intermediate_size // tp_size
@@ -171,17 +148,14 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
         _p.lcm(64, block_k),
     )
     if (intermediate_size % tp_size) != 0:
-        raise _p.refused(
-            CONTRACT,
+        raise _check.refused(
             "contracts/marlin_moe_ct_fp8.moe:25",
             "intermediate_size must split evenly over tp_size (FusedMoEConfig: intermediate_size // tp_size)",
             {"intermediate_size": intermediate_size, "tp_size": tp_size},
         )
     reason: str | None = None
     if reason is None and (intermediate_size_per_partition % block_n) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/marlin_moe_ct_fp8.moe:30",
             "compressed-tensors block FP8 (CompressedTensorsW8A8Fp8MoEMethod) does not pad the TP shard: I / tp must be a multiple of block_n = 128 (vLLM's validate_fp8_block_shape_moe: 'is not divisible by weight quantization block_n'); quant_method fp8 would pad it, this method refuses",
             {
@@ -192,9 +166,7 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     if reason is None and (
         not ((tp_size == 1) or ((intermediate_size_per_partition % block_k) == 0))
     ):  # fmt: skip
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/marlin_moe_ct_fp8.moe:31",
             "compressed-tensors block FP8: at tp > 1, I / tp must be a multiple of block_k = 128 (vLLM's validate_fp8_block_shape_moe, the down weight's input size)",
             {
@@ -204,9 +176,7 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
             },
         )
     if reason is None and (hidden_size % 128) != 0:
-        reason = _p.broken(
-            CONTRACT,
-            "admit",
+        reason = _check.not_admitted(
             "contracts/marlin_moe_ct_fp8.moe:34",
             "hidden_size must be a multiple of 128 (Marlin tile; also whole scale blocks); hidden is never padded",
             {"hidden_size": hidden_size},
@@ -214,40 +184,16 @@ def _plan(args: dict[str, Any], warn: bool) -> Plan:
     if reason is not None:
         raise LayoutContractError(reason)
     return Plan(
-        num_experts=num_experts,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        tp_size=tp_size,
-        scheme=scheme,
-        scale_dtype=scale_dtype,
-        activation=activation,
-        block_n=block_n,
-        block_k=block_k,
+        num_experts=num_experts, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        tp_size=tp_size, scheme=scheme, scale_dtype=scale_dtype, activation=activation,
+        block_n=block_n, block_k=block_k,
         intermediate_size_per_partition=intermediate_size_per_partition,
         intermediate_size_per_partition_padded=intermediate_size_per_partition_padded,
-        supported=reason is None,
-        reason=reason,
-    )
+        supported=reason is None, reason=reason,
+    )  # fmt: skip
 
 
-def _replan(p: Plan) -> Plan:
-    """A Plan's parameters planned again (PlanChecker refuses one not made by plan())."""
-    return _plan(
-        {
-            "num_experts": p.num_experts,
-            "hidden_size": p.hidden_size,
-            "intermediate_size": p.intermediate_size,
-            "tp_size": p.tp_size,
-            "scheme": p.scheme,
-            "scale_dtype": p.scale_dtype,
-            "activation": p.activation,
-        },
-        warn=False,
-    )
-
-
-_PLANS: PlanChecker[Plan] = PlanChecker(CONTRACT, Plan, _replan)
-_MODULE = _w.Module(CONTRACT, SOURCE_FILE, _PLANS, tp_param="tp_size")
+_MODULE = _w.module(__name__, CONTRACT, SOURCE_FILE, plan, Plan, _PARAMS, tp_param="tp_size")
 
 
 # ---- axis tables: one `axis(name, word, logical=, padded=, segments=, sharded=)` per dim ----
@@ -311,9 +257,9 @@ def _w2_weight_scale_axes(plan: Plan) -> tuple[Axis, ...]:
     )
 
 
-# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions -------
+# ---- tensors: one row each; `_runtime/wrappers.py` makes each tensor's functions ----
 
-_W13_WEIGHT_ROW = _w.Row(
+_W13_WEIGHT = _MODULE.tensor(
     name="w13_weight",
     kind="weight",
     projection="w13",
@@ -328,18 +274,11 @@ _W13_WEIGHT_ROW = _w.Row(
     ),
     fill_doc="stored code 0 (`fill decoded 0`: decodes to 0)",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13_WEIGHT = _w.tensor_functions(_MODULE, _W13_WEIGHT_ROW, _DTYPES, __name__)
-w13_weight_shapes = _W13_WEIGHT.shapes
-pad_w13_weight = _W13_WEIGHT.pad
-unpad_w13_weight = _W13_WEIGHT.unpad
-w13_weight_full_shape = _W13_WEIGHT.full_shape
-shard_w13_weight = _W13_WEIGHT.shard
-alloc_w13_weight = _W13_WEIGHT.alloc
-load_w13_weight = _W13_WEIGHT.load
+w13_weight_shapes, pad_w13_weight, unpad_w13_weight, w13_weight_full_shape = _W13_WEIGHT[:4]
+shard_w13_weight, alloc_w13_weight, load_w13_weight = _W13_WEIGHT[4:]
 
-_W13_WEIGHT_SCALE_ROW = _w.Row(
+_W13_WEIGHT_SCALE = _MODULE.tensor(
     name="w13_weight_scale",
     kind="scale",
     projection="w13",
@@ -352,20 +291,13 @@ _W13_WEIGHT_SCALE_ROW = _w.Row(
         "[num_experts, 2 * intermediate_size_per_partition / block_n, hidden_size / block_k]",
         "[num_experts, 2 * intermediate_size_per_partition_padded / block_n, hidden_size / block_k]",
     ),
-    fill_doc="stored code 0",
     roles=("gate", "up"),
-    roles_doc='one of "gate", "up" (one segment), or None / "gate_up" (all)',
 )
-_W13_WEIGHT_SCALE = _w.tensor_functions(_MODULE, _W13_WEIGHT_SCALE_ROW, _DTYPES, __name__)
-w13_weight_scale_shapes = _W13_WEIGHT_SCALE.shapes
-pad_w13_weight_scale = _W13_WEIGHT_SCALE.pad
-unpad_w13_weight_scale = _W13_WEIGHT_SCALE.unpad
-w13_weight_scale_full_shape = _W13_WEIGHT_SCALE.full_shape
-shard_w13_weight_scale = _W13_WEIGHT_SCALE.shard
-alloc_w13_weight_scale = _W13_WEIGHT_SCALE.alloc
-load_w13_weight_scale = _W13_WEIGHT_SCALE.load
+w13_weight_scale_shapes, pad_w13_weight_scale, unpad_w13_weight_scale = _W13_WEIGHT_SCALE[:3]
+w13_weight_scale_full_shape, shard_w13_weight_scale = _W13_WEIGHT_SCALE[3:5]
+alloc_w13_weight_scale, load_w13_weight_scale = _W13_WEIGHT_SCALE[5:]
 
-_W2_WEIGHT_ROW = _w.Row(
+_W2_WEIGHT = _MODULE.tensor(
     name="w2_weight",
     kind="weight",
     projection="w2",
@@ -380,16 +312,10 @@ _W2_WEIGHT_ROW = _w.Row(
     ),
     fill_doc="stored code 0 (`fill decoded 0`: decodes to 0)",
 )
-_W2_WEIGHT = _w.tensor_functions(_MODULE, _W2_WEIGHT_ROW, _DTYPES, __name__)
-w2_weight_shapes = _W2_WEIGHT.shapes
-pad_w2_weight = _W2_WEIGHT.pad
-unpad_w2_weight = _W2_WEIGHT.unpad
-w2_weight_full_shape = _W2_WEIGHT.full_shape
-shard_w2_weight = _W2_WEIGHT.shard
-alloc_w2_weight = _W2_WEIGHT.alloc
-load_w2_weight = _W2_WEIGHT.load
+w2_weight_shapes, pad_w2_weight, unpad_w2_weight, w2_weight_full_shape = _W2_WEIGHT[:4]
+shard_w2_weight, alloc_w2_weight, load_w2_weight = _W2_WEIGHT[4:]
 
-_W2_WEIGHT_SCALE_ROW = _w.Row(
+_W2_WEIGHT_SCALE = _MODULE.tensor(
     name="w2_weight_scale",
     kind="scale",
     projection="w2",
@@ -402,35 +328,14 @@ _W2_WEIGHT_SCALE_ROW = _w.Row(
         "[num_experts, hidden_size / block_n, intermediate_size_per_partition / block_k]",
         "[num_experts, hidden_size / block_n, intermediate_size_per_partition_padded / block_k]",
     ),
-    fill_doc="stored code 0",
 )
-_W2_WEIGHT_SCALE = _w.tensor_functions(_MODULE, _W2_WEIGHT_SCALE_ROW, _DTYPES, __name__)
-w2_weight_scale_shapes = _W2_WEIGHT_SCALE.shapes
-pad_w2_weight_scale = _W2_WEIGHT_SCALE.pad
-unpad_w2_weight_scale = _W2_WEIGHT_SCALE.unpad
-w2_weight_scale_full_shape = _W2_WEIGHT_SCALE.full_shape
-shard_w2_weight_scale = _W2_WEIGHT_SCALE.shard
-alloc_w2_weight_scale = _W2_WEIGHT_SCALE.alloc
-load_w2_weight_scale = _W2_WEIGHT_SCALE.load
+w2_weight_scale_shapes, pad_w2_weight_scale, unpad_w2_weight_scale = _W2_WEIGHT_SCALE[:3]
+w2_weight_scale_full_shape, shard_w2_weight_scale, alloc_w2_weight_scale = _W2_WEIGHT_SCALE[3:6]
+load_w2_weight_scale = _W2_WEIGHT_SCALE[6]
 
-
-# ---- LAYOUT: this module's typed interface (runtime/interface.py ModuleLayout) ----
-# The tools look tensors up here by role (`LAYOUT.weight("w13").pad`), never by name.
-
-LAYOUT = ModuleLayout(
-    version=LAYOUT_VERSION,
-    contract=CONTRACT,
-    source_file=SOURCE_FILE,
-    plan=plan,
-    plan_type=Plan,
-    plan_params=_PARAMS,
-    shard_count="tp_size",
-    tensors=(
-        _w.entry(_W13_WEIGHT_ROW, _W13_WEIGHT),
-        _w.entry(_W13_WEIGHT_SCALE_ROW, _W13_WEIGHT_SCALE),
-        _w.entry(_W2_WEIGHT_ROW, _W2_WEIGHT),
-        _w.entry(_W2_WEIGHT_SCALE_ROW, _W2_WEIGHT_SCALE),
-    ),
+# ---- LAYOUT: the typed interface; tools look tensors up by role (`LAYOUT.weight("w13")`) ----
+LAYOUT = _MODULE.layout(
+    (_W13_WEIGHT, _W13_WEIGHT_SCALE, _W2_WEIGHT, _W2_WEIGHT_SCALE),
     models=(
         ModelsEntry(
             "vllm",
