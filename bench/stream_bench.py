@@ -243,7 +243,7 @@ def main() -> None:
                 "experts": cfg["num_experts"],
                 "disk_bytes": disk,
                 # the bar: 2 x (one layer's experts in float32 + one tp-1 rank's bf16 experts)
-                "bar_bytes": 2 * cfg["num_experts"] * 3 * cfg["moe_intermediate_size"] * cfg["hidden_size"] * (4 + 2),
+                "bar_bytes": 2 * cfg["num_experts"] * 3 * cfg["moe_intermediate_size"] * cfg["hidden_size"] * 6,
                 "write_s": round(written, 1),
                 "run": run_child(folder, args.tp),
                 "loader": loader_child(folder, max(tps))

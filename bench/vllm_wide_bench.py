@@ -1,4 +1,4 @@
-"""The vLLM plugin at real width: engine load time and peak RSS per worker, plugin off / check / replace (issue 44 item 4).
+"""The vLLM plugin at real width: engine load time, peak RSS per worker, plugin off / check / replace (issue 44).
 
     python bench/wide_checkpoint.py gemma4 /work/bigckpt/g4-2 --layers 2
     python bench/vllm_wide_bench.py /work/bigckpt/g4-2 --tp 2,4   # -> bench/results/vllm_wide.json
@@ -12,8 +12,8 @@ Per load:
 * load seconds: the `LLM(...)` constructor (worker spawn, weight load, the plugin, KV cache, warm-up);
 * peak RSS per process: this script samples VmRSS and RssAnon of the child and every descendant every
   100 ms and attributes each sample to the load whose marker line (`=== layoutc engine run ... ===`)
-  the child printed last; a worker is a descendant whose peak RSS is over 256 MiB (the spawn's
-  resource tracker is not); the child itself is the engine core (it also holds the driver's state);
+  the child printed last (a worker: to the load it was first seen in); a worker is a descendant whose
+  peak RSS is over 256 MiB (the spawn's resource tracker is not); the child itself is the engine core (it also holds the driver's state);
 * the hook's milliseconds per worker, from the summary line each worker logs
   (`layoutc: mode=..., ... N ms in layoutc`), and its share of the load seconds;
 * the greedy tokens of `--prompts` fixed prompts x `--tokens` new tokens; the script exits 1 unless
@@ -105,6 +105,7 @@ def main() -> int:
     ]
     current = ["start"]
     peaks: dict[str, dict[int, dict[str, Any]]] = {}
+    born: dict[int, str] = {}
     log: list[str] = []
     t0 = time.perf_counter()
     with subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
@@ -112,11 +113,13 @@ def main() -> int:
 
         def sample() -> None:
             while not stop.wait(0.1):
-                key = current[0]
                 for pid in _tree(child.pid):
                     got = _rss(pid)
                     if got is None:
                         continue
+                    # a worker belongs to the load it was first seen in (one that outlives its load's
+                    # shutdown is not counted in the next); the child (engine core) to the current load
+                    key = current[0] if pid == child.pid else born.setdefault(pid, current[0])
                     rec = peaks.setdefault(key, {}).setdefault(pid, {"name": got[2], "rss_kib": 0, "anon_kib": 0})
                     rec["rss_kib"] = max(rec["rss_kib"], got[0])
                     rec["anon_kib"] = max(rec["anon_kib"], got[1])
@@ -193,16 +196,16 @@ def main() -> int:
     runs_json.unlink(missing_ok=True)
     print(f"load before: {before['uptime']}\nload after:  {after['uptime']}")
     print(
-        "| tp | mode | load (s) | peak RSS per worker (MiB) | anon per worker (MiB) | engine core (MiB) "
+        "| tp | mode | load (s) | load CPU (s) | peak RSS per worker (MiB) | anon per worker (MiB) | engine core (MiB) "
         "| hook (ms, per worker) | hook / load |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in table:
         if r["error"]:
-            print(f"| {r['tp']} | {r['mode']} | failed: {r['error'][:200]} | | | | | |")
+            print(f"| {r['tp']} | {r['mode']} | failed: {r['error'][:200]} | | | | | | |")
             continue
         print(
-            f"| {r['tp']} | {r['mode']} | {r['load_s']:.1f} | {r['worker_peak_rss_mib']} | "
+            f"| {r['tp']} | {r['mode']} | {r['load_s']:.1f} | {r['load_cpu_s']:.1f} | {r['worker_peak_rss_mib']} | "
             f"{r['worker_peak_anon_mib']} | {r['engine_core_peak_rss_mib']} | "
             f"{', '.join(f'{x:.0f}' for x in r['hook_ms']) or '-'} | "
             f"{100 * r.get('hook_share_of_load', 0):.2f}% |"
