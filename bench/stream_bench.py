@@ -254,7 +254,8 @@ def main() -> None:
             r = entry["run"]
             print(
                 f"{family} {layers} layers: exit {r['exit']}, {r['rows_ok']}/{r['rows']} ok, peak "
-                f"{(r['peak_kib'] or 0) / 1024:.0f} MiB (sampled {r['sampled_peak_kib'] / 1024:.0f}), {r['cpu_s']} cpu s, {r['wall_s']} s",
+                f"{(r['peak_kib'] or 0) / 1024:.0f} MiB (sampled {r['sampled_peak_kib'] / 1024:.0f}), "
+                f"{r['cpu_s']} cpu s, {r['wall_s']} s",
                 flush=True,
             )
             if not args.keep:

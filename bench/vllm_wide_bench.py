@@ -13,7 +13,8 @@ Per load:
 * peak RSS per process: this script samples VmRSS and RssAnon of the child and every descendant every
   100 ms and attributes each sample to the load whose marker line (`=== layoutc engine run ... ===`)
   the child printed last (a worker: to the load it was first seen in); a worker is a descendant whose
-  peak RSS is over 256 MiB (the spawn's resource tracker is not); the child itself is the engine core (it also holds the driver's state);
+  peak RSS is over 256 MiB (the spawn's resource tracker is not); the child itself is the engine core
+  (it also holds the driver's state);
 * the hook's milliseconds per worker, from the summary line each worker logs
   (`layoutc: mode=..., ... N ms in layoutc`), and its share of the load seconds;
 * the greedy tokens of `--prompts` fixed prompts x `--tokens` new tokens; the script exits 1 unless
