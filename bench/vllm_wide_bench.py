@@ -20,15 +20,21 @@ Per load:
 * the greedy tokens of `--prompts` fixed prompts x `--tokens` new tokens; the script exits 1 unless
   every mode that loaded at a tp produced the same tokens as off at that tp.
 
+`--max-anon-gib G` stops the child and every worker (SIGKILL) once their anonymous memory together passes
+G GiB, and records where (the machine is shared: a load that would pass the session's memory allowance is
+shown, not run to the end).
+
 Results, with the commit and the load average before and after, go to bench/results/vllm_wide.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -84,6 +90,12 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--out", type=Path, default=RESULTS / "vllm_wide.json")
+    ap.add_argument(
+        "--max-anon-gib",
+        type=float,
+        default=0.0,
+        help="stop the child and its workers once their anonymous memory together passes this (0: no cap)",
+    )
     args = ap.parse_args()
     plan = [f"{tp}:{mode}" for tp in args.tp.split(",") for mode in MODES]
     before = load()
@@ -107,6 +119,7 @@ def main() -> int:
     current = ["start"]
     peaks: dict[str, dict[int, dict[str, Any]]] = {}
     born: dict[int, str] = {}
+    capped: dict[str, Any] = {}
     log: list[str] = []
     t0 = time.perf_counter()
     with subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
@@ -114,16 +127,24 @@ def main() -> int:
 
         def sample() -> None:
             while not stop.wait(0.1):
-                for pid in _tree(child.pid):
+                tree, anon = _tree(child.pid), 0
+                for pid in tree:
                     got = _rss(pid)
                     if got is None:
                         continue
+                    anon += got[1]
                     # a worker belongs to the load it was first seen in (one that outlives its load's
                     # shutdown is not counted in the next); the child (engine core) to the current load
                     key = current[0] if pid == child.pid else born.setdefault(pid, current[0])
                     rec = peaks.setdefault(key, {}).setdefault(pid, {"name": got[2], "rss_kib": 0, "anon_kib": 0})
+                    rec["name"] = got[2]
                     rec["rss_kib"] = max(rec["rss_kib"], got[0])
                     rec["anon_kib"] = max(rec["anon_kib"], got[1])
+                if args.max_anon_gib and anon > args.max_anon_gib * 2**20 and not capped:
+                    capped.update(load=current[0], anon_kib=anon, after_s=round(time.perf_counter() - t0, 1))
+                    for pid in reversed(tree):  # the workers first, then the child
+                        with contextlib.suppress(OSError):
+                            os.kill(pid, signal.SIGKILL)
 
         watcher = threading.Thread(target=sample, daemon=True)
         watcher.start()
@@ -185,6 +206,14 @@ def main() -> int:
         "load_before": before,
         "load_after": after,
         "child_rc": rc,
+        "capped": capped or None,
+        "peaks_by_load": {
+            key: [
+                {"name": p["name"], "rss_mib": round(p["rss_kib"] / 1024), "anon_mib": round(p["anon_kib"] / 1024)}
+                for p in procs.values()
+            ]
+            for key, procs in peaks.items()
+        },
         "wall_s": round(time.perf_counter() - t0, 1),
         "rows": table,
         "same_tokens_per_tp": same,
@@ -211,6 +240,13 @@ def main() -> int:
             f"{', '.join(f'{x:.0f}' for x in r['hook_ms']) or '-'} | "
             f"{100 * r.get('hook_share_of_load', 0):.2f}% |"
         )
+    if capped:
+        print(
+            f"stopped: the child and its workers held {capped['anon_kib'] / 2**20:.1f} GiB anonymous memory during "
+            f"load {capped['load']} after {capped['after_s']} s, over --max-anon-gib {args.max_anon_gib}"
+        )
+        for key, procs in peaks.items():
+            print(key, {p["name"]: (round(p["rss_kib"] / 1024), round(p["anon_kib"] / 1024)) for p in procs.values()})
     print(f"same greedy tokens per tp: {same}")
     return 0 if same and all(same.values()) else 1
 
