@@ -246,7 +246,8 @@ def main() -> int:
             f"load {capped['load']} after {capped['after_s']} s, over --max-anon-gib {args.max_anon_gib}"
         )
         for key, procs in peaks.items():
-            print(key, {p["name"]: (round(p["rss_kib"] / 1024), round(p["anon_kib"] / 1024)) for p in procs.values()})
+            big = [p for p in procs.values() if p["rss_kib"] > 64 * 1024]
+            print(key, [(p["name"], round(p["rss_kib"] / 1024), round(p["anon_kib"] / 1024)) for p in big])
     print(f"same greedy tokens per tp: {same}")
     return 0 if same and all(same.values()) else 1
 
