@@ -29,6 +29,7 @@ import resource
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -56,17 +57,50 @@ def _commit() -> str:
     ).stdout.strip()
 
 
+def _tree_rss_kib(pid: int) -> int:
+    """VmRSS (KiB) of `pid` and its descendants now; 0 for a process that has gone."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status") as fh:
+                total += next((int(line.split()[1]) for line in fh if line.startswith("VmRSS")), 0)
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    todo.extend(int(c) for c in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
 def run_child(folder: str, tps: str) -> dict[str, Any]:
-    """`layoutc run` in a child: peak, CPU and wall seconds, exit code, rows, per-layer figures."""
+    """`layoutc run` in a child: peak, CPU and wall seconds, exit code, rows, per-layer figures.
+
+    Two peaks: `peak_kib` is the child's VmHWM at exit (run resets it before each rank, so it is the
+    last rank's span), `sampled_peak_kib` the largest VmRSS of the child's process tree sampled by
+    this process every 50 ms (independent of run's own resets; may miss a spike under 50 ms)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(
+    with subprocess.Popen(
         [sys.executable, "-c", PEAK, "run", folder, "--tp", tps, "--format", "json"],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
-        check=False,
-    )
+    ) as child:
+        sampled = [0]
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(0.05):
+                sampled[0] = max(sampled[0], _tree_rss_kib(child.pid))
+
+        watcher = threading.Thread(target=sample, daemon=True)
+        watcher.start()
+        stdout, stderr = child.communicate()
+        stop.set()
+        watcher.join()
+    proc = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     peak = [int(line.split("=")[1]) for line in proc.stderr.splitlines() if line.startswith("peak_kib=")]
@@ -78,6 +112,7 @@ def run_child(folder: str, tps: str) -> dict[str, Any]:
     return {
         "exit": proc.returncode,
         "peak_kib": peak[0] if peak else None,
+        "sampled_peak_kib": sampled[0],
         "cpu_s": round((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), 1),
         "wall_s": round(wall, 1),
         "rows_ok": sum(1 for r in rows if r.get("result") == "ok"),
@@ -178,6 +213,7 @@ def main() -> None:
     parser.add_argument("--dir", default="/tmp/layoutc-stream-bench")
     parser.add_argument("--out", default=str(RESULTS / "stream.json"))
     parser.add_argument("--keep", action="store_true", help="keep the checkpoints")
+    parser.add_argument("--no-loader", action="store_true", help="skip the per-rank loader's bytes (run only)")
     args = parser.parse_args()
     import wide_checkpoint as wide
 
@@ -199,33 +235,42 @@ def main() -> None:
             written = time.perf_counter() - t0
             disk = sum(p.stat().st_size for p in Path(folder).glob("*.safetensors"))
             entry = {
+                "load_at_start": load(),
                 "family": family,
                 "layers": layers,
                 "hidden": cfg["hidden_size"],
                 "moe_intermediate": cfg["moe_intermediate_size"],
                 "experts": cfg["num_experts"],
                 "disk_bytes": disk,
+                # the issue's bar: 2 x (one layer's experts in float32 + one tp-1 rank's bf16 experts)
+                "bar_bytes": 2 * cfg["num_experts"] * 3 * cfg["moe_intermediate_size"] * cfg["hidden_size"] * 6,
                 "write_s": round(written, 1),
                 "run": run_child(folder, args.tp),
                 "loader": loader_child(folder, max(tps))
-                if layers == min(int(n) for n in args.layers.split(","))
+                if layers == min(int(n) for n in args.layers.split(",")) and not args.no_loader
                 else [],
             }
             result["runs"].append(entry)
             r = entry["run"]
             print(
                 f"{family} {layers} layers: exit {r['exit']}, {r['rows_ok']}/{r['rows']} ok, peak "
-                f"{(r['peak_kib'] or 0) / 1024:.0f} MiB, {r['cpu_s']} cpu s, {r['wall_s']} s",
+                f"{(r['peak_kib'] or 0) / 1024:.0f} MiB (sampled {r['sampled_peak_kib'] / 1024:.0f}), "
+                f"{r['cpu_s']} cpu s, {r['wall_s']} s",
                 flush=True,
             )
             if not args.keep:
                 shutil.rmtree(folder, ignore_errors=True)
+            _write(args.out, result)  # after every entry: a run cut short keeps what it measured
     result["load_after"] = load()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out + ".tmp"
-    Path(tmp).write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, args.out)
+    _write(args.out, result)
     print(f"wrote {args.out}")
+
+
+def _write(out: str, result: dict[str, Any]) -> None:
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    tmp = out + ".tmp"
+    Path(tmp).write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(tmp, out)
 
 
 if __name__ == "__main__":
