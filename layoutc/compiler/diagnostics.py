@@ -167,6 +167,7 @@ CODES: dict[str, str] = {
     "LR140": "`run`: the family weights the experts' input and the contract's glue cannot",
     "LR141": "`run`: input weighting at a top_k the contract's kernel does not compute it at",
     "LR142": "`run`: the family's activation (a clamp or alpha in config.json) is not the one the contract's glue computes",
+    "LR147": "`run`: the family's experts are non-gated (up -> act -> down, no gate) and the contract's glue computes gated ones only",
     "LR150": "quantized checkpoint: an undeclared method, bit width, version or scheme",
     "LR151": "quantized checkpoint: a malformed quantization_config value",
     "LR152": "quantized checkpoint: a skip list or per-module override reaches the routed experts",

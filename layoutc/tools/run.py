@@ -25,8 +25,8 @@ for a format with biases), LR130 the kernel is unavailable, LR131 a contract par
 LR132 the contract admits none of the requested TP degrees, LR140 the family weights the
 experts' input and the contract's glue cannot, LR141 input weighting at a top_k the
 contract's kernel does not compute it at, LR142 a clamp or alpha in config.json that the
-contract's glue does not compute (layoutc/tools/checkpoints/activation.py), LR199 an
-unexpected error.
+contract's glue does not compute (layoutc/tools/checkpoints/activation.py), LR147 non-gated
+experts (relu2, Nemotron-H) that no glue computes, LR199 an unexpected error.
 
 The tokens are `--tokens` seeded hidden states and the same scaled so the median |gate/up
 pre-activation| is 16, or twice the largest clamp limit config.json states for the layer where
@@ -59,7 +59,7 @@ from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import Any
 
-from layoutc.tools.checkpoints.activation import check_activation
+from layoutc.tools.checkpoints.activation import check_activation, non_gated_refusal
 from layoutc.tools.contract_module import GENERATED_PACKAGE, NoKernelError, kernel_of
 from layoutc.tools.ep_run import (
     check_ep_options,
@@ -508,8 +508,9 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
                 _write_format(args.write_format, candidates[0])
             _unproved(model_type, candidates, ref.why_not, args.write_format)
         rel = rel_error(loop_reference(ckpt, moe, layer, x, ref.weights, ref.ids), ref.output)
-        summary = (f"{'fused' if fmt.fused else 'per-expert'} {fmt.layer_prefix}{fmt.experts}"
-                   f"{fmt.gate_up or fmt.gate}, {fmt.gate_up_layout}, transposed={fmt.transposed}")
+        summary = (f"{'' if fmt.gated else 'non-gated '}{'fused' if fmt.fused else 'per-expert'} "
+                   f"{fmt.layer_prefix}{fmt.experts}{fmt.gate_up or fmt.gate or fmt.up}"
+                   f"{', ' + fmt.gate_up_layout if fmt.gated else ''}, transposed={fmt.transposed}")
         if rel <= 1e-4:
             sys.stderr.write(f"layoutc run: model_type {model_type!r} has no declared format; proposed from the "
                              f"tensors: {summary}; proved on layer {layer} against {ref.name} (rel error "
@@ -519,6 +520,23 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
     raise RunError("LR117", f"no proposed format for model_type {model_type!r} agrees with transformers' block "
                    f"on layer {layer}; tried: {'; '.join(tried)}. Write the format by hand (docs/formats.md) "
                    "and pass --format-file")
+
+
+def _refuse_non_gated(args: argparse.Namespace, ckpt: Any, candidates: list[Any], moe: Any, layer: int,
+                      why: str) -> None:
+    """RunError LR147 for non-gated experts no glue computes (`activation.non_gated_refusal`'s words).
+    A proposed format is first proved on `layer` against transformers' own block (LR117 / LR118 as
+    `_prove`), so the refusal is about the kernel, not a guess at the format; `--write-format` then
+    saves it."""
+    proved = ""
+    if candidates and not (args.no_transformers or args.no_from_pretrained):
+        from layoutc.tools.checkpoints.reference import transformers_oracle
+
+        moe = _prove(args, ckpt, candidates, layer, transformers_oracle(args.model_dir, [layer]))
+        proved = f"; the format proposed from the tensors was proved on layer {layer} against transformers' block"
+    if args.write_format:
+        _write_format(args.write_format, moe.format)
+    raise RunError("LR147", why + proved)
 
 
 def _unproved(model_type: str, candidates: list[Any], why_not: str, written: str | None) -> None:
@@ -604,6 +622,9 @@ def _run(args: argparse.Namespace) -> int:
                            f"(default {DEFAULT_CONTRACT})")
         on_input = router_weight_on_input(moe, mod, args.contract)  # before anything is loaded
         check_activation(moe, mod, args.contract, layers)  # LR142: a clamp the glue does not compute
+        no_gate = non_gated_refusal(moe, mod, args.contract)  # LR147: non-gated experts no glue computes
+        if no_gate is not None:
+            _refuse_non_gated(args, ckpt, candidates, moe, layers[0], no_gate)
         if any(e > 1 for e in eps) and layout.local_experts is None:
             raise RunError("LR104", f"--ep: contract {args.contract} states no expert parallelism "
                            "(`experts ... over ep_size`)")

