@@ -88,3 +88,28 @@ def test_non_gated_format_file_checked(tmp_path: Path) -> None:
     )
     with pytest.raises(FormatError, match="non-gated"):
         load_format_file(str(path))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_step3p7_separate_fused_gate_up_proposed_and_run(tmp_path: Path, dtype: str) -> None:
+    """step3p7 keeps three fused 3-D tensors per MoE layer (moe.gate_proj, moe.up_proj, moe.down_proj):
+    proposed as separate fused gate and up, proved against Step3p7SparseMoeBlock, and every row at
+    tp 1, 2, 4 matches it. Before: LR101 "no layer holds two 3-D tensors"."""
+    _require()
+    from tests.public_family_models import make
+
+    folder = make(str(tmp_path / "step3p7"), "step3p7", dtype)
+    written = tmp_path / "format.json"
+    code, out, err = _run(folder, "--tp", "1,2,4", "--format", "json", "--write-format", str(written))
+    assert code == 0, (out, err)
+    report = json.loads(out)
+    assert [r["layer"] for r in report["rows"]] == [1, 1, 1]
+    assert all(r["ok"] and r["independent"] for r in report["rows"]), report["rows"]
+    assert "Step3p7SparseMoeBlock" in report["rows"][0]["reference"]
+    fmt = json.loads(written.read_text())
+    assert (fmt["fused"], fmt["gate"], fmt["up"], fmt["gate_up"]) == (
+        True,
+        "moe.gate_proj.weight",
+        "moe.up_proj.weight",
+        None,
+    ), fmt

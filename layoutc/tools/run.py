@@ -510,7 +510,7 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
         rel = rel_error(loop_reference(ckpt, moe, layer, x, ref.weights, ref.ids), ref.output)
         summary = (f"{'' if fmt.gated else 'non-gated '}{'fused' if fmt.fused else 'per-expert'} "
                    f"{fmt.layer_prefix}{fmt.experts}{fmt.gate_up or fmt.gate or fmt.up}"
-                   f"{', ' + fmt.gate_up_layout if fmt.gated else ''}, transposed={fmt.transposed}")
+                   f"{', ' + fmt.gate_up_layout if fmt.gate_up else ''}, transposed={fmt.transposed}")
         if rel <= 1e-4:
             sys.stderr.write(f"layoutc run: model_type {model_type!r} has no declared format; proposed from the "
                              f"tensors: {summary}; proved on layer {layer} against {ref.name} (rel error "

@@ -6,7 +6,8 @@ The experts are found by their names and shapes: per-expert tensors
 up_proj / down_proj (Qwen, OLMoE, GLM, ...) or w1 / w3 / w2 (Mixtral, MiniMax), or two
 fused 3-D tensors of a layer whose first axis is the number of experts (one holding
 2I rows or columns: gate and up; one holding H and I: down). The orientation comes from
-the shapes; the config keys are the ones whose values equal the measured sizes (tried in
+the shapes; or three fused 3-D tensors, separate gate, up and down (step3p7's
+`moe.gate_proj/up_proj/down_proj.weight`). The config keys are the ones whose values equal the measured sizes (tried in
 the family table's generic entry, formats.GENERIC, which audit reads too); the MoE layers are "where the tensors
 are". What shapes cannot tell (gate/up order, halves or interleaved rows, and the
 orientation when the hidden size equals the intermediate size or twice it) is listed as
@@ -87,8 +88,9 @@ def propose(config: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> tuple
         return [], (f"the expert tensors were found, but config.json names no key for "
                     f"{', '.join(sorted(set(missing)))}")
     return [], ("no tensor is named like a per-expert projection (<layer>.<path>experts.<e>.gate_proj/up_proj/"
-                "down_proj or w1/w3/w2 .weight), and no layer holds two 3-D tensors whose first axis is the "
-                "number of experts")
+                "down_proj or w1/w3/w2 .weight), no layer holds two 3-D tensors whose first axis is the "
+                "number of experts (a fused gate_up and a down), and none holds three (separate fused "
+                "gate_proj, up_proj and down_proj, or w1, w3 and w2)")
 
 
 def _sizes(config: dict[str, Any], h: int, i: int, e: int, layer_names: list[str],
@@ -173,8 +175,56 @@ def _per_expert(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], m: r
     return []
 
 
+#: (gate, up) name parts of separate fused gate and up tensors (step3p7's moe.gate_proj / moe.up_proj)
+_SEPARATE = (("gate_proj", "up_proj"), ("w1", "w3"))
+
+
+def _fused_separate(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], model_type: str,
+                    missing: list[str]) -> list[CheckpointFormat]:
+    """Three 3-D tensors of one layer: gate and up of one shape ([E, I, H] or [E, H, I]) and a
+    down holding H and I (transformers' step3p7 checkpoints: `moe.gate_proj.weight`,
+    `moe.up_proj.weight`, `moe.down_proj.weight`, which its conversion_mapping concatenates into
+    gate_up_proj). Candidates: both gate/up orders, and both orientations where H == I."""
+    for name in sorted(shapes):
+        m = _LAYER.match(name)
+        if m is None or len(shapes[name]) != 3:
+            continue
+        here = _layer_tensors(shapes, m["pre"], m["layer"])
+        three = {n: s for n, s in here.items() if len(s) == 3 and not n.endswith("bias")}
+        for gate_part, up_part in _SEPARATE:
+            for gate_name, gs in three.items():
+                up_name = gate_name.replace(gate_part, up_part)
+                if gate_part not in gate_name or three.get(up_name) != gs:
+                    continue
+                down_name = next((n for n in three if n == gate_name.replace(gate_part, "down_proj" if
+                                  gate_part == "gate_proj" else "w2")), None)
+                if down_name is None:
+                    continue
+                ds, e = three[down_name], gs[0]
+                for transposed, (i, h) in ((False, gs[1:]), (True, gs[1:][::-1])):
+                    if ds[0] != e or {ds[1], ds[2]} != {h, i}:
+                        continue
+                    sizes = _sizes(config, h, i, e, [n for n, s in here.items() if s == (e, h)], missing)
+                    if sizes is None:
+                        continue
+                    first = CheckpointFormat(
+                        model_type=model_type, source="proposed from the safetensors headers (layoutc run)",
+                        layer_prefix=m["pre"] + "{layer}.", experts="", fused=True, gate=gate_name, up=up_name,
+                        down=down_name, transposed=transposed, down_transposed=ds[1:] == (i, h) and h != i,
+                        moe_layers="tensors", **sizes)
+                    found = [first, replace(first, gate=up_name, up=gate_name)]
+                    if h == i:  # [I, H] and [H, I] read the same: both orientations are candidates
+                        found += [replace(c, transposed=not c.transposed, down_transposed=not c.down_transposed)
+                                  for c in found]
+                    return found
+    return []
+
+
 def _fused(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], model_type: str,
            missing: list[str]) -> list[CheckpointFormat]:
+    separate = _fused_separate(config, shapes, model_type, missing)
+    if separate:
+        return separate
     for name in sorted(shapes):
         m = _LAYER.match(name)
         if m is None or len(shapes[name]) != 3:

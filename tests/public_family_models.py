@@ -1,0 +1,82 @@
+"""Small random checkpoints of the public families of issue 45 (items 2, 4, 6) that
+tests/family_models.py cannot build with `AutoModelForCausalLM.from_config`: multimodal wrappers
+built through their own model class, with the sizes of tests/family_models.py (hidden 64, 4
+experts, top-2) and an expert intermediate of 32, so that no orientation is ambiguous.
+
+    python -m tests.public_family_models step3p7 /tmp/step3p7-tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+_VISION = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "image_size": 28,
+    "patch_size": 14,
+}
+_TEXT: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 64,
+    "moe_intermediate_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 128,
+    "max_position_embeddings": 128,
+    "num_experts_per_tok": 2,
+}
+#: family -> (transformers class, config kwargs): step3p7 (Step3p7ForConditionalGeneration; its layer 0
+#: dense, layer 1 MoE by mlp_layer_types; separate fused moe.gate_proj / up_proj / down_proj on disk)
+BUILDS: dict[str, tuple[str, dict[str, Any]]] = {
+    "step3p7": (
+        "Step3p7ForConditionalGeneration",
+        {
+            "text_config": {
+                **_TEXT,
+                "n_routed_experts": 4,
+                "share_expert_dim": 64,
+                "mlp_layer_types": ["dense", "sparse"],
+            },
+            "vision_config": _VISION,
+        },
+    ),
+}
+
+
+def make(folder: str, family: str, dtype: str = "float32", **text: Any) -> str:
+    """Write a `family` checkpoint (a key of BUILDS) to `folder` (returned): its config with `text`
+    over the text config, every parameter redrawn from N(0, 0.05) with seed 0, saved by transformers'
+    own `save_pretrained` (which writes the names the released checkpoints use)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    cls, kwargs = BUILDS[family]
+    kwargs = {**kwargs, "text_config": {**kwargs["text_config"], **text}} if "text_config" in kwargs else kwargs
+    config = transformers.AutoConfig.for_model(family, **kwargs)
+    model = getattr(transformers, cls)(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.05)
+    model.config.dtype = dtype
+    model.to(getattr(torch, dtype)).save_pretrained(folder)
+    return folder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("family", choices=sorted(BUILDS))
+    parser.add_argument("folder")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    args = parser.parse_args()
+    print(make(args.folder, args.family, args.dtype))
+
+
+if __name__ == "__main__":
+    main()
