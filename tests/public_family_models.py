@@ -80,3 +80,45 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def fp8_block(folder: str) -> str:
+    """Rewrite every routed-expert weight of the checkpoint in `folder` (per-expert
+    `...experts.<e>.<proj>.weight`, or fused 3-D `...experts.<name>` / `moe.<proj>.weight`) as block
+    FP8 the way DeepSeek-V3's release stores it: float8_e4m3fn `.weight` plus a float32
+    `.weight_scale_inv` per 128 x 128 block (tests/quant_pack.py pack_fp8), and add its
+    quantization_config (examples/make_checkpoint.py's fp8_block keys). No format is consulted:
+    the names come from the tensors, as a quantizer that knows no layoutc family writes them."""
+    import json
+    import os
+    import re
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from tests import quant_pack as qp
+
+    path = os.path.join(folder, "model.safetensors")
+    tensors = load_file(path)
+    expert = re.compile(r".*\.experts\.\d+\.\w+\.weight$")
+    for name in [n for n in tensors if expert.match(n) and "shared" not in n]:
+        q, s = qp.pack_fp8(tensors.pop(name).to(torch.float32), "block")
+        tensors[name], tensors[name + "_scale_inv"] = q, s
+    save_file(tensors, path, metadata={"format": "pt"})
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    keep = sorted(
+        n.removesuffix(".weight")
+        for n, t in tensors.items()
+        if n.endswith(".weight") and t.dim() >= 2 and t.is_floating_point() and t.itemsize > 1
+    )
+    config["quantization_config"] = {
+        "activation_scheme": "dynamic",
+        "fmt": "e4m3",
+        "quant_method": "fp8",
+        "weight_block_size": [128, 128],
+        "modules_to_not_convert": keep,
+    }
+    with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+    return folder

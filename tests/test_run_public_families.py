@@ -113,3 +113,52 @@ def test_step3p7_separate_fused_gate_up_proposed_and_run(tmp_path: Path, dtype: 
         "moe.up_proj.weight",
         None,
     ), fmt
+
+
+def _olmoe_fp8(tmp_path: Path) -> str:
+    from tests.family_models import make
+    from tests.public_family_models import fp8_block
+
+    # hidden and intermediate whole 128-blocks: marlin_moe_fp8's loaders pad the reference rows
+    return fp8_block(
+        make(
+            str(tmp_path / "olmoe-fp8"),
+            "olmoe",
+            "bfloat16",
+            hidden_size=128,
+            moe_intermediate_size=256,
+            intermediate_size=256,
+        )
+    )
+
+
+def test_fp8_release_of_a_proposed_family_is_proved_on_the_dequantized_weights(tmp_path: Path) -> None:
+    """An FP8 block release of OLMoE (no built-in format): the format is proposed from the names and
+    proved on the weights dequantized from F8_E4M3 + weight_scale_inv against transformers' own
+    OlmoeSparseMoeBlock, then every row matches that block. Before: LR102 "moe_layers 'tensors'
+    needs the checkpoint's tensor names"."""
+    _require()
+    folder = _olmoe_fp8(tmp_path)
+    code, out, err = _run(folder, "--tp", "1,2", "--format", "json")
+    assert (
+        "proved on layer 0 over the weights dequantized from fp8_block against transformers OlmoeSparseMoeBlock" in err
+    ), err
+    report = json.loads(out)
+    rows = report["rows"]
+    assert [(r["layer"], r["tp_size"]) for r in rows] == [(0, 1), (0, 2), (1, 1), (1, 2)], report
+    # no FP8 kernel runs on this CPU: the rows are reference-only ("unchecked", exit 1), but each
+    # matched transformers' block, loaded by transformers from the checkpoint
+    assert all(r["matched"] and r["independent"] for r in rows), rows
+    assert code == 1 and not report["refused"], report
+
+
+def test_fp8_proof_refuses_a_wrong_gate_up_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The proof decides: offered only the proposal with gate and up swapped, run refuses it (LR117)."""
+    _require()
+    from layoutc.tools.checkpoints import propose as P
+
+    folder = _olmoe_fp8(tmp_path)
+    real = P.propose
+    monkeypatch.setattr(P, "propose", lambda config, shapes: (real(config, shapes)[0][1:], ""))
+    code, out, err = _run(folder, "--tp", "1")
+    assert code == 2 and "error[LR117]" in err and "up_proj.weight, transposed=False: rel error" in err, (out, err)

@@ -489,12 +489,42 @@ def _candidates(ckpt: Any, fmt: Any) -> list[Any]:
     return found
 
 
-def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: int, oracle: Any) -> Any:
-    """The first proposed format whose float32 loop over layer `layer` matches transformers'
-    own sparse-MoE block (with the block's routing) to 1e-4; it is printed (stderr). RunError
-    LR117 when transformers has no block to prove it with, or no candidate matches."""
+def _prove_quantized(args: argparse.Namespace, ckpt: Any, candidates: list[Any], scheme: Any, layer: int) -> Any:
+    """`_prove` for a quantized release of a family without a built-in format (issue 45 item 4): the
+    candidates' float32 loops over the weights dequantized by checkpoints/quant/dequant.py, against
+    transformers' block loaded from the same checkpoint (quant_run/oracle.py independent_oracle),
+    the oracle the quantized rows are then compared with."""
     from layoutc.tools.checkpoints.formats import describe
-    from layoutc.tools.checkpoints.reference import loop_reference, reference
+    from layoutc.tools.quant_run.oracle import independent_oracle
+
+    oracle = None
+    if not (args.no_transformers or args.no_from_pretrained):
+        oracle, _ = independent_oracle(ckpt, describe(ckpt.config, candidates[0], ckpt.weight_map), scheme, [layer])
+    return _prove(args, ckpt, candidates, layer, oracle, scheme)
+
+
+def _declared_loop(ckpt: Any, moe: Any, layer: int, x: Any, ref: Any, scheme: Any) -> Any:
+    """The float32 loop over `layer`'s weights read through the candidate format `moe`: the stored
+    floats (reference.loop_reference), or with a quantization `scheme` the dequantized ones
+    (quant_run: runner.dequantized, experts_ref.reference_output without transformers)."""
+    from layoutc.tools.checkpoints.reference import loop_reference
+
+    if scheme is None:
+        return loop_reference(ckpt, moe, layer, x, ref.weights, ref.ids)
+    from layoutc.tools.quant_run.experts_ref import reference_output
+    from layoutc.tools.quant_run.runner import dequantized
+
+    return reference_output(ckpt, moe, dequantized(ckpt, moe, scheme, layer), x, ref.weights, ref.ids, False)[0]
+
+
+def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: int, oracle: Any,
+           scheme: Any = None) -> Any:
+    """The first proposed format whose float32 loop over layer `layer` (over the dequantized weights
+    with a quantization `scheme`) matches transformers' own sparse-MoE block (with the block's
+    routing) to 1e-4; it is printed (stderr). RunError LR117 when transformers has no block to
+    prove it with, or no candidate matches."""
+    from layoutc.tools.checkpoints.formats import FormatError, describe
+    from layoutc.tools.checkpoints.reference import reference
 
     model_type = candidates[0].model_type
     tried = []
@@ -507,16 +537,22 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
             if args.write_format:  # saved unproved, for the user to review: the advice below points at it
                 _write_format(args.write_format, candidates[0])
             _unproved(model_type, candidates, ref.why_not, args.write_format)
-        rel = rel_error(loop_reference(ckpt, moe, layer, x, ref.weights, ref.ids), ref.output)
+        try:
+            rel = rel_error(_declared_loop(ckpt, moe, layer, x, ref, scheme), ref.output)
+        except FormatError as exc:  # a candidate the quantized tensors cannot hold (a scale of another shape)
+            rel, why = float("inf"), f" ({exc.code})"
+        else:
+            why = ""
         summary = (f"{'' if fmt.gated else 'non-gated '}{'fused' if fmt.fused else 'per-expert'} "
                    f"{fmt.layer_prefix}{fmt.experts}{fmt.gate_up or fmt.gate or fmt.up}"
                    f"{', ' + fmt.gate_up_layout if fmt.gate_up else ''}, transposed={fmt.transposed}")
         if rel <= 1e-4:
+            over = f" over the weights dequantized from {scheme.name}" if scheme is not None else ""
             sys.stderr.write(f"layoutc run: model_type {model_type!r} has no declared format; proposed from the "
-                             f"tensors: {summary}; proved on layer {layer} against {ref.name} (rel error "
+                             f"tensors: {summary}; proved on layer {layer}{over} against {ref.name} (rel error "
                              f"{rel:.1e}); --write-format FILE saves it\n")
             return moe
-        tried.append(f"{summary}: rel error {rel:.2e}")
+        tried.append(f"{summary}: rel error {rel:.2e}{why}")
     raise RunError("LR117", f"no proposed format for model_type {model_type!r} agrees with transformers' block "
                    f"on layer {layer}; tried: {'; '.join(tried)}. Write the format by hand (docs/formats.md) "
                    "and pass --format-file")
@@ -591,12 +627,14 @@ def _run(args: argparse.Namespace) -> int:
         check_ep_options(moe.num_experts, [(t, e) for e in eps for t in tps], placement, getattr(args, "world", None))
         check_expert_count(ckpt, moe, layers)
         from layoutc.tools.checkpoints.quant.config import read_quantization
-        scheme = read_quantization(ckpt.config, moe.format)  # LR150-LR152, LR158 before any tensor
+        scheme = read_quantization(ckpt.config, moe.format, ckpt.weight_map)  # LR150-LR152, LR158 before any tensor
         if scheme is not None and any(e > 1 for e in eps):
             raise RunError("LR159", f"--ep {args.ep}: the quantized runner shards the intermediate only; "
                            "run this checkpoint with --ep 1 (expert parallelism runs on unquantized checkpoints)")
         if scheme is not None:  # quantized experts: layoutc/tools/quant_run
             from layoutc.tools.quant_run.runner import run_quantized
+            if candidates:  # a quantized release of a proposed family: proved on the dequantized weights
+                moe = _prove_quantized(args, ckpt, candidates, scheme, layers[0])
             return run_quantized(args, ckpt, moe, scheme, layers, tps)
         args.contract = args.contract or DEFAULT_CONTRACT
         dtype, warning = run_dtype(ckpt, check_experts(ckpt, moe, layers), args.dtype)
