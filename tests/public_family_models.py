@@ -122,3 +122,64 @@ def fp8_block(folder: str) -> str:
     with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, sort_keys=True)
     return folder
+
+
+def qwen3_5_fused_mtp(folder: str) -> str:
+    """A Qwen3.5/3.6 MoE text checkpoint as the releases store it: the routed experts fused on disk
+    (`mlp.experts.gate_up_proj` [E, 2I, H], `mlp.experts.down_proj` [E, H, I], no `.weight`: transformers'
+    `save_pretrained(save_original_format=False)`), and one MTP layer whose experts are grouped the same
+    way (`mtp.layers.0.mlp.experts.gate_up_proj`, as Qwen/Qwen3.6-35B-A3B's index lists them), which
+    transformers does not load. Layer 0 linear attention, layer 1 full attention."""
+    import json
+    import os
+
+    import torch
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    from tests.family_models import SIZES
+
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model(
+        "qwen3_5_moe_text",
+        **{
+            **SIZES,
+            "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 32,
+            "layer_types": ["linear_attention", "full_attention"],
+        },
+    )
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.05)
+    model.save_pretrained(folder, save_original_format=False)
+    path = os.path.join(folder, "model.safetensors")
+    tensors = load_file(path)
+    g = torch.Generator().manual_seed(1)
+    for name in [n for n in tensors if n.startswith("model.layers.1.")]:
+        tensors["mtp.layers.0." + name.removeprefix("model.layers.1.")] = (
+            torch.randn(tensors[name].shape, generator=g) * 0.05
+        )
+    tensors["mtp.fc.weight"] = torch.randn(64, 128, generator=g) * 0.05
+    save_file(tensors, path, metadata={"format": "pt"})
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    cfg["mtp_num_hidden_layers"] = 1
+    with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=2)
+    return folder
+
+
+def flat_namespace(folder: str) -> str:
+    """Rename a checkpoint's tensors to DeepSeek-V4's release namespace: no `model.` prefix
+    (`layers.N.ffn.experts.E.w1.weight`, `embed.weight`), as transformers' conversion_mapping
+    'deepseek_v4' reads them."""
+    import os
+
+    from safetensors.torch import load_file, save_file
+
+    path = os.path.join(folder, "model.safetensors")
+    tensors = {n.removeprefix("model.").replace("embed_tokens.", "embed."): t for n, t in load_file(path).items()}
+    save_file(tensors, path, metadata={"format": "pt"})
+    return folder

@@ -162,3 +162,91 @@ def test_fp8_proof_refuses_a_wrong_gate_up_order(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(P, "propose", lambda config, shapes: (real(config, shapes)[0][1:], ""))
     code, out, err = _run(folder, "--tp", "1")
     assert code == 2 and "error[LR117]" in err and "up_proj.weight, transposed=False: rel error" in err, (out, err)
+
+
+def test_qwen3_5_fused_experts_on_disk_with_grouped_mtp_experts(tmp_path: Path) -> None:
+    """Qwen3.5/3.6 releases store the routed experts fused (experts.gate_up_proj, experts.down_proj) and
+    the MTP layer's experts grouped the same way under mtp.: the format is proposed from the decoder
+    layers, the MTP tensors are left alone, and every row matches Qwen3_5MoeSparseMoeBlock."""
+    _require()
+    from tests.public_family_models import qwen3_5_fused_mtp
+
+    folder = qwen3_5_fused_mtp(str(tmp_path / "qwen3_5"))
+    code, out, err = _run(folder, "--tp", "1,2,4", "--format", "json")
+    assert code == 0, (out, err)
+    rows = json.loads(out)["rows"]
+    assert sorted({r["layer"] for r in rows}) == [0, 1] and len(rows) == 6
+    assert all(r["ok"] and "Qwen3_5MoeSparseMoeBlock" in r["reference"] for r in rows), rows
+    assert "fused model.layers.{layer}.mlp.experts.gate_up_proj" in err, err
+
+
+def test_minimax_m3_swigluoai_halves_runs_on_the_interleaved_kernel(tmp_path: Path) -> None:
+    """MiniMax-M3's experts compute swigluoai (alpha, clamp, up + 1) on [gate | up] halves, while its
+    config.json says hidden_act silu: the proposal states swigluoai from swiglu_alpha / swiglu_limit,
+    the contract's loaders interleave the halves for vLLM's kernel, and every row matches
+    MiniMaxM3VLSparseMoeBlock with inputs past the clamp. routed_scaling_factor is 1 here: the block's
+    scale outside the experts is the block-level format's (issue 45 item 1). Before: LR142 (silu
+    with an alpha the glue does not compute)."""
+    _require()
+    from tests.family_models import make
+
+    folder = make(
+        str(tmp_path / "mm3"),
+        "minimax_m3_vl_text",
+        intermediate_size=32,
+        routed_scaling_factor=1.0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    written = tmp_path / "format.json"
+    code, out, err = _run(folder, "--tp", "1,2,4", "--format", "json", "--write-format", str(written))
+    assert code == 0, (out, err)
+    rows = json.loads(out)["rows"]
+    assert len(rows) == 6 and all(r["ok"] and "swiglu_limit 7" in r["input_reach"] for r in rows), rows
+    fmt = json.loads(written.read_text())
+    assert (fmt["fixed_activation"], fmt["swiglu"], fmt["gate_up_layout"]) == (
+        "swigluoai",
+        ["swiglu_alpha", "swiglu_limit"],
+        "halves",
+    ), fmt
+
+
+def test_deepseek_v4_flat_namespace_is_read_and_refused_for_its_clamp(tmp_path: Path) -> None:
+    """DeepSeek-V4's release has no model. prefix (layers.N.ffn.experts.E.w1.weight): the proposal reads
+    it, and run refuses the family by its real cause, the swiglu_limit clamp DeepseekV4Experts computes
+    and no glue does (LR142), before anything is loaded."""
+    _require()
+    from tests.family_models import make
+    from tests.public_family_models import flat_namespace
+
+    folder = flat_namespace(make(str(tmp_path / "dsv4"), "deepseek_v4"))
+    code, _out, err = _run(folder, "--tp", "1")
+    assert code == 2 and "error[LR142]" in err and "swiglu_limit = 10" in err and "DeepseekV4Experts" in err, err
+
+
+@pytest.mark.parametrize("intermediate", [1856, 2688])
+def test_nemotron_3_sizes_are_proved_then_refused_as_non_gated(tmp_path: Path, intermediate: int) -> None:
+    """Nemotron-3 Nano and Super's expert intermediate sizes (1856, 2688; NVIDIA's configs): proved against
+    NemotronHMoE, refused by name (LR147)."""
+    _require()
+    from tests.family_models import make
+
+    folder = make(
+        str(tmp_path / "nemotron3"),
+        "nemotron_h",
+        moe_intermediate_size=intermediate,
+        moe_shared_expert_intermediate_size=64,
+    )
+    code, _out, err = _run(folder, "--tp", "1,2,4")
+    assert code == 2 and "error[LR147]" in err and "proved on layer 1 against transformers NemotronHMoE" in err, err
+
+
+def test_latent_moe_is_refused_naming_the_latent_size(tmp_path: Path) -> None:
+    """Nemotron-3 Super's latent MoE (moe_latent_size: fc1_latent_proj / fc2_latent_proj around the experts):
+    the experts' input size is the latent one, and the refusal says so (LR101), not "no key"."""
+    _require()
+    from tests.family_models import make
+
+    folder = make(str(tmp_path / "latent"), "nemotron_h", moe_latent_size=32)
+    code, _out, err = _run(folder, "--tp", "1")
+    assert code == 2 and "error[LR101]" in err and "moe_latent_size = 32" in err and "latent MoE" in err, err

@@ -213,7 +213,9 @@ def swiglu_values(cfg: Mapping[str, Any], keys: tuple[str, str],
     out: list[float] = []
     where: list[str] = []
     for i, key in enumerate(keys):
-        value = cfg.get(key)
+        value: Any = cfg
+        for part in key.split("."):  # a dotted key reads a sub-object (a proposal's "text_config.swiglu_alpha")
+            value = value.get(part) if isinstance(value, Mapping) else None
         if value is None:
             if defaults is None:
                 raise FormatError("LR102", f"config.json has no {key} (swigluoai) and the family has no default")

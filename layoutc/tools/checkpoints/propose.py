@@ -103,6 +103,12 @@ def _sizes(config: dict[str, Any], h: int, i: int, e: int, layer_names: list[str
             "num_hidden_layers": _key(config, NUM_HIDDEN_LAYERS_ALIASES)}
     if keys["num_hidden_layers"] is None and pattern_length(config) is not None:
         keys["num_hidden_layers"] = NUM_HIDDEN_LAYERS_ALIASES[0]  # describe() counts the pattern (Nemotron-H)
+    latent = _key(config, ("moe_latent_size",), h) if keys["hidden_size"] is None else None
+    if latent is not None:  # Nemotron-3 Super (NemotronHMoE's fc1_latent_proj / fc2_latent_proj), Kimi-K3
+        missing.append(f"hidden_size: the experts take {latent} = {h} inputs, a latent MoE (projections to and from "
+                       "the latent space sit outside the experts, so the block's output is not the experts' sum and "
+                       "layoutc run has nothing to compare a kernel's output with)")
+        return None
     if any(v is None for v in keys.values()):
         missing.extend(f"{k} (no config key equals the measured {dict(hidden_size=h, intermediate_size=i, num_experts=e).get(k, 'value')})"
                         for k, v in keys.items() if v is None)
@@ -113,6 +119,11 @@ def _sizes(config: dict[str, Any], h: int, i: int, e: int, layer_names: list[str
         out["activation"] = (act,)
     else:
         out["fixed_activation"] = "silu"
+    alpha, limit = _key(config, ("swiglu_alpha",)), _key(config, ("swiglu_limit",))
+    if alpha is not None and limit is not None:
+        # swigluoai: (clamp(up, -L, L) + 1) * g * sigmoid(alpha * g), g = min(gate, L), whatever hidden_act says
+        # (MiniMaxM3VLExperts._apply_gate on [gate | up] halves; transformers' config keeps hidden_act "silu")
+        out["fixed_activation"], out["swiglu"] = "swigluoai", (alpha, limit)
     router = [n for n in layer_names if n.endswith("weight") and ("gate" in n or "router" in n)]
     if router:
         out["router"] = router[0]
