@@ -250,3 +250,31 @@ def test_latent_moe_is_refused_naming_the_latent_size(tmp_path: Path) -> None:
     folder = make(str(tmp_path / "latent"), "nemotron_h", moe_latent_size=32)
     code, _out, err = _run(folder, "--tp", "1")
     assert code == 2 and "error[LR101]" in err and "moe_latent_size = 32" in err and "latent MoE" in err, err
+
+
+def test_kimi_k3_latent_experts_are_named_from_its_published_config() -> None:
+    """Kimi-K3 (moonshotai/Kimi-K3 config.json: text_config hidden_size 7168, routed_expert_hidden_size 3584,
+    896 experts, top-16, moe_intermediate_size 3072; transformers 5.19 has no kimi_k3): experts whose input
+    is the latent size are named as a latent MoE, at a tenth of the published sizes."""
+    from layoutc.tools.checkpoints.propose import propose
+
+    config = {
+        "model_type": "kimi_k3",
+        "text_config": {
+            "model_type": "kimi_linear",
+            "hidden_size": 716,
+            "routed_expert_hidden_size": 358,
+            "num_experts": 8,
+            "num_experts_per_token": 2,
+            "moe_intermediate_size": 307,
+            "num_hidden_layers": 2,
+            "hidden_act": "silu",
+        },
+    }
+    shapes = {
+        f"language_model.model.layers.1.block_sparse_moe.experts.{e}.{p}.weight": s
+        for e in range(8)
+        for p, s in (("w1", (307, 358)), ("w3", (307, 358)), ("w2", (358, 307)))
+    }
+    found, why = propose(config, shapes)
+    assert not found and "text_config.routed_expert_hidden_size = 358" in why and "latent MoE" in why, why

@@ -103,8 +103,9 @@ def _sizes(config: dict[str, Any], h: int, i: int, e: int, layer_names: list[str
             "num_hidden_layers": _key(config, NUM_HIDDEN_LAYERS_ALIASES)}
     if keys["num_hidden_layers"] is None and pattern_length(config) is not None:
         keys["num_hidden_layers"] = NUM_HIDDEN_LAYERS_ALIASES[0]  # describe() counts the pattern (Nemotron-H)
-    latent = _key(config, ("moe_latent_size",), h) if keys["hidden_size"] is None else None
-    if latent is not None:  # Nemotron-3 Super (NemotronHMoE's fc1_latent_proj / fc2_latent_proj), Kimi-K3
+    #: Nemotron-3 Super (NemotronHMoE's fc1_latent_proj / fc2_latent_proj), Kimi-K3's routed_expert_hidden_size
+    latent = _key(config, ("moe_latent_size", "routed_expert_hidden_size"), h) if keys["hidden_size"] is None else None
+    if latent is not None:
         missing.append(f"hidden_size: the experts take {latent} = {h} inputs, a latent MoE (projections to and from "
                        "the latent space sit outside the experts, so the block's output is not the experts' sum and "
                        "layoutc run has nothing to compare a kernel's output with)")
