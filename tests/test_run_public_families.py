@@ -278,3 +278,25 @@ def test_kimi_k3_latent_experts_are_named_from_its_published_config() -> None:
     }
     found, why = propose(config, shapes)
     assert not found and "text_config.routed_expert_hidden_size = 358" in why and "latent MoE" in why, why
+
+
+def test_fp8_release_of_non_gated_experts_is_refused_by_name(tmp_path: Path) -> None:
+    """Nemotron-3's FP8 releases: the quantized runner reads gated experts only, so the non-gated proposal
+    is refused LR147 before anything is dequantized (the dequantizer would look for the absent gate).
+    Before this issue: LR101 (nothing proposed)."""
+    _require()
+    from tests.family_models import make
+    from tests.public_family_models import fp8_block
+
+    folder = fp8_block(
+        make(
+            str(tmp_path / "nh-fp8"),
+            "nemotron_h",
+            "bfloat16",
+            hidden_size=128,
+            moe_intermediate_size=256,
+            moe_shared_expert_intermediate_size=64,
+        )
+    )
+    code, _out, err = _run(folder, "--tp", "1")
+    assert code == 2 and "error[LR147]" in err and "quantized runner" in err, err

@@ -633,6 +633,9 @@ def _run(args: argparse.Namespace) -> int:
                            "run this checkpoint with --ep 1 (expert parallelism runs on unquantized checkpoints)")
         if scheme is not None:  # quantized experts: layoutc/tools/quant_run
             from layoutc.tools.quant_run.runner import run_quantized
+            no_gate = non_gated_refusal(moe, None, "(quantized)")  # LR147: Nemotron-3's FP8 releases
+            if no_gate is not None:
+                raise RunError("LR147", no_gate)
             if candidates:  # a quantized release of a proposed family: proved on the dequantized weights
                 moe = _prove_quantized(args, ckpt, candidates, scheme, layers[0])
             return run_quantized(args, ckpt, moe, scheme, layers, tps)

@@ -155,7 +155,8 @@ def non_gated_refusal(moe: Any, mod: Any, contract: str) -> str | None:
     vLLM 0.32's CPU experts report `_supports_no_act_and_mul()` False
     (vllm/model_executor/layers/fused_moe/experts/cpu_moe.py) and `FusedMoEConfig` refuses
     `is_act_and_mul=False` off CUDA, XPU and ROCm (fused_moe/config.py). The words name the
-    glues, read at run time, so a glue that declares a non-gated activation shows here.
+    glues, read at run time, so a glue that declares a non-gated activation shows here. mod None: a
+    quantized checkpoint (layoutc/tools/quant_run), whose runner reads gated experts only.
     The caller raises RunError LR147 with them, before anything is loaded."""
     if moe.format.gated:
         return None
@@ -163,7 +164,7 @@ def non_gated_refusal(moe: Any, mod: Any, contract: str) -> str | None:
     from layoutc.runtime.vocab import ACTIVATIONS
     from layoutc.tools.runplan import module_layout
 
-    kernel = module_layout(mod).kernel
+    kernel = module_layout(mod).kernel if mod is not None else None
     glue = kernel.glue if kernel is not None else None
     takes = sorted(
         kind
@@ -174,6 +175,8 @@ def non_gated_refusal(moe: Any, mod: Any, contract: str) -> str | None:
         f"contract {contract}'s glue {glue.kind} computes only {', '.join(a.formula for a in glue.activations)}"
         if glue is not None
         else f"contract {contract} binds no glue"
+        if mod is not None
+        else "the quantized runner dequantizes and pads gated experts only"
     )
     others = (
         f"glues declaring a non-gated activation: {', '.join(takes)} (layoutc's loaders fill a gated w13 only)"
