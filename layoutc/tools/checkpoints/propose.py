@@ -144,7 +144,7 @@ def non_gated(config: dict[str, Any]) -> bool:
     if key is None:
         return False
     scope = config.get("text_config") if key.startswith("text_config.") else config
-    return scope.get(key.removeprefix("text_config.")) == "relu2"
+    return isinstance(scope, dict) and scope.get(key.removeprefix("text_config.")) == "relu2"
 
 
 def _per_expert(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], m: re.Match[str],
