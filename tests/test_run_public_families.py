@@ -271,7 +271,7 @@ def test_kimi_k3_latent_experts_are_named_from_its_published_config() -> None:
             "hidden_act": "silu",
         },
     }
-    shapes = {
+    shapes: dict[str, tuple[int, ...]] = {
         f"language_model.model.layers.1.block_sparse_moe.experts.{e}.{p}.weight": s
         for e in range(8)
         for p, s in (("w1", (307, 358)), ("w3", (307, 358)), ("w2", (358, 307)))
