@@ -169,6 +169,7 @@ CODES: dict[str, str] = {
     "LR142": "`run`: the family's activation (a clamp or alpha in config.json) is not the one the contract's glue computes",
     "LR146": "`run`: the block applies a norm to routed + shared output after the MoE: its routed part cannot be isolated",
     "LR147": "`run`: the block's routed output is a constant multiple of the kernel's that no config key or format field states",
+    "LR148": "`run`: the family's experts are non-gated (up -> act -> down, no gate) and the contract's glue computes gated ones only",
     "LR150": "quantized checkpoint: an undeclared method, bit width, version or scheme",
     "LR151": "quantized checkpoint: a malformed quantization_config value",
     "LR152": "quantized checkpoint: a skip list or per-module override reaches the routed experts",

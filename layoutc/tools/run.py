@@ -27,8 +27,8 @@ experts' input and the contract's glue cannot, LR141 input weighting at a top_k 
 contract's kernel does not compute it at, LR142 a clamp or alpha in config.json that the
 contract's glue does not compute (layoutc/tools/checkpoints/activation.py), LR146 a block
 whose routed part cannot be isolated (a norm over routed + shared after the MoE), LR147 a
-proposal that matches the block only up to a constant factor no config key holds, LR199 an
-unexpected error.
+proposal that matches the block only up to a constant factor no config key holds, LR148
+non-gated experts (relu2, Nemotron-H) that no glue computes, LR199 an unexpected error.
 
 What the block does outside its experts is the format's (layoutc/tools/checkpoints/block.py):
 a scale after the experts, an average with the shared expert, identity experts; `run_layer`
@@ -66,7 +66,7 @@ from dataclasses import asdict, dataclass, field
 from types import ModuleType
 from typing import Any
 
-from layoutc.tools.checkpoints.activation import check_activation
+from layoutc.tools.checkpoints.activation import check_activation, non_gated_refusal
 from layoutc.tools.contract_module import GENERATED_PACKAGE, NoKernelError, kernel_of
 from layoutc.tools.ep_run import (
     check_ep_options,
@@ -509,9 +509,38 @@ def _candidates(ckpt: Any, fmt: Any) -> list[Any]:
     return found
 
 
-def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: int, oracle: Any) -> Any:
-    """The first proposed format whose float32 loop over layer `layer` matches transformers'
-    own sparse-MoE block (with the block's routing) to 1e-4; it is printed (stderr). The loop
+def _prove_quantized(args: argparse.Namespace, ckpt: Any, candidates: list[Any], scheme: Any, layer: int) -> Any:
+    """`_prove` for a quantized release of a family without a built-in format (issue 45 item 4): the
+    candidates' float32 loops over the weights dequantized by checkpoints/quant/dequant.py, against
+    transformers' block loaded from the same checkpoint (quant_run/oracle.py independent_oracle),
+    the oracle the quantized rows are then compared with."""
+    from layoutc.tools.checkpoints.formats import describe
+    from layoutc.tools.quant_run.oracle import independent_oracle
+
+    oracle = None
+    if not (args.no_transformers or args.no_from_pretrained):
+        oracle, _ = independent_oracle(ckpt, describe(ckpt.config, candidates[0], ckpt.weight_map), scheme, [layer])
+    return _prove(args, ckpt, candidates, layer, oracle, scheme)
+
+
+def _declared_loop(ckpt: Any, moe: Any, layer: int, x: Any, weights: Any, ids: Any, scheme: Any) -> Any:
+    """The float32 loop over `layer`'s weights read through the candidate format `moe`: the stored
+    floats (reference.loop_reference), or with a quantization `scheme` the dequantized ones
+    (quant_run: runner.dequantized, experts_ref.reference_output without transformers)."""
+    from layoutc.tools.checkpoints.reference import loop_reference
+
+    if scheme is None:
+        return loop_reference(ckpt, moe, layer, x, weights, ids)
+    from layoutc.tools.quant_run.experts_ref import reference_output
+    from layoutc.tools.quant_run.runner import dequantized
+
+    return reference_output(ckpt, moe, dequantized(ckpt, moe, scheme, layer), x, weights, ids, False)[0]
+
+
+def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: int, oracle: Any,
+           scheme: Any = None) -> Any:
+    """The first proposed format whose float32 loop over layer `layer` (over the dequantized weights
+    with a quantization `scheme`) matches transformers' own sparse-MoE block (with the block's routing) to 1e-4; it is printed (stderr). The loop
     goes through the block step the format states (layoutc.tools.checkpoints.block.combine).
     Where no candidate matches but one matches up to a constant factor, that factor is a scale
     outside the experts: a config key holding it (routed_scale, or shared_combination "average")
@@ -528,8 +557,8 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
         kernel_routing,
         ratio_keys,
     )
-    from layoutc.tools.checkpoints.formats import describe
-    from layoutc.tools.checkpoints.reference import loop_reference, reference
+    from layoutc.tools.checkpoints.formats import FormatError, describe
+    from layoutc.tools.checkpoints.reference import reference
 
     model_type = candidates[0].model_type
     tried = []
@@ -546,22 +575,26 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
             _unproved(model_type, candidates, ref.why_not, args.write_format)
         weights, ids = kernel_routing(ref.weights, ref.ids, moe.num_experts)
         try:
-            out = loop_reference(ckpt, moe, layer, x, weights, ids)
+            out = _declared_loop(ckpt, moe, layer, x, weights, ids, scheme)
+        except FormatError as exc:  # a candidate the quantized tensors cannot hold (a scale of another shape)
+            return moe, None, ref, f"the quantized tensors do not fit it ({exc.code})"
         except RuntimeError as exc:  # a candidate orientation whose shapes do not multiply (H == I)
             return moe, None, ref, f"its shapes do not multiply ({str(exc).splitlines()[0][:120]})"
         return moe, combine(out, x, ref.weights, ref.ids, block_ops(moe), moe.num_experts), ref, ""
 
     for fmt in candidates:
         moe, out, ref, why = measure(fmt)
-        summary = (f"{'fused' if fmt.fused else 'per-expert'} {fmt.layer_prefix}{fmt.experts}"
-                   f"{fmt.gate_up or fmt.gate}, {fmt.gate_up_layout}, transposed={fmt.transposed}")
+        summary = (f"{'' if fmt.gated else 'non-gated '}{'fused' if fmt.fused else 'per-expert'} "
+                   f"{fmt.layer_prefix}{fmt.experts}{fmt.gate_up or fmt.gate or fmt.up}"
+                   f"{', ' + fmt.gate_up_layout if fmt.gate_up else ''}, transposed={fmt.transposed}")
         if out is None:
             tried.append(f"{summary}: {why}")
             continue
         rel = rel_error(out, ref.output)
         if rel <= 1e-4:
+            over = f" over the weights dequantized from {scheme.name}" if scheme is not None else ""
             sys.stderr.write(f"layoutc run: model_type {model_type!r} has no declared format; proposed from the "
-                             f"tensors: {summary}; proved on layer {layer} against {ref.name} (rel error "
+                             f"tensors: {summary}; proved on layer {layer}{over} against {ref.name} (rel error "
                              f"{rel:.1e}); --write-format FILE saves it\n")
             return moe
         c, residual = fit_ratio(out, ref.output)
@@ -588,6 +621,23 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
     raise RunError("LR117", f"no proposed format for model_type {model_type!r} agrees with transformers' block "
                    f"on layer {layer}; tried: {'; '.join(tried)}. Write the format by hand (docs/formats.md) "
                    "and pass --format-file")
+
+
+def _refuse_non_gated(args: argparse.Namespace, ckpt: Any, candidates: list[Any], moe: Any, layer: int,
+                      why: str) -> None:
+    """RunError LR148 for non-gated experts no glue computes (`activation.non_gated_refusal`'s words).
+    A proposed format is first proved on `layer` against transformers' own block (LR117 / LR118 as
+    `_prove`), so the refusal is about the kernel, not a guess at the format; `--write-format` then
+    saves it."""
+    proved = ""
+    if candidates and not (args.no_transformers or args.no_from_pretrained):
+        from layoutc.tools.checkpoints.reference import transformers_oracle
+
+        moe = _prove(args, ckpt, candidates, layer, transformers_oracle(args.model_dir, [layer]))
+        proved = f"; the format proposed from the tensors was proved on layer {layer} against transformers' block"
+    if args.write_format:
+        _write_format(args.write_format, moe.format)
+    raise RunError("LR148", why + proved)
 
 
 def _unproved(model_type: str, candidates: list[Any], why_not: str, written: str | None) -> None:
@@ -647,12 +697,17 @@ def _run(args: argparse.Namespace) -> int:
         check_ep_options(moe.num_experts, [(t, e) for e in eps for t in tps], placement, getattr(args, "world", None))
         check_expert_count(ckpt, moe, layers)
         from layoutc.tools.checkpoints.quant.config import read_quantization
-        scheme = read_quantization(ckpt.config, moe.format)  # LR150-LR152, LR158 before any tensor
+        scheme = read_quantization(ckpt.config, moe.format, ckpt.weight_map)  # LR150-LR152, LR158 before any tensor
         if scheme is not None and any(e > 1 for e in eps):
             raise RunError("LR159", f"--ep {args.ep}: the quantized runner shards the intermediate only; "
                            "run this checkpoint with --ep 1 (expert parallelism runs on unquantized checkpoints)")
         if scheme is not None:  # quantized experts: layoutc/tools/quant_run
             from layoutc.tools.quant_run.runner import run_quantized
+            no_gate = non_gated_refusal(moe, None, "(quantized)")  # LR148: Nemotron-3's FP8 releases
+            if no_gate is not None:
+                raise RunError("LR148", no_gate)
+            if candidates:  # a quantized release of a proposed family: proved on the dequantized weights
+                moe = _prove_quantized(args, ckpt, candidates, scheme, layers[0])
             return run_quantized(args, ckpt, moe, scheme, layers, tps)
         args.contract = args.contract or DEFAULT_CONTRACT
         dtype, warning = run_dtype(ckpt, check_experts(ckpt, moe, layers), args.dtype)
@@ -678,6 +733,9 @@ def _run(args: argparse.Namespace) -> int:
                            f"(default {DEFAULT_CONTRACT})")
         on_input = router_weight_on_input(moe, mod, args.contract)  # before anything is loaded
         check_activation(moe, mod, args.contract, layers)  # LR142: a clamp the glue does not compute
+        no_gate = non_gated_refusal(moe, mod, args.contract)  # LR148: non-gated experts no glue computes
+        if no_gate is not None:
+            _refuse_non_gated(args, ckpt, candidates, moe, layers[0], no_gate)
         if any(e > 1 for e in eps) and layout.local_experts is None:
             raise RunError("LR104", f"--ep: contract {args.contract} states no expert parallelism "
                            "(`experts ... over ep_size`)")

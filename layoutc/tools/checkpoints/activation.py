@@ -143,3 +143,51 @@ def check_activation(moe: Any, mod: Any, contract: str, layers: list[int]) -> No
                     f"compute {meaning}, but contract {contract}'s {glue} {formula} and {has} "
                     f"(its {moe.activation} activation); use a contract whose glue computes the clamp",
                 )
+
+
+def non_gated_refusal(moe: Any, mod: Any, contract: str) -> str | None:
+    """Why `run` cannot run a family's non-gated experts (`CheckpointFormat.gated` false:
+    down(act(up(x))) with no gate, transformers' NemotronHExperts, `has_gate=False`) on contract
+    `contract`, or None when the experts are gated.
+
+    Every glue layoutc ships (layoutc.compiler.glues.registry, read from runtime/glue/*.py) declares
+    only gated activations, act(gate) * up on a w13 of 2I rows, and so does every kernel they call:
+    vLLM 0.32's CPU experts report `_supports_no_act_and_mul()` False
+    (vllm/model_executor/layers/fused_moe/experts/cpu_moe.py) and `FusedMoEConfig` refuses
+    `is_act_and_mul=False` off CUDA, XPU and ROCm (fused_moe/config.py). The words name the
+    glues, read at run time, so a glue that declares a non-gated activation shows here. mod None: a
+    quantized checkpoint (layoutc/tools/quant_run), whose runner reads gated experts only.
+    The caller raises RunError LR148 with them, before anything is loaded."""
+    if moe.format.gated:
+        return None
+    from layoutc.compiler.glues import registry
+    from layoutc.runtime.vocab import ACTIVATIONS
+    from layoutc.tools.runplan import module_layout
+
+    kernel = module_layout(mod).kernel if mod is not None else None
+    glue = kernel.glue if kernel is not None else None
+    takes = sorted(
+        kind
+        for kind, g in registry().items()
+        if any(not ACTIVATIONS[a.name].gated for a in g.interface.activations if a.name in ACTIVATIONS)
+    )
+    here = (
+        f"contract {contract}'s glue {glue.kind} computes only {', '.join(a.formula for a in glue.activations)}"
+        if glue is not None
+        else f"contract {contract} binds no glue"
+        if mod is not None
+        else "the quantized runner dequantizes and pads gated experts only"
+    )
+    others = (
+        f"glues declaring a non-gated activation: {', '.join(takes)} (layoutc's loaders fill a gated w13 only)"
+        if takes
+        else "no glue layoutc ships declares a non-gated activation: vLLM 0.32's CPU experts report "
+        "_supports_no_act_and_mul() False (fused_moe/experts/cpu_moe.py) and FusedMoEConfig refuses "
+        "is_act_and_mul=False off CUDA, XPU and ROCm (fused_moe/config.py)"
+    )
+    up, down = moe.format.up, moe.format.down
+    return (
+        f"model_type {moe.format.model_type!r} has non-gated experts: {down}(act({up}(x))) with "
+        f"{moe.hidden_act}{'' if moe.hidden_act == moe.activation else f' ({moe.activation})'} and no gate (its format's gated is false); {here}; {others}. "
+        "Nothing was loaded or run"
+    )

@@ -69,6 +69,9 @@ class CheckpointFormat:
     by a token-id table, the block's forward taking input_ids (DeepseekV4HashRouter: `mlp_layer_types`).
     post_norm: name (relative to the layer prefix) of a norm the block applies to routed + shared
     after the MoE (AXK1MoE `post_mlp_layernorm`): the routed part cannot be isolated, `run` refuses (LR146).
+    gated: the experts compute act(gate) * up (the default); False: non-gated experts,
+    down(act(up(x))) with no gate (transformers' NemotronHExperts, `has_gate=False`, relu2):
+    `up` names the up projection ([I, H] per expert, [E, I, H] fused), `gate` and `gate_up` are None.
     """
 
     model_type: str
@@ -110,13 +113,19 @@ class CheckpointFormat:
     identity_experts: tuple[str, ...] = ()
     hash_routing: str | None = None
     post_norm: str | None = None
+    gated: bool = True
 
     def names(self, layer: int, expert: int | None = None) -> dict[str, str]:
         """Full tensor names of layer `layer` by role: w13 parts ("gate", "up" or
-        "gate_up"), "down", and biases ("gate_up_bias", "down_bias") when declared."""
+        "gate_up"; a non-gated format's "up" alone), "down", and biases ("gate_up_bias",
+        "down_bias") when declared."""
         base = self.layer_prefix.format(layer=layer) + self.experts
         out: dict[str, str] = {}
-        if self.fused and self.gate_up:
+        if not self.gated:  # up -> act -> down (Nemotron-H): no gate
+            assert self.up is not None and (self.fused or expert is not None)
+            out["up"] = base + (self.up if self.fused else self.up.format(e=expert))
+            out["down"] = base + (self.down if self.fused else self.down.format(e=expert))
+        elif self.fused and self.gate_up:
             out["gate_up"] = base + self.gate_up
             out["down"] = base + self.down
         elif self.fused:  # separate fused gate and up tensors (DBRX's w1, v1)

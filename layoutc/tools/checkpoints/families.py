@@ -140,6 +140,18 @@ def _pattern(cfg: Mapping[str, Any], layers: int) -> tuple[tuple[int, ...], str]
     return tuple(i for i, k in enumerate(kinds) if k == moe), key
 
 
+def pattern_length(cfg: Mapping[str, Any]) -> int | None:
+    """The decoder layers a Nemotron-H config states by its per-layer pattern alone: transformers 5's
+    NemotronHConfig computes `num_hidden_layers` from `layers_block_type` (a property, not saved to
+    config.json; configuration_nemotron_h.py), older configs spell `hybrid_override_pattern`. None
+    when neither is a string or list."""
+    for key in ("layers_block_type", "hybrid_override_pattern"):
+        value = cfg.get(key)
+        if isinstance(value, (str, list)) and value:
+            return len(value)
+    return None
+
+
 #: The rules a format's `moe_layers` may name ("tensors" and explicit lists are in formats.py).
 MOE_LAYER_RULES: dict[str, Rule] = {
     "all": _all, "decoder_sparse_step": _sparse_step, "first_k_dense_replace": _first_dense,
@@ -201,7 +213,9 @@ def swiglu_values(cfg: Mapping[str, Any], keys: tuple[str, str],
     out: list[float] = []
     where: list[str] = []
     for i, key in enumerate(keys):
-        value = cfg.get(key)
+        value: Any = cfg
+        for part in key.split("."):  # a dotted key reads a sub-object (a proposal's "text_config.swiglu_alpha")
+            value = value.get(part) if isinstance(value, Mapping) else None
         if value is None:
             if defaults is None:
                 raise FormatError("LR102", f"config.json has no {key} (swigluoai) and the family has no default")

@@ -37,7 +37,7 @@ from layoutc.runtime.vocab import ACTIVATIONS as VOCAB_ACTIVATIONS
 from layoutc.runtime.vocab import HF_ACTIVATIONS
 from layoutc.tools.checkpoints.checkpoint_format import CheckpointFormat
 from layoutc.tools.checkpoints.errors import FormatError
-from layoutc.tools.checkpoints.families import GENERIC_KEYS, moe_layers_by_rule, swiglu_values
+from layoutc.tools.checkpoints.families import GENERIC_KEYS, moe_layers_by_rule, pattern_length, swiglu_values
 from layoutc.tools.checkpoints.families import MOE_LAYER_RULES as RULES
 from layoutc.tools.checkpoints.header import read_json_object
 from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
@@ -54,6 +54,9 @@ MAX_LAYERS = 100_000
 #: A config's `hidden_act` -> the contract activation: the gated ones of vocab.HF_ACTIVATIONS
 #: (a checkpoint family's experts compute act(gate) * up).
 ACTIVATIONS = {hf: name for hf, name in HF_ACTIVATIONS.items() if VOCAB_ACTIVATIONS[name].gated}
+#: The same for a non-gated format (`gated` false: down(act(up(x)))): relu2 (Nemotron-H's
+#: `mlp_hidden_act`, transformers ACT2FN's ReLUSquaredActivation) and the `_no_mul` forms.
+NON_GATED_ACTIVATIONS = {"relu2": "relu2", "silu": "silu_no_mul", "swish": "silu_no_mul", "gelu": "gelu_no_mul"}
 
 
 _TF = "transformers 5.19 models/"
@@ -218,7 +221,9 @@ def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None,
     if not isinstance(cfg, dict):
         raise FormatError("LR102", f"config.json of model_type {model_type!r} has no text_config object")
     mt = fmt.model_type
-    layers = _int(_get(cfg, fmt.num_hidden_layers, "number of layers", mt), "num_hidden_layers")
+    stated = next((v for k in fmt.num_hidden_layers if (v := _lookup(cfg, k)) is not None), pattern_length(cfg))
+    layers = _int(stated if stated is not None else _get(cfg, fmt.num_hidden_layers, "number of layers", mt),
+                  "num_hidden_layers")
     if layers > MAX_LAYERS:
         raise FormatError("LR102", f"config.json: num_hidden_layers is {layers} (at most {MAX_LAYERS}, "
                           "as layoutc audit)")
@@ -229,10 +234,18 @@ def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None,
         hidden_act = written if written is not None else activation
     else:
         act = hidden_act = str(_get(cfg, fmt.activation, "activation", mt))
-        if act not in ACTIVATIONS:
-            raise FormatError("LR102", f"config.json activation {act!r} has no contract activation; "
-                              f"known: {', '.join(sorted(ACTIVATIONS))}")
-        activation = ACTIVATIONS[act]
+        table = ACTIVATIONS if fmt.gated else NON_GATED_ACTIVATIONS
+        if act not in table:
+            hint = ("; it is a non-gated activation (up -> act -> down, no gate, as Nemotron-H's experts): "
+                    "declare the format's gated false" if fmt.gated and act in NON_GATED_ACTIVATIONS else "")
+            raise FormatError("LR102", f"config.json activation {act!r} has no contract activation for "
+                              f"{'gated' if fmt.gated else 'non-gated'} experts; known: "
+                              f"{', '.join(sorted(table))}{hint}")
+        activation = table[act]
+    if VOCAB_ACTIVATIONS[activation].gated != fmt.gated:
+        raise FormatError("LR103", f"format {mt!r}: activation {activation!r} is "
+                          f"{'' if VOCAB_ACTIVATIONS[activation].gated else 'non-'}gated, but the format's gated is "
+                          f"{str(fmt.gated).lower()}")
     alpha = limit = None
     if fmt.swiglu is not None:
         alpha, limit, _ = swiglu_values(cfg, fmt.swiglu, fmt.swiglu_defaults)
@@ -328,7 +341,11 @@ def load_format_file(path: str) -> CheckpointFormat:
     if fmt.router_weight not in ROUTER_WEIGHTS:
         raise FormatError("LR103", f"{path}: router_weight must be 'output' (the weight multiplies each "
                           f"expert's output) or 'input' (each expert's input, as Llama-4), got {fmt.router_weight!r}")
-    if (fmt.fused and not (fmt.gate_up or (fmt.gate and fmt.up))) or (not fmt.fused and not (fmt.gate and fmt.up)):
+    if not fmt.gated:
+        if not fmt.up or fmt.gate is not None or fmt.gate_up is not None or fmt.gate_up_bias is not None:
+            raise FormatError("LR103", f"{path}: a non-gated format (gated false) names its up projection as `up`, "
+                              "and no gate, gate_up or gate_up_bias")
+    elif (fmt.fused and not (fmt.gate_up or (fmt.gate and fmt.up))) or (not fmt.fused and not (fmt.gate and fmt.up)):
         raise FormatError("LR103", f"{path}: a fused format names gate_up (or separate fused gate and up); "
                           "a per-expert one gate and up")
     if fmt.experts_flattened and not fmt.fused:
@@ -358,7 +375,7 @@ _STR = ("model_type", "source", "layer_prefix", "experts", "down", "gate_up_layo
         "router_weight", "shared_combination")
 _OPT_STR = ("gate", "up", "gate_up", "gate_up_bias", "down_bias", "router_bias", "fixed_activation", "shared_expert",
             "experts_class", "hash_routing", "post_norm")
-_BOOL = ("fused", "transposed", "down_transposed", "text_config", "experts_flattened", "renormalize")
+_BOOL = ("fused", "transposed", "down_transposed", "text_config", "experts_flattened", "renormalize", "gated")
 _KEYS = ("num_hidden_layers", "hidden_size", "num_experts", "intermediate_size", "top_k", "activation")
 _MAX_VALUE_CHARS = 4096  # a name or config key longer than this is no tensor name a checkpoint holds
 #: CheckpointFormat.experts_class: a module under transformers.models and a public class name
@@ -488,7 +505,9 @@ DOC_MARKERS = ("<!-- families: generated by layoutc.tools.checkpoints.formats.fa
 
 
 def _layout_words(f: CheckpointFormat) -> str:
-    if not f.fused:
+    if not f.gated:
+        where = f"non-gated {'fused' if f.fused else 'per-expert'} `{f.up}` (up), `{f.down}`"
+    elif not f.fused:
         where = f"per-expert `{f.gate}`, `{f.up}`, `{f.down}`"
     elif f.gate_up:
         where = f"fused `{f.gate_up}` ({f.gate_up_layout}), `{f.down}`"

@@ -56,8 +56,8 @@ def for_checkpoint(config: Mapping[str, Any], fmt: CheckpointFormat | None,
     layers = config.get("num_hidden_layers")
     layers = layers if isinstance(layers, int) and not isinstance(layers, bool) and 0 < layers <= 100_000 else 0
     modules = _modules(names)
-    other = replace(base, **alt[0], source=f"{base.source}; expert names {alt[0]['gate']} / {alt[0]['up']} / "
-                    f"{alt[0]['down']}: {alt[1]}")
+    gate, up, down = alt[0]["gate"], alt[0]["up"], alt[0]["down"]
+    other = replace(base, gate=gate, up=up, down=down, source=f"{base.source}; expert names {gate} / {up} / {down}: {alt[1]}")
     if _holds(base, layers, modules) or not _holds(other, layers, modules):
         return fmt
     return other

@@ -8,7 +8,8 @@ time and names the first tensor holding a NaN or an infinity (LR114).
 
 Shapes, relative to the contract's `[out, in]` order (layoutc.tools.checkpoints.formats):
 per expert gate / up `[I, H]` and down `[H, I]`; fused gate_up `[E, 2I, H]` and down
-`[E, H, I]` (separate fused gate and up `[E, I, H]` each); a `transposed` source swaps the
+`[E, H, I]` (separate fused gate and up `[E, I, H]` each; a non-gated format's up alone, `[I, H]`
+or `[E, I, H]`); a `transposed` source swaps the
 last two axes; `experts_flattened` stacks the experts along the rows (`[E * rows, cols]`);
 fused biases are `[E, 2I]` and `[E, H]`. Source: each family's transformers module (the `source` of its format).
 """
@@ -38,8 +39,9 @@ def expected_shapes(moe: MoEModelConfig, layer: int) -> dict[str, tuple[int, ...
 
         if "gate_up" in n:
             want[n["gate_up"]] = stacked(*oriented(2 * i, h, fmt.transposed))
-        else:  # separate fused gate and up (DBRX's w1, v1)
-            want[n["gate"]] = want[n["up"]] = stacked(*oriented(i, h, fmt.transposed))
+        else:  # separate fused gate and up (DBRX's w1, v1), or a non-gated format's up alone
+            for role in ("gate", "up") if fmt.gated else ("up",):
+                want[n[role]] = stacked(*oriented(i, h, fmt.transposed))
         want[n["down"]] = stacked(*oriented(h, i, fmt.down_transposed))
         if "gate_up_bias" in n:
             want[n["gate_up_bias"]] = (e, 2 * i)
@@ -48,8 +50,8 @@ def expected_shapes(moe: MoEModelConfig, layer: int) -> dict[str, tuple[int, ...
         return want
     for x in range(e):
         n = fmt.names(layer, x)
-        want[n["gate"]] = oriented(i, h, fmt.transposed)
-        want[n["up"]] = oriented(i, h, fmt.transposed)
+        for role in ("gate", "up") if fmt.gated else ("up",):  # non-gated (Nemotron-H): up alone
+            want[n[role]] = oriented(i, h, fmt.transposed)
         want[n["down"]] = oriented(h, i, fmt.down_transposed)
     return want
 

@@ -6,7 +6,8 @@ The experts are found by their names and shapes: per-expert tensors
 up_proj / down_proj (Qwen, OLMoE, GLM, ...) or w1 / w3 / w2 (Mixtral, MiniMax), or two
 fused 3-D tensors of a layer whose first axis is the number of experts (one holding
 2I rows or columns: gate and up; one holding H and I: down). The orientation comes from
-the shapes; the config keys are the ones whose values equal the measured sizes (tried in
+the shapes; or three fused 3-D tensors, separate gate, up and down (step3p7's
+`moe.gate_proj/up_proj/down_proj.weight`). The config keys are the ones whose values equal the measured sizes (tried in
 the family table's generic entry, formats.GENERIC, which audit reads too); the MoE layers are "where the tensors
 are". What shapes cannot tell (gate/up order, halves or interleaved rows, and the
 orientation when the hidden size equals the intermediate size or twice it) is listed as
@@ -21,6 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from layoutc.runtime.algebra import Word
+from layoutc.tools.checkpoints.families import pattern_length
 from layoutc.tools.checkpoints.formats import GENERIC, CheckpointFormat
 
 # the family table's generic entry: its config keys (audit's too), moe_topk / moe_k among the top-k
@@ -116,8 +118,9 @@ def propose(config: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> tuple
         return [], (f"the expert tensors were found, but config.json names no key for "
                     f"{', '.join(sorted(set(missing)))}")
     return [], ("no tensor is named like a per-expert projection (<layer>.<path>experts.<e>.gate_proj/up_proj/"
-                "down_proj or w1/w3/w2 .weight), and no layer holds two 3-D tensors whose first axis is the "
-                "number of experts")
+                "down_proj or w1/w3/w2 .weight), no layer holds two 3-D tensors whose first axis is the "
+                "number of experts (a fused gate_up and a down), and none holds three (separate fused "
+                "gate_proj, up_proj and down_proj, or w1, w3 and w2)")
 
 
 def _sizes(config: dict[str, Any], h: int, i: int, e: int, layer_names: list[str],
@@ -128,6 +131,15 @@ def _sizes(config: dict[str, Any], h: int, i: int, e: int, layer_names: list[str
             "num_experts": _key(config, NUM_EXPERTS_ALIASES, e),
             "top_k": _key(config, TOP_K_ALIASES),
             "num_hidden_layers": _key(config, NUM_HIDDEN_LAYERS_ALIASES)}
+    if keys["num_hidden_layers"] is None and pattern_length(config) is not None:
+        keys["num_hidden_layers"] = NUM_HIDDEN_LAYERS_ALIASES[0]  # describe() counts the pattern (Nemotron-H)
+    #: Nemotron-3 Super (NemotronHMoE's fc1_latent_proj / fc2_latent_proj), Kimi-K3's routed_expert_hidden_size
+    latent = _key(config, ("moe_latent_size", "routed_expert_hidden_size"), h) if keys["hidden_size"] is None else None
+    if latent is not None:
+        missing.append(f"hidden_size: the experts take {latent} = {h} inputs, a latent MoE (projections to and from "
+                       "the latent space sit outside the experts, so the block's output is not the experts' sum and "
+                       "layoutc run has nothing to compare a kernel's output with)")
+        return None
     if any(v is None for v in keys.values()):
         missing.extend(f"{k} (no config key equals the measured {dict(hidden_size=h, intermediate_size=i, num_experts=e).get(k, 'value')})"
                         for k, v in keys.items() if v is None)
@@ -138,6 +150,11 @@ def _sizes(config: dict[str, Any], h: int, i: int, e: int, layer_names: list[str
         out["activation"] = (act,)
     else:
         out["fixed_activation"] = "silu"
+    alpha, limit = _key(config, ("swiglu_alpha",)), _key(config, ("swiglu_limit",))
+    if alpha is not None and limit is not None:
+        # swigluoai: (clamp(up, -L, L) + 1) * g * sigmoid(alpha * g), g = min(gate, L), whatever hidden_act says
+        # (MiniMaxM3VLExperts._apply_gate on [gate | up] halves; transformers' config keeps hidden_act "silu")
+        out["fixed_activation"], out["swiglu"] = "swigluoai", (alpha, limit)
     router = [n for n in layer_names if n.endswith("weight") and ("gate" in n or "router" in n)]
     if router:
         out["router"] = router[0]
@@ -150,11 +167,23 @@ def _layer_tensors(shapes: dict[str, tuple[int, ...]], pre: str, layer: str) -> 
     return {n[len(head):]: s for n, s in shapes.items() if n.startswith(head)}
 
 
+def non_gated(config: dict[str, Any]) -> bool:
+    """config.json names a non-gated activation for the experts (relu2: Nemotron-H's mlp_hidden_act,
+    transformers NemotronHExperts, `has_gate=False`), the first of the generic activation keys."""
+    key = _key(config, HIDDEN_ACT_ALIASES)
+    if key is None:
+        return False
+    scope = config.get("text_config") if key.startswith("text_config.") else config
+    return isinstance(scope, dict) and scope.get(key.removeprefix("text_config.")) == "relu2"
+
+
 def _per_expert(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], m: re.Match[str],
                 model_type: str, missing: list[str]) -> list[CheckpointFormat]:
     base = f"{m['pre']}{m['layer']}.{m['path']}experts.0."
     for roles in _ROLES:
         names = {r: f"{base}{p}.weight" for r, p in roles.items()}
+        if names["gate"] not in shapes and non_gated(config):  # up -> relu2 -> down (Nemotron-H)
+            names["gate"] = names["up"]
         if not all(n in shapes for n in names.values()):
             continue
         g, d = shapes[names["gate"]], shapes[names["down"]]
@@ -179,6 +208,10 @@ def _per_expert(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], m: r
             down="{e}." + roles["down"] + ".weight", transposed=transposed, down_transposed=transposed,
             moe_layers="tensors", **sizes)
         assert first.gate is not None and first.up is not None
+        if names["gate"] == names["up"]:  # non-gated: no gate, nothing left open but the orientation
+            first = replace(first, gate=None, gated=False)
+            found = [first] + ([replace(first, transposed=True, down_transposed=True)] if h == i else [])
+            return found
         found = [first, replace(first, gate=first.up, up=first.gate)]
         if h == i:  # [I, H] and [H, I] read the same: both orientations are candidates
             found += [replace(c, transposed=True, down_transposed=True) for c in found]
@@ -186,8 +219,56 @@ def _per_expert(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], m: r
     return []
 
 
+#: (gate, up) name parts of separate fused gate and up tensors (step3p7's moe.gate_proj / moe.up_proj)
+_SEPARATE = (("gate_proj", "up_proj"), ("w1", "w3"))
+
+
+def _fused_separate(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], model_type: str,
+                    missing: list[str]) -> list[CheckpointFormat]:
+    """Three 3-D tensors of one layer: gate and up of one shape ([E, I, H] or [E, H, I]) and a
+    down holding H and I (transformers' step3p7 checkpoints: `moe.gate_proj.weight`,
+    `moe.up_proj.weight`, `moe.down_proj.weight`, which its conversion_mapping concatenates into
+    gate_up_proj). Candidates: both gate/up orders, and both orientations where H == I."""
+    for name in sorted(shapes):
+        m = _LAYER.match(name)
+        if m is None or len(shapes[name]) != 3:
+            continue
+        here = _layer_tensors(shapes, m["pre"], m["layer"])
+        three = {n: s for n, s in here.items() if len(s) == 3 and not n.endswith("bias")}
+        for gate_part, up_part in _SEPARATE:
+            for gate_name, gs in three.items():
+                up_name = gate_name.replace(gate_part, up_part)
+                if gate_part not in gate_name or three.get(up_name) != gs:
+                    continue
+                down_name = next((n for n in three if n == gate_name.replace(gate_part, "down_proj" if
+                                  gate_part == "gate_proj" else "w2")), None)
+                if down_name is None:
+                    continue
+                ds, e = three[down_name], gs[0]
+                for transposed, (i, h) in ((False, gs[1:]), (True, gs[1:][::-1])):
+                    if ds[0] != e or {ds[1], ds[2]} != {h, i}:
+                        continue
+                    sizes = _sizes(config, h, i, e, [n for n, s in here.items() if s == (e, h)], missing)
+                    if sizes is None:
+                        continue
+                    first = CheckpointFormat(
+                        model_type=model_type, source="proposed from the safetensors headers (layoutc run)",
+                        layer_prefix=m["pre"] + "{layer}.", experts="", fused=True, gate=gate_name, up=up_name,
+                        down=down_name, transposed=transposed, down_transposed=ds[1:] == (i, h) and h != i,
+                        moe_layers="tensors", **sizes)
+                    found = [first, replace(first, gate=up_name, up=gate_name)]
+                    if h == i:  # [I, H] and [H, I] read the same: both orientations are candidates
+                        found += [replace(c, transposed=not c.transposed, down_transposed=not c.down_transposed)
+                                  for c in found]
+                    return found
+    return []
+
+
 def _fused(config: dict[str, Any], shapes: dict[str, tuple[int, ...]], model_type: str,
            missing: list[str]) -> list[CheckpointFormat]:
+    separate = _fused_separate(config, shapes, model_type, missing)
+    if separate:
+        return separate
     for name in sorted(shapes):
         m = _LAYER.match(name)
         if m is None or len(shapes[name]) != 3:

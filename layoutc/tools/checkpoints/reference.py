@@ -80,7 +80,8 @@ def route(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, x: torch.Tensor) ->
 
 def _full_w13_w2(ckpt: Checkpoint, moe: MoEModelConfig, layer: int) -> dict[str, torch.Tensor]:
     """transformers' in-memory layout: gate_up_proj [E, 2I, H] ([gate | up]) and down_proj [E, H, I],
-    or for transposed formats [E, H, 2I] / [E, I, H]; float32."""
+    or for transposed formats [E, H, 2I] / [E, I, H]; a non-gated format's up_proj [E, I, H] in place of
+    gate_up_proj (NemotronHExperts); float32."""
     fmt = moe.format
     if fmt.fused:
         n = fmt.names(layer)
@@ -88,6 +89,8 @@ def _full_w13_w2(ckpt: Checkpoint, moe: MoEModelConfig, layer: int) -> dict[str,
         def whole(role: str) -> torch.Tensor:
             return ckpt.experts_slice(n[role], moe.num_experts, fmt.experts_flattened)[:].to(torch.float32)
 
+        if not fmt.gated:  # NemotronHExperts' up_proj [E, I, H], down_proj [E, H, I]
+            return {"up_proj": whole("up"), "down_proj": whole("down")}
         # separate fused gate and up (DBRX's w1, v1): stacked [gate | up] along the out axis
         gate_up = whole("gate_up") if "gate_up" in n else torch.cat([whole("gate"), whole("up")],
                                                                     dim=2 if fmt.transposed else 1)
@@ -99,9 +102,12 @@ def _full_w13_w2(ckpt: Checkpoint, moe: MoEModelConfig, layer: int) -> dict[str,
     gates, ups, downs = [], [], []
     for e in range(moe.num_experts):
         n = fmt.names(layer, e)
-        gates.append(ckpt.tensor(n["gate"]).to(torch.float32))
+        if fmt.gated:
+            gates.append(ckpt.tensor(n["gate"]).to(torch.float32))
         ups.append(ckpt.tensor(n["up"]).to(torch.float32))
         downs.append(ckpt.tensor(n["down"]).to(torch.float32))
+    if not fmt.gated:
+        return {"up_proj": torch.stack(ups), "down_proj": torch.stack(downs)}
     return {"gate_up_proj": torch.cat([torch.stack(gates), torch.stack(ups)], dim=1),
             "down_proj": torch.stack(downs)}
 
@@ -166,7 +172,8 @@ def reach_scale(x: torch.Tensor, gate_up: torch.Tensor, transposed: bool) -> flo
 def layer_gate_up(ckpt: Checkpoint, moe: MoEModelConfig, layer: int) -> torch.Tensor:
     """The layer's gate/up weights read through the declared format (float32, `_full_w13_w2`), for
     `reach_scale` only."""
-    return _full_w13_w2(ckpt, moe, layer)["gate_up_proj"]
+    p = _full_w13_w2(ckpt, moe, layer)
+    return p["gate_up_proj"] if "gate_up_proj" in p else p["up_proj"]
 
 
 def transformers_experts(ckpt: Checkpoint, moe: MoEModelConfig, layer: int) -> torch.nn.Module | None:
@@ -244,6 +251,18 @@ def _input_weighted(experts: Callable[[torch.Tensor, torch.Tensor, torch.Tensor]
     return out
 
 
+def _act_alone(h: torch.Tensor, moe: MoEModelConfig) -> torch.Tensor:
+    """A non-gated expert's activation of up(x) (transformers ACT2FN: relu2 is
+    ReLUSquaredActivation, relu(x)^2)."""
+    if moe.activation == "relu2":
+        return torch.square(F.relu(h))
+    if moe.activation == "silu_no_mul":
+        return F.silu(h)
+    if moe.activation == "gelu_no_mul":
+        return F.gelu(h)
+    raise ValueError(f"no non-gated activation {moe.activation!r}")
+
+
 def _act(gate: torch.Tensor, up: torch.Tensor, moe: MoEModelConfig) -> torch.Tensor:
     if moe.activation == "silu":
         return F.silu(gate) * up
@@ -274,15 +293,15 @@ def loop_reference(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, x: torch.T
         tok, slot = (ids == e).nonzero(as_tuple=True)
         scale = weights[tok, slot, None].to(torch.float32)
         xin = xf[tok] * scale if on_input else xf[tok]
-        w13 = p["gate_up_proj"][e]
+        w13 = p["gate_up_proj"][e] if fmt.gated else p["up_proj"][e]
         h = xin @ w13 if fmt.transposed else xin @ w13.T
         if "gate_up_proj_bias" in p:
             h = h + p["gate_up_proj_bias"][e]
-        if fmt.gate_up_layout == Word.INTERLEAVE:
-            gate, up = h[:, 0::2], h[:, 1::2]
+        if not fmt.gated:
+            a = _act_alone(h, moe)
         else:
-            gate, up = h.chunk(2, dim=-1)
-        a = _act(gate, up, moe)
+            gate, up = (h[:, 0::2], h[:, 1::2]) if fmt.gate_up_layout == Word.INTERLEAVE else h.chunk(2, dim=-1)
+            a = _act(gate, up, moe)
         w2 = p["down_proj"][e]
         y = a @ w2 if fmt.down_transposed else a @ w2.T
         if "down_proj_bias" in p:

@@ -71,11 +71,14 @@ def find_quantization_config(config: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def read_quantization(config: dict[str, Any], fmt: CheckpointFormat | None = None) -> S.QuantScheme | None:
+def read_quantization(config: dict[str, Any], fmt: CheckpointFormat | None = None,
+                      tensor_names: Any = None) -> S.QuantScheme | None:
     """The declared scheme of a parsed config.json's routed experts; None when unquantized.
 
     fmt: the family's format (None: FORMATS[config["model_type"]] when declared; an
-    undeclared model_type skips the checks that need the family's names).
+    undeclared model_type skips the checks that need the family's names). tensor_names: the
+    checkpoint's tensor names, for a format whose MoE layers are "where the tensors are" (a
+    proposed one; formats.describe).
     Raises FormatError: LR150 an undeclared method, bit width, format version or scheme
     (named); LR151 a malformed value; LR152 a skip list or override that reaches the routed
     experts; LR158 a scheme whose layout the family's format cannot hold.
@@ -94,7 +97,7 @@ def read_quantization(config: dict[str, Any], fmt: CheckpointFormat | None = Non
                           f"format; declared: {'; '.join(DECLARED)}")
     if fmt is None:
         fmt = FORMATS.get(str(config.get("model_type")))
-    names = _ExpertNames(config, fmt)
+    names = _ExpertNames(config, fmt, tensor_names)
     scheme = readers[method](quant, names)
     if fmt is not None:
         S.tensor_names(scheme, fmt, names.layers[0] if names.layers else 0, 0)  # LR158 on a layout mismatch
@@ -106,12 +109,12 @@ class _ExpertNames:
     layer (vLLM's FusedMoE prefix, transformers' experts module) and each expert's
     projection modules (per-expert checkpoints; compressed-tensors' Linear targets)."""
 
-    def __init__(self, config: dict[str, Any], fmt: CheckpointFormat | None) -> None:
+    def __init__(self, config: dict[str, Any], fmt: CheckpointFormat | None, tensor_names: Any = None) -> None:
         self.fmt = fmt
         self.layers: tuple[int, ...] = ()
         self.experts = 0
         if fmt is not None:
-            moe = describe(config, fmt)
+            moe = describe(config, fmt, tensor_names)
             self.layers, self.experts = moe.moe_layers, moe.num_experts
 
     def modules(self) -> Iterator[str]:
