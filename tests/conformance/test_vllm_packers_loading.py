@@ -296,7 +296,7 @@ def test_vllm_cpu_backends_for_the_packers_formats() -> None:
     format states); int4 channelwise and int8 (grouped or channelwise) -> no backend
     (NotImplementedError). No contract models ZentorchExpertsInt4; `layoutc run` takes the same
     codes on torch's int4pack / int8pack, and the Marlin contracts' loaders where neither takes them
-    (docs/formats.md, "Quantized experts from the packers")."""
+    (docs/verification.md, "The outside packers' checkpoints")."""
     from compressed_tensors.quantization import QuantizationArgs
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors_moe import (

@@ -26,7 +26,11 @@ Keys, per method, as the tools that write and read them spell them:
   group_size (16), exclude_modules, either flat in quantization_config or nested as
   hf_quant_config.json's {"quantization": {...}}; the flat form's skip list is "ignore".
   compressed-tensors' "nvfp4-pack-quantized" format (float 4-bit, tensor_group, group 16)
-  is the same NVFP4 under other names.
+  is the same NVFP4 under other names. Its "pack-quantized" int weights (llm-compressor W4A16 /
+  W8A16: num_bits, strategy group / channel, group_size, symmetric, actorder) are quant/wna16.py's.
+- "auto-round" (auto-round; vLLM 0.32 inc/inc.py INCConfig.from_config, which
+  override_quantization_method maps it to): bits, group_size, sym, data_type, packing_format,
+  extra_config (per-layer bits; >= 16 leaves a layer unquantized): quant/wna16.py.
 transformers' own skip rule (quantizers_utils.should_convert_module: a regex match at the
 start, or a suffix) is applied to every method's skip list as well.
 """
@@ -270,14 +274,20 @@ def _mxfp4(quant: dict[str, Any], names: _ExpertNames) -> S.QuantScheme:
 
 def _auto_round(quant: dict[str, Any], names: _ExpertNames) -> S.QuantScheme:
     """auto-round's native format (quant/wna16.py). LR152 when `extra_config` leaves an expert module
-    unquantized (bits >= 16: vLLM 0.32 INCConfig.get_quant_method's rule, by exact name or "model." + it)."""
+    unquantized (bits >= 16: vLLM 0.32 INCConfig.get_quant_method's rule, by exact name or "model." + it;
+    auto-round's own keys may be regexes, matched whole). LR151 a malformed extra_config."""
     extra = quant.get("extra_config") or {}
     if not isinstance(extra, dict):
         raise FormatError("LR151", f"quantization_config.extra_config = {extra!r} is not an object")
     for name in [*names.modules(), *names.projections()]:
-        for key in (name, name.removeprefix("model.")):
-            rule = extra.get(key)
-            if isinstance(rule, dict) and isinstance(rule.get("bits"), int) and rule["bits"] >= 16:
+        for key, rule in extra.items():
+            if not (isinstance(rule, dict) and isinstance(rule.get("bits"), int) and rule["bits"] >= 16):
+                continue
+            try:  # auto-round writes names and regexes (".*mlp\\.gate.*"); vLLM matches exact names
+                hit = key in (name, name.removeprefix("model.")) or re.fullmatch(key, name) is not None
+            except re.error:
+                hit = False
+            if hit:
                 raise FormatError("LR152", f"auto-round extra_config entry {key!r} (bits {rule['bits']}) leaves the "
                                   f"routed experts ({name}) unquantized; layoutc declares quantized experts only")
     return W.read_auto_round(quant)
