@@ -124,7 +124,7 @@ def test_run_at_tp_1_2_4_8_against_transformers(written: Any, capsys: pytest.Cap
     assert report["quantization"] == name and not report["refused"], report
     assert [r["tp_size"] for r in rows] == [1, 2, 4, 8], rows
     for r in rows:
-        assert r["matched"] and r["independent"] and r["reference"].startswith(BLOCK), r
+        assert r["matched"] and r["independent"] and BLOCK in r["reference"], r
     if route in ("int4pack", "int8pack"):
         assert code == 0 and report["ok"], report
         contract = f"torch_{route}_gptq_moe"
