@@ -599,7 +599,8 @@ def test_module_imports_nothing_heavy() -> None:
              "layoutc.tools.checkpoints.moeconfig",
              "layoutc.tools.checkpoints.header", "layoutc.tools.checkpoints.reader",
              "layoutc.tools.checkpoints.quant", "layoutc.tools.checkpoints.quant.config",
-             "layoutc.tools.checkpoints.quant.scheme", "layoutc.tools.checkpoints.quant.validate")
+             "layoutc.tools.checkpoints.quant.scheme", "layoutc.tools.checkpoints.quant.validate",
+             "layoutc.tools.checkpoints.quant.wna16")  # standard library only: the reader's W4A16 / auto-round part
     code = (
         "import sys; import layoutc.tools.hfconfig; "
         "heavy = ('torch', 'numpy', 'z3', 'jinja2', 'lark'); "
