@@ -417,9 +417,10 @@ def test_enable_moe_block_false_means_no_moe_layers(tmp_path: Path) -> None:
 
 
 def test_compressed_tensors_groups_go_through_the_run_reader(tmp_path: Path) -> None:
-    """quantization_config is read by layoutc run's reader (checkpoints/quant/config.py): an int4
-    compressed-tensors group is not a declared scheme there, so the model keeps the reader's
-    coded refusal (audit shows it) instead of raising."""
+    """quantization_config is read by layoutc run's reader (checkpoints/quant/config.py): an act-ordered
+    int4 compressed-tensors group (a weight_g_idx) is not a declared scheme there (symmetric W4A16 without
+    actorder is: quant/wna16.py), so the model keeps the reader's coded refusal naming the actorder (audit
+    shows it) instead of raising."""
     weights = {
         "num_bits": 4,
         "group_size": 128,
@@ -437,7 +438,7 @@ def test_compressed_tensors_groups_go_through_the_run_reader(tmp_path: Path) -> 
     loaded = load_model_config(write_config(tmp_path, config))
     assert (loaded.quant_method, loaded.group_size, loaded.quant_scheme) == ("compressed-tensors", None, None)
     assert loaded.quant_error is not None and loaded.quant_error[0] == "LR150"
-    assert "type 'int', 4-bit, strategy 'group'" in loaded.quant_error[1]
+    assert "int 4-bit, strategy 'group'" in loaded.quant_error[1] and "actorder 'group'" in loaded.quant_error[1]
 
 
 def test_compressed_tensors_fp8_channel_is_the_readers_scheme(tmp_path: Path) -> None:
@@ -598,7 +599,8 @@ def test_module_imports_nothing_heavy() -> None:
              "layoutc.tools.checkpoints.moeconfig",
              "layoutc.tools.checkpoints.header", "layoutc.tools.checkpoints.reader",
              "layoutc.tools.checkpoints.quant", "layoutc.tools.checkpoints.quant.config",
-             "layoutc.tools.checkpoints.quant.scheme", "layoutc.tools.checkpoints.quant.validate")
+             "layoutc.tools.checkpoints.quant.scheme", "layoutc.tools.checkpoints.quant.validate",
+             "layoutc.tools.checkpoints.quant.wna16")  # standard library only: the reader's W4A16 / auto-round part
     code = (
         "import sys; import layoutc.tools.hfconfig; "
         "heavy = ('torch', 'numpy', 'z3', 'jinja2', 'lark'); "

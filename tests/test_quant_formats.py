@@ -566,8 +566,9 @@ def test_unquantized_reads_none() -> None:
     ({"quant_method": "fp8", "fmt": "e5m2", "activation_scheme": "dynamic"}, "'e5m2'"),
     ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "'bitsandbytes'"),
     ({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": {
-        "targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}}}},
-     "type 'int', 4-bit, strategy 'group'"),
+        "targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128,
+                                           "symmetric": False}}}},
+     "int 4-bit, strategy 'group', format 'pack-quantized': asymmetric weights"),
     ({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "config_groups": {"group_0": {
         "targets": ["Linear"], "weights": {"num_bits": 4, "type": "float", "strategy": "tensor_group"}}}},
      "strategy 'tensor_group', group_size None"),

@@ -15,6 +15,7 @@ import pytest
 
 from layoutc.tools.checkpoints.quant import ct_mxfp4
 from layoutc.tools.checkpoints.quant import scheme as S
+from layoutc.tools.checkpoints.quant.wna16 import ct_wna16
 from layoutc.tools.quant_run import padded
 from layoutc.tools.runplan import RunError
 
@@ -27,6 +28,8 @@ SCHEMES = {
     "mxfp4": S.mxfp4(),
     "nvfp4": S.nvfp4(),
     "mxfp4_ct": ct_mxfp4.scheme(),
+    "ct_wna16_int4": ct_wna16(4, 128),  # compressed-tensors W4A16 (quant/wna16.py)
+    "ct_wna16_int8": ct_wna16(8, -1),  # compressed-tensors W8A16
 }
 
 

@@ -37,7 +37,7 @@ from layoutc.tools.checkpoints.quant.validate import check_g_idx, weight_extents
 from layoutc.tools.checkpoints.reader import Checkpoint
 
 #: The methods whose codes run on the int4pack kernel (4-bit, integer zero points).
-INT4PACK_SCHEMES = ("gptq_int4", "awq_int4")
+INT4PACK_SCHEMES = ("gptq_int4", "awq_int4", "ct_wna16_int4")
 
 
 @dataclass(frozen=True)

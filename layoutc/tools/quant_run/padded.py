@@ -43,6 +43,7 @@ from layoutc.runtime.algebra import Word
 from layoutc.runtime.numformats import CODES, DECODERS
 from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 from layoutc.tools.checkpoints.quant import scheme as S
+from layoutc.tools.checkpoints.quant.wna16 import CT_NAMES
 from layoutc.tools.checkpoints.reader import Checkpoint
 from layoutc.tools.runplan import RunError
 
@@ -53,6 +54,9 @@ from layoutc.tools.runplan import RunError
 REFERENCE_CONTRACTS: dict[str, tuple[str, ...]] = {
     "gptq_int4": ("marlin_moe_wna16",),
     "gptq_int8": ("marlin_moe_gptq_int8",),
+    # compressed-tensors W4A16 / W8A16: GPTQ's codes stored N-first (expert_sources transposes them)
+    "ct_wna16_int4": ("marlin_moe_wna16",),
+    "ct_wna16_int8": ("marlin_moe_gptq_int8",),
     "awq_int4": ("marlin_moe_awq",),
     "fp8_block": ("marlin_moe_fp8", "marlin_moe_ct_fp8"),  # quant_method fp8 / compressed-tensors (methods.py)
     "mxfp4": ("vllm_cpu_mxfp4_gpt_oss_moe", "flashinfer_trtllm_mxfp4_moe"),
@@ -201,6 +205,10 @@ def expert_sources(ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme,
                             t = t.reshape(())
                         if role == "global_scale" and scheme.global_inverse:
                             t = 1.0 / t  # vLLM's compressed-tensors NVFP4 hands the kernel 1 / weight_global_scale
+                        if scheme.name in CT_NAMES.values() and t.dim() == 2:
+                            # weight_packed.T is GPTQ's qweight word for word, weight_scale.T its scales
+                            # (vLLM 0.32 int_wna16._process_weights_marlin / _cpu transpose them the same way)
+                            t = t.T.contiguous()
                         out.setdefault((proj, role), []).append(t)
         return out
     names = S.tensor_names(scheme, fmt, layer)

@@ -23,7 +23,7 @@ from layoutc.tools.quant_run.codes import ExpertCodes
 from layoutc.tools.runplan import RunError
 
 #: The methods whose codes run on the int8pack kernel (8-bit, implicit zero 128).
-INT8PACK_SCHEMES = ("gptq_int8",)
+INT8PACK_SCHEMES = ("gptq_int8", "ct_wna16_int8")
 
 
 def load_rank(layout: Any, plan: Any, rank: int, experts: Sequence[ExpertCodes]) -> dict[tuple[str, str], torch.Tensor]:

@@ -7,7 +7,9 @@ Declared: GPTQ int4 / int8 (sym or asym, desc_act on or off, checkpoint_format g
 gptq_v2), AWQ int4 GEMM, FP8 E4M3 per block (DeepSeek-V3 / MiniMax-M2 `weight_scale_inv`),
 per channel and per tensor (compressed-tensors `weight_scale`; "fp8" without blocks), and
 gpt-oss MXFP4 (`*_blocks` / `*_scales`), and NVFP4 (ModelOpt `quant_algo` NVFP4 / W4A16_NVFP4,
-compressed-tensors nvfp4-pack-quantized).
+compressed-tensors nvfp4-pack-quantized), compressed-tensors pack-quantized symmetric int4 / int8
+(llm-compressor W4A16 / W8A16, group or channel) and auto-round's native format (GPTQ v1 tensors):
+quant/wna16.py.
 
 Error codes (FormatError): LR150 an undeclared method, bit width, version or scheme (named,
 read from the config before any tensor); LR151 a malformed quantization_config value;

@@ -26,7 +26,11 @@ Keys, per method, as the tools that write and read them spell them:
   group_size (16), exclude_modules, either flat in quantization_config or nested as
   hf_quant_config.json's {"quantization": {...}}; the flat form's skip list is "ignore".
   compressed-tensors' "nvfp4-pack-quantized" format (float 4-bit, tensor_group, group 16)
-  is the same NVFP4 under other names.
+  is the same NVFP4 under other names. Its "pack-quantized" int weights (llm-compressor W4A16 /
+  W8A16: num_bits, strategy group / channel, group_size, symmetric, actorder) are quant/wna16.py's.
+- "auto-round" (auto-round; vLLM 0.32 inc/inc.py INCConfig.from_config, which
+  override_quantization_method maps it to): bits, group_size, sym, data_type, packing_format,
+  extra_config (per-layer bits; >= 16 leaves a layer unquantized): quant/wna16.py.
 transformers' own skip rule (quantizers_utils.should_convert_module: a regex match at the
 start, or a suffix) is applied to every method's skip list as well.
 """
@@ -40,11 +44,14 @@ from typing import Any
 
 from layoutc.tools.checkpoints.formats import FORMATS, CheckpointFormat, FormatError, describe
 from layoutc.tools.checkpoints.quant import scheme as S
+from layoutc.tools.checkpoints.quant import wna16 as W
 
 DECLARED = ("gptq (int4, int8; sym or asym; desc_act on or off; v1 or gptq_v2)",
             "awq (int4 GEMM with zero points)", "fp8 (block, per tensor)",
-            "compressed-tensors (float 8-bit: channel, tensor, block; nvfp4-pack-quantized; mxfp4-pack-quantized)", "mxfp4 (gpt-oss)",
-            "modelopt (NVFP4, W4A16_NVFP4; group_size 16)")
+            "compressed-tensors (float 8-bit: channel, tensor, block; nvfp4-pack-quantized; mxfp4-pack-quantized)",
+            "mxfp4 (gpt-oss)", "modelopt (NVFP4, W4A16_NVFP4; group_size 16)",
+            "compressed-tensors pack-quantized int4 / int8 symmetric (group or channel: W4A16, W8A16)",
+            "auto-round (int4 / int8, packing auto_round:auto_gptq)")
 #: ModelOpt quant_algo values whose weights are NVFP4 (vLLM 0.32 modelopt.py LINEAR_ALGOS owned by
 #: modelopt_fp4) -> whether activations are NVFP4 too (a static input_scale per projection).
 MODELOPT_NVFP4 = {"NVFP4": True, "W4A16_NVFP4": False}
@@ -91,7 +98,7 @@ def read_quantization(config: dict[str, Any], fmt: CheckpointFormat | None = Non
         raise FormatError("LR151", f"quantization_config.quant_method = {method!r} is not a string")
     method = method.lower()
     readers = {"gptq": _gptq, "awq": _awq, "fp8": _fp8, "compressed-tensors": _compressed_tensors,
-               "mxfp4": _mxfp4, "modelopt": _modelopt, "modelopt_fp4": _modelopt}
+               "mxfp4": _mxfp4, "modelopt": _modelopt, "modelopt_fp4": _modelopt, "auto-round": _auto_round}
     if method not in readers:
         raise FormatError("LR150", f"quantization_config.quant_method {method!r} is not a declared quantized "
                           f"format; declared: {'; '.join(DECLARED)}")
@@ -268,6 +275,27 @@ def _mxfp4(quant: dict[str, Any], names: _ExpertNames) -> S.QuantScheme:
     return S.mxfp4()
 
 
+def _auto_round(quant: dict[str, Any], names: _ExpertNames) -> S.QuantScheme:
+    """auto-round's native format (quant/wna16.py). LR152 when `extra_config` leaves an expert module
+    unquantized (bits >= 16: vLLM 0.32 INCConfig.get_quant_method's rule, by exact name or "model." + it;
+    auto-round's own keys may be regexes, matched whole). LR151 a malformed extra_config."""
+    extra = quant.get("extra_config") or {}
+    if not isinstance(extra, dict):
+        raise FormatError("LR151", f"quantization_config.extra_config = {extra!r} is not an object")
+    for name in [*names.modules(), *names.projections()]:
+        for key, rule in extra.items():
+            if not (isinstance(rule, dict) and isinstance(rule.get("bits"), int) and rule["bits"] >= 16):
+                continue
+            try:  # auto-round writes names and regexes (".*mlp\\.gate.*"); vLLM matches exact names
+                hit = key in (name, name.removeprefix("model.")) or re.fullmatch(key, name) is not None
+            except re.error:
+                hit = False
+            if hit:
+                raise FormatError("LR152", f"auto-round extra_config entry {key!r} (bits {rule['bits']}) leaves the "
+                                  f"routed experts ({name}) unquantized; layoutc declares quantized experts only")
+    return W.read_auto_round(quant)
+
+
 def _modelopt(quant: dict[str, Any], names: _ExpertNames) -> S.QuantScheme:
     """ModelOpt NVFP4 (module docstring). LR150 a quant_algo other than NVFP4 / W4A16_NVFP4
     (ModelOpt's FP8, W4A8_AWQ, MXFP8, MIXED_PRECISION ... are not declared) or a group_size
@@ -317,6 +345,12 @@ def _compressed_tensors(quant: dict[str, Any], names: _ExpertNames) -> S.QuantSc
             raise FormatError("LR150", f"compressed-tensors config groups {', '.join(n for n, _ in chosen)} quantize "
                               "the experts differently; one scheme for all experts is declared")
         return ct_mxfp4.read(mx)
+    ints = {gname for gname, g in chosen if W.is_ct_int(g, quant)}
+    if ints:  # llm-compressor's W4A16 / W8A16 (quant/wna16.py)
+        if len(ints) != len(chosen):
+            raise FormatError("LR150", f"compressed-tensors config groups {', '.join(n for n, _ in chosen)} quantize "
+                              "the experts differently; one scheme for all experts is declared")
+        return W.read_ct_int(chosen, quant)
     nvfp4 = {gname for gname, g in chosen if _ct_is_nvfp4(g, quant)}
     if nvfp4:
         if len(nvfp4) != len(chosen):
