@@ -23,6 +23,7 @@ no independent reference; the rows are "unchecked" (exit 1).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
@@ -31,6 +32,8 @@ from layoutc.tools.checkpoints.reader import Checkpoint
 from layoutc.tools.checkpoints.reference import Oracle
 
 if TYPE_CHECKING:
+    import torch
+
     from layoutc.tools.checkpoints.stream import StreamingOracle
 
 MXFP4_HOW = "transformers' own MXFP4 dequantization (from_pretrained, Mxfp4Config(dequantize=True))"
@@ -42,11 +45,12 @@ PER_TENSOR_HOW = (
 
 
 def independent_oracle(
-    ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layers: list[int]
+    ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layers: list[int], tap: Tap | None = None
 ) -> tuple[Oracle | StreamingOracle, str]:
     """(transformers' blocks of `layers`, how the weights were dequantized). The Oracle's
-    `missing` says why a layer has none (never raises for that). Raises FormatError (LR112,
-    LR153-LR157) for a quantized module the dequantizer refuses."""
+    `missing` says why a layer has none (never raises for that). tap: given every module the
+    per-expert path dequantizes (`dequantized_source`), as it is dequantized. Raises FormatError
+    (LR112, LR153-LR157) for a quantized module the dequantizer refuses."""
     from layoutc.tools.checkpoints.reference import transformers_oracle
 
     if scheme.method == "mxfp4" and moe.format.model_type == "gpt_oss":
@@ -65,19 +69,27 @@ def independent_oracle(
         ), ""
     from layoutc.tools.checkpoints.stream import StreamingOracle
 
-    return StreamingOracle(str(ckpt.folder), dequantized_source(ckpt, scheme), plain_config(ckpt.config)), PER_TENSOR_HOW
+    return StreamingOracle(
+        str(ckpt.folder), dequantized_source(ckpt, scheme, tap), plain_config(ckpt.config)
+    ), PER_TENSOR_HOW
 
 
 #: safetensors dtypes transformers loads as floats (a float8 weight without a scale is left out)
 _FLOATS = ("F16", "BF16", "F32", "F64")
 
 
-def dequantized_source(ckpt: Checkpoint, scheme: S.QuantScheme) -> Any:
+#: (module name, e.g. "model.layers.0.mlp.experts.3.gate_proj", its dequantized float32 [out, in] weight)
+Tap = Callable[[str, "torch.Tensor"], None]
+
+
+def dequantized_source(ckpt: Checkpoint, scheme: S.QuantScheme, tap: Tap | None = None) -> Any:
     """The checkpoint as float32 tensors, read one layer at a time (`stream.TensorSource`): every
     module that has the scheme's scale tensor as `<module>.weight`, dequantized on read by the
     independent dequantizer (float32 `[out, in]`); every other float tensor of 2 bytes or more
     under its own name; the other quantization tensors, and any other non-float tensor, left out.
-    The names are decided from the headers alone; nothing is read until transformers asks."""
+    The names are decided from the headers alone; nothing is read until transformers asks.
+    tap: called with each module's name and weight as it is dequantized (the runner measures its
+    inputs' reach there, so a layer is dequantized once: issue 44 item 5)."""
     import torch
 
     from layoutc.tools.checkpoints.quant.dequant import dequantize
@@ -105,8 +117,11 @@ def dequantized_source(ckpt: Checkpoint, scheme: S.QuantScheme) -> Any:
         for key in keys:
             if key in modules:
                 roles = modules[key]
+                module = key.removesuffix(".weight")
                 out[key] = dequantize(scheme, {r: ckpt.tensor(n) for r, n in roles.items()},
-                                      name=key.removesuffix(".weight")).to(torch.float32).contiguous()
+                                      name=module).to(torch.float32).contiguous()
+                if tap is not None:
+                    tap(module, out[key])
             else:
                 out[key] = ckpt.tensor(key).to(torch.float32)
         return out
