@@ -163,7 +163,7 @@ def _gate_up_modules(moe: MoEModelConfig, scheme: S.QuantScheme, layer: int) -> 
     if moe.format.fused:
         return []
     suffix = scheme.weight().suffix
-    out = []
+    out: list[str] = []
     for e in range(moe.num_experts):
         names = S.tensor_names(scheme, moe.format, layer, e)
         out.extend(names[p]["weight"][: -len(suffix)] for p in ("gate", "up") if p in names)
