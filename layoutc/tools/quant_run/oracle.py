@@ -109,24 +109,46 @@ def dequantized_source(ckpt: Checkpoint, scheme: S.QuantScheme, tap: Tap | None 
         roles = {t.role: module + t.suffix for t in scheme.tensors if ckpt.has(module + t.suffix)}
         modules[module + ".weight"] = roles
         used.update(roles.values())
-    plain = [n for n in ckpt.weight_map if n not in used and n not in modules and ckpt.dtype(n) in _FLOATS
-             and not (n.endswith(suffixes) and not n.endswith(".weight"))]
+    plain = [
+        n
+        for n in ckpt.weight_map
+        if n not in used
+        and n not in modules
+        and ckpt.dtype(n) in _FLOATS
+        and not (n.endswith(suffixes) and not n.endswith(".weight"))
+    ]
+
+    def dequantized(key: str) -> torch.Tensor:
+        roles, module = modules[key], key.removesuffix(".weight")
+        w = dequantize(scheme, {r: ckpt.tensor(n) for r, n in roles.items()}, name=module)
+        w = w.to(torch.float32).contiguous()
+        if tap is not None:
+            tap(module, w)
+        return w
 
     def read(keys: list[str]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key in keys:
-            if key in modules:
-                roles = modules[key]
-                module = key.removesuffix(".weight")
-                out[key] = dequantize(scheme, {r: ckpt.tensor(n) for r, n in roles.items()},
-                                      name=module).to(torch.float32).contiguous()
-                if tap is not None:
-                    tap(module, out[key])
-            else:
-                out[key] = ckpt.tensor(key).to(torch.float32)
-        return out
+        # a quantized module is dequantized when transformers' loader materializes it (`[...]`, as it
+        # reads a safetensors slice), not here: the layer is never held dequantized whole beside the
+        # parameters transformers merges it into
+        return {
+            key: _Deferred(key, dequantized) if key in modules else ckpt.tensor(key).to(torch.float32) for key in keys
+        }
 
     return TensorSource((*modules, *plain), read)
+
+
+class _Deferred:
+    """A dequantized module weight as a safetensors-slice-like object (`get_dtype()`, `[index]`): it is
+    dequantized when indexed (transformers/core_model_loading.py `_materialize_copy` does `tensor[...]`)."""
+
+    def __init__(self, key: str, make: Callable[[str], Any]) -> None:
+        self.key, self._make = key, make
+
+    def get_dtype(self) -> str:
+        return "F32"
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._make(self.key)[index]
 
 
 def plain_config(config: dict[str, Any]) -> dict[str, Any]:
