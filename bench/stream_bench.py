@@ -11,7 +11,7 @@ and layer count, the checkpoint is written (bf16, one shard per layer), then:
   per-layer figures run reports;
 * the per-rank loader (`checkpoints.loader.load_layer_rank`, the generated `load_*` over the
   mapped reader) of layer 0 at the largest TP degree, each rank in a child: the bytes it read
-  from the file (every `MappedSlice._pread` counted) against the bytes the rank owns (its
+  from the file (the reader's own count, `Checkpoint.bytes_read`) against the bytes the rank owns (its
   gate / up rows and down columns, unpadded), its seconds, and the disk-read bound: the same
   number of bytes read sequentially from the same shard with `os.pread` in 8 MiB chunks, page
   cache warm (the ratio is load seconds / bound seconds);
@@ -131,12 +131,6 @@ from layoutc.tools.run import checkpoint_dtype
 from layoutc.tools.runplan import checkpoint_plan
 import importlib
 folder, tp, rank = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-count = [0]
-orig = reader.MappedSlice._pread
-def counted(self, buf, pos, nbytes):
-    count[0] += nbytes
-    return orig(self, buf, pos, nbytes)
-reader.MappedSlice._pread = counted
 mod = importlib.import_module("layoutc_generated.vllm_cpu_grouped_gemm")
 with reader.Checkpoint(folder) as ckpt:
     from layoutc.tools.checkpoints.formats import FORMATS
@@ -145,10 +139,11 @@ with reader.Checkpoint(folder) as ckpt:
     dtype = checkpoint_dtype(ckpt, moe, layer)
     plan = checkpoint_plan(mod, moe, tp, dtype, "vec")
     del load_layer_rank(ckpt, moe, layer, mod, plan, rank).w13  # imports and page cache warm
-    count[0] = 0
+    before = ckpt.bytes_read
     t0 = time.perf_counter()
     rw = load_layer_rank(ckpt, moe, layer, mod, plan, rank)
     seconds = time.perf_counter() - t0
+    count = [ckpt.bytes_read - before]
     owned = moe.num_experts * 3 * (moe.intermediate_size // tp) * moe.hidden_size * 2
     shard = ckpt.weight_map[next(n for n in ckpt.weight_map if f"layers.{layer}." in n and "expert" in n)]
 print(json.dumps({"read": count[0], "owned": owned, "seconds": seconds,

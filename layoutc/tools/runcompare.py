@@ -35,25 +35,27 @@ def hidden_states(moe: Any, layer: int, tokens: int, seed: int, dtype: str) -> A
 
 
 def run_inputs(
-    ckpt: Any, moe: Any, layer: int, tokens: int, seed: int, dtype: str, gate_up: Any = None
+    ckpt: Any, moe: Any, layer: int, tokens: int, seed: int, dtype: str, gate_up: Any = None, reach: Any = None
 ) -> tuple[Any, float, Any]:
     """(hidden states [2 * tokens, H] in `dtype`, s, reach): the seeded `hidden_states`, then the
-    same times s, where s brings the median |gate/up pre-activation| to reference.REACH, or past
+    same times s, where s brings the median |gate/up pre-activation| to reach.REACH, or past
     CLAMP_MARGIN times the largest clamp limit config.json states for the layer
-    (reference.input_reach, activation.clamp_limits), so every branch of a clamped activation is
+    (checkpoints/reach.py, activation.clamp_limits), so every branch of a clamped activation is
     reached. reach: the `InputReach` (its `text()` says what was reached and against which limit).
-    gate_up: the layer's float [E, 2I, H] weights (default: read through the declared format)."""
+    How the reach is measured: `reach` when given (an InputReach the caller measured on these
+    hidden states, e.g. while its reference dequantized the layer), else `gate_up` (the layer's
+    float [E, 2I, H] weights), else the layer's gate and up read through the declared format in
+    their stored dtype, a few experts at a time (reach.layer_reach: down is never read, no float32
+    copy of the layer is made)."""
     import torch
 
-    from layoutc.tools.checkpoints.reference import input_reach, layer_gate_up
+    from layoutc.tools.checkpoints.reach import layer_reach
+    from layoutc.tools.checkpoints.reference import input_reach
 
     x = hidden_states(moe, layer, tokens, seed, dtype)
-    if gate_up is None:
-        gate_up = layer_gate_up(ckpt, moe, layer)
-        transposed = bool(moe.format.transposed)
-    else:
-        transposed = False
-    reach = input_reach(x, gate_up, transposed, moe.text_config, layer)
+    if reach is None:
+        reach = layer_reach(ckpt, moe, layer, x) if gate_up is None else \
+            input_reach(x, gate_up, False, moe.text_config, layer)
     return torch.cat([x, (x.to(torch.float32) * reach.scale).to(x.dtype)]), reach.scale, reach
 
 

@@ -7,10 +7,11 @@ memory-mapped slice object of one tensor (nothing is read until it is indexed);
 
 A slice is a `MappedSlice` where it can be: the tensor at the offset the checked header gives,
 read with `os.preadv` from a descriptor the checkpoint opened once. Indexing it reads only the
-bytes the region spans (one `preadv` into a fresh buffer, returned as a strided view of it;
-a region whose span is much wider than its elements, a narrow column block of wide rows, is
-read in slabs along its first axis, so a read's buffer stays within a small multiple of the
-region). Nothing is memory-mapped: a file truncated, or replaced by a shorter one in place,
+bytes of the region's own elements: a contiguous region in one `preadv`, any other region whose
+innermost elements are contiguous (a block of rows of each expert, a column block of every
+row: gemma-4's fused `down_proj` [E, H, I] at tp > 1) one `preadv` per contiguous run, straight
+into place, never the gaps between runs (the field's bar: a rank never reads what it does not
+own). `Checkpoint.bytes_read` counts every byte read. Nothing is memory-mapped: a file truncated, or replaced by a shorter one in place,
 while it is read gives a short read, which is FormatError LR115 naming the file and tensor,
 never SIGBUS (a memory map faults on a page past the file's new end: issue 40). A tensor
 whose dtype torch cannot view (F4, F6), or on a big-endian host, falls back to safetensors'
@@ -56,6 +57,7 @@ class Checkpoint:
         self._stack = ExitStack()
         self._open: dict[str, Any] = {}
         self._fds: dict[str, int] = {}  # file -> a read-only descriptor (preadv), opened once
+        self._read_count = [0]  # bytes every MappedSlice of this checkpoint has read (bytes_read)
 
     def _weight_map(self) -> dict[str, str]:
         index = os.path.join(self.folder, INDEX)
@@ -116,6 +118,13 @@ class Checkpoint:
         for fd in fds:
             os.close(fd)
 
+    @property
+    def bytes_read(self) -> int:
+        """Bytes read from the files so far by this checkpoint's `MappedSlice` reads (`slice`,
+        `tensor`, `experts_slice`); reads that fall back to safetensors' own `get_slice` (a dtype
+        torch lacks) are not counted."""
+        return self._read_count[0]
+
     def has(self, name: str) -> bool:
         """Whether the checkpoint's weight map names tensor `name`."""
         return name in self.weight_map
@@ -163,7 +172,7 @@ class Checkpoint:
         if info.end > now:
             raise FormatError("LR115", f"{path}: truncated safetensors file: tensor {_shown(name)} ends at byte "
                               f"{info.end} of {now}")
-        return MappedSlice(fd, path, name, info.start, info.shape, dtype, info.dtype, self._fds)
+        return MappedSlice(fd, path, name, info.start, info.shape, dtype, info.dtype, self._fds, self._read_count)
 
     def _fd(self, fname: str) -> int:
         """A read-only descriptor of file `fname` (opened once; a regular file: its header was read)."""
@@ -250,6 +259,24 @@ def _is_contiguous(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     return True
 
 
+def _runs(sizes: tuple[int, ...], strides: tuple[int, ...]) -> tuple[int, int] | None:
+    """(outer, run) for a region whose trailing dims `sizes[outer:]` are one row-major run of `run`
+    elements, the dims before it enumerating the runs; None when its innermost dim is strided (a
+    step slice: runs of one element, read as its span instead)."""
+    if not sizes or strides[-1] != 1:
+        return None
+    step, outer = 1, len(sizes)
+    for i in range(len(sizes) - 1, -1, -1):
+        if sizes[i] == 1:
+            outer = i
+            continue
+        if strides[i] != step:
+            break
+        step *= sizes[i]
+        outer = i
+    return outer, step
+
+
 def _shown(name: str) -> str:
     """A tensor name for a message: its repr, cut to 120 characters (a key of 10,000 segments
     is not echoed whole)."""
@@ -267,10 +294,11 @@ class MappedSlice:
     can fault (there is no memory map)."""
 
     def __init__(self, fd: int, path: str, name: str, start: int, shape: tuple[int, ...], dtype: Any,
-                 st_dtype: str, open_fds: dict[str, int] | None = None) -> None:
+                 st_dtype: str, open_fds: dict[str, int] | None = None, counter: list[int] | None = None) -> None:
         self.fd, self.path, self.name, self.start = fd, path, name, start
         self.shape, self.torch_dtype, self.dtype = tuple(shape), dtype, st_dtype
         self._open_fds = open_fds  # the checkpoint's descriptors: emptied by close()
+        self._counter = counter if counter is not None else [0]  # bytes read (the checkpoint's count)
 
     def get_shape(self) -> list[int]:
         return list(self.shape)
@@ -296,10 +324,12 @@ class MappedSlice:
               out: Any = None) -> Any:
         """The region `sizes` / `strides` at element `offset` of the tensor, read from the file:
         into `out` (a contiguous tensor of `sizes`) when given, else into a buffer of its own. A
-        contiguous region is read straight into its destination; one whose slabs along its first
-        axis of more than one element are contiguous (a block of rows of each expert) slab by
-        slab, straight into place; one whose span is over SPAN_BYTES and SPAN_FACTOR times its
-        elements slab by slab too; any other in one read of its span into a staging buffer."""
+        contiguous region is read straight into its destination in one `preadv`; one whose
+        innermost elements are contiguous (`_runs`: a block of rows of each expert, a column block
+        of every row) one `preadv` per contiguous run, straight into place, so exactly its own
+        elements' bytes are read; only a region strided in its innermost dim (a step slice, which
+        no loader makes) is read as its span, slab by slab along its first axis where the span is
+        over SPAN_BYTES and SPAN_FACTOR times its elements, else in one read into a staging buffer."""
         count = 1
         for n in sizes:
             count *= n
@@ -311,11 +341,18 @@ class MappedSlice:
             dst = torch.empty(sizes, dtype=self.torch_dtype) if out is None else out
             self._pread(dst, self.start + offset * item, span * item)
             return dst
+        split = _runs(sizes, strides)
+        if split is not None:  # one preadv per contiguous run: none of the gaps between runs is read
+            dst = torch.empty(sizes, dtype=self.torch_dtype) if out is None else out
+            outer, run = split
+            firsts = torch.full((), offset, dtype=torch.int64)
+            for n, s in zip(sizes[:outer], strides[:outer], strict=True):
+                firsts = (firsts.unsqueeze(-1) + torch.arange(n, dtype=torch.int64) * s)
+            self._pread_runs(dst, [self.start + f * item for f in firsts.reshape(-1).tolist()], run * item)
+            return dst
         axis = next(i for i, n in enumerate(sizes) if n > 1)  # span > count: some axis has n > 1
         rest, rest_strides = sizes[:axis] + sizes[axis + 1:], strides[:axis] + strides[axis + 1:]
-        if _is_contiguous(rest, rest_strides) or (span > SPAN_FACTOR * count and span * item > SPAN_BYTES):
-            # each slab one run of the file (a block of rows of every expert: read straight into
-            # place), or the span too wide for one staging buffer
+        if span > SPAN_FACTOR * count and span * item > SPAN_BYTES:  # too wide for one staging buffer
             dst = torch.empty(sizes, dtype=self.torch_dtype) if out is None else out
             for k in range(sizes[axis]):  # each slab's span is at most the whole span / sizes[axis]
                 self._read(torch, rest, rest_strides, offset + k * strides[axis], dst.select(axis, k))
@@ -328,13 +365,42 @@ class MappedSlice:
         out.copy_(view)
         return out
 
-    def _pread(self, buf: Any, pos: int, nbytes: int) -> None:
-        """Fill `buf` (contiguous, `nbytes` long) from file byte `pos`; FormatError LR115 on a short read,
-        ValueError once the checkpoint is closed (its descriptor number may name another file by then)."""
+    def _pread_runs(self, dst: Any, positions: list[int], nbytes: int) -> None:
+        """Fill `dst` (contiguous, len(positions) * `nbytes` long) run by run: run k from file byte
+        positions[k]; FormatError LR115 on a short read, ValueError once the checkpoint is closed."""
+        self._check_open()
+        total = len(positions) * nbytes
+        whole = memoryview((ctypes.c_char * total).from_address(dst.data_ptr())).cast("B")
+        fd, preadv = self.fd, os.preadv
+        at = 0
+        try:
+            for pos in positions:
+                if preadv(fd, [whole[at:at + nbytes]], pos) != nbytes:  # short: the careful loop says why
+                    self._pread_at(dst.data_ptr() + at, pos, nbytes)
+                at += nbytes
+        except OSError as exc:
+            raise FormatError("LR115", f"{self.path}: cannot read tensor {_shown(self.name)}: "
+                              f"{exc.strerror or exc}") from None
+        finally:
+            self._counter[0] += at
+            whole.release()
+
+    def _check_open(self) -> None:
+        """ValueError once the checkpoint is closed (its descriptor number may name another file by then)."""
         if self._open_fds is not None and self.fd not in self._open_fds.values():
             raise ValueError(f"{self.path}: the checkpoint was closed; read tensor {_shown(self.name)} before "
                              "closing it")
-        address, done = buf.data_ptr(), 0
+
+    def _pread(self, buf: Any, pos: int, nbytes: int) -> None:
+        """Fill `buf` (contiguous, `nbytes` long) from file byte `pos`; FormatError LR115 on a short read,
+        ValueError once the checkpoint is closed (its descriptor number may name another file by then)."""
+        self._check_open()
+        self._pread_at(buf.data_ptr(), pos, nbytes)
+        self._counter[0] += nbytes
+
+    def _pread_at(self, address: int, pos: int, nbytes: int) -> None:
+        """Fill the `nbytes` at `address` from file byte `pos` (FormatError LR115 on a short read)."""
+        done = 0
         while done < nbytes:
             want = min(nbytes - done, _IOV_BYTES)
             view = memoryview((ctypes.c_char * want).from_address(address + done)).cast("B")

@@ -48,6 +48,7 @@ from layoutc.tools.checkpoints.oracle_layer import (
 )
 from layoutc.tools.checkpoints.oracle_layer import first_line as _first_line
 from layoutc.tools.checkpoints.oracle_layer import routing_params as _routing_params
+from layoutc.tools.checkpoints.reach import InputReach, ReachMeter
 from layoutc.tools.checkpoints.reader import Checkpoint
 
 
@@ -112,68 +113,21 @@ def _full_w13_w2(ckpt: Checkpoint, moe: MoEModelConfig, layer: int) -> dict[str,
             "down_proj": torch.stack(downs)}
 
 
-#: The least median |gate/up pre-activation| the scaled half of `layoutc run`'s inputs reaches; with
-#: no clamp in config.json this is the target (issue 39 item 5: past gpt-oss's 7, hy_v4's 10).
-REACH = 16.0
-#: Where config.json states a clamp, the scaled half's median reaches CLAMP_MARGIN times its
-#: largest limit, so most pre-activations pass it and a clamp that one side computes and the other
-#: does not shows as a MISMATCH (a clamp at 100 and a median of 16 would never be reached).
-CLAMP_MARGIN = 2.0
-
-
-@dataclass(frozen=True)
-class InputReach:
-    """What the scaled half of `run`'s inputs reaches for one layer.
-
-    scale: the factor of the second half (>= 1); median: the median |gate/up pre-activation| over
-    every expert it reaches (the target, or more where the 1x inputs already do); target:
-    max(REACH, CLAMP_MARGIN * limit); limit / key: the largest clamp limit config.json states for
-    the layer (activation.clamp_limits), or None / "" where it states none."""
-
-    scale: float
-    median: float
-    target: float
-    limit: float | None = None
-    key: str = ""
-
-    def text(self) -> str:
-        """The report's words: the median reached and the limit it was chosen against."""
-        if self.limit is None:
-            return f"median |gate/up pre-activation| {self.median:.3g}, config.json states no clamp"
-        return (f"median |gate/up pre-activation| {self.median:.3g}, at least {CLAMP_MARGIN:g} x {self.key} "
-                f"{self.limit:g}, the largest clamp config.json states")
-
-
 def input_reach(x: torch.Tensor, gate_up: torch.Tensor, transposed: bool, cfg: Any = None,
                 layer: int = 0) -> InputReach:
     """The scale that brings x's median |gate/up pre-activation| over every expert to the target:
-    max(REACH, CLAMP_MARGIN * the largest clamp limit `cfg` states for `layer`) (at least 1).
+    max(reach.REACH, reach.CLAMP_MARGIN * the largest clamp limit `cfg` states for `layer`) (at least 1).
     x: [T, H]; gate_up: float [E, 2I, H] (or [E, H, 2I] where `transposed`); cfg: the MoE
     settings' dict (`MoEModelConfig.text_config`; None: no clamp). The scale only chooses inputs; it is
-    never part of a verdict."""
-    from layoutc.tools.checkpoints.activation import clamp_limits
-
-    limits = clamp_limits(cfg or {}, layer)
-    key = max(limits, key=lambda k: limits[k]) if limits else ""
-    limit = limits[key] if limits else None
-    target = max(REACH, CLAMP_MARGIN * limit) if limit is not None else REACH
-    w = gate_up.to(torch.float32)
-    h = x.to(torch.float32) @ (w if transposed else w.transpose(1, 2))
-    med = float(h.abs().median()) if h.numel() else 0.0
-    scale = max(1.0, target / med) if med > 0 and med == med else 1.0
-    return InputReach(scale, med * scale if med == med else 0.0, target, limit, key)
+    never part of a verdict. A layer on disk is measured without a float copy by reach.layer_reach."""
+    meter = ReachMeter(x)
+    meter.add_experts("gate_up", gate_up, gate_up.shape[0], transposed)
+    return meter.reach(cfg, layer)
 
 
 def reach_scale(x: torch.Tensor, gate_up: torch.Tensor, transposed: bool) -> float:
-    """`input_reach(...).scale` with no clamp stated (the median to REACH)."""
+    """`input_reach(...).scale` with no clamp stated (the median to reach.REACH)."""
     return input_reach(x, gate_up, transposed).scale
-
-
-def layer_gate_up(ckpt: Checkpoint, moe: MoEModelConfig, layer: int) -> torch.Tensor:
-    """The layer's gate/up weights read through the declared format (float32, `_full_w13_w2`), for
-    `reach_scale` only."""
-    p = _full_w13_w2(ckpt, moe, layer)
-    return p["gate_up_proj"] if "gate_up_proj" in p else p["up_proj"]
 
 
 def transformers_experts(ckpt: Checkpoint, moe: MoEModelConfig, layer: int) -> torch.nn.Module | None:

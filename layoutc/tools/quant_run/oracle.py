@@ -23,6 +23,7 @@ no independent reference; the rows are "unchecked" (exit 1).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
@@ -31,6 +32,8 @@ from layoutc.tools.checkpoints.reader import Checkpoint
 from layoutc.tools.checkpoints.reference import Oracle
 
 if TYPE_CHECKING:
+    import torch
+
     from layoutc.tools.checkpoints.stream import StreamingOracle
 
 MXFP4_HOW = "transformers' own MXFP4 dequantization (from_pretrained, Mxfp4Config(dequantize=True))"
@@ -42,11 +45,12 @@ PER_TENSOR_HOW = (
 
 
 def independent_oracle(
-    ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layers: list[int]
+    ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layers: list[int], tap: Tap | None = None
 ) -> tuple[Oracle | StreamingOracle, str]:
     """(transformers' blocks of `layers`, how the weights were dequantized). The Oracle's
-    `missing` says why a layer has none (never raises for that). Raises FormatError (LR112,
-    LR153-LR157) for a quantized module the dequantizer refuses."""
+    `missing` says why a layer has none (never raises for that). tap: given every module the
+    per-expert path dequantizes (`dequantized_source`), as it is dequantized. Raises FormatError
+    (LR112, LR153-LR157) for a quantized module the dequantizer refuses."""
     from layoutc.tools.checkpoints.reference import transformers_oracle
 
     if scheme.method == "mxfp4" and moe.format.model_type == "gpt_oss":
@@ -65,19 +69,27 @@ def independent_oracle(
         ), ""
     from layoutc.tools.checkpoints.stream import StreamingOracle
 
-    return StreamingOracle(str(ckpt.folder), dequantized_source(ckpt, scheme), plain_config(ckpt.config)), PER_TENSOR_HOW
+    return StreamingOracle(
+        str(ckpt.folder), dequantized_source(ckpt, scheme, tap), plain_config(ckpt.config)
+    ), PER_TENSOR_HOW
 
 
 #: safetensors dtypes transformers loads as floats (a float8 weight without a scale is left out)
 _FLOATS = ("F16", "BF16", "F32", "F64")
 
 
-def dequantized_source(ckpt: Checkpoint, scheme: S.QuantScheme) -> Any:
+#: (module name, e.g. "model.layers.0.mlp.experts.3.gate_proj", its dequantized float32 [out, in] weight)
+Tap = Callable[[str, "torch.Tensor"], None]
+
+
+def dequantized_source(ckpt: Checkpoint, scheme: S.QuantScheme, tap: Tap | None = None) -> Any:
     """The checkpoint as float32 tensors, read one layer at a time (`stream.TensorSource`): every
     module that has the scheme's scale tensor as `<module>.weight`, dequantized on read by the
     independent dequantizer (float32 `[out, in]`); every other float tensor of 2 bytes or more
     under its own name; the other quantization tensors, and any other non-float tensor, left out.
-    The names are decided from the headers alone; nothing is read until transformers asks."""
+    The names are decided from the headers alone; nothing is read until transformers asks.
+    tap: called with each module's name and weight as it is dequantized (the runner measures its
+    inputs' reach there, so a layer is dequantized once: issue 44 item 5)."""
     import torch
 
     from layoutc.tools.checkpoints.quant.dequant import dequantize
@@ -97,21 +109,46 @@ def dequantized_source(ckpt: Checkpoint, scheme: S.QuantScheme) -> Any:
         roles = {t.role: module + t.suffix for t in scheme.tensors if ckpt.has(module + t.suffix)}
         modules[module + ".weight"] = roles
         used.update(roles.values())
-    plain = [n for n in ckpt.weight_map if n not in used and n not in modules and ckpt.dtype(n) in _FLOATS
-             and not (n.endswith(suffixes) and not n.endswith(".weight"))]
+    plain = [
+        n
+        for n in ckpt.weight_map
+        if n not in used
+        and n not in modules
+        and ckpt.dtype(n) in _FLOATS
+        and not (n.endswith(suffixes) and not n.endswith(".weight"))
+    ]
+
+    def dequantized(key: str) -> torch.Tensor:
+        roles, module = modules[key], key.removesuffix(".weight")
+        w = dequantize(scheme, {r: ckpt.tensor(n) for r, n in roles.items()}, name=module)
+        w = w.to(torch.float32).contiguous()
+        if tap is not None:
+            tap(module, w)
+        return w
 
     def read(keys: list[str]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key in keys:
-            if key in modules:
-                roles = modules[key]
-                out[key] = dequantize(scheme, {r: ckpt.tensor(n) for r, n in roles.items()},
-                                      name=key.removesuffix(".weight")).to(torch.float32).contiguous()
-            else:
-                out[key] = ckpt.tensor(key).to(torch.float32)
-        return out
+        # a quantized module is dequantized when transformers' loader materializes it (`[...]`, as it
+        # reads a safetensors slice), not here: the layer is never held dequantized whole beside the
+        # parameters transformers merges it into
+        return {
+            key: _Deferred(key, dequantized) if key in modules else ckpt.tensor(key).to(torch.float32) for key in keys
+        }
 
     return TensorSource((*modules, *plain), read)
+
+
+class _Deferred:
+    """A dequantized module weight as a safetensors-slice-like object (`get_dtype()`, `[index]`): it is
+    dequantized when indexed (transformers/core_model_loading.py `_materialize_copy` does `tensor[...]`)."""
+
+    def __init__(self, key: str, make: Callable[[str], Any]) -> None:
+        self.key, self._make = key, make
+
+    def get_dtype(self) -> str:
+        return "F32"
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._make(self.key)[index]
 
 
 def plain_config(config: dict[str, Any]) -> dict[str, Any]:

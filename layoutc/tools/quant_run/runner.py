@@ -186,6 +186,19 @@ def dequantized(ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, la
     return {"gate_up_proj": torch.cat([torch.stack(gates), torch.stack(ups)], dim=1), "down_proj": torch.stack(downs)}
 
 
+def _gate_up_modules(moe: MoEModelConfig, scheme: S.QuantScheme, layer: int) -> list[str]:
+    """The module names (as quant_run/oracle.py `dequantized_source` names them: the weight's name less
+    its suffix) of `layer`'s gate and up projections, every expert; [] for a fused format."""
+    if moe.format.fused:
+        return []
+    suffix = scheme.weight().suffix
+    out: list[str] = []
+    for e in range(moe.num_experts):
+        names = S.tensor_names(scheme, moe.format, layer, e)
+        out.extend(names[p]["weight"][: -len(suffix)] for p in ("gate", "up") if p in names)
+    return out
+
+
 def _int4_plan(layout: Any, moe: MoEModelConfig, scheme: S.QuantScheme, tp: int, dtype: str) -> Any:
     """The contract's plan for this layer at TP degree `tp` (the module's LayoutContractError on a refusal)."""
     values = {"num_experts": moe.num_experts, "hidden_size": moe.hidden_size,
@@ -396,12 +409,13 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
     from layoutc.tools.checkpoints.block import block_ops, combine, kernel_routing
     from layoutc.tools.checkpoints.quant.methods import own_refusal
     from layoutc.tools.checkpoints.quant.validate import validate
-    from layoutc.tools.checkpoints.reference import reference
+    from layoutc.tools.checkpoints.reach import ReachMeter
+    from layoutc.tools.checkpoints.reference import input_reach, reference
     from layoutc.tools.checkpoints.reference import route as declared_route
     from layoutc.tools.quant_run import padded
     from layoutc.tools.quant_run.codes import LayerCodes
     from layoutc.tools.quant_run.oracle import independent_oracle
-    from layoutc.tools.runcompare import TOLERANCE, halves_error, run_inputs
+    from layoutc.tools.runcompare import TOLERANCE, halves_error, hidden_states, run_inputs
     from layoutc.tools.runmemory import peak_kib as _peak_kib
     from layoutc.tools.runmemory import peak_mark as _peak_mark
     from layoutc.tools.runmemory import trim as _trim
@@ -424,7 +438,15 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
     tol = TOLERANCE[dtype]
     use_tf = not args.no_transformers
     no_pretrained = bool(getattr(args, "no_from_pretrained", False))
-    oracle, how = independent_oracle(ckpt, moe, scheme, layers) if use_tf and not no_pretrained else (None, "")
+    taps: dict[str, Any] = {}  # gate/up module name -> the layer's ReachMeter: the reach is measured as the
+    # reference dequantizes the layer (dequantized_source's tap), so the layer is dequantized once
+
+    def tap(module: str, w: Any) -> None:
+        meter = taps.get(module)
+        if meter is not None:
+            meter.add(module, w)
+
+    oracle, how = independent_oracle(ckpt, moe, scheme, layers, tap) if use_tf and not no_pretrained else (None, "")
     progress = _Progress(len(layers) * len(tps), sys.stderr.isatty())
     figures: list[LayerFigures] = []
     for layer in layers:
@@ -435,14 +457,21 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
         # read per rank, one expert at a time (codes.LayerCodes): no layer of codes is held
         experts = LayerCodes(ckpt, moe, scheme, layer) if "int4pack" in kinds else []
         sources = padded.expert_sources(ckpt, moe, scheme, layer) if "padded" in kinds else {}
-        params: dict[str, Any] | None = dequantized(ckpt, moe, scheme, layer)
-        assert params is not None
-        x, scale, reach = run_inputs(ckpt, moe, layer, args.tokens, args.seed, dtype,
-                                     gate_up=params["gate_up_proj"])
-        if "even" not in kinds:  # only the reach needed the layer in float32 here; rebuilt if a reference needs it
-            params = None
+        meter = ReachMeter(hidden_states(moe, layer, args.tokens, args.seed, dtype))
+        wanted = _gate_up_modules(moe, scheme, layer)
+        taps.clear()
+        taps.update(dict.fromkeys(wanted, meter))
+        entry = oracle.layers.get(layer) if oracle is not None else None  # dequantizes the layer, measuring it
+        taps.clear()
+        params: dict[str, Any] | None = None
+        if wanted and len(meter) == len(wanted):
+            reach = meter.reach(moe.text_config, layer)
+        else:  # no reference dequantized every gate/up: dequantize the layer once, for the reach and any reference
+            params = dequantized(ckpt, moe, scheme, layer)
+            reach = input_reach(meter.x, params["gate_up_proj"], False, moe.text_config, layer)
+        del meter
+        x, scale, reach = run_inputs(ckpt, moe, layer, args.tokens, args.seed, dtype, reach=reach)
         t1 = time.perf_counter()
-        entry = oracle.layers.get(layer) if oracle is not None else None
         if entry is not None and (entry.block or entry.routes_experts):  # transformers' own block: independent
             own = reference(ckpt, moe, layer, x, oracle=oracle)
             ref, weights, ids = own.output, own.weights, own.ids
@@ -467,6 +496,7 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
         if params is not None and "even" not in kinds:
             params = None
         t2 = time.perf_counter()
+        t1 -= build  # the reference's build ran before the inputs (it measured their reach)
         first = len(rows)
         compare = 0.0
         for tp in tps:
