@@ -145,7 +145,9 @@ def test_a_live_int8pack_tail_mismatches(tmp_path, capsys, monkeypatch):
 REFERENCE_ONLY: dict[str, tuple[tuple[str, ...], str | None, str | None, str, tuple[int, ...],
                                 dict[int, str]]] = {
     "gptq_int4_g128_704_int4pack": (("--quant", "gptq4", "--group-size", "128"), None, None, "", (),
-                                    {tp: "[intermediate_size=704, group_size=128]; then marlin_moe_wna16: admit failed"
+                                    {tp: "[intermediate_size=704, group_size=128]; then error[LR170]: quant_method 'gptq' "
+                                         "refuses this degree: AutoGPTQMoEMethod (modelled by marlin_moe_wna16) admits "
+                                         "it only under its own rule: marlin_moe_wna16: admit failed"
                                      for tp in (1, 2, 4)}),
     "gptq_int8_channel_marlin": (("--quant", "gptq8", "--group-size", "-1"), "marlin_moe_gptq_int8",
                                  "marlin_moe_gptq_int8", "transformers Qwen3MoeExperts", (1, 2, 4), {}),
