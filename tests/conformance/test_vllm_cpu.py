@@ -90,6 +90,8 @@ def _any_params(name: str) -> dict[str, object]:
         "torch_int8pack_gptq_moe": dict(group_size=-1, activation="silu", dtype="bfloat16"),
         "marlin_moe_wna16": dict(group_size=128, act_order=False, activation="silu", dtype="bfloat16"),
         "marlin_moe_fp8": dict(scheme="fp8_block128", scale_dtype="float32", activation="silu"),
+        "marlin_moe_ct_fp8": dict(scheme="fp8_block128", scale_dtype="float32", activation="silu"),
+        "marlin_moe_ct_mxfp4": dict(activation="silu"),
         "aiter_fused_moe": dict(activation="silu"),
         "aiter_unquantized_moe": dict(activation="silu", dtype="bfloat16"),
         "aiter_mxfp4_w4a4_moe": dict(activation="silu"),

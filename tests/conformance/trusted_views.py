@@ -589,6 +589,12 @@ UNHELD: dict[str, str] = {
     "flashinfer_trtllm_mxfp8_moe": "its engine function (flashinfer_utils.prepare_fp8_moe_layer_for_fi's MXFP8 "
                                    "TRT-LLM alignment) exists from vLLM 0.33.0; tests/conformance/test_release_rules.py "
                                    "holds its [up | gate] rows, byte for byte, to 0.33's and 0.34's own function",
+    "marlin_moe_ct_fp8": "held outside this lane's holder table: tests/conformance/test_vllm_ct_fp8_admission.py runs "
+                         "vLLM's own CompressedTensorsW8A8Fp8MoEMethod (create_weights, weight_loader) and holds each "
+                         "rank's tensors bit for bit and its admission, at tp 1/2/4/8",
+    "marlin_moe_ct_mxfp4": "held outside this lane's holder table: tests/conformance/test_vllm_ct_mxfp4_loading.py runs "
+                           "vLLM's own CompressedTensorsW4A4Mxfp4MoEMethod and loader up to its first GPU op and holds "
+                           "each rank's tensors bit for bit, at tp 1/2/4/8",
 }
 
 
