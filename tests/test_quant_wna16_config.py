@@ -78,10 +78,22 @@ def test_packer_configs_read(quant: dict[str, Any], want: tuple[str, str, int]) 
     assert scheme.zero == "implicit" and scheme.zero_point == 1 << (scheme.bits - 1)
 
 
+def test_a_missing_symmetric_is_compressed_tensors_default() -> None:
+    """compressed-tensors 0.17 / 0.19 quantization/quant_args.py QuantizationArgs: `symmetric: bool = True`."""
+    quant = _ct()
+    del quant["config_groups"]["W4A16"]["weights"]["symmetric"]
+    scheme = read_quantization(_config("qwen3_moe", quant))
+    assert scheme is not None and scheme.name == "ct_wna16_int4" and scheme.zero == "implicit"
+
+
 @pytest.mark.parametrize(
     ("quant", "code", "named"),
     [
         (_ct(symmetric=False), "LR150", "asymmetric weights"),
+        # compressed-tensors' pydantic reads "false" as False: a string is refused, never read as symmetric
+        (_ct(symmetric="false"), "LR151", "symmetric 'false'"),
+        (_ct(symmetric=None), "LR151", "symmetric None"),
+        (_ct(symmetric=0), "LR151", "symmetric 0"),
         (_ct(actorder="group"), "LR150", "actorder 'group'"),
         (_ct(num_bits=2), "LR150", "int 2-bit"),
         (_ct(strategy="tensor"), "LR150", "strategy 'tensor'"),
