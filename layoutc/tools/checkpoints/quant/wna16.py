@@ -115,6 +115,11 @@ def read_ct_int(chosen: list[tuple[str, Any]], quant: dict[str, Any]) -> S.Quant
         w = group.get("weights")
         fmt = group.get("format") or quant.get("format")
         bits, strategy, size = w.get("num_bits"), w.get("strategy"), w.get("group_size")
+        # QuantizationArgs.num_bits: int, parsed by pydantic in lax mode: 4.0 is 4, 4.5 an error
+        if isinstance(bits, float) and bits.is_integer():
+            bits = int(bits)
+        elif isinstance(bits, bool) or (bits is not None and not isinstance(bits, int)):
+            raise FormatError("LR151", f"compressed-tensors group {gname!r}: num_bits {bits!r} is not an integer")
         what = f"compressed-tensors group {gname!r}: int {bits}-bit, strategy {strategy!r}, format {fmt!r}"
         if fmt != CT_PACKED:
             raise FormatError(
