@@ -697,3 +697,34 @@ def test_fixed_activations_agree_with_transformers() -> None:
         modeling = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
         experts = next(getattr(modeling, n) for n in dir(modeling) if n.endswith("Experts"))
         assert experts(config).act_fn is functions[activation], model_type
+
+
+# ---------------------------------------------------------------------------
+# dtype: transformers builds run's reference with it (red team F5: a list was an IndexError, LR199)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "where"),
+    [
+        ({"dtype": ["bfloat16"]}, "dtype = ['bfloat16']"),
+        ({"torch_dtype": 16}, "torch_dtype = 16"),
+        ({"text_config": {"dtype": {"a": "bfloat16"}}}, "text_config.dtype"),
+    ],
+)
+def test_a_dtype_that_is_not_a_name_is_refused(overrides: dict, where: str) -> None:
+    with pytest.raises(ModelConfigError) as caught:
+        parse_model_config(mixtral_like(**overrides), source="c.json")
+    assert caught.value.field == "dtype" and where in str(caught.value), str(caught.value)
+    assert parse_model_config(mixtral_like(dtype="bfloat16", torch_dtype=None)).dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("key", ["dtype", "torch_dtype"])
+def test_runs_config_reader_refuses_a_dtype_that_is_not_a_name(key: str) -> None:
+    from layoutc.tools.checkpoints.formats import FormatError, describe
+
+    config = {"model_type": "qwen3_moe", "hidden_size": 64, "moe_intermediate_size": 32, "num_experts": 4,
+              "num_experts_per_tok": 2, "num_hidden_layers": 2, "hidden_act": "silu"}
+    assert describe(config | {key: "bfloat16"}).dtype == "bfloat16"
+    with pytest.raises(FormatError) as caught:
+        describe(config | {key: ["bfloat16"]})
+    assert caught.value.code == "LR102" and f"{key} must be a dtype name" in str(caught.value), str(caught.value)

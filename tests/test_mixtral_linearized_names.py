@@ -51,6 +51,17 @@ def test_for_checkpoint_picks_the_stored_name_set() -> None:
     assert for_checkpoint(config, FORMATS["mixtral"], _names(False)) is FORMATS["mixtral"]
 
 
+def test_a_non_gated_format_gets_no_alternate_names() -> None:
+    """A --format-file saying gated: false, gate: null for Mixtral (red team F4: a KeyError 'gate',
+    LR199): the format is returned as declared, for run to refuse it by name (LR148)."""
+    from dataclasses import replace
+
+    config = {"model_type": "mixtral", "num_hidden_layers": 2}
+    flat = replace(FORMATS["mixtral"], gated=False, gate=None, gate_up=None)
+    for names in (_names(True), _names(False)):
+        assert for_checkpoint(config, flat, names) is flat
+
+
 def _maker() -> Any:
     spec = importlib.util.spec_from_file_location("make_checkpoint", ROOT / "examples" / "make_checkpoint.py")
     assert spec is not None and spec.loader is not None

@@ -67,6 +67,9 @@ def _autoround(**extra: Any) -> dict[str, Any]:
         (_ct(strategy="channel", group_size=None), ("ct_wna16_int4", "compressed-tensors", -1)),
         (_ct(num_bits=8, strategy="channel", group_size=None), ("ct_wna16_int8", "compressed-tensors", -1)),
         (_ct(num_bits=8), ("ct_wna16_int8", "compressed-tensors", 128)),
+        # compressed-tensors' QuantizationArgs (pydantic, lax) reads an integral float as its int
+        (_ct(num_bits=4.0), ("ct_wna16_int4", "compressed-tensors", 128)),
+        (_ct(num_bits=8.0, strategy="channel", group_size=None), ("ct_wna16_int8", "compressed-tensors", -1)),
         (_autoround(), ("gptq_int4", "auto-round", 128)),
         (_autoround(bits=8, group_size=-1), ("gptq_int8", "auto-round", -1)),
         (_autoround(packing_format=None), ("gptq_int4", "auto-round", 128)),  # vLLM's default packing
@@ -75,15 +78,30 @@ def _autoround(**extra: Any) -> dict[str, Any]:
 def test_packer_configs_read(quant: dict[str, Any], want: tuple[str, str, int]) -> None:
     scheme = read_quantization(_config("qwen3_moe", quant))
     assert scheme is not None and (scheme.name, scheme.method, scheme.group_size) == want
-    assert scheme.zero == "implicit" and scheme.zero_point == 1 << (scheme.bits - 1)
+    assert scheme.zero == "implicit" and scheme.zero_point == 1 << (scheme.bits - 1) and type(scheme.bits) is int
+
+
+def test_a_missing_symmetric_is_compressed_tensors_default() -> None:
+    """compressed-tensors 0.17 / 0.19 quantization/quant_args.py QuantizationArgs: `symmetric: bool = True`."""
+    quant = _ct()
+    del quant["config_groups"]["W4A16"]["weights"]["symmetric"]
+    scheme = read_quantization(_config("qwen3_moe", quant))
+    assert scheme is not None and scheme.name == "ct_wna16_int4" and scheme.zero == "implicit"
 
 
 @pytest.mark.parametrize(
     ("quant", "code", "named"),
     [
         (_ct(symmetric=False), "LR150", "asymmetric weights"),
+        # compressed-tensors' pydantic reads "false" as False: a string is refused, never read as symmetric
+        (_ct(symmetric="false"), "LR151", "symmetric 'false'"),
+        (_ct(symmetric=None), "LR151", "symmetric None"),
+        (_ct(symmetric=0), "LR151", "symmetric 0"),
         (_ct(actorder="group"), "LR150", "actorder 'group'"),
         (_ct(num_bits=2), "LR150", "int 2-bit"),
+        (_ct(num_bits=4.5), "LR151", "num_bits 4.5"),
+        (_ct(num_bits=True), "LR151", "num_bits True"),
+        (_ct(num_bits="4"), "LR151", "num_bits '4'"),
         (_ct(strategy="tensor"), "LR150", "strategy 'tensor'"),
         (_ct(group_size=0), "LR151", "group_size 0"),
         (

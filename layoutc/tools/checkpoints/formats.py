@@ -257,8 +257,13 @@ def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None,
         raise FormatError("LR102", f"config.json: {fmt.top_k[0]} is {top_k}, more experts per token than the "
                           f"{experts} routed experts")
     name = config.get("_name_or_path")
-    dtype = next((v for v in (cfg.get("torch_dtype"), cfg.get("dtype"), config.get("torch_dtype"),
-                              config.get("dtype")) if isinstance(v, str)), None)
+    scopes = [("", config)] if cfg is config else [("text_config.", cfg), ("", config)]
+    stated = [(where + k, v) for where, c in scopes for k in ("torch_dtype", "dtype") if (v := c.get(k)) is not None]
+    for key, v in stated:  # transformers builds the reference with it: a list is an IndexError there
+        if not isinstance(v, str):
+            raise FormatError("LR102", f"config.json: {key} must be a dtype name (a string such as "
+                              f"\"bfloat16\"), got {_show(v)}")
+    dtype = next((v for _, v in stated), None)
     return MoEModelConfig(
         name=name if isinstance(name, str) and name else mt, num_experts=experts,
         hidden_size=_int(_get(cfg, fmt.hidden_size, "hidden size", mt), "hidden_size"),

@@ -44,14 +44,15 @@ def for_checkpoint(config: Mapping[str, Any], fmt: CheckpointFormat | None,
 
     config: config.json (model_type, num_hidden_layers); fmt: the declared format (None: the
     built-in one of config's model_type, else None is returned). Returns `fmt` (or the built-in
-    one) unchanged, or it with ALTERNATES' names and its `source` extended to say so.
+    one) unchanged (always for a fused or a non-gated format: ALTERNATES name a gate), or it with ALTERNATES' names and its `source` extended to say so.
     """
     from layoutc.tools.checkpoints.formats import FORMATS
 
     model_type = str(config.get("model_type"))
     base = fmt if fmt is not None else FORMATS.get(model_type)
     alt = ALTERNATES.get(model_type)
-    if base is None or alt is None or base.fused or base.model_type != model_type:
+    # a non-gated format (no gate to name) gets no alternate set: run refuses it by name (LR148)
+    if base is None or alt is None or base.fused or not base.gated or base.model_type != model_type:
         return fmt
     layers = config.get("num_hidden_layers")
     layers = layers if isinstance(layers, int) and not isinstance(layers, bool) and 0 < layers <= 100_000 else 0

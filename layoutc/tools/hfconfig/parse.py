@@ -59,6 +59,12 @@ def parse_model_config(
     if quant.where is not None:
         scopes.used["quant_method"] = quant.where
     dtype_found = scopes.find(DTYPE_ALIASES, "dtype")
+    for label, scope in scopes.entries:  # transformers builds with it: a list is an IndexError there
+        for alias in DTYPE_ALIASES:
+            if (value := scope.get(alias)) is not None and not isinstance(value, str):
+                where = alias if label == "top level" else f"{label}.{alias}"
+                raise ModelConfigError(f"{source}: {where} = {value!r} is not a dtype name (a string such as "
+                                       '"bfloat16")', source=source, field="dtype", aliases=DTYPE_ALIASES)
     swiglu_limit, swiglu_alpha = _read_swiglu(scopes, activation)
     settings = merged_scopes(scopes)
     # where the config does not say: the family's default (Qwen2-MoE: false), else the generic one

@@ -30,6 +30,7 @@ from layoutc.tools.checkpoints.quant.validate import (
     check_g_idx,
     check_stored,
     check_sym_qzeros,
+    check_zero_stored,
     weight_extents,
 )
 
@@ -88,7 +89,8 @@ def dequantize(scheme: S.QuantScheme, tensors: Mapping[str, torch.Tensor], *, na
     follows the stored rows: gpt-oss's gate_up rows stay interleaved (gate, up) pairs.
     Raises FormatError: LR112 a required role is missing; LR153 / LR154 / LR157 shapes or
     dtypes the scheme does not declare; LR155 a g_idx out of range; LR156 an E8M0 scale of 255;
-    LR166 a GPTQ qzeros other than the symmetric constant where the config says sym.
+    LR166 a GPTQ qzeros other than the symmetric constant where the config says sym; LR157 a stored
+    zero point where the scheme's zero is implicit (compressed-tensors symmetric).
     """
     wspec = scheme.weight()
     weight = tensors["weight"]
@@ -108,6 +110,8 @@ def dequantize(scheme: S.QuantScheme, tensors: Mapping[str, torch.Tensor], *, na
     if g_idx is not None:
         check_g_idx(scheme, name + ".g_idx", g_idx, extents)
     zspec = scheme.spec("zero")
+    if zspec is not None and tensors.get("zero") is not None:
+        check_zero_stored(scheme, name + zspec.suffix)  # LR157: a stored zero point under symmetric
     if scheme.sym_qzero is not None and zspec is not None and tensors.get("zero") is not None:
         check_sym_qzeros(scheme, zspec, name + zspec.suffix, tensors["zero"])  # LR166: qzeros vs sym
     sspec = scheme.spec("scale")

@@ -12,7 +12,8 @@ LR156 a scale that is not finite (an E8M0 byte 255, a NaN or infinite float scal
 an FP8 weight byte that is NaN; LR157 the quantization_config disagrees with the
 tensors (a dtype the scheme does not store, a weight sized for another bit width or packed
 as another method packs it, a scale stored under another format's name, bf16 weights where
-quantized ones are declared).
+quantized ones are declared, a compressed-tensors weight_zero_point where the config says
+symmetric).
 """
 
 from __future__ import annotations
@@ -144,6 +145,8 @@ def validate(scheme: S.QuantScheme, ckpt: Checkpoint, layer: int, moe: MoEModelC
                 check_stored(scheme, spec, name, dtype, shape, extents, moe.num_experts if fused else None)
                 if spec.role == "g_idx":
                     check_g_idx(scheme, name, ckpt.tensor(name), extents)
+                if spec.role == "zero":
+                    check_zero_stored(scheme, name)
                 if spec.role == "zero" and scheme.sym_qzero is not None:
                     check_sym_qzeros(scheme, spec, name, ckpt.tensor(name))
                 element = spec.element(dtype) if dtype in spec.dtypes() else None
@@ -197,6 +200,22 @@ def check_g_idx(scheme: S.QuantScheme, name: str, g_idx: Any, extents: dict[str,
             k = int(off[0, 0])
             raise FormatError("LR155", f"{name}[{k}] = {int(g[k])}, but desc_act is false: input channel {k} is "
                               f"in group {int(want[k])} (k // {scheme.group_size}), which is how vLLM reads it")
+
+
+def check_zero_stored(scheme: S.QuantScheme, name: str) -> None:
+    """A stored zero-point tensor `name` where the scheme's zero is implicit and no stored one is
+    admitted (compressed-tensors pack-quantized with `symmetric: true`: its compressor writes
+    `weight_zero_point` only for asymmetric weights, compressed-tensors 0.17 / 0.19
+    compressors/pack_quantized/base.py compress_weight / _remove_symmetric_zp; vLLM's uint4b8 /
+    uint8b128 read none, and neither does the reference). Its zero points would be dropped on both
+    sides. GPTQ's symmetric qzeros are held to their constant instead (check_sym_qzeros).
+    Raises FormatError LR157 naming the tensor and the config key it contradicts."""
+    if scheme.zero == "implicit" and scheme.sym_qzero is None:
+        raise FormatError("LR157", f"{name}: stored, but quantization_config ({scheme.method}, {scheme.name}) "
+                          "says symmetric weights, whose zero point is implicit "
+                          f"({scheme.zero_point}) and stored nowhere; vLLM and the reference would drop "
+                          "these zero points: refusing an asymmetric checkpoint whose config says symmetric "
+                          "(set symmetric false if its zero points are meant)")
 
 
 def check_sym_qzeros(scheme: S.QuantScheme, spec: S.TensorSpec, name: str, qzeros: Any) -> None:

@@ -24,7 +24,10 @@ otherwise; INCConfig.override_quantization_method maps "auto-round" to "inc").
 Refused by name (FormatError LR150): asymmetric compressed-tensors weights (stored
 `weight_zero_point`), activation ordering (`actorder`, a `weight_g_idx`), bit widths other than
 4 and 8, strategies other than group / channel, auto-round packings other than auto_gptq, and
-auto-round data types other than int. LR151: malformed values.
+auto-round data types other than int. LR151: malformed values (a `symmetric` that is not a JSON
+boolean: compressed-tensors' pydantic would read the string "false" as False; absent, it is
+QuantizationArgs' default, true). A stored `weight_zero_point` under a symmetric config is refused
+by validate.py (LR157).
 """
 
 from __future__ import annotations
@@ -112,6 +115,11 @@ def read_ct_int(chosen: list[tuple[str, Any]], quant: dict[str, Any]) -> S.Quant
         w = group.get("weights")
         fmt = group.get("format") or quant.get("format")
         bits, strategy, size = w.get("num_bits"), w.get("strategy"), w.get("group_size")
+        # QuantizationArgs.num_bits: int, parsed by pydantic in lax mode: 4.0 is 4, 4.5 an error
+        if isinstance(bits, float) and bits.is_integer():
+            bits = int(bits)
+        elif isinstance(bits, bool) or (bits is not None and not isinstance(bits, int)):
+            raise FormatError("LR151", f"compressed-tensors group {gname!r}: num_bits {bits!r} is not an integer")
         what = f"compressed-tensors group {gname!r}: int {bits}-bit, strategy {strategy!r}, format {fmt!r}"
         if fmt != CT_PACKED:
             raise FormatError(
@@ -123,7 +131,12 @@ def read_ct_int(chosen: list[tuple[str, Any]], quant: dict[str, Any]) -> S.Quant
             raise FormatError(
                 "LR150", f"{what} is not declared (4 and 8 bits are: vLLM 0.32's WNA16_SUPPORTED_TYPES_MAP)"
             )
-        if w.get("symmetric") is False:
+        # absent: compressed-tensors' default, QuantizationArgs.symmetric: bool = True (0.17 / 0.19
+        # quantization/quant_args.py); a string such as "false" its pydantic reads as False: refused unread
+        sym = w.get("symmetric", True)
+        if not isinstance(sym, bool):
+            raise FormatError("LR151", f"{what}: symmetric {sym!r} is not true/false")
+        if not sym:
             raise FormatError(
                 "LR150",
                 f"{what}: asymmetric weights (a stored weight_zero_point) are not declared; "
