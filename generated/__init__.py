@@ -33,6 +33,8 @@ __all__ = [
     "vllm_cpu_mxfp4_gpt_oss_moe",
     "vllm_cpu_mxfp4_moe",
     "vllm_cpu_w4a8_int4_moe",
+    "vllm_ct_wna16_int4_moe",
+    "vllm_ct_wna16_int8_moe",
     "vllm_zen_cpu_int8_moe",
     "vllm_zen_cpu_int8_swigluoai_moe",
     "zentorch_fused_moe",

@@ -28,6 +28,9 @@ EXPERTS = 4
 #: divide I / tp at tp 8 (vLLM 0.32's CompressedTensorsWNA16MoEMethod.create_weights needs it), 256 else
 CASES = {
     "ct_w4a16_g128": ("llmcompressor", 4, 128, 1024),
+    # I 256 at group 128: 64 / 32 per rank at tp 4 / 8, which CompressedTensorsWNA16MoEMethod refuses
+    # (tests/test_ct_wna16_admission.py)
+    "ct_w4a16_g128_i256": ("llmcompressor", 4, 128, 256),
     "ct_w4a16_g32": ("llmcompressor", 4, 32, 256),
     "ct_w4a16_channel": ("llmcompressor", 4, -1, 256),
     "ct_w8a16_channel": ("llmcompressor", 8, -1, 256),

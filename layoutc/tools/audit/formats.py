@@ -118,6 +118,12 @@ def checkpoint_format(model: MoEModelConfig) -> CheckpointFormat:
     scheme = model.quant_scheme
     if scheme is None:  # a quant_method without a scheme: a config built by hand
         return CheckpointFormat(str(model.quant_method), str(model.quant_method))
+    return scheme_format(scheme)
+
+
+def scheme_format(scheme: QuantScheme) -> CheckpointFormat:
+    """The :class:`CheckpointFormat` of a scheme `layoutc run`'s reader returned (as
+    :func:`checkpoint_format` keys and labels it)."""
     key = _key(scheme)
     return CheckpointFormat(key, _label(scheme, key), scheme)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from layoutc.compiler import ir
 from layoutc.compiler.evaluate import Value
 from layoutc.runtime.interface import release_key
-from layoutc.tools.audit.formats import checkpoint_format, method_left_out, takes
+from layoutc.tools.audit.formats import CheckpointFormat, checkpoint_format, method_left_out, takes
 from layoutc.tools.audit.params import (
     SWIGLU_PARAMS,
     ModelValue,
@@ -30,6 +30,7 @@ from layoutc.tools.audit.params import (
 )
 from layoutc.tools.audit.rows import AuditReport, AuditRow, Skipped
 from layoutc.tools.audit.verdict import Prepared, RowVerdict, Violation, evaluate_row, prepare, variants
+from layoutc.tools.checkpoints.quant.methods import gated_by_own
 from layoutc.tools.hfconfig import MoEModelConfig
 
 MAX_VARIANTS = 4096  # per (model, contract): the product of the enumerated domains
@@ -57,16 +58,46 @@ def audit_report(models: Models, tps: Sequence[int], contracts: Sequence[ir.Cont
         fmt = checkpoint_format(model)
         found = {prep.contract.name: takes(prep.contract, fmt) for prep in prepared}
         other = method_left_out([p.contract for p in prepared if not isinstance(found[p.contract.name], str)], fmt)
+        first = len(rows)
         for prep in prepared:
             taken = other.get(prep.contract.name) or found[prep.contract.name]
             if isinstance(taken, str):
                 skipped.append(Skipped(label, model.name, prep.contract.name, taken))
                 continue
             rows.extend(_audit_pair(label, model, prep, model_values(model, taken), tps, skipped))
+        rows[first:] = _gate_by_own_method(rows[first:], prepared, found, other, fmt)
     engines = list(dict.fromkeys(m.engine for c in contracts for m in c.models))
     held = tuple((e, tuple(sorted({r for c in contracts for m in c.models if m.engine == e for r in m.releases},
                                   key=release_key))) for e in engines)
     return AuditReport(tuple(rows), tuple(skipped), tuple(entries), held)
+
+
+def _gate_by_own_method(rows: list[AuditRow], prepared: Sequence[Prepared], found: Mapping[str, object],
+                        other: Mapping[str, str], fmt: CheckpointFormat) -> list[AuditRow]:
+    """One model's rows, with a kernel-only contract's rows (checkpoints/quant/methods.py gated_by_own)
+    refused at the TP degrees where the contract of the checkpoint's own method refuses: the kernel
+    gets the checkpoint only as that method loads it (compressed-tensors W4A16 group 128 at I 1408, tp 2:
+    CompressedTensorsWNA16MoEMethod refuses, so torch_int4pack_gptq_moe's padded 768 is not reached)."""
+    if fmt.scheme is None:
+        return rows
+    taking = [p.contract for p in prepared if not isinstance(found[p.contract.name], str) and p.contract.name not in other]
+    gates = gated_by_own({c.name: [(m.engine, m.target) for m in c.models] for c in taking}, fmt.scheme.method)
+    if not gates:
+        return rows
+    refused: dict[int, AuditRow] = {}
+    for r in rows:
+        if not r.admitted and r.tp_size not in refused and any(r.contract in g for g in gates.values()):
+            refused[r.tp_size] = r
+    out = []
+    for r in rows:
+        own = refused.get(r.tp_size)
+        if r.contract in gates and r.admitted and own is not None:
+            r = dataclasses.replace(r, admitted=False, rule=own.rule, pad_fraction=None, extra_bytes=None,
+                                    extra_flops_pct=None,
+                                    reason=f"quant_method {fmt.scheme.method!r} loads this checkpoint through "
+                                           f"{own.contract}'s method, which refuses this degree: {own.reason}")
+        out.append(r)
+    return out
 
 
 def audit(models: Models, tps: Sequence[int], contracts: Sequence[ir.Contract]) -> list[AuditRow]:

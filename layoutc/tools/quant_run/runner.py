@@ -323,6 +323,62 @@ def own_method_left_out(contracts: Sequence[str], quant_method: str) -> dict[str
     return left_out(lines, quant_method)
 
 
+def own_method_gate(scheme: S.QuantScheme) -> tuple[str, Any] | None:
+    """(contract, generated module) of the contract that states only the checkpoint's own quantization
+    method (checkpoints/quant/methods.py states_only_method: its `models` lines are vLLM objects of
+    `scheme.method`) and takes the checkpoint's format (audit/formats.py `takes`, read from the contract's
+    tensors), e.g. vllm_ct_wna16_int4_moe for compressed-tensors W4A16; None when no contract states it.
+    Every route of a row runs only where this contract's plan() admits the degree: vLLM loads the
+    checkpoint through that method (CompressedTensorsWNA16MoEMethod.create_weights refuses I / tp that is
+    not whole groups, where torch_int4pack_gptq_moe alone would pad the last rank). RunError LR160 / LR165
+    when its contract text cannot be read (quant_run/padded.py contract_ir)."""
+    import importlib
+
+    from layoutc.runtime.models import declarations
+    from layoutc.tools.audit.formats import scheme_format, takes
+    from layoutc.tools.checkpoints.quant.methods import states_only_method
+    from layoutc.tools.contract_module import GENERATED_PACKAGE
+    from layoutc.tools.quant_run.padded import contract_ir
+
+    fmt = scheme_format(scheme)
+    lines: dict[str, list[tuple[str, str]]] = {}
+    for d in declarations(GENERATED_PACKAGE):
+        lines.setdefault(d.module, []).append((d.entry.engine, d.entry.target))
+    for module, pairs in lines.items():
+        if states_only_method(pairs, scheme.method):
+            mod = importlib.import_module(module)
+            if not isinstance(takes(contract_ir(mod), fmt), str):
+                return str(mod.CONTRACT), mod
+    return None
+
+
+def own_method_refusal(gate: tuple[str, Any] | None, moe: MoEModelConfig, scheme: S.QuantScheme, tp: int,
+                       dtype: str) -> str | None:
+    """`error[LR170]: ...` (methods.py own_refusal) when the own method's contract (`own_method_gate`)
+    refuses degree `tp` for this layer; None when it admits, or when no contract stands for the method."""
+    from layoutc.tools.checkpoints.quant.methods import own_refusal
+    from layoutc.tools.runplan import module_layout
+
+    if gate is None:
+        return None
+    contract, mod = gate
+    layout = module_layout(mod)
+    values = {"num_experts": moe.num_experts, "hidden_size": moe.hidden_size,
+              "intermediate_size": moe.intermediate_size, "tp_size": tp, "group_size": scheme.group_size,
+              "activation": moe.activation, "dtype": dtype}
+    if any(p.kind in ("set", "enum") and p.name in values and values[p.name] not in p.values
+           for p in mod.LAYOUT.plan_params):
+        return None  # a value the contract's finite domain does not list (a group size of 48): it cannot
+        # say what the method does there; the routes' own, narrower domains refuse it
+    try:
+        _int4_plan(layout, moe, scheme, tp, dtype)
+    except ValueError as exc:  # the generated module's LayoutContractError (a ValueError)
+        if not isinstance(exc, mod.LayoutContractError):
+            raise
+        return own_refusal(contract, [(m.engine, m.target) for m in mod.LAYOUT.models], scheme.method, str(exc))
+    return None
+
+
 #: vLLM 0.32's CPU experts class for a method (model_executor/layers/fused_moe/experts/cpu_moe.py;
 #: each one's `_supports_current_device` needs x86 with AMX tiles). GPTQ int8 (W8A16) and
 #: per-channel / per-tensor FP8 have none (CPUExpertsInt8 is W8A8, CPUExpertsFp8 block only).
@@ -427,6 +483,7 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
         validate(scheme, ckpt, layer, moe)
     dtype = model_dtype(ckpt, moe, layers[0], args.dtype)
     routes = _routes(args, scheme)
+    gate = own_method_gate(scheme)  # the method's own admission, before any route (issue 45 item 5)
     for route_ in routes:  # LR142: a clamp the kernel's glue does not compute, before anything runs
         if route_.kind in ("int4pack", "int8pack"):
             from layoutc.tools.checkpoints.activation import check_activation
@@ -501,6 +558,11 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
         compare = 0.0
         for tp in tps:
             why: list[str] = []
+            refusal = own_method_refusal(gate, moe, scheme, tp, dtype)
+            if refusal is not None:
+                refused.append(f"layer {layer} tp={tp}: {refusal}")
+                progress.step(f"layer {layer} tp={tp}")
+                continue
             for route in routes:
                 try:
                     if route.kind == "int4pack":

@@ -89,3 +89,27 @@ def own_refusal(contract: str, models: Iterable[tuple[str, str]], quant_method: 
         return None
     return (f"error[LR170]: quant_method {own!r} refuses this degree: {', '.join(objects)} (modelled by {contract}) "
             f"admits it only under its own rule: {message}")
+
+
+def states_only_method(pairs: Iterable[tuple[str, str]], quant_method: str | None) -> bool:
+    """Whether a contract's `models` lines (engine, target) are all vLLM objects of `quant_method`'s own
+    method (vllm_ct_wna16_int4_moe: CompressedTensorsWNA16MoEMethod only): the contract states that
+    method's admission and loaded layout, and no backend's kernel rule (marlin_moe_ct_fp8 also models
+    MarlinExperts, whose tile rules are Marlin's)."""
+    own = _canon(quant_method.lower() if quant_method else None)
+    pairs = list(pairs)
+    return own is not None and bool(pairs) and all(e == "vllm" and method_of(t) == own for e, t in pairs)
+
+
+def gated_by_own(models: Mapping[str, Iterable[tuple[str, str]]], quant_method: str | None) -> dict[str, list[str]]:
+    """{contract: [method contracts]} for the contracts (their `models` lines as (engine, target) pairs)
+    that stand for no quantization method's object (a kernel only: torch_int4pack_gptq_moe), when some
+    contract states only the checkpoint's own method (`states_only_method`: vllm_ct_wna16_int4_moe for
+    compressed-tensors W4A16). vLLM loads the checkpoint through that method, so a kernel gets it only
+    at the degrees the method admits: `layoutc run` refuses the others before any route (LR170) and
+    `layoutc audit` marks their rows refused by the method's rule. {} when no contract states it."""
+    lines = {c: list(pairs) for c, pairs in models.items()}
+    holders = sorted(c for c, pairs in lines.items() if states_only_method(pairs, quant_method))
+    if not holders:
+        return {}
+    return {c: holders for c, pairs in lines.items() if all(method_of(t) is None for _, t in pairs)}
