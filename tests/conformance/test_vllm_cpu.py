@@ -92,6 +92,8 @@ def _any_params(name: str) -> dict[str, object]:
         "marlin_moe_fp8": dict(scheme="fp8_block128", scale_dtype="float32", activation="silu"),
         "marlin_moe_ct_fp8": dict(scheme="fp8_block128", scale_dtype="float32", activation="silu"),
         "marlin_moe_ct_mxfp4": dict(activation="silu"),
+        "vllm_ct_wna16_int4_moe": dict(group_size=-1, activation="silu", dtype="bfloat16"),
+        "vllm_ct_wna16_int8_moe": dict(group_size=-1, activation="silu", dtype="bfloat16"),
         "aiter_fused_moe": dict(activation="silu"),
         "aiter_unquantized_moe": dict(activation="silu", dtype="bfloat16"),
         "aiter_mxfp4_w4a4_moe": dict(activation="silu"),

@@ -730,6 +730,12 @@ PACKED_AXES = {
                                       "vllm_cpu_mxfp4_gpt_oss_moe", "vllm_cpu_mxfp4_moe")
        for t in ("w13_weight", "w2_weight")},
     **{("flashinfer_nvfp4_moe", t, "k"): "nvfp4" for t in ("w13_weight", "w2_weight")},
+    # compressed-tensors: MXFP4 packs as the other MXFP4 formats (E2M1, low nibble first); pack-quantized
+    # int4 / int8 packs GPTQ's codes along the input dim (CompressedTensorsWNA16MoEMethod hands
+    # weight_packed, transposed, to the same GPTQ repack)
+    **{("marlin_moe_ct_mxfp4", t, "k"): "mxfp4" for t in ("w13_weight", "w2_weight")},
+    **{("vllm_ct_wna16_int4_moe", t, "k"): "gptq_int4" for t in ("w13_weight_packed", "w2_weight_packed")},
+    **{("vllm_ct_wna16_int8_moe", t, "k"): "gptq_int8" for t in ("w13_weight_packed", "w2_weight_packed")},
 }
 UNPACKERS = {"awq": _vllm_awq_element_of_slot, "gptq_int4": lambda: _vllm_gptq_element_of_slot(4),
              "gptq_int8": lambda: _vllm_gptq_element_of_slot(8), "mxfp4": lambda: _vllm_fp4_element_of_slot("mxfp4"),
@@ -742,7 +748,7 @@ def test_every_packed_axis_has_an_unpacker() -> None:
 
     packed = {(path.stem, t.name, a.name) for path in sorted((ROOT / "contracts").glob("*.moe"))
               for t in _contract(path.stem).tensors for a in t.axes if a.pack > 1}
-    assert len(packed) == 22 and packed == set(PACKED_AXES)
+    assert len(packed) == 28 and packed == set(PACKED_AXES)
 
 
 @pytest.mark.parametrize("key", sorted(PACKED_AXES), ids=lambda k: ".".join(k))

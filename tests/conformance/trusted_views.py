@@ -595,6 +595,12 @@ UNHELD: dict[str, str] = {
     "marlin_moe_ct_mxfp4": "held outside this lane's holder table: tests/conformance/test_vllm_ct_mxfp4_loading.py runs "
                            "vLLM's own CompressedTensorsW4A4Mxfp4MoEMethod and loader up to its first GPU op and holds "
                            "each rank's tensors bit for bit, at tp 1/2/4/8",
+    "vllm_ct_wna16_int4_moe": "an admission contract: tests/conformance/test_vllm_ct_wna16_admission.py holds its "
+                              "admission and each rank's tensor shapes to vLLM's own CompressedTensorsWNA16MoEMethod."
+                              "create_weights; the bytes layoutc runs are the int4pack/int8pack contracts'",
+    "vllm_ct_wna16_int8_moe": "an admission contract: tests/conformance/test_vllm_ct_wna16_admission.py holds its "
+                              "admission and each rank's tensor shapes to vLLM's own CompressedTensorsWNA16MoEMethod."
+                              "create_weights; the bytes layoutc runs are the int4pack/int8pack contracts'",
 }
 
 
