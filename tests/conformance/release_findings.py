@@ -140,6 +140,8 @@ FINDINGS: dict[str, dict[str, Finding]] = {
         "test_marlin::test_prepare_fp8_moe_layer_for_marlin_would_misplace_a_ragged_up_half": _MARLIN_FP8,
         "test_vllm_quant_loading::test_block_fp8_rank_tensors_match_vllm_loading_stop_at_gptq_marlin_repack": _LOADER,
         "test_vllm_quant_loading::test_wna16_rank_tensors_match_vllm_loading": _LOADER,
+        "test_vllm_ct_fp8_admission::test_fp8_method_pads_block_fp8_at_1408_as_vllm_does": _LOADER,
+        "test_vllm_packers_loading::test_rank_tensors_match_vllm_loading": _LOADER,
     },
 }
 

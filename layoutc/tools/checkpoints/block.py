@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from layoutc.tools.checkpoints.checkpoint_format import config_value
 from layoutc.tools.checkpoints.errors import FormatError
 
 #: config keys that name a factor on the routed output in transformers 5.19's configs
@@ -85,18 +86,10 @@ class BlockOps:
         return "; ".join(parts)
 
 
-def _lookup(cfg: dict[str, Any], key: str) -> Any:
-    value: Any = cfg
-    for part in key.split("."):
-        if not isinstance(value, dict):
-            return None
-        value = value.get(part)
-    return value
-
 
 def _count(cfg: dict[str, Any], keys: tuple[str, ...], what: str) -> int:
     for key in keys:
-        value = _lookup(cfg, key)
+        value = config_value(cfg, key)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -115,7 +108,7 @@ def block_ops(moe: Any) -> BlockOps:
     fmt, cfg = moe.format, moe.text_config if isinstance(moe.text_config, dict) else {}
     scale, key = 1.0, None
     for k in fmt.routed_scale:
-        value = _lookup(cfg, k)
+        value = config_value(cfg, k)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
@@ -129,7 +122,7 @@ def block_ops(moe: Any) -> BlockOps:
                               "scale the format declares)")
     hash_layers: tuple[int, ...] = ()
     if fmt.hash_routing is not None:
-        types = _lookup(cfg, fmt.hash_routing)
+        types = config_value(cfg, fmt.hash_routing)
         if isinstance(types, list):
             hash_layers = tuple(i for i, t in enumerate(types) if t == HASH_LAYER)
     return BlockOps(scale, key, fmt.shared_combination,

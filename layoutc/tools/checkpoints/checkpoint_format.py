@@ -8,6 +8,7 @@ table itself, so none of them imports another to name the type. Standard library
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from layoutc.runtime.algebra import Word
 
@@ -147,3 +148,14 @@ class CheckpointFormat:
         """`layer`'s router weight name and its bias name (None when the format declares none)."""
         base = self.layer_prefix.format(layer=layer)
         return base + self.router, (base + self.router_bias) if self.router_bias else None
+
+
+def config_value(cfg: dict[str, Any], key: str) -> Any:
+    """config.json's value at `key`, a dotted path into sub-objects ("text_config.num_experts",
+    docs/formats.md "A config key may be dotted"); None where a part is absent or not an object."""
+    value: Any = cfg
+    for part in key.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value

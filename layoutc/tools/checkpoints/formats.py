@@ -35,7 +35,7 @@ from typing import Any
 from layoutc.runtime.algebra import Word
 from layoutc.runtime.vocab import ACTIVATIONS as VOCAB_ACTIVATIONS
 from layoutc.runtime.vocab import HF_ACTIVATIONS
-from layoutc.tools.checkpoints.checkpoint_format import CheckpointFormat
+from layoutc.tools.checkpoints.checkpoint_format import CheckpointFormat, config_value
 from layoutc.tools.checkpoints.errors import FormatError
 from layoutc.tools.checkpoints.families import GENERIC_KEYS, moe_layers_by_rule, pattern_length, swiglu_values
 from layoutc.tools.checkpoints.families import MOE_LAYER_RULES as RULES
@@ -175,18 +175,10 @@ def swiglu_params(config: dict[str, Any]) -> tuple[float, float] | None:
     return alpha, limit
 
 
-def _lookup(cfg: dict[str, Any], key: str) -> Any:
-    value: Any = cfg
-    for part in key.split("."):
-        if not isinstance(value, dict):
-            return None
-        value = value.get(part)
-    return value
-
 
 def _get(cfg: dict[str, Any], keys: tuple[str, ...], what: str, model_type: str) -> Any:
     for k in keys:
-        value = _lookup(cfg, k)
+        value = config_value(cfg, k)
         if value is not None:
             return value
     raise FormatError("LR102", f"config.json of model_type {model_type!r} has none of "
@@ -221,7 +213,7 @@ def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None,
     if not isinstance(cfg, dict):
         raise FormatError("LR102", f"config.json of model_type {model_type!r} has no text_config object")
     mt = fmt.model_type
-    stated = next((v for k in fmt.num_hidden_layers if (v := _lookup(cfg, k)) is not None), pattern_length(cfg))
+    stated = next((v for k in fmt.num_hidden_layers if (v := config_value(cfg, k)) is not None), pattern_length(cfg))
     layers = _int(stated if stated is not None else _get(cfg, fmt.num_hidden_layers, "number of layers", mt),
                   "num_hidden_layers")
     if layers > MAX_LAYERS:
@@ -230,7 +222,7 @@ def describe(config: dict[str, Any], fmt: CheckpointFormat | None = None,
     experts = _int(_get(cfg, fmt.num_experts, "number of routed experts", mt), "num_experts")
     if fmt.fixed_activation is not None:  # hidden_act: as written where the config states one (gpt-oss: silu)
         activation = fmt.fixed_activation
-        written = next((v for k in fmt.activation if isinstance(v := _lookup(cfg, k), str)), None)
+        written = next((v for k in fmt.activation if isinstance(v := config_value(cfg, k), str)), None)
         hidden_act = written if written is not None else activation
     else:
         act = hidden_act = str(_get(cfg, fmt.activation, "activation", mt))
