@@ -50,6 +50,8 @@ def method_of(target: str) -> str | None:
 
 
 def _canon(method: str | None) -> str | None:
+    """config.json's quant_method, lower-cased, with modelopt_fp4 read as modelopt; None stays None."""
+    method = method.lower() if method else None
     return "modelopt" if method == "modelopt_fp4" else method
 
 
@@ -59,7 +61,7 @@ def left_out(models: Mapping[str, Iterable[tuple[str, str]]], quant_method: str 
     models: each candidate contract's `models` lines as (engine, target) pairs; quant_method:
     config.json's `quant_method` (None: unquantized, nothing is left out).
     """
-    own = _canon(quant_method.lower() if quant_method else None)
+    own = _canon(quant_method)
     if own is None:
         return {}
     lines = {c: [(e, t, method_of(t)) for e, t in pairs] for c, pairs in models.items()}
@@ -83,7 +85,7 @@ def own_refusal(contract: str, models: Iterable[tuple[str, str]], quant_method: 
     method's object (its `models` lines as (engine, target) pairs), naming the method and its object,
     then the contract's own message (the rule's file:line and text); None when the contract stands for
     no object of that method (its refusal is the contract's, not the method's)."""
-    own = _canon(quant_method.lower() if quant_method else None)
+    own = _canon(quant_method)
     objects = [t.rpartition(":")[2] for _, t in models if own is not None and method_of(t) == own]
     if not objects:
         return None
@@ -96,7 +98,7 @@ def states_only_method(pairs: Iterable[tuple[str, str]], quant_method: str | Non
     method (vllm_ct_wna16_int4_moe: CompressedTensorsWNA16MoEMethod only): the contract states that
     method's admission and loaded layout, and no backend's kernel rule (marlin_moe_ct_fp8 also models
     MarlinExperts, whose tile rules are Marlin's)."""
-    own = _canon(quant_method.lower() if quant_method else None)
+    own = _canon(quant_method)
     pairs = list(pairs)
     return own is not None and bool(pairs) and all(e == "vllm" and method_of(t) == own for e, t in pairs)
 
