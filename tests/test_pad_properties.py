@@ -97,7 +97,7 @@ def configs(draw, contract: ir.Contract):  # type: ignore[no-untyped-def]
         else:
             config[p.name] = draw(st.sampled_from(list(p.values)))
     if "intermediate_size" in config and "tp_size" in config:
-        per_rank = draw(st.one_of(st.integers(1, 200), st.sampled_from([176, 192, 360, 704])))
+        per_rank = draw(st.one_of(st.integers(1, 200), st.sampled_from([128, 176, 192, 256, 360, 704, 768])))
         config["intermediate_size"] = per_rank * int(config["tp_size"])  # type: ignore[call-overload]
     return config
 
