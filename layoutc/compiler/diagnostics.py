@@ -167,6 +167,7 @@ CODES: dict[str, str] = {
     "LR140": "`run`: the family weights the experts' input and the contract's glue cannot",
     "LR141": "`run`: input weighting at a top_k the contract's kernel does not compute it at",
     "LR142": "`run`: the family's activation (a clamp or alpha in config.json) is not the one the contract's glue computes",
+    "LR143": "`run`: a --format-file's format disagrees with transformers' block in float32 (the field at fault named)",
     "LR146": "`run`: the block applies a norm to routed + shared output after the MoE: its routed part cannot be isolated",
     "LR147": "`run`: the block's routed output is a constant multiple of the kernel's that no config key or format field states",
     "LR148": "`run`: the family's experts are non-gated (up -> act -> down, no gate) and the contract's glue computes gated ones only",

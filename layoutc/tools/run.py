@@ -623,6 +623,19 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
                    "and pass --format-file")
 
 
+def _prove_format_file(args: argparse.Namespace, ckpt: Any, moe: Any, layer: int, oracle: Any) -> None:
+    """A --format-file's format proved in float32 on `layer` against transformers' block before the
+    kernel rows (layoutc.tools.checkpoints.declared.prove_declared: FormatError LR143 naming the
+    field at fault and the measured error); the proof is said on stderr. Without an oracle
+    (--no-transformers, no block) nothing is proved and the rows say "unchecked", as before."""
+    from layoutc.tools.checkpoints.declared import prove_declared
+
+    proof = prove_declared(ckpt, moe, layer, hidden_states(moe, layer, args.tokens, args.seed, "float32"), oracle)
+    if proof is not None:
+        sys.stderr.write(f"layoutc run: the declared format (--format-file) was proved on layer {proof.layer} in "
+                         f"float32 against {proof.reference.split(' (')[0]} (rel error {proof.rel:.1e})\n")
+
+
 def _refuse_non_gated(args: argparse.Namespace, ckpt: Any, candidates: list[Any], moe: Any, layer: int,
                       why: str) -> None:
     """RunError LR148 for non-gated experts no glue computes (`activation.non_gated_refusal`'s words).
@@ -750,6 +763,8 @@ def _run(args: argparse.Namespace) -> int:
             oracle = transformers_oracle(args.model_dir, layers)
         if candidates:
             moe = _prove(args, ckpt, candidates, layers[0], oracle)
+        elif args.format_file:
+            _prove_format_file(args, ckpt, moe, layers[0], oracle)  # LR143 before any kernel row
         note = vllm_placement_note(ckpt.config, placement) if any(e > 1 for e in eps) else None
         if note and args.format == "text":
             print(note)
