@@ -67,3 +67,22 @@ def test_a_declared_order_or_combination_is_named(tmp_path: Path) -> None:
     code, out, err = run(str(folder), "--tp", "1", "--format-file", str(average))
     assert code == 2 and "error[LR143]" in err, (out, err)
     assert 'shared_combination "average" (x0.5)' in err and "block measures x1" in err, err
+
+
+def test_hash_routing_on_an_absent_key_is_coded(tmp_path: Path) -> None:
+    """F7b: a format declaring hash_routing on a key config.json lacks (or holds as no list) was
+    read as "no hash layers"; it is LR102 naming the key, before anything is loaded."""
+    from layoutc.tools.checkpoints.block import block_ops
+    from layoutc.tools.checkpoints.errors import FormatError
+    from layoutc.tools.checkpoints.formats import describe, load_format_file
+
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps({**format_json(FORMATS["qwen3_moe"]), "hash_routing": "mlp_layer_types"}))
+    fmt = load_format_file(str(path))
+    cfg = {"model_type": "qwen3_moe", "num_hidden_layers": 2, "hidden_size": 8, "num_experts": 4,
+           "moe_intermediate_size": 4, "num_experts_per_tok": 2, "hidden_act": "silu"}
+    with pytest.raises(FormatError, match=r"LR102.*mlp_layer_types.*is absent"):
+        block_ops(describe(cfg, fmt))
+    with pytest.raises(FormatError, match=r"LR102.*mlp_layer_types.*must be a list"):
+        block_ops(describe({**cfg, "mlp_layer_types": "hash_moe"}, fmt))
+    assert block_ops(describe({**cfg, "mlp_layer_types": ["hash_moe", "moe"]}, fmt)).hash_layers == (0,)

@@ -104,7 +104,8 @@ def block_ops(moe: Any) -> BlockOps:
     """`moe.format`'s block-level fields read from `moe.text_config` (describe()'s MoEModelConfig).
 
     Raises FormatError LR102 when a declared key is absent or its value is not a finite
-    positive number (routed_scale) or a non-negative integer (the row counts)."""
+    positive number (routed_scale), a non-negative integer (the row counts) or a list
+    (hash_routing)."""
     fmt, cfg = moe.format, moe.text_config if isinstance(moe.text_config, dict) else {}
     scale, key = 1.0, None
     for k in fmt.routed_scale:
@@ -123,8 +124,11 @@ def block_ops(moe: Any) -> BlockOps:
     hash_layers: tuple[int, ...] = ()
     if fmt.hash_routing is not None:
         types = config_value(cfg, fmt.hash_routing)
-        if isinstance(types, list):
-            hash_layers = tuple(i for i, t in enumerate(types) if t == HASH_LAYER)
+        if not isinstance(types, list):  # absent or not a list: hash routing declared, never read (issue 45 F7b)
+            raise FormatError("LR102", f"config.json: {fmt.hash_routing} (the per-layer MoE types whose "
+                              f"{HASH_LAYER!r} entries mark the hash-routed layers, the format's hash_routing) "
+                              + ("is absent" if types is None else f"must be a list, got {str(types)[:80]!r}"))
+        hash_layers = tuple(i for i, t in enumerate(types) if t == HASH_LAYER)
     return BlockOps(scale, key, fmt.shared_combination,
                     _count(cfg, fmt.router_extra_rows, "router rows of shared experts"),
                     _count(cfg, fmt.identity_experts, "identity experts"), hash_layers, fmt.post_norm)
