@@ -79,10 +79,84 @@ def test_hash_routing_on_an_absent_key_is_coded(tmp_path: Path) -> None:
     path = tmp_path / "f.json"
     path.write_text(json.dumps({**format_json(FORMATS["qwen3_moe"]), "hash_routing": "mlp_layer_types"}))
     fmt = load_format_file(str(path))
-    cfg = {"model_type": "qwen3_moe", "num_hidden_layers": 2, "hidden_size": 8, "num_experts": 4,
-           "moe_intermediate_size": 4, "num_experts_per_tok": 2, "hidden_act": "silu"}
+    cfg = {
+        "model_type": "qwen3_moe",
+        "num_hidden_layers": 2,
+        "hidden_size": 8,
+        "num_experts": 4,
+        "moe_intermediate_size": 4,
+        "num_experts_per_tok": 2,
+        "hidden_act": "silu",
+    }
     with pytest.raises(FormatError, match=r"LR102.*mlp_layer_types.*is absent"):
         block_ops(describe(cfg, fmt))
     with pytest.raises(FormatError, match=r"LR102.*mlp_layer_types.*must be a list"):
         block_ops(describe({**cfg, "mlp_layer_types": "hash_moe"}, fmt))
     assert block_ops(describe({**cfg, "mlp_layer_types": ["hash_moe", "moe"]}, fmt)).hash_layers == (0,)
+
+
+@pytest.mark.slow
+@pytest.mark.kernel  # aten::_weight_int8pack_mm
+@pytest.mark.transformers
+def test_auto_round_extra_config_on_the_experts(tmp_path: Path) -> None:
+    """F2b: auto-round 0.16.1 itself (RTN) writes int4 group 128 with a layer_config giving every
+    expert 8 bits channelwise (its extra_config: the regex and each expert's name). Old code decoded
+    the experts as the top-level int4 (LR154); now the override is read and the run is ok against
+    transformers' block. A hand-edited config where only expert 0 is overridden is LR149 naming
+    both schemes; an override to 3 bits, which the route does not take, is LR150."""
+    from tests import packers
+
+    packers.packers_path()
+    base = packers.base_checkpoint(tmp_path / "base", 256, 256)
+    out = tmp_path / "ar"
+    out.mkdir()
+    packers.write("autoround", base, out, 4, 128, json.dumps({"mlp.experts": {"bits": 8, "group_size": -1}}))
+    config = json.loads((out / "config.json").read_text())
+    extra = config["quantization_config"]["extra_config"]
+    assert extra["model.layers.0.mlp.experts.3.down_proj"] == {"bits": 8, "group_size": -1}, extra
+    code, text, err = run(str(out), "--tp", "1,2", "--format", "json")
+    assert code == 0, (text, err)
+    assert [r["ok"] and r["independent"] for r in json.loads(text)["rows"]] == [True, True], text
+    assert "gptq_int8" in json.dumps(json.loads(text)), text
+
+    def rewrite(entries: dict[str, object]) -> None:
+        quant = {**config["quantization_config"], "extra_config": entries}
+        (out / "config.json").write_text(json.dumps({**config, "quantization_config": quant}))
+
+    rewrite({"model.layers.0.mlp.experts.0.gate_proj": {"bits": 8, "group_size": -1}})
+    code, text, err = run(str(out), "--tp", "1")
+    assert code == 2 and "error[LR149]" in err, (text, err)
+    assert "model.layers.0.mlp.experts.0.gate_proj gets (8, -1" in err and "(4, 128" in err, err
+    rewrite({".*mlp\\.experts.*": {"bits": 3}})
+    code, text, err = run(str(out), "--tp", "1")
+    assert code == 2 and "error[LR150]" in err and "3-bit" in err, (text, err)
+
+
+@pytest.mark.slow
+@pytest.mark.transformers
+def test_a_compressed_tensors_weight_shape_is_checked(tmp_path: Path) -> None:
+    """F8: llm-compressor 0.14 writes pack-quantized W4A16 with each module's weight_shape; one
+    rewritten to another [out, in] (or to another rank) was never read. It is LR145 naming the
+    tensor, the stored and the expected shape, before any kernel."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from tests import packers
+
+    packers.packers_path()
+    base = packers.base_checkpoint(tmp_path / "base", 256, 256)
+    out = tmp_path / "ct"
+    out.mkdir()
+    packers.write("llmcompressor", base, out, 4, 32)
+    (path,) = out.glob("*.safetensors")
+    tensors = load_file(str(path))
+    name = "model.layers.0.mlp.experts.1.up_proj.weight_shape"
+    assert tensors[name].tolist() == [256, 256], tensors[name]
+    for bad, words in (
+        (torch.tensor([256, 512]), "holds [out, in] = [256, 512]"),
+        (torch.tensor([[256, 256]]), "[1, 2]"),
+    ):
+        save_file({**tensors, name: bad}, str(path), metadata={"format": "pt"})
+        code, text, err = run(str(out), "--tp", "1")
+        assert code == 2 and "error[LR145]" in err and name in err and words in err, (text, err)
+        assert "[256, 256]" in err, err
