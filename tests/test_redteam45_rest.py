@@ -160,3 +160,61 @@ def test_a_compressed_tensors_weight_shape_is_checked(tmp_path: Path) -> None:
         code, text, err = run(str(out), "--tp", "1")
         assert code == 2 and "error[LR145]" in err and name in err and words in err, (text, err)
         assert "[256, 256]" in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.kernel  # load_ep_rank prepacks through the contract's kernel
+@pytest.mark.transformers
+@pytest.mark.parametrize("family", ["dbrx", "gpt_oss"])
+def test_a_rank_reads_only_its_bytes(tmp_path: Path, family: str) -> None:
+    """F6: DBRX stacks its experts along the rows (w1 / v1 / w2 [E * I, H], experts_flattened); every
+    TP rank read each expert's whole row block (2x its bytes at tp 2, 4x at tp 4; an EP x TP rank
+    the same). Now a rank reads what it owns, by the reader's own count (Checkpoint.bytes_read):
+    gate, up and down rows of I / tp per expert, plus for gpt-oss its gate_up bias share and, on
+    rank 0 only, the down bias (the contract's `bias w2` loader). What was read is the rank's own
+    rows: the flattened view equals torch's indexing of the whole tensor."""
+    import importlib
+
+    import torch
+
+    from layoutc.tools.checkpoints import reader
+    from layoutc.tools.checkpoints.formats import FORMATS, describe
+    from layoutc.tools.checkpoints.loader import load_layer_rank
+    from layoutc.tools.ep_run import load_ep_rank
+    from layoutc.tools.runplan import checkpoint_plan
+    from tests.family_models import make as make_family
+
+    folder = make_family(str(tmp_path / family), family)
+    mod = importlib.import_module("layoutc_generated.vllm_cpu_grouped_gemm")
+    with reader.Checkpoint(folder) as ckpt:
+        moe = describe(ckpt.config, FORMATS[ckpt.config["model_type"]], ckpt.weight_map)
+        e, h, i = moe.num_experts, moe.hidden_size, moe.intermediate_size
+        layer = moe.moe_layers[0]
+        assert moe.format.experts_flattened == (family == "dbrx")
+
+        def owned(tp: int, rank: int, experts: int) -> int:
+            bias = experts * 2 * (i // tp) + (experts * h if rank == 0 else 0) if family == "gpt_oss" else 0
+            return (experts * 3 * (i // tp) * h + bias) * 4  # float32
+
+        for tp in (1, 2, 4):
+            plan = checkpoint_plan(mod, moe, tp, "float32", "vec")
+            for rank in range(tp):
+                before = ckpt.bytes_read
+                load_layer_rank(ckpt, moe, layer, mod, plan, rank)
+                assert ckpt.bytes_read - before == owned(tp, rank, e), (tp, rank, ckpt.bytes_read - before)
+        for ep_rank in range(2):  # EP 2 x TP 2: the rank's two experts, its rows of each
+            for tp_rank in range(2):
+                before = ckpt.bytes_read
+                load_ep_rank(ckpt, moe, mod, layer, 2, 2, ep_rank, tp_rank, dtype="float32", isa="vec")
+                assert ckpt.bytes_read - before == owned(2, tp_rank, e // 2), (ep_rank, tp_rank)
+        if family == "dbrx":
+            name = moe.format.names(layer)["gate"]
+            full = ckpt.tensor(name).reshape(e, i, h)
+            view = ckpt.experts_slice(name, e, True)
+            for index in (
+                (slice(0, e), slice(i // 2, i), slice(0, h)),
+                (1, slice(i // 4, i // 2), slice(None)),
+                (slice(1, 2), slice(0, i // 4), slice(0, h)),
+                (slice(0, e, 2), slice(i // 2, i)),
+            ):
+                assert torch.equal(view[index], full[index]), index
