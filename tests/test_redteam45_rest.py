@@ -218,3 +218,21 @@ def test_a_rank_reads_only_its_bytes(tmp_path: Path, family: str) -> None:
                 (slice(0, e, 2), slice(i // 2, i)),
             ):
                 assert torch.equal(view[index], full[index]), index
+
+
+@pytest.mark.slow
+@pytest.mark.kernel  # aten::_weight_int4pack_mm (the right declaration's rows)
+@pytest.mark.transformers
+def test_a_declared_scale_on_the_quantized_path_is_not_ok(tmp_path: Path) -> None:
+    """F2a on the quantized runner: a bfloat16 GPTQ int4 checkpoint with a format file declaring
+    routed_scale on a key of 1.015, which Qwen3MoeSparseMoeBlock does not apply, ran "ok" (its
+    rows' 2e-2); the float32 proof over the dequantized weights stops it with LR143."""
+    _require()
+    folder = make(tmp_path / "ckpt", "--dtype", "bfloat16", "--quant", "gptq4", "--group-size", "64")
+    wrong = _declared(tmp_path, folder, {"routed_scaling_factor": 1.015}, routed_scale=["routed_scaling_factor"])
+    code, out, err = run(str(folder), "--tp", "1", "--format-file", str(wrong))
+    assert code == 2 and "error[LR143]" in err and "ok" not in out, (code, out, err)
+    assert "config.json routed_scaling_factor = 1.015" in err and "block measures x1" in err, err
+    right = _declared(tmp_path, folder, {}, routed_scale=[])
+    code, out, err = run(str(folder), "--tp", "1,2", "--format-file", str(right))
+    assert code == 0 and "was proved on layer 0 in float32" in err, (out, err)

@@ -623,14 +623,32 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
                    "and pass --format-file")
 
 
-def _prove_format_file(args: argparse.Namespace, ckpt: Any, moe: Any, layer: int, oracle: Any) -> None:
+def _prove_format_file(args: argparse.Namespace, ckpt: Any, moe: Any, layer: int, oracle: Any,
+                       scheme: Any = None) -> None:
     """A --format-file's format proved in float32 on `layer` against transformers' block before the
     kernel rows (layoutc.tools.checkpoints.declared.prove_declared: FormatError LR143 naming the
-    field at fault and the measured error); the proof is said on stderr. Without an oracle
-    (--no-transformers, no block) nothing is proved and the rows say "unchecked", as before."""
+    field at fault and the measured error); the proof is said on stderr. With a quantization
+    `scheme`: over the dequantized weights (`_declared_loop`), against the quantized runner's own
+    oracle for `layer` (quant_run/oracle.py independent_oracle, built here as `_prove_quantized`
+    builds it). Without an oracle (--no-transformers, --no-from-pretrained, no block) nothing is
+    proved and the rows say "unchecked", as before."""
     from layoutc.tools.checkpoints.declared import prove_declared
 
-    proof = prove_declared(ckpt, moe, layer, hidden_states(moe, layer, args.tokens, args.seed, "float32"), oracle)
+    loop = None
+    if scheme is not None:
+        if args.no_transformers or args.no_from_pretrained:
+            return
+        from layoutc.tools.quant_run.oracle import independent_oracle
+
+        oracle, _ = independent_oracle(ckpt, moe, scheme, [layer])
+
+        def loop(m: Any, x: Any, w: Any, i: Any) -> Any:
+            return _declared_loop(ckpt, m, layer, x, w, i, scheme)
+
+    x = hidden_states(moe, layer, args.tokens, args.seed, "float32")
+    proof = prove_declared(ckpt, moe, layer, x, oracle, loop)
+    if scheme is not None and oracle is not None:
+        oracle.release()  # the quantized runner builds its own
     if proof is not None:
         sys.stderr.write(f"layoutc run: the declared format (--format-file) was proved on layer {proof.layer} in "
                          f"float32 against {proof.reference.split(' (')[0]} (rel error {proof.rel:.1e})\n")
@@ -721,6 +739,8 @@ def _run(args: argparse.Namespace) -> int:
                 raise RunError("LR148", no_gate)
             if candidates:  # a quantized release of a proposed family: proved on the dequantized weights
                 moe = _prove_quantized(args, ckpt, candidates, scheme, layers[0])
+            elif args.format_file:
+                _prove_format_file(args, ckpt, moe, layers[0], None, scheme)  # LR143 before any kernel row
             return run_quantized(args, ckpt, moe, scheme, layers, tps)
         args.contract = args.contract or DEFAULT_CONTRACT
         dtype, warning = run_dtype(ckpt, check_experts(ckpt, moe, layers), args.dtype)

@@ -20,6 +20,7 @@ Only torch (and the format); transformers is reached through the oracle the call
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -85,13 +86,16 @@ def _variants(fmt: Any) -> list[tuple[str, str, str, Any]]:
     return out
 
 
-def _measure(ckpt: Any, moe: Any, layer: int, x: Any, ref: Any) -> Any:
-    """The float32 loop over `layer` through `moe`'s format and block step ([T, H])."""
+#: the float32 loop over a layer's experts read through a format: (moe, x, weights, ids) -> [T, H]
+Loop = Callable[[Any, Any, Any, Any], Any]
+
+
+def _measure(moe: Any, x: Any, ref: Any, loop: Loop) -> Any:
+    """The float32 loop through `moe`'s format and block step ([T, H])."""
     from layoutc.tools.checkpoints.block import block_ops, combine, kernel_routing
-    from layoutc.tools.checkpoints.reference import loop_reference
 
     weights, ids = kernel_routing(ref.weights, ref.ids, moe.num_experts)
-    out = loop_reference(ckpt, moe, layer, x, weights, ids)
+    out = loop(moe, x, weights, ids)
     return combine(out, x, ref.weights, ref.ids, block_ops(moe), moe.num_experts)
 
 
@@ -117,12 +121,17 @@ def _factor_words(moe: Any, c: float) -> str:
     )
 
 
-def prove_declared(ckpt: Any, moe: Any, layer: int, x: Any, oracle: Any) -> DeclaredProof | None:
+def prove_declared(
+    ckpt: Any, moe: Any, layer: int, x: Any, oracle: Any, loop: Loop | None = None
+) -> DeclaredProof | None:
     """Prove the declared format `moe.format` on `layer` in float32 against transformers' block.
 
     ckpt: the open checkpoint; moe: describe()'s MoEModelConfig of the declared format; x: float32
     hidden states [T, H] (runcompare.hidden_states); oracle: `reference.transformers_oracle`'s
-    (its layer is built once and reused by the rows). Returns None when the oracle has no
+    (its layer is built once and reused by the rows); loop: the float32 loop over the layer's
+    experts read through a format, (moe, x, weights, ids) -> [T, H] (default
+    `reference.loop_reference` over the stored floats; a quantized run passes its loop over the
+    dequantized weights, `layoutc.tools.run._declared_loop`). Returns None when the oracle has no
     independent reference for `layer` (the rows then say "unchecked", as before), else the proof.
 
     Raises FormatError LR143 when the float32 loop through the declared format differs from the
@@ -136,10 +145,16 @@ def prove_declared(ckpt: Any, moe: Any, layer: int, x: Any, oracle: Any) -> Decl
 
     if oracle is None:
         return None
+    if loop is None:
+        from layoutc.tools.checkpoints.reference import loop_reference
+
+        def loop(m: Any, xs: Any, w: Any, i: Any) -> Any:
+            return loop_reference(ckpt, m, layer, xs, w, i)
+
     ref = reference(ckpt, moe, layer, x, oracle=oracle)
     if not ref.independent:
         return None
-    out = _measure(ckpt, moe, layer, x, ref)
+    out = _measure(moe, x, ref, loop)
     rel = _rel(out, ref.output)
     if rel <= TOLERANCE:
         return DeclaredProof(layer, rel, ref.name)
@@ -158,7 +173,7 @@ def prove_declared(ckpt: Any, moe: Any, layer: int, x: Any, oracle: Any) -> Decl
     tried = []
     for name, declared, changed, fmt in _variants(moe.format):
         try:
-            other = _rel(_measure(ckpt, describe(ckpt.config, fmt, ckpt.weight_map), layer, x, ref), ref.output)
+            other = _rel(_measure(describe(ckpt.config, fmt, ckpt.weight_map), x, ref, loop), ref.output)
         except (FormatError, RuntimeError, ValueError):  # shapes that do not multiply, a key the config lacks
             continue
         if other <= TOLERANCE:
