@@ -885,9 +885,10 @@ def _print_report(args: argparse.Namespace, moe: Any, dtype: str, rows: list[Row
         bad = [r for r in rows if not r.matched]
         ratios = [r.scale_ratio for r in bad if r.scale_ratio is not None]
         if bad and len(ratios) == len(bad):
-            from layoutc.tools.checkpoints.block import explain_ratio
+            from layoutc.tools.checkpoints.block import block_ops, explain_ratio
 
-            print(f"MISMATCH in {len(bad)} of {len(rows)} runs: {explain_ratio(ratios[0], moe.text_config)}")
+            words = explain_ratio(ratios[0], moe.text_config, block_ops(moe), moe.format.routed_scale)
+            print(f"MISMATCH in {len(bad)} of {len(rows)} runs: {words}")
         elif bad:
             print(f"MISMATCH in {len(bad)} of {len(rows)} runs (check the format: gate/up order, orientation, "
                   "fused row layout, routing, router_weight)")

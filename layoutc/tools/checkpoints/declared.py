@@ -103,22 +103,8 @@ def _factor_words(moe: Any, c: float) -> str:
     """What a constant ratio c (block / declared) says about the declared scale fields."""
     from layoutc.tools.checkpoints.block import block_ops, explain_ratio
 
-    ops = block_ops(moe)
-    measured = ops.factor * c
-    declared = []
-    if ops.scale_key is not None:
-        declared.append(
-            f"routed_scale {list(moe.format.routed_scale)!r} (config.json {ops.scale_key} = {ops.routed_scale:g})"
-        )
-    if ops.combination == "average":
-        declared.append('shared_combination "average" (x0.5)')
-    if not declared:
-        return explain_ratio(c, moe.text_config if isinstance(moe.text_config, dict) else {})
-    none = math.isclose(measured, 1.0, rel_tol=1e-3)
-    return (
-        f"the format declares {' and '.join(declared)}: x{ops.factor:.4g} on the experts' output, but "
-        f"transformers' block measures x{measured:.4g}" + (" (it applies no scale after its experts)" if none else "")
-    )
+    cfg = moe.text_config if isinstance(moe.text_config, dict) else {}
+    return explain_ratio(c, cfg, block_ops(moe), moe.format.routed_scale)
 
 
 def prove_declared(
