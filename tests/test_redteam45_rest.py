@@ -236,3 +236,21 @@ def test_a_declared_scale_on_the_quantized_path_is_not_ok(tmp_path: Path) -> Non
     right = _declared(tmp_path, folder, {}, routed_scale=[])
     code, out, err = run(str(folder), "--tp", "1,2", "--format-file", str(right))
     assert code == 0 and "was proved on layer 0 in float32" in err, (out, err)
+
+
+def test_a_declared_factor_is_worded_as_declared() -> None:
+    """F7a: a MISMATCH that is a constant ratio where the format declares a factor was worded as
+    "a scale outside the experts ... no config key holds 0.9852"; it names the declared field, its
+    config value and what the block measures."""
+    from layoutc.tools.checkpoints.block import BlockOps, explain_ratio
+
+    cfg = {"routed_scaling_factor": 1.015}
+    words = explain_ratio(1 / 1.015, cfg, BlockOps(1.015, "routed_scaling_factor"), ("routed_scaling_factor",))
+    assert (
+        "the format declares routed_scale ['routed_scaling_factor'] (config.json routed_scaling_factor = 1.015)"
+        in words
+    ), words
+    assert "block measures x1 (it applies no scale after its experts)" in words and "no config key" not in words
+    average = explain_ratio(2.0, {}, BlockOps(combination="average"))
+    assert 'shared_combination "average" (x0.5)' in average and "measures x1 " in average, average
+    assert "no config key holds 3" in explain_ratio(3.0, {}, BlockOps())  # nothing declared: as before
