@@ -106,9 +106,10 @@ def base_checkpoint(out: Path, hidden: int, intermediate: int, experts: int = 4,
     return out
 
 
-def write(tool: str, base: Path, out: Path, bits: int, group: int) -> Path:
+def write(tool: str, base: Path, out: Path, bits: int, group: int, layer_config: str = "") -> Path:
     """`base` packed by `tool` ("llmcompressor": compressed-tensors pack-quantized; "autoround":
-    auto-round's native format) at `bits`, `group` (-1: channelwise) into `out`."""
+    auto-round's native format) at `bits`, `group` (-1: channelwise) into `out`. `layer_config`:
+    auto-round's per-layer overrides as JSON (written as quantization_config.extra_config)."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(packers_path()), str(ROOT)]),
@@ -117,7 +118,8 @@ def write(tool: str, base: Path, out: Path, bits: int, group: int) -> Path:
         "TOKENIZERS_PARALLELISM": "false",
     }
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "packers_child.py"), tool, str(base), str(out), str(bits), str(group)],
+        [sys.executable, str(ROOT / "tests" / "packers_child.py"), tool, str(base), str(out), str(bits), str(group)]
+        + ([layer_config] if layer_config else []),
         env=env,
         capture_output=True,
         text=True,

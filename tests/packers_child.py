@@ -3,7 +3,7 @@ LAYOUTC_PACKERS_PATH (llm-compressor 0.14.0 with compressed-tensors 0.19.0, auto
 tests/conformance/packers-requirements.txt). Not imported by the tests: tests/packers.py runs it.
 
     python tests/packers_child.py llmcompressor SRC DST BITS GROUP   # GROUP -1: channelwise
-    python tests/packers_child.py autoround SRC DST BITS GROUP
+    python tests/packers_child.py autoround SRC DST BITS GROUP [LAYER_CONFIG_JSON]
 
 - llmcompressor: `llmcompressor.entrypoints.model_free.model_free_ptq`, the packer's own data-free
   path (round-to-nearest, no calibration set, no model class): it reads the safetensors, quantizes
@@ -42,7 +42,11 @@ def llmcompressor(src: str, dst: str, bits: int, group: int) -> None:
     model_free_ptq(src, dst, scheme=scheme, ignore=IGNORE)
 
 
-def autoround(src: str, dst: str, bits: int, group: int) -> None:
+def autoround(src: str, dst: str, bits: int, group: int, layer_config: str = "") -> None:
+    """`layer_config`: JSON of AutoRound's per-layer overrides ({name or regex: {"bits": 8, ...}}),
+    which auto-round writes as quantization_config.extra_config; "" for none."""
+    import json
+
     import torch
     from auto_round import AutoRound
     from transformers import AutoModelForCausalLM
@@ -61,6 +65,7 @@ def autoround(src: str, dst: str, bits: int, group: int) -> None:
         iters=0,
         disable_opt_rtn=True,
         device_map="cpu",
+        **({"layer_config": json.loads(layer_config)} if layer_config else {}),
     ).quantize_and_save(str(out / "_ar"), format="auto_round")
     (written,) = [p.parent for p in (out / "_ar").rglob("config.json")]
     for f in written.iterdir():
@@ -70,4 +75,5 @@ def autoround(src: str, dst: str, bits: int, group: int) -> None:
 
 if __name__ == "__main__":
     tool, src, dst, bits, group = sys.argv[1:6]
-    {"llmcompressor": llmcompressor, "autoround": autoround}[tool](src, dst, int(bits), int(group))
+    extra = sys.argv[6:7]  # autoround only: its layer_config as JSON
+    {"llmcompressor": llmcompressor, "autoround": autoround}[tool](src, dst, int(bits), int(group), *extra)

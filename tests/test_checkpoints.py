@@ -246,6 +246,19 @@ def _cli(*argv: str) -> tuple[int, str]:
     return code, buf.getvalue()
 
 
+def _cli_err(*argv: str) -> tuple[int, str, str]:
+    """`_cli` with stderr too: (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from layoutc.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["run", *argv])
+    return code, out.getvalue(), err.getvalue()
+
+
 def _format_file(tmp_path: Path, base: str, **changes: Any) -> str:
     from dataclasses import asdict
 
@@ -307,14 +320,12 @@ def test_llama4_declared_to_weight_the_output_is_caught(ckpts: dict[tuple[str, s
                                                          tmp_path: Path) -> None:
     """issue 20: with router_weight "output" (what `layoutc run` assumed before) the kernel computes
     w * expert(x), transformers' Llama4TextMoe expert(w * x): a MISMATCH at every TP degree."""
-    code, out = _cli(str(ckpts[("llama4", "float32")]), "--tp", "1,2,4", "--format", "json", "--format-file",
-                     _format_file(tmp_path, "llama4_text", router_weight="output"))
-    data = json.loads(out)
-    assert code == 1 and not data["ok"], out
-    assert all(r["result"] == "MISMATCH" and r["rel_error"] > 0.1 and r["independent"] for r in data["rows"]), out
-    code, text = _cli(str(ckpts[("llama4", "float32")]), "--tp", "2", "--format-file",
-                      _format_file(tmp_path, "llama4_text", router_weight="output"))
-    assert code == 1 and "MISMATCH" in text and " ok" not in text, text
+    # a --format-file is proved in float32 against the block before any kernel row (issue 45 F2a):
+    # LR143 names the field, never a row
+    code, out, err = _cli_err(str(ckpts[("llama4", "float32")]), "--tp", "1,2,4", "--format-file",
+                              _format_file(tmp_path, "llama4_text", router_weight="output"))
+    assert code == 2 and " ok" not in out, out
+    assert "error[LR143]" in err and "The field at fault is router_weight: declared 'output'" in err, err
 
 
 def test_bad_router_weight_in_a_format_file_is_lr103(ckpts: dict[tuple[str, str], Path], tmp_path: Path) -> None:
@@ -408,15 +419,15 @@ def test_gate_up_swapped_is_caught(ckpts: dict[tuple[str, str], Path], tmp_path:
     swapped = replace(fmt, gate=fmt.up, up=fmt.gate)
     run, x, w, ids = _kernel(folder, "float32", 4, swapped)
     assert rel_error(run.output, _forward(_oracle(folder, 0), x, w, ids)) > 0.1
-    code, out = _cli(str(folder), "--tp", "2", "--format-file",
-                     _format_file(tmp_path, "qwen3_moe", gate=fmt.up, up=fmt.gate))
-    assert code == 1 and "MISMATCH" in out, out
+    code, out, err = _cli_err(str(folder), "--tp", "2", "--format-file",
+                              _format_file(tmp_path, "qwen3_moe", gate=fmt.up, up=fmt.gate))
+    assert code == 2 and "error[LR143]" in err and "The field at fault is gate / up" in err, (out, err)
 
 
 def test_interleaved_read_as_halves_is_caught(ckpts: dict[tuple[str, str], Path], tmp_path: Path) -> None:
-    code, out = _cli(str(ckpts[("gpt_oss", "float32")]), "--tp", "1,4", "--format-file",
-                     _format_file(tmp_path, "gpt_oss", gate_up_layout="halves"))
-    assert code == 1 and "MISMATCH" in out, out
+    code, out, err = _cli_err(str(ckpts[("gpt_oss", "float32")]), "--tp", "1,4", "--format-file",
+                              _format_file(tmp_path, "gpt_oss", gate_up_layout="halves"))
+    assert code == 2 and "error[LR143]" in err and "The field at fault is gate_up_layout" in err, (out, err)
 
 
 def test_interleave_and_halves_sources_load_alike() -> None:
@@ -445,9 +456,9 @@ def test_gpt_oss_down_untransposed_with_h_equal_i_is_caught(tmp_path: Path) -> N
     folder = _maker().make(str(tmp_path / "gpt-oss-square"), "gpt_oss", dtype="float32", hidden=256,
                            intermediate=256, experts=4, layers=1)
     assert _cli(folder, "--tp", "1,2")[0] == 0
-    code, out = _cli(folder, "--tp", "1,2", "--format-file",
-                     _format_file(tmp_path, "gpt_oss", down_transposed=False))
-    assert code == 1 and "MISMATCH" in out, out
+    code, out, err = _cli_err(folder, "--tp", "1,2", "--format-file",
+                              _format_file(tmp_path, "gpt_oss", down_transposed=False))
+    assert code == 2 and "error[LR143]" in err and "The field at fault is down_transposed" in err, (out, err)
 
 
 def test_bias_is_loaded_on_rank_zero_only(ckpts: dict[tuple[str, str], Path]) -> None:

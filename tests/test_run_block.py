@@ -62,7 +62,7 @@ def _ok(folder: str, *extra: str) -> tuple[dict[str, Any], dict[str, Any], str]:
 @pytest.mark.transformers
 def test_routed_scale_after_the_experts(tmp_path: Path) -> None:
     """Laguna multiplies the experts' output by moe_routed_scaling_factor after them: proposed and
-    run with the scale; a format without it is a MISMATCH diagnosed as that scale, by its key."""
+    run with the scale; a format file without it is stopped by the float32 proof (LR143), diagnosed as that scale, by its key."""
     _require()
     folder = _make(tmp_path, "laguna", moe_routed_scaling_factor=2.5, shared_expert_intermediate_size=32)
     report, fmt, err = _ok(folder)
@@ -80,16 +80,18 @@ def test_routed_scale_after_the_experts(tmp_path: Path) -> None:
     plain = tmp_path / "no-scale.json"
     plain.write_text(json.dumps(fmt))
     code, out, err = _run(folder, "--tp", "1", "--format-file", str(plain))
-    assert code == 1, (out, err)
-    assert "MISMATCH" in out and "x2.5 the kernel's on every token: a scale outside the experts" in out, out
-    assert "moe_routed_scaling_factor" in out and "check the format" not in out, out
+    # the declared format is proved in float32 before any kernel row (issue 45 F2a): LR143, not a MISMATCH row
+    assert code == 2 and "error[LR143]" in err and "ok" not in out, (out, err)
+    assert "x2.5 the kernel's on every token: a scale outside the experts" in err, err
+    assert "moe_routed_scaling_factor" in err and "check the format" not in err, err
 
 
 @pytest.mark.kernel
 @pytest.mark.transformers
 def test_average_combination(tmp_path: Path) -> None:
     """Cohere2-MoE with strategy "average" returns (routed + shared) / 2: the format states
-    shared_combination "average" and the run matches the block; "sum" is diagnosed as x0.5."""
+    shared_combination "average" and the run matches the block; a format file with "sum" is stopped (LR143)
+    and diagnosed as x0.5."""
     _require()
     folder = _make(tmp_path, "cohere2_moe", shared_expert_combination_strategy="average", num_shared_experts=1)
     _report, fmt, _err = _ok(folder)
@@ -98,8 +100,8 @@ def test_average_combination(tmp_path: Path) -> None:
     summed = tmp_path / "sum.json"
     summed.write_text(json.dumps(fmt))
     code, out, err = _run(folder, "--tp", "1", "--format-file", str(summed))
-    assert code == 1, (out, err)
-    assert "x0.5 the kernel's" in out and "shared_expert_combination_strategy" in out, out
+    assert code == 2 and "error[LR143]" in err and "ok" not in out, (out, err)  # proved before the rows (F2a)
+    assert "x0.5 the kernel's" in err and "shared_expert_combination_strategy" in err, err
 
 
 @pytest.mark.kernel

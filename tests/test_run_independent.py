@@ -88,8 +88,8 @@ def _swapped_format(path: Path) -> Path:
 @pytest.mark.parametrize("quant", ["fp8_tensor", "gptq4"])
 def test_a_swapped_gate_and_up_in_the_format_file_is_not_ok(tmp_path: Path, quant: str) -> None:
     """The format file swaps gate_proj and up_proj. FP8 per-tensor (no kernel: the declared-format
-    loop is both sides) and GPTQ int4 (int4pack) both MISMATCH against transformers' block over
-    the checkpoint's own names; unswapped, the int4pack rows are ok and the FP8 rows unchecked.
+    loop is both sides) and GPTQ int4 (int4pack) are both stopped by the float32 proof against
+    transformers' block over the checkpoint's own names (LR143, gate / up named); unswapped, the int4pack rows are ok and the FP8 rows unchecked.
     (Old code: FP8 swapped exit 0, every row "ok".)"""
     flags = ("--quant", "gptq4", "--group-size", "64") if quant == "gptq4" else ("--quant", quant)
     folder = _make(tmp_path / "ckpt", *flags)
@@ -101,12 +101,11 @@ def test_a_swapped_gate_and_up_in_the_format_file_is_not_ok(tmp_path: Path, quan
     code, out, err = _run(
         str(folder), "--tp", "1,2", "--format", "json", "--format-file", str(_swapped_format(tmp_path / "swapped.json"))
     )
-    assert code == 1, (out, err)
-    rows = json.loads(out)["rows"]
-    assert [r["tp_size"] for r in rows] == [1, 2]
-    for r in rows:
-        assert not r["ok"] and not r["matched"] and r["rel_error"] > 0.1, r
-        assert r["result"].startswith("MISMATCH"), r
+    # the format file is proved in float32 over the dequantized weights before any row (issue 45
+    # F2a): LR143 naming the swapped field, never a row
+    assert code == 2, (out, err)
+    (diag,) = json.loads(out)
+    assert diag["code"] == "LR143" and "The field at fault is gate / up" in diag["message"], diag
 
 
 @pytest.mark.slow

@@ -623,6 +623,37 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
                    "and pass --format-file")
 
 
+def _prove_format_file(args: argparse.Namespace, ckpt: Any, moe: Any, layer: int, oracle: Any,
+                       scheme: Any = None) -> None:
+    """A --format-file's format proved in float32 on `layer` against transformers' block before the
+    kernel rows (layoutc.tools.checkpoints.declared.prove_declared: FormatError LR143 naming the
+    field at fault and the measured error); the proof is said on stderr. With a quantization
+    `scheme`: over the dequantized weights (`_declared_loop`), against the quantized runner's own
+    oracle for `layer` (quant_run/oracle.py independent_oracle, built here as `_prove_quantized`
+    builds it). Without an oracle (--no-transformers, --no-from-pretrained, no block) nothing is
+    proved and the rows say "unchecked", as before."""
+    from layoutc.tools.checkpoints.declared import prove_declared
+
+    loop = None
+    if scheme is not None:
+        if args.no_transformers or args.no_from_pretrained:
+            return
+        from layoutc.tools.quant_run.oracle import independent_oracle
+
+        oracle, _ = independent_oracle(ckpt, moe, scheme, [layer])
+
+        def loop(m: Any, x: Any, w: Any, i: Any) -> Any:
+            return _declared_loop(ckpt, m, layer, x, w, i, scheme)
+
+    x = hidden_states(moe, layer, args.tokens, args.seed, "float32")
+    proof = prove_declared(ckpt, moe, layer, x, oracle, loop)
+    if scheme is not None and oracle is not None:
+        oracle.release()  # the quantized runner builds its own
+    if proof is not None:
+        sys.stderr.write(f"layoutc run: the declared format (--format-file) was proved on layer {proof.layer} in "
+                         f"float32 against {proof.reference.split(' (')[0]} (rel error {proof.rel:.1e})\n")
+
+
 def _refuse_non_gated(args: argparse.Namespace, ckpt: Any, candidates: list[Any], moe: Any, layer: int,
                       why: str) -> None:
     """RunError LR148 for non-gated experts no glue computes (`activation.non_gated_refusal`'s words).
@@ -708,6 +739,8 @@ def _run(args: argparse.Namespace) -> int:
                 raise RunError("LR148", no_gate)
             if candidates:  # a quantized release of a proposed family: proved on the dequantized weights
                 moe = _prove_quantized(args, ckpt, candidates, scheme, layers[0])
+            elif args.format_file:
+                _prove_format_file(args, ckpt, moe, layers[0], None, scheme)  # LR143 before any kernel row
             return run_quantized(args, ckpt, moe, scheme, layers, tps)
         args.contract = args.contract or DEFAULT_CONTRACT
         dtype, warning = run_dtype(ckpt, check_experts(ckpt, moe, layers), args.dtype)
@@ -750,6 +783,8 @@ def _run(args: argparse.Namespace) -> int:
             oracle = transformers_oracle(args.model_dir, layers)
         if candidates:
             moe = _prove(args, ckpt, candidates, layers[0], oracle)
+        elif args.format_file:
+            _prove_format_file(args, ckpt, moe, layers[0], oracle)  # LR143 before any kernel row
         note = vllm_placement_note(ckpt.config, placement) if any(e > 1 for e in eps) else None
         if note and args.format == "text":
             print(note)
@@ -850,9 +885,10 @@ def _print_report(args: argparse.Namespace, moe: Any, dtype: str, rows: list[Row
         bad = [r for r in rows if not r.matched]
         ratios = [r.scale_ratio for r in bad if r.scale_ratio is not None]
         if bad and len(ratios) == len(bad):
-            from layoutc.tools.checkpoints.block import explain_ratio
+            from layoutc.tools.checkpoints.block import block_ops, explain_ratio
 
-            print(f"MISMATCH in {len(bad)} of {len(rows)} runs: {explain_ratio(ratios[0], moe.text_config)}")
+            words = explain_ratio(ratios[0], moe.text_config, block_ops(moe), moe.format.routed_scale)
+            print(f"MISMATCH in {len(bad)} of {len(rows)} runs: {words}")
         elif bad:
             print(f"MISMATCH in {len(bad)} of {len(rows)} runs (check the format: gate/up order, orientation, "
                   "fused row layout, routing, router_weight)")

@@ -104,7 +104,8 @@ def block_ops(moe: Any) -> BlockOps:
     """`moe.format`'s block-level fields read from `moe.text_config` (describe()'s MoEModelConfig).
 
     Raises FormatError LR102 when a declared key is absent or its value is not a finite
-    positive number (routed_scale) or a non-negative integer (the row counts)."""
+    positive number (routed_scale), a non-negative integer (the row counts) or a list
+    (hash_routing)."""
     fmt, cfg = moe.format, moe.text_config if isinstance(moe.text_config, dict) else {}
     scale, key = 1.0, None
     for k in fmt.routed_scale:
@@ -123,8 +124,11 @@ def block_ops(moe: Any) -> BlockOps:
     hash_layers: tuple[int, ...] = ()
     if fmt.hash_routing is not None:
         types = config_value(cfg, fmt.hash_routing)
-        if isinstance(types, list):
-            hash_layers = tuple(i for i, t in enumerate(types) if t == HASH_LAYER)
+        if not isinstance(types, list):  # absent or not a list: hash routing declared, never read (issue 45 F7b)
+            raise FormatError("LR102", f"config.json: {fmt.hash_routing} (the per-layer MoE types whose "
+                              f"{HASH_LAYER!r} entries mark the hash-routed layers, the format's hash_routing) "
+                              + ("is absent" if types is None else f"must be a list, got {str(types)[:80]!r}"))
+        hash_layers = tuple(i for i, t in enumerate(types) if t == HASH_LAYER)
     return BlockOps(scale, key, fmt.shared_combination,
                     _count(cfg, fmt.router_extra_rows, "router rows of shared experts"),
                     _count(cfg, fmt.identity_experts, "identity experts"), hash_layers, fmt.post_norm)
@@ -192,9 +196,29 @@ def ratio_keys(cfg: dict[str, Any], c: float) -> list[str]:
     return found
 
 
-def explain_ratio(c: float, cfg: dict[str, Any]) -> str:
+def declared_factor_words(ops: BlockOps, routed_scale: tuple[str, ...], c: float) -> str:
+    """A constant ratio c (the block's routed output / the output with the format's block step
+    `ops` applied) where the format declares a factor (`ops.factor` != 1): the declared fields
+    and what the block measures (issue 45 F7a: not "a scale no config key holds")."""
+    declared = []
+    if ops.scale_key is not None:
+        declared.append(f"routed_scale {list(routed_scale)!r} (config.json {ops.scale_key} = {ops.routed_scale:g})")
+    if ops.combination == "average":
+        declared.append('shared_combination "average" (x0.5)')
+    measured = ops.factor * c
+    none = " (it applies no scale after its experts)" if math.isclose(measured, 1.0, rel_tol=1e-3) else ""
+    return (f"the format declares {' and '.join(declared)}: x{ops.factor:.4g} on the experts' output, but "
+            f"transformers' block measures x{measured:.4g}{none}")
+
+
+def explain_ratio(c: float, cfg: dict[str, Any], ops: BlockOps | None = None,
+                  routed_scale: tuple[str, ...] = ()) -> str:
     """A constant ratio c between the block's routed output and the kernel's, in words, naming
-    the config key that holds it when one does."""
+    the config key that holds it when one does. With the format's block step `ops` (and its
+    `routed_scale` keys) declaring a factor: the declared fields and what the block measures
+    (`declared_factor_words`)."""
+    if ops is not None and ops.factor != 1.0:
+        return declared_factor_words(ops, routed_scale, c)
     keys = ratio_keys(cfg, c)
     head = (f"the block's routed output is x{c:.4g} the kernel's on every token: a scale outside the experts "
             "(after them, in the block), not a wrong layout")

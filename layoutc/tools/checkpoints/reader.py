@@ -418,7 +418,8 @@ class MappedSlice:
 
 class _Unflattened:
     """`[E * rows, cols]` seen as `[E, rows, cols]`: indexed with three slices (or one int
-    expert), it reads the experts' row blocks only (get_slice semantics: nothing else)."""
+    expert), it reads the experts' row blocks only (get_slice semantics: nothing else); a
+    contiguous row range (a TP rank's rows) reads only those rows of each expert."""
 
     def __init__(self, src: Any, experts: int, rows: int, cols: int) -> None:
         self.src, self.experts, self.rows, self.cols = src, experts, rows, cols
@@ -435,10 +436,18 @@ class _Unflattened:
         index = (*index, *([slice(None)] * (3 - len(index))))
         first, rows, cols = index
         if isinstance(first, int):
+            own = range(*rows.indices(self.rows)) if isinstance(rows, slice) else None
+            if own is not None and own.step == 1:  # a row range: only those rows are read
+                start = first * self.rows + own.start
+                return self.src[start:start + len(own), cols]
             block = self.src[first * self.rows:(first + 1) * self.rows, cols]
             return block[rows]
         picked = range(*first.indices(self.experts))
-        if picked.step != 1 and len(picked) > 1:  # every step-th expert: each one's row block, stacked
+        own = range(*rows.indices(self.rows)) if isinstance(rows, slice) else None
+        partial = own is not None and own.step == 1 and len(own) < self.rows
+        if (picked.step != 1 and len(picked) > 1) or (partial and len(picked) > 0):
+            # every step-th expert, or a TP rank's rows of each (issue 45 F6: the rank read every
+            # expert's whole row block, tp times its bytes): each one's own rows, stacked
             import torch
 
             return torch.stack([self[e, rows, cols] for e in picked])

@@ -293,7 +293,58 @@ def _auto_round(quant: dict[str, Any], names: _ExpertNames) -> S.QuantScheme:
             if hit:
                 raise FormatError("LR152", f"auto-round extra_config entry {key!r} (bits {rule['bits']}) leaves the "
                                   f"routed experts ({name}) unquantized; layoutc declares quantized experts only")
-    return W.read_auto_round(quant)
+    return W.read_auto_round(_auto_round_experts(quant, extra, list(names.projections())))
+
+
+#: the weight keys an auto-round extra_config entry overrides per layer (auto-round 0.16.1
+#: inference/convert_model.py builds each layer's QuantizationScheme from them, the default scheme's
+#: where the entry lacks one; vLLM 0.32 inc/config_parser.py get_config reads bits, group_size, sym)
+AUTO_ROUND_LAYER_KEYS = ("bits", "group_size", "sym", "data_type")
+
+
+def _auto_round_override(extra: dict[str, Any], name: str) -> tuple[str, dict[str, Any]] | None:
+    """The extra_config entry that applies to module `name`: an exact key (also without "model."),
+    else the first key that is a regex found in it (auto-round 0.16.1 inference/utils.py
+    _expand_regex_config: `re.search`, an explicit name not overwritten; vLLM 0.32
+    inc/config_parser.py _resolve_raw: exact, then regex keys by `re.search`); None for none."""
+    for key in (name, name.removeprefix("model.")):
+        if isinstance(extra.get(key), dict):
+            return key, extra[key]
+    for key, rule in extra.items():
+        if not isinstance(rule, dict):
+            continue
+        try:
+            if re.search(key, name) is not None:
+                return key, rule
+        except re.error:  # not a regex: both skip it
+            continue
+    return None
+
+
+def _auto_round_experts(quant: dict[str, Any], extra: dict[str, Any], projections: list[str]) -> dict[str, Any]:
+    """quantization_config as it applies to the routed experts: with extra_config's per-layer
+    override of AUTO_ROUND_LAYER_KEYS where one reaches them (issue 45 F2b; before, they were read
+    with the top-level scheme). Every expert projection must get the same scheme, as vLLM 0.32
+    requires of a fused MoE layer (inc/config_parser.py: "requires consistent quant config for all
+    sub-layers"); else FormatError LR149 naming two projections, their keys and schemes. The merged
+    scheme is then read as any (LR150 / LR151 for one the route does not take)."""
+    seen: dict[tuple[Any, ...], tuple[str, str]] = {}
+    for name in projections:
+        found = _auto_round_override(extra, name)
+        rule = found[1] if found else {}
+        scheme = tuple(rule.get(k, quant.get(k)) for k in AUTO_ROUND_LAYER_KEYS)
+        seen.setdefault(scheme, (name, found[0] if found else "(no entry: the top-level scheme)"))
+    if len(seen) > 1:
+        (a, (na, ka)), (b, (nb, kb)) = list(seen.items())[:2]
+        words = ", ".join(AUTO_ROUND_LAYER_KEYS)
+        raise FormatError("LR149", f"auto-round extra_config gives the routed experts {len(seen)} different "
+                          f"schemes ({words}): {na} gets {a} by {ka!r}, {nb} gets {b} by {kb!r}; one scheme "
+                          "for all routed experts is declared (vLLM 0.32 refuses a fused MoE layer whose "
+                          "sub-layers differ)")
+    if not seen:
+        return quant
+    (scheme,) = seen
+    return {**quant, **{k: v for k, v in zip(AUTO_ROUND_LAYER_KEYS, scheme, strict=True) if v is not None}}
 
 
 def _modelopt(quant: dict[str, Any], names: _ExpertNames) -> S.QuantScheme:

@@ -13,7 +13,7 @@ an FP8 weight byte that is NaN; LR157 the quantization_config disagrees with the
 tensors (a dtype the scheme does not store, a weight sized for another bit width or packed
 as another method packs it, a scale stored under another format's name, bf16 weights where
 quantized ones are declared, a compressed-tensors weight_zero_point where the config says
-symmetric).
+symmetric); LR145 a compressed-tensors `weight_shape` that is not its weight's [out, in].
 """
 
 from __future__ import annotations
@@ -23,7 +23,11 @@ from typing import Any
 from layoutc.tools.checkpoints.formats import FormatError, describe
 from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 from layoutc.tools.checkpoints.quant import scheme as S
+from layoutc.tools.checkpoints.quant.wna16 import CT_NAMES
 from layoutc.tools.checkpoints.reader import Checkpoint
+
+#: compressed-tensors pack-quantized schemes, whose compressor stores `weight_shape` beside the weight
+CT_PACKED_NAMES = tuple(CT_NAMES.values())
 
 #: safetensors dtype codes -> torch dtype names (safetensors 0.8 `get_dtype()`).
 SAFETENSORS_DTYPES = {
@@ -143,6 +147,8 @@ def validate(scheme: S.QuantScheme, ckpt: Checkpoint, layer: int, moe: MoEModelC
                 dtype = SAFETENSORS_DTYPES.get(sl.get_dtype(), sl.get_dtype())
                 shape = tuple(int(s) for s in sl.get_shape())
                 check_stored(scheme, spec, name, dtype, shape, extents, moe.num_experts if fused else None)
+                if spec.role == "weight" and scheme.name in CT_PACKED_NAMES:
+                    check_weight_shape(ckpt, name.removesuffix("_packed") + "_shape", extents)
                 if spec.role == "g_idx":
                     check_g_idx(scheme, name, ckpt.tensor(name), extents)
                 if spec.role == "zero":
@@ -156,6 +162,29 @@ def validate(scheme: S.QuantScheme, ckpt: Checkpoint, layer: int, moe: MoEModelC
                     check_finite_scale(name, ckpt.tensor(name))
                 elif spec.role == "weight" and element == "e4m3fn":
                     check_fp8_weight(name, ckpt.tensor(name))
+
+
+def check_weight_shape(ckpt: Checkpoint, name: str, extents: dict[str, int]) -> None:
+    """compressed-tensors pack-quantized's `weight_shape` (int [2], the unpacked [out, in] the
+    compressor packed: compressed-tensors 0.19 compressors/pack_quantized/base.py compress stores
+    `torch.tensor(weight.shape)`, and decompress unpacks to it) against the packed weight and
+    config.json's extents [out, in] (`extents`). Absent: nothing to check (vLLM 0.32's
+    CompressedTensorsWNA16MoEMethod registers it but decodes from the config's sizes).
+    Raises FormatError LR145 naming the tensor, the expected and the stored shape (a dtype that
+    is not an integer, a shape other than [2], or values other than [out, in])."""
+    if not ckpt.has(name):
+        return
+    sl = ckpt.slice(name)
+    dtype = SAFETENSORS_DTYPES.get(sl.get_dtype(), sl.get_dtype())
+    dims = [int(d) for d in sl.get_shape()]
+    want = [extents["out"], extents["in"]]
+    if not dtype.startswith(("int", "uint")) or dims != [2]:
+        raise FormatError("LR145", f"{name}: stored {dtype} {dims}, but compressed-tensors' weight_shape is an "
+                          f"integer [2] holding its weight's unpacked [out, in] = {want}")
+    stored = [int(v) for v in ckpt.tensor(name).reshape(-1).tolist()]
+    if stored != want:
+        raise FormatError("LR145", f"{name}: holds [out, in] = {stored}, but its packed weight and config.json "
+                          f"give {want}: the checkpoint's weights are not the shape its config describes")
 
 
 def _missing(scheme: S.QuantScheme, ckpt: Checkpoint, name: str, roles: dict[str, str]) -> None:
