@@ -364,10 +364,11 @@ def test_one_fetcher_unpacks_once_for_the_replay_and_the_release_matrix(
 @pytest.mark.conformance
 @pytest.mark.slow
 def test_installed_vllm_passes_the_loader_and_unquantized_aiter_rows() -> None:
-    """The installed vLLM (0.32.0) holds both fixes; both rows run in one child (one import)."""
+    """The installed vLLM (0.32.0) holds the three fixes (the loader stride, the unquantized AITER round-up,
+    the block-FP8 TP-shard pad); the rows run in one child (one import)."""
     import json
 
-    keys = ["vllm-moe-loader-padded-stride", "vllm-aiter-unquantized-intermediate-pad"]
+    keys = ["vllm-moe-loader-padded-stride", "vllm-aiter-unquantized-intermediate-pad", "vllm-block-fp8-tp-shard-pad"]
     proc = subprocess.run(
         [sys.executable, "-m", "bench.replay.child", ",".join(keys)],
         capture_output=True,

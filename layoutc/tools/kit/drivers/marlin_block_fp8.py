@@ -20,7 +20,9 @@
 
 Stubbed, and nothing else: the device probe `MarlinExperts._supports_current_device` (CUDA with
 capability 7.5) answers True; the TP world size `Fp8MoEMethod` reads is tp_size (no process group);
-the layer is RoutedExperts' own loading methods on a bare module (`vllm_loader_common.py`).
+the layer is RoutedExperts' own loading methods on a bare module (`vllm_loader_common.py`); where
+the release allocates the Marlin workspace in prepare_fp8_moe_layer_for_marlin (vLLM <= 0.30:
+`marlin_make_workspace_new`, sized by a device query of the SM count), an empty stand-in buffer.
 Gate: `Fp8MoEMethod` plus `create_weights` (on meta tensors) accept the layer and pick MARLIN.
 Known: `marlin_fp8_h_not_128` (vLLM admits a hidden size off the Marlin tile the contract refuses).
 MXFP8 is the `marlin_mxfp8` driver: `scheme` is scoped to fp8_block128 here.
@@ -85,6 +87,18 @@ def _marlin_world(tp: int) -> Iterator[None]:
     with mock.patch.object(MarlinExperts, "_supports_current_device", staticmethod(lambda: True)), \
             mock.patch.object(dist, "get_tensor_model_parallel_world_size", return_value=tp), \
             mock.patch.object(method, "get_tensor_model_parallel_world_size", return_value=tp, create=True):
+        yield
+
+
+@contextlib.contextmanager
+def _no_workspace(marlin: Any) -> Iterator[None]:
+    """vLLM <= 0.30's prepare_fp8_moe_layer_for_marlin allocates the Marlin kernel's scratch buffer
+    (`marlin_make_workspace_new`, sized by the device's SM count, a device query) between the tile pad
+    and the repack: a stand-in gives an empty int32 buffer (no layout). Later releases do not call it there."""
+    if not hasattr(marlin, "marlin_make_workspace_new"):
+        yield
+        return
+    with mock.patch.object(marlin, "marlin_make_workspace_new", lambda *a, **k: torch.zeros(0, dtype=torch.int32)):
         yield
 
 
@@ -181,7 +195,9 @@ def engine_run(params: dict[str, Any], plan: Any, gen: Any, poison: bool) -> Any
                                   weight_loader=layer.weight_loader)
             load_experts(layer, checkpoint)
             w13_s, w2_s = layer.w13_weight_scale_inv.data.clone(), layer.w2_weight_scale_inv.data.clone()
-            stop = run_until(lambda lay=layer: method.process_weights_after_loading(lay), getattr(marlin, STOP[0]), STOP[1])
+            with _no_workspace(marlin):
+                stop = run_until(lambda lay=layer: method.process_weights_after_loading(lay), getattr(marlin, STOP[0]),
+                                 STOP[1])
             held = next((f for f in stop.frames if "w2_weight" in f and "w13_weight" in f), None)
             assert held is not None, f"{'.'.join(STOP)} was not called from prepare_fp8_moe_layer_for_marlin"
             for name, got in (("w13_weight", held["w13_weight"]), ("w2_weight", held["w2_weight"])):
