@@ -42,7 +42,9 @@ TARGETS = {
     f"{MXFP4_METHOD}:GptOssMxfp4MoEMethod.create_weights": None,
     f"{MXFP4_METHOD}:GptOssMxfp4MoEMethod.process_weights_after_loading": ("self", "layer"),
     f"{MXFP4_ORACLE}:convert_gpt_oss_weight_to_mxfp4_moe_kernel_format": None,
-    "vllm.model_executor.models.gpt_oss:GptOssModel._load_weights_mxfp4": None,
+    # 0.33 re-signed it (5 positional arguments): a named signature failure, not a TypeError mid-path
+    "vllm.model_executor.models.gpt_oss:GptOssModel._load_weights_mxfp4":
+        ("self", "ep_rank_end", "ep_rank_start", "heads_per_rank", "head_start", "weights", "stacked_params_mapping"),
 }
 SCOPE = {"activation": ("swigluoai",)}
 #: the first device-only operation of the path (a FlashInfer function): where it stops
