@@ -364,10 +364,11 @@ def test_one_fetcher_unpacks_once_for_the_replay_and_the_release_matrix(
 @pytest.mark.conformance
 @pytest.mark.slow
 def test_installed_vllm_passes_the_loader_and_unquantized_aiter_rows() -> None:
-    """The installed vLLM (0.32.0) holds both fixes; both rows run in one child (one import)."""
+    """The installed vLLM (0.32.0) holds the three fixes (the loader stride, the unquantized AITER round-up,
+    the block-FP8 TP-shard pad); the rows run in one child (one import)."""
     import json
 
-    keys = ["vllm-moe-loader-padded-stride", "vllm-aiter-unquantized-intermediate-pad"]
+    keys = ["vllm-moe-loader-padded-stride", "vllm-aiter-unquantized-intermediate-pad", "vllm-block-fp8-tp-shard-pad"]
     proc = subprocess.run(
         [sys.executable, "-m", "bench.replay.child", ",".join(keys)],
         capture_output=True,
@@ -381,3 +382,38 @@ def test_installed_vllm_passes_the_loader_and_unquantized_aiter_rows() -> None:
     for key, out in zip(keys, outs, strict=True):
         assert out["version"].startswith("0.32"), out
         assert verdict(by_key(key), out) == "PASS", out
+
+
+_BLOCK_FP8_CHILD = """
+import importlib, json, sys
+from unittest import mock
+importlib.import_module("vllm.model_executor.layers.fused_moe.experts.cpu_moe")
+oracle = importlib.import_module("vllm.model_executor.layers.fused_moe.oracle.fp8")
+fp8 = importlib.import_module("vllm.model_executor.layers.quantization.fp8")
+import layoutc_generated.marlin_moe_fp8 as gen
+from bench.replay.drivers import marlin_block_fp8_tp_pad
+cfg = dict(num_experts=1, hidden_size=3072, intermediate_size=1536, tp_size=8)
+fixed = marlin_block_fp8_tp_pad(fp8.Fp8MoEMethod, fp8, gen, dict(cfg))
+with mock.patch.object(oracle, "pad_tp_shard_to_weight_blocks", lambda config, weight_block_size: False):
+    buggy = marlin_block_fp8_tp_pad(fp8.Fp8MoEMethod, fp8, gen, dict(cfg))
+print(json.dumps({"fixed": fixed, "buggy": buggy}))
+"""
+
+
+@pytest.mark.conformance
+@pytest.mark.slow
+def test_block_fp8_driver_names_the_rows_a_release_without_the_tp_shard_pad_refuses() -> None:
+    """vllm#48173 on the installed vLLM: as released (0.32 pads the TP shard) MiniMax-M2.7's block-FP8
+    layer at tp 8 matches marlin_moe_fp8 on every rank; with `pad_tp_shard_to_weight_blocks` taken out
+    (what 0.30.0 lacked) the layer is refused and the driver names each rank's rows from the contract."""
+    import json
+
+    proc = subprocess.run(
+        [sys.executable, "-c", _BLOCK_FP8_CHILD], capture_output=True, text=True, cwd=ROOT, timeout=600, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["fixed"][0] == [], out["fixed"]
+    (line,) = out["buggy"][0]
+    assert line.startswith("engine refused the layer (ValueError: "), line
+    assert "contract loads it at I_pp 256 a rank" in line and "rank 5 1280..1535; ranks 6, 7 only pad" in line, line

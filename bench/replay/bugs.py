@@ -254,6 +254,29 @@ BUGS: tuple[Bug, ...] = (
         "rejects an inter_dim off its tile ('device_gemm ... does not support this GEMM problem'; "
         "moe_intermediate_size 1792 at TP 8 / 4, Gemma-4 704)",
     ),
+    Bug(
+        key="vllm-block-fp8-tp-shard-pad",
+        reports=("vllm#48173", "vllm#39046"),
+        engine="vllm",
+        function="vllm.model_executor.layers.quantization.fp8:Fp8MoEMethod",
+        buggy="0.30.0",
+        fixed="0.31.0",
+        contract="marlin_moe_fp8",
+        driver="marlin_block_fp8_tp_pad",
+        configs=(
+            # MiniMax-M2.7 (vllm#48173's repro): H 3072, I 1536, block FP8 [128, 128]; tp 8 -> I / tp 192, not
+            # whole 128-blocks: padded to 256, ranks 0-5 full, 6-7 only pad. I 640 at tp 4 (160 -> 256: ranks
+            # 0-1 full, rank 2 short, rank 3 empty) with H 256; tp 4 at I 1536 (384, whole blocks) is the control.
+            dict(num_experts=1, hidden_size=3072, intermediate_size=1536, tp_size=8),
+            dict(num_experts=1, hidden_size=256, intermediate_size=640, tp_size=4),
+            dict(num_experts=1, hidden_size=256, intermediate_size=1536, tp_size=4),
+        ),
+        note="block-FP8 MoE at a TP shard off the 128-block (I / tp = 192) fails to load: the per-rank block "
+        "scales cannot be cut (MiniMax-M2.7 at -tp 8); 0.31 pads the TP shard to whole blocks "
+        "(pad_tp_shard_to_weight_blocks, the loader's padded-TP branch: zero weights, unit scales)",
+        # the contract's models lines name vLLM 0.32.0 and 0.33.0
+        models_upto="0.33.0",
+    ),
 )
 
 

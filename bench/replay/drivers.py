@@ -499,6 +499,59 @@ def aiter_unquantized_roundup(
     return bad, info
 
 
+def _kit_driver(name: str) -> ModuleType:
+    """A kit driver (layoutc/tools/kit/drivers/NAME.py) with its SHARED helpers in its namespace, as
+    `layoutc kit` composes them into one module: one copy of the engine path for the kit and the replay."""
+    import importlib
+
+    driver = importlib.import_module(f"layoutc.tools.kit.drivers.{name}")
+    for shared in getattr(driver, "SHARED", ()):
+        helper = importlib.import_module(f"layoutc.tools.kit.drivers.{shared}")
+        driver.__dict__.update({k: v for k, v in vars(helper).items() if not k.startswith("__")})
+    return driver
+
+
+def marlin_block_fp8_tp_pad(
+    fn: Callable[..., Any], mod: ModuleType, gen_mod: ModuleType, cfg: dict[str, Any]
+) -> tuple[list[str], list[str]]:
+    """vLLM `Fp8MoEMethod` (block FP8 [128, 128], --moe-backend marlin), every rank: the kit driver
+    `marlin_block_fp8`'s path (the method's __init__, which pads the TP shard to whole 128-blocks from
+    0.31 on, `create_weights`, `RoutedExperts.weight_loader`, `process_weights_after_loading` up to
+    `ops.gptq_marlin_repack`), compared with contract marlin_moe_fp8's `shard_*`. Rows are named along
+    the intermediate dim (w13 dim 1, w2 dim 2, their block scales likewise), per rank. A release that
+    refuses the layer (0.30: Marlin does not take the refined block, or `validate_fp8_block_shape_moe`
+    raises "not divisible by weight quantization block_n") is named with its error and the rows the
+    contract gives each rank.
+    """
+    driver = _kit_driver("marlin_block_fp8")
+    params = dict(scheme="fp8_block128", scale_dtype="float32", activation="silu", **cfg)
+    p = gen_mod.plan(**params)
+    full_i, tp, ipp = p.intermediate_size, p.tp_size, p.intermediate_size_per_partition
+    spans = [(min(r * ipp, full_i), min((r + 1) * ipp, full_i)) for r in range(tp)]
+    ranks = [
+        f"rank {r} {a}..{b - 1}" + (f" + {ipp - (b - a)} pad" if b - a < ipp else "")
+        for r, (a, b) in enumerate(spans)
+        if b > a
+    ]
+    empty = [str(r) for r, (a, b) in enumerate(spans) if b == a]
+    many = "s" if len(empty) > 1 else ""
+    rows = ", ".join(ranks) + (f"; rank{many} {', '.join(empty)} only pad (zero weights, unit scales)" if empty else "")
+    info = [f"I {full_i} at tp {tp}: I / tp {full_i // tp}, contract I_pp {ipp} a rank"]
+    try:
+        pairs = list(driver.engine_run(params, p, gen_mod, False))
+    except Exception as exc:  # the engine refusing the layer is the finding, named with its error
+        return [
+            f"engine refused the layer ({type(exc).__name__}: {str(exc).splitlines()[0][:160]}); contract loads "
+            f"it at I_pp {ipp} a rank, checkpoint rows of each w13 half and w2 k: {rows}"
+        ], info
+    bad: list[str] = []
+    for what, got, want in pairs:
+        want = want() if callable(want) else want
+        axis = 0 if got.dim() == 1 else (1 if what.startswith("w13") else 2)
+        bad += diff_rows(what, got, want, axis)
+    return bad, info
+
+
 DRIVERS: dict[str, Driver] = {
     "fi_nvfp4_align": fi_nvfp4_align,
     "aiter_pad_counts": aiter_pad_counts,
@@ -508,4 +561,5 @@ DRIVERS: dict[str, Driver] = {
     "fi_nvfp4_caller_alignment": fi_nvfp4_caller_alignment,
     "moe_loader_stride": moe_loader_stride,
     "aiter_unquantized_roundup": aiter_unquantized_roundup,
+    "marlin_block_fp8_tp_pad": marlin_block_fp8_tp_pad,
 }

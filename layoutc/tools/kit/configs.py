@@ -136,13 +136,21 @@ def _goals(sv: _Solver) -> list[tuple[str, z3.BoolRef]]:
         goals.append(("ep: short last rank", z3.And(ok, ep > 1, e % ep != 0, e > (ep - 1) * per_rank)))
         goals.append(("ep: empty last rank", z3.And(ok, ep > 1, e <= (ep - 1) * per_rank)))
     block = c.block_shard
-    if block is not None and "tp_size" in names and "intermediate_size" in names:
-        blocks = block.blocks if isinstance(block.blocks, int) else None
-        if blocks:
-            units = v("intermediate_size") / blocks
-            goals.append((f"blocks of {blocks}: short last rank",
-                          z3.And(ok, v("tp_size") > 1, units % v("tp_size") != 0)))
+    if block is not None and block.blocks is not None and block.count in names:
+        # B and FULL are the contract's own expressions (a literal, a parameter or a let); units = FULL / B
+        size, full, tp = sv.enc.expr(block.blocks), sv.enc.expr(block.full), v(block.count)
+        units, shown = full / size, _shown(block.blocks)
+        per_rank = (units + tp - 1) / tp
+        goals.append((f"blocks of {shown}: short last rank, padded",
+                      z3.And(ok, size > 0, tp > 1, units % tp != 0)))
+        goals.append((f"blocks of {shown}: empty last rank, padded",
+                      z3.And(ok, size > 0, tp > 1, units <= (tp - 1) * per_rank)))
     return goals
+
+
+def _shown(e: ir.Expr) -> str:
+    """A block size as the contract writes it: the literal or the name."""
+    return str(getattr(e, "value", None) if getattr(e, "value", None) is not None else getattr(e, "name", e))
 
 
 def _long_pad(sv: _Solver, base: str, padded: str) -> tuple[str, dict[str, Any] | None]:
