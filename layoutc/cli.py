@@ -203,10 +203,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def cmd_kit(args: argparse.Namespace) -> int:
     """`layoutc kit CONTRACT --path DRIVER --out FILE` (layoutc.tools.kit.write); `--list` the drivers."""
-    from layoutc.tools.kit.write import KitError, drivers, write
+    from layoutc.tools.kit.write import KitError, driven, drivers, write
     if args.list:
         for name, d in drivers().items():
-            print(f"{name}: {d.engine} -> {', '.join(d.contracts)}")
+            print(f"{name}: {d.engine} -> {', '.join(driven(d))}")
         return 0
     if not (args.contract and args.path and args.out):
         raise _Usage("layoutc kit: error[LC801]: give CONTRACT, --path DRIVER and --out FILE (or --list)")

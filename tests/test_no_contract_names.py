@@ -52,24 +52,10 @@ def offences(root: Path) -> list[str]:
 
 #: The names still written in tools, each with why, until its owner moves it onto a declaration. Every
 #: entry must still occur (a stale one fails), and no other name may appear.
-#: - kit/drivers: `CONTRACTS = (...)`, one per driver (issue 41: kit drivers last; the drivers' engineer adds
-#:   one in this pattern now). The `models` lines cannot say these yet: marlin_moe_wna16 and
-#:   marlin_moe_gptq_int8 model the same two objects (MarlinExperts, AutoGPTQMoEMethod), differing by bits.
 #: - vllm_plugin/ep.py: check mode's EP refusal names the contract that remaps global ids (its text is
 #:   held by tests/test_ep_engine.py).
 #: - vllm_plugin/int8.py: names zentorch's op `zentorch_fused_moe` (the kernel, not the contract of that name).
 PENDING = {
-    "tools/kit/drivers/aiter_mxfp4.py": "aiter_fused_moe",
-    "tools/kit/drivers/aiter_unquantized.py": "aiter_unquantized_moe",
-    "tools/kit/drivers/flashinfer_mxfp8_align.py": "flashinfer_trtllm_mxfp8_moe",
-    "tools/kit/drivers/flashinfer_nvfp4_align.py": "flashinfer_nvfp4_moe",
-    "tools/kit/drivers/marlin_mxfp8.py": "marlin_moe_fp8",
-    "tools/kit/drivers/marlin_wna16.py": "marlin_moe_wna16",
-    "tools/kit/drivers/sglang_cpu_fp8.py": "sglang_cpu_fp8_moe",
-    "tools/kit/drivers/sglang_cpu_mxfp4.py": "sglang_cpu_mxfp4_moe",
-    "tools/kit/drivers/sglang_cpu_unquantized.py": "sglang_cpu_moe",
-    "tools/kit/drivers/vllm_cpu_int8.py": "vllm_cpu_int8_moe",
-    "tools/kit/drivers/vllm_cpu_unquantized.py": "vllm_cpu_grouped_gemm",
     "tools/vllm_plugin/ep.py": "vllm_cpu_grouped_gemm",
     "tools/vllm_plugin/int8.py": "zentorch_fused_moe",
 }

@@ -232,3 +232,37 @@ def test_every_format_the_tools_name_is_one_a_route_may_name() -> None:
 
     named = set(FORMAT_LABELS) | set(INT4PACK_SCHEMES) | set(INT8PACK_SCHEMES) | set(OLD_REFERENCE)
     assert named <= set(interface.CHECKPOINT_FORMATS), named - set(interface.CHECKPOINT_FORMATS)
+
+
+# ---- kit drivers: the contracts they drive, from the contracts' `models` (and `route`) lines ---------
+
+#: What each driver named before (`CONTRACTS = (...)` in layoutc/tools/kit/drivers/*.py).
+OLD_DRIVEN = {"aiter_mxfp4": ("aiter_fused_moe",), "aiter_unquantized": ("aiter_unquantized_moe",),
+              "flashinfer_mxfp8_align": ("flashinfer_trtllm_mxfp8_moe",),
+              "flashinfer_nvfp4_align": ("flashinfer_nvfp4_moe",), "marlin_mxfp8": ("marlin_moe_fp8",),
+              "marlin_wna16": ("marlin_moe_wna16",), "sglang_cpu_fp8": ("sglang_cpu_fp8_moe",),
+              "sglang_cpu_mxfp4": ("sglang_cpu_mxfp4_moe",), "sglang_cpu_unquantized": ("sglang_cpu_moe",),
+              "vllm_cpu_int8": ("vllm_cpu_int8_moe",), "vllm_cpu_unquantized": ("vllm_cpu_grouped_gemm",)}
+
+
+def test_each_driver_drives_the_contracts_it_named() -> None:
+    from layoutc.tools.kit.write import driven, drivers
+
+    table = drivers()
+    assert {name: driven(d) for name, d in table.items() if name in OLD_DRIVEN} == OLD_DRIVEN
+    loaded = [load(str(p.relative_to(ROOT)), p.read_text(encoding="utf-8"))[0] for p in CONTRACTS]
+    for name, d in table.items():  # the checked contracts say the same as the generated modules
+        from_ir = tuple(sorted(c.name for c in loaded if c is not None and d.drives(
+            [(m.engine, m.target) for m in c.models], {f for r in c.routes for f in r.formats})))
+        assert from_ir == driven(d), name
+
+
+def test_a_driver_refuses_a_contract_that_models_its_objects_but_not_its_format(tmp_path, capsys) -> None:
+    """marlin_moe_gptq_int8 models MarlinExperts and AutoGPTQMoEMethod as marlin_moe_wna16 does; the
+    int4 driver's SERVES (gptq_int4, a format only marlin_moe_wna16's `route` serves) keeps it out."""
+    out = tmp_path / "test_kit.py"
+    assert main(["kit", str(ROOT / "contracts" / "marlin_moe_gptq_int8.moe"), "--path", "marlin_wna16",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "error[LR180]: driver marlin_wna16 drives the contracts whose `models vllm` lines name " in err, err
+    assert "and serve gptq_int4; marlin_moe_gptq_int8 is not one of them" in err and not out.exists()
