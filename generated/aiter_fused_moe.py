@@ -372,12 +372,5 @@ LAYOUT = _MODULE.layout(
             contract_line=107,
         ),
     ),
-    routes=(
-        RouteEntry(
-            "audit",
-            ("unquantized", "mxfp4"),
-            rank=1,
-            contract_line=111,
-        ),
-    ),
+    routes=(RouteEntry("audit", ("unquantized", "mxfp4"), rank=1, contract_line=111),),
 )

@@ -329,12 +329,5 @@ LAYOUT = _MODULE.layout(
             contract_line=97,
         ),
     ),
-    routes=(
-        RouteEntry(
-            "audit",
-            ("mxfp4",),
-            rank=1,
-            contract_line=101,
-        ),
-    ),
+    routes=(RouteEntry("audit", ("mxfp4",), rank=1, contract_line=101),),
 )

@@ -389,12 +389,5 @@ LAYOUT = _MODULE.layout(
             contract_line=101,
         ),
     ),
-    routes=(
-        RouteEntry(
-            "reference",
-            ("nvfp4",),
-            rank=1,
-            contract_line=105,
-        ),
-    ),
+    routes=(RouteEntry("reference", ("nvfp4",), rank=1, contract_line=105),),
 )

@@ -424,12 +424,5 @@ LAYOUT = _MODULE.layout(
             contract_line=111,
         ),
     ),
-    routes=(
-        RouteEntry(
-            "reference",
-            ("mxfp4",),
-            rank=2,
-            contract_line=115,
-        ),
-    ),
+    routes=(RouteEntry("reference", ("mxfp4",), rank=2, contract_line=115),),
 )

@@ -411,12 +411,5 @@ LAYOUT = _MODULE.layout(
             contract_line=119,
         ),
     ),
-    routes=(
-        RouteEntry(
-            "reference",
-            ("awq_int4",),
-            rank=1,
-            contract_line=123,
-        ),
-    ),
+    routes=(RouteEntry("reference", ("awq_int4",), rank=1, contract_line=123),),
 )

@@ -350,12 +350,5 @@ LAYOUT = _MODULE.layout(
             contract_line=85,
         ),
     ),
-    routes=(
-        RouteEntry(
-            "reference",
-            ("fp8_block",),
-            rank=2,
-            contract_line=89,
-        ),
-    ),
+    routes=(RouteEntry("reference", ("fp8_block",), rank=2, contract_line=89),),
 )

@@ -318,12 +318,5 @@ LAYOUT = _MODULE.layout(
             contract_line=80,
         ),
     ),
-    routes=(
-        RouteEntry(
-            "reference",
-            ("mxfp4_ct",),
-            rank=1,
-            contract_line=84,
-        ),
-    ),
+    routes=(RouteEntry("reference", ("mxfp4_ct",), rank=1, contract_line=84),),
 )

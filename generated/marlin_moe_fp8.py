@@ -375,12 +375,5 @@ LAYOUT = _MODULE.layout(
             contract_line=110,
         ),
     ),
-    routes=(
-        RouteEntry(
-            "reference",
-            ("fp8_block",),
-            rank=1,
-            contract_line=114,
-        ),
-    ),
+    routes=(RouteEntry("reference", ("fp8_block",), rank=1, contract_line=114),),
 )

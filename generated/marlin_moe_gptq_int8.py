@@ -482,12 +482,5 @@ LAYOUT = _MODULE.layout(
             contract_line=127,
         ),
     ),
-    routes=(
-        RouteEntry(
-            "reference",
-            ("gptq_int8", "ct_wna16_int8"),
-            rank=1,
-            contract_line=131,
-        ),
-    ),
+    routes=(RouteEntry("reference", ("gptq_int8", "ct_wna16_int8"), rank=1, contract_line=131),),
 )

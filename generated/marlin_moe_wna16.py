@@ -494,12 +494,5 @@ LAYOUT = _MODULE.layout(
             contract_line=132,
         ),
     ),
-    routes=(
-        RouteEntry(
-            "reference",
-            ("gptq_int4", "ct_wna16_int4"),
-            rank=1,
-            contract_line=136,
-        ),
-    ),
+    routes=(RouteEntry("reference", ("gptq_int4", "ct_wna16_int4"), rank=1, contract_line=136),),
 )

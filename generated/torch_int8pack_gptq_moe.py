@@ -316,12 +316,5 @@ LAYOUT = _MODULE.layout(
             contract_line=93,
         ),
     ),
-    routes=(
-        RouteEntry(
-            "run",
-            ("gptq_int8", "ct_wna16_int8"),
-            rank=1,
-            contract_line=96,
-        ),
-    ),
+    routes=(RouteEntry("run", ("gptq_int8", "ct_wna16_int8"), rank=1, contract_line=96),),
 )

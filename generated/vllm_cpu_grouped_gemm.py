@@ -395,12 +395,5 @@ LAYOUT = _MODULE.layout(
             contract_line=116,
         ),
     ),
-    routes=(
-        RouteEntry(
-            "run",
-            ("unquantized",),
-            rank=1,
-            contract_line=119,
-        ),
-    ),
+    routes=(RouteEntry("run", ("unquantized",), rank=1, contract_line=119),),
 )

@@ -402,12 +402,5 @@ LAYOUT = _MODULE.layout(
             contract_line=106,
         ),
     ),
-    routes=(
-        RouteEntry(
-            "reference",
-            ("mxfp4",),
-            rank=1,
-            contract_line=110,
-        ),
-    ),
+    routes=(RouteEntry("reference", ("mxfp4",), rank=1, contract_line=110),),
 )

@@ -714,7 +714,6 @@ def _run(args: argparse.Namespace) -> int:
             if candidates:  # a quantized release of a proposed family: proved on the dequantized weights
                 moe = _prove_quantized(args, ckpt, candidates, scheme, layers[0])
             return run_quantized(args, ckpt, moe, scheme, layers, tps)
-        args.contract = args.contract or run_contract("unquantized")  # its `route run` (tools/routes.py)
         dtype, warning = run_dtype(ckpt, check_experts(ckpt, moe, layers), args.dtype)
         if warning:
             sys.stderr.write(f"layoutc run: {warning}\n")
@@ -725,6 +724,7 @@ def _run(args: argparse.Namespace) -> int:
             import torch
         except ImportError:
             raise RunError("LR130", "layoutc run needs torch (pip install 'layoutc[runtime,checkpoints]')") from None
+        args.contract = args.contract or run_contract("unquantized")  # its `route run` (tools/routes.py)
         try:
             mod = importlib.import_module(f"{GENERATED_PACKAGE}.{args.contract}")
         except ImportError as exc:

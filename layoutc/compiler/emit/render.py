@@ -663,8 +663,19 @@ def _layout_lines(contract: ir.Contract, glued: bool) -> list[str]:
         return call("LAYOUT = _MODULE.layout", args, 0)
     lines = ["LAYOUT = _MODULE.layout(", *(line for a in args for line in _item(a, 4))]
     lines += ["    models=(", *models, "    ),"] if models else []
-    lines += ["    routes=(", *routes, "    ),"] if routes else []
+    lines += _routes_arg(contract, routes)
     return [*lines, ")"]
+
+
+def _routes_arg(contract: ir.Contract, exploded: list[str]) -> list[str]:
+    """`routes=(...)` on one line where it fits (as ruff joins it: no magic trailing comma but a
+    one-element tuple's), else one `RouteEntry` field per line; [] without routes."""
+    if not contract.routes:
+        return []
+    entries = [f"RouteEntry({literal(r.route)}, {literal(tuple(r.formats))}, rank={r.rank}, "
+               f"contract_line={r.span.line})" for r in contract.routes]
+    line = f"    routes=({', '.join(entries)}{',' if len(entries) == 1 else ''}),"
+    return [line] if len(line) <= WIDTH else ["    routes=(", *exploded, "    ),"]
 
 
 def _let_type(let: ir.Let) -> str:
