@@ -94,6 +94,7 @@ Loaded = list[tuple[str, ir.Contract | None, list[Diagnostic]]]  # (path, contra
 
 
 def _load_all(paths: Sequence[str]) -> tuple[Loaded, list[Diagnostic], dict[str, str]]:
+    from layoutc.compiler.check.routes import conflicts
     from layoutc.compiler.source import load
     loaded: Loaded = []
     all_diags: list[Diagnostic] = []
@@ -104,6 +105,8 @@ def _load_all(paths: Sequence[str]) -> tuple[Loaded, list[Diagnostic], dict[str,
             sources[path] = text
         all_diags.extend(diags)
         loaded.append((path, contract, diags))
+    # LC241: two contracts of the files given serve one format on one route at one rank (check/routes.py)
+    all_diags.extend(conflicts(c for _, c, _ in loaded if c is not None))
     return loaded, all_diags, sources
 
 
@@ -200,10 +203,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def cmd_kit(args: argparse.Namespace) -> int:
     """`layoutc kit CONTRACT --path DRIVER --out FILE` (layoutc.tools.kit.write); `--list` the drivers."""
-    from layoutc.tools.kit.write import KitError, drivers, write
+    from layoutc.tools.kit.write import KitError, driven, drivers, write
     if args.list:
         for name, d in drivers().items():
-            print(f"{name}: {d.engine} -> {', '.join(d.contracts)}")
+            print(f"{name}: {d.engine} -> {', '.join(driven(d))}")
         return 0
     if not (args.contract and args.path and args.out):
         raise _Usage("layoutc kit: error[LC801]: give CONTRACT, --path DRIVER and --out FILE (or --list)")

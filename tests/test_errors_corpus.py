@@ -26,6 +26,7 @@ BASE = (CORPUS / "_base.moe.txt").as_posix()
 NOT_IN_CORPUS = {
     "LC105": "needs a file over 1 MiB; test_file_too_large builds one in a temporary folder",
     "LC210": "a warning (exit 0): test_missing_policy_is_a_warning checks it",
+    "LC241": "needs two contract files checked together: tests/test_routes_decl.py checks a folder of two",
     "LC900": "internal error: only a bug in layoutc can raise it",
     **{code: "not a `check` diagnostic (verify, compile, explain, audit, the command line): "
        "tests/test_hostile_cli.py and tests/test_diagnostic_channel.py trigger it"

@@ -17,6 +17,7 @@ from layoutc.tools.checkpoints.quant import ct_mxfp4
 from layoutc.tools.checkpoints.quant import scheme as S
 from layoutc.tools.checkpoints.quant.wna16 import ct_wna16
 from layoutc.tools.quant_run import padded
+from layoutc.tools.routes import route_contracts
 from layoutc.tools.runplan import RunError
 
 #: every scheme the runner declares, as its reader builds it
@@ -38,8 +39,8 @@ def _tensors(contract: str) -> list:
     return [t for t in ir.tensors if t.kind in padded._ROLE]
 
 
-@pytest.mark.parametrize(("scheme", "contract"), sorted((s, c) for s, cs in padded.REFERENCE_CONTRACTS.items()
-                                                        for c in cs))
+@pytest.mark.parametrize(("scheme", "contract"), sorted((s, c) for s in SCHEMES
+                                                        for c in route_contracts("reference", s)))
 def test_every_reference_contract_holds_its_schemes_packing(scheme: str, contract: str) -> None:
     """The pairs `layoutc run` loads through: no tensor of them is refused for its packing."""
     for t in _tensors(contract):

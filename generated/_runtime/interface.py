@@ -321,6 +321,36 @@ class KernelEntry:
 ENGINES = ("vllm", "sglang", "flashinfer", "aiter", "zentorch", "torch")
 
 
+#: What a contract's `route` line may say a tool picks it for (docs/language.md, "Routes"):
+#: "run": `layoutc run` runs the contract's kernel (its glue) on checkpoints of the formats;
+#: "reference": `layoutc run` builds reference-only rows through its loaders and decode (no kernel
+#: here); "audit": `layoutc audit` holds it to checkpoints of the formats, where its tensors do not
+#: say which checkpoint it takes.
+ROUTES = ("run", "reference", "audit")
+#: The routes where contracts are ranked: one contract per (route, format, rank).
+RANKED_ROUTES = ("run", "reference")
+
+#: The checkpoint formats a `route` line may name: "unquantized", the scheme names `layoutc run`'s
+#: quantization reader returns (layoutc/tools/checkpoints/quant/scheme.py `QuantScheme.name`), and
+#: the block-FP8 keys `layoutc audit` splits fp8_block into (tools/audit/formats.py `_key`).
+CHECKPOINT_FORMATS = (
+    "unquantized",
+    "gptq_int4",
+    "gptq_int8",
+    "awq_int4",
+    "ct_wna16_int4",
+    "ct_wna16_int8",
+    "fp8_block",
+    "fp8_block128",
+    "mxfp8",
+    "fp8_channel",
+    "fp8_tensor",
+    "mxfp4",
+    "mxfp4_ct",
+    "nvfp4",
+)
+
+
 class ConditionError(LookupError):
     """A `models ... when` condition cannot be evaluated on the parameters given: one it
     reads is missing. Attribute: ``param`` (its name)."""
@@ -452,6 +482,30 @@ class ModelsEntry:
 
 
 @dataclass(frozen=True)
+class RouteEntry:
+    """One `route ROUTE {FORMAT, ...} [rank N]` line of a contract: a tool picks the contract for
+    checkpoints of those formats (docs/language.md, "Routes").
+
+    route: one of ROUTES. formats: names from CHECKPOINT_FORMATS. rank: the order among the contracts
+    that serve one format on one route (lowest first; 1 when the line states none; at most one
+    contract per route, format and rank). contract_line: the line of the `route` declaration.
+    """
+
+    route: str
+    formats: tuple[str, ...]
+    rank: int = 1
+    contract_line: int = 0
+
+    def serves(self, route: str, fmt: str) -> bool:
+        """Whether this line picks its contract on `route` for checkpoints of format `fmt`."""
+        return self.route == route and fmt in self.formats
+
+    def __str__(self) -> str:
+        formats = ", ".join(f'"{f}"' for f in self.formats)
+        return f"route {self.route} {{{formats}}} rank {self.rank}"
+
+
+@dataclass(frozen=True)
 class ModuleLayout:
     """What a generated contract module exports as `LAYOUT`.
 
@@ -462,7 +516,8 @@ class ModuleLayout:
     declared tensor, in declaration order. kernel: the glue's functions, or None (no glue).
     local_experts: `local_experts(rank, plan)` -> (local_num_experts, expert_map) where the
     contract partitions its experts over EP ranks, else None. models: the contract's
-    `models` lines, in source order (() where it models no engine object).
+    `models` lines, in source order (() where it models no engine object). routes: its `route`
+    lines, in source order (() where no tool picks it by format).
     """
 
     version: int
@@ -476,6 +531,7 @@ class ModuleLayout:
     kernel: KernelEntry | None = None
     local_experts: Callable[[int, Any], tuple[int, Any]] | None = None
     models: tuple[ModelsEntry, ...] = ()
+    routes: tuple[RouteEntry, ...] = ()
 
     def models_of(self, engine: str) -> tuple[ModelsEntry, ...]:
         """The `models` lines naming `engine`, in source order."""

@@ -13,7 +13,10 @@ modules model an engine's class or function in a release, never by a table of co
 * :func:`modelling`: the ones that model an engine (and a target, a release, a parameter dict);
 * :func:`releases`: the releases the contracts (or one contract) model for an engine;
 * :func:`is_modelled`: whether some contract models a release of an engine;
-* :func:`target_of`: the "module:Qualified.name" target of a class or function.
+* :func:`target_of`: the "module:Qualified.name" target of a class or function;
+* :func:`routed`: the modules whose `route` lines serve a checkpoint format on a route (`run`,
+  `reference`, `audit`), in rank order; :class:`RouteConflictError` (LR125) when two modules
+  claim one format on one ranked route at one rank.
 
 Standard library only; importing a contract module imports torch (and nothing else: no lark,
 no z3). The package is ``layoutc_generated`` where layoutc imports this module, and the
@@ -23,21 +26,25 @@ package this copy sits in where it is a generated package's ``_runtime/models.py
 from __future__ import annotations
 
 import importlib
+import itertools
 import pkgutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .interface import ModelsEntry, release_key
+from .interface import RANKED_ROUTES, ModelsEntry, RouteEntry, release_key
 
 __all__ = [
     "DEFAULT_PACKAGE",
     "Declared",
+    "RouteConflictError",
+    "Routed",
     "contract_modules",
     "declarations",
     "is_modelled",
     "modelling",
     "releases",
+    "routed",
     "target_of",
 ]
 
@@ -136,3 +143,52 @@ def releases(engine: str, contract: str | None = None, *, package: str | None = 
 def is_modelled(engine: str, release: str, *, package: str | None = None) -> bool:
     """Whether some contract in `package` models `release` of `engine` (a local part is ignored)."""
     return bool(modelling(engine, release=release, package=package))
+
+
+@dataclass(frozen=True)
+class Routed:
+    """One `route` line of one generated contract module: module (dotted name), contract (its
+    name), source_file (the contract file), entry (route, formats, rank, contract_line)."""
+
+    module: str
+    contract: str
+    source_file: str
+    entry: RouteEntry
+
+    @property
+    def where(self) -> str:
+        """`contracts/<c>.moe:<line>` of the `route` line."""
+        return f"{self.source_file}:{self.entry.contract_line}"
+
+
+class RouteConflictError(LookupError):
+    """Two generated modules serve one checkpoint format on one ranked route at one rank, so a
+    tool could pick either (the compiler's LC241, met at run time in a package compiled from
+    files checked apart). The message starts with `LR125`; attribute ``claims``: the two Routed."""
+
+    def __init__(self, route: str, fmt: str, claims: tuple[Routed, Routed]) -> None:
+        a, b = claims
+        super().__init__(f"LR125: contracts {a.contract} ({a.where}) and {b.contract} ({b.where}) both serve "
+                         f"{fmt!r} on route {route} at rank {a.entry.rank}: give one of them another `rank N` "
+                         "and recompile")
+        self.claims = claims
+
+
+def routed(route: str, fmt: str, *, package: str | None = None) -> tuple[Routed, ...]:
+    """The `route` lines of `package`'s modules that serve checkpoint format `fmt` on `route`
+    ("run", "reference", "audit"; interface.ROUTES), lowest rank first (then by module name).
+    Raises RouteConflictError when two modules claim `fmt` on a ranked route at one rank, and
+    what importing a module raises (ImportError)."""
+    found: list[Routed] = []
+    for name in contract_modules(package):
+        layout = getattr(importlib.import_module(name), "LAYOUT", None)
+        for entry in getattr(layout, "routes", ()):
+            if entry.serves(route, fmt):
+                found.append(Routed(name, str(getattr(layout, "contract", name)),
+                                    str(getattr(layout, "source_file", "")), entry))
+    found.sort(key=lambda r: (r.entry.rank, r.module))
+    if route in RANKED_ROUTES:
+        for a, b in itertools.pairwise(found):
+            if a.entry.rank == b.entry.rank:
+                raise RouteConflictError(route, fmt, (a, b))
+    return tuple(found)

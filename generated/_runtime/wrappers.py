@@ -37,6 +37,7 @@ from .interface import (
     ModuleLayout,
     PlanParam,
     Projection,
+    RouteEntry,
     TensorEntry,
     TensorKind,
 )
@@ -92,6 +93,7 @@ class Module:
         kernel: Kernel | None = None,
         local_experts: Callable[[int, Any], tuple[int, torch.Tensor | None]] | None = None,
         models: tuple[ModelsEntry, ...] = (),
+        routes: tuple[RouteEntry, ...] = (),
     ) -> ModuleLayout:
         """The module's `LAYOUT` (interface.py ModuleLayout)."""
         return ModuleLayout(
@@ -106,6 +108,7 @@ class Module:
             kernel=kernel.entry if kernel is not None else None,
             local_experts=local_experts,
             models=models,
+            routes=routes,
         )
 
 

@@ -79,6 +79,13 @@ CODES: dict[str, str] = {
     "LC233": "a `models` release is not a version",
     "LC234": "a `models ... when` reads something other than parameters, or is not a condition over them",
     "LC235": "two `models` lines name the same engine, release and target",
+    # 236-241: which checkpoints a tool picks a contract for (`route ROUTE {FORMAT, ...} [rank N]`)
+    "LC236": "a `route` line names an unknown route",
+    "LC237": "a `route` format set is empty, names an unknown checkpoint format, or lists one twice",
+    "LC238": "a `route` rank is below 1, or stated on a route that is not ranked (`audit`)",
+    "LC239": "`route run` for unquantized checkpoints on a contract that binds no glue",
+    "LC240": "two `route` lines of a contract name the same route and format",
+    "LC241": "two contracts serve one format on one route at the same rank",
     # 3xx: types and domains
     "LC301": "type mismatch",
     "LC302": "empty or impossible parameter domain",
@@ -161,6 +168,8 @@ CODES: dict[str, str] = {
     "LR119": "`run`: the checkpoint holds another number of experts than config.json says (runtime EP04)",
     "LR120": "`run`: the generated contract module is missing, not a contract, or has no loaders or glue",
     "LR121": "`run`: the format declares per-expert biases, which the loaders do not support",
+    "LR125": "`run` / `audit`: two generated contracts serve one checkpoint format on one route at the same rank",
+    "LR126": "`run`: no generated contract serves the checkpoint's format on the route run needs (`route run`)",
     "LR130": "`run`: torch or the contract's kernel is unavailable",
     "LR131": "`run`: the contract has a parameter a checkpoint's config.json does not give",
     "LR132": "`run`: the contract admits none of the requested TP degrees (nothing is loaded)",

@@ -391,6 +391,17 @@ class Models:
 
 
 @dataclass(frozen=True)
+class Route:
+    """`route ROUTE {FORMAT, ...} [rank N]`: a tool picks the contract for checkpoints of those
+    formats (runtime/interface.py ROUTES, CHECKPOINT_FORMATS); rank 1 when the line states none."""
+
+    route: str
+    formats: tuple[str, ...]
+    rank: int
+    span: Span
+
+
+@dataclass(frozen=True)
 class Contract:
     name: str
     file: str
@@ -409,6 +420,7 @@ class Contract:
     shard: Shard | None = None  # None: nothing is sharded (no tp_size parameter)
     ep: ExpertParallel | None = None  # None: no expert parallelism (every rank holds every expert)
     models: tuple[Models, ...] = ()  # the `models` lines, in source order
+    routes: tuple[Route, ...] = ()  # the `route` lines, in source order
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)

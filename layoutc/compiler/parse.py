@@ -223,7 +223,7 @@ def parse(text: str, file: str) -> tuple[A.Module | None, list[Diagnostic]]:
 Node = Tree[Token]
 RuleT = TypeVar("RuleT", bound=str)
 
-DeclRule = Literal["contract_decl", "source_decl", "models_decl", "shard_decl", "ep_decl", "policy_error", "policy_fallback", "param_decl",
+DeclRule = Literal["contract_decl", "source_decl", "models_decl", "route_decl", "shard_decl", "ep_decl", "policy_error", "policy_fallback", "param_decl",
                    "let_decl", "require_decl", "admit_decl", "tensor_decl", "kernel_decl", "glue_decl"]
 DomainRule = Literal["range_domain", "set_domain", "enum_domain", "bool_domain"]
 KindRule = Literal["kind_weight", "kind_scale", "kind_zero", "kind_bias"]
@@ -361,6 +361,9 @@ class _Builder:
                 releases = tuple((self.string(t), self.sp(_token(t))) for t in _tree(c[1]).children)
                 return A.ModelsDecl(str(c[0]), releases, self.string(c[2]), self.sp(_token(c[2])),
                                     self.expr(c[3]) if c[3] is not None else None, span)
+            case "route_decl":
+                formats = tuple((self.string(t), self.sp(_token(t))) for t in _tree(c[1]).children)
+                return A.RouteDecl(str(c[0]), formats, self.int_token(c[2]) if c[2] is not None else None, span)
             case "shard_decl":
                 blocks = self.expr(_tree(c[2]).children[0]) if len(c) > 2 and c[2] is not None else None
                 return A.ShardDecl(str(c[0]), str(c[1]), span, blocks)

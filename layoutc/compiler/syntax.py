@@ -145,6 +145,17 @@ class ModelsDecl:
 
 
 @dataclass(frozen=True)
+class RouteDecl:
+    """`route ROUTE {FORMAT, ...} [rank N]`: a tool picks this contract for checkpoints of those
+    formats (docs/language.md, "Routes"); rank None when the line states none."""
+
+    route: str
+    formats: tuple[tuple[str, Span], ...]
+    rank: int | None
+    span: Span
+
+
+@dataclass(frozen=True)
 class EpDecl:
     """`experts NUM over EP placement P [redundant R] [load stride S] [foreign raw|masked]
     [intermediate unpadded]`: the experts axis split over EP ranks (docs/language.md)."""
@@ -336,7 +347,7 @@ class GlueDecl:
     span: Span
 
 
-Decl = ContractDecl | SourceDecl | ModelsDecl | ShardDecl | EpDecl | PolicyDecl | ParamDecl | LetDecl | RuleDecl | TensorDecl | KernelDecl | GlueDecl
+Decl = ContractDecl | SourceDecl | ModelsDecl | RouteDecl | ShardDecl | EpDecl | PolicyDecl | ParamDecl | LetDecl | RuleDecl | TensorDecl | KernelDecl | GlueDecl
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from .interface import (
     ModuleLayout,
     PlanParam,
     Projection,
+    RouteEntry,
     TensorEntry,
     TensorKind,
 )
@@ -90,6 +91,7 @@ class Module:
         kernel: Kernel | None = None,
         local_experts: Callable[[int, Any], tuple[int, torch.Tensor | None]] | None = None,
         models: tuple[ModelsEntry, ...] = (),
+        routes: tuple[RouteEntry, ...] = (),
     ) -> ModuleLayout:
         """The module's `LAYOUT` (interface.py ModuleLayout)."""
         return ModuleLayout(
@@ -104,6 +106,7 @@ class Module:
             kernel=kernel.entry if kernel is not None else None,
             local_experts=local_experts,
             models=models,
+            routes=routes,
         )
 
 

@@ -75,6 +75,7 @@ from layoutc.tools.ep_run import (
     placement_lines,
     vllm_placement_note,
 )
+from layoutc.tools.routes import contracts_where, run_contract
 from layoutc.tools.runcompare import TOLERANCE, halves_error, hidden_states, reach_words, rel_error, run_inputs
 from layoutc.tools.runmemory import peak_kib as _peak_kib
 from layoutc.tools.runmemory import peak_mark as _peak_mark
@@ -85,8 +86,6 @@ from layoutc.tools.runplan import KernelRun, RunError, checkpoint_plan, module_l
 from layoutc.tools.runprogress import LayerFigures
 from layoutc.tools.runprogress import Progress as _Progress
 
-#: `--contract` when none is given (a quantized checkpoint: layoutc/tools/quant_run).
-DEFAULT_CONTRACT = "vllm_cpu_grouped_gemm"
 #: the largest --seed: torch.Generator.manual_seed takes 64-bit seeds, and a layer's seed is seed + layer
 MAX_SEED = (1 << 63) - 1 - 100_000
 #: seconds the last `run_layer` spent comparing (halves_error), for `LayerFigures.compare_ms`
@@ -129,6 +128,12 @@ class Row:
 
 
 
+def _weights_input(mod: ModuleType) -> bool:
+    """Whether a generated module's glue declares it computes input weighting (LR140's suggestion)."""
+    kernel = getattr(getattr(mod, "LAYOUT", None), "kernel", None)
+    return kernel is not None and "input" in kernel.glue.router_weight
+
+
 def router_weight_on_input(moe: Any, mod: Any, contract: str) -> bool:
     """Hold the family's `router_weight` to what the contract's glue computes, before any load.
 
@@ -151,7 +156,7 @@ def router_weight_on_input(moe: Any, mod: Any, contract: str) -> bool:
         raise RunError("LR140", f"model_type {family!r} applies the routing weight to each expert's {where} "
                        f"(its format's router_weight), but contract {contract} has {glue}, which {computes}; "
                        "use a contract whose glue declares router_weight 'input' "
-                       "(vllm_cpu_grouped_gemm, zentorch_fused_moe)")
+                       f"({', '.join(contracts_where(_weights_input))})")
     if where != "input":
         return False
     only = interface.router_weight_input_top_k if interface is not None else None
@@ -742,7 +747,6 @@ def _run(args: argparse.Namespace) -> int:
             elif args.format_file:
                 _prove_format_file(args, ckpt, moe, layers[0], None, scheme)  # LR143 before any kernel row
             return run_quantized(args, ckpt, moe, scheme, layers, tps)
-        args.contract = args.contract or DEFAULT_CONTRACT
         dtype, warning = run_dtype(ckpt, check_experts(ckpt, moe, layers), args.dtype)
         if warning:
             sys.stderr.write(f"layoutc run: {warning}\n")
@@ -753,6 +757,7 @@ def _run(args: argparse.Namespace) -> int:
             import torch
         except ImportError:
             raise RunError("LR130", "layoutc run needs torch (pip install 'layoutc[runtime,checkpoints]')") from None
+        args.contract = args.contract or run_contract("unquantized")  # its `route run` (tools/routes.py)
         try:
             mod = importlib.import_module(f"{GENERATED_PACKAGE}.{args.contract}")
         except ImportError as exc:
@@ -763,7 +768,7 @@ def _run(args: argparse.Namespace) -> int:
             raise RunError("LR120", f"contract {args.contract} binds no glue: it states the layout a kernel "
                            "layoutc does not call (e.g. a CUDA-only or quantized kernel: `layoutc explain "
                            f"{args.contract}`), so run has no kernel to run it with; use a contract with a glue "
-                           f"(default {DEFAULT_CONTRACT})")
+                           f"(default {run_contract('unquantized')})")
         on_input = router_weight_on_input(moe, mod, args.contract)  # before anything is loaded
         check_activation(moe, mod, args.contract, layers)  # LR142: a clamp the glue does not compute
         no_gate = non_gated_refusal(moe, mod, args.contract)  # LR148: non-gated experts no glue computes
@@ -932,8 +937,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--world", type=int, default=None, help="the ranks there are: every --tp x --ep product must "
                    "equal it (default: each pair runs over ep x tp ranks)")
     p.add_argument("--contract", default=None,
-                   help=f"generated contract module in generated/ (default {DEFAULT_CONTRACT}; GPTQ / AWQ int4 "
-                   "checkpoints: torch_int4pack_gptq_moe; GPTQ int8 channelwise: torch_int8pack_gptq_moe)")
+                   help="generated contract module in generated/ (default: the one whose `route run` line serves "
+                   "the checkpoint's format, unquantized or quantized: docs/language.md, \"Routes\")")
     p.add_argument("--layers", type=int, default=0, help="only the first N MoE layers (default all)")
     p.add_argument("--layer-range", default=None, metavar="A:B",
                    help="only the MoE layers among decoder layers A <= n < B (e.g. 3:4); with --layers, the first "

@@ -9,6 +9,7 @@ pass is a function of its own module:
 * ``declarations``: every declaration in source order: the once-per-contract table
   (contract, policy, shard, kernel, glue; LC206), sources, params, lets, rules, tensors;
 * ``check_models``: the `models` lines, once every parameter is known;
+* ``check_routes``: the `route` lines, once the glue is known;
 * ``required``, ``fills``, ``structure``, ``kernel``, ``glue``, ``shard``: the checks
   that need every tensor; ``build``: the IR; ``unread``: every parameter is read by what
   the contract states (LC309); then its glue binding and its layout cases.
@@ -27,6 +28,7 @@ from layoutc.compiler.check.fills import check_fill_ranges, check_tail_fills, re
 from layoutc.compiler.check.glue import check_glue, glue_matches_kernel
 from layoutc.compiler.check.kernel import check_kernel
 from layoutc.compiler.check.models import check_models
+from layoutc.compiler.check.routes import check_routes
 from layoutc.compiler.check.scope import Pass, Scope, Sink
 from layoutc.compiler.check.shard import check_shard
 from layoutc.compiler.check.structure import check_structure
@@ -46,6 +48,7 @@ PASSES: tuple[Pass, ...] = (
     check_kernel,         # the kernel block (needs the tensors)
     check_glue,           # the glue block
     glue_matches_kernel,  # the glue's activation is the kernel's
+    check_routes,         # the `route` lines (LC236-LC240; `route run` needs the glue)
     default_policy,       # LC210: no policy means `policy error`
     check_shard,          # the shard (needs the tensors for LC414)
     check_tail_fills,     # a `tail fill` needs a block shard

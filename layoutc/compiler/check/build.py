@@ -23,6 +23,7 @@ def build_contract(scope: Scope, sink: Sink) -> None:
         params=tuple(scope.params.values()), lets=tuple(scope.lets.values()), rules=tuple(scope.rules),
         tensors=tuple(scope.tensors.values()), kernel=scope.kernel, glue=scope.glue, span=contract.span,
         enum_members=dict(scope.members), shard=scope.shard, ep=scope.ep, models=tuple(scope.models),
+        routes=tuple(scope.routes),
     )
 
 

@@ -36,8 +36,8 @@ def declarations(scope: Scope, sink: Sink) -> None:
                 declare_once(scope, sink, d)
             case A.SourceDecl():
                 scope.sources.append(d.text)
-            case A.ModelsDecl():
-                pass  # check/models.py, once every parameter is declared
+            case A.ModelsDecl() | A.RouteDecl():
+                pass  # check/models.py, check/routes.py: once every parameter and the glue are declared
             case A.ParamDecl():
                 declare_param(scope, sink, d)
             case A.LetDecl():

@@ -100,6 +100,7 @@ class Scope:
         self.declared: dict[type[OnceDecl], OnceDecl] = {}  # the first of each once-per-contract kind
         self.sources: list[str] = []
         self.models: list[ir.Models] = []  # the `models` lines that passed (check/models.py)
+        self.routes: list[ir.Route] = []  # the `route` lines that passed (check/routes.py)
         self.rules: list[ir.Rule] = []
         self.kernel: ir.Kernel | None = None
         self.glue: ir.Glue | None = None

@@ -480,6 +480,16 @@ def _models_lines(contract: ir.Contract) -> list[str]:
     return lines
 
 
+def _routes_lines(contract: ir.Contract) -> list[str]:
+    """`RouteEntry(...)` of each `route` line for the module's LAYOUT (one field per line, as ruff
+    writes it). Routes and formats are names from interface.ROUTES / CHECKPOINT_FORMATS (check/routes.py)."""
+    lines: list[str] = []
+    for r in contract.routes:
+        args = [literal(r.route), literal(tuple(r.formats)), f"rank={r.rank}", f"contract_line={r.span.line}"]
+        lines += ["        RouteEntry(", *(line for a in args for line in _item(a, 12)), "        ),"]
+    return lines
+
+
 def _natural(name: str) -> tuple[int, list[object]]:
     """ruff's isort-style order for `__all__`: CONSTANTS, then Classes, then functions; digits by value."""
     category = 0 if name.isupper() else 1 if name[0].isupper() else 2
@@ -516,6 +526,7 @@ def _imports(contract: ir.Contract, glue: GlueView | None, format_code: bool) ->
     names = ["PlanParam"]
     names += ["ModelsEntry"] if contract.models else []
     names += ["Condition"] if any(m.when is not None for m in contract.models) else []
+    names += ["RouteEntry"] if contract.routes else []
     lines += _import_lines("._runtime.interface", sorted(names, key=_natural))
     lines.append("from ._runtime.layout import Axis" + (", FormatCode" if format_code else ""))
     if glue is not None:
@@ -642,16 +653,29 @@ def view_model(contract: ir.Contract, rel_path: str, proved: tuple[str, ...]) ->
 
 def _layout_lines(contract: ir.Contract, glued: bool) -> list[str]:
     """`LAYOUT = _MODULE.layout(...)` (runtime/wrappers.py `Module.layout`): the tensors in
-    declaration order, the kernel, `local_experts` and the `models` lines."""
+    declaration order, the kernel, `local_experts`, the `models` lines and the `route` lines."""
     names = [_var(t) for t in contract.tensors]
     args = ["(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"]
     args += ["kernel=_KERNEL"] if glued else []
     args += ["local_experts=local_experts"] if contract.ep is not None else []
-    models = _models_lines(contract)
-    if not models:
+    models, routes = _models_lines(contract), _routes_lines(contract)
+    if not models and not routes:
         return call("LAYOUT = _MODULE.layout", args, 0)
-    return ["LAYOUT = _MODULE.layout(", *(line for a in args for line in _item(a, 4)), "    models=(", *models,
-            "    ),", ")"]
+    lines = ["LAYOUT = _MODULE.layout(", *(line for a in args for line in _item(a, 4))]
+    lines += ["    models=(", *models, "    ),"] if models else []
+    lines += _routes_arg(contract, routes)
+    return [*lines, ")"]
+
+
+def _routes_arg(contract: ir.Contract, exploded: list[str]) -> list[str]:
+    """`routes=(...)` on one line where it fits (as ruff joins it: no magic trailing comma but a
+    one-element tuple's), else one `RouteEntry` field per line; [] without routes."""
+    if not contract.routes:
+        return []
+    entries = [f"RouteEntry({literal(r.route)}, {literal(tuple(r.formats))}, rank={r.rank}, "
+               f"contract_line={r.span.line})" for r in contract.routes]
+    line = f"    routes=({', '.join(entries)}{',' if len(entries) == 1 else ''}),"
+    return [line] if len(line) <= WIDTH else ["    routes=(", *exploded, "    ),"]
 
 
 def _let_type(let: ir.Let) -> str:

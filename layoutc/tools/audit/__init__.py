@@ -52,10 +52,10 @@ from layoutc.tools.audit.command import (
 from layoutc.tools.audit.costs import DTYPE_BYTES
 from layoutc.tools.audit.ep import EpRow, EpSection, Topology, ep_report, ep_section
 from layoutc.tools.audit.formats import (
-    CONTRACT_FORMATS,
     QUANTIZING_GLUE,
     CheckpointFormat,
     Taken,
+    audit_formats,
     checkpoint_format,
     takes,
 )
@@ -65,7 +65,6 @@ from layoutc.tools.audit.report import MAX_VARIANTS, audit, audit_report
 from layoutc.tools.audit.rows import AuditReport, AuditRow, Skipped
 
 __all__ = [
-    "CONTRACT_FORMATS",
     "DEFAULT_CONTRACTS_DIR",
     "DTYPE_BYTES",
     "MAX_TP",
@@ -84,6 +83,7 @@ __all__ = [
     "Taken",
     "Topology",
     "audit",
+    "audit_formats",
     "audit_report",
     "checkpoint_format",
     "default_contracts_dir",

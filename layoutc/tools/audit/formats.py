@@ -60,17 +60,6 @@ FORMAT_LABELS: dict[str, str] = {
     "mxfp4_ct": "MXFP4 (compressed-tensors mxfp4-pack-quantized)",
 }
 
-# Contracts whose tensors do not say which checkpoint they take: AITER's contracts write the
-# weights unpacked in bfloat16 ("Weights are written unpacked here"), while the kernel they
-# state is vLLM's AITER_MXFP4_BF16 / _MXFP4 path. Every other contract's formats are read
-# from its tensors (:func:`takes`).
-CONTRACT_FORMATS: dict[str, tuple[str, ...]] = {
-    # the AITER_MXFP4_BF16 path (gpt-oss); unquantized models are audited against the same
-    # 256-rounded allocation
-    "aiter_fused_moe": ("unquantized", "mxfp4"),
-    "aiter_mxfp4_w4a4_moe": ("mxfp4",),
-}
-
 # Glue kinds (layoutc.compiler.check.GLUE_KINDS) that quantize float weights when they load
 # them: their contracts state float tensors, but the kernel computes a weight-only
 # quantized model, which no checkpoint is (docs/audit.md, "checkpoint format").
@@ -138,13 +127,15 @@ class Taken:
 def takes(contract: ir.Contract, fmt: CheckpointFormat) -> Taken | str:
     """Whether ``contract`` takes checkpoints of ``fmt``: :class:`Taken`, or why not (a str).
 
-    Read from the contract (module docstring); :data:`CONTRACT_FORMATS` only for contracts
-    whose tensors do not say. A contract with no scale or zero tensor takes unquantized
-    checkpoints, unless its glue quantizes (:data:`QUANTIZING_GLUE`: then none).
+    Read from the contract (module docstring); from its `route audit` lines only for contracts
+    whose tensors do not say (AITER's write the weights unpacked in bfloat16, while the kernel
+    they state is vLLM's AITER_MXFP4_BF16 / _MXFP4 path: docs/language.md, "Routes"). A contract
+    with no scale or zero tensor takes unquantized checkpoints, unless its glue quantizes
+    (:data:`QUANTIZING_GLUE`: then none).
     """
     if fmt.error is not None:
         return f"the quantization reader refuses this checkpoint: {fmt.error[1]}"
-    listed = CONTRACT_FORMATS.get(contract.name)
+    listed = audit_formats(contract)
     if listed is not None:
         if fmt.key in listed:
             return Taken()
@@ -162,6 +153,13 @@ def takes(contract: ir.Contract, fmt: CheckpointFormat) -> Taken | str:
     if fmt.scheme is None:
         return f"checkpoint is {fmt.label}; {contract.name} declares scale tensors (takes quantized checkpoints)"
     return _takes_scheme(contract, fmt.scheme, fmt.label)
+
+
+def audit_formats(contract: ir.Contract) -> tuple[str, ...] | None:
+    """The checkpoint formats the contract's `route audit` lines say it takes, in order; None when it
+    states none (its tensors say: :func:`takes`)."""
+    listed = [f for r in contract.routes if r.route == "audit" for f in r.formats]
+    return tuple(listed) if listed else None
 
 
 def method_left_out(contracts: Sequence[ir.Contract], fmt: CheckpointFormat) -> dict[str, str]:

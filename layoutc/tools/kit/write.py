@@ -5,8 +5,12 @@ parameters, inside the driver's SCOPE; the engine, its releases and targets) + t
 `base.py` + the text of the driver's shared helpers + the driver's text. It imports torch,
 pytest, the engine and the generated module, never layoutc. Written atomically.
 
-Errors are `KitError(code, message)`: LR180 (no such driver, or the driver is not written for
-this contract), LR181 (the contract does not load or check), LR182 (the output cannot be
+A driver names the engine objects it drives (`MODELS`, with `ENGINE`; `SERVES`: checkpoint formats
+the contract's `route` lines must also serve) and drives the contracts whose `models` lines name
+every one of them (:func:`drives`): no driver names a contract.
+
+Errors are `KitError(code, message)`: LR180 (no such driver, or the driver does not drive this
+contract), LR181 (the contract does not load or check), LR182 (the output cannot be
 written), LR183 (no padded and no refused configuration: the kit would see no pad bug), LR184 (the
 contract has no `models` line for the driver's engine: it does not say which releases it models).
 """
@@ -40,11 +44,38 @@ class Driver:
     """One engine path a kit can drive (a module of layoutc/tools/kit/drivers/)."""
 
     name: str
-    contracts: tuple[str, ...]
+    models: tuple[str, ...]
     engine: str
     scope: dict[str, tuple[Any, ...]]
     shared: tuple[str, ...]
     doc: str
+    serves: tuple[str, ...] = ()
+
+    def drives(self, models: Any, formats: Any) -> bool:
+        """Whether the driver drives a contract with these `models` lines ((engine, target) pairs) and
+        these `route` formats: one line of ENGINE names each of MODELS, and the routes serve SERVES."""
+        named = {target for engine, target in models if engine == self.engine}
+        return bool(self.models) and set(self.models) <= named and set(self.serves) <= set(formats)
+
+    def what(self) -> str:
+        """What the driver drives, in words (LR180's message)."""
+        serves = f" and serve {', '.join(self.serves)}" if self.serves else ""
+        return f"the contracts whose `models {self.engine}` lines name {', '.join(self.models)}{serves}"
+
+
+def driven(driver: Driver, package: str | None = None) -> tuple[str, ...]:
+    """The generated contract modules (names, sorted) `driver` drives, read from each module's
+    `LAYOUT.models` and `LAYOUT.routes` (layoutc.runtime.models: torch only)."""
+    from layoutc.runtime.models import contract_modules
+
+    out = []
+    for name in contract_modules(package):
+        layout = getattr(importlib.import_module(name), "LAYOUT", None)
+        models = [(m.engine, m.target) for m in getattr(layout, "models", ())]
+        formats = {f for r in getattr(layout, "routes", ()) for f in r.formats}
+        if driver.drives(models, formats):
+            out.append(name.rpartition(".")[2])
+    return tuple(out)
 
 
 def drivers() -> dict[str, Driver]:
@@ -54,9 +85,9 @@ def drivers() -> dict[str, Driver]:
         if path.stem.startswith("_") or path.stem.endswith("_common"):
             continue
         mod = importlib.import_module(f"layoutc.tools.kit.drivers.{path.stem}")
-        out[path.stem] = Driver(path.stem, tuple(mod.CONTRACTS), mod.ENGINE,
+        out[path.stem] = Driver(path.stem, tuple(mod.MODELS), mod.ENGINE,
                                 dict(getattr(mod, "SCOPE", {})), tuple(getattr(mod, "SHARED", ())),
-                                (mod.__doc__ or "").strip())
+                                (mod.__doc__ or "").strip(), tuple(getattr(mod, "SERVES", ())))
     return out
 
 
@@ -100,16 +131,16 @@ def render(contract_path: str, driver_name: str, generated: str | None = None) -
     if contract is None:
         first = next((str(d.message) for d in diags), "it does not load")
         raise KitError("LR181", f"{contract_path}: the contract does not load or check ({first})")
-    if contract.name not in driver.contracts:
-        raise KitError("LR180", f"driver {driver_name} drives contracts {', '.join(driver.contracts)}, "
-                                f"not {contract.name}")
-    for name in driver.scope:
-        if name not in {p.name for p in contract.params}:
-            raise KitError("LR180", f"driver {driver_name} scopes parameter {name!r}, which {contract.name} lacks")
     releases = tuple(dict.fromkeys(r for m in contract.models if m.engine == driver.engine for r in m.releases))
     if not releases:
         raise KitError("LR184", f"{contract.name} has no `models {driver.engine}` line: the contract does not say "
                                 f"which {driver.engine} releases it models, so no kit can hold {driver.engine} to it")
+    if not driver.drives([(m.engine, m.target) for m in contract.models],
+                         {f for r in contract.routes for f in r.formats}):
+        raise KitError("LR180", f"driver {driver_name} drives {driver.what()}; {contract.name} is not one of them")
+    for name in driver.scope:
+        if name not in {p.name for p in contract.params}:
+            raise KitError("LR180", f"driver {driver_name} scopes parameter {name!r}, which {contract.name} lacks")
     generated = generated or f"layoutc_generated.{contract.name}"
     picks = configs.pick(contract, driver.scope)
     pads = any(any(lb.startswith("unaligned") or lb.endswith(", padded") for lb in p.labels) for p in picks.admitted)

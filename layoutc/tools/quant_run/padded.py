@@ -47,22 +47,6 @@ from layoutc.tools.checkpoints.quant.wna16 import CT_NAMES
 from layoutc.tools.checkpoints.reader import Checkpoint
 from layoutc.tools.runplan import RunError
 
-#: The contract whose loaders and decode a method's reference-only rows run through, in order
-#: of preference (`--contract` overrides). Sources: vLLM 0.32 int_wna16.py (GPTQ int4 / int8,
-#: AWQ on Marlin), fp8.py (block FP8 on Marlin), mxfp4.py (gpt-oss: CPU or FlashInfer TRT-LLM),
-#: modelopt.py ModelOptNvFp4FusedMoE / compressed_tensors_moe_w4a4_nvfp4.py (NVFP4: FlashInfer).
-REFERENCE_CONTRACTS: dict[str, tuple[str, ...]] = {
-    "gptq_int4": ("marlin_moe_wna16",),
-    "gptq_int8": ("marlin_moe_gptq_int8",),
-    # compressed-tensors W4A16 / W8A16: GPTQ's codes stored N-first (expert_sources transposes them)
-    "ct_wna16_int4": ("marlin_moe_wna16",),
-    "ct_wna16_int8": ("marlin_moe_gptq_int8",),
-    "awq_int4": ("marlin_moe_awq",),
-    "fp8_block": ("marlin_moe_fp8", "marlin_moe_ct_fp8"),  # quant_method fp8 / compressed-tensors (methods.py)
-    "mxfp4": ("vllm_cpu_mxfp4_gpt_oss_moe", "flashinfer_trtllm_mxfp4_moe"),
-    "nvfp4": ("flashinfer_nvfp4_moe",),
-    "mxfp4_ct": ("marlin_moe_ct_mxfp4",),  # compressed-tensors mxfp4-pack-quantized (quant/ct_mxfp4.py)
-}
 #: contract tensor kind -> the scheme's role of the stored tensor it is loaded from
 _ROLE = {"weight": "weight", "scale": "scale", "zero": "zero"}
 _AXIS = {"k": "in", "n": "out"}

@@ -14,8 +14,8 @@ each naming the tensor), and only then is anything run.
   LR162, and both fall back to marlin_moe_gptq_int8, reference only.
 - Any other method (and GPTQ / AWQ with `--contract marlin_*`): no kernel on this machine
   (Marlin, AITER, FlashInfer are GPU kernels). Each rank's padded tensors are built by the
-  method's contract's generated alloc / load (padded.REFERENCE_CONTRACTS: GPTQ int8 ->
-  marlin_moe_gptq_int8, block FP8 -> marlin_moe_fp8, MXFP4 -> vllm_cpu_mxfp4_gpt_oss_moe),
+  method's contract's generated alloc / load (the first whose `route reference` line serves the
+  scheme: Marlin's for GPTQ, AWQ and block FP8, vLLM's CPU gpt-oss contract for MXFP4),
   decoded by the contract's decode back to float weights of the padded per-rank shape, run
   through the reference there and summed (quant_run/padded.py), so the layout and the
   inertness of the pads under decode are checked end to end. The kernel column says "no
@@ -53,10 +53,10 @@ from layoutc.tools.checkpoints.reader import Checkpoint
 from layoutc.tools.quant_run.experts_ref import reference_output
 from layoutc.tools.runplan import RunError
 
-#: The contract whose generated loaders and glue run GPTQ / AWQ int4 here.
-INT4_CONTRACT = "torch_int4pack_gptq_moe"
-#: The contract whose generated loaders and glue run GPTQ int8 (sym, channelwise) here.
-INT8_CONTRACT = "torch_int8pack_gptq_moe"
+#: How a `route run` contract of a quantized format runs here, by the torch kernel its `models torch` line
+#: names (the contract states the kernel; the runner calls it: rank.py int4pack, rank8.py int8pack), with
+#: the schemes that strategy reads codes of (codes.py INT4PACK_SCHEMES, rank8.py INT8PACK_SCHEMES).
+KERNEL_STRATEGIES = {"torch:_weight_int4pack_mm_for_cpu": "int4pack", "torch:_weight_int8pack_mm": "int8pack"}
 NO_KERNEL = "no kernel for this method on this CPU: reference only"
 _ST_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 #: why a reference-only row is "unchecked" although it matched: its kernel side ran no kernel
@@ -292,13 +292,15 @@ def reference_ranks(params: dict[str, Any], moe: MoEModelConfig, scheme: S.Quant
 
 
 def reference_contract(args: argparse.Namespace, scheme: S.QuantScheme) -> str | None:
-    """The contract whose loaders a reference-only row runs through: --contract, else the
-    method's first in padded.REFERENCE_CONTRACTS; None when no contract declares the method."""
-    from layoutc.tools.quant_run.padded import REFERENCE_CONTRACTS
+    """The contract whose loaders a reference-only row runs through: --contract, else the first
+    (lowest rank) whose `route reference` line serves the scheme (tools/routes.py) and stands for the
+    checkpoint's own method where one does; None when no contract declares the method. RunError LR125
+    when two contracts claim the scheme at one rank."""
+    from layoutc.tools.routes import route_contracts
 
     if args.contract:
         return str(args.contract)
-    found = REFERENCE_CONTRACTS.get(scheme.name)
+    found = route_contracts("reference", scheme.name)
     if not found:
         return None
     return next(c for c in found if c not in own_method_left_out(found, scheme.method))
@@ -421,16 +423,17 @@ class _Route:
 
 
 def _routes(args: argparse.Namespace, scheme: S.QuantScheme) -> list[_Route]:
-    """The routes of a row, in order: GPTQ / AWQ int4 on int4pack (GPTQ int8 on int8pack), then
-    (no --contract) the method's reference contract where int4pack refuses the degree (e.g.
-    group -1, or I % g != 0; int8pack: a group size other than -1, stored zeros);
-    any other method its contract (--contract, else padded.REFERENCE_CONTRACTS), else "even".
-    RunError LR120 when a contract's generated module is absent."""
+    """The routes of a row, in order: each contract whose `route run` line serves the scheme (rank
+    order; GPTQ / AWQ int4 on int4pack, GPTQ int8 on int8pack: KERNEL_STRATEGIES), then (no --contract,
+    or a --contract that is none of them) the method's reference contract where the kernel refuses the
+    degree (e.g. group -1, or I % g != 0; int8pack: a group size other than -1, stored zeros): --contract,
+    else the first whose `route reference` serves the scheme, else "even". RunError LR120 when a
+    contract's generated module is absent, LR126 when a `route run` contract names no kernel this runner
+    calls for the scheme, LR125 when two contracts claim one route at one rank."""
     import importlib
 
     from layoutc.tools.contract_module import GENERATED_PACKAGE
-    from layoutc.tools.quant_run.codes import INT4PACK_SCHEMES
-    from layoutc.tools.quant_run.rank8 import INT8PACK_SCHEMES
+    from layoutc.tools.routes import route_contracts
 
     def module(contract: str) -> Any:
         try:
@@ -440,17 +443,34 @@ def _routes(args: argparse.Namespace, scheme: S.QuantScheme) -> list[_Route]:
                 from None
 
     routes: list[_Route] = []
-    if scheme.name in INT4PACK_SCHEMES and args.contract in (None, INT4_CONTRACT):
-        routes.append(_Route("int4pack", INT4_CONTRACT, module(INT4_CONTRACT)))
+    for contract in route_contracts("run", scheme.name):
+        if args.contract not in (None, contract):
+            continue
+        mod = module(contract)
+        routes.append(_Route(kernel_strategy(contract, mod, scheme), contract, mod))
         if args.contract is not None:
             return routes
-    if scheme.name in INT8PACK_SCHEMES and args.contract in (None, INT8_CONTRACT):
-        routes.append(_Route("int8pack", INT8_CONTRACT, module(INT8_CONTRACT)))
-        if args.contract is not None:
-            return routes
-    contract = reference_contract(args, scheme)
-    routes.append(_Route("even", None, None) if contract is None else _Route("padded", contract, module(contract)))
+    ref = reference_contract(args, scheme)
+    routes.append(_Route("even", None, None) if ref is None else _Route("padded", ref, module(ref)))
     return routes
+
+
+def kernel_strategy(contract: str, mod: Any, scheme: S.QuantScheme) -> str:
+    """"int4pack" or "int8pack": how the runner runs `contract` (its generated module `mod`, whose
+    `route run` serves `scheme`), from the torch kernel its `models torch` line names
+    (KERNEL_STRATEGIES). RunError LR126 when it names none, or one whose codes reader does not read
+    the scheme."""
+    from layoutc.tools.quant_run.codes import INT4PACK_SCHEMES
+    from layoutc.tools.quant_run.rank8 import INT8PACK_SCHEMES
+
+    reads = {"int4pack": INT4PACK_SCHEMES, "int8pack": INT8PACK_SCHEMES}
+    kinds = [KERNEL_STRATEGIES[m.target] for m in mod.LAYOUT.models_of("torch") if m.target in KERNEL_STRATEGIES]
+    if len(kinds) != 1 or scheme.name not in reads[kinds[0]]:
+        each = "; ".join(f"{k}: {' '.join(v)}" for k, v in reads.items())
+        raise RunError("LR126", f"contract {contract} declares `route run` for {scheme.name}, but the quantized runner "
+                       f"runs only {', '.join(KERNEL_STRATEGIES)} (the `models torch` line names the kernel), each "
+                       f"on its own schemes ({each})")
+    return kinds[0]
 
 
 def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme,

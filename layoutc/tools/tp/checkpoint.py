@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from layoutc.runtime.experts import check_ep, check_placement
 from layoutc.tools.contract_module import import_contract_module, kernel_of, layout_of
+from layoutc.tools.routes import run_contract
 from layoutc.tools.tp.launcher import launch_ranks
 from layoutc.tools.tp.rank import collective, init_rank, report_error
 from layoutc.tools.tp.results import CheckpointTPResult
@@ -91,7 +92,7 @@ def _checkpoint_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, 
 
 
 def run_tp_checkpoint(model_dir: str, *, tp_size: int, layer: int | None = None,
-                      module_name: str = "vllm_cpu_grouped_gemm", dtype: str | None = None, tokens: int = 16,
+                      module_name: str | None = None, dtype: str | None = None, tokens: int = 16,
                       seed: int = 0, isa: str = "vec", threads_per_rank: int = 1,
                       timeout_s: float = 300.0, use_transformers: bool = True,
                       checkpoint_format: Any = None, ep_size: int = 1,
@@ -112,7 +113,9 @@ def run_tp_checkpoint(model_dir: str, *, tp_size: int, layer: int | None = None,
     rank w being EP rank w // tp_size and TP rank w % tp_size; each keeps its EP rank's experts
     and runs the kernel with its expert map (layoutc.tools.ep_run.load_ep_rank) under vLLM's
     `expert_placement` ("linear" or "round_robin", the contract's `experts ... placement`).
-    layer: a MoE layer index (default: the first). dtype: default the checkpoint's.
+    layer: a MoE layer index (default: the first). dtype: default the checkpoint's. module_name: a
+    generated module (default: the one whose `route run {"unquantized"}` line serves unquantized
+    checkpoints, layoutc/tools/routes.py; RunError LR126 when none does).
     Raises ValueError on bad arguments (ExpertParallelError EP03 for an unknown placement,
     EP01 for an ep_size above config.json's experts, both before any rank starts),
     layoutc.tools.run.RunError LR140 / LR141 when the
@@ -124,13 +127,14 @@ def run_tp_checkpoint(model_dir: str, *, tp_size: int, layer: int | None = None,
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"run_tp_checkpoint: {name} must be an int >= 1, got {value!r}")
     check_placement(expert_placement)  # ExpertParallelError EP03 before any rank starts
-    inputs = _checkpoint_inputs(model_dir, module_name, layer, dtype, tokens, seed, use_transformers,
+    name = module_name or run_contract("unquantized")
+    inputs = _checkpoint_inputs(model_dir, name, layer, dtype, tokens, seed, use_transformers,
                                 checkpoint_format, ep_size, expert_placement)
     cfg = {"model_dir": model_dir, "layer": inputs.layer, "dtype": inputs.dtype, "isa": isa,
            "on_input": inputs.on_input, "format": checkpoint_format, "threads_per_rank": threads_per_rank,
            "timeout_s": timeout_s, "tp_size": tp_size, "ep_size": ep_size, "expert_placement": expert_placement}
     world = tp_size * ep_size
-    messages = launch_ranks("run_tp_checkpoint", checkpoint_rank, world, (module_name, cfg, inputs.tensors),
+    messages = launch_ranks("run_tp_checkpoint", checkpoint_rank, world, (name, cfg, inputs.tensors),
                             start_method="spawn", timeout_s=timeout_s)
     reports = {m[1]: m[2] for m in messages if m[0] == "report"}
     if sorted(reports) != list(range(world)):

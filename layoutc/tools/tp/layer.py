@@ -15,13 +15,14 @@ import torch.multiprocessing as mp
 
 from layoutc.runtime.vocab import MODEL_DTYPES
 from layoutc.tools.contract_module import module_path
+from layoutc.tools.routes import run_contract
 from layoutc.tools.tp.launcher import START_METHODS, Message, launch_ranks
 from layoutc.tools.tp.rank import LayerTensors, rank_main
 from layoutc.tools.tp.reference import ACTIVATIONS
 from layoutc.tools.tp.results import RankReport, TPResult
 
 
-def run_tp_layer(module_name: str = "vllm_cpu_grouped_gemm", *, tp_size: int, num_experts: int,
+def run_tp_layer(module_name: str | None = None, *, tp_size: int, num_experts: int,
                  hidden_size: int, intermediate_size: int, top_k: int, activation: str,
                  dtype: str | torch.dtype = "bfloat16", num_tokens: int = 16, seed: int = 0,
                  bias: bool = False, isa: str = "vec", threads_per_rank: int = 1, warmup: int = 1,
@@ -29,12 +30,13 @@ def run_tp_layer(module_name: str = "vllm_cpu_grouped_gemm", *, tp_size: int, nu
                  fail_on_rank: int | None = None) -> TPResult:
     """Run one MoE layer over `tp_size` real ranks (gloo, spawned processes) and check it.
 
-    module_name: a generated module, "vllm_cpu_grouped_gemm" or
-    "layoutc_generated.vllm_cpu_grouped_gemm" (a dotted name is imported as given). Its
-    LAYOUT must have a shard count and a glue (`prepack_padded`, `fused_moe`); its tensors
-    are looked up by role (`weight w13`, `weight w2`; with bias=True also `bias w13`,
+    module_name: a generated module, by its name in the generated package or dotted (a dotted
+    name is imported as given); default (None) the contract whose `route run {"unquantized"}`
+    line serves unquantized checkpoints (layoutc/tools/routes.py; RunError LR126 when none
+    does). Its LAYOUT must have a shard count and a glue (`prepack_padded`, `fused_moe`); its
+    tensors are looked up by role (`weight w13`, `weight w2`; with bias=True also `bias w13`,
     `bias w2`, and a `fused_moe` taking `w13_bias=` / `w2_bias=`). `isa` is passed to
-    `plan` only if it takes one (e.g. "torch_grouped_mm" and "zentorch_fused_moe" do not).
+    `plan` only if it takes one (the torch grouped-mm and zentorch contracts' do not).
     tp_size: number of ranks (processes); num_experts (E), hidden_size (H),
     intermediate_size (I, the whole model's per-expert width), top_k: the layer.
     activation: one of `ACTIVATIONS`. dtype: "bfloat16" (default), "float16" or
@@ -71,6 +73,7 @@ def run_tp_layer(module_name: str = "vllm_cpu_grouped_gemm", *, tp_size: int, nu
     torch_dtype = _check_layer_options(tp_size=tp_size, num_experts=num_experts, top_k=top_k, activation=activation,
                                        dtype=dtype, timeout_s=timeout_s, start_method=start_method,
                                        fail_on_rank=fail_on_rank)
+    name = module_name or run_contract("unquantized")
     start = time.perf_counter()
     tensors = make_layer(num_experts=num_experts, hidden_size=hidden_size, intermediate_size=intermediate_size,
                          top_k=top_k, num_tokens=num_tokens, dtype=torch_dtype, seed=seed, bias=bias)
@@ -81,15 +84,15 @@ def run_tp_layer(module_name: str = "vllm_cpu_grouped_gemm", *, tp_size: int, nu
            "warmup": warmup, "iters": iters, "timeout_s": timeout_s, "fail_on_rank": fail_on_rank}
     if start_method == "forkserver":
         # Takes effect when the server starts (the first forkserver run of this session).
-        mp.get_context("forkserver").set_forkserver_preload([rank_main.__module__, module_path(module_name)])
-    messages = launch_ranks("run_tp_layer", rank_main, tp_size, (module_name, cfg, tensors),
+        mp.get_context("forkserver").set_forkserver_preload([rank_main.__module__, module_path(name)])
+    messages = launch_ranks("run_tp_layer", rank_main, tp_size, (name, cfg, tensors),
                             start_method=start_method, timeout_s=timeout_s)
     wall = time.perf_counter() - start
     ranks, errors = _reports(messages, tp_size)
     i_pp, i_pp_padded = ranks[0][1]
     reports = tuple(report for report, _ in ranks)
     return TPResult(
-        module=module_name, tp_size=tp_size, num_experts=num_experts, hidden_size=hidden_size,
+        module=name, tp_size=tp_size, num_experts=num_experts, hidden_size=hidden_size,
         intermediate_size=intermediate_size, intermediate_size_per_partition=i_pp,
         intermediate_size_per_partition_padded=i_pp_padded, padded=i_pp != i_pp_padded, top_k=top_k,
         activation=activation, dtype=dtype_name, num_tokens=num_tokens, bias=bias,

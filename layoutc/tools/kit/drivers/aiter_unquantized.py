@@ -20,7 +20,12 @@ from unittest import mock
 
 import torch
 
-CONTRACTS = ("aiter_unquantized_moe",)
+# The engine objects this driver drives: it drives the contracts whose `models` lines name every one
+# (layoutc/tools/kit/write.py `drives`), read from the contracts, never named here.
+MODELS = (
+    "vllm.model_executor.layers.fused_moe.experts.rocm_aiter_moe:AiterExperts",
+    "vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method:UnquantizedFusedMoEMethod",
+)
 ENGINE = "vllm"
 ENGINE_MODULE = "vllm"
 # vLLM's pyproject registers both; skip_global_cleanup keeps its conftest from asking for an accelerator.

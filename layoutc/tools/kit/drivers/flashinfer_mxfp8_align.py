@@ -13,7 +13,9 @@ from unittest import mock
 
 import torch
 
-CONTRACTS = ("flashinfer_trtllm_mxfp8_moe",)
+# The engine objects this driver drives: it drives the contracts whose `models` lines name every one
+# (layoutc/tools/kit/write.py `drives`), read from the contracts, never named here.
+MODELS = ("vllm.model_executor.layers.quantization.utils.flashinfer_utils:align_mxfp8_moe_weights_for_fi_trtllm",)
 ENGINE = "vllm"
 ENGINE_MODULE = "vllm"
 # vLLM's pyproject registers both; skip_global_cleanup keeps its conftest from asking for an accelerator.

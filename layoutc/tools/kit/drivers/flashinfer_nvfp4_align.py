@@ -11,7 +11,9 @@ from typing import Any
 
 import torch
 
-CONTRACTS = ("flashinfer_nvfp4_moe",)
+# The engine objects this driver drives: it drives the contracts whose `models` lines name every one
+# (layoutc/tools/kit/write.py `drives`), read from the contracts, never named here.
+MODELS = ("vllm.model_executor.layers.quantization.modelopt:ModelOptNvFp4FusedMoE",)
 ENGINE = "vllm"
 ENGINE_MODULE = "vllm"
 # vLLM's pyproject registers both; skip_global_cleanup keeps its conftest from asking for an accelerator.

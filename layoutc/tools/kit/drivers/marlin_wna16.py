@@ -15,7 +15,15 @@ from unittest import mock
 
 import torch
 
-CONTRACTS = ("marlin_moe_wna16",)
+# The engine objects this driver drives: it drives the contracts whose `models` lines name every one
+# (layoutc/tools/kit/write.py `drives`), read from the contracts, never named here.
+MODELS = (
+    "vllm.model_executor.layers.fused_moe.experts.marlin_moe:MarlinExperts",
+    "vllm.model_executor.layers.quantization.auto_gptq:AutoGPTQMoEMethod",
+)
+# ... and whose `route` lines serve these checkpoint formats (MarlinExperts and AutoGPTQMoEMethod
+# also stand for GPTQ int8; this path is the int4 one).
+SERVES = ("gptq_int4",)
 ENGINE = "vllm"
 ENGINE_MODULE = "vllm"
 # vLLM's pyproject registers both; skip_global_cleanup keeps its conftest from asking for an accelerator.

@@ -22,7 +22,9 @@ from unittest import mock
 
 import torch
 
-CONTRACTS = ("sglang_cpu_mxfp4_moe",)
+# The engine objects this driver drives: it drives the contracts whose `models` lines name every one
+# (layoutc/tools/kit/write.py `drives`), read from the contracts, never named here.
+MODELS = ("sglang.srt.layers.quantization.mxfp4:Mxfp4MoEMethod",)
 ENGINE = "sglang"
 ENGINE_MODULE = "sglang"
 SHARED = ("sglang_common",)

@@ -16,7 +16,9 @@ from unittest import mock
 
 import torch
 
-CONTRACTS = ("sglang_cpu_moe",)
+# The engine objects this driver drives: it drives the contracts whose `models` lines name every one
+# (layoutc/tools/kit/write.py `drives`), read from the contracts, never named here.
+MODELS = ("sglang.srt.layers.quantization.unquant:UnquantizedFusedMoEMethod",)
 ENGINE = "sglang"
 ENGINE_MODULE = "sglang"
 SHARED = ("sglang_common",)

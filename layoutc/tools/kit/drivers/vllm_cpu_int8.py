@@ -15,7 +15,13 @@ from unittest import mock
 
 import torch
 
-CONTRACTS = ("vllm_cpu_int8_moe",)
+# The engine objects this driver drives: it drives the contracts whose `models` lines name every one
+# (layoutc/tools/kit/write.py `drives`), read from the contracts, never named here.
+MODELS = (
+    "vllm.model_executor.layers.fused_moe.experts.cpu_moe:CPUExpertsInt8",
+    "vllm.model_executor.layers.fused_moe.experts.cpu_moe:ArmCPUExpertsInt8",
+    "vllm.model_executor.layers.fused_moe.experts.cpu_moe:PowerCPUExpertsInt8",
+)
 ENGINE = "vllm"
 ENGINE_MODULE = "vllm"
 # vLLM's pyproject registers both; skip_global_cleanup keeps its conftest from asking for an accelerator.

@@ -14,7 +14,14 @@ from unittest import mock
 
 import torch
 
-CONTRACTS = ("vllm_cpu_grouped_gemm",)
+# The engine objects this driver drives: it drives the contracts whose `models` lines name every one
+# (layoutc/tools/kit/write.py `drives`), read from the contracts, never named here.
+MODELS = (
+    "vllm.model_executor.layers.fused_moe.experts.cpu_moe:CPUUnquantizedExperts",
+    "vllm.model_executor.layers.fused_moe.experts.cpu_moe:X86CPUUnquantizedExperts",
+    "vllm.model_executor.layers.fused_moe.experts.cpu_moe:ArmCPUUnquantizedExperts",
+    "vllm.model_executor.layers.fused_moe.experts.cpu_moe:PowerCPUUnquantizedExperts",
+)
 ENGINE = "vllm"
 ENGINE_MODULE = "vllm"
 # vLLM's pyproject registers both; skip_global_cleanup keeps its conftest from asking for an accelerator.
