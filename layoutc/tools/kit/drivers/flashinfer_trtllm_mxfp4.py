@@ -30,7 +30,12 @@ from unittest import mock
 
 import torch
 
-CONTRACTS = ("flashinfer_trtllm_mxfp4_moe",)
+# The engine objects this driver drives: it drives the contracts whose `models` lines name every one
+# (layoutc/tools/kit/write.py `drives`), read from the contracts, never named here.
+MODELS = (
+    "vllm.model_executor.layers.fused_moe.experts.trtllm_mxfp4_moe:TrtLlmMxfp4ExpertsMonolithic",
+    "vllm.model_executor.layers.quantization.mxfp4:GptOssMxfp4MoEMethod",
+)
 ENGINE = "vllm"
 ENGINE_MODULE = "vllm"
 # vLLM's pyproject registers both; skip_global_cleanup keeps its conftest from asking for an accelerator.

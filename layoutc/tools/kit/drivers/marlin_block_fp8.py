@@ -39,7 +39,12 @@ from unittest import mock
 
 import torch
 
-CONTRACTS = ("marlin_moe_fp8",)
+# The engine objects this driver drives: it drives the contracts whose `models` lines name every one
+# (layoutc/tools/kit/write.py `drives`), read from the contracts, never named here.
+MODELS = (
+    "vllm.model_executor.layers.fused_moe.experts.marlin_moe:MarlinExperts",
+    "vllm.model_executor.layers.quantization.fp8:Fp8MoEMethod",
+)
 ENGINE = "vllm"
 ENGINE_MODULE = "vllm"
 # vLLM's pyproject registers both; skip_global_cleanup keeps its conftest from asking for an accelerator.
