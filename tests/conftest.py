@@ -54,6 +54,16 @@ def contract_line(contract: str, prefix: str) -> str:
     return f"contracts/{contract}.moe:{number}"
 
 
+@pytest.fixture(scope="session")
+def mixtral_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, list[dict]]:
+    """(exit code, log, run records) of ONE vLLM engine child over the tiny Mixtral's runs
+    (tests/test_vllm_plugin_engine.py MIXTRAL_RUNS: 13 engine loads), shared by the engine tests of
+    tests/test_vllm_plugin_engine.py and tests/test_ep_engine.py, which each started a child of their own."""
+    from tests.test_vllm_plugin_engine import mixtral_runs_child
+
+    return mixtral_runs_child(tmp_path_factory.mktemp("mixtral_runs"))
+
+
 NOT_FAST = ("kernel", "engine", "transformers", "conformance", "slow")
 MAY_RUN_KERNELS = ("kernel", "engine")
 

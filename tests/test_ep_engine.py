@@ -1,6 +1,7 @@
 """vLLM 0.32's CPU engine under `enable_expert_parallel` with the layoutc plugin (issue 23
-item 4): one child process (tests/engine/child.py), three engine loads of a tiny Mixtral
-(8 experts, hidden 256, intermediate 704, one layer; tests/engine/checkpoints.py).
+item 4): engine loads of a tiny Mixtral (8 experts, hidden 256, intermediate 704, one layer;
+tests/engine/checkpoints.py) in a child process (tests/engine/child.py); the tp 2 ones are runs of the
+session's Mixtral child (tests/conftest.py `mixtral_runs`, shared with tests/test_vllm_plugin_engine.py).
 
 vLLM admits EP on the CPU grouped GEMM (pinned in tests/test_ep_vllm_cpu.py), and its
 `apply` would pass global expert ids to a kernel holding this rank's experts only. So:
@@ -10,7 +11,8 @@ vLLM admits EP on the CPU grouped GEMM (pinned in tests/test_ep_vllm_cpu.py), an
   the engine decodes tp 1's greedy tokens (plugin off, the oracle: vLLM itself);
 - tp 1, plugin off: the reference.
 
-Cost: about three engine loads on 2 cores (see docs/vllm_plugin.md for the measured time).
+Cost: two engine loads of the shared child, and two more for the uneven tp 3 split (see docs/vllm_plugin.md for
+the measured time).
 """
 
 from __future__ import annotations
@@ -19,22 +21,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_vllm_plugin_engine import WORKER_FAILED, _child, _require, _sections, assert_same_greedy
+from tests.test_vllm_plugin_engine import WORKER_FAILED, _child, _require, _sections, assert_same_greedy, plain_runs
 
 pytestmark = [pytest.mark.engine, pytest.mark.kernel, pytest.mark.transformers, pytest.mark.slow]
 
 
-def test_expert_parallel_tp2_check_refuses_replace_matches_tp1(tmp_path: Path) -> None:
-    _require("vllm")
-    from tests.engine import checkpoints as ck
-
-    model = ck.mixtral(tmp_path / "mixtral")
-    rc, log, runs = _child(model, tmp_path / "mixtral_ep.json", (), (), block_zentorch=True,
-                           runs="2:check:ep,2:replace:ep,1:off")
+def test_expert_parallel_tp2_check_refuses_replace_matches_tp1(mixtral_runs: tuple[int, str, list[dict]]) -> None:
+    """Two engine loads of tests/test_vllm_plugin_engine.py MIXTRAL_RUNS (tp 2 + EP, check and replace) against its
+    tp 1 off run, the plugin off: the same checkpoint, engine and mode this test once loaded in a child of its own."""
+    rc, log, runs = mixtral_runs
     assert rc == 0, log[-4000:]
-    got, part = {(r["tp"], r["mode"]): r for r in runs}, _sections(log)
-    assert set(got) == {(2, "check"), (2, "replace"), (1, "off")}, sorted(got)
-    assert got[(2, "check")]["ep"] and got[(2, "replace")]["ep"]
+    got, part = {(r["tp"], r["mode"]): r for r in runs if r["ep"]}, _sections(log)
+    assert set(got) == {(2, "check"), (2, "replace")}, sorted(got)
+    got[(1, "off")] = next(r for r in plain_runs(runs) if (r["tp"], r["mode"]) == (1, "off"))
     assert WORKER_FAILED in got[(2, "check")].get("error", ""), got[(2, "check")]
     checked = part["tp=2 mode=check ep=1"]
     message = next(ln for ln in checked.splitlines() if "LayoutcVllmError: layoutc: layer" in ln)

@@ -1,7 +1,9 @@
 """The layoutc vLLM plugin in real vLLM 0.32 CPU engines (tiny random checkpoints, no network).
 
-Each test runs one child process (tests/engine/child.py) that loads a fresh
-`vllm.LLM` per (tp, plugin mode) and greedy-decodes fixed prompts. Oracle: vLLM
+Each test reads a child process (tests/engine/child.py) that loads a fresh
+`vllm.LLM` per (tp, plugin mode) and greedy-decodes fixed prompts; the tiny Mixtral's runs
+are all in one child (MIXTRAL_RUNS, tests/conftest.py `mixtral_runs`), shared with
+tests/test_ep_engine.py. Oracle: vLLM
 itself with the plugin off. Both CPU MoE routes are covered: the grouped GEMM
 (which pads; zentorch made unimportable in every engine process by
 tests/engine/site/sitecustomize.py, so vLLM's platform detection falls back to
@@ -84,7 +86,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from tests.engine import checkpoints as ck
 
     base = tmp_path_factory.mktemp("ckpt")
-    return {"mixtral": ck.mixtral(base / "mixtral"), "gpt_oss": ck.gpt_oss(base / "gpt_oss"),
+    return {"gpt_oss": ck.gpt_oss(base / "gpt_oss"),
             "gpt_oss_704": ck.gpt_oss(base / "gpt_oss_704", intermediate=ck.GPT_OSS_UNALIGNED)}
 
 
@@ -99,7 +101,7 @@ def _child(model: Path, out: Path, tps: tuple[int, ...], modes: tuple[str, ...],
         env["LAYOUTC_TEST_BREAK"] = break_pad
     cmd = [sys.executable, str(CHILD), str(model), str(out), "--tp", ",".join(map(str, tps)),
            "--modes", ",".join(modes)]
-    if runs:  # tp:mode[:ep],... in order, a failing load recorded and the next run going on
+    if runs:  # tp:mode[:ep][:break=KIND],... in order, a failing load recorded and the next run going on
         cmd += ["--runs", runs, "--keep-going"]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
     log = proc.stdout + proc.stderr
@@ -153,20 +155,42 @@ def test_grouped_gemm_route_gpt_oss_replace_matches_off(checkpoints: dict[str, P
                    for ln in log.splitlines()) == 2
 
 
-@pytest.fixture(scope="module")
-def mixtral_grouped(checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
-                    ) -> tuple[int, str, list[dict]]:
-    """Mixtral on the grouped GEMM: 9 engine loads (off, check, replace at tp 1, 2, 4)."""
-    out = tmp_path_factory.mktemp("runs") / "mixtral_grouped.json"
-    return _child(checkpoints["mixtral"], out, TPS, MODES, block_zentorch=True)
+#: Every run of the default tiny Mixtral (I = 704, tests/engine/checkpoints.py) that the engine tests check, in
+#: ONE child (tests/conftest.py `mixtral_runs`, session-scoped: tests/test_ep_engine.py reads it too): the grouped
+#: GEMM's 9 (off, check, replace at tp 1, 2, 4); vLLM patched to end-pad w13 as in vllm#48624 at tp 4, off and
+#: check (`break=`: that run's workers alone, spawned afresh, are patched); tp 2 with expert parallelism, check and
+#: replace. Each run is a fresh engine, as when these were three children; the child's vLLM import, a checkpoint
+#: and the EP test's own tp 1 reference (the same checkpoint, engine and mode as the grouped tp 1 off run) are
+#: no longer repeated.
+MIXTRAL_RUNS = ",".join([*(f"{tp}:{m}" for tp in TPS for m in MODES), "4:off:break=end_pad", "4:check:break=end_pad",
+                         "2:check:ep", "2:replace:ep"])
 
 
-def test_grouped_gemm_route_mixtral_modes_agree(mixtral_grouped: tuple[int, str, list[dict]]) -> None:
-    """Mixtral, I = 704: tp 4 pads 176 -> 192 (vLLM's _pad_moe_intermediate, or the contract's)."""
-    rc, log, runs = mixtral_grouped
+def mixtral_runs_child(base: Path) -> tuple[int, str, list[dict]]:
+    """MIXTRAL_RUNS in one child (--keep-going: a refused start is recorded with its error): 13 engine loads."""
+    _require("vllm")
+    from tests.engine import checkpoints as ck
+
+    return _child(ck.mixtral(base / "mixtral"), base / "mixtral_runs.json", (), (), block_zentorch=True,
+                  runs=MIXTRAL_RUNS)
+
+
+def plain_runs(runs: list[dict]) -> list[dict]:
+    """The runs with neither a planted break nor expert parallelism."""
+    return [r for r in runs if not r["ep"] and not r.get("break")]
+
+
+def test_grouped_gemm_route_mixtral_modes_agree(mixtral_runs: tuple[int, str, list[dict]]) -> None:
+    """Mixtral, I = 704: tp 4 pads 176 -> 192 (vLLM's _pad_moe_intermediate, or the contract's). 9 engine loads
+    of MIXTRAL_RUNS."""
+    rc, log, runs = mixtral_runs
     assert rc == 0, log[-4000:]
     assert "using ZenCpuPlatform" not in log
-    _assert_modes_agree(runs, log, "vllm_cpu_grouped_gemm")
+    grouped = plain_runs(runs)
+    assert not [r for r in grouped if "error" in r], ([r for r in grouped if "error" in r], log[-4000:])
+    part = _sections(log)
+    _assert_modes_agree(grouped, "".join(part.get(f"tp={tp} mode={m} ep=0", "") for tp in TPS for m in MODES),
+                        "vllm_cpu_grouped_gemm")
 
 
 def test_zentorch_route_gpt_oss_modes_agree(checkpoints: dict[str, Path], tmp_path: Path) -> None:
@@ -204,20 +228,23 @@ def test_zentorch_route_gpt_oss_modes_agree(checkpoints: dict[str, Path], tmp_pa
                      f"non-tie step (outside the plugin; every mode agrees with off): {'; '.join(departed)}")
 
 
-def test_check_mode_stops_an_end_padded_engine(checkpoints: dict[str, Path], tmp_path: Path,
-                                               mixtral_grouped: tuple[int, str, list[dict]]) -> None:
-    """vLLM patched (in every engine process) to end-pad w13 as in vllm#48624, tp 4. 2 engine loads.
+def test_check_mode_stops_an_end_padded_engine(mixtral_runs: tuple[int, str, list[dict]]) -> None:
+    """vLLM patched (in every engine process) to end-pad w13 as in vllm#48624, tp 4. 2 engine loads of MIXTRAL_RUNS.
 
     Off: the broken engine starts and decodes other tokens than the healthy one (the
     breakage is real). Check: the engine does not start; the error names layoutc,
     the layer, the tensor, the rows and the contract line.
     """
-    rc, log, runs = _child(checkpoints["mixtral"], tmp_path / "mixtral_end_pad.json", (4,), ("off", "check"),
-                           block_zentorch=True, break_pad="end_pad")
-    assert rc != 0, "check mode let an end-padded engine start"
-    assert [r["mode"] for r in runs] == ["off"], log[-4000:]
-    assert mixtral_grouped[0] == 0, mixtral_grouped[1][-4000:]
-    assert runs[0]["tokens"] != _by(mixtral_grouped[2])[(4, "off")]["tokens"]
+    rc, all_log, all_runs = mixtral_runs
+    assert rc == 0, all_log[-4000:]
+    runs = [r for r in all_runs if r.get("break") == "end_pad"]
+    assert [(r["tp"], r["mode"]) for r in runs] == [(4, "off"), (4, "check")], all_runs
+    assert "error" in runs[1] and "tokens" not in runs[1], "check mode let an end-padded engine start"
+    assert "error" not in runs[0], runs[0]
+    healthy = plain_runs(all_runs)
+    assert not [r for r in healthy if "error" in r], all_log[-4000:]
+    assert runs[0]["tokens"] != _by(healthy)[(4, "off")]["tokens"]
+    log = _sections(all_log)["tp=4 mode=check ep=0 break=end_pad"]
     assert "LayoutcVllmError" in log, log[-4000:]
     message = next(ln for ln in log.splitlines() if "layoutc: layer" in ln)
     assert "layer model.layers.0.block_sparse_moe.experts: " in message, message

@@ -2,6 +2,7 @@
 
     python tests/engine/child.py MODEL_DIR OUT.json --tp 2 --modes off,check,replace
     python tests/engine/child.py MODEL_DIR OUT.json --runs 4:off,4:replace,2:replace:ep --keep-going
+    python tests/engine/child.py MODEL_DIR OUT.json --runs 4:off,4:check:break=end_pad --keep-going
 
 Each mode is a fresh `vllm.LLM` (a new engine and fresh worker processes, which
 vLLM's CPU platform always spawns: distributed_executor_backend="mp", at tp=1 too,
@@ -18,7 +19,10 @@ A failing load propagates: the child exits non-zero with vLLM's error output; wi
 --keep-going it is recorded instead ({"mode", "tp", "ep", "error"}) and the next run goes
 on. Each run starts with a marker line `=== layoutc engine run tp=T mode=M ep=E ===` on
 stdout and stderr, so a log can be split per run. `:ep` runs the engine with
-enable_expert_parallel=True.
+enable_expert_parallel=True. `:break=KIND` sets LAYOUTC_TEST_BREAK=KIND for that run alone (the
+workers, spawned afresh per load, read it in tests/engine/site/sitecustomize.py; the caller's way,
+tests/engine/caller.py), so healthy and broken engines share one child; such a run's record and
+marker carry `break` (the marker ends ` break=KIND ===`).
 """
 
 from __future__ import annotations
@@ -65,9 +69,12 @@ def tree_cpu_s() -> float:
     return sum(stats[pid][1] for pid in mine if pid in stats)
 
 
-def run(model: str, tp: int, mode: str, tokens: int, n_prompts: int, repeat: int, ep: bool = False) -> dict:
+def run(model: str, tp: int, mode: str, tokens: int, n_prompts: int, repeat: int, ep: bool = False,
+        brk: str = "") -> dict:
     from vllm import LLM, SamplingParams
 
+    if brk:
+        os.environ["LAYOUTC_TEST_BREAK"] = brk
     if mode == "off":
         os.environ.pop("LAYOUTC_VLLM", None)
     else:
@@ -89,6 +96,8 @@ def run(model: str, tp: int, mode: str, tokens: int, n_prompts: int, repeat: int
     result = {"mode": mode, "tp": tp, "ep": ep, "load_s": load_s, "load_cpu_s": load_cpu_s, "decode_s": decode,
               "decode_cpu_s": decode_cpu, "generated": n_prompts * tokens,
               "tokens": [], "logprobs": [], "gaps": []}
+    if brk:
+        result["break"] = brk
     for out in outs:
         seq = out.outputs[0]
         result["tokens"].append(list(seq.token_ids))
@@ -120,27 +129,38 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=0, help="timed generate() calls after the first")
-    ap.add_argument("--runs", default="", help="tp:mode[:ep],... in this order (instead of --tp x --modes)")
+    ap.add_argument("--runs", default="",
+                    help="tp:mode[:ep][:break=KIND],... in this order (instead of --tp x --modes)")
     ap.add_argument("--keep-going", action="store_true", help="record a failing load and go on")
     args = ap.parse_args()
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    base_break = os.environ.get("LAYOUTC_TEST_BREAK", "")
+    plan: list[tuple[int, str, bool, str]] = []
     if args.runs:
-        plan = [(int(r.split(":")[0]), r.split(":")[1], r.endswith(":ep")) for r in args.runs.split(",")]
+        for r in args.runs.split(","):
+            tp, mode, *flags = r.split(":")
+            brk = next((f.removeprefix("break=") for f in flags if f.startswith("break=")), "")
+            plan.append((int(tp), mode, "ep" in flags, brk))
     else:
-        plan = [(int(t), m, False) for t in args.tp.split(",") for m in args.modes.split(",")]
+        plan = [(int(t), m, False, "") for t in args.tp.split(",") for m in args.modes.split(",")]
     runs: list[dict] = []
-    for tp, mode, ep in plan:
-        marker = f"=== layoutc engine run tp={tp} mode={mode} ep={int(ep)} ==="
+    for tp, mode, ep, brk in plan:
+        if not brk:  # a run without its own break has the child's (the environment it was started with)
+            os.environ.pop("LAYOUTC_TEST_BREAK", None)
+            if base_break:
+                os.environ["LAYOUTC_TEST_BREAK"] = base_break
+        marker = f"=== layoutc engine run tp={tp} mode={mode} ep={int(ep)}{f' break={brk}' if brk else ''} ==="
         print(marker, flush=True)
         print(marker, file=sys.stderr, flush=True)
         try:
-            runs.append(run(args.model, tp, mode, args.tokens, args.prompts, args.repeat, ep))
+            runs.append(run(args.model, tp, mode, args.tokens, args.prompts, args.repeat, ep, brk))
         except Exception as exc:
             if not args.keep_going:
                 raise
-            runs.append({"mode": mode, "tp": tp, "ep": ep, "error": f"{type(exc).__name__}: {exc}"})
+            runs.append({"mode": mode, "tp": tp, "ep": ep, "error": f"{type(exc).__name__}: {exc}",
+                         **({"break": brk} if brk else {})})
             gc.collect()
         tmp = args.out + ".tmp"
         with open(tmp, "w") as f:
