@@ -51,14 +51,8 @@ def offences(root: Path) -> list[str]:
 
 
 #: The names still written in tools, each with why, until its owner moves it onto a declaration. Every
-#: entry must still occur (a stale one fails), and no other name may appear.
-#: - vllm_plugin/ep.py: check mode's EP refusal names the contract that remaps global ids (its text is
-#:   held by tests/test_ep_engine.py).
-#: - vllm_plugin/int8.py: names zentorch's op `zentorch_fused_moe` (the kernel, not the contract of that name).
-PENDING = {
-    "tools/vllm_plugin/ep.py": "vllm_cpu_grouped_gemm",
-    "tools/vllm_plugin/int8.py": "zentorch_fused_moe",
-}
+#: entry must still occur (a stale one fails), and no other name may appear. None is left.
+PENDING: dict[str, str] = {}
 
 
 def _pending(entry: str) -> bool:

@@ -99,7 +99,31 @@ def configs(draw, contract: ir.Contract):  # type: ignore[no-untyped-def]
     if "intermediate_size" in config and "tp_size" in config:
         per_rank = draw(st.one_of(st.integers(1, 200), st.sampled_from([128, 176, 192, 256, 360, 704, 768])))
         config["intermediate_size"] = per_rank * int(config["tp_size"])  # type: ignore[call-overload]
+        _shrink(contract, config, per_rank)
     return config
+
+
+#: Largest logical w13 drawn, in elements (2 * intermediate_size * hidden_size * num_experts): 8 Mi, 32 MiB
+#: in float32. Unbounded draws reached 10^8 elements (10 GB RSS) with tp 128 x per-rank 704 x hidden 2880,
+#: sizes no property needs: every per-rank size and residue above is still drawn, at a smaller tp degree.
+MAX_ELEMENTS = 1 << 23
+
+
+def _shrink(contract: ir.Contract, config: dict[str, object], per_rank: int) -> None:
+    """Within MAX_ELEMENTS: fewer experts first, then the largest smaller tp degree the contract allows
+    (the per-rank size, and so its alignment class, is kept)."""
+    def size() -> int:
+        return 2 * int(config["intermediate_size"]) * int(config.get("hidden_size", 1)) * int(config.get("num_experts", 1))  # type: ignore[call-overload]
+
+    experts = next((p for p in contract.params if p.name == "num_experts"), None)
+    while size() > MAX_ELEMENTS and experts is not None and int(config["num_experts"]) > max(1, experts.low):  # type: ignore[call-overload]
+        config["num_experts"] = int(config["num_experts"]) - 1  # type: ignore[call-overload]
+    tp = next(p for p in contract.params if p.name == "tp_size")
+    degrees = sorted(tp.values) if tp.kind != "range" else list(range(tp.low, min(tp.high, 128) + 1))
+    for t in reversed([d for d in degrees if isinstance(d, int) and d < int(config["tp_size"])]):  # type: ignore[call-overload]
+        if size() <= MAX_ELEMENTS:
+            break
+        config["tp_size"], config["intermediate_size"] = t, per_rank * t
 
 
 @pytest.mark.parametrize("name", CONTRACTS)

@@ -39,12 +39,14 @@ _MARK = "__layoutc_vllm_ep__"
 MAP_ATTR = "_layoutc_expert_map"
 
 
-def refusal(name: str, ep_size: int, local: int, total: int) -> str:
-    """Check mode's message for an EP layer (vLLM's forward would pass global ids to the kernel)."""
+def refusal(name: str, ep_size: int, local: int, total: int, contract: str) -> str:
+    """Check mode's message for an EP layer (vLLM's forward would pass global ids to the kernel);
+    `contract` is the contract the layer is held to (its `models` line picks it), whose expert map
+    replace mode applies."""
     return (f"layoutc: layer {name}: vLLM runs it with expert parallelism (ep_size {ep_size}, {local} of "
             f"{total} experts on this rank), but vLLM 0.32's CPUUnquantizedExperts.apply ignores expert_map and "
             f"passes the router's global topk_ids to _C::cpu_fused_moe, whose experts axis holds only this "
-            f"rank's {local}: ids >= {local} read outside the weights; contract vllm_cpu_grouped_gemm remaps "
+            f"rank's {local}: ids >= {local} read outside the weights; contract {contract} remaps "
             f"them (LAYOUTC_VLLM=replace)")
 
 

@@ -218,7 +218,9 @@ def _bias(layer: Any, name: str) -> Any:
 def _check(experts: Any, layer: Any, original: Any, cpu_moe: Any) -> None:
     info = layer_info(experts, layer)
     if info.ep_size > 1 and not cpu_moe.is_zentorch_moe_supported(layer):
-        raise LayoutcVllmError(ep.refusal(info.name, info.ep_size, info.num_experts, info.global_experts or 0))
+        held = check.module("grouped_gemm", type(experts), info)  # the contract whose expert map replace applies
+        raise LayoutcVllmError(ep.refusal(info.name, info.ep_size, info.num_experts, info.global_experts or 0,
+                                          held.CONTRACT))
     # The route vLLM's method is about to take (it asks the same function), so the
     # contract admits the configuration before any kernel sees the weights.
     route = "zentorch" if cpu_moe.is_zentorch_moe_supported(layer) else "grouped_gemm"

@@ -251,7 +251,7 @@ def check_layer(
         if role in CONTIGUOUS.get(cls, ()) and not actual.is_contiguous():
             raise LayoutcVllmError(
                 f"layoutc: layer {info.name}: {name} is not contiguous (strides {tuple(actual.stride())}), "
-                f"but {cls}.apply hands it to its kernel as it is and zentorch_fused_moe requires contiguous "
+                f"but {cls}.apply hands it to its kernel as it is and zentorch::zentorch_fused_moe requires contiguous "
                 f"weights (it refuses it at the first forward); {check.tensor_line(gen, entry)}"
             )
         if role not in copies:
@@ -262,7 +262,7 @@ def check_layer(
         if not isinstance(copy, torch.Tensor):
             raise LayoutcVllmError(
                 f"layoutc: layer {info.name}: {cls} holds no {attr} (it has {type(copy).__name__}), the copy of "
-                f"{name} its apply() hands zentorch_fused_moe, but contract {gen.CONTRACT} declares {role}; "
+                f"{name} its apply() hands zentorch::zentorch_fused_moe, but contract {gen.CONTRACT} declares {role}; "
                 f"{check.tensor_line(gen, entry)}"
             )
         got = copy.reshape(exp.shape) if copy.numel() == exp.numel() else copy
