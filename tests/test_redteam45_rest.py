@@ -254,3 +254,103 @@ def test_a_declared_factor_is_worded_as_declared() -> None:
     average = explain_ratio(2.0, {}, BlockOps(combination="average"))
     assert 'shared_combination "average" (x0.5)' in average and "measures x1 " in average, average
     assert "no config key holds 3" in explain_ratio(3.0, {}, BlockOps())  # nothing declared: as before
+
+
+# ---- second red-team pass (after the float32 proof landed) ---------------------------------------
+
+
+def _zero_down(folder: Path, layer: int) -> None:
+    """Every routed expert's down_proj of `layer` set to zero, in place: the block returns zero there."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    for path in folder.glob("*.safetensors"):
+        tensors = load_file(str(path))
+        hit = {k: torch.zeros_like(v) for k, v in tensors.items()
+               if k.startswith(f"model.layers.{layer}.mlp.experts.") and k.endswith("down_proj.weight")}
+        if hit:
+            save_file({**tensors, **hit}, str(path), metadata={"format": "pt"})
+
+
+@pytest.mark.kernel
+@pytest.mark.transformers
+def test_a_zero_first_layer_proves_nothing(tmp_path: Path) -> None:
+    """A declared routed_scale of 1.015 on an unscaled block, where layer 0's experts return zero: a
+    zero reference matches any scale, and the proof said "proved on layer 0 (rel error 0.0e+00)", then
+    the later layers ran "ok" at 1.5e-2 in bf16. The proof now goes on to the first layer whose block
+    output is not zero (layer 1: LR143 naming routed_scale); with every layer zero, LR143 says
+    nothing can be proved."""
+    _require()
+    folder = make(tmp_path / "ckpt", "--layers", "2", "--dtype", "bfloat16")
+    _zero_down(folder, 0)
+    wrong = _declared(tmp_path, folder, {"routed_scaling_factor": 1.015}, routed_scale=["routed_scaling_factor"])
+    code, out, err = run(str(folder), "--tp", "1", "--dtype", "bfloat16", "--format-file", str(wrong))
+    assert code == 2 and "error[LR143]" in err and "on layer 1 in float32" in err, (code, out, err)
+    assert "routed_scale" in err and "ok" not in out, (out, err)
+    _zero_down(folder, 1)
+    code, out, err = run(str(folder), "--tp", "1", "--dtype", "bfloat16", "--format-file", str(wrong))
+    assert code == 2 and "error[LR143]" in err and "returns zero on every layer of the run (0, 1)" in err, (out, err)
+
+
+def test_a_route_on_a_contract_without_the_codes_tensors_is_coded() -> None:
+    """A `route run {"gptq_int4"}` moved onto torch_int4pack_moe (the int4pack kernel, but no `zero`
+    tensors for a GPTQ checkpoint's own codes) reached load_rank and died there as LR199
+    (AttributeError on None.alloc); kernel_strategy now refuses it as LR126 naming the missing
+    tensors, before anything is loaded."""
+    import importlib
+
+    from layoutc.tools.checkpoints.quant.scheme import gptq
+    from layoutc.tools.quant_run.runner import kernel_strategy
+    from layoutc.tools.runplan import RunError
+
+    mod = importlib.import_module("layoutc_generated.torch_int4pack_moe")
+    with pytest.raises(RunError) as exc:
+        kernel_strategy("torch_int4pack_moe", mod, gptq(4, 128, sym=True, act_order=False))
+    assert exc.value.code == "LR126" and "zero w13" in str(exc.value), exc.value
+    ok = importlib.import_module("layoutc_generated.torch_int4pack_gptq_moe")
+    assert kernel_strategy("torch_int4pack_gptq_moe", ok, gptq(4, 128, sym=True, act_order=False)) == "int4pack"
+
+
+@pytest.fixture(scope="module")
+def tiny_config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """config.json of examples/make_checkpoint.py's Qwen3-MoE (no quantization_config)."""
+    _require()
+    folder = make(tmp_path_factory.mktemp("cfg") / "ckpt")
+    return json.loads((folder / "config.json").read_text())  # type: ignore[no-any-return]
+
+
+@pytest.mark.transformers
+@pytest.mark.parametrize("edit", [
+    {"extra_config": {"experts": {"bits": {"a": 1}}}},
+    {"extra_config": {"experts": {"group_size": [32]}}},
+    {"bits": [4]},
+    {"sym": {}},
+])
+def test_a_non_scalar_auto_round_field_is_coded(tiny_config: dict[str, object], edit: dict[str, object]) -> None:
+    """Non-scalar bits / group_size / sym (top level or in an extra_config entry) raised LR199
+    TypeError (unhashable) in run and LC900 in audit; they are LR151 naming the field."""
+    from layoutc.tools.checkpoints.errors import FormatError
+    from layoutc.tools.checkpoints.quant.config import read_quantization
+
+    quant = {"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": True, "packing_format":
+             "auto_round:auto_gptq", **edit}
+    config = {**tiny_config, "quantization_config": quant}
+    with pytest.raises(FormatError) as exc:
+        read_quantization(config)
+    assert exc.value.code == "LR151", exc.value
+
+
+@pytest.mark.transformers
+def test_an_unquantizing_override_found_by_search_is_lr152(tiny_config: dict[str, object]) -> None:
+    """`{"experts": {"bits": 16}}` leaves the experts unquantized by auto-round's and vLLM's own match
+    (re.search); the LR152 check matched whole names only and the run said LR150 "16-bit is not
+    declared". Both now find the entry the same way."""
+    from layoutc.tools.checkpoints.errors import FormatError
+    from layoutc.tools.checkpoints.quant.config import read_quantization
+
+    quant = {"quant_method": "auto-round", "bits": 4, "group_size": 128, "sym": True, "packing_format":
+             "auto_round:auto_gptq", "extra_config": {"experts": {"bits": 16}}}
+    config = {**tiny_config, "quantization_config": quant}
+    with pytest.raises(FormatError) as exc:
+        read_quantization(config)
+    assert exc.value.code == "LR152", exc.value

@@ -628,35 +628,46 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
                    "and pass --format-file")
 
 
-def _prove_format_file(args: argparse.Namespace, ckpt: Any, moe: Any, layer: int, oracle: Any,
+def _prove_format_file(args: argparse.Namespace, ckpt: Any, moe: Any, layers: list[int], oracle: Any,
                        scheme: Any = None) -> None:
-    """A --format-file's format proved in float32 on `layer` against transformers' block before the
-    kernel rows (layoutc.tools.checkpoints.declared.prove_declared: FormatError LR143 naming the
-    field at fault and the measured error); the proof is said on stderr. With a quantization
-    `scheme`: over the dequantized weights (`_declared_loop`), against the quantized runner's own
-    oracle for `layer` (quant_run/oracle.py independent_oracle, built here as `_prove_quantized`
-    builds it). Without an oracle (--no-transformers, --no-from-pretrained, no block) nothing is
-    proved and the rows say "unchecked", as before."""
+    """A --format-file's format proved in float32 against transformers' block before the kernel rows
+    (layoutc.tools.checkpoints.declared.prove_declared: FormatError LR143 naming the field at fault and
+    the measured error), on the first of `layers` whose block output is not zero (a zero reference
+    matches any declared scale: it proves nothing); the proof is said on stderr. LR143 too when the
+    block's output is zero on every layer of the run. With a quantization `scheme`: over the
+    dequantized weights (`_declared_loop`), against the quantized runner's own oracle for the layer
+    (quant_run/oracle.py independent_oracle, built here as `_prove_quantized` builds it). Without an
+    oracle (--no-transformers, --no-from-pretrained, no block) nothing is proved and the rows say
+    "unchecked", as before."""
     from layoutc.tools.checkpoints.declared import prove_declared
+    from layoutc.tools.checkpoints.errors import FormatError
 
-    loop = None
-    if scheme is not None:
-        if args.no_transformers or args.no_from_pretrained:
+    if scheme is not None and (args.no_transformers or args.no_from_pretrained):
+        return
+    for layer in layers:
+        loop = None
+        if scheme is not None:
+            from layoutc.tools.quant_run.oracle import independent_oracle
+
+            oracle, _ = independent_oracle(ckpt, moe, scheme, [layer])
+
+            def loop(m: Any, x: Any, w: Any, i: Any, layer: int = layer) -> Any:
+                return _declared_loop(ckpt, m, layer, x, w, i, scheme)
+
+        x = hidden_states(moe, layer, args.tokens, args.seed, "float32")
+        proof = prove_declared(ckpt, moe, layer, x, oracle, loop)
+        if scheme is not None and oracle is not None:
+            oracle.release()  # the quantized runner builds its own
+        if proof is None:
             return
-        from layoutc.tools.quant_run.oracle import independent_oracle
-
-        oracle, _ = independent_oracle(ckpt, moe, scheme, [layer])
-
-        def loop(m: Any, x: Any, w: Any, i: Any) -> Any:
-            return _declared_loop(ckpt, m, layer, x, w, i, scheme)
-
-    x = hidden_states(moe, layer, args.tokens, args.seed, "float32")
-    proof = prove_declared(ckpt, moe, layer, x, oracle, loop)
-    if scheme is not None and oracle is not None:
-        oracle.release()  # the quantized runner builds its own
-    if proof is not None:
-        sys.stderr.write(f"layoutc run: the declared format (--format-file) was proved on layer {proof.layer} in "
-                         f"float32 against {proof.reference.split(' (')[0]} (rel error {proof.rel:.1e})\n")
+        if not proof.degenerate:
+            sys.stderr.write(f"layoutc run: the declared format (--format-file) was proved on layer {proof.layer} "
+                             f"in float32 against {proof.reference.split(' (')[0]} (rel error {proof.rel:.1e})\n")
+            return
+    raise FormatError("LR143", f"the declared format (--format-file) cannot be proved: transformers' block returns "
+                      f"zero on every layer of the run ({', '.join(map(str, layers))}) for the drawn tokens, and a "
+                      "zero output matches any declared scale or order; run more layers (--layers) or check the "
+                      "checkpoint's down projections")
 
 
 def _refuse_non_gated(args: argparse.Namespace, ckpt: Any, candidates: list[Any], moe: Any, layer: int,
@@ -745,7 +756,7 @@ def _run(args: argparse.Namespace) -> int:
             if candidates:  # a quantized release of a proposed family: proved on the dequantized weights
                 moe = _prove_quantized(args, ckpt, candidates, scheme, layers[0])
             elif args.format_file:
-                _prove_format_file(args, ckpt, moe, layers[0], None, scheme)  # LR143 before any kernel row
+                _prove_format_file(args, ckpt, moe, layers, None, scheme)  # LR143 before any kernel row
             return run_quantized(args, ckpt, moe, scheme, layers, tps)
         dtype, warning = run_dtype(ckpt, check_experts(ckpt, moe, layers), args.dtype)
         if warning:
@@ -789,7 +800,7 @@ def _run(args: argparse.Namespace) -> int:
         if candidates:
             moe = _prove(args, ckpt, candidates, layers[0], oracle)
         elif args.format_file:
-            _prove_format_file(args, ckpt, moe, layers[0], oracle)  # LR143 before any kernel row
+            _prove_format_file(args, ckpt, moe, layers, oracle)  # LR143 before any kernel row
         note = vllm_placement_note(ckpt.config, placement) if any(e > 1 for e in eps) else None
         if note and args.format == "text":
             print(note)

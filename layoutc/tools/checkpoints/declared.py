@@ -39,6 +39,9 @@ class DeclaredProof:
     layer: int
     rel: float
     reference: str
+    #: the block's routed output on `layer` is zero on the drawn tokens: nothing is proved there (a zero
+    #: reference matches any scale); the caller goes on to the next layer
+    degenerate: bool = False
 
 
 def _rel(out: Any, ref: Any) -> float:
@@ -118,7 +121,8 @@ def prove_declared(
     experts read through a format, (moe, x, weights, ids) -> [T, H] (default
     `reference.loop_reference` over the stored floats; a quantized run passes its loop over the
     dequantized weights, `layoutc.tools.run._declared_loop`). Returns None when the oracle has no
-    independent reference for `layer` (the rows then say "unchecked", as before), else the proof.
+    independent reference for `layer` (the rows then say "unchecked", as before), else the proof
+    (`degenerate` where the block's output is zero on `layer`: proved nothing, try another layer).
 
     Raises FormatError LR143 when the float32 loop through the declared format differs from the
     block by more than TOLERANCE (1e-4): the message names the field whose change makes it agree
@@ -140,6 +144,10 @@ def prove_declared(
     ref = reference(ckpt, moe, layer, x, oracle=oracle)
     if not ref.independent:
         return None
+    import torch
+
+    if float(torch.linalg.vector_norm(ref.output.to(torch.float64))) == 0.0:
+        return DeclaredProof(layer, 0.0, ref.name, degenerate=True)
     out = _measure(moe, x, ref, loop)
     rel = _rel(out, ref.output)
     if rel <= TOLERANCE:

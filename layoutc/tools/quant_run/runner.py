@@ -459,7 +459,8 @@ def kernel_strategy(contract: str, mod: Any, scheme: S.QuantScheme) -> str:
     """"int4pack" or "int8pack": how the runner runs `contract` (its generated module `mod`, whose
     `route run` serves `scheme`), from the torch kernel its `models torch` line names
     (KERNEL_STRATEGIES). RunError LR126 when it names none, or one whose codes reader does not read
-    the scheme."""
+    the scheme, or a contract that lacks a tensor the strategy loads into (int4pack: weight, scale and
+    zero of w13 and w2, quant_run/rank.py load_rank; int8pack: weight and scale, rank8.py)."""
     from layoutc.tools.quant_run.codes import INT4PACK_SCHEMES
     from layoutc.tools.quant_run.rank8 import INT8PACK_SCHEMES
 
@@ -470,6 +471,12 @@ def kernel_strategy(contract: str, mod: Any, scheme: S.QuantScheme) -> str:
         raise RunError("LR126", f"contract {contract} declares `route run` for {scheme.name}, but the quantized runner "
                        f"runs only {', '.join(KERNEL_STRATEGIES)} (the `models torch` line names the kernel), each "
                        f"on its own schemes ({each})")
+    roles = ("weight", "scale", "zero") if kinds[0] == "int4pack" else ("weight", "scale")
+    missing = [f"{k} {p}" for k in roles for p in ("w13", "w2") if not mod.LAYOUT.tensors_of(k, p)]
+    if missing:
+        raise RunError("LR126", f"contract {contract} declares `route run` for {scheme.name} on {kinds[0]}, but "
+                       f"declares no {', '.join(missing)} tensor, which that route loads the checkpoint's codes into "
+                       "(a contract for the checkpoint's own codes states them all)")
     return kinds[0]
 
 

@@ -277,22 +277,20 @@ def _mxfp4(quant: dict[str, Any], names: _ExpertNames) -> S.QuantScheme:
 
 def _auto_round(quant: dict[str, Any], names: _ExpertNames) -> S.QuantScheme:
     """auto-round's native format (quant/wna16.py). LR152 when `extra_config` leaves an expert module
-    unquantized (bits >= 16: vLLM 0.32 INCConfig.get_quant_method's rule, by exact name or "model." + it;
-    auto-round's own keys may be regexes, matched whole). LR151 a malformed extra_config."""
+    unquantized (bits >= 16: vLLM 0.32 INCConfig.get_quant_method's rule; the entry found as
+    `_auto_round_override` finds it: an exact name, else the first key found in the name by re.search).
+    LR151 a malformed extra_config, or a non-scalar scheme field."""
     extra = quant.get("extra_config") or {}
     if not isinstance(extra, dict):
         raise FormatError("LR151", f"quantization_config.extra_config = {extra!r} is not an object")
     for name in [*names.modules(), *names.projections()]:
-        for key, rule in extra.items():
-            if not (isinstance(rule, dict) and isinstance(rule.get("bits"), int) and rule["bits"] >= 16):
-                continue
-            try:  # auto-round writes names and regexes (".*mlp\\.gate.*"); vLLM matches exact names
-                hit = key in (name, name.removeprefix("model.")) or re.fullmatch(key, name) is not None
-            except re.error:
-                hit = False
-            if hit:
-                raise FormatError("LR152", f"auto-round extra_config entry {key!r} (bits {rule['bits']}) leaves the "
-                                  f"routed experts ({name}) unquantized; layoutc declares quantized experts only")
+        found = _auto_round_override(extra, name)  # the entry auto-round and vLLM apply to it (exact, else search)
+        if found is None:
+            continue
+        key, rule = found
+        if isinstance(rule.get("bits"), int) and not isinstance(rule["bits"], bool) and rule["bits"] >= 16:
+            raise FormatError("LR152", f"auto-round extra_config entry {key!r} (bits {rule['bits']}) leaves the "
+                              f"routed experts ({name}) unquantized; layoutc declares quantized experts only")
     return W.read_auto_round(_auto_round_experts(quant, extra, list(names.projections())))
 
 
@@ -333,6 +331,11 @@ def _auto_round_experts(quant: dict[str, Any], extra: dict[str, Any], projection
         found = _auto_round_override(extra, name)
         rule = found[1] if found else {}
         scheme = tuple(rule.get(k, quant.get(k)) for k in AUTO_ROUND_LAYER_KEYS)
+        for k, v in zip(AUTO_ROUND_LAYER_KEYS, scheme, strict=True):
+            if not (v is None or isinstance(v, (bool, int, float, str))):
+                where = f"extra_config entry {found[0]!r}" if found and k in rule else "quantization_config"
+                raise FormatError("LR151", f"auto-round {where}: {k} = {v!r} is not a number, string or bool "
+                                  f"(the scheme of {name})")
         seen.setdefault(scheme, (name, found[0] if found else "(no entry: the top-level scheme)"))
     if len(seen) > 1:
         (a, (na, ka)), (b, (nb, kb)) = list(seen.items())[:2]
