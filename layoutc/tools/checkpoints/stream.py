@@ -215,6 +215,10 @@ class StreamingOracle:
     def _build(self, layer: int) -> OracleLayer | None:
         import transformers
 
+        from layoutc.tools.runmemory import bound_heap
+
+        bound_heap()  # the read, converted and cast tensors are unmapped when freed, not kept in the heap
+
         log = transformers.utils.logging
         bar, verbosity = log.is_progress_bar_enabled(), log.get_verbosity()
         log.disable_progress_bar()  # type: ignore[no-untyped-call]
