@@ -28,6 +28,7 @@ reference, and `why(layer)` says in words what each class did.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -54,10 +55,78 @@ class TensorSource:
     read: Callable[[list[str]], Tensors]
 
 
+#: transformers' conversion ops that only move or split elements (transformers/core_model_loading.py): a
+#: layer whose conversions are all of these is loaded in its stored dtype and cast to float32 after,
+#: which gives the same float32 values bit for bit (a bf16 / f16 -> f32 cast is exact and commutes
+#: with moving elements), without the float32 copies of every per-expert tensor, their stacks and
+#: their concatenation that loading in float32 makes (Qwen3-MoE's 128 x 3 experts: issue 44).
+MOVE_OPS = frozenset(
+    {"_IdentityOp", "Chunk", "Concatenate", "Interleave", "MergeModulelist", "SplitModulelist", "Transpose"}
+)
+_NARROW = {"BF16": torch.bfloat16, "F16": torch.float16, torch.bfloat16: torch.bfloat16, torch.float16: torch.float16}
+
+
+def load_dtype(tensors: Tensors, conversions: list[Any]) -> torch.dtype:
+    """The dtype transformers loads a layer's `tensors` in: their stored dtype when every one of them
+    is bfloat16 (or every one float16) and every converter in `conversions` (transformers'
+    `WeightConverter` / `WeightRenaming` list) only moves elements (`MOVE_OPS`); float32 otherwise
+    (a float32 or mixed source, or a conversion that computes). Either way the module is cast to
+    float32 after loading, and its values are those `from_pretrained(dtype=float32)` gives."""
+    ops = [type(op).__name__ for c in conversions for op in getattr(c, "operations", ())]
+    if not tensors or any(name not in MOVE_OPS for name in ops):
+        return torch.float32
+    found = set()
+    for t in tensors.values():
+        dt = t.get_dtype() if hasattr(t, "get_dtype") else getattr(t, "dtype", None)
+        found.add(_NARROW.get(dt, torch.float32))
+    return found.pop() if len(found) == 1 else torch.float32
+
+
+@contextlib.contextmanager
+def _sync_load() -> Iterator[None]:
+    """transformers' loader without its thread pool (`HF_DEACTIVATE_ASYNC_LOAD`, read by
+    `convert_and_load_state_dict_in_model` at each call): each parameter's tensors are read when its
+    conversion runs, not every tensor of the layer at once before the first conversion."""
+    key = "HF_DEACTIVATE_ASYNC_LOAD"
+    before = os.environ.get(key)
+    os.environ[key] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
+
+
+class FileSlice:
+    """One tensor of a safetensors file, as safetensors' own slice object gives it to transformers'
+    loader (`get_dtype()`, `get_shape()`, `[index]`), but read through a `safe_open` handle of its
+    own, opened when indexed. safetensors maps the whole file and the tensors it returns are views of
+    that mapping: with one handle for a layer's tensors, every page any of them touched stays resident
+    while any one of them lives (a bf16 router weight kept as a parameter held the 1.2 GB layer
+    mapped); with a handle per tensor, a tensor's pages go when it does (issue 44)."""
+
+    def __init__(self, path: str, key: str, dtype: str, shape: list[int]) -> None:
+        self.path, self.key, self._dtype, self._shape = path, key, dtype, shape
+
+    def get_dtype(self) -> str:
+        return self._dtype
+
+    def get_shape(self) -> list[int]:
+        return list(self._shape)
+
+    def __getitem__(self, index: Any) -> Any:
+        from safetensors import safe_open
+
+        with safe_open(self.path, framework="pt") as handle:
+            return handle.get_slice(self.key)[index]
+
+
 def safetensors_source(folder: str) -> TensorSource:
     """The folder's tensors through safetensors' own `safe_open` (as `from_pretrained` reads them):
-    model.safetensors.index.json's weight_map, or model.safetensors alone. Handles are opened per
-    `read` and closed when the slices are dropped."""
+    model.safetensors.index.json's weight_map, or model.safetensors alone. `read` gives a `FileSlice`
+    per key (each read through a handle of its own when transformers indexes it)."""
     from safetensors import safe_open
 
     index = os.path.join(folder, "model.safetensors.index.json")
@@ -70,13 +139,16 @@ def safetensors_source(folder: str) -> TensorSource:
             files = dict.fromkeys(h.keys(), "model.safetensors")
 
     def read(keys: list[str]) -> Tensors:
-        handles: dict[str, Any] = {}
         out: Tensors = {}
+        by_file: dict[str, list[str]] = {}
         for key in keys:
-            fname = files[key]
-            if fname not in handles:
-                handles[fname] = safe_open(os.path.join(folder, fname), framework="pt")
-            out[key] = handles[fname].get_slice(key)
+            by_file.setdefault(files[key], []).append(key)
+        for fname, names in by_file.items():
+            path = os.path.join(folder, fname)
+            with safe_open(path, framework="pt") as handle:  # the header only: nothing is read here
+                for key in names:
+                    part = handle.get_slice(key)
+                    out[key] = FileSlice(path, key, part.get_dtype(), part.get_shape())
         return out
 
     return TensorSource(tuple(files), read)
@@ -143,6 +215,10 @@ class StreamingOracle:
     def _build(self, layer: int) -> OracleLayer | None:
         import transformers
 
+        from layoutc.tools.runmemory import bound_heap
+
+        bound_heap()  # the read, converted and cast tensors are unmapped when freed, not kept in the heap
+
         log = transformers.utils.logging
         bar, verbosity = log.is_progress_bar_enabled(), log.get_verbosity()
         log.disable_progress_bar()  # type: ignore[no-untyped-call]
@@ -193,15 +269,19 @@ class StreamingOracle:
         keys = [k for k, target in sk.targets.items() if target.startswith(prefix)]
         if not keys:
             return f"no checkpoint tensor is loaded into {entry.path}"
-        config = LoadStateDictConfig(
-            pretrained_model_name_or_path=self.folder,
-            dtype=torch.float32,
-            device_map={"": "cpu"},
-            weight_mapping=sk.conversions,
-        )
         try:
             tensors = self._source_once().read(keys)
-            info, _ = convert_and_load_state_dict_in_model(sk.model, tensors, config)
+            dtype = load_dtype(tensors, sk.conversions)
+            if dtype != torch.float32:  # transformers loads into the meta parameters' dtype
+                entry.module.to(dtype)
+            config = LoadStateDictConfig(
+                pretrained_model_name_or_path=self.folder,
+                dtype=dtype,
+                device_map={"": "cpu"},
+                weight_mapping=sk.conversions,
+            )
+            with _sync_load():
+                info, _ = convert_and_load_state_dict_in_model(sk.model, tensors, config)
         except (ValueError, KeyError, TypeError, RuntimeError, AttributeError, IndexError) as exc:
             return f"transformers' loader failed ({type(exc).__name__}: {_first_line(exc)})"
         finally:
@@ -223,8 +303,39 @@ class StreamingOracle:
         still = [n for n, t in (*entry.module.named_parameters(), *entry.module.named_buffers()) if t.is_meta]
         if still:
             return f"holds {', '.join(still[:4])} that no checkpoint tensor fills"
-        entry.module.to(torch.float32).eval()
+        _to_float32(entry.module)
         return ""
+
+
+def _to_float32(module: torch.nn.Module) -> None:
+    """Cast `module`'s floating parameters and buffers to float32 in place (what `module.to(float32)`
+    does) and put it in eval mode: first the small tensors (a router weight loaded in its stored dtype
+    may still be a view of the file's mapping, and casting it lets the mapping go), then the rest
+    largest first (each cast holds one tensor in both dtypes beside what is already cast)."""
+    import gc
+
+    gc.collect()  # transformers' loader leaves cycles that still reference the read tensors
+    slots = [
+        (m, kind, name)
+        for m in module.modules()
+        for kind in ("_parameters", "_buffers")
+        for name, t in getattr(m, kind).items()
+        if t is not None and t.is_floating_point()
+    ]
+    largest = max((getattr(m, k)[n].numel() for m, k, n in slots), default=0)
+
+    def order(slot: tuple[Any, str, str]) -> tuple[bool, int]:
+        n = getattr(slot[0], slot[1])[slot[2]].numel()
+        return (n * 8 >= largest, -n)
+
+    for m, kind, name in sorted(slots, key=order):
+        t = getattr(m, kind)[name]
+        if t.dtype != torch.float32:
+            if kind == "_parameters":
+                t.data = t.data.to(torch.float32)
+            else:
+                m._buffers[name] = t.to(torch.float32)
+    module.eval()
 
 
 class _Layers(Mapping[int, OracleLayer]):

@@ -40,20 +40,69 @@ from layoutc.tools.checkpoints.reader import Checkpoint
 INT4PACK_SCHEMES = ("gptq_int4", "awq_int4", "ct_wna16_int4")
 
 
+class PackedCodes:
+    """One projection's int32 codes [out, in] as a slice object (`get_shape()`, `get_dtype()` "I32",
+    `[index]`) over its stored packed weight (a checkpoint `MappedSlice`): indexing a region reads only
+    the stored elements that hold it (the whole packs along the packed dim, the region's rows or
+    columns along the other) and unpacks only those (`unpack`), so a rank's generated `load`, which
+    indexes only the rank's slice, reads and unpacks that slice and nothing else (issue 44 item 2).
+    `full()` is every code, as `unpack` of the whole tensor gives them. Stored dims: `spec.dims`, two,
+    none split (GPTQ / AWQ / compressed-tensors int4 and int8), no experts dim."""
+
+    def __init__(self, stored: object, spec: S.TensorSpec, extents: dict[str, int]) -> None:
+        self._stored, self._spec = stored, spec
+        self._axes = tuple(str(d.axis) for d in spec.dims)
+        self._packs = tuple(d.pack for d in spec.dims)
+        self._extents = extents
+        self.shape = torch.Size((extents["out"], extents["in"]))
+
+    def get_shape(self) -> list[int]:
+        return list(self.shape)
+
+    def get_dtype(self) -> str:
+        return "I32"
+
+    def full(self) -> torch.Tensor:
+        """Every code, int32 [out, in]."""
+        return self[:, :]
+
+    def __getitem__(self, index: object) -> torch.Tensor:
+        parts = index if isinstance(index, tuple) else (index,)
+        if parts == (Ellipsis,):
+            parts = (slice(None), slice(None))
+        if len(parts) != 2 or not all(isinstance(p, slice) for p in parts):
+            raise TypeError(f"packed codes are indexed with two slices, not {index!r}")
+        want = {"out": parts[0], "in": parts[1]}
+        reads, trims = [], []
+        for axis, pack in zip(self._axes, self._packs, strict=True):
+            lo, hi, step = want[axis].indices(self._extents[axis])
+            if step != 1:
+                raise TypeError(f"packed codes are indexed with unit-step slices, not {index!r}")
+            hi = max(lo, hi)
+            first, last = lo // pack, -(-hi // pack)
+            reads.append(slice(first, last))
+            trims.append(slice(lo - first * pack, hi - first * pack))
+        stored = self._stored[tuple(reads)]  # type: ignore[index]
+        codes = unpack(self._spec, stored)[tuple(trims)]
+        return _out_in(codes, self._spec).to(torch.int32).contiguous()
+
+
 @dataclass(frozen=True)
 class ProjectionCodes:
-    """One projection of one expert. codes int32 [out, in] in 0..15; scale / zero float32
-    [out, in / g] (zero is int4pack's: (8 - z) * s); in_perm int64 [in] or None: the input
-    channel each column of `codes` reads (act-order), None for the identity."""
+    """One projection of one expert. codes int32 [out, in] in 0..15 (a tensor, or `PackedCodes`
+    that read only the region a loader indexes); scale / zero float32 [out, in / g] (zero is
+    int4pack's: (8 - z) * s); in_perm int64 [in] or None: the input channel each column of
+    `codes` reads (act-order), None for the identity."""
 
-    codes: torch.Tensor
+    codes: torch.Tensor | PackedCodes
     scale: torch.Tensor
     zero: torch.Tensor
     in_perm: torch.Tensor | None = None
 
     def rows(self, perm: torch.Tensor) -> ProjectionCodes:
         """The same projection with its output rows (and their scales and zeros) in `perm` order."""
-        return ProjectionCodes(self.codes[perm], self.scale[perm], self.zero[perm], self.in_perm)
+        codes = self.codes.full() if isinstance(self.codes, PackedCodes) else self.codes
+        return ProjectionCodes(codes[perm], self.scale[perm], self.zero[perm], self.in_perm)
 
 
 @dataclass(frozen=True)
@@ -71,8 +120,19 @@ def _out_in(t: torch.Tensor, spec: S.TensorSpec) -> torch.Tensor:
 
 
 def _stored(ckpt: Checkpoint, names: dict[str, str], scheme: S.QuantScheme) -> dict[str, torch.Tensor]:
-    return {spec.role: ckpt.tensor(names[spec.role]) for spec in scheme.tensors
-            if spec.role in names and ckpt.has(names[spec.role])}
+    """The projection's stored tensors by role, read whole; the packed weight as the checkpoint's
+    slice object (read by region) where its codes can be read by region (`_by_region`)."""
+    lazy = _by_region(scheme)
+    return {spec.role: ckpt.slice(names[spec.role]) if lazy and spec.role == "weight" else ckpt.tensor(names[spec.role])
+            for spec in scheme.tensors if spec.role in names and ckpt.has(names[spec.role])}
+
+
+def _by_region(scheme: S.QuantScheme) -> bool:
+    """Codes read by region (`PackedCodes`): a packed two-dim weight with no split dim, and no
+    act-order (whose column permutation needs every code of a projection)."""
+    spec = scheme.weight()
+    return (spec.packing is not None and len(spec.dims) == 2 and not any(d.split for d in spec.dims)
+            and not scheme.act_order)
 
 
 def _in_order(scheme: S.QuantScheme, name: str, g_idx: torch.Tensor | None, k: int) -> torch.Tensor | None:
@@ -97,15 +157,23 @@ def projection_codes(scheme: S.QuantScheme, stored: dict[str, torch.Tensor], nam
     """One projection's ProjectionCodes from its stored tensors (by role: weight, scale, zero, g_idx).
 
     Shapes and dtypes are held to the scheme first (validate.py; FormatError LR153/LR154/LR157,
-    LR155 for a g_idx outside its groups). Returns float32 scales and zeros.
+    LR155 for a g_idx outside its groups). Returns float32 scales and zeros; the codes as a tensor,
+    or as `PackedCodes` (read by region) when `stored["weight"]` is a slice object and the scheme's
+    codes can be read by region (`_by_region`).
     """
     wspec, sspec, zspec = scheme.weight(), scheme.spec("scale"), scheme.spec("zero")
     assert sspec is not None
-    extents = weight_extents(scheme, tuple(stored["weight"].shape), name + wspec.suffix)
+    weight = stored["weight"]
+    shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else tuple(weight.get_shape())  # type: ignore[attr-defined]
+    extents = weight_extents(scheme, shape, name + wspec.suffix)
     g_idx = stored.get("g_idx")
     if g_idx is not None:
         check_g_idx(scheme, name + ".g_idx", g_idx, extents)
-    codes = _out_in(unpack(wspec, stored["weight"]), wspec).to(torch.int32)
+    if not isinstance(weight, torch.Tensor) and _by_region(scheme):  # read by region, when a loader indexes it
+        codes: torch.Tensor | PackedCodes = PackedCodes(weight, wspec, extents)
+    else:
+        whole = weight if isinstance(weight, torch.Tensor) else weight[...]  # type: ignore[index]
+        codes = _out_in(unpack(wspec, whole), wspec).to(torch.int32)
     scale = _out_in(stored["scale"].to(torch.float32), sspec)
     if scheme.zero == "implicit":
         z = torch.full_like(scale, float(scheme.zero_point))
@@ -113,6 +181,9 @@ def projection_codes(scheme: S.QuantScheme, stored: dict[str, torch.Tensor], nam
         assert zspec is not None
         z = _out_in(unpack(zspec, stored["zero"]).to(torch.float32) + scheme.zero_offset, zspec)
     perm = _in_order(scheme, name + ".g_idx", g_idx, extents["in"])
+    if isinstance(codes, PackedCodes):
+        assert perm is None  # _by_region: no act-order
+        return ProjectionCodes(codes, scale.contiguous(), ((8 - z) * scale).contiguous(), None)
     if perm is not None:
         codes = codes[:, perm]
     return ProjectionCodes(codes.contiguous(), scale.contiguous(), ((8 - z) * scale).contiguous(), perm)

@@ -22,7 +22,7 @@ from layoutc.runtime.glue import int4pack
 from layoutc.runtime.glue._loop import expert_loop
 from layoutc.runtime.ops import op
 from layoutc.runtime.packed import KernelConfig, PackedWeight
-from layoutc.tools.quant_run.codes import ExpertCodes
+from layoutc.tools.quant_run.codes import ExpertCodes, PackedCodes
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,9 @@ def load_rank(layout: Any, plan: Any, rank: int, experts: Sequence[ExpertCodes],
     """Rank `rank`'s padded tensors, each checkpoint projection loaded into its slice by the
     generated `load` (role gate / up / down). Shapes: the contract's padded shapes at `plan`.
     `experts` is read once, in order, one expert at a time (a `codes.LayerCodes` reads each from
-    the checkpoint when asked), so only the rank's tensors and one expert's codes are held."""
+    the checkpoint when asked), so only the rank's tensors and one expert's codes are held; codes
+    that are `PackedCodes` are read and unpacked only in the region the generated `load` indexes,
+    the rank's slice (issue 44 item 2)."""
     kinds = [(kind, proj) for kind in ("weight", "scale", "zero") for proj in ("w13", "w2")]
     entries = {key: layout.tensor(*key) for key in kinds}
     out: dict[tuple[str, str], torch.Tensor] = {key: entries[key].alloc(plan, rank) for key in kinds}
@@ -49,7 +51,8 @@ def load_rank(layout: Any, plan: Any, rank: int, experts: Sequence[ExpertCodes],
             parts = (("gate", ex.gate), ("up", ex.up)) if proj == "w13" else (("down", ex.down),)
             for role, p in parts:
                 src = {"weight": p.codes, "scale": p.scale, "zero": p.zero}[kind]
-                entries[(kind, proj)].load(out[(kind, proj)], src.to(store), plan, rank, expert=e, role=role)
+                src = src if isinstance(src, PackedCodes) else src.to(store)  # codes: only the rank's region is read
+                entries[(kind, proj)].load(out[(kind, proj)], src, plan, rank, expert=e, role=role)
         perms.append((ex.gate.in_perm, ex.up.in_perm))
         del ex
     return RankTensors(out, tuple(perms))

@@ -19,7 +19,7 @@ import torch
 from layoutc.runtime import algebra
 from layoutc.runtime.glue import int8pack
 from layoutc.runtime.packed import KernelConfig
-from layoutc.tools.quant_run.codes import ExpertCodes
+from layoutc.tools.quant_run.codes import ExpertCodes, PackedCodes
 from layoutc.tools.runplan import RunError
 
 #: The methods whose codes run on the int8pack kernel (8-bit, implicit zero 128).
@@ -46,7 +46,8 @@ def load_rank(layout: Any, plan: Any, rank: int, experts: Sequence[ExpertCodes])
             parts = (("gate", ex.gate), ("up", ex.up)) if proj == "w13" else (("down", ex.down),)
             for role, p in parts:
                 src = p.codes if kind == "weight" else p.scale
-                entries[(kind, proj)].load(dst, src.to(dst.dtype), plan, rank, expert=e, role=role)
+                src = src if isinstance(src, PackedCodes) else src.to(dst.dtype)  # codes: the rank's region is read
+                entries[(kind, proj)].load(dst, src, plan, rank, expert=e, role=role)
         del ex
     return out
 
