@@ -354,3 +354,17 @@ def test_an_unquantizing_override_found_by_search_is_lr152(tiny_config: dict[str
     with pytest.raises(FormatError) as exc:
         read_quantization(config)
     assert exc.value.code == "LR152", exc.value
+
+
+def test_a_format_file_missing_keys_names_them(tmp_path: Path) -> None:
+    """A format file without required keys said LR103 with Python's own text ("CheckpointFormat.__init__()
+    missing 5 required positional arguments ..."); it names the missing keys in the file's words."""
+    from layoutc.tools.checkpoints.errors import FormatError
+    from layoutc.tools.checkpoints.formats import load_format_file
+
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps({"model_type": "qwen3_moe", "layer_prefix": "model.layers.{layer}.mlp"}))
+    with pytest.raises(FormatError) as exc:
+        load_format_file(str(path))
+    assert exc.value.code == "LR103" and "missing keys experts, fused, gate, up, down" in str(exc.value), exc.value
+    assert "__init__" not in str(exc.value), exc.value

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Collection
-from dataclasses import fields, replace
+from dataclasses import MISSING, fields, replace
 from typing import Any
 
 from layoutc.runtime.algebra import Word
@@ -323,6 +323,11 @@ def load_format_file(path: str) -> CheckpointFormat:
         shown = ", ".join(_show(k) for k in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise FormatError("LR103", f"{path}: unknown keys {shown}; known: {', '.join(sorted(known))}")
     data.setdefault("source", f"user format {path}")
+    required = [f.name for f in fields(CheckpointFormat) if f.default is MISSING and f.default_factory is MISSING]
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise FormatError("LR103", f"{path}: missing keys {', '.join(missing)} (every format states "
+                          f"{', '.join(required)}; docs/formats.md)")
     _check_values(path, data)
     for k in _TUPLES & set(data):
         if isinstance(data[k], list):
