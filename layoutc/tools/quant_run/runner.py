@@ -112,11 +112,15 @@ def row_result(matched: bool, independent: bool, kernel_ran: bool, why_not: str)
 def _ratio_words(out: Any, ref: Any, tol: float, moe: MoEModelConfig) -> str:
     """For a MISMATCH (out, ref float [T, H]) that is a constant factor between the block's output and the kernel's: ": "
     and that factor diagnosed as a scale outside the experts (checkpoints/block.py explain_ratio),
-    naming the config key that holds it; "" otherwise."""
-    from layoutc.tools.checkpoints.block import explain_ratio, fit_ratio
+    naming the config key that holds it, or, where the format declares a factor (routed_scale,
+    average), the declared fields and what the block measures, as `run`'s own summary words it; ""
+    otherwise."""
+    from layoutc.tools.checkpoints.block import block_ops, explain_ratio, fit_ratio
 
     c, residual = fit_ratio(out, ref)
-    return f": {explain_ratio(c, moe.text_config)}" if residual <= tol and abs(c - 1.0) > tol else ""
+    if residual > tol or abs(c - 1.0) <= tol:
+        return ""
+    return f": {explain_ratio(c, moe.text_config, block_ops(moe), moe.format.routed_scale)}"
 
 
 def model_dtype(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, requested: str | None) -> str:
