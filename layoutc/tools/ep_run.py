@@ -17,12 +17,12 @@ former path (the whole TP shard of all 16, then keeping the rank's).
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 from typing import Any
 
 from layoutc.runtime.experts import ExpertParallelError, check_ep, check_placement, world_ranks
 from layoutc.tools.contract_module import kernel_of, layout_of
-from layoutc.tools.runmemory import rss_peak_reset, status_kib, trim
+from layoutc.tools.rankloop import run_ranks
 from layoutc.tools.runplan import KernelRun, RunError, checkpoint_plan
 
 # The run's code for each runtime expert-parallel code (layoutc.runtime.experts.CODES) a
@@ -152,32 +152,41 @@ def ep_kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, ep: int, x
     LayoutContractError (ExpertParallelError EP01/EP03 from plan(), EP02 from world_ranks)
     when the configuration is refused.
     """
-    import statistics
+    ranks = EPRanks(ckpt, moe, mod, layer, tp, ep, dtype, isa, placement, kernel_of(layout_of(mod)).fused_moe,
+                    options)
+    k = run_ranks(ranks, world_ranks(ep * tp, ep, tp), x, (weights, ids), iters=iters)
+    return KernelRun(k.output, ranks.plan, k.load_s, k.kernel_s, k.peak_mib)
 
-    total = plan = None
-    load_s = kernel_s = peak = 0.0
-    fused_moe = kernel_of(layout_of(mod)).fused_moe
-    for ep_rank, tp_rank in world_ranks(ep * tp, ep, tp):
-        trim()  # each rank's peak RSS from here, as run.kernel_sum measures a TP rank's
-        base = status_kib("VmRSS")
-        rss_peak_reset()
-        t0 = time.perf_counter()
-        plan, packed13, packed2, bias, emap = load_ep_rank(ckpt, moe, mod, layer, tp, ep, ep_rank, tp_rank,
-                                                           dtype=dtype, isa=isa, placement=placement)
-        t1 = time.perf_counter()
-        part = fused_moe(x, packed13, packed2, weights, ids, plan, expert_map=emap, **bias, **options)  # warm-up
-        times = []
-        for _ in range(iters):
-            t2 = time.perf_counter()
-            part = fused_moe(x, packed13, packed2, weights, ids, plan, expert_map=emap, **bias, **options)
-            times.append(time.perf_counter() - t2)
-        peak = max(peak, (status_kib("VmHWM") - base) / 1024)
-        kernel_s = max(kernel_s, statistics.median(times))
-        load_s = max(load_s, t1 - t0)
-        total = part.clone() if total is None else total.add_(part)
-        del packed13, packed2, part
-    assert total is not None
-    return KernelRun(total, plan, load_s, kernel_s, peak)
+
+@dataclass
+class EPRanks:
+    """The experts-under-EP rank strategy (rankloop.RankStrategy): rank (ep_rank, tp_rank)'s experts through
+    `load_ep_rank`, run by the glue's `fused_moe` with the rank's `expert_map` and `options`. `plan`: the
+    last loaded rank's EP plan (the same at every rank)."""
+
+    ckpt: Any
+    moe: Any
+    mod: Any
+    layer: int
+    tp: int
+    ep: int
+    dtype: str
+    isa: str
+    placement: str
+    fused_moe: Any
+    options: dict[str, Any]
+    plan: Any = None
+
+    def load(self, rank: tuple[int, int]) -> tuple[Any, Any, dict[str, Any], Any]:
+        plan, packed13, packed2, bias, emap = load_ep_rank(self.ckpt, self.moe, self.mod, self.layer, self.tp,
+                                                           self.ep, rank[0], rank[1], dtype=self.dtype,
+                                                           isa=self.isa, placement=self.placement)
+        self.plan = plan
+        return packed13, packed2, {**bias, **self.options}, emap
+
+    def compute(self, weights: tuple[Any, Any, dict[str, Any], Any], x: Any, routing: tuple[Any, Any]) -> Any:
+        packed13, packed2, extra, emap = weights
+        return self.fused_moe(x, packed13, packed2, routing[0], routing[1], self.plan, expert_map=emap, **extra)
 
 
 def rank_experts(mod: Any, plan: Any, num_experts: int) -> list[list[int]]:

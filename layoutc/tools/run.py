@@ -67,6 +67,7 @@ from types import ModuleType
 from typing import Any
 
 from layoutc.tools.checkpoints.activation import check_activation, non_gated_refusal
+from layoutc.tools.checkpoints.loader import load_layer_rank
 from layoutc.tools.contract_module import GENERATED_PACKAGE, NoKernelError, kernel_of
 from layoutc.tools.ep_run import (
     check_ep_options,
@@ -75,12 +76,11 @@ from layoutc.tools.ep_run import (
     placement_lines,
     vllm_placement_note,
 )
+from layoutc.tools.rankloop import run_ranks
 from layoutc.tools.routes import contracts_where, run_contract
 from layoutc.tools.runcompare import TOLERANCE, halves_error, hidden_states, reach_words, rel_error, run_inputs
 from layoutc.tools.runmemory import peak_kib as _peak_kib
 from layoutc.tools.runmemory import peak_mark as _peak_mark
-from layoutc.tools.runmemory import rss_peak_reset as _rss_peak_reset
-from layoutc.tools.runmemory import status_kib as _status_kib
 from layoutc.tools.runmemory import trim as _trim
 from layoutc.tools.runplan import KernelRun, RunError, checkpoint_plan, module_layout
 from layoutc.tools.runprogress import LayerFigures
@@ -178,42 +178,39 @@ def kernel_sum(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, x: Any, weigh
     `fused_moe` only when True, so contracts without the option run unchanged).
     Raises the module's LayoutContractError when the contract refuses the configuration.
     """
-    import statistics
-
-    from layoutc.tools.checkpoints.loader import load_layer_rank
-
     plan = checkpoint_plan(mod, moe, tp, dtype, isa)
     try:
         kernel = kernel_of(module_layout(mod))
     except NoKernelError as exc:
         raise RunError("LR120", str(exc)) from None
     options = {"apply_router_weight_on_input": True} if apply_router_weight_on_input else {}
-    total = None
-    load_s = kernel_s = peak = 0.0
-    for rank in range(tp):
-        _trim()
-        base = _status_kib("VmRSS")
-        _rss_peak_reset()
-        t0 = time.perf_counter()
-        rw = load_layer_rank(ckpt, moe, layer, mod, plan, rank)
-        packed13, packed2 = kernel.prepack_padded(rw.w13, rw.w2, plan)
-        t1 = time.perf_counter()
-        del rw.w13, rw.w2
+    k = run_ranks(DenseRanks(ckpt, moe, layer, mod, plan, kernel, options), range(tp), x, (weights, ids), iters=iters)
+    return KernelRun(k.output, plan, k.load_s, k.kernel_s, k.peak_mib)
+
+
+@dataclass(frozen=True)
+class DenseRanks:
+    """The dense rank strategy (rankloop.RankStrategy): a TP rank's w13 / w2 (and biases) through the
+    generated loaders (`checkpoints.loader.load_layer_rank`), prepacked by the glue's `prepack_padded`,
+    run by its `fused_moe` with `options` (apply_router_weight_on_input where the family weights the input)."""
+
+    ckpt: Any
+    moe: Any
+    layer: int
+    mod: Any
+    plan: Any
+    kernel: Any
+    options: dict[str, Any]
+
+    def load(self, rank: int) -> tuple[Any, Any, dict[str, Any]]:
+        rw = load_layer_rank(self.ckpt, self.moe, self.layer, self.mod, self.plan, rank)
+        packed13, packed2 = self.kernel.prepack_padded(rw.w13, rw.w2, self.plan)
         bias = {} if rw.w13_bias is None else {"w13_bias": rw.w13_bias, "w2_bias": rw.w2_bias}
-        bias.update(options)
-        part = kernel.fused_moe(x, packed13, packed2, weights, ids, plan, **bias)  # warm-up
-        times = []
-        for _ in range(iters):
-            t2 = time.perf_counter()
-            part = kernel.fused_moe(x, packed13, packed2, weights, ids, plan, **bias)
-            times.append(time.perf_counter() - t2)
-        peak = max(peak, (_status_kib("VmHWM") - base) / 1024)
-        total = part.clone() if total is None else total.add_(part)  # the all-reduce: sum in the model dtype
-        load_s = max(load_s, t1 - t0)
-        kernel_s = max(kernel_s, statistics.median(times))
-        del packed13, packed2, part, rw
-    assert total is not None
-    return KernelRun(total, plan, load_s, kernel_s, peak)
+        return packed13, packed2, {**bias, **self.options}
+
+    def compute(self, weights: tuple[Any, Any, dict[str, Any]], x: Any, routing: tuple[Any, Any]) -> Any:
+        packed13, packed2, extra = weights
+        return self.kernel.fused_moe(x, packed13, packed2, routing[0], routing[1], self.plan, **extra)
 
 
 def inputs(ckpt: Any, moe: Any, layer: int, tokens: int, seed: int, dtype: str) -> tuple[Any, Any, Any]:

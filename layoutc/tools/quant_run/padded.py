@@ -28,7 +28,6 @@ needs is absent from the checkpoint.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
@@ -45,6 +44,8 @@ from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 from layoutc.tools.checkpoints.quant import scheme as S
 from layoutc.tools.checkpoints.quant.wna16 import CT_NAMES
 from layoutc.tools.checkpoints.reader import Checkpoint
+from layoutc.tools.quant_run.experts_ref import reference_output
+from layoutc.tools.rankloop import run_ranks
 from layoutc.tools.runplan import RunError
 
 #: contract tensor kind -> the scheme's role of the stored tensor it is loaded from
@@ -465,7 +466,6 @@ def reference_layer(mod: Any, ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.Q
     summed in float32: (output [T, H], plan, reference name, slowest rank's load + decode
     seconds, slowest rank's reference seconds). Raises the module's LayoutContractError when the contract refuses
     the plan, RunError LR160-LR164."""
-    from layoutc.tools.quant_run.experts_ref import reference_output
     from layoutc.tools.runplan import module_layout
 
     layout = module_layout(mod)
@@ -481,13 +481,33 @@ def reference_layer(mod: Any, ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.Q
     scale = sources.get(("gate", "scale"))
     stored = str(scale[0].dtype).removeprefix("torch.") if scale else None
     plan = layout.plan(**plan_values(layout, moe, scheme, tp, dtype, stored))
-    total = torch.zeros(x.shape[0], x.shape[1], dtype=torch.float32)
-    name, load_s, ref_s = "", 0.0, 0.0
-    for r in range(tp):
-        t0 = time.perf_counter()
-        loaded = load_rank(layout, contract, plan, r, sources)
-        w = decode_rank(loaded, scheme)
-        t1 = time.perf_counter()
+    ranks = PaddedRanks(layout, contract, plan, scheme, sources, ckpt, moe, use_transformers)
+    k = run_ranks(ranks, range(tp), x, (weights, ids), warmup=False, iters=1)
+    return k.output, plan, ranks.name, k.load_s, k.kernel_s
+
+
+@dataclass
+class PaddedRanks:
+    """The padded-quantized rank strategy (rankloop.RankStrategy): a rank's padded tensors through the contract's
+    generated loaders (`load_rank`), decoded by its decode (`decode_rank`), run through the reference in float32
+    (`reference_output`; w2's bias on rank 0 only, as vLLM adds it once). `name`: the reference's name."""
+
+    layout: Any
+    contract: Any
+    plan: Any
+    scheme: S.QuantScheme
+    sources: dict[tuple[str, str], list[torch.Tensor]]
+    ckpt: Checkpoint
+    moe: MoEModelConfig
+    use_transformers: bool
+    name: str = ""
+
+    def load(self, rank: int) -> tuple[int, RankWeights]:
+        return rank, decode_rank(load_rank(self.layout, self.contract, self.plan, rank, self.sources), self.scheme)
+
+    def compute(self, weights: tuple[int, RankWeights], x: torch.Tensor,
+                routing: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        r, w = weights
         p, hp = w.down.shape[2], w.down.shape[1]
         xs = x if hp == x.shape[1] else torch.nn.functional.pad(x, (0, hp - x.shape[1]))
         params = {"gate_up_proj": w.gate_up[:, :, :hp], "down_proj": w.down}
@@ -496,10 +516,7 @@ def reference_layer(mod: Any, ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.Q
         if w.down_bias is not None:
             # vLLM adds w2's bias once, on rank 0 (the all-reduce would add it tp times)
             params["down_proj_bias"] = w.down_bias if r == 0 else torch.zeros_like(w.down_bias)
-        out, name = reference_output(ckpt, replace(moe, intermediate_size=p, hidden_size=hp), params, xs,
-                                     weights, ids, use_transformers, f"the rank's padded tensors decoded by "
-                                     f"{contract.name}'s decode")
-        total += out[:, :x.shape[1]]
-        t2 = time.perf_counter()
-        load_s, ref_s = max(load_s, t1 - t0), max(ref_s, t2 - t1)
-    return total, plan, name, load_s, ref_s
+        out, self.name = reference_output(self.ckpt, replace(self.moe, intermediate_size=p, hidden_size=hp), params,
+                                          xs, routing[0], routing[1], self.use_transformers,
+                                          f"the rank's padded tensors decoded by {self.contract.name}'s decode")
+        return out[:, :x.shape[1]].to(torch.float32)

@@ -110,3 +110,20 @@ def forward(cfg: KernelConfig, t: RankTensors, x: torch.Tensor, weights: torch.T
                           mm(xu, up.data.packed[e], g, up.data.scales_and_zeros[e])], dim=1)
 
     return expert_loop(cfg, x, weights.to(torch.float32), ids.to(torch.int64), project)
+
+
+@dataclass(frozen=True)
+class Int4Ranks:
+    """The int4pack rank strategy (rankloop.RankStrategy): a rank's padded codes, scales and zeros through
+    the generated loaders (`load_rank`), packed and run by the glue (`forward`: packing is timed with the call)."""
+
+    layout: Any
+    plan: Any
+    experts: Sequence[ExpertCodes]
+    cfg: KernelConfig
+
+    def load(self, rank: int) -> RankTensors:
+        return load_rank(self.layout, self.plan, rank, self.experts, self.cfg.dtype)
+
+    def compute(self, weights: RankTensors, x: torch.Tensor, routing: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return forward(self.cfg, weights, x, routing[0], routing[1])

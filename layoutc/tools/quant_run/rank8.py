@@ -12,6 +12,7 @@ kernel calls are the glue's (layoutc/runtime/glue/int8pack.py: `pack_codes`, `fu
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -68,3 +69,21 @@ def forward(cfg: KernelConfig, t: dict[tuple[str, str], torch.Tensor], x: torch.
     w13 = int8pack.pack_codes(cfg, "w13", t[("weight", "w13")], t[("scale", "w13")])
     w2 = int8pack.pack_codes(cfg, "w2", t[("weight", "w2")], t[("scale", "w2")])
     return int8pack.fused_moe(cfg, x, w13, w2, weights, ids)
+
+
+@dataclass(frozen=True)
+class Int8Ranks:
+    """The int8pack rank strategy (rankloop.RankStrategy): a rank's padded codes and scales through the
+    generated loaders (`load_rank`), packed and run by the glue (`forward`: packing is timed with the call)."""
+
+    layout: Any
+    plan: Any
+    experts: Sequence[ExpertCodes]
+    cfg: KernelConfig
+
+    def load(self, rank: int) -> dict[tuple[str, str], torch.Tensor]:
+        return load_rank(self.layout, self.plan, rank, self.experts)
+
+    def compute(self, weights: dict[tuple[str, str], torch.Tensor], x: torch.Tensor,
+                routing: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return forward(self.cfg, weights, x, routing[0], routing[1])

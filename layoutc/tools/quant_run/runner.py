@@ -51,6 +51,7 @@ from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 from layoutc.tools.checkpoints.quant import scheme as S
 from layoutc.tools.checkpoints.reader import Checkpoint
 from layoutc.tools.quant_run.experts_ref import reference_output
+from layoutc.tools.rankloop import run_ranks
 from layoutc.tools.runplan import RunError
 
 #: How a `route run` contract of a quantized format runs here, by the torch kernel its `models torch` line
@@ -224,25 +225,8 @@ def int4_layer(mod: Any, experts: Sequence[Any], moe: MoEModelConfig, scheme: S.
     plan = _int4_plan(layout, moe, scheme, tp, dtype)
     tdtype = getattr(torch, dtype)
     cfg = R.kernel_config(mod, plan, tdtype)
-    total, load_s, kernel_s = _sum_ranks(tp, lambda r: R.load_rank(layout, plan, r, experts, tdtype),
-                                         lambda tensors: R.forward(cfg, tensors, x, weights, ids))
-    return total, plan, load_s, kernel_s
-
-
-def _sum_ranks(tp: int, load: Any, forward: Any) -> tuple[Any, float, float]:
-    """(the ranks' outputs summed in their dtype: the all-reduce, the slowest rank's `load(rank)`
-    seconds, the slowest rank's `forward(tensors)` seconds) over ranks 0..tp-1."""
-    total = None
-    load_s = kernel_s = 0.0
-    for r in range(tp):
-        t0 = time.perf_counter()
-        tensors = load(r)
-        t1 = time.perf_counter()
-        part = forward(tensors)
-        t2 = time.perf_counter()
-        total = part.clone() if total is None else total.add_(part)
-        load_s, kernel_s = max(load_s, t1 - t0), max(kernel_s, t2 - t1)
-    return total, load_s, kernel_s
+    k = run_ranks(R.Int4Ranks(layout, plan, experts, cfg), range(tp), x, (weights, ids), warmup=False, iters=1)
+    return k.output, plan, k.load_s, k.kernel_s
 
 
 def int8_layer(mod: Any, ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layer: int, tp: int, dtype: str,
@@ -264,9 +248,8 @@ def int8_layer(mod: Any, ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantS
     plan = _int4_plan(layout, moe, scheme, tp, dtype)
     experts = LayerCodes(ckpt, moe, scheme, layer)  # read per rank, one expert at a time
     cfg = rank8.kernel_config(mod, plan, getattr(torch, dtype))
-    total, load_s, kernel_s = _sum_ranks(tp, lambda r: rank8.load_rank(layout, plan, r, experts),
-                                         lambda tensors: rank8.forward(cfg, tensors, x, weights, ids))
-    return total, plan, load_s, kernel_s
+    k = run_ranks(rank8.Int8Ranks(layout, plan, experts, cfg), range(tp), x, (weights, ids), warmup=False, iters=1)
+    return k.output, plan, k.load_s, k.kernel_s
 
 
 def reference_ranks(params: dict[str, Any], moe: MoEModelConfig, scheme: S.QuantScheme, tp: int, x: Any, weights: Any,
