@@ -62,7 +62,7 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
@@ -82,6 +82,7 @@ from layoutc.tools.runcompare import TOLERANCE, halves_error, hidden_states, rea
 from layoutc.tools.runmemory import peak_kib as _peak_kib
 from layoutc.tools.runmemory import peak_mark as _peak_mark
 from layoutc.tools.runmemory import trim as _trim
+from layoutc.tools.runoptions import RunOptions
 from layoutc.tools.runplan import KernelRun, RunError, checkpoint_plan, module_layout
 from layoutc.tools.runprogress import LayerFigures
 from layoutc.tools.runprogress import Progress as _Progress
@@ -316,8 +317,10 @@ def _table(rows: list[Row], model: str, contract: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(args: argparse.Namespace) -> int:
-    """The `run` subcommand (see the module docstring for exit codes)."""
+def run(namespace: argparse.Namespace) -> int:
+    """The `run` subcommand (see the module docstring for exit codes): argparse's `namespace` becomes a
+    RunOptions here, once."""
+    args = RunOptions.from_namespace(namespace)
     try:
         return _run(args)
     except RunError as exc:
@@ -356,14 +359,14 @@ def _safetensors_code(exc: BaseException) -> str | None:
     return None
 
 
-def _fail(args: argparse.Namespace, code: str, message: str) -> int:
+def _fail(args: RunOptions, code: str, message: str) -> int:
     """Report a tool error (exit 2): `layoutc run: error[CODE]: message` on stderr, or with
     `--format json` the same JSON diagnostics on stdout as `check`/`verify`/`audit --format json`
     (layoutc.compiler.diagnostics.to_json: code, severity, message, span of MODEL_DIR)."""
-    if getattr(args, "format", "text") == "json":
+    if args.format == "json":
         from layoutc.compiler.diagnostics import error, file_span, to_json
 
-        sys.stdout.write(to_json([error(code, file_span(str(getattr(args, "model_dir", "<command line>"))),
+        sys.stdout.write(to_json([error(code, file_span(str(args.model_dir)),
                                         message)]))
     else:
         sys.stderr.write(f"layoutc run: error[{code}]: {message}\n")
@@ -404,16 +407,16 @@ def _tp_list(text: str, flag: str = "--tp", what: str = "TP") -> list[int]:
     return list(dict.fromkeys(values))
 
 
-def _check_options(args: argparse.Namespace) -> list[int]:
+def _check_options(args: RunOptions) -> list[int]:
     """The TP degrees; RunError LR104 naming the first bad option (before torch is imported)."""
     tps = _tp_list(args.tp)
-    layer_range(getattr(args, "layer_range", None))
+    layer_range(args.layer_range)
     for option, value, low, high in (("--tokens", args.tokens, 1, 65536), ("--layers", args.layers, 0, 100_000),
                                      ("--threads", args.threads, 0, 4096), ("--seed", args.seed, 0, MAX_SEED)):
         if not low <= value <= high:
             shown = str(value) if len(str(value)) <= 24 else f"{str(value)[:20]}... ({len(str(value))} digits)"
             raise RunError("LR104", f"{option} {shown}: expected an integer in {low}..{high}")
-    for option, name in (("--isa", args.isa), ("--placement", getattr(args, "placement", "linear"))):
+    for option, name in (("--isa", args.isa), ("--placement", args.placement)):
         if not (0 < len(name) <= 40 and name.isascii() and name.replace("_", "").isalnum()):
             from layoutc.compiler.diagnostics import shown as cut
 
@@ -454,12 +457,12 @@ def layer_range(text: str | None) -> tuple[int, int] | None:
     return a, b
 
 
-def _select_layers(args: argparse.Namespace, moe: Any) -> list[int]:
+def _select_layers(args: RunOptions, moe: Any) -> list[int]:
     """The MoE layers to run: all, those of --layer-range A:B (decoder layers A <= n < B), then
     the first --layers of them (LR104 when there are fewer, or none in the range)."""
     if not moe.moe_layers:
         raise RunError("LR102", f"config.json of {args.model_dir} declares no MoE layers")
-    span = layer_range(getattr(args, "layer_range", None))
+    span = layer_range(args.layer_range)
     chosen = tuple(n for n in moe.moe_layers if span is None or span[0] <= n < span[1])
     if not chosen:
         raise RunError("LR104", f"--layer-range {args.layer_range}: {args.model_dir} has no MoE layer there (its MoE "
@@ -511,18 +514,22 @@ def _candidates(ckpt: Any, fmt: Any) -> list[Any]:
     return found
 
 
-def _prove_quantized(args: argparse.Namespace, ckpt: Any, candidates: list[Any], scheme: Any, layer: int) -> Any:
+def _prove_quantized(args: RunOptions, ckpt: Any, candidates: list[Any], scheme: Any,
+                     layers: list[int]) -> tuple[Any, Any]:
     """`_prove` for a quantized release of a family without a built-in format (issue 45 item 4): the
-    candidates' float32 loops over the weights dequantized by checkpoints/quant/dequant.py, against
-    transformers' block loaded from the same checkpoint (quant_run/oracle.py independent_oracle),
-    the oracle the quantized rows are then compared with."""
+    candidates' float32 loops over the weights dequantized by checkpoints/quant/dequant.py on `layers[0]`,
+    against transformers' block loaded from the same checkpoint (quant_run/oracle.py quant_oracle), the
+    oracle the quantized rows are then compared with. Returns (the proved format's MoEModelConfig, that
+    QuantOracle, handed to the runner)."""
     from layoutc.tools.checkpoints.formats import describe
-    from layoutc.tools.quant_run.oracle import independent_oracle
+    from layoutc.tools.quant_run.oracle import quant_oracle
 
-    oracle = None
-    if not (args.no_transformers or args.no_from_pretrained):
-        oracle, _ = independent_oracle(ckpt, describe(ckpt.config, candidates[0], ckpt.weight_map), scheme, [layer])
-    return _prove(args, ckpt, candidates, layer, oracle, scheme)
+    built = quant_oracle(ckpt, describe(ckpt.config, candidates[0], ckpt.weight_map), scheme, layers,
+                         not (args.no_transformers or args.no_from_pretrained))
+    moe = _prove(args, ckpt, candidates, layers[0], built.oracle, scheme)
+    if built.oracle is not None:
+        built.oracle.release()  # the rows build the layer again, measuring its reach
+    return moe, built
 
 
 def _declared_loop(ckpt: Any, moe: Any, layer: int, x: Any, weights: Any, ids: Any, scheme: Any) -> Any:
@@ -539,7 +546,7 @@ def _declared_loop(ckpt: Any, moe: Any, layer: int, x: Any, weights: Any, ids: A
     return reference_output(ckpt, moe, dequantized(ckpt, moe, scheme, layer), x, weights, ids, False)[0]
 
 
-def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: int, oracle: Any,
+def _prove(args: RunOptions, ckpt: Any, candidates: list[Any], layer: int, oracle: Any,
            scheme: Any = None) -> Any:
     """The first proposed format whose float32 loop over layer `layer` (over the dequantized weights
     with a quantization `scheme`) matches transformers' own sparse-MoE block (with the block's routing) to 1e-4; it is printed (stderr). The loop
@@ -625,28 +632,31 @@ def _prove(args: argparse.Namespace, ckpt: Any, candidates: list[Any], layer: in
                    "and pass --format-file")
 
 
-def _prove_format_file(args: argparse.Namespace, ckpt: Any, moe: Any, layers: list[int], oracle: Any,
-                       scheme: Any = None) -> None:
+def _prove_format_file(args: RunOptions, ckpt: Any, moe: Any, layers: list[int], oracle: Any,
+                       scheme: Any = None) -> Any:
     """A --format-file's format proved in float32 against transformers' block before the kernel rows
     (layoutc.tools.checkpoints.declared.prove_declared: FormatError LR143 naming the field at fault and
     the measured error), on the first of `layers` whose block output is not zero (a zero reference
     matches any declared scale: it proves nothing); the proof is said on stderr. LR143 too when the
     block's output is zero on every layer of the run. With a quantization `scheme`: over the
-    dequantized weights (`_declared_loop`), against the quantized runner's own oracle for the layer
-    (quant_run/oracle.py independent_oracle, built here as `_prove_quantized` builds it). Without an
+    dequantized weights (`_declared_loop`), against the quantized runner's own oracle of the layers
+    (quant_run/oracle.py quant_oracle, built once here and returned for the rows). Without an
     oracle (--no-transformers, --no-from-pretrained, no block) nothing is proved and the rows say
     "unchecked", as before."""
     from layoutc.tools.checkpoints.declared import prove_declared
     from layoutc.tools.checkpoints.errors import FormatError
 
     if scheme is not None and (args.no_transformers or args.no_from_pretrained):
-        return
+        return None
+    built = None
+    if scheme is not None:
+        from layoutc.tools.quant_run.oracle import quant_oracle
+
+        built = quant_oracle(ckpt, moe, scheme, layers, True)
+        oracle = built.oracle
     for layer in layers:
         loop = None
         if scheme is not None:
-            from layoutc.tools.quant_run.oracle import independent_oracle
-
-            oracle, _ = independent_oracle(ckpt, moe, scheme, [layer])
 
             def loop(m: Any, x: Any, w: Any, i: Any, layer: int = layer) -> Any:
                 return _declared_loop(ckpt, m, layer, x, w, i, scheme)
@@ -654,20 +664,20 @@ def _prove_format_file(args: argparse.Namespace, ckpt: Any, moe: Any, layers: li
         x = hidden_states(moe, layer, args.tokens, args.seed, "float32")
         proof = prove_declared(ckpt, moe, layer, x, oracle, loop)
         if scheme is not None and oracle is not None:
-            oracle.release()  # the quantized runner builds its own
+            oracle.release()  # the quantized rows build the layer again, measuring its reach (`built.taps`)
         if proof is None:
-            return
+            return built
         if not proof.degenerate:
             sys.stderr.write(f"layoutc run: the declared format (--format-file) was proved on layer {proof.layer} "
                              f"in float32 against {proof.reference.split(' (')[0]} (rel error {proof.rel:.1e})\n")
-            return
+            return built
     raise FormatError("LR143", f"the declared format (--format-file) cannot be proved: transformers' block returns "
                       f"zero on every layer of the run ({', '.join(map(str, layers))}) for the drawn tokens, and a "
                       "zero output matches any declared scale or order; run more layers (--layers) or check the "
                       "checkpoint's down projections")
 
 
-def _refuse_non_gated(args: argparse.Namespace, ckpt: Any, candidates: list[Any], moe: Any, layer: int,
+def _refuse_non_gated(args: RunOptions, ckpt: Any, candidates: list[Any], moe: Any, layer: int,
                       why: str) -> None:
     """RunError LR148 for non-gated experts no glue computes (`activation.non_gated_refusal`'s words).
     A proposed format is first proved on `layer` against transformers' own block (LR117 / LR118 as
@@ -713,14 +723,14 @@ def _write_format(path: str, fmt: Any) -> None:
     sys.stderr.write(f"layoutc run: wrote the format to {path}\n")
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: RunOptions) -> int:
     from layoutc.tools.checkpoints.formats import describe, load_format_file
     from layoutc.tools.checkpoints.namesets import for_checkpoint
     from layoutc.tools.checkpoints.preflight import check_experts, run_dtype
     from layoutc.tools.checkpoints.reader import Checkpoint
 
     tps = _check_options(args)  # no torch before the options, the files and the headers are checked
-    eps = _tp_list(getattr(args, "ep", "1"), "--ep", "EP")
+    eps = _tp_list(args.ep, "--ep", "EP")
     fmt = load_format_file(args.format_file) if args.format_file else None
     warnings: list[str] = []
     with Checkpoint(args.model_dir) as ckpt:
@@ -737,8 +747,8 @@ def _run(args: argparse.Namespace) -> int:
         from layoutc.tools.checkpoints.block import block_ops, refuse_post_norm
         refuse_post_norm(moe)  # LR146: a norm after the MoE, declared: nothing can be compared
         block_ops(moe)  # LR102: a block-level key the format declares and config.json lacks
-        placement = getattr(args, "placement", "linear")  # the EP options, from the headers alone
-        check_ep_options(moe.num_experts, [(t, e) for e in eps for t in tps], placement, getattr(args, "world", None))
+        placement = args.placement  # the EP options, from the headers alone
+        check_ep_options(moe.num_experts, [(t, e) for e in eps for t in tps], placement, args.world)
         check_expert_count(ckpt, moe, layers)
         from layoutc.tools.checkpoints.quant.config import read_quantization
         scheme = read_quantization(ckpt.config, moe.format, ckpt.weight_map)  # LR150-LR152, LR158 before any tensor
@@ -750,11 +760,12 @@ def _run(args: argparse.Namespace) -> int:
             no_gate = non_gated_refusal(moe, None, "(quantized)")  # LR148: Nemotron-3's FP8 releases
             if no_gate is not None:
                 raise RunError("LR148", no_gate)
+            built = None  # the proof's oracle, handed to the rows (built once)
             if candidates:  # a quantized release of a proposed family: proved on the dequantized weights
-                moe = _prove_quantized(args, ckpt, candidates, scheme, layers[0])
+                moe, built = _prove_quantized(args, ckpt, candidates, scheme, layers)
             elif args.format_file:
-                _prove_format_file(args, ckpt, moe, layers, None, scheme)  # LR143 before any kernel row
-            return run_quantized(args, ckpt, moe, scheme, layers, tps)
+                built = _prove_format_file(args, ckpt, moe, layers, None, scheme)  # LR143 before any kernel row
+            return run_quantized(args, ckpt, moe, scheme, layers, tps, built)
         dtype, warning = run_dtype(ckpt, check_experts(ckpt, moe, layers), args.dtype)
         if warning:
             sys.stderr.write(f"layoutc run: {warning}\n")
@@ -765,7 +776,8 @@ def _run(args: argparse.Namespace) -> int:
             import torch
         except ImportError:
             raise RunError("LR130", "layoutc run needs torch (pip install 'layoutc[runtime,checkpoints]')") from None
-        args.contract = args.contract or run_contract("unquantized")  # its `route run` (tools/routes.py)
+        contract: str = args.contract or run_contract("unquantized")  # its `route run` (tools/routes.py)
+        args = replace(args, contract=contract)
         try:
             mod = importlib.import_module(f"{GENERATED_PACKAGE}.{args.contract}")
         except ImportError as exc:
@@ -777,9 +789,9 @@ def _run(args: argparse.Namespace) -> int:
                            "layoutc does not call (e.g. a CUDA-only or quantized kernel: `layoutc explain "
                            f"{args.contract}`), so run has no kernel to run it with; use a contract with a glue "
                            f"(default {run_contract('unquantized')})")
-        on_input = router_weight_on_input(moe, mod, args.contract)  # before anything is loaded
-        check_activation(moe, mod, args.contract, layers)  # LR142: a clamp the glue does not compute
-        no_gate = non_gated_refusal(moe, mod, args.contract)  # LR148: non-gated experts no glue computes
+        on_input = router_weight_on_input(moe, mod, contract)  # before anything is loaded
+        check_activation(moe, mod, contract, layers)  # LR142: a clamp the glue does not compute
+        no_gate = non_gated_refusal(moe, mod, contract)  # LR148: non-gated experts no glue computes
         if no_gate is not None:
             _refuse_non_gated(args, ckpt, candidates, moe, layers[0], no_gate)
         if any(e > 1 for e in eps) and layout.local_experts is None:
@@ -815,7 +827,7 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
-def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, layers: list[int],
+def _run_layers(args: RunOptions, ckpt: Any, moe: Any, mod: ModuleType, layers: list[int],
                 tps: list[tuple[int, int]], dtype: str, on_input: bool,
                 oracle: Any) -> tuple[list[Row], list[str], list[LayerFigures]]:
     """Every layer at every (TP, EP) degree: the rows, the configurations the contract refused, and
@@ -851,7 +863,7 @@ def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, 
                 rows.append(run_layer(ckpt, moe, mod, layer, tp, dtype=dtype, isa=args.isa,
                                       tokens=args.tokens, seed=args.seed,
                                       use_transformers=not args.no_transformers, on_input=on_input, ref=ref, ep=ep,
-                                      placement=getattr(args, "placement", "linear"), x=x, input_scale=scale,
+                                      placement=args.placement, x=x, input_scale=scale,
                                       input_reach=reach.text()))
                 compare += _LAST_COMPARE_S[0]
             except contract_error as exc:  # plan() names the rule and the contract line
@@ -868,7 +880,7 @@ def _run_layers(args: argparse.Namespace, ckpt: Any, moe: Any, mod: ModuleType, 
     return rows, refused, figures
 
 
-def _print_report(args: argparse.Namespace, moe: Any, dtype: str, rows: list[Row], refused: list[str],
+def _print_report(args: RunOptions, moe: Any, dtype: str, rows: list[Row], refused: list[str],
                   warnings: list[str] | None = None, figures: list[Any] | None = None) -> int:
     """Print the rows as a table (or JSON); 0 when every row is ok and nothing was refused, else 1.
     warnings: the notes and warnings printed on stderr before the run (a config dtype that is not
@@ -892,7 +904,7 @@ def _print_report(args: argparse.Namespace, moe: Any, dtype: str, rows: list[Row
                                      "layers": [asdict(f) for f in figures or []]},
                                     indent=2) + "\n")
     else:
-        sys.stdout.write(_table(rows, f"{args.model_dir} ({moe.format.model_type}, {dtype})", args.contract))
+        sys.stdout.write(_table(rows, f"{args.model_dir} ({moe.format.model_type}, {dtype})", args.contract or ""))
         for line in refused:
             print(f"refused: {line}")
         bad = [r for r in rows if not r.matched]

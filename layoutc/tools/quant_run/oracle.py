@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
@@ -72,6 +73,33 @@ def independent_oracle(
     return StreamingOracle(
         str(ckpt.folder), dequantized_source(ckpt, scheme, tap), plain_config(ckpt.config)
     ), PER_TENSOR_HOW
+
+
+@dataclass(frozen=True)
+class QuantOracle:
+    """A quantized run's reference, built once for the proof of a --format-file or proposal and the rows:
+    the oracle (None under --no-transformers / --no-from-pretrained), how its weights were dequantized,
+    and `taps`: gate/up module name -> the layer's ReachMeter, filled by the runner while a layer is
+    dequantized (the input reach is measured from the weights the reference dequantizes)."""
+
+    oracle: Any
+    how: str
+    taps: dict[str, Any]
+
+
+def quant_oracle(ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layers: list[int],
+                 wanted: bool) -> QuantOracle:
+    """`independent_oracle` of `layers` with a tap into the returned `taps` (an empty QuantOracle when not
+    `wanted`). Raises as `independent_oracle`."""
+    taps: dict[str, Any] = {}
+
+    def tap(module: str, w: Any) -> None:
+        meter = taps.get(module)
+        if meter is not None:
+            meter.add(module, w)
+
+    oracle, how = independent_oracle(ckpt, moe, scheme, layers, tap) if wanted else (None, "")
+    return QuantOracle(oracle, how, taps)
 
 
 #: safetensors dtypes transformers loads as floats (a float8 weight without a scale is left out)

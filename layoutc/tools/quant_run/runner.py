@@ -39,7 +39,6 @@ of layoutc/tools/runcompare.py on ||out - ref|| / ||ref||, the larger of the two
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -51,7 +50,9 @@ from layoutc.tools.checkpoints.moeconfig import MoEModelConfig
 from layoutc.tools.checkpoints.quant import scheme as S
 from layoutc.tools.checkpoints.reader import Checkpoint
 from layoutc.tools.quant_run.experts_ref import reference_output
+from layoutc.tools.quant_run.oracle import QuantOracle, quant_oracle
 from layoutc.tools.rankloop import run_ranks
+from layoutc.tools.runoptions import RunOptions
 from layoutc.tools.runplan import RunError
 
 #: How a `route run` contract of a quantized format runs here, by the torch kernel its `models torch` line
@@ -278,7 +279,7 @@ def reference_ranks(params: dict[str, Any], moe: MoEModelConfig, scheme: S.Quant
     return total
 
 
-def reference_contract(args: argparse.Namespace, scheme: S.QuantScheme) -> str | None:
+def reference_contract(args: RunOptions, scheme: S.QuantScheme) -> str | None:
     """The contract whose loaders a reference-only row runs through: --contract, else the first
     (lowest rank) whose `route reference` line serves the scheme (tools/routes.py) and stands for the
     checkpoint's own method where one does; None when no contract declares the method. RunError LR125
@@ -409,7 +410,7 @@ class _Route:
     mod: Any
 
 
-def _routes(args: argparse.Namespace, scheme: S.QuantScheme) -> list[_Route]:
+def _routes(args: RunOptions, scheme: S.QuantScheme) -> list[_Route]:
     """The routes of a row, in order: each contract whose `route run` line serves the scheme (rank
     order; GPTQ / AWQ int4 on int4pack, GPTQ int8 on int8pack: KERNEL_STRATEGIES), then (no --contract,
     or a --contract that is none of them) the method's reference contract where the kernel refuses the
@@ -467,13 +468,14 @@ def kernel_strategy(contract: str, mod: Any, scheme: S.QuantScheme) -> str:
     return kinds[0]
 
 
-def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme,
-                  layers: list[int], tps: list[int]) -> int:
+def run_quantized(args: RunOptions, ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme,
+                  layers: list[int], tps: list[int], built: QuantOracle | None = None) -> int:
     """The rows of every layer and TP degree, printed; 0 when all matched, 1 on a mismatch or a
     refused degree (every route's refusal: the contract's LayoutContractError, or RunError
     LR160-LR164 from quant_run/padded.py, as one `refused:` line). Raises FormatError (the
     tensor's coded error) before any kernel runs; RunError LR120 when a contract's generated
-    module is absent."""
+    module is absent. built: the layers' oracle the --format-file / proposal proof already built
+    (`quant_oracle`; built here when None), so the reference is built once."""
     import torch
 
     from layoutc.tools.checkpoints.block import block_ops, combine, kernel_routing
@@ -484,7 +486,6 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
     from layoutc.tools.checkpoints.reference import route as declared_route
     from layoutc.tools.quant_run import padded
     from layoutc.tools.quant_run.codes import LayerCodes
-    from layoutc.tools.quant_run.oracle import independent_oracle
     from layoutc.tools.runcompare import TOLERANCE, halves_error, hidden_states, run_inputs
     from layoutc.tools.runmemory import peak_kib as _peak_kib
     from layoutc.tools.runmemory import peak_mark as _peak_mark
@@ -508,16 +509,11 @@ def run_quantized(args: argparse.Namespace, ckpt: Checkpoint, moe: MoEModelConfi
     refused: list[str] = []
     tol = TOLERANCE[dtype]
     use_tf = not args.no_transformers
-    no_pretrained = bool(getattr(args, "no_from_pretrained", False))
-    taps: dict[str, Any] = {}  # gate/up module name -> the layer's ReachMeter: the reach is measured as the
-    # reference dequantizes the layer (dequantized_source's tap), so the layer is dequantized once
-
-    def tap(module: str, w: Any) -> None:
-        meter = taps.get(module)
-        if meter is not None:
-            meter.add(module, w)
-
-    oracle, how = independent_oracle(ckpt, moe, scheme, layers, tap) if use_tf and not no_pretrained else (None, "")
+    no_pretrained = bool(args.no_from_pretrained)
+    # gate/up module name -> the layer's ReachMeter: the reach is measured as the reference dequantizes the
+    # layer (dequantized_source's tap), so the layer is dequantized once
+    built = built or quant_oracle(ckpt, moe, scheme, layers, use_tf and not no_pretrained)
+    oracle, how, taps = built.oracle, built.how, built.taps
     progress = _Progress(len(layers) * len(tps), sys.stderr.isatty())
     figures: list[LayerFigures] = []
     for layer in layers:
@@ -654,7 +650,7 @@ def int8pack_name() -> str:
     return FORWARD_OP
 
 
-def _print(args: argparse.Namespace, moe: MoEModelConfig, scheme: S.QuantScheme, dtype: str, rows: list[QuantRow],
+def _print(args: RunOptions, moe: MoEModelConfig, scheme: S.QuantScheme, dtype: str, rows: list[QuantRow],
            refused: list[str], figures: list[Any] | None = None) -> int:
     """Print the rows (text or JSON); 0 when every row is ok (matched, independent, a real
     kernel) and nothing was refused, else 1. figures: each layer's `run.LayerFigures` (JSON "layers")."""
