@@ -67,8 +67,15 @@ class RankSum:
         return max([0.0, *(r.peak_mib for r in self.ranks)])
 
 
-def run_ranks(strategy: RankStrategy, ranks: Iterable[Any], x: Any, routing: tuple[Any, Any], *,
-              warmup: bool = True, iters: int = 3) -> RankSum:
+def run_ranks(
+    strategy: RankStrategy,
+    ranks: Iterable[Any],
+    x: Any,
+    routing: tuple[Any, Any],
+    *,
+    warmup: bool = True,
+    iters: int = 3,
+) -> RankSum:
     """Every rank of `ranks` in order through `strategy`, the partials summed: returns RankSum.
 
     x: [T, H]; routing: (topk_weights, topk_ids) [T, top_k]. With `warmup`, one untimed call

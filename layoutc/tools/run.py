@@ -214,16 +214,6 @@ class DenseRanks:
         return self.kernel.fused_moe(x, packed13, packed2, routing[0], routing[1], self.plan, **extra)
 
 
-def inputs(ckpt: Any, moe: Any, layer: int, tokens: int, seed: int, dtype: str) -> tuple[Any, Any, Any]:
-    """(hidden states [T, H] in `dtype`, topk_weights, topk_ids) for one layer, seeded; the
-    routing is the family's declared one (layoutc.tools.checkpoints.reference.route)."""
-    from layoutc.tools.checkpoints.reference import route
-
-    x = hidden_states(moe, layer, tokens, seed, dtype)
-    weights, ids = route(ckpt, moe, layer, x)
-    return x, weights, ids
-
-
 def _result(matched: bool, independent: bool, reference: str, why_not: str) -> str:
     if independent:
         return "ok" if matched else "MISMATCH"

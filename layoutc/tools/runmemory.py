@@ -3,7 +3,7 @@ VmRSS, and its peak VmHWM, reset through /proc/self/clear_refs), and glibc's mal
 rank's peak is measured from what the previous rank left. Standard library only; on another
 system the reads give 0 and the reset False (the peak is then not measured).
 
-Used by every runner's rank loop (layoutc.tools.run.kernel_sum, layoutc.tools.ep_run).
+Used by the one rank loop (layoutc.tools.rankloop.run_ranks) and the per-layer figures of run.py and quant_run.
 """
 
 from __future__ import annotations

@@ -87,8 +87,9 @@ class QuantOracle:
     taps: dict[str, Any]
 
 
-def quant_oracle(ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layers: list[int],
-                 wanted: bool) -> QuantOracle:
+def quant_oracle(
+    ckpt: Checkpoint, moe: MoEModelConfig, scheme: S.QuantScheme, layers: list[int], wanted: bool
+) -> QuantOracle:
     """`independent_oracle` of `layers` with a tap into the returned `taps` (an empty QuantOracle when not
     `wanted`). Raises as `independent_oracle`."""
     taps: dict[str, Any] = {}

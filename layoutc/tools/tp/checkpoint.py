@@ -44,42 +44,42 @@ def checkpoint_rank(rank: int, tp_size: int, port: int, module_name: str, cfg: d
 
 def _checkpoint_layer(rank: int, tp_size: int, module_name: str, cfg: dict[str, Any],
                       tensors: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """Load this rank's rows, prepack, run the kernel, all-reduce; the timings (and rank 0's error)."""
+    """This rank's body of the one rank loop (layoutc.tools.rankloop.run_ranks over this process's rank, with
+    run's dense or EP strategy: load its rows, prepack, run the kernel), then the all-reduce; the timings
+    (and rank 0's error)."""
     from layoutc.tools.checkpoints.formats import describe
-    from layoutc.tools.checkpoints.loader import load_layer_rank
     from layoutc.tools.checkpoints.reader import Checkpoint
-    from layoutc.tools.run import checkpoint_plan, halves_error
+    from layoutc.tools.ep_run import EPRanks
+    from layoutc.tools.rankloop import RankStrategy, run_ranks
+    from layoutc.tools.run import DenseRanks, checkpoint_plan, halves_error
 
     mod = import_contract_module(module_name)
     ep = cfg.get("ep_size", 1)
     kernel = kernel_of(layout_of(mod))
     with Checkpoint(cfg["model_dir"]) as ckpt:
         moe = describe(ckpt.config, cfg["format"], ckpt.weight_map)
-        t0 = time.perf_counter()
-        options: dict[str, Any]
+        options = {"apply_router_weight_on_input": True} if cfg["on_input"] else {}
+        strategy: RankStrategy
+        ident: Any
         if ep > 1:  # world rank -> (EP rank, TP rank), TP fastest: the one mapping ep_run uses
             from layoutc.runtime.experts import world_ranks
-            from layoutc.tools.ep_run import load_ep_rank
 
-            tp_size = cfg["tp_size"]
-            ep_rank, tp_rank = world_ranks(ep * tp_size, ep, tp_size)[rank]
-            plan, p13, p2, options, emap = load_ep_rank(ckpt, moe, mod, cfg["layer"], tp_size, ep, ep_rank, tp_rank,
-                                                        dtype=cfg["dtype"], isa=cfg["isa"],
-                                                        placement=cfg.get("expert_placement", "linear"))
-            options["expert_map"] = emap
+            tp = cfg["tp_size"]
+            ep_ranks = EPRanks(ckpt, moe, mod, cfg["layer"], tp, ep, cfg["dtype"], cfg["isa"],
+                               cfg.get("expert_placement", "linear"), kernel.fused_moe, options)
+            strategy, ident = ep_ranks, world_ranks(ep * tp, ep, tp)[rank]
         else:
             plan = checkpoint_plan(mod, moe, tp_size, cfg["dtype"], cfg["isa"])
-            rw = load_layer_rank(ckpt, moe, cfg["layer"], mod, plan, rank)  # this rank's rows only
-            p13, p2 = kernel.prepack_padded(rw.w13, rw.w2, plan)
-            options = {} if rw.w13_bias is None else {"w13_bias": rw.w13_bias, "w2_bias": rw.w2_bias}
+            strategy, ident = DenseRanks(ckpt, moe, cfg["layer"], mod, plan, kernel, options), rank
+        k = run_ranks(strategy, [ident], tensors["x"], (tensors["topk_weights"], tensors["topk_ids"]), warmup=False,
+                      iters=1)
+        plan = ep_ranks.plan if ep > 1 else plan
+        out = k.output
         t1 = time.perf_counter()
-        if cfg["on_input"]:
-            options["apply_router_weight_on_input"] = True
-        out = kernel.fused_moe(tensors["x"], p13, p2, tensors["topk_weights"], tensors["topk_ids"], plan, **options)
         with collective():
             dist.all_reduce(out, op=dist.ReduceOp.SUM)
         t2 = time.perf_counter()
-        report: dict[str, Any] = {"load": t1 - t0, "step": t2 - t1,
+        report: dict[str, Any] = {"load": k.load_s, "step": k.kernel_s + (t2 - t1),
                                   "plan": (plan.intermediate_size_per_partition,
                                            plan.intermediate_size_per_partition_padded)}
         if rank == 0:
