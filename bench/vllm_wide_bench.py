@@ -50,6 +50,8 @@ SITE = ROOT / "tests" / "engine" / "site"
 MODES = ("off", "check", "replace")
 MARKER = re.compile(r"=== layoutc engine run tp=(\d+) mode=(\w+) ep=\d ===")
 HOOK = re.compile(r"layoutc: mode=(\w+),.*?([\d.]+) ms in layoutc")
+# check mode runs vLLM's own method inside the hook, and says how long it took
+OWN = re.compile(r"([\d.]+) ms of it in vLLM's own method")
 
 
 def _commit() -> str:
@@ -163,6 +165,7 @@ def main() -> int:
     runs = json.loads(runs_json.read_text())["runs"] if runs_json.exists() else []
     # the hook's summary lines, per load (split the log at the markers)
     hook: dict[str, list[float]] = {}
+    own: dict[str, list[float]] = {}
     key = "start"
     for line in log:
         m = MARKER.search(line)
@@ -170,6 +173,8 @@ def main() -> int:
             key = f"{m.group(1)}:{m.group(2)}"
         for _mode, ms in HOOK.findall(line):
             hook.setdefault(key, []).append(float(ms))
+            found = OWN.search(line)
+            own.setdefault(key, []).append(float(found.group(1)) if found else 0.0)
     table = []
     for r in runs:
         key = f"{r['tp']}:{r['mode']}"
@@ -190,9 +195,13 @@ def main() -> int:
             "worker_peak_anon_mib": [round(p["anon_kib"] / 1024) for p in workers],
             "engine_core_peak_rss_mib": round(core.get("rss_kib", 0) / 1024),
             "hook_ms": hook.get(key, []),
+            "vllm_own_ms": own.get(key, []),
         }
         if row["load_s"] and row["hook_ms"]:
             row["hook_share_of_load"] = round(max(row["hook_ms"]) / 1e3 / row["load_s"], 4)
+            # layoutc's own part: the hook less vLLM's method that check mode runs inside it
+            row["layoutc_ms"] = [round(h - o, 1) for h, o in zip(row["hook_ms"], row["vllm_own_ms"], strict=True)]
+            row["layoutc_share_of_load"] = round(max(row["layoutc_ms"]) / 1e3 / row["load_s"], 4)
         table.append(row)
     same = {}
     for tp in {r["tp"] for r in table}:
@@ -227,18 +236,19 @@ def main() -> int:
     print(f"load before: {before['uptime']}\nload after:  {after['uptime']}")
     print(
         "| tp | mode | load (s) | load CPU (s) | peak RSS per worker (MiB) | anon per worker (MiB) | engine core (MiB) "
-        "| hook (ms, per worker) | hook / load |"
+        "| hook (ms, per worker) | of it vLLM's own (ms) | hook / load | layoutc's own / load |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in table:
         if r["error"]:
-            print(f"| {r['tp']} | {r['mode']} | failed: {r['error'][:200]} | | | | | | |")
+            print(f"| {r['tp']} | {r['mode']} | failed: {r['error'][:200]} | | | | | | | | |")
             continue
         print(
             f"| {r['tp']} | {r['mode']} | {r['load_s']:.1f} | {r['load_cpu_s']:.1f} | {r['worker_peak_rss_mib']} | "
             f"{r['worker_peak_anon_mib']} | {r['engine_core_peak_rss_mib']} | "
             f"{', '.join(f'{x:.0f}' for x in r['hook_ms']) or '-'} | "
-            f"{100 * r.get('hook_share_of_load', 0):.2f}% |"
+            f"{', '.join(f'{x:.0f}' for x in r['vllm_own_ms']) or '-'} | "
+            f"{100 * r.get('hook_share_of_load', 0):.2f}% | {100 * r.get('layoutc_share_of_load', 0):.2f}% |"
         )
     if capped:
         print(
