@@ -23,7 +23,6 @@ element where the contract puts it and every pad position holding the fill.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import math
 import sys
@@ -34,11 +33,6 @@ from typing import Any
 import torch
 
 from layoutc.runtime import algebra
-
-# MADV_HUGEPAGE (linux/mman.h): the snapshot is written once, right after it is allocated; on this
-# project's VM first-touch page faults were half its cost (0.74 -> 0.33 s for gemma-4's w13 at tp 2).
-_MADV_HUGEPAGE = 14
-_HUGE = 2 << 20
 
 
 @dataclass(frozen=True)
@@ -106,70 +100,78 @@ def fit_digits(src: torch.Tensor, rows: int, cols: int) -> tuple[tuple[int, ...]
     return sizes, packed_strides, row_digits
 
 
-def probe(gen: ModuleType, one: Any, projection: str, dtype: torch.dtype) -> torch.Tensor | None:
+def probe(gen: ModuleType, one: Any, dtype: torch.dtype) -> dict[str, torch.Tensor | None]:
     """Packed position -> padded position of the contract's prepack of one expert (`one`: a plan
-    with num_experts 1): `prepack_padded` of position codes, one base-256 digit at a time (exact in
-    any float dtype). None when that is not a permutation (the op does more than move elements)."""
+    with num_experts 1), for "w13" and "w2": `prepack_padded` of position codes, one base-256 digit
+    at a time (exact in any float dtype), both weights in each call. A projection whose result is
+    not a permutation (the op does more than move elements) maps to None."""
     from layoutc.tools.vllm_plugin.check import kernel, layout
 
     lay = layout(gen)
-    shape13, shape2 = tuple(lay.weight("w13").shapes(one)[1]), tuple(lay.weight("w2").shapes(one)[1])
-    shape = shape13 if projection == "w13" else shape2
-    n = math.prod(shape)
-    digits = max(1, (max(n - 1, 1).bit_length() + 7) // 8)
-    index = torch.arange(n, dtype=torch.int64)
-    src = torch.zeros(n, dtype=torch.int64)
+    shapes = {p: tuple(int(s) for s in lay.weight(p).shapes(one)[1]) for p in ("w13", "w2")}
+    sizes = {p: math.prod(shape) for p, shape in shapes.items()}
+    digits = max(1, (max(max(sizes.values()) - 1, 1).bit_length() + 7) // 8)
+    index = {p: torch.arange(n, dtype=torch.int32) for p, n in sizes.items()}
+    src = {p: torch.zeros(n, dtype=torch.int64) for p, n in sizes.items()}
     prepack_padded = kernel(gen).prepack_padded
     for d in range(digits):
-        code = ((index // 256**d) % 256).to(dtype).reshape(shape)
-        w13 = code if projection == "w13" else torch.zeros(shape13, dtype=dtype)
-        w2 = code if projection == "w2" else torch.zeros(shape2, dtype=dtype)
-        p13, p2 = prepack_padded(w13.contiguous(), w2.contiguous(), one)
-        src += (p13 if projection == "w13" else p2).data.reshape(-1).to(torch.int64) * 256**d
-    if int(src.min()) < 0 or int(src.max()) >= n or not bool((torch.bincount(src, minlength=n) == 1).all()):
-        return None
-    return src
+        codes = {p: ((index[p] >> (8 * d)) & 255).to(dtype).reshape(shapes[p]) for p in shapes}
+        packed = prepack_padded(codes["w13"], codes["w2"], one)
+        for p, weight in zip(("w13", "w2"), packed, strict=True):
+            src[p] += weight.data.reshape(-1).to(torch.int64) << (8 * d)
+    out: dict[str, torch.Tensor | None] = {}
+    for p, found in src.items():
+        n = sizes[p]
+        ok = int(found.min()) >= 0 and int(found.max()) < n and bool((torch.bincount(found, minlength=n) == 1).all())
+        out[p] = found if ok else None
+    return out
 
 
 def position_map(gen: ModuleType, plan: Any, projection: str, dtype: torch.dtype) -> PositionMap | None:
     """The position map of `projection` ("w13" | "w2") under `plan`, or None where the contract's
     prepack is not one strided view of its pad (the caller then pads and prepacks to compare).
-    Cached per (contract, plan, projection, dtype): every layer of a model shares its plan."""
+    Cached per (contract, plan, dtype), both projections from one probe: every layer of a model
+    shares its plan."""
     try:
-        key = (gen.__name__, plan, projection, dtype)
+        key = (gen.__name__, plan, dtype)
         hash(key)
     except TypeError:
-        return _build(gen, plan, projection, dtype)
-    return _cached(*key)
+        return _build(gen, plan, dtype).get(projection)
+    return _cached(*key).get(projection)
 
 
-@functools.lru_cache(maxsize=32)
-def _cached(name: str, plan: Any, projection: str, dtype: torch.dtype) -> PositionMap | None:
-    return _build(sys.modules[name], plan, projection, dtype)
+@functools.lru_cache(maxsize=16)
+def _cached(name: str, plan: Any, dtype: torch.dtype) -> dict[str, PositionMap | None]:
+    return _build(sys.modules[name], plan, dtype)
 
 
-def _build(gen: ModuleType, plan: Any, projection: str, dtype: torch.dtype) -> PositionMap | None:
+def _build(gen: ModuleType, plan: Any, dtype: torch.dtype) -> dict[str, PositionMap | None]:
     from layoutc.tools.vllm_plugin import check, ep
 
     lay = check.layout(gen)
-    entry = lay.weight(projection)
     one = check._plan_one_expert(gen, plan)
-    where = check._padded_axis(entry, plan)
-    if one is None or where is None or where[0] not in (1, 2):
-        return None
-    shape = tuple(int(s) for s in entry.shapes(plan)[1])
-    if len(shape) != 3:
-        return None
-    src = probe(gen, one, projection, dtype)
-    fit = None if src is None else fit_digits(src, shape[1], shape[2])
-    if fit is None:
-        return None
-    dim, axis = where
-    word = algebra.Word.parse(axis.layout)
-    copies, pads, _ = algebra.runs(word, int(axis.segments), int(axis.logical), int(axis.padded))
-    fill = ep.fill_of(lay, entry, one, dtype) if pads else 0.0
-    return PositionMap(shape=(shape[0], shape[1], shape[2]), sizes=fit[0], packed_strides=fit[1],
-                       row_digits=fit[2], dim=dim, copies=tuple(copies), pads=tuple(pads), fill=fill)
+    if one is None:
+        return {}
+    found = probe(gen, one, dtype)
+    maps: dict[str, PositionMap | None] = {}
+    for projection, src in found.items():
+        entry = lay.weight(projection)
+        where = check._padded_axis(entry, plan)
+        shape = tuple(int(s) for s in entry.shapes(plan)[1])
+        if src is None or where is None or where[0] not in (1, 2) or len(shape) != 3:
+            maps[projection] = None
+            continue
+        fit = fit_digits(src, shape[1], shape[2])
+        if fit is None:
+            maps[projection] = None
+            continue
+        dim, axis = where
+        word = algebra.Word.parse(axis.layout)
+        copies, pads, _ = algebra.runs(word, int(axis.segments), int(axis.logical), int(axis.padded))
+        fill = ep.fill_of(lay, entry, one, dtype) if pads else 0.0
+        maps[projection] = PositionMap(shape=(shape[0], shape[1], shape[2]), sizes=fit[0], packed_strides=fit[1],
+                                       row_digits=fit[2], dim=dim, copies=tuple(copies), pads=tuple(pads), fill=fill)
+    return maps
 
 
 def padded_view(pm: PositionMap, packed: torch.Tensor) -> torch.Tensor:
@@ -183,7 +185,6 @@ def expected(pm: PositionMap, logical: torch.Tensor) -> torch.Tensor:
     as the loader left it), written straight into prepacked order: a new contiguous [E, R, C]."""
     experts = int(logical.shape[0])
     out = torch.empty((experts, pm.shape[1], pm.shape[2]), dtype=logical.dtype)
-    _advise_huge(out)
     view = padded_view(pm, out)
     for lo, hi in pm.pads:
         _put(pm, view, lo, hi - lo, None)
@@ -249,17 +250,3 @@ def _shaped(part: torch.Tensor, pm: PositionMap, first: int, digits: tuple[int, 
         return part.reshape(experts, *axis, *cols)
     rows = pm.sizes[:pm.row_digits]
     return part.reshape(experts, *rows, *axis)
-
-
-def _advise_huge(t: torch.Tensor) -> None:
-    """Ask Linux for transparent huge pages over `t`'s whole 2 MiB pages (a hint; ignored elsewhere)."""
-    if not sys.platform.startswith("linux") or t.numel() * t.element_size() < 2 * _HUGE:
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        start, end = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
-        lo, hi = (start + _HUGE - 1) & ~(_HUGE - 1), end & ~(_HUGE - 1)
-        if hi > lo:
-            libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), _MADV_HUGEPAGE)
-    except (OSError, AttributeError):
-        return
