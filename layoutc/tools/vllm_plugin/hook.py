@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import layoutc.tools.vllm_plugin.check as check
-from layoutc.tools.vllm_plugin import declared, ep, gate, int8, relay, survey
+from layoutc.tools.vllm_plugin import declared, ep, gate, int8, posmap, relay, survey
 from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
 
 _STATE: dict[str, Any] = {"mode": None, "strict": False, "handled": Counter(), "held": set(), "seconds": 0.0,
@@ -94,7 +94,10 @@ def install(mode: str, strict: bool = False) -> None:
     @functools.wraps(loader_step)
     def after_loading(model: Any, model_config: Any, target_device: Any) -> None:
         before, seconds, engine = Counter(_STATE["handled"]), _STATE["seconds"], _STATE["engine_seconds"]
-        loader_step(model, model_config, target_device)
+        try:
+            loader_step(model, model_config, target_device)
+        finally:
+            posmap.drop_spares()  # the snapshot buffers check mode kept from layer to layer
         with relay.recorded():  # strict mode's refusal stops the worker: relayed to whoever started the engine
             _summary(_STATE["handled"] - before, _STATE["seconds"] - seconds,
                      survey.not_held(model, _STATE["held"]), _STATE["engine_seconds"] - engine)
@@ -246,6 +249,8 @@ def _check(experts: Any, layer: Any, original: Any, cpu_moe: Any) -> None:
                                f"is_zentorch_moe_supported said; contract {gen.CONTRACT} does not apply")
     check.check_layer(gen, plan, info, snap, layer.w13_weight.data, layer.w2_weight.data,
                       _bias(layer, "w13_bias"), _bias(layer, "w2_bias"), packed=route == "grouped_gemm")
+    if snap.packed is not None:  # checked: its buffers serve the next layer's snapshot
+        posmap.give_back(*snap.packed)
     _STATE["handled"][gen.CONTRACT] += 1
 
 

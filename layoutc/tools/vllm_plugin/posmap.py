@@ -168,6 +168,11 @@ def _build(gen: ModuleType, plan: Any, dtype: torch.dtype) -> dict[str, Position
         dim, axis = where
         word = algebra.Word.parse(axis.layout)
         copies, pads, _ = algebra.runs(word, int(axis.segments), int(axis.logical), int(axis.padded))
+        spans = sorted([(dest, dest + length) for _, dest, length in copies] + [(lo, hi) for lo, hi in pads])
+        ends = [0] + [hi for _, hi in spans]
+        if [lo for lo, _ in spans] != ends[:-1] or ends[-1] != shape[dim]:
+            maps[projection] = None  # the runs do not tile the axis: positions nothing would write
+            continue
         fill = ep.fill_of(lay, entry, one, dtype) if pads else 0.0
         maps[projection] = PositionMap(shape=(shape[0], shape[1], shape[2]), sizes=fit[0], packed_strides=fit[1],
                                        row_digits=fit[2], dim=dim, copies=tuple(copies), pads=tuple(pads), fill=fill)
@@ -182,9 +187,11 @@ def padded_view(pm: PositionMap, packed: torch.Tensor) -> torch.Tensor:
 
 def expected(pm: PositionMap, logical: torch.Tensor) -> torch.Tensor:
     """What the contract's pad then prepack make of `logical` ([E, R_logical, C] or [E, R, C_logical],
-    as the loader left it), written straight into prepacked order: a new contiguous [E, R, C]."""
+    as the loader left it), written straight into prepacked order: a contiguous [E, R, C], every
+    position written (the runs tile the axis: `_build`), in a spare buffer of that shape when there
+    is one (`give_back`), else a new one."""
     experts = int(logical.shape[0])
-    out = torch.empty((experts, pm.shape[1], pm.shape[2]), dtype=logical.dtype)
+    out = _take((experts, pm.shape[1], pm.shape[2]), logical.dtype)
     view = padded_view(pm, out)
     for lo, hi in pm.pads:
         _put(pm, view, lo, hi - lo, None)
@@ -192,6 +199,30 @@ def expected(pm: PositionMap, logical: torch.Tensor) -> torch.Tensor:
         part = logical.narrow(pm.dim, source, length)
         _put(pm, view, dest, length, part)
     return out
+
+
+# Snapshot buffers handed back after a layer's check, for the next layer of the same shape: vLLM
+# processes every layer's weights in one step (base_loader.process_weights_after_loading), so reusing
+# them spares each later layer the first-touch page faults of a fresh buffer (as long as the copy
+# itself on this VM) at no cost in peak memory; hook.py drops them when the step ends.
+_SPARE: dict[tuple[tuple[int, ...], torch.dtype], torch.Tensor] = {}
+
+
+def _take(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    spare = _SPARE.pop((shape, dtype), None)
+    return spare if spare is not None else torch.empty(shape, dtype=dtype)
+
+
+def give_back(*buffers: torch.Tensor) -> None:
+    """Keep `buffers` (snapshots no longer needed) for the next layer of the same shape and dtype."""
+    for t in buffers:
+        if t.is_contiguous() and t.storage_offset() == 0:
+            _SPARE[(tuple(t.shape), t.dtype)] = t
+
+
+def drop_spares() -> None:
+    """Free the buffers `give_back` kept (the end of vLLM's weight-processing step)."""
+    _SPARE.clear()
 
 
 def logical_of(pm: PositionMap, packed: torch.Tensor) -> torch.Tensor:
