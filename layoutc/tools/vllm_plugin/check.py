@@ -315,7 +315,7 @@ def _packed_blocks_equal(gen: ModuleType, plan: Any, info: LayerInfo, snap: Snap
     taken a block at a time (expert parallelism, a contract that refuses the block's size): the
     caller then compares the whole layer and describes what differs."""
     experts = int(w13.shape[0])
-    if info.ep_size > 1 or experts == 0:
+    if info.ep_size > 1 or experts == 0 or snap.w13 is None or snap.w2 is None:
         return False
     block = next(b for b in range(min(BLOCK_EXPERTS, experts), 0, -1) if experts % b == 0)
     lay = layout(gen)
