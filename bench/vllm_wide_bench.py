@@ -20,8 +20,9 @@ Per load:
 * the greedy tokens of `--prompts` fixed prompts x `--tokens` new tokens; the script exits 1 unless
   every mode that loaded at a tp produced the same tokens as off at that tp.
 
-`--max-anon-gib G` stops the child and every worker (SIGKILL) once their anonymous memory together passes
-G GiB, and records where (the machine is shared: a load that would pass the session's memory allowance is
+`--max-anon-gib G` stops the child and every worker (SIGKILL) once their anonymous memory together (each
+process's proportional share, `Pss_Anon`: a shell a worker forks shares its pages and is not counted twice)
+passes G GiB, and records where (the machine is shared: a load that would pass the session's memory allowance is
 shown, not run to the end).
 
 Results, with the commit and the load average before and after, go to bench/results/vllm_wide.json.
@@ -85,6 +86,24 @@ def _rss(pid: int) -> tuple[int, int, str] | None:
     return kib("VmRSS"), kib("RssAnon"), fields.get("Name", "?").strip()
 
 
+def _pss_anon(pid: int, fallback: int) -> int:
+    """Proportional anonymous KiB of `pid` (smaps_rollup `Pss_Anon`): a process a worker forks (a shell it
+    runs) shares the worker's pages copy-on-write, and its RssAnon counts them again; `fallback` when
+    the kernel gives none."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss_Anon:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return fallback
+
+
+#: short-lived helpers a worker forks (they share its pages copy-on-write): never counted as workers
+HELPERS = ("sh", "bash", "dash")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="a checkpoint folder (bench/wide_checkpoint.py gemma4 ...)")
@@ -134,7 +153,7 @@ def main() -> int:
                     got = _rss(pid)
                     if got is None:
                         continue
-                    anon += got[1]
+                    anon += _pss_anon(pid, got[1]) if args.max_anon_gib else got[1]
                     # a worker belongs to the load it was first seen in (one that outlives its load's
                     # shutdown is not counted in the next); the child (engine core) to the current load
                     key = current[0] if pid == child.pid else born.setdefault(pid, current[0])
@@ -180,7 +199,11 @@ def main() -> int:
         key = f"{r['tp']}:{r['mode']}"
         procs = peaks.get(key, {})
         workers = sorted(
-            (p for pid, p in procs.items() if pid != child.pid and p["rss_kib"] > 256 * 1024),
+            (
+                p
+                for pid, p in procs.items()
+                if pid != child.pid and p["rss_kib"] > 256 * 1024 and p["name"] not in HELPERS
+            ),
             key=lambda p: -p["rss_kib"],
         )
         core = procs.get(child.pid, {})
