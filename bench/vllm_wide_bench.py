@@ -108,6 +108,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="a checkpoint folder (bench/wide_checkpoint.py gemma4 ...)")
     ap.add_argument("--tp", default="2,4")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated, of off, check, replace")
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--out", type=Path, default=RESULTS / "vllm_wide.json")
@@ -118,7 +119,8 @@ def main() -> int:
         help="stop the child and its workers once their anonymous memory together passes this (0: no cap)",
     )
     args = ap.parse_args()
-    plan = [f"{tp}:{mode}" for tp in args.tp.split(",") for mode in MODES]
+    modes = [m for m in MODES if m in args.modes.split(",")]
+    plan = [f"{tp}:{mode}" for tp in args.tp.split(",") for mode in modes]
     before = load()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTC_VLLM", "LAYOUTC_TEST_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(SITE), *filter(None, [env.get("PYTHONPATH")])])
