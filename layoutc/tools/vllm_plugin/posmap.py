@@ -33,6 +33,9 @@ from typing import Any
 import torch
 
 from layoutc.runtime import algebra
+from layoutc.runtime.errors import LayoutContractError
+from layoutc.tools.contract_module import kernel_of, layout_of
+from layoutc.tools.vllm_plugin import ep
 
 
 @dataclass(frozen=True)
@@ -105,15 +108,13 @@ def probe(gen: ModuleType, one: Any, dtype: torch.dtype) -> dict[str, torch.Tens
     with num_experts 1), for "w13" and "w2": `prepack_padded` of position codes, one base-256 digit
     at a time (exact in any float dtype), both weights in each call. A projection whose result is
     not a permutation (the op does more than move elements) maps to None."""
-    from layoutc.tools.vllm_plugin.check import kernel, layout
-
-    lay = layout(gen)
+    lay = layout_of(gen)
     shapes = {p: tuple(int(s) for s in lay.weight(p).shapes(one)[1]) for p in ("w13", "w2")}
     sizes = {p: math.prod(shape) for p, shape in shapes.items()}
     digits = max(1, (max(max(sizes.values()) - 1, 1).bit_length() + 7) // 8)
     index = {p: torch.arange(n, dtype=torch.int32) for p, n in sizes.items()}
     src = {p: torch.zeros(n, dtype=torch.int64) for p, n in sizes.items()}
-    prepack_padded = kernel(gen).prepack_padded
+    prepack_padded = kernel_of(lay).prepack_padded
     for d in range(digits):
         codes = {p: ((index[p] >> (8 * d)) & 255).to(dtype).reshape(shapes[p]) for p in shapes}
         packed = prepack_padded(codes["w13"], codes["w2"], one)
@@ -146,17 +147,16 @@ def _cached(name: str, plan: Any, dtype: torch.dtype) -> dict[str, PositionMap |
 
 
 def _build(gen: ModuleType, plan: Any, dtype: torch.dtype) -> dict[str, PositionMap | None]:
-    from layoutc.tools.vllm_plugin import check, ep
-
-    lay = check.layout(gen)
-    one = check._plan_one_expert(gen, plan)
-    if one is None:
+    lay = layout_of(gen)  # the caller (check.module) has held gen to a LAYOUT and a glue
+    try:
+        one = lay.replan(plan, num_experts=1)
+    except (gen.LayoutContractError, LayoutContractError):
         return {}
     found = probe(gen, one, dtype)
     maps: dict[str, PositionMap | None] = {}
     for projection, src in found.items():
         entry = lay.weight(projection)
-        where = check._padded_axis(entry, plan)
+        where = _padded_axis(entry, plan)
         shape = tuple(int(s) for s in entry.shapes(plan)[1])
         if src is None or where is None or where[0] not in (1, 2) or len(shape) != 3:
             maps[projection] = None
@@ -177,6 +177,14 @@ def _build(gen: ModuleType, plan: Any, dtype: torch.dtype) -> dict[str, Position
         maps[projection] = PositionMap(shape=(shape[0], shape[1], shape[2]), sizes=fit[0], packed_strides=fit[1],
                                        row_digits=fit[2], dim=dim, copies=tuple(copies), pads=tuple(pads), fill=fill)
     return maps
+
+
+def _padded_axis(entry: Any, plan: Any) -> tuple[int, Any] | None:
+    """(dim, axis) of the first padded axis of `entry` under `plan` (its layout word pads), or None."""
+    for i, axis in enumerate(entry.axis_table(plan)):
+        if algebra.Word.parse(axis.layout).padded:
+            return i, axis
+    return None
 
 
 def padded_view(pm: PositionMap, packed: torch.Tensor) -> torch.Tensor:
