@@ -8,7 +8,8 @@ vLLM 0.32's own `CPUUnquantizedExperts.process_weights_after_loading` (its pad a
 `_layer`: 128 experts, hidden 2816, moe_intermediate 704, bf16, the rank's shard at --tp), in each
 mode: `off` (vLLM's method alone), `check` (the plugin's wrapper: snapshot, vLLM's method, the
 contract's comparison), `replace` (the plugin pads and prepacks instead of vLLM), and, with
---old-check FILE (a check.py of another commit), `check-old` (that file's `check_layer`). Each
+--old-check FILE (a check.py of another commit), `check-old` (that file's `snapshot` and `check_layer`).
+Check rows also give `vllm_own_s`: the part of the hook spent in vLLM's own method. Each
 (mode, round) runs in a child of its own, rounds interleaved and their order rotated; each child
 reports the method's seconds and its peak extra memory (VmHWM growth over the RSS with the
 layer's loaded weights, after a reset through /proc/self/clear_refs). Results, with the commit and
@@ -46,6 +47,8 @@ if mode == "check-old":
     spec = importlib.util.spec_from_file_location("check_old", old)
     mod = importlib.util.module_from_spec(spec); sys.modules["check_old"] = mod; spec.loader.exec_module(mod)
     check.check_layer = mod.check_layer
+    # that commit's snapshot too (a copy of the loaded weights as loaded; it takes no map)
+    check.snapshot = lambda *a, gen=None, plan=None: mod.snapshot(*a)
 def kib(key):
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) for l in f if l.startswith(key + ":"))
@@ -60,7 +63,8 @@ seconds = time.perf_counter() - t0
 peak = kib("VmHWM") - base
 print(json.dumps({"mode": mode, "seconds": seconds, "peak_extra_mib": peak / 1024,
                   "weights_mib": sum(p.numel() * p.element_size() for p in (layer.w13_weight, layer.w2_weight)) / 2**20,
-                  "hook_s": hook._STATE["seconds"] if mode != "off" else None}))
+                  "hook_s": hook._STATE["seconds"] if mode != "off" else None,
+                  "vllm_own_s": hook._STATE.get("engine_seconds") if mode.startswith("check") else None}))
 """
 
 

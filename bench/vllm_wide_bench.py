@@ -20,8 +20,9 @@ Per load:
 * the greedy tokens of `--prompts` fixed prompts x `--tokens` new tokens; the script exits 1 unless
   every mode that loaded at a tp produced the same tokens as off at that tp.
 
-`--max-anon-gib G` stops the child and every worker (SIGKILL) once their anonymous memory together passes
-G GiB, and records where (the machine is shared: a load that would pass the session's memory allowance is
+`--max-anon-gib G` stops the child and every worker (SIGKILL) once their anonymous memory together (each
+process's proportional share, `Pss_Anon`: a shell a worker forks shares its pages and is not counted twice)
+passes G GiB, and records where (the machine is shared: a load that would pass the session's memory allowance is
 shown, not run to the end).
 
 Results, with the commit and the load average before and after, go to bench/results/vllm_wide.json.
@@ -50,6 +51,8 @@ SITE = ROOT / "tests" / "engine" / "site"
 MODES = ("off", "check", "replace")
 MARKER = re.compile(r"=== layoutc engine run tp=(\d+) mode=(\w+) ep=\d ===")
 HOOK = re.compile(r"layoutc: mode=(\w+),.*?([\d.]+) ms in layoutc")
+# check mode runs vLLM's own method inside the hook, and says how long it took
+OWN = re.compile(r"([\d.]+) ms of it in vLLM's own method")
 
 
 def _commit() -> str:
@@ -83,10 +86,29 @@ def _rss(pid: int) -> tuple[int, int, str] | None:
     return kib("VmRSS"), kib("RssAnon"), fields.get("Name", "?").strip()
 
 
+def _pss_anon(pid: int, fallback: int) -> int:
+    """Proportional anonymous KiB of `pid` (smaps_rollup `Pss_Anon`): a process a worker forks (a shell it
+    runs) shares the worker's pages copy-on-write, and its RssAnon counts them again; `fallback` when
+    the kernel gives none."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss_Anon:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return fallback
+
+
+#: short-lived helpers a worker forks (they share its pages copy-on-write): never counted as workers
+HELPERS = ("sh", "bash", "dash")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="a checkpoint folder (bench/wide_checkpoint.py gemma4 ...)")
     ap.add_argument("--tp", default="2,4")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated, of off, check, replace")
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--out", type=Path, default=RESULTS / "vllm_wide.json")
@@ -97,7 +119,8 @@ def main() -> int:
         help="stop the child and its workers once their anonymous memory together passes this (0: no cap)",
     )
     args = ap.parse_args()
-    plan = [f"{tp}:{mode}" for tp in args.tp.split(",") for mode in MODES]
+    modes = [m for m in MODES if m in args.modes.split(",")]
+    plan = [f"{tp}:{mode}" for tp in args.tp.split(",") for mode in modes]
     before = load()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTC_VLLM", "LAYOUTC_TEST_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(SITE), *filter(None, [env.get("PYTHONPATH")])])
@@ -132,7 +155,7 @@ def main() -> int:
                     got = _rss(pid)
                     if got is None:
                         continue
-                    anon += got[1]
+                    anon += _pss_anon(pid, got[1]) if args.max_anon_gib else got[1]
                     # a worker belongs to the load it was first seen in (one that outlives its load's
                     # shutdown is not counted in the next); the child (engine core) to the current load
                     key = current[0] if pid == child.pid else born.setdefault(pid, current[0])
@@ -163,6 +186,7 @@ def main() -> int:
     runs = json.loads(runs_json.read_text())["runs"] if runs_json.exists() else []
     # the hook's summary lines, per load (split the log at the markers)
     hook: dict[str, list[float]] = {}
+    own: dict[str, list[float]] = {}
     key = "start"
     for line in log:
         m = MARKER.search(line)
@@ -170,12 +194,18 @@ def main() -> int:
             key = f"{m.group(1)}:{m.group(2)}"
         for _mode, ms in HOOK.findall(line):
             hook.setdefault(key, []).append(float(ms))
+            found = OWN.search(line)
+            own.setdefault(key, []).append(float(found.group(1)) if found else 0.0)
     table = []
     for r in runs:
         key = f"{r['tp']}:{r['mode']}"
         procs = peaks.get(key, {})
         workers = sorted(
-            (p for pid, p in procs.items() if pid != child.pid and p["rss_kib"] > 256 * 1024),
+            (
+                p
+                for pid, p in procs.items()
+                if pid != child.pid and p["rss_kib"] > 256 * 1024 and p["name"] not in HELPERS
+            ),
             key=lambda p: -p["rss_kib"],
         )
         core = procs.get(child.pid, {})
@@ -190,9 +220,13 @@ def main() -> int:
             "worker_peak_anon_mib": [round(p["anon_kib"] / 1024) for p in workers],
             "engine_core_peak_rss_mib": round(core.get("rss_kib", 0) / 1024),
             "hook_ms": hook.get(key, []),
+            "vllm_own_ms": own.get(key, []),
         }
         if row["load_s"] and row["hook_ms"]:
             row["hook_share_of_load"] = round(max(row["hook_ms"]) / 1e3 / row["load_s"], 4)
+            # layoutc's own part: the hook less vLLM's method that check mode runs inside it
+            row["layoutc_ms"] = [round(h - o, 1) for h, o in zip(row["hook_ms"], row["vllm_own_ms"], strict=True)]
+            row["layoutc_share_of_load"] = round(max(row["layoutc_ms"]) / 1e3 / row["load_s"], 4)
         table.append(row)
     same = {}
     for tp in {r["tp"] for r in table}:
@@ -227,18 +261,19 @@ def main() -> int:
     print(f"load before: {before['uptime']}\nload after:  {after['uptime']}")
     print(
         "| tp | mode | load (s) | load CPU (s) | peak RSS per worker (MiB) | anon per worker (MiB) | engine core (MiB) "
-        "| hook (ms, per worker) | hook / load |"
+        "| hook (ms, per worker) | of it vLLM's own (ms) | hook / load | layoutc's own / load |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in table:
         if r["error"]:
-            print(f"| {r['tp']} | {r['mode']} | failed: {r['error'][:200]} | | | | | | |")
+            print(f"| {r['tp']} | {r['mode']} | failed: {r['error'][:200]} | | | | | | | | |")
             continue
         print(
             f"| {r['tp']} | {r['mode']} | {r['load_s']:.1f} | {r['load_cpu_s']:.1f} | {r['worker_peak_rss_mib']} | "
             f"{r['worker_peak_anon_mib']} | {r['engine_core_peak_rss_mib']} | "
             f"{', '.join(f'{x:.0f}' for x in r['hook_ms']) or '-'} | "
-            f"{100 * r.get('hook_share_of_load', 0):.2f}% |"
+            f"{', '.join(f'{x:.0f}' for x in r['vllm_own_ms']) or '-'} | "
+            f"{100 * r.get('hook_share_of_load', 0):.2f}% | {100 * r.get('layoutc_share_of_load', 0):.2f}% |"
         )
     if capped:
         print(

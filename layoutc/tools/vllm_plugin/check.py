@@ -93,12 +93,31 @@ def info_of(moe: Any, *, name: str, num_experts: int, dtype: torch.dtype, isa: s
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Copies of the logical tensors ([E, 2*I_pp, H], [E, H, I_pp], biases or None), taken before vLLM pads."""
+    """What check mode keeps of the loaded tensors before vLLM's method replaces them.
 
-    w13: torch.Tensor
-    w2: torch.Tensor
+    w13 / w2: copies of the logical weights ([E, 2*I_pp, H], [E, H, I_pp]); None where `packed`
+    holds them instead. w13_bias / w2_bias: copies of the biases, or None. packed: the grouped-GEMM
+    route's expectation, the loaded weights written straight into the contract's prepacked order
+    through each projection's position map (posmap.expected; (w13, w2), contiguous, the padded
+    shapes), with the maps; None where the contract's prepack has no position map (the check then
+    pads and prepacks the logical copies, `_packed_blocks_equal`).
+    """
+
+    w13: torch.Tensor | None
+    w2: torch.Tensor | None
     w13_bias: torch.Tensor | None
     w2_bias: torch.Tensor | None
+    packed: tuple[torch.Tensor, torch.Tensor] | None = None
+    maps: tuple[Any, Any] | None = None
+
+    def logical(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(w13, w2) as loaded: the copies, or read back from `packed` through the maps (posmap.logical_of)."""
+        if self.w13 is not None and self.w2 is not None:
+            return self.w13, self.w2
+        from layoutc.tools.vllm_plugin import posmap
+
+        assert self.packed is not None and self.maps is not None
+        return posmap.logical_of(self.maps[0], self.packed[0]), posmap.logical_of(self.maps[1], self.packed[1])
 
 
 def module(route: str, cls: type, info: LayerInfo) -> ModuleType:
@@ -175,13 +194,38 @@ def admit(gen: ModuleType, info: LayerInfo) -> Any:
                                f"configuration: {exc}") from None
 
 
-def snapshot(w13: torch.Tensor, w2: torch.Tensor, w13_bias: torch.Tensor | None,
-             w2_bias: torch.Tensor | None) -> Snapshot:
-    """Detached copies of the logical tensors (costs one layer's MoE weights of memory, briefly)."""
+def snapshot(w13: torch.Tensor, w2: torch.Tensor, w13_bias: torch.Tensor | None, w2_bias: torch.Tensor | None,
+             *, gen: ModuleType | None = None, plan: Any = None) -> Snapshot:
+    """Detached copies of the loaded tensors (one layer's MoE weights of memory, briefly).
+
+    gen / plan: the grouped-GEMM route's contract and the layer's plan: the weights are then copied
+    straight into the contract's prepacked order through its position maps (posmap.py; one strided
+    copy, no pad or prepack), where the contract has them; otherwise (and on the zentorch route) as
+    loaded."""
     def copy(t: torch.Tensor | None) -> torch.Tensor | None:
         return None if t is None else t.detach().clone()
 
+    if gen is not None and plan is not None:
+        from layoutc.tools.vllm_plugin import posmap
+
+        maps = (posmap.position_map(gen, plan, "w13", w13.dtype), posmap.position_map(gen, plan, "w2", w2.dtype))
+        if maps[0] is not None and maps[1] is not None and _logical_shapes_fit(maps, w13, w2):
+            packed = (posmap.expected(maps[0], w13.detach()), posmap.expected(maps[1], w2.detach()))
+            return Snapshot(None, None, copy(w13_bias), copy(w2_bias), packed=packed, maps=(maps[0], maps[1]))
     return Snapshot(w13.detach().clone(), w2.detach().clone(), copy(w13_bias), copy(w2_bias))
+
+
+def _logical_shapes_fit(maps: tuple[Any, Any], w13: torch.Tensor, w2: torch.Tensor) -> bool:
+    """Whether the loaded weights have the logical shapes the maps' live runs read (else the logical
+    copies are kept, and check_layer's shape check names what is wrong)."""
+    for pm, t in zip(maps, (w13, w2), strict=True):
+        if t.dim() != 3 or not t.is_contiguous() or t.shape[0] != pm.shape[0]:
+            return False
+        want = list(pm.shape)
+        want[pm.dim] = sum(length for _, _, length in pm.copies)
+        if list(t.shape) != want or any(src + length > t.shape[pm.dim] for src, _, length in pm.copies):
+            return False
+    return True
 
 
 def check_layer(gen: ModuleType, plan: Any, info: LayerInfo, snap: Snapshot, w13: torch.Tensor, w2: torch.Tensor,
@@ -196,18 +240,29 @@ def check_layer(gen: ModuleType, plan: Any, info: LayerInfo, snap: Snapshot, w13
     layoutc, the layer, the tensor, the rows and the contract line.
     """
     lay = layout(gen)
+    via_map = snap.packed is not None and packed
+    if snap.packed is not None:  # compared through the position maps: no logical copies were kept
+        for entry, actual in ((lay.weight("w13"), w13), (lay.weight("w2"), w2)):
+            _check_shape(gen, plan, info, entry, actual)
+        biases = _pairs(lay, {("bias", "w13"): (w13_bias, snap.w13_bias), ("bias", "w2"): (w2_bias, snap.w2_bias)})
+        for entry, actual, _ in biases:
+            _check_shape(gen, plan, info, entry, actual)
+        if packed and _same_block(snap.packed[0], w13) and _same_block(snap.packed[1], w2):
+            for entry, actual, logical in biases:
+                want = entry.pad(logical, plan)
+                if not _same(want, actual):
+                    raise LayoutcVllmError(_message(gen, plan, info, entry, want, actual, logical, packed=False))
+            return
+        logical13, logical2 = snap.logical()  # a difference: described from the loaded weights
+        snap = Snapshot(logical13, logical2, snap.w13_bias, snap.w2_bias)
+    assert snap.w13 is not None and snap.w2 is not None
     pairs = _pairs(lay, {("weight", "w13"): (w13, snap.w13), ("weight", "w2"): (w2, snap.w2),
                          ("bias", "w13"): (w13_bias, snap.w13_bias), ("bias", "w2"): (w2_bias, snap.w2_bias)})
     for entry, actual, _ in pairs:
-        want = tuple(entry.shapes(plan)[1])
-        if tuple(actual.shape) != want:
-            raise LayoutcVllmError(
-                f"layoutc: layer {info.name}: {entry.name} has shape {tuple(actual.shape)}, but contract "
-                f"{gen.CONTRACT} pads it to {want} (intermediate_size_per_partition "
-                f"{plan.intermediate_size_per_partition} -> {plan.intermediate_size_per_partition_padded})"
-                f"{_shape_rows(entry, plan, tuple(actual.shape), want)}; {tensor_line(gen, entry)}")
+        _check_shape(gen, plan, info, entry, actual)
     rest = pairs
-    if packed and _packed_blocks_equal(gen, plan, info, snap, w13, w2):
+    # (after a position-map difference, straight to the whole layer: it both confirms and describes it)
+    if packed and not via_map and _packed_blocks_equal(gen, plan, info, snap, w13, w2):
         rest = [pair for pair in pairs if pair[0].kind == "bias"]
         for entry, actual, logical in rest:
             want = entry.pad(logical, plan)
@@ -230,6 +285,22 @@ def check_layer(gen: ModuleType, plan: Any, info: LayerInfo, snap: Snapshot, w13
         if not _same(expected[entry.role], actual):
             raise LayoutcVllmError(_message(gen, plan, info, entry, expected[entry.role], actual, logical,
                                             packed=False))
+    if via_map:  # never passed on the pad and prepack alone: the map and the contract disagree
+        raise LayoutcVllmError(f"layoutc: layer {info.name}: vLLM's prepacked weights differ from what contract "
+                               f"{gen.CONTRACT}'s position map makes of the loaded weights, but not from its pad "
+                               f"and prepack: the map (layoutc/tools/vllm_plugin/posmap.py) is wrong; "
+                               f"{tensor_line(gen, lay.weight('w13'))}")
+
+
+def _check_shape(gen: ModuleType, plan: Any, info: LayerInfo, entry: TensorEntry, actual: torch.Tensor) -> None:
+    """The plan's padded shape of `entry`, or LayoutcVllmError naming the rows per segment."""
+    want = tuple(entry.shapes(plan)[1])
+    if tuple(actual.shape) != want:
+        raise LayoutcVllmError(
+            f"layoutc: layer {info.name}: {entry.name} has shape {tuple(actual.shape)}, but contract "
+            f"{gen.CONTRACT} pads it to {want} (intermediate_size_per_partition "
+            f"{plan.intermediate_size_per_partition} -> {plan.intermediate_size_per_partition_padded})"
+            f"{_shape_rows(entry, plan, tuple(actual.shape), want)}; {tensor_line(gen, entry)}")
 
 
 def _packed_blocks_equal(gen: ModuleType, plan: Any, info: LayerInfo, snap: Snapshot, w13: torch.Tensor,
@@ -244,7 +315,7 @@ def _packed_blocks_equal(gen: ModuleType, plan: Any, info: LayerInfo, snap: Snap
     taken a block at a time (expert parallelism, a contract that refuses the block's size): the
     caller then compares the whole layer and describes what differs."""
     experts = int(w13.shape[0])
-    if info.ep_size > 1 or experts == 0:
+    if info.ep_size > 1 or experts == 0 or snap.w13 is None or snap.w2 is None:
         return False
     block = next(b for b in range(min(BLOCK_EXPERTS, experts), 0, -1) if experts % b == 0)
     lay = layout(gen)

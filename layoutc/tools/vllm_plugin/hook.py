@@ -33,11 +33,11 @@ from collections.abc import Callable
 from typing import Any
 
 import layoutc.tools.vllm_plugin.check as check
-from layoutc.tools.vllm_plugin import declared, ep, gate, int8, relay, survey
+from layoutc.tools.vllm_plugin import declared, ep, gate, int8, posmap, relay, survey
 from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
 
 _STATE: dict[str, Any] = {"mode": None, "strict": False, "handled": Counter(), "held": set(), "seconds": 0.0,
-                          "release": None}
+                          "engine_seconds": 0.0, "release": None}
 _MARK = "__layoutc_vllm__"
 # The method wrapped on the experts class (a name: it is replaced on the class at run time).
 _HOOKED = "process_weights_after_loading"
@@ -93,11 +93,14 @@ def install(mode: str, strict: bool = False) -> None:
 
     @functools.wraps(loader_step)
     def after_loading(model: Any, model_config: Any, target_device: Any) -> None:
-        before, seconds = Counter(_STATE["handled"]), _STATE["seconds"]
-        loader_step(model, model_config, target_device)
+        before, seconds, engine = Counter(_STATE["handled"]), _STATE["seconds"], _STATE["engine_seconds"]
+        try:
+            loader_step(model, model_config, target_device)
+        finally:
+            posmap.drop_spares()  # the snapshot buffers check mode kept from layer to layer
         with relay.recorded():  # strict mode's refusal stops the worker: relayed to whoever started the engine
             _summary(_STATE["handled"] - before, _STATE["seconds"] - seconds,
-                     survey.not_held(model, _STATE["held"]))
+                     survey.not_held(model, _STATE["held"]), _STATE["engine_seconds"] - engine)
 
     setattr(after_loading, _MARK, True)
     base_loader.process_weights_after_loading = after_loading
@@ -125,6 +128,7 @@ def uninstall() -> None:
     _STATE["held"] = set()
     _STATE["handled"] = Counter()
     _STATE["seconds"] = 0.0
+    _STATE["engine_seconds"] = 0.0
 
 
 def _unwrap_once(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -141,9 +145,12 @@ def handled() -> dict[str, int]:
     return dict(_STATE["handled"])
 
 
-def _summary(handled: Counter[str], seconds: float, missed: list[survey.NotHeld]) -> None:
+def _summary(handled: Counter[str], seconds: float, missed: list[survey.NotHeld], engine: float = 0.0) -> None:
     """Log the summary line (layers held, by contract; layers not held, by class) and one warning line
-    per class not held; in strict mode raise LayoutcVllmError when any layer is not held."""
+    per class not held; in strict mode raise LayoutcVllmError when any layer is not held.
+
+    seconds: wall time in the plugin's hooks; engine: the part of it spent in vLLM's own weight
+    processing, which check mode runs inside its hook (0 in replace mode)."""
     from vllm.logger import init_logger
 
     log = init_logger("vllm.layoutc")
@@ -153,10 +160,11 @@ def _summary(handled: Counter[str], seconds: float, missed: list[survey.NotHeld]
     for line in lines:
         log.warning("%s", line)
     missing = f" ({survey.by_class(missed)})" if missed else ""
-    # The time includes vLLM's own method in check mode (it runs inside the wrapper).
-    log.info("layoutc: mode=%s, contract=%s, layers=%d, not held=%d%s (%s the contract; %.1f ms in layoutc's hook; "
+    # The time includes vLLM's own method in check mode (it runs inside the wrapper): said apart.
+    own = f", {1000 * engine:.1f} ms of it in vLLM's own method" if engine > 0 else ""
+    log.info("layoutc: mode=%s, contract=%s, layers=%d, not held=%d%s (%s the contract; %.1f ms in layoutc's hook%s; "
              "vLLM %s, held to the contracts modelling vLLM %s)", _STATE["mode"], contracts, sum(handled.values()),
-             len(missed), missing, what, 1000 * seconds, _STATE.get("release"), ", ".join(declared.releases()))
+             len(missed), missing, what, 1000 * seconds, own, _STATE.get("release"), ", ".join(declared.releases()))
     if missed and _STATE["strict"]:
         count = f"{len(missed)} MoE layer is" if len(missed) == 1 else f"{len(missed)} MoE layers are"
         raise LayoutcVllmError(f"layoutc: LAYOUTC_VLLM={_STATE['mode']},strict refuses to start: {count} not held "
@@ -226,15 +234,23 @@ def _check(experts: Any, layer: Any, original: Any, cpu_moe: Any) -> None:
     route = "zentorch" if cpu_moe.is_zentorch_moe_supported(layer) else "grouped_gemm"
     gen = check.module(route, type(experts), info)
     plan = check.admit(gen, info)
+    # The grouped-GEMM route's snapshot is the contract's prepacked layout of the loaded weights, written
+    # through its position maps (posmap.py): compared word for word after vLLM's method, no pad or prepack.
     snap = check.snapshot(layer.w13_weight.data, layer.w2_weight.data, _bias(layer, "w13_bias"),
-                          _bias(layer, "w2_bias"))
-    original(experts, layer)
+                          _bias(layer, "w2_bias"), gen=gen if route == "grouped_gemm" else None, plan=plan)
+    start = time.perf_counter()
+    try:
+        original(experts, layer)
+    finally:
+        _STATE["engine_seconds"] += time.perf_counter() - start
     took = "zentorch" if getattr(experts, "_use_zentorch", False) else "grouped_gemm"
     if took != route:
         raise LayoutcVllmError(f"layoutc: layer {info.name}: vLLM took the {took} route, not {route} as "
                                f"is_zentorch_moe_supported said; contract {gen.CONTRACT} does not apply")
     check.check_layer(gen, plan, info, snap, layer.w13_weight.data, layer.w2_weight.data,
                       _bias(layer, "w13_bias"), _bias(layer, "w2_bias"), packed=route == "grouped_gemm")
+    if snap.packed is not None:  # checked: its buffers serve the next layer's snapshot
+        posmap.give_back(*snap.packed)
     _STATE["handled"][gen.CONTRACT] += 1
 
 
