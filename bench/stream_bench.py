@@ -253,9 +253,9 @@ def bar_bytes(folder: str, tps: list[int]) -> int:
 
 def _summary(name: str, r: dict[str, Any]) -> str:
     per = ", ".join(
-        f"L{f['layer']}: ref {f['reference_build_ms'] / 1e3:.1f}+{f.get('reference_run_ms', 0) / 1e3:.1f} s "
-        f"load {f.get('load_ms', 0) / 1e3:.1f} s kernel {f.get('kernel_ms', 0) / 1e3:.1f} s "
-        f"peak {f['peak_mib']:.0f}"
+        f"L{f['layer']}: inputs {f['inputs_ms'] / 1e3:.1f} s, reference {f['reference_build_ms'] / 1e3:.1f} + "
+        f"{f['reference_ms'] / 1e3:.1f} s, load {f['load_ms'] / 1e3:.1f} s, kernel {f['kernel_ms'] / 1e3:.1f} s, "
+        f"compare {f['compare_ms'] / 1e3:.1f} s, total {f['total_ms'] / 1e3:.1f} s, peak {f['peak_mib']:.0f} MiB"
         for f in r["layers"]
     )
     return (
@@ -292,7 +292,7 @@ def main() -> None:
     }
     tps = [int(t) for t in args.tp.split(",")]
     for folder in args.checkpoint:
-        for extra in ["", *args.extra]:
+        for extra in [*args.extra, ""]:  # the extra runs (one layer) first, the whole checkpoint last
             entry = {
                 "load_at_start": load(),
                 "checkpoint": folder,
