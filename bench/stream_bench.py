@@ -18,11 +18,25 @@ and layer count, the checkpoint is written (bf16, one shard per layer), then:
 
 and the checkpoint is deleted. Results, with the commit and the load average before and after,
 go to bench/results/stream.json (or --out).
+
+    python bench/stream_bench.py --families gemma4 --layers 2,4,8 --subset --lock /work/wt/bigmem.lock \
+        --extra "--layers 1" --extra "--layer-range 3:4"
+    python bench/stream_bench.py --checkpoint /tmp/int4-2 --checkpoint /tmp/int4-4 --tp 4 --no-loader
+
+`--subset` writes only the deepest checkpoint and makes the others from it (wide_checkpoint.subset:
+the same layers' shards, linked, no new draws); `--extra ARGS` runs `layoutc run ... ARGS` once more
+on the deepest checkpoint of each family; `--checkpoint DIR` runs on a checkpoint already written
+(the int4 one of bench/int4_checkpoint.py); `--lock FILE` holds an flock on FILE around each
+`layoutc run` (the shared machine's rule for runs over 4 GiB). The bar of each run is the issue's:
+2 x (one layer's experts in float32 + one tp-1 rank's bf16 experts), or for a quantized checkpoint
+3 x (one layer's experts in float32 + one rank's packed codes at the largest tp).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import resource
@@ -31,6 +45,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,16 +88,39 @@ def _tree_rss_kib(pid: int) -> int:
     return total
 
 
-def run_child(folder: str, tps: str) -> dict[str, Any]:
+def run_child(folder: str, tps: str, extra: tuple[str, ...] = (), lock: str | None = None) -> dict[str, Any]:
     """`layoutc run` in a child: peak, CPU and wall seconds, exit code, rows, per-layer figures.
 
     Two peaks: `peak_kib` is the child's VmHWM at exit (run resets it before each rank, so it is the
     last rank's span), `sampled_peak_kib` the largest VmRSS of the child's process tree sampled by
-    this process every 50 ms (independent of run's own resets; may miss a spike under 50 ms)."""
+    this process every 50 ms (independent of run's own resets; may miss a spike under 50 ms).
+    `extra`: more `layoutc run` arguments (`--layers 1`); `lock`: a file flocked (exclusive) around the
+    child, the wait not counted in its wall seconds (`lock_wait_s`)."""
+    with _flocked(lock) as waited:
+        out = _run_child(folder, tps, extra)
+    out["lock_wait_s"] = round(waited, 1)
+    return out
+
+
+@contextlib.contextmanager
+def _flocked(lock: str | None) -> Iterator[float]:
+    if lock is None:
+        yield 0.0
+        return
+    t0 = time.perf_counter()
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield time.perf_counter() - t0
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _run_child(folder: str, tps: str, extra: tuple[str, ...]) -> dict[str, Any]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     with subprocess.Popen(
-        [sys.executable, "-c", PEAK, "run", folder, "--tp", tps, "--format", "json"],
+        [sys.executable, "-c", PEAK, "run", folder, "--tp", tps, "--format", "json", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -110,6 +148,7 @@ def run_child(folder: str, tps: str) -> dict[str, Any]:
         data = {}
     rows = data.get("rows", []) if isinstance(data, dict) else []
     return {
+        "args": " ".join(extra),
         "exit": proc.returncode,
         "peak_kib": peak[0] if peak else None,
         "sampled_peak_kib": sampled[0],
@@ -198,6 +237,34 @@ def loader_child(folder: str, tp: int) -> list[dict[str, Any]]:
     return out
 
 
+def bar_bytes(folder: str, tps: list[int]) -> int:
+    """The issue's bar for a run of `folder`: 2 x (one layer's experts in float32 + one tp-1 rank's bf16
+    experts), or, with a quantization_config, 3 x (float32 layer + one rank's packed int4 codes at max(tps))."""
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    cfg = cfg.get("text_config", cfg)
+    experts = cfg.get("num_experts") or cfg.get("num_local_experts") or cfg.get("n_routed_experts")
+    elements = int(experts) * 3 * int(cfg["moe_intermediate_size"]) * int(cfg["hidden_size"])
+    if "quantization_config" in cfg:
+        bits = int(cfg["quantization_config"].get("bits", 4))
+        return 3 * (elements * 4 + elements * bits // 8 // max(tps))
+    return 2 * (elements * 4 + elements * 2)
+
+
+def _summary(name: str, r: dict[str, Any]) -> str:
+    per = ", ".join(
+        f"L{f['layer']}: inputs {f['inputs_ms'] / 1e3:.1f} s, reference {f['reference_build_ms'] / 1e3:.1f} + "
+        f"{f['reference_ms'] / 1e3:.1f} s, load {f['load_ms'] / 1e3:.1f} s, kernel {f['kernel_ms'] / 1e3:.1f} s, "
+        f"compare {f['compare_ms'] / 1e3:.1f} s, total {f['total_ms'] / 1e3:.1f} s, peak {f['peak_mib']:.0f} MiB"
+        for f in r["layers"]
+    )
+    return (
+        f"{name} {r['args']}: exit {r['exit']}, {r['rows_ok']}/{r['rows']} ok, peak "
+        f"{(r['peak_kib'] or 0) / 1024:.0f} MiB (sampled {r['sampled_peak_kib'] / 1024:.0f}), "
+        f"{r['cpu_s']} cpu s, {r['wall_s']} s (lock wait {r['lock_wait_s']} s); {per}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", default="gemma4,qwen3_moe")
@@ -209,6 +276,10 @@ def main() -> None:
     parser.add_argument("--out", default=str(RESULTS / "stream.json"))
     parser.add_argument("--keep", action="store_true", help="keep the checkpoints")
     parser.add_argument("--no-loader", action="store_true", help="skip the per-rank loader's bytes (run only)")
+    parser.add_argument("--subset", action="store_true", help="write the deepest checkpoint only, link the others")
+    parser.add_argument("--extra", action="append", default=[], help="more run arguments, on the deepest checkpoint")
+    parser.add_argument("--checkpoint", action="append", default=[], help="run on this checkpoint (no families)")
+    parser.add_argument("--lock", default=None, help="flock this file around each layoutc run")
     args = parser.parse_args()
     import wide_checkpoint as wide
 
@@ -220,42 +291,60 @@ def main() -> None:
         "runs": [],
     }
     tps = [int(t) for t in args.tp.split(",")]
-    for family in args.families.split(","):
-        for layers in (int(n) for n in args.layers.split(",")):
+    for folder in args.checkpoint:
+        for extra in [*args.extra, ""]:  # the extra runs (one layer) first, the whole checkpoint last
+            entry = {
+                "load_at_start": load(),
+                "checkpoint": folder,
+                "disk_bytes": sum(p.stat().st_size for p in Path(folder).glob("*.safetensors")),
+                "bar_bytes": bar_bytes(folder, tps),
+                "run": run_child(folder, args.tp, tuple(extra.split()), args.lock),
+            }
+            result["runs"].append(entry)
+            print(_summary(folder, entry["run"]), flush=True)
+            _write(args.out, result)
+    families = [f for f in args.families.split(",") if f] if not args.checkpoint else []
+    counts = sorted(int(n) for n in args.layers.split(","))
+    for family in families:
+        deepest = os.path.join(args.dir, f"{family}-{counts[-1]}-w{args.width}")
+        made: list[str] = []
+        for layers in counts:
             folder = os.path.join(args.dir, f"{family}-{layers}-w{args.width}")
             cfg = wide.config_for(family, layers, args.width, args.experts)
             t0 = time.perf_counter()
+            if args.subset and not os.path.exists(os.path.join(deepest, "config.json")):
+                wide.write(deepest, wide.config_for(family, counts[-1], args.width, args.experts))
+                made.append(deepest)
             if not os.path.exists(os.path.join(folder, "config.json")):
-                wide.write(folder, cfg)
+                if args.subset:
+                    wide.subset(deepest, folder, family, layers, args.width, args.experts)
+                else:
+                    wide.write(folder, cfg)
+                made.append(folder)
             written = time.perf_counter() - t0
-            disk = sum(p.stat().st_size for p in Path(folder).glob("*.safetensors"))
-            entry = {
-                "load_at_start": load(),
-                "family": family,
-                "layers": layers,
-                "hidden": cfg["hidden_size"],
-                "moe_intermediate": cfg["moe_intermediate_size"],
-                "experts": cfg["num_experts"],
-                "disk_bytes": disk,
-                # the issue's bar: 2 x (one layer's experts in float32 + one tp-1 rank's bf16 experts)
-                "bar_bytes": 2 * cfg["num_experts"] * 3 * cfg["moe_intermediate_size"] * cfg["hidden_size"] * 6,
-                "write_s": round(written, 1),
-                "run": run_child(folder, args.tp),
-                "loader": loader_child(folder, max(tps))
-                if layers == min(int(n) for n in args.layers.split(",")) and not args.no_loader
-                else [],
-            }
-            result["runs"].append(entry)
-            r = entry["run"]
-            print(
-                f"{family} {layers} layers: exit {r['exit']}, {r['rows_ok']}/{r['rows']} ok, peak "
-                f"{(r['peak_kib'] or 0) / 1024:.0f} MiB (sampled {r['sampled_peak_kib'] / 1024:.0f}), "
-                f"{r['cpu_s']} cpu s, {r['wall_s']} s",
-                flush=True,
-            )
-            if not args.keep:
+            runs = [""] + (args.extra if layers == counts[-1] else [])
+            for extra in runs:
+                entry = {
+                    "load_at_start": load(),
+                    "family": family,
+                    "layers": layers,
+                    "hidden": cfg["hidden_size"],
+                    "moe_intermediate": cfg["moe_intermediate_size"],
+                    "experts": cfg["num_experts"],
+                    "disk_bytes": sum(os.path.getsize(p) for p in Path(folder).glob("*.safetensors")),
+                    "bar_bytes": bar_bytes(folder, tps),
+                    "write_s": round(written, 1),
+                    "run": run_child(folder, args.tp, tuple(extra.split()), args.lock),
+                    "loader": loader_child(folder, max(tps))
+                    if layers == counts[0] and not extra and not args.no_loader
+                    else [],
+                }
+                result["runs"].append(entry)
+                print(_summary(f"{family} {layers} layers", entry["run"]), flush=True)
+                _write(args.out, result)  # after every entry: a run cut short keeps what it measured
+        if not args.keep:
+            for folder in made:
                 shutil.rmtree(folder, ignore_errors=True)
-            _write(args.out, result)  # after every entry: a run cut short keeps what it measured
     result["load_after"] = load()
     _write(args.out, result)
     print(f"wrote {args.out}")
