@@ -91,6 +91,8 @@ def test_step3p7_separate_fused_gate_up_proposed_and_run(tmp_path: Path, dtype: 
     assert [r["layer"] for r in report["rows"]] == [1, 1, 1]
     assert all(r["ok"] and r["independent"] for r in report["rows"]), report["rows"]
     assert "Step3p7SparseMoeBlock" in report["rows"][0]["reference"]
+    # the proof built layer 1 before the layer's timing window: that build is not the window's to subtract
+    assert all(f["reference_ms"] >= 0 and f["reference_build_ms"] >= 0 for f in report["layers"]), report["layers"]
     fmt = json.loads(written.read_text())
     assert (fmt["fused"], fmt["gate"], fmt["up"], fmt["gate_up"]) == (
         True,
