@@ -1,7 +1,8 @@
 """The layoutc vLLM plugin in real vLLM 0.32 CPU engines (tiny random checkpoints, no network).
 
 Each test reads a child process (tests/engine/child.py) that loads a fresh
-`vllm.LLM` per (tp, plugin mode) and greedy-decodes fixed prompts; the tiny Mixtral's runs
+`vllm.LLM` per (tp, plugin mode) and greedy-decodes fixed prompts (its workers forked from a server that
+imported vLLM once, tests/engine/forkserve.py, rather than spawned afresh: each import was ~10 CPU s); the tiny Mixtral's runs
 are all in one child (MIXTRAL_RUNS, tests/conftest.py `mixtral_runs`), shared with
 tests/test_ep_engine.py. Oracle: vLLM
 itself with the plugin off. Both CPU MoE routes are covered: the grouped GEMM
@@ -90,17 +91,23 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "gpt_oss_704": ck.gpt_oss(base / "gpt_oss_704", intermediate=ck.GPT_OSS_UNALIGNED)}
 
 
+#: A stopped engine's workers get SIGTERM at once: vLLM's executor otherwise waits its 5 s grace period
+#: (VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS, multiproc_executor.py `_ensure_worker_termination`) for workers
+#: that on this CPU outlive it after every load, then sends SIGTERM anyway. Nothing is checked after a stop.
+QUICK_EXIT = {"VLLM_WORKER_SHUTDOWN_TIMEOUT_SECONDS": "0"}
+
+
 def _child(model: Path, out: Path, tps: tuple[int, ...], modes: tuple[str, ...], *, block_zentorch: bool,
            break_pad: str | None = None, runs: str = "") -> tuple[int, str, list[dict]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAYOUTC_VLLM", "LAYOUTC_TEST_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(SITE), *filter(None, [env.get("PYTHONPATH")])])
-    env.update(VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_CPU_KVCACHE_SPACE="1")
+    env.update(VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_CPU_KVCACHE_SPACE="1", **QUICK_EXIT)
     if block_zentorch:
         env["LAYOUTC_TEST_BLOCK_ZENTORCH"] = "1"
     if break_pad:
         env["LAYOUTC_TEST_BREAK"] = break_pad
     cmd = [sys.executable, str(CHILD), str(model), str(out), "--tp", ",".join(map(str, tps)),
-           "--modes", ",".join(modes)]
+           "--modes", ",".join(modes), "--forkserver"]
     if runs:  # tp:mode[:ep][:break=KIND],... in order, a failing load recorded and the next run going on
         cmd += ["--runs", runs, "--keep-going"]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
@@ -341,8 +348,8 @@ def _run_caller(model: Path, out: Path, calls: str, log_name: str, **extra_env: 
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("LAYOUTC_VLLM", "LAYOUTC_TEST_")) and k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
     env["PYTHONPATH"] = os.pathsep.join([str(SITE), *filter(None, [env.get("PYTHONPATH")])])
-    env.update(VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_CPU_KVCACHE_SPACE="1", **extra_env)
-    proc = subprocess.run([sys.executable, str(CALLER), str(model), str(out), "--calls", calls],
+    env.update(VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_CPU_KVCACHE_SPACE="1", **QUICK_EXIT, **extra_env)
+    proc = subprocess.run([sys.executable, str(CALLER), str(model), str(out), "--calls", calls, "--forkserver"],
                           env=env, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
     log = proc.stdout + proc.stderr
     keep = os.environ.get("LAYOUTC_ENGINE_RESULTS")

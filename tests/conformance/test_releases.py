@@ -4,10 +4,10 @@ For every release in tests/vllm_release.py RELEASES (0.33.0, 0.34.0) the lane's 
 (every tests/conformance/test_*.py but SGLang's and this one; `kernel` tests left out: the
 release's compiled ops are not unpacked) run again in a child pytest whose PYTHONPATH starts
 with that release's Python, fetched by pip at test time (conftest.py checks `vllm.__file__`).
-Both children start at once. Each child's outcome must be exactly the pinned record of
-tests/conformance/release_findings.py: every test that fails there is a named finding (a
-changed signature, "vLLM 0.34 renamed X", or a changed rule with its rows), and every finding
-must still fail, with its message. A release that cannot be fetched or imported is a named
+Both children start at once, each after its own release's fetch and probe, which run side by side.
+Each child's outcome must be exactly the pinned record of tests/conformance/release_findings.py:
+every test that fails there is a named finding (a changed signature, "vLLM 0.34 renamed X", or a
+changed rule with its rows), and every finding must still fail, with its message. A release that cannot be fetched or imported is a named
 skip with the failing command outside CI and a failure under CI=true, never a pass.
 """
 
@@ -18,6 +18,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,11 @@ def _start(version: str, out: Path) -> tuple[subprocess.Popen[str], Path] | vllm
 @pytest.fixture(scope="module")
 def children(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     out = tmp_path_factory.mktemp("releases")
-    started = {v: _start(v, out) for v in vllm_release.RELEASES}
+    # Each release's fetch and probe (an import in a child of its own) run side by side, each child started
+    # as soon as its probe passes: the probes were one after the other, the second child waiting on both.
+    with ThreadPoolExecutor(max_workers=len(vllm_release.RELEASES)) as pool:
+        futures = {v: pool.submit(_start, v, out) for v in vllm_release.RELEASES}
+        started = {v: f.result() for v, f in futures.items()}
     yield started
     for value in started.values():
         if isinstance(value, tuple) and value[0].poll() is None:

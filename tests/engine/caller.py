@@ -9,6 +9,10 @@ are set in os.environ (the engine processes inherit them; tests/engine/site must
 then `vllm.LLM(...)` at tp 1; an engine that starts is shut down at once.
 Writes {"calls": [{"kind", "started": bool, "type": the exception's class with its module,
 "text": str(exception)}, ...]} atomically after each call.
+`--forkserver` (the engine tests' way) starts each engine core process, still its own process, from a
+server that imported vLLM once instead of spawning it afresh (tests/engine/forkserve.py), in the
+environment the caller has when vLLM starts it; the engine core spawns its worker as vLLM does, and a
+refusal reaches the caller through the same relay (layoutc/tools/vllm_plugin/relay.py).
 """
 
 from __future__ import annotations
@@ -55,7 +59,14 @@ def main() -> None:
     ap.add_argument("model")
     ap.add_argument("out")
     ap.add_argument("--calls", default="end_pad@check", help="kind@mode;... (kind none: no planted bug)")
+    ap.add_argument("--forkserver", action="store_true",
+                    help="start each engine core process from a server that imported vLLM once "
+                         "(tests/engine/forkserve.py); the engine core spawns its worker as vLLM does")
     args = ap.parse_args()
+    if args.forkserver:
+        import forkserve  # tests/engine, this script's folder (sys.path[0])
+
+        forkserve.install(forkserve.ENGINE_CORE_PRELOAD, engine_core=True)
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     calls: list[dict] = []

@@ -22,7 +22,9 @@ stdout and stderr, so a log can be split per run. `:ep` runs the engine with
 enable_expert_parallel=True. `:break=KIND` sets LAYOUTC_TEST_BREAK=KIND for that run alone (the
 workers, spawned afresh per load, read it in tests/engine/site/sitecustomize.py; the caller's way,
 tests/engine/caller.py), so healthy and broken engines share one child; such a run's record and
-marker carry `break` (the marker ends ` break=KIND ===`).
+marker carry `break` (the marker ends ` break=KIND ===`). `--forkserver` starts the workers from a
+server process that imported vLLM once instead of spawning each afresh (tests/engine/forkserve.py: the
+engine tests' way; a worker's vLLM import is most of a small engine's load time).
 """
 
 from __future__ import annotations
@@ -132,7 +134,13 @@ def main() -> None:
     ap.add_argument("--runs", default="",
                     help="tp:mode[:ep][:break=KIND],... in this order (instead of --tp x --modes)")
     ap.add_argument("--keep-going", action="store_true", help="record a failing load and go on")
+    ap.add_argument("--forkserver", action="store_true",
+                    help="start the workers from a server that imported vLLM once (tests/engine/forkserve.py)")
     args = ap.parse_args()
+    if args.forkserver:
+        import forkserve  # tests/engine, this script's folder (sys.path[0])
+
+        forkserve.install()
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

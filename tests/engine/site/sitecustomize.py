@@ -149,11 +149,34 @@ def _break_w8a8(module, kind: str) -> None:  # type: ignore[no-untyped-def]
     module.convert_to_int8_moe_kernel_format = _broken_w8a8(kind, module.convert_to_int8_moe_kernel_format)
 
 
-if os.environ.get("LAYOUTC_TEST_BLOCK_ZENTORCH") == "1":
-    sys.meta_path.insert(0, _BlockZentorch())
-if os.environ.get("LAYOUTC_TEST_BREAK", "").startswith("w8a8_"):
-    _KIND = os.environ["LAYOUTC_TEST_BREAK"]
-    sys.meta_path.insert(0, _PatchAfterImport(_W8A8, lambda m: _break_w8a8(m, _KIND)))
-elif os.environ.get("LAYOUTC_TEST_BREAK"):
-    _KIND = os.environ["LAYOUTC_TEST_BREAK"]
-    sys.meta_path.insert(0, _PatchAfterImport(_CPU_MOE, lambda m: _break(m, _KIND)))
+def _patch(name: str, patch) -> None:  # type: ignore[no-untyped-def]
+    """`patch` module `name` now if it is imported (a worker forked from tests/engine/forkserve.py's
+    preloaded server), else right after its import."""
+    if name in sys.modules:
+        patch(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _PatchAfterImport(name, patch))
+
+
+def setup() -> None:
+    """Install the switches this process's environment asks for: at start, and again in a worker
+    forked from tests/engine/forkserve.py's server once the worker's own environment is in place
+    (the server ran this with the environment it started with, which planted no break)."""
+    if os.environ.get("LAYOUTC_TEST_BLOCK_ZENTORCH") == "1" and not any(
+        isinstance(f, _BlockZentorch) for f in sys.meta_path
+    ):
+        sys.meta_path.insert(0, _BlockZentorch())
+    kind = os.environ.get("LAYOUTC_TEST_BREAK", "")
+    if kind == _STATE.get("break", ""):
+        return
+    if _STATE.get("break"):
+        raise RuntimeError(f"sitecustomize: break {_STATE['break']!r} is already planted; cannot plant {kind!r}")
+    _STATE["break"] = kind
+    if kind.startswith("w8a8_"):
+        _patch(_W8A8, lambda m: _break_w8a8(m, kind))
+    elif kind:
+        _patch(_CPU_MOE, lambda m: _break(m, kind))
+
+
+_STATE: dict[str, str] = {}
+setup()
