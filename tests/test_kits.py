@@ -7,8 +7,12 @@ release the contract does not model, and names a renamed function."""
 from __future__ import annotations
 
 import ast
+import atexit
+import json
 import os
 import re
+import select
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -23,9 +27,19 @@ pytestmark = [pytest.mark.conformance, pytest.mark.engine, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
 
 
+#: Each (contract, driver)'s kit text, written by `layoutc kit` once a session: the configurations are z3's
+#: picks over the contract (seconds to tens of seconds per kit), the same for every test of that kit, so the
+#: tests that mutate the engine run the very kit the first test wrote (each test writes it into its own dir).
+_KITS: dict[tuple[str, str], str] = {}
+
+
 def _write_kit(tmp_path: Path, contract: str, driver: str) -> Path:
     out = tmp_path / f"test_kit_{driver}.py"
-    assert main(["kit", str(ROOT / "contracts" / f"{contract}.moe"), "--path", driver, "--out", str(out)]) == 0
+    if (contract, driver) in _KITS:
+        out.write_text(_KITS[contract, driver])
+    else:
+        assert main(["kit", str(ROOT / "contracts" / f"{contract}.moe"), "--path", driver, "--out", str(out)]) == 0
+        _KITS[contract, driver] = out.read_text()
     imported = set()
     for node in ast.walk(ast.parse(out.read_text())):
         if isinstance(node, ast.Import):
@@ -34,6 +48,102 @@ def _write_kit(tmp_path: Path, contract: str, driver: str) -> Path:
             imported.add(node.module.split(".")[0])
     assert not imported & {"layoutc", "z3", "lark"}, imported  # the kit never imports layoutc
     return out
+
+
+# A kit's child is `python -m pytest KIT` in the kit's folder. Importing the engine is most of a child's
+# time (vLLM 0.32's fused_moe: ~10 s of CPU), so the children of one environment are forked from one
+# server that imported torch, pytest and the engine's first module (FIRST_IMPORT) once. Each fork is a
+# fresh child: it runs pytest.main on the kit in its own folder with its own conftest.py (the mutation
+# patches only that child's engine), its stdout/stderr go to files, and its exit status is the test's.
+# SGLang is not preloaded: the kit's engine_setup must run before SGLang is imported. Forking after
+# OpenMP started would hang the child (libgomp is not fork-safe), so the server first forks a probe that
+# runs a parallel torch op; if the probe fails the server says so and the kits run as plain subprocesses.
+PRELOAD = {"vllm": ("torch", "pytest", vllm_release.FIRST_IMPORT), "sglang": ("torch", "pytest")}
+
+SERVER = r"""
+import importlib, json, os, signal, sys, traceback
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+import pytest, torch
+
+def child(request):
+    os.chdir(request["cwd"])
+    sys.path[0] = request["cwd"]  # as `python -m pytest` puts the working folder first
+    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    return int(pytest.main(request["args"]))
+
+def fork(run, request):
+    pid = os.fork()
+    if pid == 0:
+        code = 70
+        try:
+            code = run(request)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    _, status, usage = os.wait4(pid, 0)
+    return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime
+
+def probe(request):
+    signal.alarm(60)
+    x = torch.ones(1 << 22)
+    x.add_(1)
+    return 0 if float(x.sum()) == float(1 << 23) else 1
+
+os.write(1, (json.dumps({"fork": fork(probe, None)[0] == 0}) + "\n").encode())
+for line in sys.stdin.buffer:
+    rc, cpu = fork(child, json.loads(line))
+    os.write(1, (json.dumps({"rc": rc, "cpu_s": round(cpu, 2)}) + "\n").encode())
+"""
+
+
+class _Server:
+    """One environment's fork server (SERVER above), started on first use and kept for the session."""
+
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...]) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", SERVER, *preload], env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, start_new_session=True)
+        self.forks = bool(json.loads(self._reply(900))["fork"])
+
+    def _reply(self, timeout: float) -> str:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else b""
+        if not line:
+            self.close()
+            raise subprocess.TimeoutExpired(self.proc.args, timeout) if not ready else \
+                RuntimeError(f"the kit server exited ({self.proc.returncode})")
+        return line.decode()
+
+    def run(self, cwd: Path, args: list[str], timeout: float) -> tuple[int, str, str]:
+        assert self.proc.stdin is not None
+        out, err = cwd / ".kit-stdout", cwd / ".kit-stderr"
+        request = {"cwd": str(cwd), "args": args, "stdout": str(out), "stderr": str(err)}
+        self.proc.stdin.write((json.dumps(request) + "\n").encode())
+        self.proc.stdin.flush()
+        reply = json.loads(self._reply(timeout))
+        self.cpu_s = float(reply["cpu_s"])  # the child's CPU seconds (user + system), for measuring
+        rc = int(reply["rc"])
+        return rc, out.read_text(errors="replace"), err.read_text(errors="replace")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+_SERVERS: dict[tuple[tuple[str, str], ...], _Server] = {}
+
+
+@atexit.register
+def _close_servers() -> None:
+    for server in _SERVERS.values():
+        server.close()
 
 
 def _run_kit(kit: Path, conftest: str = "", args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> \
@@ -45,8 +155,21 @@ def _run_kit(kit: Path, conftest: str = "", args: tuple[str, ...] = (), env: dic
     sglang = str((ROOT / os.environ.get("LAYOUTC_SGLANG_PATH", ".venv-sglang")).resolve())
     child_env = {**os.environ, "LAYOUTC_SGLANG_PATH": sglang, **(env or {})}
     child_env.pop("PYTEST_ADDOPTS", None)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", str(kit), *args],
-                          cwd=kit.parent, env=child_env, capture_output=True, text=True, timeout=900)
+    pytest_args = ["-q", "-p", "no:cacheprovider", "-x", str(kit), *args]
+    engine = re.search(r"^ENGINE = '(\w+)'$", kit.read_text(), re.M)
+    key = (*sorted(child_env.items()), ("ENGINE", engine.group(1) if engine else ""))
+    if key not in _SERVERS:
+        _SERVERS[key] = _Server(child_env, PRELOAD.get(key[-1][1], ("torch", "pytest")))
+    server = _SERVERS[key]
+    command = [sys.executable, "-m", "pytest", *pytest_args]
+    if not server.forks:
+        return subprocess.run(command, cwd=kit.parent, env=child_env, capture_output=True, text=True, timeout=900)
+    try:
+        rc, out, err = server.run(kit.parent, pytest_args, 900)
+    except (subprocess.TimeoutExpired, RuntimeError):  # the server is gone (killed on a timeout): the next starts anew
+        del _SERVERS[key]
+        raise
+    return subprocess.CompletedProcess(command, rc, out, err)
 
 
 CPU_MOE = "vllm.model_executor.layers.fused_moe.experts.cpu_moe"

@@ -12,6 +12,7 @@ For configurations drawn by hypothesis (and admitted by the contract):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import itertools
 from typing import Any
@@ -33,6 +34,7 @@ CONTRACTS = sorted(p.stem for p in (ROOT / "contracts").glob("*.moe"))
 BITS = {"int32": 32, "uint8": 8, "int8": 8, "int16": 16}
 
 
+@functools.cache  # parsed once a session, not once per hypothesis example (the IR is frozen dataclasses)
 def contract_ir(name: str) -> ir.Contract:
     contract, diags, _ = load(str(ROOT / "contracts" / f"{name}.moe"))
     assert contract is not None, diags
