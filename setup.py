@@ -11,7 +11,7 @@ This is a setup.py, not `[tool.setuptools.packages.find]` in pyproject.toml, bec
 table cannot rename a folder and, where pyproject.toml sets `packages`, it replaces whatever
 setup.py gives (setuptools applies pyproject.toml last): with `find` alone the wheel held no
 `layoutc_generated`. Everything else (metadata, package data, entry points) is pyproject.toml's.
-tests/test_packaging.py holds the list to the tree; tests/test_wheel_run.py installs the wheel.
+tests/house/test_packaging.py holds the list to the tree; tests/house/test_wheel_run.py installs the wheel.
 """
 
 from __future__ import annotations

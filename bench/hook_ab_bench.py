@@ -29,7 +29,7 @@ def main() -> None:
     from vllm.model_executor.layers.fused_moe.experts import cpu_moe
 
     from layoutc.tools.vllm_plugin import check, posmap
-    from tests.test_vllm_plugin import _layer
+    from tests.tools.test_vllm_plugin import _layer
 
     torch.set_num_threads(2)
     cpu_moe.is_zentorch_moe_supported = lambda layer: False

@@ -4,7 +4,7 @@
     python bench/hook_share_bench.py --old-check /tmp/check_old.py --out /tmp/h.json
 
 vLLM 0.32's own `CPUUnquantizedExperts.process_weights_after_loading` (its pad and
-`_C::prepack_moe_weight`) runs on a layer built as `create_weights` gives it (tests/test_vllm_plugin.py
+`_C::prepack_moe_weight`) runs on a layer built as `create_weights` gives it (tests/tools/test_vllm_plugin.py
 `_layer`: 128 experts, hidden 2816, moe_intermediate 704, bf16, the rank's shard at --tp), in each
 mode: `off` (vLLM's method alone), `check` (the plugin's wrapper: snapshot, vLLM's method, the
 contract's comparison), `replace` (the plugin pads and prepacks instead of vLLM), and, with
@@ -38,7 +38,7 @@ sys.path.insert(0, ".")
 mode, tp, experts, hidden, inter, old = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 from vllm.model_executor.layers.fused_moe.experts import cpu_moe
 from layoutc.tools.vllm_plugin import check, hook
-from tests.test_vllm_plugin import _layer
+from tests.tools.test_vllm_plugin import _layer
 cpu_moe.is_zentorch_moe_supported = lambda layer: False
 torch.set_num_threads(2)
 if mode != "off":

@@ -6,8 +6,8 @@
     python bench/int4_checkpoint.py /tmp/int4-4 --layers 4 --from /tmp/int4-2   # layers 2, 3 copy 0, 1
 
 bench/wide_checkpoint.py writes the bf16 checkpoint (a shard per layer); each layer's shard is then
-rewritten with every routed expert projection packed by tests/quant_pack.py `pack_gptq` (the
-project's packer, held to vLLM's unpackers in tests/test_quant_formats.py) and config.json gets
+rewritten with every routed expert projection packed by tests/support/quant_pack.py `pack_gptq` (the
+project's packer, held to vLLM's unpackers in tests/tools/test_quant_formats.py) and config.json gets
 GPTQModel's quantization_config (examples/make_checkpoint.py `quantization_config`). Peak memory:
 one layer's bf16 shard plus one expert's float32 weight.
 """
@@ -37,7 +37,7 @@ def write(folder: str, layers: int, group_size: int = 128, vocab: int = 32768) -
     from make_checkpoint import quantization_config
     from safetensors.torch import load_file, save_file
 
-    from tests import quant_pack as qp
+    from tests.support import quant_pack as qp
 
     cfg = wide.config_for("qwen3_moe", layers)
     cfg.update(SHAPE, vocab_size=vocab)

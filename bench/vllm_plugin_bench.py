@@ -3,9 +3,9 @@
     python bench/vllm_plugin_bench.py [--tp 1] [--rounds 3] [--route grouped_gemm|zentorch]
         -> bench/results/vllm_plugin.json
 
-The tiny Mixtral of tests/engine/checkpoints.py (hidden 256, 8 experts, I = 704,
+The tiny Mixtral of tests/support/engine/checkpoints.py (hidden 256, 8 experts, I = 704,
 one layer) is loaded `rounds` times per mode, all in ONE child process
-(tests/engine/child.py), the modes interleaved and their order rotated each round
+(tests/support/engine/child.py), the modes interleaved and their order rotated each round
 so load on the shared machine hits all of them alike. Per load: load time is the
 `vllm.LLM(...)` constructor (worker start, weight load, the plugin's work, KV
 cache, warm-up); decode is `repeat` timed greedy `generate()` calls of `prompts` x
@@ -13,7 +13,7 @@ cache, warm-up); decode is `repeat` timed greedy `generate()` calls of `prompts`
 median over rounds, decode throughput on the best call. The layoutc summary line
 each worker logs gives the plugin's own time inside the load.
 CPU time (issue 26: where wall time cannot resolve 1 %): each load's and each timed
-decode call's CPU seconds of the child and its live workers (tests/engine/child.py
+decode call's CPU seconds of the child and its live workers (tests/support/engine/child.py
 `tree_cpu_s`, /proc), decode as ms per generated token; ratios on the median and best.
 Goals: decode overhead <= 1%, load overhead <= 10%.
 
@@ -39,11 +39,11 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.engine (the checkpoint and child)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.support.engine (the checkpoint and child)
 from _common import RESULTS, ROOT, load, machine
 
-CHILD = ROOT / "tests" / "engine" / "child.py"
-SITE = ROOT / "tests" / "engine" / "site"
+CHILD = ROOT / "tests" / "support" / "engine" / "child.py"
+SITE = ROOT / "tests" / "support" / "engine" / "site"
 MODES = ("off", "check", "replace")
 
 
@@ -68,7 +68,7 @@ def main() -> int:
     if args.hook_cost:
         return hook_cost(args)
 
-    from tests.engine import checkpoints
+    from tests.support.engine import checkpoints
 
     before = load()
     with tempfile.TemporaryDirectory() as tmp:

@@ -3,8 +3,8 @@
     python bench/wide_checkpoint.py gemma4 /work/bigckpt/g4-2 --layers 2
     python bench/vllm_wide_bench.py /work/bigckpt/g4-2 --tp 2,4   # -> bench/results/vllm_wide.json
 
-One child (tests/engine/child.py, vLLM 0.32's CPU engine, engine core in the child, workers
-spawned by the "mp" executor, VLLM_CPU_OMP_THREADS_BIND=nobind as tests/engine starts it on this
+One child (tests/support/engine/child.py, vLLM 0.32's CPU engine, engine core in the child, workers
+spawned by the "mp" executor, VLLM_CPU_OMP_THREADS_BIND=nobind as tests/support/engine starts it on this
 2-core machine) loads the checkpoint once per (tp, mode), modes off, check, replace in that order at
 each tp, each a fresh `vllm.LLM`; `--keep-going`, so a load that fails is recorded and the next goes on.
 Per load:
@@ -46,8 +46,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, ROOT, load
 
-CHILD = ROOT / "tests" / "engine" / "child.py"
-SITE = ROOT / "tests" / "engine" / "site"
+CHILD = ROOT / "tests" / "support" / "engine" / "child.py"
+SITE = ROOT / "tests" / "support" / "engine" / "site"
 MODES = ("off", "check", "replace")
 MARKER = re.compile(r"=== layoutc engine run tp=(\d+) mode=(\w+) ep=\d ===")
 HOOK = re.compile(r"layoutc: mode=(\w+),.*?([\d.]+) ms in layoutc")

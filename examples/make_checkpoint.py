@@ -16,7 +16,7 @@ are not all-zero.
 
 Quantized checkpoints (`--quant`, no network): the model is built and saved as above, then
 the routed experts' tensors are rewritten in the real format's on-disk names and layout by
-the test packers (tests/quant_pack.py), and config.json gets the `quantization_config` the
+the test packers (tests/support/quant_pack.py), and config.json gets the `quantization_config` the
 real tool writes. Everything else (attention, routers, norms, embeddings) stays in
 `--dtype`, and the config's skip list says so, as real checkpoints do.
 
@@ -182,7 +182,7 @@ def _pack_expert(quant: str, w: Any, *, group_size: int, act_order: bool, asym: 
     (amax: NVFP4's global amax, shared by gate and up as ModelOpt exports them)."""
     import torch
 
-    from tests import quant_pack as qp
+    from tests.support import quant_pack as qp
 
     if quant in ("gptq4", "gptq8"):
         return qp.pack_gptq(w, 4 if quant == "gptq4" else 8, group_size, sym=not asym, act_order=act_order,
@@ -211,7 +211,7 @@ def quantize(out_dir: str, quant: str, *, group_size: int = 128, act_order: bool
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from layoutc.tools.checkpoints.formats import describe
-    from tests import quant_pack as qp
+    from tests.support import quant_pack as qp
 
     cfg_path, st_path = os.path.join(out_dir, "config.json"), os.path.join(out_dir, "model.safetensors")
     with open(cfg_path, encoding="utf-8") as f:

@@ -6,7 +6,7 @@ failure instead, because .ci/run installs it.
 
 Markers (registered in pyproject.toml): every test that carries none of kernel, engine,
 transformers, conformance or slow is marked `fast` here, so `python -m pytest -m fast` is
-the fast lane; a test not marked kernel or engine runs under tests/kernel_guard.py.
+the fast lane; a test not marked kernel or engine runs under tests/support/kernel_guard.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import kernel_guard
+from tests.support import kernel_guard
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,9 +57,9 @@ def contract_line(contract: str, prefix: str) -> str:
 @pytest.fixture(scope="session")
 def mixtral_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, list[dict]]:
     """(exit code, log, run records) of ONE vLLM engine child over the tiny Mixtral's runs
-    (tests/test_vllm_plugin_engine.py MIXTRAL_RUNS: 13 engine loads), shared by the engine tests of
-    tests/test_vllm_plugin_engine.py and tests/test_ep_engine.py, which each started a child of their own."""
-    from tests.test_vllm_plugin_engine import mixtral_runs_child
+    (tests/engine/test_vllm_plugin_engine.py MIXTRAL_RUNS: 13 engine loads), shared by the engine tests of
+    tests/engine/test_vllm_plugin_engine.py and tests/engine/test_ep_engine.py, which each started a child of their own."""
+    from tests.engine.test_vllm_plugin_engine import mixtral_runs_child
 
     return mixtral_runs_child(tmp_path_factory.mktemp("mixtral_runs"))
 

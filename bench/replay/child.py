@@ -46,7 +46,7 @@ def _load(bug_function: str, engine: str, moved: tuple[str, ...] = ()) -> tuple[
     if engine == "sglang":
         # SGLang's import chain: the oracle's stubs (sgl_kernel, torchvision) and the pure-Python
         # packages in LAYOUTC_SGLANG_PATH, appended after the release under test.
-        from tests.conformance.sglang_oracle import _setup
+        from tests.support.conformance.sglang_oracle import _setup
 
         if not _SET_UP:
             _setup()

@@ -201,11 +201,11 @@ def sglang_cpu_config(
 ) -> tuple[list[str], list[str]]:
     """SGLang `adjust_config_with_unaligned_cpu_tp` on a stub MXFP4 model config: the padded I.
 
-    Runs through tests/conformance/sglang_oracle.py `padded_intermediate` (SGLang's own function,
+    Runs through tests/support/conformance/sglang_oracle.py `padded_intermediate` (SGLang's own function,
     its own Mxfp4Config parser; stubs only for sgl_kernel and torchvision). Expected: contract
     sglang_cpu_mxfp4_moe's `intermediate_size_padded`. A difference is named as each rank's rows.
     """
-    from tests.conformance.sglang_oracle import padded_intermediate
+    from tests.support.conformance.sglang_oracle import padded_intermediate
 
     p = gen_mod.plan(swiglu_alpha_milli=1702, swiglu_limit_milli=7000, **cfg)
     got = padded_intermediate(p.intermediate_size, p.tp_size, "mxfp4", 0)

@@ -1,8 +1,8 @@
 """The one fetcher of released engine wheels: pip downloads a wheel, only its Python is unpacked.
 
 Used by the bug replay (bench/replay_bugs.py) and by the vLLM release matrix
-(tests/vllm_release.py, tests/conformance/test_releases.py, the kit tests), so a release is
-downloaded and unpacked once per checkout: CI's `python -m tests.vllm_release` step unpacks vLLM
+(tests/support/vllm_release.py, tests/conformance/test_releases.py, the kit tests), so a release is
+downloaded and unpacked once per checkout: CI's `python -m tests.support.vllm_release` step unpacks vLLM
 0.33.0 / 0.34.0, and the replay's small mode then finds 0.34.0 already there. It lives here, not
 under tests/, because the replay script runs without pytest; the tests import it from bench/ as
 they already import the replay's drivers.

@@ -4,7 +4,7 @@ A contract states the checkpoints a tool picks it for (`route run {"unquantized"
 `route reference {"fp8_block"} rank 2`: docs/language.md, "Routes"); its generated module
 carries the lines in `LAYOUT.routes`, and ``layoutc.runtime.models.routed`` finds them at run
 time (torch only). The tools keep no table of contract names: adding a kernel route is writing
-its contract (docs/architecture.md, "Add a kernel route"), and `tests/test_no_contract_names.py`
+its contract (docs/architecture.md, "Add a kernel route"), and `tests/tools/test_no_contract_names.py`
 fails when a contract's name appears as a string in `layoutc/tools/`.
 
 RunError LR125 when two generated modules claim one format on one route at one rank (a package

@@ -7,7 +7,7 @@ instead, so CI can never pass by skipping it.
 
 Release matrix (issue 42 item 1): with LAYOUTC_VLLM_RELEASE=0.33.0 or 0.34.0 set (by
 tests/conformance/test_releases.py, in a child pytest whose PYTHONPATH starts with the
-release's unpacked Python, tests/vllm_release.py) the same tests run against that release's
+release's unpacked Python, tests/support/vllm_release.py) the same tests run against that release's
 own functions; this conftest imports `cpu_moe` before any other vLLM module (the order
 that imports without CUDA)
 and fails the session unless `vllm.__file__` is the release's and its version is the one named.
@@ -24,7 +24,7 @@ from types import ModuleType
 
 import pytest
 
-from tests.loading import load_generated
+from tests.support.loading import load_generated
 
 ROOT = Path(__file__).resolve().parents[2]
 SETUP = "the README's kernel environment: . .venv-kernels/bin/activate, then python -m pytest"
@@ -41,7 +41,7 @@ def _vllm_import_error() -> str | None:
     except Exception as exc:  # a --no-deps install raises ImportError deep inside vllm
         return f"{type(exc).__name__}: {exc}"
     if RELEASE != "0.32.0":
-        from tests.vllm_release import folder
+        from tests.support.vllm_release import folder
 
         if not vllm.__file__ or not vllm.__file__.startswith(str(folder(RELEASE))) or vllm.__version__ != RELEASE:
             return (

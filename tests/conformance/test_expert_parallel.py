@@ -20,7 +20,7 @@ import torch
 
 from layoutc.runtime.expert_map import local_experts
 from layoutc.runtime.experts import PLACEMENTS, ExpertParallelError, parallel_config
-from tests.conformance import oracle
+from tests.support.conformance import oracle
 
 pytestmark = pytest.mark.conformance
 

@@ -34,7 +34,7 @@ from unittest import mock
 import pytest
 import torch
 
-from tests.conformance import oracle
+from tests.support.conformance import oracle
 
 pytestmark = pytest.mark.conformance
 

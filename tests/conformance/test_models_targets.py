@@ -7,7 +7,7 @@ module must import and the name resolve in it, and a class must be named where i
 vLLM plugin: `layoutc.runtime.models.target_of`) finds the line.
 
 - vLLM 0.32.0 and torch 2.13.0: in this process (the conformance lane's kernel environment);
-- SGLang 0.5.23: in a child process set up as tests/conformance/sglang_oracle.py sets up SGLang
+- SGLang 0.5.23: in a child process set up as tests/support/conformance/sglang_oracle.py sets up SGLang
   (LAYOUTC_SGLANG_PATH; its device modules stubbed);
 - FlashInfer 0.7.4: in a child process (LAYOUTC_FLASHINFER_PATH), as flashinfer_oracle.py.
 
@@ -138,8 +138,8 @@ def test_vllm_targets_resolve_in_the_installed_release() -> None:
 
 def test_every_vllm_release_named_is_checked() -> None:
     """A vLLM release a line names is one this lane runs: 0.32.0 here, the others in the children
-    of tests/conformance/test_releases.py (tests/vllm_release.py RELEASES)."""
-    from tests.vllm_release import RELEASES
+    of tests/conformance/test_releases.py (tests/support/vllm_release.py RELEASES)."""
+    from tests.support.vllm_release import RELEASES
 
     named = {r for _, e, rs, _ in LINES if e == "vllm" for r in rs}
     # 0.29.0: flashinfer_fp8_moe's line, held by the replay (bench/replay_bugs.py), not by this lane
@@ -158,7 +158,7 @@ def test_torch_targets_resolve_in_the_installed_release() -> None:
 @pytest.mark.slow
 def test_sglang_targets_resolve_in_the_installed_release() -> None:
     path = _env_path("LAYOUTC_SGLANG_PATH", "sglang/srt/configs/update_config.py", "the SGLang targets")
-    setup = ("from tests.conformance.sglang_oracle import _setup\n_setup()\n"
+    setup = ("from tests.support.conformance.sglang_oracle import _setup\n_setup()\n"
              "import sglang\nVERSION = sglang.__version__\n")
     version, resolved = _child("LAYOUTC_SGLANG_PATH", path, setup, "sglang")
     assert _targets("sglang") and _check(resolved, "sglang", _public(version)) == []

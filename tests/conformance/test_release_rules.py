@@ -32,8 +32,8 @@ from unittest import mock
 import pytest
 import torch
 
-from tests.conformance import oracle
 from tests.conformance.conftest import RELEASE
+from tests.support.conformance import oracle
 
 pytestmark = pytest.mark.conformance
 

@@ -1,11 +1,11 @@
 """The conformance lane against each later vLLM release's own functions (issue 42 item 1).
 
-For every release in tests/vllm_release.py RELEASES (0.33.0, 0.34.0) the lane's vLLM modules
+For every release in tests/support/vllm_release.py RELEASES (0.33.0, 0.34.0) the lane's vLLM modules
 (every tests/conformance/test_*.py but SGLang's and this one; `kernel` tests left out: the
 release's compiled ops are not unpacked) run again in a child pytest whose PYTHONPATH starts
 with that release's Python, fetched by pip at test time (conftest.py checks `vllm.__file__`).
 Both children start at once, each after its own release's fetch and probe, which run side by side.
-Each child's outcome must be exactly the pinned record of tests/conformance/release_findings.py:
+Each child's outcome must be exactly the pinned record of tests/support/conformance/release_findings.py:
 every test that fails there is a named finding (a changed signature, "vLLM 0.34 renamed X", or a
 changed rule with its rows), and every finding must still fail, with its message. A release that cannot be fetched or imported is a named
 skip with the failing command outside CI and a failure under CI=true, never a pass.
@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from tests import vllm_release
-from tests.conformance.release_findings import FINDINGS, matrix
+from tests.support import vllm_release
+from tests.support.conformance.release_findings import FINDINGS, matrix
 
 pytestmark = [pytest.mark.conformance, pytest.mark.slow]
 

@@ -2,7 +2,7 @@
 
 SGLang side, from the sglang 0.5.23 wheel (installed with `pip install --no-deps --target`,
 found through LAYOUTC_SGLANG_PATH), called in one child process
-(tests/conformance/sglang_oracle.py, whose docstring lists what it stubs and why:
+(tests/support/conformance/sglang_oracle.py, whose docstring lists what it stubs and why:
 `sgl_kernel` and `torchvision`, both device modules, and the model-registry lookup in
 `loader._get_quantization_config`):
 - padded size: `update_config.adjust_config_with_unaligned_cpu_tp` on a stub model config,
@@ -19,7 +19,7 @@ found through LAYOUTC_SGLANG_PATH), called in one child process
 The sweep: TP degrees 1-16; unquantized (SGLang's 32), block FP8 with blocks 64 and 128, and
 MXFP4; INTERMEDIATE x HIDDEN for admission and sizes, ROW_INTERMEDIATE for every rank's row
 maps (sizes picked for coverage, below; the lane takes about 75 CPU-seconds). Every
-disagreement is in tests/conformance/known.py and docs/kernels.md 10.
+disagreement is in tests/support/conformance/known.py and docs/kernels.md 10.
 """
 
 # ruff: noqa: E741  (H and I are the field's names for hidden_size and intermediate_size)
@@ -37,8 +37,8 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conformance import oracle
-from tests.conformance.known import KNOWN
+from tests.support.conformance import oracle
+from tests.support.conformance.known import KNOWN
 
 pytestmark = [pytest.mark.conformance, pytest.mark.slow]
 
@@ -86,7 +86,7 @@ def _ask(path: str, cases: list[dict[str, Any]], tmp: Path) -> list[Any]:
     request = tmp / "request.json"
     request.write_text(json.dumps(cases))
     env = {**os.environ, "LAYOUTC_SGLANG_PATH": path, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "tests.conformance.sglang_oracle", str(request)], env=env,
+    done = subprocess.run([sys.executable, "-m", "tests.support.conformance.sglang_oracle", str(request)], env=env,
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-4000:]
     reply = json.loads(done.stdout)
@@ -175,7 +175,7 @@ def test_admission_and_padded_size_match_sglang(gen, sglang) -> None:  # type: i
 
 
 def _runs(values: list[int]) -> list[list[int]]:
-    from tests.conformance.sglang_oracle import _runs as runs
+    from tests.support.conformance.sglang_oracle import _runs as runs
 
     return runs(values)
 

@@ -1,6 +1,6 @@
 """Every trusted view (a contract view no runnable glue binds) against the engine's own code.
 
-tests/conformance/trusted_views.py holds the machinery and the table (`HOLDERS`): each
+tests/support/conformance/trusted_views.py holds the machinery and the table (`HOLDERS`): each
 engine function that fixes the w13 row order (vLLM 0.32's loader, `reorder_w1w3_to_w3w1`,
 the `convert_*_mxfp4_moe_kernel_format` branches, the unquantized AITER conversion) runs on
 tagged CPU tensors, and every row it hands the kernel must be the (role, index) that the
@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from tests.conformance import trusted_views as tv
-from tests.regen_mutants import GPU_BASE, MUTANTS
+from tests.support.conformance import trusted_views as tv
+from tests.support.regen_mutants import GPU_BASE, MUTANTS
 
 pytestmark = pytest.mark.conformance
 
@@ -119,7 +119,7 @@ def _gpu_mutants() -> list[Any]:
 def test_trusted_view_mutants_are_caught(name: str, base: str) -> None:
     """The red team's mutants (issue 39 item 4): w13 and its view changed together, which the
     verifier proves alike, disagree with every engine function that holds the base contract,
-    in every configuration (tests/test_mutants.py pins them "conformance")."""
+    in every configuration (tests/compiler/test_mutants.py pins them "conformance")."""
     holders = tv.held_contracts()[base]
     for holder in holders:
         for config in holder.contracts[base]:
@@ -193,7 +193,7 @@ def flashinfer_answers(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[s
     tmp = tmp_path_factory.mktemp("flashinfer")
     torch.save(cases, tmp / "request.pt")
     env = {**os.environ, "LAYOUTC_FLASHINFER_PATH": path, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "tests.conformance.flashinfer_oracle", str(tmp / "request.pt"),
+    done = subprocess.run([sys.executable, "-m", "tests.support.conformance.flashinfer_oracle", str(tmp / "request.pt"),
                            str(tmp / "reply.pt")], env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-4000:]
     assert json.loads(done.stdout)["flashinfer_version"] == "0.7.4"

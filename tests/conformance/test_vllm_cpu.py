@@ -23,8 +23,8 @@ from unittest import mock
 import pytest
 import torch
 
-from tests.conformance import oracle
-from tests.conformance.known import KNOWN
+from tests.support.conformance import oracle
+from tests.support.conformance.known import KNOWN
 
 pytestmark = pytest.mark.conformance
 

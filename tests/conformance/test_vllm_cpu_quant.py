@@ -35,7 +35,7 @@ from unittest import mock
 import pytest
 import torch
 
-from tests.conformance import oracle
+from tests.support.conformance import oracle
 
 pytestmark = pytest.mark.conformance
 

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conformance import oracle
 from tests.conformance.test_vllm_quant_loading import (
     FP8_H,
     E,
@@ -33,6 +32,7 @@ from tests.conformance.test_vllm_quant_loading import (
     _layoutc_rank,
     _vllm_fp8_rank,
 )
+from tests.support.conformance import oracle
 
 pytestmark = pytest.mark.conformance
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conformance import oracle
-from tests.conformance.known import KNOWN
 from tests.conformance.test_vllm_quant_loading import E, _compare, _layoutc_rank
+from tests.support.conformance import oracle
+from tests.support.conformance.known import KNOWN
 
 pytestmark = pytest.mark.conformance
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conformance import oracle
+from tests.support.conformance import oracle
 
 pytestmark = pytest.mark.conformance
 

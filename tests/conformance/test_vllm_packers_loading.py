@@ -1,4 +1,4 @@
-"""The outside packers' checkpoints (tests/packers.py: llm-compressor's compressed-tensors W4A16 /
+"""The outside packers' checkpoints (tests/support/packers.py: llm-compressor's compressed-tensors W4A16 /
 W8A16, auto-round's native format) through vLLM 0.32's own loading, against the per-rank tensors
 `layoutc run` builds from the same files, at tp 1, 2, 4 and 8, every rank, bit for bit.
 
@@ -38,8 +38,8 @@ from unittest import mock
 import pytest
 import torch
 
-from tests import packers
-from tests.conformance import oracle
+from tests.support import packers
+from tests.support.conformance import oracle
 
 pytestmark = [pytest.mark.conformance, pytest.mark.transformers]
 

@@ -58,8 +58,8 @@ from unittest import mock
 import pytest
 import torch
 
-from tests.conformance import oracle
-from tests.conformance.known import KNOWN
+from tests.support.conformance import oracle
+from tests.support.conformance.known import KNOWN
 
 pytestmark = pytest.mark.conformance
 
@@ -653,7 +653,7 @@ def _vllm_awq_element_of_slot() -> tuple[int, ...]:
     """Which of 8 consecutive output channels each 4-bit slot of an AWQ int32 word holds, as
     vLLM reads it (moe_wna16 MoeWNA16Method.get_weight_loader's convert_awq_tensor): a word
     whose slot i holds the value i, unpacked to one code per channel."""
-    from tests.test_quant_formats import _wna16_helper
+    from tests.tools.test_quant_formats import _wna16_helper
 
     word = sum(i << (4 * i) for i in range(8))
     qweight = torch.tensor([[word], [word]], dtype=torch.int64).to(torch.int32)  # [K = 2, N / 8 = 1]
@@ -675,7 +675,7 @@ def test_contract_awq_pack_order_matches_vllm(tensor: str) -> None:
     # the checkpoint format's declaration (what layoutc's AWQ unpacker and quant_run read) and
     # the tests' packer state the same order as the contract
     from layoutc.tools.checkpoints.quant.scheme import AWQ_ORDER
-    from tests.quant_pack import AWQ_PACK_ORDER
+    from tests.support.quant_pack import AWQ_PACK_ORDER
 
     assert AWQ_ORDER == AWQ_PACK_ORDER == axis.pack_order
     gptq = _contract_tensor("marlin_moe_wna16", "w13_qweight").axis("k")

@@ -1,1 +1,1 @@
-"""Engine tests: real vLLM CPU engines run in child processes (see child.py)."""
+"""Tests of real vLLM engines."""

@@ -2,7 +2,7 @@
 
 The emitter writes generated code already formatted, so `layoutc compile` and `--check`
 give the same bytes with or without ruff installed (ruff is no dependency of the compiler);
-tests/test_generated.py holds generated/ to `ruff format --check`. Lines stay within WIDTH
+tests/compiler/test_generated.py holds generated/ to `ruff format --check`. Lines stay within WIDTH
 columns; a construct that does not fit is broken one item per line with a trailing comma
 (ruff keeps such a construct broken under the project's 120 columns), and an expression too
 long for one line keeps the emitter's own wrapping under `# fmt: skip`.
@@ -26,7 +26,7 @@ def literal(value: object) -> str:
     return repr(value)
 
 
-WIDTH = 99  # generated lines stay under 100 columns (tests/test_runtime.py)
+WIDTH = 99  # generated lines stay under 100 columns (tests/runtime/test_runtime.py)
 
 
 def call(head: str, args: list[str], indent: int, suffix: str = "") -> list[str]:

@@ -31,7 +31,7 @@ from layoutc.compiler.emit.pyfmt import (
     statement,
     wrap_code,
 )
-from layoutc.compiler.emit.pyfmt import _one_group as _one_group  # re-exported: tests/test_emit_unit.py
+from layoutc.compiler.emit.pyfmt import _one_group as _one_group  # re-exported: tests/compiler/test_emit_unit.py
 from layoutc.compiler.emit.pyfmt import _split_args as _split_args
 from layoutc.compiler.emit.views import GlueView, KernelArgView, ModuleView, ParamView, TensorView
 from layoutc.runtime.vocab import DTYPES, Op, OpKind, holds_byte

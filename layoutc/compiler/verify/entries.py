@@ -43,7 +43,7 @@ _covered: tuple[Path, ...] | None = None
 # named as a string literal (`importlib.import_module("layoutc.runtime.vocab")`,
 # `__import__(...)`). A match in a string or comment only adds a file; nothing a checker or
 # prover imports is missed (a test compares with the modules a verify really loads:
-# tests/test_verdict_cache_key.py; tests/test_hostile_adv40.py the statement forms).
+# tests/compiler/test_verdict_cache_key.py; tests/tools/test_hostile_adv40.py the statement forms).
 _IMPORT = re.compile(rb"[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\((?:[^)#]|#[^\n]*+)*+\)|[^\n#;]*)"
                      rb"|import[ \t]+([^\n#;]+))")
 _CONTINUED = re.compile(rb"\\\r?\n")

@@ -69,7 +69,7 @@ class Run:
         # An admitted configuration (vacuity's model), held for the run's lifetime. z3 reuses
         # the ids of freed terms and the terms it makes while solving take those ids, so
         # the models later queries return depend on when each model is freed: freeing this
-        # one early changes counterexamples (tests/verdict_snapshot.py shows which).
+        # one early changes counterexamples (tests/support/verdict_snapshot.py shows which).
         self.witness: z3.ModelRef | None = None
 
     # ---- solving ----

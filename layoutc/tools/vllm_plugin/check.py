@@ -309,7 +309,7 @@ def _packed_blocks_equal(gen: ModuleType, plan: Any, info: LayerInfo, snap: Snap
     snapshot, computed BLOCK_EXPERTS experts at a time into buffers reused for every block (the
     contract's plan for that many experts, `replan`): the same comparison as over the whole layer,
     every element of both weights, since `_C::prepack_moe_weight` re-blocks each expert on its own
-    (tests/test_vllm_plugin.py holds the blocked prepack equal to the whole one). Holds only a
+    (tests/tools/test_vllm_plugin.py holds the blocked prepack equal to the whole one). Holds only a
     block's padded and packed copies, where the whole-layer comparison made two padded copies of
     the layer and a packed one. False at the first block that differs, or when the plan cannot be
     taken a block at a time (expert parallelism, a contract that refuses the block's size): the

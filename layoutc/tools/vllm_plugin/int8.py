@@ -66,7 +66,7 @@ KERNEL_COPIES: dict[str, dict[str, tuple[str, torch.dtype]]] = {
 # The layer tensors an experts class's apply() hands its kernel as they are, which the kernel requires contiguous:
 # ZenCPUExpertsInt8.apply passes w1/w2 (the layer's w13_weight/w2_weight) to `zentorch_fused_moe`, whose
 # zentorch_group_matmul refuses a non-contiguous weight at the first forward ("weight[0] must be contiguous",
-# libzentorch.so; measured on vllm 0.32.0 + zentorch, tests/test_redteam43.py).
+# libzentorch.so; measured on vllm 0.32.0 + zentorch, tests/tools/test_redteam43.py).
 CONTIGUOUS = {"ZenCPUExpertsInt8": ("weight w13", "weight w2")}
 # Experts classes (cpu_moe.py) whose own process_weights_after_loading repacks w13/w2, by the op it calls
 # (vllm 0.32.0 CPUExpertsInt8.process_weights_after_loading: `torch.ops._C.convert_weight_packed`).

@@ -2,7 +2,7 @@
 
 Sizes are non-negative and padding never shrinks; for a padded axis the index form of
 injectivity (:func:`injective_broken`) reduces to L > 0 and L > P, which is what is asked
-(tests/test_verify_encoding.py checks the two agree; docs/verification.md, roundtrip).
+(tests/compiler/test_verify_encoding.py checks the two agree; docs/verification.md, roundtrip).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def obligations(run: Run) -> list[Obligation]:
                 continue
             lg, pg = run.grouped(axis, logical), run.grouped(axis, padded)
             # "some logical position lies outside the padded axis, or two share one" reduces,
-            # for every layout's phys(), to L > 0 and L > P (tests/test_verify_encoding.py
+            # for every layout's phys(), to L > 0 and L > P (tests/compiler/test_verify_encoding.py
             # checks the index formula below, `injective_broken`, against it).
             broken = z3.And(lg > 0, lg > pg)
             def explain(model, label=label, lg=lg, pg=pg):  # type: ignore[no-untyped-def]

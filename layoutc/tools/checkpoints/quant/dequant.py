@@ -10,7 +10,7 @@ GPTQ's `g_idx[k]`, FP8's `n // block_n, k // block_k` with a ragged last block);
 per-tensor global scale multiplies the block scale (ModelOpt `weight_scale_2`) or divides it
 (compressed-tensors `weight_global_scale`) before the codes are scaled.
 
-tests/test_quant_formats.py holds it to vLLM's and transformers' own unpackers and
+tests/tools/test_quant_formats.py holds it to vLLM's and transformers' own unpackers and
 dequantizers.
 """
 

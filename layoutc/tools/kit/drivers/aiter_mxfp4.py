@@ -58,7 +58,7 @@ class _GateMode(enum.Enum):  # the members aiter.ops.flydsl.moe_common.GateMode 
 
 
 def known(params: dict[str, Any]) -> str | None:
-    """A documented disagreement (tests/conformance/known.py, oracle.mxfp4_admission_key): vLLM's AITER
+    """A documented disagreement (tests/support/conformance/known.py, oracle.mxfp4_admission_key): vLLM's AITER
     gate admits an MXFP4 shard whose w2 scales are not whole 32-value blocks, which its generic loader
     mis-cuts."""
     if params["activation"] != "swigluoai" and (params["intermediate_size"] // params["tp_size"]) % 32:

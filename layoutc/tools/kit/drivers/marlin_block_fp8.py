@@ -72,7 +72,7 @@ STOP = ("ops", "gptq_marlin_repack")
 
 
 def known(params: dict[str, Any]) -> str | None:
-    """A documented disagreement (docs/kernels.md; tests/conformance/known.py): vLLM admits block FP8
+    """A documented disagreement (docs/kernels.md; tests/support/conformance/known.py): vLLM admits block FP8
     on Marlin with a hidden size off the 128 tile, which the contract refuses."""
     if params["hidden_size"] % 128:
         return "marlin_fp8_h_not_128 (a vLLM bug: Marlin needs hidden_size % 128 == 0)"

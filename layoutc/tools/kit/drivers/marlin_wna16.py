@@ -41,7 +41,7 @@ TARGETS = {
 
 
 def known(params: dict[str, Any]) -> str | None:
-    """A documented disagreement (docs/kernels.md; tests/conformance/known.py): vLLM admits a
+    """A documented disagreement (docs/kernels.md; tests/support/conformance/known.py): vLLM admits a
     channelwise int4 shard the packed checkpoint cannot be cut into."""
     if params["group_size"] == -1 and (params["intermediate_size"] // params["tp_size"]) % 8:
         return "gptq_int4_channelwise_ipp_not_8 (a vLLM bug: the packed qzeros cannot be cut at this shard)"

@@ -1,5 +1,5 @@
 """SGLang set-up shared by the SGLang drivers (copied into each SGLang kit as text; also imported by
-tests/conformance/sglang_oracle.py): the import stubs of SGLang's device modules and the switch to
+tests/support/conformance/sglang_oracle.py): the import stubs of SGLang's device modules and the switch to
 its CPU code paths.
 
 Stubbed modules (each touches a device; nothing on the MoE padding path calls them): `sgl_kernel`

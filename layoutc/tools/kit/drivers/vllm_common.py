@@ -1,5 +1,5 @@
 """vLLM adapters shared by the vLLM drivers (copied into each vLLM kit as text) and by the
-conformance lane (tests/conformance/oracle.py imports them: one copy of each call).
+conformance lane (tests/support/conformance/oracle.py imports them: one copy of each call).
 
 Nothing here re-implements a vLLM rule: each helper builds the inputs a vLLM function takes
 (a `FusedMoEConfig`, the `self` its loader reads) and calls the function. Imports vLLM only
@@ -25,7 +25,7 @@ def vllm_moe_config(*, num_experts: int, hidden_size: int, intermediate_size: in
     """vLLM's own FusedMoEConfig for one layer (pure TP, every expert local); `dtype` a name or a
     torch dtype; `experts_per_token` default min(2, num_experts). Raises whatever vLLM raises for an
     ill-formed layer (AssertionError when intermediate_size % tp_size != 0, NotImplementedError for a
-    non-gated activation on CPU). Also tests/conformance/oracle.py's `moe_config`."""
+    non-gated activation on CPU). Also tests/support/conformance/oracle.py's `moe_config`."""
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.config import (
         FusedMoEConfig,
@@ -77,7 +77,7 @@ def vllm_rocm_platform(cdna_version: int = 4) -> Iterator[None]:
     """Make vLLM's ROCm branches reachable on a CPU host: `current_platform.is_rocm()` returns True
     and `vllm.platforms.rocm` is a stub (the real module loads ROCm libraries) for a gfx950 (MI355X,
     CDNA4) device: `get_cdna_version`, `on_gfx950` True, `on_gfx1250` False. Nothing else of the
-    platform changes. Also tests/conformance/oracle.py's `rocm_platform`."""
+    platform changes. Also tests/support/conformance/oracle.py's `rocm_platform`."""
     from vllm.platforms import current_platform
 
     stub = types.ModuleType("vllm.platforms.rocm")

@@ -6,7 +6,7 @@ device-only op, which is replaced by a stop that records what it was handed.
 Nothing here re-implements a vLLM rule: `routed_experts_stub` copies RoutedExperts' own loading
 methods onto a torch module (RoutedExperts.__init__ needs an engine config and a device) with the
 attributes they read; the loading and the processing are vLLM's. The same stub as the conformance
-lane's `tests/conformance/oracle.py::routed_experts_stub`. Imports vLLM only inside the functions.
+lane's `tests/support/conformance/oracle.py::routed_experts_stub`. Imports vLLM only inside the functions.
 """
 
 import copy

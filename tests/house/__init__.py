@@ -1,0 +1,1 @@
+"""Tests of house rules over the whole repository."""

@@ -1,0 +1,1 @@
+"""Helpers of the conformance lane (tests/conformance): the engines' own functions, called."""
