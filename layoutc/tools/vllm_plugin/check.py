@@ -292,13 +292,15 @@ def check_layer(gen: ModuleType, plan: Any, info: LayerInfo, snap: Snapshot, w13
                                f"{tensor_line(gen, lay.weight('w13'))}")
 
 
-def _check_shape(gen: ModuleType, plan: Any, info: LayerInfo, entry: TensorEntry, actual: torch.Tensor) -> None:
-    """The plan's padded shape of `entry`, or LayoutcVllmError naming the rows per segment."""
+def _check_shape(gen: ModuleType, plan: Any, info: LayerInfo, entry: TensorEntry, actual: torch.Tensor,
+                 label: str | None = None, verb: str = "pads it to") -> None:
+    """The plan's padded shape of `entry` (named `label`, default its tensor name), or LayoutcVllmError
+    naming the rows per segment ("contract C {verb} (shape)")."""
     want = tuple(entry.shapes(plan)[1])
     if tuple(actual.shape) != want:
         raise LayoutcVllmError(
-            f"layoutc: layer {info.name}: {entry.name} has shape {tuple(actual.shape)}, but contract "
-            f"{gen.CONTRACT} pads it to {want} (intermediate_size_per_partition "
+            f"layoutc: layer {info.name}: {label or entry.name} has shape {tuple(actual.shape)}, but contract "
+            f"{gen.CONTRACT} {verb} {want} (intermediate_size_per_partition "
             f"{plan.intermediate_size_per_partition} -> {plan.intermediate_size_per_partition_padded})"
             f"{_shape_rows(entry, plan, tuple(actual.shape), want)}; {tensor_line(gen, entry)}")
 

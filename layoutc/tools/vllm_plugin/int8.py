@@ -283,14 +283,7 @@ def _hold(
             f"layoutc: layer {info.name}: vLLM left no {label}, but contract {gen.CONTRACT} "
             f"declares it; {check.tensor_line(gen, entry)}"
         )
-    want = tuple(entry.shapes(plan)[1])
-    if tuple(actual.shape) != want:
-        raise LayoutcVllmError(
-            f"layoutc: layer {info.name}: {label} has shape {tuple(actual.shape)}, but contract "
-            f"{gen.CONTRACT} lays it out as {want} (intermediate_size_per_partition "
-            f"{plan.intermediate_size_per_partition} -> {plan.intermediate_size_per_partition_padded})"
-            f"{check._shape_rows(entry, plan, tuple(actual.shape), want)}; {check.tensor_line(gen, entry)}"
-        )
+    check._check_shape(gen, plan, info, entry, actual, label=label, verb="lays it out as")
     if actual.dtype != exp.dtype:
         raise LayoutcVllmError(
             f"layoutc: layer {info.name}: {label} has dtype {str(actual.dtype).removeprefix('torch.')}, but "
