@@ -182,3 +182,51 @@ def test_the_engine_tests_planted_bugs_are_stopped_through_the_map(cpu_moe, monk
         if not needle.startswith("tensor "):
             assert needle in message, (needle, message)
     assert "contracts/vllm_cpu_grouped_gemm.moe:" in message, message
+
+
+@pytest.mark.parametrize("projection, index", [("w13", (1, 180, 5)), ("w2", (1, 5, 185)), ("w13", (1, 3, 7))])
+def test_a_negative_zero_or_another_nan_is_a_difference(cpu_moe, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+                                                        projection: str, index: tuple[int, int, int]
+                                                        ) -> None:  # type: ignore[no-untyped-def]
+    """The pad code is proved as bytes (docs/verification.md), so check compares bits, not values: -0.0 in
+    a pad of 0.0 (w13's gate pad row, w2's pad column), and a live value's NaN with another payload, are
+    stopped. Before: compared as values, both passed (-0.0 == 0.0; NaN taken as equal to NaN)."""
+    from layoutc.tools.vllm_plugin import LayoutcVllmError, hook
+
+    real = cpu_moe.CPUUnquantizedExperts._pad_moe_intermediate
+    live = index == (1, 3, 7)
+
+    def pad_then_spoil(self, layer):  # type: ignore[no-untyped-def]
+        real(self, layer)
+        w = getattr(layer, f"{projection}_weight").data
+        if live:  # a NaN with a payload the loaded one lacks: same value class, other bits
+            w[index] = torch.tensor(0x7FC1, dtype=torch.int16).view(torch.bfloat16)
+        else:
+            w[index] = -0.0
+
+    monkeypatch.setattr(cpu_moe.CPUUnquantizedExperts, "_pad_moe_intermediate", pad_then_spoil)
+    hook.install("check")
+    ex, layer = _layer(cpu_moe, experts=3, tp=4)
+    if live:  # the loaded weight holds the canonical NaN there
+        layer.w13_weight.data[index] = float("nan")
+    with pytest.raises(LayoutcVllmError, match=f"{projection} is not laid out as contract"):
+        ex.process_weights_after_loading(layer)
+
+
+def test_a_declared_bias_vllm_drops_is_stopped(cpu_moe, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+                                              ) -> None:  # type: ignore[no-untyped-def]
+    """A loaded w13 bias the contract declares, deleted by vLLM's processing, would leave the kernel
+    without it: check refuses the layer naming the bias. Before: the pair was skipped and the layer passed."""
+    from layoutc.tools.vllm_plugin import LayoutcVllmError, hook
+
+    real = cpu_moe.CPUUnquantizedExperts._pad_moe_intermediate
+
+    def pad_then_drop(self, layer):  # type: ignore[no-untyped-def]
+        real(self, layer)
+        del layer.w13_bias
+
+    monkeypatch.setattr(cpu_moe.CPUUnquantizedExperts, "_pad_moe_intermediate", pad_then_drop)
+    hook.install("check")
+    ex, layer = _layer(cpu_moe, experts=3, tp=4, bias=True)
+    with pytest.raises(LayoutcVllmError, match="loaded a bias of w13.*no longer holds it"):
+        ex.process_weights_after_loading(layer)

@@ -340,8 +340,8 @@ def _packed_blocks_equal(gen: ModuleType, plan: Any, info: LayerInfo, snap: Snap
 
 
 def _same_block(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """`_same`, first tried on the bits (as 8-byte words where both are contiguous and whole words: 3x
-    faster than a bf16 compare here): equal bits are equal values, and anything else is left to `_same`."""
+    """`_same`, first tried as 8-byte words where both are contiguous and whole words (3x faster than a
+    bf16 compare here); anything else is left to `_same`, which compares the bits element by element."""
     words = a.shape == b.shape and a.dtype == b.dtype and a.is_contiguous() and b.is_contiguous() \
         and a.numel() > 0 and (a.numel() * a.element_size()) % 8 == 0
     if words and torch.equal(a.reshape(-1).view(torch.int64), b.reshape(-1).view(torch.int64)):
@@ -375,6 +375,11 @@ def _pairs(lay: ModuleLayout, tensors: dict[tuple[str, str], tuple[torch.Tensor 
     projection) where the layer has both; LayoutcVllmError when the contract declares none."""
     out: list[tuple[TensorEntry, torch.Tensor, torch.Tensor]] = []
     for (kind, projection), (actual, logical) in tensors.items():
+        if actual is None and logical is not None and lay.tensor(kind, projection) is not None:
+            # loaded, declared by the contract, and gone after vLLM's processing: the kernel never reads it
+            raise LayoutcVllmError(f"layoutc: the layer loaded a {kind} of {projection}, which contract "
+                                   f"{lay.contract} declares (`{kind} {projection}`), but vLLM's processed layer no "
+                                   f"longer holds it: the kernel would run without it")
         if actual is None or logical is None:
             continue
         entry = lay.tensor(kind, projection)
@@ -385,14 +390,17 @@ def _pairs(lay: ModuleLayout, tensors: dict[tuple[str, str], tuple[torch.Tensor 
     return out
 
 
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b) or _nan_equal(a, b))
-
-
-def _nan_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if not a.is_floating_point():
+    """Equal shape, dtype and bits, word for word: a pad code is proved as bytes (docs/verification.md),
+    so -0.0 for 0.0, or another NaN payload, in a pad or a live position is a difference."""
+    if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return bool(((a == b) | (a.isnan() & b.isnan())).all())
+    if a.is_floating_point() and a.element_size() in _BITS:
+        return bool(torch.equal(a.view(_BITS[a.element_size()]), b.view(_BITS[b.element_size()])))
+    return bool(torch.equal(a, b))
 
 
 def _unpack(gen: ModuleType, plan: Any, projection: str, packed: torch.Tensor) -> torch.Tensor | None:
