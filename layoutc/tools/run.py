@@ -62,7 +62,7 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from types import ModuleType
 from typing import Any
 
@@ -73,12 +73,11 @@ from layoutc.tools.ep_run import (
     check_ep_options,
     check_expert_count,
     check_served_placement,
-    placement_lines,
     vllm_placement_note,
 )
 from layoutc.tools.rankloop import run_ranks
 from layoutc.tools.routes import contracts_where, run_contract
-from layoutc.tools.runcompare import TOLERANCE, halves_error, hidden_states, reach_words, rel_error, run_inputs
+from layoutc.tools.runcompare import TOLERANCE, halves_error, hidden_states, rel_error, run_inputs
 from layoutc.tools.runmemory import peak_kib as _peak_kib
 from layoutc.tools.runmemory import peak_mark as _peak_mark
 from layoutc.tools.runmemory import trim as _trim
@@ -86,47 +85,12 @@ from layoutc.tools.runoptions import RunOptions
 from layoutc.tools.runplan import KernelRun, RunError, checkpoint_plan, module_layout
 from layoutc.tools.runprogress import LayerFigures
 from layoutc.tools.runprogress import Progress as _Progress
+from layoutc.tools.runrow import Row, print_text, result_words, unchecked, write_json
 
 #: the largest --seed: torch.Generator.manual_seed takes 64-bit seeds, and a layer's seed is seed + layer
 MAX_SEED = (1 << 63) - 1 - 100_000
 #: seconds the last `run_layer` spent comparing (halves_error), for `LayerFigures.compare_ms`
 _LAST_COMPARE_S = [0.0]
-
-
-@dataclass
-class Row:
-    """One layer at one TP degree.
-
-    matched: rel_error <= tolerance. independent: the reference came from transformers'
-    from_pretrained, not from the declared format. ok: matched and independent.
-    result: "ok", "MISMATCH" or "unchecked: ..." in words. reference / routing: which
-    reference, and where the kernel's routing came from. router_weight: "output" or "input".
-    """
-
-    layer: int
-    tp_size: int
-    intermediate_size_per_partition: int
-    intermediate_size_per_partition_padded: int
-    rel_error: float
-    tolerance: float
-    ok: bool
-    kernel_ms: float
-    load_ms: float
-    peak_mib: float
-    reference: str
-    routing: str = ""
-    independent: bool = True
-    matched: bool = True
-    router_weight: str = "output"
-    result: str = "ok"
-    ep_size: int = 1  # `--ep`: the experts split over ep_size ranks, each with tp_size shards
-    placement: str = ""  # at --ep > 1: the expert placement the ranks ran with, and each EP rank's experts
-    experts_by_rank: list[list[int]] = field(default_factory=list)
-    input_scale: float = 1.0  # the second half of the tokens is the first times this (run_inputs)
-    input_reach: str = ""  # what that half reaches, and the clamp limit it was chosen against (InputReach.text)
-    block: str = ""  # what the block does outside its experts, applied around the kernel (block.BlockOps.words)
-    scale_ratio: float | None = None  # a MISMATCH that is a constant factor: the block's output / the kernel's
-
 
 
 def _weights_input(mod: ModuleType) -> bool:
@@ -214,13 +178,6 @@ class DenseRanks:
         return self.kernel.fused_moe(x, packed13, packed2, routing[0], routing[1], self.plan, **extra)
 
 
-def _result(matched: bool, independent: bool, reference: str, why_not: str) -> str:
-    if independent:
-        return "ok" if matched else "MISMATCH"
-    unchecked = f"unchecked: {why_not}, compared with {reference}"
-    return unchecked if matched else f"MISMATCH ({unchecked})"
-
-
 def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str, isa: str, tokens: int,
               seed: int, use_transformers: bool, oracle: Any = None, why_no_oracle: str = "",
               on_input: bool = False, ref: Any = None, ep: int = 1, placement: str = "linear",
@@ -266,8 +223,8 @@ def run_layer(ckpt: Any, moe: Any, mod: Any, layer: int, tp: int, *, dtype: str,
                getattr(plan, "intermediate_size_per_partition_padded", plan.intermediate_size_per_partition),
                rel, tol, matched and ref.independent, k.kernel_s * 1e3, k.load_s * 1e3, k.peak_mib, ref.name,
                ref.routing, ref.independent, matched, moe.format.router_weight,
-               _result(matched, ref.independent, ref.name, ref.why_not), ep, *topology, input_scale=input_scale,
-               input_reach=input_reach, block=ops.words(), scale_ratio=ratio)
+               result_words(matched, ref.independent, f"{ref.why_not}, compared with {ref.name}"), ep, *topology,
+               input_scale=input_scale, input_reach=input_reach, block=ops.words(), scale_ratio=ratio)
 
 
 def checkpoint_dtype(ckpt: Any, moe: Any, layer: int) -> str:
@@ -275,36 +232,6 @@ def checkpoint_dtype(ckpt: Any, moe: Any, layer: int) -> str:
     n = moe.format.names(layer, 0 if not moe.format.fused else None)
     return str(ckpt.slice(n["down"]).get_dtype()).lower().replace("bf16", "bfloat16").replace(
         "f32", "float32").replace("f16", "float16")
-
-
-def _table(rows: list[Row], model: str, contract: str) -> str:
-    lines = [f"{model} · contract {contract}",
-             f"{'layer':>5} {'tp':>3} {'I_pp -> padded':>15} {'rel error':>10} {'tol':>8} {'kernel ms':>10} "
-             f"{'load ms':>9} {'peak MiB':>9}  result"]
-    if any(r.ep_size > 1 for r in rows):  # the ep column only when --ep asks for it
-        lines[1] = lines[1].replace(f"{'tp':>3} ", f"{'tp':>3} {'ep':>3} ", 1)
-    for r in rows:
-        pad = f"{r.intermediate_size_per_partition} -> {r.intermediate_size_per_partition_padded}"
-        tp_ep = f"{r.tp_size:>3} {r.ep_size:>3}" if any(r.ep_size > 1 for r in rows) else f"{r.tp_size:>3}"
-        lines.append(f"{r.layer:>5} {tp_ep} {pad:>15} {r.rel_error:>10.2e} {r.tolerance:>8.0e} "
-                     f"{r.kernel_ms:>10.2f} {r.load_ms:>9.1f} {r.peak_mib:>9.1f}  {r.result}")
-    seen: dict[tuple[str, str], list[int]] = {}
-    for r in rows:
-        layers = seen.setdefault((r.reference, r.routing), [])
-        if r.layer not in layers:
-            layers.append(r.layer)
-    for (reference, routing), layers in seen.items():
-        which = "" if len(seen) == 1 else f" (layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))})"
-        lines.append(f"reference{which}: {reference}")
-        lines.append(f"routing{which}: {routing}")
-    if rows:
-        lines.append(f"router weight: on each expert's {rows[0].router_weight}")
-        if rows[0].block:
-            lines.append(f"block outside the experts (the format's, applied to the kernel's output): {rows[0].block}")
-        lines.append(f"inputs: seeded N(0, 1) hidden states, and the same scaled: {reach_words(rows)}; the larger "
-                     "error of the two halves")
-    lines += placement_lines(rows)
-    return "\n".join(lines) + "\n"
 
 
 def run(namespace: argparse.Namespace) -> int:
@@ -883,40 +810,29 @@ def _print_report(args: RunOptions, moe: Any, dtype: str, rows: list[Row], refus
     the tensors', a format file of another model_type): repeated under the table, and in JSON."""
     warnings = list(warnings or [])
     ok = all(r.ok for r in rows) and not refused
-    unchecked = [r for r in rows if not r.independent]
-    unchecked_line = ""
-    if unchecked:
-        which = ", ".join(f"layer {r.layer} tp={r.tp_size}" for r in unchecked)
-        unchecked_line = (f"unchecked: {len(unchecked)} of {len(rows)} runs had no independent reference ({which}): "
-                          "they were compared with a reference built from the declared format, which cannot "
-                          "catch a wrong declaration; exit 1")
     if args.format == "json":
-        sys.stdout.write(json.dumps({"model": args.model_dir, "model_type": moe.format.model_type,
-                                     "contract": args.contract, "dtype": dtype, "ok": ok,
-                                     "router_weight": moe.format.router_weight,
-                                     "rows": [asdict(r) for r in rows], "refused": refused,
-                                     "unchecked": [f"layer {r.layer} tp={r.tp_size}: {r.result}" for r in unchecked],
-                                     "warnings": warnings,
-                                     "layers": [asdict(f) for f in figures or []]},
-                                    indent=2) + "\n")
-    else:
-        sys.stdout.write(_table(rows, f"{args.model_dir} ({moe.format.model_type}, {dtype})", args.contract or ""))
-        for line in refused:
-            print(f"refused: {line}")
-        bad = [r for r in rows if not r.matched]
-        ratios = [r.scale_ratio for r in bad if r.scale_ratio is not None]
-        if bad and len(ratios) == len(bad):
-            from layoutc.tools.checkpoints.block import block_ops, explain_ratio
+        write_json({"model": args.model_dir, "model_type": moe.format.model_type, "contract": args.contract,
+                    "dtype": dtype, "ok": ok, "router_weight": moe.format.router_weight}, rows, refused,
+                   {"warnings": warnings, "layers": [asdict(f) for f in figures or []]}, quantized=False)
+        return 0 if ok else 1
+    after: list[str] = []
+    bad = [r for r in rows if not r.matched]
+    ratios = [r.scale_ratio for r in bad if r.scale_ratio is not None]
+    if bad and len(ratios) == len(bad):
+        from layoutc.tools.checkpoints.block import block_ops, explain_ratio
 
-            words = explain_ratio(ratios[0], moe.text_config, block_ops(moe), moe.format.routed_scale)
-            print(f"MISMATCH in {len(bad)} of {len(rows)} runs: {words}")
-        elif bad:
-            print(f"MISMATCH in {len(bad)} of {len(rows)} runs (check the format: gate/up order, orientation, "
-                  "fused row layout, routing, router_weight)")
-        if unchecked_line:
-            print(unchecked_line)
-        for line in warnings:
-            print(line)
+        words = explain_ratio(ratios[0], moe.text_config, block_ops(moe), moe.format.routed_scale)
+        after.append(f"MISMATCH in {len(bad)} of {len(rows)} runs: {words}")
+    elif bad:
+        after.append(f"MISMATCH in {len(bad)} of {len(rows)} runs (check the format: gate/up order, orientation, "
+                     "fused row layout, routing, router_weight)")
+    if loose := unchecked(rows):
+        which = ", ".join(f"layer {r.layer} tp={r.tp_size}" for r in loose)
+        after.append(f"unchecked: {len(loose)} of {len(rows)} runs had no independent reference ({which}): they were "
+                     "compared with a reference built from the declared format, which cannot catch a wrong "
+                     "declaration; exit 1")
+    print_text(f"{args.model_dir} ({moe.format.model_type}, {dtype}) · contract {args.contract or ''}", rows, refused,
+               after + warnings, quantized=False)
     return 0 if ok else 1
 
 

@@ -39,7 +39,6 @@ of layoutc/tools/runcompare.py on ||out - ref|| / ||ref||, the larger of the two
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -54,6 +53,7 @@ from layoutc.tools.quant_run.oracle import QuantOracle, quant_oracle
 from layoutc.tools.rankloop import run_ranks
 from layoutc.tools.runoptions import RunOptions
 from layoutc.tools.runplan import RunError
+from layoutc.tools.runrow import Row, print_text, result_words, unchecked, write_json
 
 #: How a `route run` contract of a quantized format runs here, by the torch kernel its `models torch` line
 #: names (the contract states the kernel; the runner calls it: rank.py int4pack, rank8.py int8pack), with
@@ -69,46 +69,6 @@ NO_KERNEL_WHY = {
     "even": "no kernel ran: no contract declares the method, and the kernel side is the dequantized weights split "
             "evenly through a reference",
 }
-
-
-@dataclass(frozen=True)
-class QuantRow:
-    """One layer at one TP degree: the kernel that ran (or NO_KERNEL), the reference, the error.
-
-    matched: rel_error <= tolerance. independent: the reference is transformers' own block
-    loaded by transformers from the checkpoint (quant_run/oracle.py), not one built from the
-    declared format. kernel_ran: a real kernel computed the kernel side (int4pack / int8pack),
-    not a reference of the declared format (reference-only rows). ok: all three. result:
-    "ok", "MISMATCH" or "unchecked: ..." in words. input_scale: the second half of the tokens
-    is the first times this (layoutc/tools/runcompare.py run_inputs); input_reach: what that half reaches
-    (the median |gate/up pre-activation| and the clamp limit it was chosen against).
-    """
-
-    layer: int
-    tp_size: int
-    intermediate_size_per_partition: int
-    intermediate_size_per_partition_padded: int
-    rel_error: float
-    tolerance: float
-    ok: bool
-    kernel: str
-    reference: str
-    kernel_ms: float
-    load_ms: float
-    matched: bool = True
-    independent: bool = True
-    kernel_ran: bool = True
-    result: str = "ok"
-    input_scale: float = 1.0
-    input_reach: str = ""
-
-
-def row_result(matched: bool, independent: bool, kernel_ran: bool, why_not: str) -> str:
-    """A row's result in words: "ok" only when it matched an independent reference with a real
-    kernel; "MISMATCH" on an error past the tolerance; else "unchecked: <why>"."""
-    if not matched:
-        return "MISMATCH" if independent and kernel_ran else f"MISMATCH (unchecked: {why_not})"
-    return "ok" if independent and kernel_ran else f"unchecked: {why_not}"
 
 
 def _ratio_words(out: Any, ref: Any, tol: float, moe: MoEModelConfig) -> str:
@@ -505,7 +465,7 @@ def run_quantized(args: RunOptions, ckpt: Checkpoint, moe: MoEModelConfig, schem
             check_activation(moe, route_.mod, str(route_.contract), layers)
     if args.threads:
         torch.set_num_threads(args.threads)
-    rows: list[QuantRow] = []
+    rows: list[Row] = []
     refused: list[str] = []
     tol = TOLERANCE[dtype]
     use_tf = not args.no_transformers
@@ -618,11 +578,12 @@ def run_quantized(args: RunOptions, ckpt: Checkpoint, moe: MoEModelConfig, schem
                 ran = route.kind in ("int4pack", "int8pack")
                 no_run = NO_KERNEL_WHY["padded" if route.kind == "padded" else "even"]
                 why_not = "; ".join(w for w in (why_ref, "" if ran else no_run) if w)
-                rows.append(QuantRow(layer, tp, pp, pad, rel, tol, rel <= tol and independent and ran, kernel, name,
-                                     kernel_s * 1e3, load_s * 1e3, rel <= tol, independent, ran,
-                                     row_result(rel <= tol, independent, ran, why_not)
-                                     + (_ratio_words(out, ref, tol, moe) if rel > tol and independent else ""),
-                                     scale, reach.text()))
+                result = result_words(rel <= tol, independent and ran, why_not) + (
+                    _ratio_words(out, ref, tol, moe) if rel > tol and independent else "")
+                rows.append(Row(layer, tp, pp, pad, rel, tol, rel <= tol and independent and ran, kernel_s * 1e3,
+                                load_s * 1e3, reference=name, independent=independent, matched=rel <= tol,
+                                result=result, input_scale=scale, input_reach=reach.text(), kernel=kernel,
+                                kernel_ran=ran))
                 break
             else:
                 refused.append(f"layer {layer} tp={tp}: " + "; then ".join(why))
@@ -650,37 +611,19 @@ def int8pack_name() -> str:
     return FORWARD_OP
 
 
-def _print(args: RunOptions, moe: MoEModelConfig, scheme: S.QuantScheme, dtype: str, rows: list[QuantRow],
+def _print(args: RunOptions, moe: MoEModelConfig, scheme: S.QuantScheme, dtype: str, rows: list[Row],
            refused: list[str], figures: list[Any] | None = None) -> int:
     """Print the rows (text or JSON); 0 when every row is ok (matched, independent, a real
     kernel) and nothing was refused, else 1. figures: each layer's `run.LayerFigures` (JSON "layers")."""
     ok = bool(rows) and all(r.ok for r in rows) and not refused
-    unchecked = [r for r in rows if not (r.independent and r.kernel_ran)]
     if args.format == "json":
-        sys.stdout.write(json.dumps({"model": args.model_dir, "model_type": moe.format.model_type,
-                                     "quantization": scheme.name, "dtype": dtype, "ok": ok,
-                                     "rows": [asdict(r) for r in rows], "refused": refused,
-                                     "unchecked": [f"layer {r.layer} tp={r.tp_size}: {r.result}" for r in unchecked],
-                                     "layers": [asdict(f) for f in figures or []]},
-                                    indent=2) + "\n")
+        head = {"model": args.model_dir, "model_type": moe.format.model_type, "quantization": scheme.name}
+        write_json({**head, "dtype": dtype, "ok": ok}, rows, refused, {"layers": [asdict(f) for f in figures or []]},
+                   quantized=True)
         return 0 if ok else 1
-    print(f"{args.model_dir} ({moe.format.model_type}, {scheme.name}, group {scheme.group_size}, "
-          f"act_order={scheme.act_order}, {dtype})")
-    print(f"{'layer':>5} {'tp':>3} {'I_pp -> padded':>15} {'rel error':>10} {'tol':>8} {'kernel ms':>10} "
-          f"{'load ms':>9}  {'indep':>5} {'kernel':>6}  result | kernel | reference")
-    for r in rows:
-        pad = f"{r.intermediate_size_per_partition} -> {r.intermediate_size_per_partition_padded}"
-        print(f"{r.layer:>5} {r.tp_size:>3} {pad:>15} {r.rel_error:>10.2e} {r.tolerance:>8.0e} {r.kernel_ms:>10.2f} "
-              f"{r.load_ms:>9.1f}  {'yes' if r.independent else 'no':>5} {'yes' if r.kernel_ran else 'no':>6}  "
-              f"{r.result} | {r.kernel} | {r.reference}")
-    if rows:
-        from layoutc.tools.runcompare import reach_words
-
-        print(f"inputs: seeded N(0, 1) hidden states, and the same scaled: {reach_words(rows)}; the larger error "
-              "of the two halves")
-    for line in refused:
-        print(f"refused: {line}")
-    if unchecked:
-        print(f"unchecked: {len(unchecked)} of {len(rows)} runs had no independent reference or ran no kernel: "
-              "a reference built from the declared format cannot catch a wrong declaration; exit 1")
+    n = len(unchecked(rows))
+    after = [f"unchecked: {n} of {len(rows)} runs had no independent reference or ran no kernel: a reference built "
+             "from the declared format cannot catch a wrong declaration; exit 1"] if n else []
+    print_text(f"{args.model_dir} ({moe.format.model_type}, {scheme.name}, group {scheme.group_size}, "
+               f"act_order={scheme.act_order}, {dtype})", rows, refused, after, quantized=True)
     return 0 if ok else 1
