@@ -228,5 +228,5 @@ def test_a_declared_bias_vllm_drops_is_stopped(cpu_moe, monkeypatch: pytest.Monk
     monkeypatch.setattr(cpu_moe.CPUUnquantizedExperts, "_pad_moe_intermediate", pad_then_drop)
     hook.install("check")
     ex, layer = _layer(cpu_moe, experts=3, tp=4, bias=True)
-    with pytest.raises(LayoutcVllmError, match="loaded a bias of w13.*no longer holds it"):
+    with pytest.raises(LayoutcVllmError, match=r"loaded a bias of w13.*no longer holds it"):
         ex.process_weights_after_loading(layer)
