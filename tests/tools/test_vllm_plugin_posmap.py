@@ -209,8 +209,13 @@ def test_a_negative_zero_or_another_nan_is_a_difference(cpu_moe, monkeypatch: py
     ex, layer = _layer(cpu_moe, experts=3, tp=4)
     if live:  # the loaded weight holds the canonical NaN there
         layer.w13_weight.data[index] = float("nan")
-    with pytest.raises(LayoutcVllmError, match=f"{projection} is not laid out as contract"):
+    with pytest.raises(LayoutcVllmError, match=f"{projection} is not laid out as contract") as info:
         ex.process_weights_after_loading(layer)
+    # described bit for bit too: the one row (w2: column) in expert 1, not "0 of N rows wrong"
+    unit = "rows" if projection == "w13" else "columns"
+    assert f"1 of {384 if projection == 'w13' else 192} {unit} wrong, in expert 1 of 3)" in str(info.value), info.value
+    if not live:
+        assert f"neither the pad code nor any loaded {unit[:-1]}" in str(info.value), info.value
 
 
 def test_a_declared_bias_vllm_drops_is_stopped(cpu_moe, monkeypatch: pytest.MonkeyPatch  # noqa: F811

@@ -513,18 +513,18 @@ def _message(gen: ModuleType, plan: Any, info: LayerInfo, tensor: TensorEntry, e
     # reads as that expert's constant), dim 0 being every MoE tensor's experts axis.
     e, a, lg = (t[bad].movedim(dim, 0).reshape(t.shape[dim], -1) if bad else
                 t.movedim(dim, 0).reshape(t.shape[dim], -1) for t in (expected, actual, logical))
-    differs = ~((e == a) | (e.isnan() & a.isnan())).all(dim=1)
+    differs = ~(_as_bits(e) == _as_bits(a)).all(dim=1)
     rows = [int(p) for p in torch.nonzero(differs).flatten()]
+    # w2's intermediate axis is its last (k): columns; w13's and the biases' n axis: rows.
+    unit = "columns" if expected.dim() == 3 and dim == 2 else "rows"
     runs: list[dict[str, Any]] = []
     for p in rows[:_MAX_ROWS]:
-        should, holds = _owner(name, axis, p), _holds(name, axis, a[p], lg)
+        should, holds = _owner(name, axis, p), _holds(name, axis, a[p], lg, unit)
         last = runs[-1] if runs else None
         if last and last["hi"] == p - 1 and _next(last["should"][1], should) and _next(last["holds"][1], holds):
             last["hi"], last["should"][1], last["holds"][1] = p, should, holds
         else:
             runs.append({"lo": p, "hi": p, "should": [should, should], "holds": [holds, holds]})
-    # w2's intermediate axis is its last (k): columns; w13's and the biases' n axis: rows.
-    unit = "columns" if expected.dim() == 3 and dim == 2 else "rows"
     parts = []
     for run in runs[:_MAX_RUNS]:
         span = f"{unit[:-1]} {run['lo']} holds" if run["lo"] == run["hi"] else \
@@ -540,10 +540,15 @@ def _message(gen: ModuleType, plan: Any, info: LayerInfo, tensor: TensorEntry, e
 
 
 def _bad_experts(expected: torch.Tensor, actual: torch.Tensor) -> list[int]:
-    """The experts (dim 0 of every MoE tensor) whose values differ (NaN equals NaN)."""
+    """The experts (dim 0 of every MoE tensor) whose bits differ (`_same`'s rule: -0.0 is not 0.0)."""
     total = expected.shape[0]
-    e, a = expected.reshape(total, -1), actual.reshape(total, -1)
-    return [int(i) for i in torch.nonzero(~((e == a) | (e.isnan() & a.isnan())).all(dim=1)).flatten()]
+    e, a = _as_bits(expected.reshape(total, -1)), _as_bits(actual.reshape(total, -1))
+    return [int(i) for i in torch.nonzero(~(e == a).all(dim=1)).flatten()]
+
+
+def _as_bits(t: torch.Tensor) -> torch.Tensor:
+    """`t`'s bits as integers of its element size (a float tensor), else `t`: element-wise `==` on them is `_same`'s."""
+    return t.view(_BITS[t.element_size()]) if t.is_floating_point() and t.element_size() in _BITS else t
 
 
 def _experts(bad: list[int], total: int) -> str:
@@ -558,18 +563,19 @@ def _experts(bad: list[int], total: int) -> str:
     return f"expert{'s' if len(bad) != 1 else ''} {text} of {total}"
 
 
-def _holds(name: str, axis: Any, row: torch.Tensor, logical: torch.Tensor) -> str:
-    """What a padded row of vLLM's tensor holds: the pad code, a loaded (logical) row, or neither."""
-    if not bool(row.any()):
+def _holds(name: str, axis: Any, row: torch.Tensor, logical: torch.Tensor, unit: str = "rows") -> str:
+    """What a padded row (or column: `unit`) of vLLM's tensor holds, bit for bit: the pad code, a
+    constant, a loaded (logical) row, or neither."""
+    bits = _as_bits(row)
+    if not bool(bits.any()):
         return "the pad code 0"
-    if bool(row.isnan().all()):
-        return "the constant NaN"
-    if bool((row == row.flatten()[0]).all()):
-        return f"the constant {float(row.flatten()[0])!r}"
-    matches = torch.nonzero((logical == row).all(dim=1)).flatten()
+    if bool((bits == bits.flatten()[0]).all()):
+        first = float(row.flatten()[0])
+        return "the constant NaN" if first != first else f"the constant {first!r}"
+    matches = torch.nonzero((_as_bits(logical) == bits).all(dim=1)).flatten()
     if matches.numel():
         return _logical_name(name, axis, int(matches[0]))
-    return "values that are neither the pad code nor any loaded row"
+    return f"values that are neither the pad code nor any loaded {unit[:-1]}"
 
 
 def _next(prev: str, cur: str) -> bool:
