@@ -26,7 +26,9 @@ from layoutc.tools.contract_module import (
     kernel_of,
     layout_of,
 )
+from layoutc.tools.vllm_plugin import posmap
 from layoutc.tools.vllm_plugin.errors import LayoutcVllmError
+from layoutc.tools.vllm_plugin.posmap import padded_axis
 
 # The kernel op each CPU route of vLLM 0.32 calls for an unquantized MoE layer
 # (experts/cpu_moe.py CPUUnquantizedExperts.process_weights_after_loading and apply): the contract of
@@ -114,8 +116,6 @@ class Snapshot:
         """(w13, w2) as loaded: the copies, or read back from `packed` through the maps (posmap.logical_of)."""
         if self.w13 is not None and self.w2 is not None:
             return self.w13, self.w2
-        from layoutc.tools.vllm_plugin import posmap
-
         assert self.packed is not None and self.maps is not None
         return posmap.logical_of(self.maps[0], self.packed[0]), posmap.logical_of(self.maps[1], self.packed[1])
 
@@ -206,8 +206,6 @@ def snapshot(w13: torch.Tensor, w2: torch.Tensor, w13_bias: torch.Tensor | None,
         return None if t is None else t.detach().clone()
 
     if gen is not None and plan is not None:
-        from layoutc.tools.vllm_plugin import posmap
-
         maps = (posmap.position_map(gen, plan, "w13", w13.dtype), posmap.position_map(gen, plan, "w2", w2.dtype))
         if maps[0] is not None and maps[1] is not None and _logical_shapes_fit(maps, w13, w2):
             packed = (posmap.expected(maps[0], w13.detach()), posmap.expected(maps[1], w2.detach()))
@@ -354,7 +352,7 @@ def _shape_rows(entry: TensorEntry, plan: Any, got: tuple[int, ...], want: tuple
     them, so every expert the tensor holds) and, on the contract's padded axis, the rows (or columns)
     per segment vLLM has against the contract's, and how many more or fewer that is."""
     experts = "" if not got or not want or got[0] != want[0] else f", in {_experts(list(range(got[0])), got[0])}"
-    where = _padded_axis(entry, plan)
+    where = padded_axis(entry, plan)
     if where is None or len(got) != len(want):
         return experts
     dim, axis = where
@@ -443,19 +441,11 @@ def _plan_one_expert(gen: ModuleType, plan: Any) -> Any:
         return None
 
 
-def _padded_axis(tensor: TensorEntry, plan: Any) -> tuple[int, Any] | None:
-    axes = tensor.axis_table(plan)
-    for i, axis in enumerate(axes):
-        if algebra.Word.parse(axis.layout).padded:
-            return i, axis
-    return None
-
-
 def _row_axis(tensor: TensorEntry, plan: Any) -> tuple[int, Any] | None:
     """The axis a wrong value is described along: the contract's padded axis when it holds more than one
     position, else the first axis after the experts with more than one (a scale's output rows:
     `w2_weight_scale` [E, H, 1] has its one-position group axis padded, its rows on dim 1)."""
-    where = _padded_axis(tensor, plan)
+    where = padded_axis(tensor, plan)
     if where is not None and int(where[1].padded) > 1:
         return where
     for i, axis in enumerate(tensor.axis_table(plan)):

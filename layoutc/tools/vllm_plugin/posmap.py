@@ -156,7 +156,7 @@ def _build(gen: ModuleType, plan: Any, dtype: torch.dtype) -> dict[str, Position
     maps: dict[str, PositionMap | None] = {}
     for projection, src in found.items():
         entry = lay.weight(projection)
-        where = _padded_axis(entry, plan)
+        where = padded_axis(entry, plan)
         shape = tuple(int(s) for s in entry.shapes(plan)[1])
         if src is None or where is None or where[0] not in (1, 2) or len(shape) != 3:
             maps[projection] = None
@@ -179,7 +179,7 @@ def _build(gen: ModuleType, plan: Any, dtype: torch.dtype) -> dict[str, Position
     return maps
 
 
-def _padded_axis(entry: Any, plan: Any) -> tuple[int, Any] | None:
+def padded_axis(entry: Any, plan: Any) -> tuple[int, Any] | None:
     """(dim, axis) of the first padded axis of `entry` under `plan` (its layout word pads), or None."""
     for i, axis in enumerate(entry.axis_table(plan)):
         if algebra.Word.parse(axis.layout).padded:
