@@ -83,7 +83,7 @@ from layoutc.tools.runmemory import peak_mark as _peak_mark
 from layoutc.tools.runmemory import trim as _trim
 from layoutc.tools.runoptions import RunOptions
 from layoutc.tools.runplan import KernelRun, RunError, checkpoint_plan, module_layout
-from layoutc.tools.runprogress import LayerFigures
+from layoutc.tools.runprogress import LayerFigures, build_entry, built_between
 from layoutc.tools.runprogress import Progress as _Progress
 from layoutc.tools.runrow import Row, print_text, result_words, unchecked, write_json
 
@@ -766,16 +766,11 @@ def _run_layers(args: RunOptions, ckpt: Any, moe: Any, mod: ModuleType, layers: 
         t0 = time.perf_counter()
         x, scale, reach = run_inputs(ckpt, moe, layer, args.tokens, args.seed, dtype)
         t1 = time.perf_counter()
-        found = getattr(oracle, "build_s", None) if oracle is not None else None
-        builds: dict[int, float] = found if found is not None else {}  # the oracle's own dict, filled as it builds
-        built_before = builds.get(layer)
+        built_before = build_entry(oracle, layer)
         ref = reference(ckpt, moe, layer, x, use_transformers=not args.no_transformers, oracle=oracle,
                         why_no_oracle=why_no_oracle)
         t2 = time.perf_counter()
-        # only a build inside this window counts: a layer the format proof built before it (cached, its
-        # build_s entry unchanged) cost nothing here, and subtracting it made reference_ms negative
-        built_now = builds.get(layer)
-        build = built_now if built_now is not None and built_now is not built_before else 0.0
+        build = built_between(built_before, build_entry(oracle, layer))  # a proof's earlier build is not this one
         if oracle is not None:
             oracle.release()  # the rows need only the reference's output: the module goes now
         first = len(rows)

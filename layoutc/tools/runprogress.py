@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 
 class Progress:
@@ -53,3 +54,16 @@ class LayerFigures:
     compare_ms: float
     total_ms: float
     peak_mib: float
+
+
+def build_entry(oracle: Any, layer: int) -> float | None:
+    """The oracle's recorded build seconds of `layer` (its `build_s` entry, a new float on each build:
+    checkpoints/stream.py), or None (no oracle, or the layer not built yet)."""
+    found = getattr(oracle, "build_s", None) if oracle is not None else None
+    return None if found is None else found.get(layer)
+
+
+def built_between(before: float | None, after: float | None) -> float:
+    """Seconds of a build made between two `build_entry` reads of one layer, else 0.0: a layer built
+    before the window (a format proof's, handed on cached) is not the window's to subtract."""
+    return after if after is not None and after is not before else 0.0

@@ -450,7 +450,7 @@ def run_quantized(args: RunOptions, ckpt: Checkpoint, moe: MoEModelConfig, schem
     from layoutc.tools.runmemory import peak_kib as _peak_kib
     from layoutc.tools.runmemory import peak_mark as _peak_mark
     from layoutc.tools.runmemory import trim as _trim
-    from layoutc.tools.runprogress import LayerFigures
+    from layoutc.tools.runprogress import LayerFigures, build_entry, built_between
     from layoutc.tools.runprogress import Progress as _Progress
 
     ops = block_ops(moe)
@@ -488,6 +488,7 @@ def run_quantized(args: RunOptions, ckpt: Checkpoint, moe: MoEModelConfig, schem
         wanted = _gate_up_modules(moe, scheme, layer)
         taps.clear()
         taps.update(dict.fromkeys(wanted, meter))
+        built_before = build_entry(oracle, layer)
         entry = oracle.layers.get(layer) if oracle is not None else None  # dequantizes the layer, measuring it
         taps.clear()
         params: dict[str, Any] | None = None
@@ -516,7 +517,7 @@ def run_quantized(args: RunOptions, ckpt: Checkpoint, moe: MoEModelConfig, schem
         # their output is scaled / given the identity slots before it is compared with the block
         block_w, block_i = weights, ids
         weights, ids = kernel_routing(weights, ids, moe.num_experts)
-        build = oracle.build_s.get(layer, 0.0) if oracle is not None and hasattr(oracle, "build_s") else 0.0
+        build = built_between(built_before, build_entry(oracle, layer))  # a proof's earlier build is not this one
         entry = None
         if oracle is not None:
             oracle.release()
